@@ -1,0 +1,40 @@
+# One-word targets over CMake. `make demo` and `make test` install what is missing first.
+BUILD ?= build
+ASAN  ?= build-asan
+JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: all deps build asan test test-fast demo bench info fuzz clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DQMM_WERROR=ON >/dev/null
+	cmake --build $(BUILD) -j$(JOBS)
+
+asan: deps
+	cmake -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQMM_SANITIZE=ON -DQMM_WERROR=ON >/dev/null
+	cmake --build $(ASAN) -j$(JOBS)
+
+# The README's test command: every test in the release build, then again under ASan+UBSan
+# (smaller shapes there: QMM_TEST_QUICK=1).
+test: build asan
+	cd $(BUILD) && ctest --output-on-failure
+	cd $(ASAN) && QMM_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure
+
+test-fast: build
+	cd $(BUILD) && ctest --output-on-failure
+
+demo: build
+	./$(BUILD)/qmm demo
+
+bench: build
+	./$(BUILD)/qmm bench
+
+info: build
+	./$(BUILD)/qmm info
+
+clean:
+	rm -rf $(BUILD) $(ASAN) build-fuzz

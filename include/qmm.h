@@ -1,0 +1,293 @@
+/*
+ * qmm.h — the public API of libqmm: INT8 (W8A8) linear layers of transformer models on the
+ * CPU's integer matrix engine (AMX-INT8, AVX512-VNNI, AVX-VNNI, AVX2), with a counted,
+ * same-device float fallback and nothing silent. The numerical contract is SPEC.md §1–§7.
+ *
+ * The model of use (select once, execute many times):
+ *
+ *     qmm_context *ctx;  qmm_context_create(NULL, &ctx);          // threads, policy, ISA cap
+ *     qmm_weight  *w;    qmm_weight_create_int8(ctx, &desc, &w);  // copies + packs once
+ *     qmm_linear_args a = qmm_linear_args_default();
+ *     a.M = tokens; a.x = x; a.x_dtype = QMM_BF16; a.y = y; a.y_dtype = QMM_BF16;
+ *     if (qmm_linear(ctx, w, &a) != QMM_OK) fprintf(stderr, "%s\n", qmm_last_error());
+ *
+ * Rules kept by every function here:
+ *   - every fallible call returns a qmm_status; the message of the last error of the calling
+ *     thread names what was wrong (layer/tensor, shape, reason): qmm_last_error();
+ *   - the library never exits, aborts or prints, except dispatch logging when switched on
+ *     (QMM_VERBOSE=dispatch or qmm_context_options.verbose), which goes to stderr;
+ *   - handles are opaque; *_create copies what it needs (the caller keeps its buffers);
+ *     *_destroy(NULL) is a no-op.
+ *
+ * Thread safety: a qmm_weight is immutable after creation and may be used from any number of
+ * contexts and threads at once. A qmm_context is used by one thread at a time (it owns the
+ * worker threads and the scratch arena of the calls made through it); use one context per
+ * calling thread. The counters of a context are read safely while no call is running on it.
+ */
+#ifndef QMM_H
+#define QMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- version */
+#define QMM_VERSION_MAJOR 0
+#define QMM_VERSION_MINOR 1
+#define QMM_VERSION_PATCH 0
+#define QMM_VERSION_NUMBER (QMM_VERSION_MAJOR * 10000 + QMM_VERSION_MINOR * 100 + QMM_VERSION_PATCH)
+unsigned    qmm_version_number(void); /* QMM_VERSION_NUMBER of the library actually linked */
+const char *qmm_version_string(void); /* "0.1.0" */
+
+/* ---------------------------------------------------------------- status codes (pinned) */
+typedef enum qmm_status {
+    QMM_OK = 0,
+    QMM_ERR_INVALID_ARGUMENT = 1,     /* caller bug: NULL pointer, zero/negative size, bad stride */
+    QMM_ERR_UNSUPPORTED = 2,          /* well-formed but not supported: dtype combination,
+                                         group size, K % g != 0, quant format (float8, nvfp4, ...) */
+    QMM_ERR_NO_ENGINE = 3,            /* no engine (int8 nor float fallback) admits the layer;
+                                         the message lists every engine's reason */
+    QMM_ERR_FALLBACK_REFUSED = 4,     /* strict policy: the layer would fall back to a float
+                                         engine; the message names the layer and the reasons */
+    QMM_ERR_UNSUPPORTED_HARDWARE = 5, /* an engine was asked for by name and this CPU/OS lacks it */
+    QMM_ERR_OUT_OF_MEMORY = 6,
+    QMM_ERR_IO = 7,                   /* open/read/write/rename/mmap failed (errno in message) */
+    QMM_ERR_FORMAT = 8,               /* malformed file: header, JSON, ranges, shapes, dtypes */
+    QMM_ERR_NOT_FOUND = 9,            /* a named tensor/layer is not in the file/model */
+    QMM_ERR_DIST = 10,                /* tensor parallelism: collective failed, ranks disagree */
+    QMM_ERR_INTERNAL = 11             /* a bug in qmm: please report the message */
+} qmm_status;
+#define QMM_STATUS_COUNT 12
+
+const char *qmm_status_name(qmm_status s); /* "QMM_ERR_UNSUPPORTED"; never NULL */
+/* Message of the last failed call made by this thread ("" if none). Valid until the next
+ * failing call on the same thread. */
+const char *qmm_last_error(void);
+
+/* ---------------------------------------------------------------- dtypes, activations */
+typedef enum qmm_dtype {
+    QMM_F32 = 0,
+    QMM_F16 = 1,
+    QMM_BF16 = 2,
+    QMM_I8 = 3,
+    QMM_U8 = 4,
+    QMM_I32 = 5,    /* as an output dtype: the int32 accumulators (SPEC §1 step 4, §6) */
+    QMM_DTYPE_COUNT
+} qmm_dtype;
+const char *qmm_dtype_name(qmm_dtype t);  /* "f32", "f16", "bf16", "i8", "u8", "i32" */
+size_t      qmm_dtype_size(qmm_dtype t);  /* bytes per element, 0 if unknown */
+
+typedef enum qmm_act {
+    QMM_ACT_NONE = 0,
+    QMM_ACT_SWIGLU = 1,     /* K_in = 2K: a = T(T(silu(gate)) * up), gate = x[:, :K], up = x[:, K:] */
+    QMM_ACT_GELU_TANH = 2   /* a = T(gelu_tanh(float(x))) */
+} qmm_act;
+const char *qmm_act_name(qmm_act a);
+
+/* ---------------------------------------------------------------- engines */
+typedef enum qmm_engine_id {
+    QMM_ENGINE_AUTO = 0,        /* let dispatch choose (never picks REF) */
+    QMM_ENGINE_REF = 1,         /* scalar reference: tests and debugging, only by name */
+    /* int8 engines (W8A8), best first */
+    QMM_ENGINE_AMX_INT8 = 2,
+    QMM_ENGINE_AVX512_VNNI = 3,
+    QMM_ENGINE_AVX_VNNI = 4,
+    QMM_ENGINE_AVX2_INT8 = 5,
+    /* float engines: the same-device fallback for int8 weights (W8A16: int8 weights widened
+     * in-kernel, float activations) and the engines of float (bf16/f32) weights, best first */
+    QMM_ENGINE_AMX_BF16 = 6,
+    QMM_ENGINE_AVX512_BF16 = 7,
+    QMM_ENGINE_AVX512_F32 = 8,
+    QMM_ENGINE_AVX2_F32 = 9,
+    QMM_ENGINE_COUNT = 10
+} qmm_engine_id;
+const char *qmm_engine_name(qmm_engine_id e);          /* "amx_int8", ...; "auto", "ref" */
+/* Parses an engine name; returns QMM_ENGINE_COUNT if unknown. */
+qmm_engine_id qmm_engine_from_name(const char *name);
+int qmm_engine_is_int8(qmm_engine_id e);                /* 1 for AMX_INT8..AVX2_INT8 */
+
+/* ISA cap (QMM_MAX_ISA environment variable, or the context option): engines that need more
+ * than the cap are unavailable. Levels are ordered. Names: "none", "avx2", "avx_vnni",
+ * "avx512", "avx512_vnni", "avx512_bf16", "amx". */
+typedef enum qmm_isa {
+    QMM_ISA_NONE = 0,          /* no SIMD engine: only the reference, by name */
+    QMM_ISA_AVX2 = 1,
+    QMM_ISA_AVX_VNNI = 2,
+    QMM_ISA_AVX512 = 3,        /* F + BW + VL + DQ */
+    QMM_ISA_AVX512_VNNI = 4,
+    QMM_ISA_AVX512_BF16 = 5,
+    QMM_ISA_AMX = 6,
+    QMM_ISA_MAX = 6
+} qmm_isa;
+const char *qmm_isa_name(qmm_isa i);
+qmm_isa     qmm_isa_from_name(const char *name); /* returns -1 cast to qmm_isa if unknown */
+
+/* ---------------------------------------------------------------- hardware identification */
+/* CPU features found once per process (CPUID + XCR0 + the Linux AMX permission request). */
+enum {
+    QMM_CPU_AVX2 = 1u << 0, QMM_CPU_FMA = 1u << 1, QMM_CPU_F16C = 1u << 2,
+    QMM_CPU_AVX512F = 1u << 3, QMM_CPU_AVX512BW = 1u << 4, QMM_CPU_AVX512VL = 1u << 5,
+    QMM_CPU_AVX512DQ = 1u << 6, QMM_CPU_AVX512_VNNI = 1u << 7, QMM_CPU_AVX_VNNI = 1u << 8,
+    QMM_CPU_AVX512_BF16 = 1u << 9, QMM_CPU_AVX512_FP16 = 1u << 10, QMM_CPU_AMX_TILE = 1u << 11,
+    QMM_CPU_AMX_INT8 = 1u << 12, QMM_CPU_AMX_BF16 = 1u << 13,
+    QMM_CPU_AMX_PERMITTED = 1u << 14, /* the OS granted XTILEDATA (arch_prctl) */
+    QMM_CPU_FEATURE_COUNT = 15
+};
+uint32_t    qmm_cpu_features(void);
+const char *qmm_cpu_feature_name(uint32_t single_bit); /* "avx512_vnni", ...; NULL if not one bit */
+const char *qmm_cpu_brand(void);                        /* CPUID brand string */
+
+/* Is engine e usable here (hardware, OS, build, ISA cap of the environment)? If not, and
+ * why != NULL, a reason is written ("no AMX: CPUID lacks amx_int8", "capped by QMM_MAX_ISA=avx2"). */
+int qmm_engine_available(qmm_engine_id e, char *why, size_t why_size);
+
+/* ---------------------------------------------------------------- context */
+typedef enum qmm_fallback_policy {
+    QMM_FALLBACK_ALLOW = 0,   /* no int8 engine admits → float engine on this CPU, counted+logged */
+    QMM_FALLBACK_STRICT = 1   /* → QMM_ERR_FALLBACK_REFUSED naming the layer and the reasons */
+} qmm_fallback_policy;
+
+typedef struct qmm_context_options {
+    int n_threads;               /* 0: QMM_NUM_THREADS, else the online CPU count */
+    qmm_fallback_policy fallback;
+    int max_isa;                 /* -1: QMM_MAX_ISA or no cap; else a qmm_isa */
+    int verbose;                 /* -1: from QMM_VERBOSE (=dispatch); 0 off; 1 dispatch log */
+    int pin_threads;             /* 1: pin worker i to cpu_list[i] (or CPU i if cpu_list NULL) */
+    const int *cpu_list;         /* n_threads entries, or NULL; copied */
+    uint32_t disabled_engines;   /* bit (1u << qmm_engine_id): never choose this engine */
+} qmm_context_options;
+qmm_context_options qmm_context_options_default(void);
+
+typedef struct qmm_context qmm_context;
+qmm_status qmm_context_create(const qmm_context_options *opt /* NULL: defaults */, qmm_context **out);
+void       qmm_context_destroy(qmm_context *ctx);
+int        qmm_context_threads(const qmm_context *ctx);
+int        qmm_context_max_isa(const qmm_context *ctx);
+
+/* Counters of the calls made through a context since creation/reset. */
+typedef struct qmm_counters {
+    uint64_t calls[QMM_ENGINE_COUNT]; /* per engine that ran (REF only when asked by name) */
+    uint64_t fallbacks;               /* int8 weights run on a float engine */
+    uint64_t errors;                  /* calls that returned an error */
+} qmm_counters;
+void qmm_get_counters(const qmm_context *ctx, qmm_counters *out);
+void qmm_reset_counters(qmm_context *ctx);
+
+/* ---------------------------------------------------------------- weights */
+typedef struct qmm_weight qmm_weight;
+
+/* An int8 weight W [N, K] (row-major, row stride ld elements; 0 = K) already quantized, as a
+ * ComfyUI int8_tensorwise checkpoint stores it (in the rotated basis if convrot_gs != 0). */
+typedef struct qmm_weight_desc {
+    const char *name;         /* layer name for messages and logs (copied); may be NULL */
+    int64_t N, K;
+    const int8_t *data;       /* [N, ld] */
+    int64_t ld;
+    const float *scale;       /* n_scale fp32 values */
+    int64_t n_scale;          /* 1 (per-tensor) or N (per output row) */
+    const void *bias;         /* optional N values of bias_dtype */
+    qmm_dtype bias_dtype;     /* F32, F16 or BF16 */
+    int convrot_gs;           /* 0, 16, 64 or 256 (K % g == 0) */
+    int full_precision;       /* 1: the checkpoint asks for full precision matmul
+                                 (full_precision_matrix_mult): run W8A16 on a float engine */
+} qmm_weight_desc;
+qmm_weight_desc qmm_weight_desc_default(void);
+qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *desc, qmm_weight **out);
+
+/* SPEC §2: quantize a float matrix into int8 + scales. */
+typedef struct qmm_quant_options {
+    int convrot_gs;   /* 0 none; -1 auto (largest of 256, 64, 16 dividing K); or 16/64/256 */
+    int per_tensor;   /* 1: one scale for the whole matrix; 0: one per row */
+} qmm_quant_options;
+/* w [N, ld] of w_dtype (F32/F16/BF16) → wq [N, K] int8 in [-127, 127] (row stride K), scales
+ * (N values, or 1 if per_tensor), *gs_used = the group size applied (0 if none). Caller-owned
+ * buffers; uses no context. */
+qmm_status qmm_quantize_weight(const void *w, qmm_dtype w_dtype, int64_t N, int64_t K, int64_t ld,
+                               const qmm_quant_options *opt, int8_t *wq, float *scales,
+                               int *gs_used);
+/* W ≈ Wq · s (then un-rotated with H_g if gs != 0) → out [N, K] f32. */
+qmm_status qmm_dequantize_weight(const int8_t *wq, int64_t N, int64_t K, const float *scales,
+                                 int64_t n_scale, int gs, float *out);
+/* Quantize (SPEC §2) and create the int8 weight in one call; name/bias as in the desc. */
+qmm_status qmm_weight_quantize(qmm_context *ctx, const char *name, const void *w, qmm_dtype w_dtype,
+                               int64_t N, int64_t K, int64_t ld, const qmm_quant_options *opt,
+                               const void *bias, qmm_dtype bias_dtype, qmm_weight **out);
+
+/* A plain float weight (not quantized) [N, K] of w_dtype F32 or BF16 (F16 is widened to F32),
+ * run on the float engines: the path for layers a checkpoint keeps in float, and the BF16/FP32
+ * baselines. y = act(x)·Wᵀ + bias. No rotation. */
+qmm_status qmm_weight_create_float(qmm_context *ctx, const char *name, const void *w,
+                                   qmm_dtype w_dtype, int64_t N, int64_t K, int64_t ld,
+                                   const void *bias, qmm_dtype bias_dtype, qmm_weight **out);
+void qmm_weight_destroy(qmm_weight *w);
+
+typedef struct qmm_weight_info {
+    const char *name;
+    int64_t N, K;
+    int is_int8;              /* 0: float weight */
+    qmm_dtype dtype;          /* I8, BF16 or F32 as stored */
+    int convrot_gs;
+    int per_tensor_scale;
+    int has_bias;
+    int full_precision;
+    size_t packed_bytes;      /* memory held for the weight */
+} qmm_weight_info;
+void qmm_weight_get_info(const qmm_weight *w, qmm_weight_info *out);
+
+/* ---------------------------------------------------------------- the linear call */
+typedef struct qmm_linear_args {
+    int64_t M;                /* tokens (rows of x and y), >= 1 */
+    const void *x;            /* [M, ldx] of x_dtype; row width K_in = K (2K for swiglu) */
+    qmm_dtype x_dtype;        /* F32, F16 or BF16 */
+    int64_t ldx;              /* elements; 0 = K_in */
+    void *y;                  /* [M, ldy] of y_dtype; row width N */
+    qmm_dtype y_dtype;        /* F32, F16, BF16, or I32 for the raw accumulators (int8 engines) */
+    int64_t ldy;              /* elements; 0 = N */
+    qmm_act act;
+    int64_t x_cols;           /* optional: the width of x's rows as the caller sees it; 0 = implied
+                                 (K, or 2K for swiglu). Checked when given (odd swiglu width...) */
+    /* Per-token scales s_r (M fp32). Optional output: written when non-NULL (needed with I32
+     * output). If token_scales_in is non-NULL, those s_r are used instead of computing them
+     * (tensor parallelism: scales shared across ranks, SPEC §6). */
+    float *token_scales;
+    const float *token_scales_in;
+    qmm_engine_id engine;     /* AUTO, or a named engine (REF for tests) */
+} qmm_linear_args;
+qmm_linear_args qmm_linear_args_default(void);
+
+/* y = epilogue(engine(quantize(rotate(act(x)))) · Wᵀ) per SPEC §1; for a float weight,
+ * y = act(x) · Wᵀ + bias on a float engine. */
+qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args);
+
+/* SPEC §6 building blocks for row-parallel layers: the per-row amax of act(x) after rotation,
+ * rounded to x's dtype (M floats, before the /127); and the epilogue alone on int32
+ * accumulators acc [M, ldacc] with scales s [M] → y. */
+qmm_status qmm_activation_amax(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args,
+                               float *amax);
+float      qmm_scale_from_amax(float amax); /* max(amax / 127, 1e-30) */
+qmm_status qmm_linear_epilogue(qmm_context *ctx, const qmm_weight *w, int64_t M,
+                               const int32_t *acc, int64_t ldacc, const float *token_scales,
+                               void *y, qmm_dtype y_dtype, int64_t ldy);
+
+/* ---------------------------------------------------------------- plan: what would run */
+#define QMM_REASON_MAX 160
+typedef struct qmm_plan_info {
+    qmm_engine_id engine;                    /* chosen engine; AUTO if none */
+    int is_fallback;                         /* int8 weight on a float engine */
+    qmm_status status;                       /* what qmm_linear would return at dispatch */
+    int admitted[QMM_ENGINE_COUNT];          /* engine admits this call */
+    char reason[QMM_ENGINE_COUNT][QMM_REASON_MAX]; /* why each engine refused ("" if admitted) */
+} qmm_plan_info;
+/* Which engine would run w for M tokens with these dtypes/act (args->x/y may be NULL here). */
+qmm_status qmm_plan(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args,
+                    qmm_plan_info *out);
+/* Human-readable multi-line text of a plan; returns the length it needed (snprintf-like). */
+size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* QMM_H */

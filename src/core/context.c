@@ -1,0 +1,88 @@
+/*
+ * context.c — a context: thread pool, fallback policy, ISA cap, dispatch logging, the scratch
+ * arena of its calls and the counters. Options not given come from the environment:
+ * QMM_NUM_THREADS, QMM_MAX_ISA, QMM_VERBOSE=dispatch.
+ */
+#include "qmm_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+qmm_context_options qmm_context_options_default(void) {
+    qmm_context_options o;
+    memset(&o, 0, sizeof o);
+    o.n_threads = 0;
+    o.fallback = QMM_FALLBACK_ALLOW;
+    o.max_isa = -1;
+    o.verbose = -1;
+    return o;
+}
+
+qmm_status qmm_context_create(const qmm_context_options *opt, qmm_context **out) {
+    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_context_create: out is NULL");
+    *out = NULL;
+    qmm_context_options o = opt ? *opt : qmm_context_options_default();
+    QMM_RETURN_IF(o.n_threads < 0 || o.n_threads > 1024, QMM_ERR_INVALID_ARGUMENT,
+                  "qmm_context_create: n_threads=%d (needs 0..1024)", o.n_threads);
+    QMM_RETURN_IF(o.fallback != QMM_FALLBACK_ALLOW && o.fallback != QMM_FALLBACK_STRICT,
+                  QMM_ERR_INVALID_ARGUMENT, "qmm_context_create: fallback policy %d unknown", (int)o.fallback);
+    QMM_RETURN_IF(o.max_isa < -1 || o.max_isa > QMM_ISA_MAX, QMM_ERR_INVALID_ARGUMENT,
+                  "qmm_context_create: max_isa=%d (needs -1..%d)", o.max_isa, QMM_ISA_MAX);
+    int n = o.n_threads;
+    if (n == 0) {
+        const char *s = getenv("QMM_NUM_THREADS");
+        n = s ? atoi(s) : 0;
+        if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (n <= 0) n = 1;
+        if (n > 1024) n = 1024;
+    }
+    qmm_context *ctx = calloc(1, sizeof *ctx);
+    QMM_RETURN_IF(!ctx, QMM_ERR_OUT_OF_MEMORY, "qmm_context_create: out of memory");
+    ctx->n_threads = n;
+    ctx->fallback = o.fallback;
+    ctx->max_isa = o.max_isa >= 0 ? o.max_isa : qmm_env_max_isa();
+    if (o.verbose >= 0) {
+        ctx->verbose = o.verbose;
+    } else {
+        const char *v = getenv("QMM_VERBOSE");
+        ctx->verbose = v && (strstr(v, "dispatch") || strcmp(v, "1") == 0);
+    }
+    ctx->disabled_engines = o.disabled_engines;
+    qmm_status st = qmm_pool_create(n, o.pin_threads, o.cpu_list, &ctx->pool);
+    if (st != QMM_OK) { free(ctx); return st; }
+    *out = ctx;
+    return QMM_OK;
+}
+
+void qmm_context_destroy(qmm_context *ctx) {
+    if (!ctx) return;
+    qmm_pool_destroy(ctx->pool);
+    for (int i = 0; i < QMM_SCRATCH_SLOTS; i++) qmm_aligned_free(ctx->scratch[i]);
+    free(ctx);
+}
+
+int qmm_context_threads(const qmm_context *ctx) { return ctx ? ctx->n_threads : 0; }
+int qmm_context_max_isa(const qmm_context *ctx) { return ctx ? ctx->max_isa : -1; }
+
+qmm_status qmm_context_scratch(qmm_context *ctx, int slot, size_t bytes, void **out) {
+    if (bytes > ctx->scratch_bytes[slot]) {
+        void *p = qmm_aligned_alloc(bytes);
+        QMM_RETURN_IF(!p, QMM_ERR_OUT_OF_MEMORY, "scratch: cannot allocate %zu bytes", bytes);
+        qmm_aligned_free(ctx->scratch[slot]);
+        ctx->scratch[slot] = p;
+        ctx->scratch_bytes[slot] = bytes;
+    }
+    *out = ctx->scratch[slot];
+    return QMM_OK;
+}
+
+void qmm_get_counters(const qmm_context *ctx, qmm_counters *out) {
+    if (!out) return;
+    if (!ctx) { memset(out, 0, sizeof *out); return; }
+    *out = ctx->counters;
+}
+
+void qmm_reset_counters(qmm_context *ctx) {
+    if (ctx) memset(&ctx->counters, 0, sizeof ctx->counters);
+}

@@ -1,0 +1,273 @@
+/*
+ * linear.c — the linear call: validate the arguments, walk the engines best-first (plan),
+ * run the first that admits, fall back to a float engine on the same CPU only when no int8
+ * engine admits (counted, logged once per weight, refused in strict mode), and never pick the
+ * scalar reference unless asked for by name. Also the SPEC §6 building blocks (amax, epilogue).
+ */
+#include "numerics.h"
+#include "prepass.h"
+#include "qmm_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+qmm_linear_args qmm_linear_args_default(void) {
+    qmm_linear_args a;
+    memset(&a, 0, sizeof a);
+    a.x_dtype = QMM_F32;
+    a.y_dtype = QMM_F32;
+    return a;
+}
+
+float qmm_scale_from_amax(float amax) { return qmm_scale_of(amax); }
+
+static int is_float(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
+
+/* Fills a qmm_call from the arguments; need_buffers: x and y must be present. */
+static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int need_buffers, qmm_call *c) {
+    QMM_RETURN_IF(!w || !a, QMM_ERR_INVALID_ARGUMENT, "qmm_linear: %s is NULL", !w ? "weight" : "args");
+    const char *nm = w->name;
+    memset(c, 0, sizeof *c);
+    c->w = w;
+    c->M = a->M;
+    c->N = w->N;
+    c->K = w->K;
+    c->act = a->act;
+    QMM_RETURN_IF(a->act != QMM_ACT_NONE && a->act != QMM_ACT_SWIGLU && a->act != QMM_ACT_GELU_TANH,
+                  QMM_ERR_INVALID_ARGUMENT, "layer %s: input_act %d unknown", nm, (int)a->act);
+    c->K_in = a->act == QMM_ACT_SWIGLU ? 2 * w->K : w->K;
+    QMM_RETURN_IF(a->M <= 0, QMM_ERR_INVALID_ARGUMENT, "layer %s [%lld, %lld]: M=%lld tokens (needs >= 1)", nm,
+                  (long long)w->N, (long long)w->K, (long long)a->M);
+    if (a->x_cols) {
+        QMM_RETURN_IF(a->act == QMM_ACT_SWIGLU && a->x_cols % 2, QMM_ERR_INVALID_ARGUMENT,
+                      "layer %s: swiglu input width %lld is odd (gate and up halves need 2K)", nm,
+                      (long long)a->x_cols);
+        QMM_RETURN_IF(a->x_cols != c->K_in, QMM_ERR_INVALID_ARGUMENT,
+                      "layer %s [%lld, %lld]: x has %lld columns, %s needs %lld", nm, (long long)w->N,
+                      (long long)w->K, (long long)a->x_cols, a->act == QMM_ACT_SWIGLU ? "swiglu (2K)" : "K",
+                      (long long)c->K_in);
+    }
+    QMM_RETURN_IF(!is_float(a->x_dtype), QMM_ERR_UNSUPPORTED, "layer %s: x dtype %s (needs f32, f16 or bf16)", nm,
+                  qmm_dtype_name(a->x_dtype));
+    QMM_RETURN_IF(!is_float(a->y_dtype) && a->y_dtype != QMM_I32, QMM_ERR_UNSUPPORTED,
+                  "layer %s: out dtype %s (needs f32, f16, bf16 or i32)", nm, qmm_dtype_name(a->y_dtype));
+    QMM_RETURN_IF(a->y_dtype == QMM_I32 && !w->is_int8, QMM_ERR_UNSUPPORTED,
+                  "layer %s: i32 accumulator output needs an int8 weight", nm);
+    c->x = a->x;
+    c->x_dtype = a->x_dtype;
+    c->ldx = a->ldx ? a->ldx : c->K_in;
+    c->y = a->y;
+    c->y_dtype = a->y_dtype;
+    c->ldy = a->ldy ? a->ldy : w->N;
+    QMM_RETURN_IF(c->ldx < c->K_in, QMM_ERR_INVALID_ARGUMENT, "layer %s: x row stride %lld < row width %lld", nm,
+                  (long long)c->ldx, (long long)c->K_in);
+    QMM_RETURN_IF(c->ldy < w->N, QMM_ERR_INVALID_ARGUMENT, "layer %s: out row stride %lld < N=%lld", nm,
+                  (long long)c->ldy, (long long)w->N);
+    if (need_buffers) {
+        QMM_RETURN_IF(!a->x, QMM_ERR_INVALID_ARGUMENT, "layer %s: x is NULL", nm);
+        QMM_RETURN_IF(!a->y, QMM_ERR_INVALID_ARGUMENT, "layer %s: y is NULL", nm);
+    }
+    c->token_scales = a->token_scales;
+    c->token_scales_in = a->token_scales_in;
+    return QMM_OK;
+}
+
+static const qmm_engine_id k_int8_order[] = {QMM_ENGINE_AMX_INT8, QMM_ENGINE_AVX512_VNNI, QMM_ENGINE_AVX_VNNI,
+                                             QMM_ENGINE_AVX2_INT8};
+static const qmm_engine_id k_float_order[] = {QMM_ENGINE_AMX_BF16, QMM_ENGINE_AVX512_BF16, QMM_ENGINE_AVX512_F32,
+                                              QMM_ENGINE_AVX2_F32};
+
+/* Walks every engine; fills p (chosen engine, reasons). c->fallback is set for the float walk. */
+static void plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p) {
+    memset(p, 0, sizeof *p);
+    p->engine = QMM_ENGINE_AUTO;
+    char why[QMM_REASON_MAX];
+    snprintf(p->reason[QMM_ENGINE_REF], QMM_REASON_MAX, "reference: runs only when asked for by name");
+    for (size_t i = 0; i < sizeof k_int8_order / sizeof k_int8_order[0]; i++) {
+        qmm_engine_id id = k_int8_order[i];
+        const qmm_engine *e = qmm_engine_get(id);
+        const char *r = NULL;
+        c->fallback = 0;
+        if (!qmm_engine_usable(e, ctx->max_isa, ctx->disabled_engines, why, sizeof why)) r = why;
+        else r = e->admit(c, why, sizeof why);
+        if (r) {
+            snprintf(p->reason[id], QMM_REASON_MAX, "%s", r);
+        } else {
+            p->admitted[id] = 1;
+            if (p->engine == QMM_ENGINE_AUTO) p->engine = id;
+        }
+    }
+    for (size_t i = 0; i < sizeof k_float_order / sizeof k_float_order[0]; i++) {
+        qmm_engine_id id = k_float_order[i];
+        const qmm_engine *e = qmm_engine_get(id);
+        const char *r = NULL;
+        c->fallback = c->w->is_int8;
+        if (!qmm_engine_usable(e, ctx->max_isa, ctx->disabled_engines, why, sizeof why)) r = why;
+        else r = e->admit(c, why, sizeof why);
+        if (r) {
+            snprintf(p->reason[id], QMM_REASON_MAX, "%s", r);
+        } else {
+            p->admitted[id] = 1;
+            if (p->engine == QMM_ENGINE_AUTO) {
+                p->engine = id;
+                p->is_fallback = c->w->is_int8;
+            }
+        }
+    }
+    c->fallback = p->is_fallback;
+    p->status = p->engine == QMM_ENGINE_AUTO ? QMM_ERR_NO_ENGINE
+              : (p->is_fallback && ctx->fallback == QMM_FALLBACK_STRICT) ? QMM_ERR_FALLBACK_REFUSED
+                                                                          : QMM_OK;
+}
+
+/* "amx_int8: no AMX; avx512_vnni: ..." for the engines of one kind */
+static void reasons_text(const qmm_plan_info *p, int int8_only, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int id = QMM_ENGINE_AMX_INT8; id < QMM_ENGINE_COUNT && len < n; id++) {
+        if (int8_only && !qmm_engine_is_int8((qmm_engine_id)id)) continue;
+        if (p->admitted[id]) continue;
+        int k = snprintf(buf + len, n - len, "%s%s: %s", len ? "; " : "", qmm_engine_name((qmm_engine_id)id),
+                         p->reason[id]);
+        if (k < 0) break;
+        len += (size_t)k;
+    }
+}
+
+qmm_status qmm_plan(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args, qmm_plan_info *out) {
+    QMM_RETURN_IF(!ctx || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_plan: %s is NULL", !ctx ? "ctx" : "out");
+    qmm_call c;
+    QMM_FORWARD_IF_ERROR(make_call(w, args, 0, &c));
+    plan_call(ctx, &c, out);
+    return QMM_OK;
+}
+
+size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size) {
+    char tmp[64];
+    if (!buf) size = 0;
+    size_t len = 0;
+#define APPEND(...)                                                                     \
+    do {                                                                                \
+        int k_ = snprintf(len < size ? buf + len : tmp, len < size ? size - len : 0, __VA_ARGS__); \
+        if (k_ > 0) len += (size_t)k_;                                                  \
+    } while (0)
+    if (p->engine == QMM_ENGINE_AUTO) APPEND("engine: none (%s)\n", qmm_status_name(p->status));
+    else APPEND("engine: %s%s%s\n", qmm_engine_name(p->engine), p->is_fallback ? " (fallback)" : "",
+                p->status == QMM_ERR_FALLBACK_REFUSED ? " — refused: strict policy" : "");
+    for (int id = 1; id < QMM_ENGINE_COUNT; id++)
+        APPEND("  %-12s %s%s\n", qmm_engine_name((qmm_engine_id)id), p->admitted[id] ? "admits" : "refuses: ",
+               p->admitted[id] ? "" : p->reason[id]);
+#undef APPEND
+    return len;
+}
+
+static void count(qmm_context *ctx, qmm_engine_id id, int fallback) {
+    ctx->counters.calls[id]++;
+    if (fallback) ctx->counters.fallbacks++;
+}
+
+qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args) {
+    QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_linear: ctx is NULL");
+    qmm_call c;
+    qmm_status st = make_call(w, args, 1, &c);
+    if (st != QMM_OK) { ctx->counters.errors++; return st; }
+    char why[QMM_REASON_MAX];
+    const qmm_engine *e;
+    int fallback = 0;
+    if (args->engine != QMM_ENGINE_AUTO) {
+        e = qmm_engine_get(args->engine);
+        if (!e) { ctx->counters.errors++; return qmm_fail(QMM_ERR_INVALID_ARGUMENT, "layer %s: engine %d unknown", w->name, (int)args->engine); }
+        if (!qmm_engine_usable(e, ctx->max_isa, 0, why, sizeof why)) {
+            ctx->counters.errors++;
+            return qmm_fail(QMM_ERR_UNSUPPORTED_HARDWARE, "layer %s: engine %s unavailable: %s", w->name, e->name, why);
+        }
+        c.fallback = w->is_int8 && e->kind == QMM_KIND_FLOAT;
+        const char *r = e->admit(&c, why, sizeof why);
+        if (r) {
+            ctx->counters.errors++;
+            return qmm_fail(QMM_ERR_UNSUPPORTED, "layer %s [%lld, %lld] M=%lld: engine %s refuses: %s", w->name,
+                            (long long)w->N, (long long)w->K, (long long)c.M, e->name, r);
+        }
+    } else {
+        qmm_plan_info p;
+        plan_call(ctx, &c, &p);
+        if (p.status != QMM_OK) {
+            char reasons[1024];
+            reasons_text(&p, p.status == QMM_ERR_FALLBACK_REFUSED, reasons, sizeof reasons);
+            ctx->counters.errors++;
+            if (p.status == QMM_ERR_FALLBACK_REFUSED)
+                return qmm_fail(QMM_ERR_FALLBACK_REFUSED,
+                                "layer %s [%lld, %lld] M=%lld: would fall back to %s (strict policy): %s", w->name,
+                                (long long)w->N, (long long)w->K, (long long)c.M, qmm_engine_name(p.engine), reasons);
+            return qmm_fail(QMM_ERR_NO_ENGINE, "layer %s [%lld, %lld] M=%lld: no engine admits it: %s", w->name,
+                            (long long)w->N, (long long)w->K, (long long)c.M, reasons);
+        }
+        e = qmm_engine_get(p.engine);
+        fallback = p.is_fallback;
+        if (fallback) {
+            qmm_weight *mw = (qmm_weight *)w; /* the once-flag is the weight's only mutable state */
+            if (ctx->verbose && atomic_exchange(&mw->fallback_logged, 1) == 0) {
+                char reasons[1024];
+                reasons_text(&p, 1, reasons, sizeof reasons);
+                qmm_log(ctx, "fallback: layer %s [%lld, %lld] runs W8A16 on %s: %s", w->name, (long long)w->N,
+                        (long long)w->K, e->name, reasons);
+            }
+        } else {
+            qmm_log(ctx, "dispatch: layer %s [%lld, %lld] M=%lld → %s", w->name, (long long)w->N, (long long)w->K,
+                    (long long)c.M, e->name);
+        }
+    }
+    st = e->run(ctx, &c);
+    if (st != QMM_OK) { ctx->counters.errors++; return st; }
+    count(ctx, e->id, fallback);
+    return QMM_OK;
+}
+
+qmm_status qmm_activation_amax(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args, float *amax) {
+    QMM_RETURN_IF(!ctx || !amax, QMM_ERR_INVALID_ARGUMENT, "qmm_activation_amax: %s is NULL", !ctx ? "ctx" : "amax");
+    qmm_call c;
+    qmm_linear_args a = *args;
+    if (!a.y) a.y = amax; /* y is not written */
+    QMM_FORWARD_IF_ERROR(make_call(w, &a, 1, &c));
+    QMM_RETURN_IF(!w->is_int8, QMM_ERR_UNSUPPORTED, "layer %s: amax is for int8 weights", w->name);
+    return qmm_prepass_amax(ctx, &c, amax, args->engine == QMM_ENGINE_REF);
+}
+
+typedef struct {
+    const qmm_weight *w;
+    const int32_t *acc;
+    int64_t ldacc, M, rows_per_task;
+    const float *s;
+    void *y;
+    qmm_dtype yt;
+    int64_t ldy;
+} epi_job;
+
+static void epi_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    (void)n_tasks;
+    (void)thread;
+    epi_job *j = arg;
+    int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
+    if (r1 > j->M) r1 = j->M;
+    size_t es = qmm_dtype_size(j->yt);
+    qmm_epilogue_block_ref(j->w, j->acc + r0 * j->ldacc, j->ldacc, r1 - r0, 0, j->w->N, j->s + r0,
+                           (char *)j->y + (size_t)(r0 * j->ldy) * es, j->yt, j->ldy);
+}
+
+qmm_status qmm_linear_epilogue(qmm_context *ctx, const qmm_weight *w, int64_t M, const int32_t *acc, int64_t ldacc,
+                               const float *s, void *y, qmm_dtype yt, int64_t ldy) {
+    QMM_RETURN_IF(!ctx || !w || !acc || !s || !y, QMM_ERR_INVALID_ARGUMENT, "qmm_linear_epilogue: NULL argument");
+    QMM_RETURN_IF(M <= 0, QMM_ERR_INVALID_ARGUMENT, "layer %s: epilogue M=%lld", w->name, (long long)M);
+    if (!ldacc) ldacc = w->N;
+    if (!ldy) ldy = w->N;
+    QMM_RETURN_IF(ldacc < w->N || ldy < w->N, QMM_ERR_INVALID_ARGUMENT, "layer %s: epilogue strides < N=%lld",
+                  w->name, (long long)w->N);
+    QMM_RETURN_IF(!is_float(yt), QMM_ERR_UNSUPPORTED, "layer %s: epilogue out dtype %s", w->name, qmm_dtype_name(yt));
+    QMM_RETURN_IF(!w->is_int8, QMM_ERR_UNSUPPORTED, "layer %s: epilogue is for int8 weights", w->name);
+    epi_job j = {w, acc, ldacc, M, 0, s, y, yt, ldy};
+    int64_t tasks = ctx->n_threads * 4 < M ? ctx->n_threads * 4 : M;
+    j.rows_per_task = (M + tasks - 1) / tasks;
+    tasks = (M + j.rows_per_task - 1) / j.rows_per_task;
+    qmm_pool_run(ctx->pool, tasks, epi_task, &j);
+    return QMM_OK;
+}

@@ -1,0 +1,120 @@
+/*
+ * numerics.h — the scalar definitions of every number qmm computes (SPEC §1, §2), used by the
+ * reference engine and the float conversions of the whole library, and mirrored operation by
+ * operation by the SIMD pre-passes and epilogues so that every int8 engine produces the same
+ * bits as the reference:
+ *
+ *   conversions   f32 ↔ bf16 / f16, round-to-nearest-even, NaN stays NaN (quiet), ±Inf stays.
+ *   exp           qmm_expf: range reduction + degree-6 polynomial with fmaf, ≤ 2 ulp on
+ *                 [-87.3, 88.7]; below → 0, above → +Inf. Written to be reproduced exactly with
+ *                 FMA vector instructions (no libm, so every engine gets the same bits).
+ *   activations   sigmoid-form: silu(g) = g / (1 + exp(-g));
+ *                 gelu_tanh(x) = x / (1 + exp(-2u)), u = sqrt(2/pi) * (x + 0.044715 x^3)
+ *                 (= 0.5 x (1 + tanh u)); swiglu a = T(T(silu(gate)) * up).
+ *   rotation      regular Hadamard H_g, radix-4 butterflies at strides 1, 4, 16, 64:
+ *                 p = x0 + x1, q = x2 - x3, r = x0 - x1, t = x2 + x3;
+ *                 y0 = p + q, y1 = p - q, y2 = r + t, y3 = t - r;
+ *                 then × 1/sqrt(g) (exact: 1/4, 1/8, 1/16), then rounded to T.
+ *   quantization  amax propagates NaN; s = amax/127 in fp32, max(s, 1e-30) (NaN stays NaN);
+ *                 q = clamp(rne_int(T(a / T(s))), -128, 127), with NaN → 0 (so a row holding
+ *                 NaN or Inf gets a non-finite scale and an all-NaN output row).
+ *   epilogue      y = out(((float)acc * s_r) * w_scale[n] + bias[n]) — three fp32 operations in
+ *                 this order, no FMA contraction (the library builds with -ffp-contract=off).
+ */
+#ifndef QMM_NUMERICS_H
+#define QMM_NUMERICS_H
+
+#include "qmm.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- conversions */
+static inline uint32_t qmm_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float qmm_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline uint16_t qmm_f32_to_bf16(float f) {
+    uint32_t u = qmm_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float qmm_bf16_to_f32(uint16_t h) { return qmm_bits_f32((uint32_t)h << 16); }
+
+uint16_t qmm_f32_to_f16(float f);
+static inline float qmm_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return qmm_bits_f32(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        /* subnormal: m * 2^-24, exact in fp32 */
+        float v = (float)m * 5.9604644775390625e-08f;
+        return sign ? -v : v;
+    }
+    return qmm_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+/* Value of element i of a float array of dtype t (F32, F16, BF16). */
+static inline float qmm_load_f(const void *p, qmm_dtype t, int64_t i) {
+    switch (t) {
+    case QMM_F16: return qmm_f16_to_f32(((const uint16_t *)p)[i]);
+    case QMM_BF16: return qmm_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+static inline void qmm_store_f(void *p, qmm_dtype t, int64_t i, float v) {
+    switch (t) {
+    case QMM_F16: ((uint16_t *)p)[i] = qmm_f32_to_f16(v); break;
+    case QMM_BF16: ((uint16_t *)p)[i] = qmm_f32_to_bf16(v); break;
+    default: ((float *)p)[i] = v; break;
+    }
+}
+/* v rounded to dtype t (identity for F32). */
+static inline float qmm_round_to(float v, qmm_dtype t) {
+    switch (t) {
+    case QMM_F16: return qmm_f16_to_f32(qmm_f32_to_f16(v));
+    case QMM_BF16: return qmm_bf16_to_f32(qmm_f32_to_bf16(v));
+    default: return v;
+    }
+}
+
+/* ---------------------------------------------------------------- exp and activations */
+#define QMM_EXP_LO (-87.3f)
+#define QMM_EXP_HI (88.7f)
+float qmm_expf(float x);
+static inline float qmm_silu(float g) { return g / (1.0f + qmm_expf(-g)); }
+static inline float qmm_gelu_tanh(float x) {
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+    float x3 = (x * x) * x;
+    float u = k0 * (x + k1 * x3);
+    return x / (1.0f + qmm_expf(-2.0f * u));
+}
+
+/* ---------------------------------------------------------------- rotation */
+/* In place on a[0..K) (K % g == 0): each group of g ← group · H_g, in fp32 (no rounding). */
+void qmm_rotate_f32(float *a, int64_t K, int g);
+
+/* ---------------------------------------------------------------- the activation pre-pass */
+/* One row: x (K_in values of dtype t) → a[0..K), each value representable in t:
+ * a = T(act(x)), then if gs: a = T(rotate(a)). */
+void qmm_ref_act_rotate_row(const void *x, qmm_dtype t, int64_t K, qmm_act act, int gs, float *a);
+/* max |a[k]|; NaN if any a[k] is NaN. */
+float qmm_amax_f32(const float *a, int64_t K);
+/* s → q: q[k] = clamp(rne_int(T(a[k] / T(s))), -128, 127), NaN → 0. */
+void qmm_ref_quantize_row(const float *a, int64_t K, qmm_dtype t, float s, int8_t *q);
+
+static inline float qmm_scale_of(float amax) {
+    float s = amax / 127.0f;
+    if (s != s) return s;
+    return s > 1e-30f ? s : 1e-30f;
+}
+
+/* ---------------------------------------------------------------- epilogue */
+static inline float qmm_epilogue_f(int32_t acc, float s_r, float ws, float b) {
+    float t = (float)acc * s_r;
+    t = t * ws;
+    return t + b;
+}
+
+#endif /* QMM_NUMERICS_H */

@@ -1,0 +1,39 @@
+/*
+ * prepass.h — the activation pre-pass shared by every int8 engine (SPEC §1 steps 1–3), one
+ * fused pass per row: input_act → convrot rotation → amax → quantize, writing the A operand
+ * q [M][ldq] (row-major int8, columns K..ldq zero) that the VNNI and AMX kernels read directly,
+ * and the fp32 per-token scales s [M]. The row kernel is chosen once per call: the AVX-512
+ * one when the CPU has it and the ISA cap allows, else the scalar one; both give the same bits
+ * (numerics.h).
+ */
+#ifndef QMM_PREPASS_H
+#define QMM_PREPASS_H
+
+#include "qmm_internal.h"
+
+/* One row. x: K_in values of dtype t; s_in: a given scale (NULL: compute it); q: qcols bytes
+ * (K values, then zeros); s_out: the scale used; tmp: K floats of scratch (64-byte aligned). */
+typedef void (*qmm_prepass_row_fn)(const void *x, qmm_dtype t, int64_t K, qmm_act act, int gs,
+                                   const float *s_in, int8_t *q, int64_t qcols, float *s_out, float *tmp);
+/* amax only: the row's max |a| after act + rotation (NaN if any NaN). */
+typedef float (*qmm_amax_row_fn)(const void *x, qmm_dtype t, int64_t K, qmm_act act, int gs, float *tmp);
+
+void  qmm_prepass_row_ref(const void *x, qmm_dtype t, int64_t K, qmm_act act, int gs, const float *s_in,
+                          int8_t *q, int64_t qcols, float *s_out, float *tmp);
+float qmm_amax_row_ref(const void *x, qmm_dtype t, int64_t K, qmm_act act, int gs, float *tmp);
+
+/* AVX-512 versions (prepass_avx512.c), same bits; NULL-safe selection below. */
+extern const qmm_prepass_row_fn qmm_prepass_row_avx512_ptr;
+extern const qmm_amax_row_fn qmm_amax_row_avx512_ptr;
+
+/* The whole call, threaded over rows: q [M][ldq], s [M]. ref != 0 forces the scalar kernel. */
+qmm_status qmm_prepass(qmm_context *ctx, const qmm_call *c, int8_t *q, int64_t ldq, float *s, int ref);
+qmm_status qmm_prepass_amax(qmm_context *ctx, const qmm_call *c, float *amax, int ref);
+
+/* The epilogue on a block of accumulators: rows [0, rows) × cols [n0, n0 + cols) of the
+ * output, acc [rows][ldacc] holding those columns from index 0; s: rows scales. Scalar; the
+ * SIMD engines fuse their own version with the same operation order. I32 output copies acc. */
+void qmm_epilogue_block_ref(const qmm_weight *w, const int32_t *acc, int64_t ldacc, int64_t rows,
+                            int64_t n0, int64_t cols, const float *s, void *y, qmm_dtype yt, int64_t ldy);
+
+#endif /* QMM_PREPASS_H */

@@ -1,0 +1,176 @@
+/*
+ * qmm_internal.h — what the library's parts share and callers never see: the layout of a
+ * context and of a weight, the error helpers, the engine interface and the shared int8
+ * packing.
+ *
+ * The packed int8 weight layout "n16k4" serves every int8 engine (and the W8A16 float
+ * engines, which widen it in-kernel):
+ *
+ *     data[nb][kq][16][4]   nb = n / 16 (Np/16 blocks), kq = k / 4 (Kp/4 quads)
+ *     W[n][k] = data[((n/16) * (Kp/4) + k/4) * 64 + (n%16) * 4 + k%4]
+ *
+ * Np = N rounded up to 16, Kp = K rounded up to 64; padding is zero. One 64-byte row holds,
+ * for 4 consecutive k, 16 output channels: one zmm for VPDPBUSD, and 16 consecutive rows of
+ * one block are exactly one AMX B tile (16 rows × 64 bytes, K = 64) for TDPBSSD.
+ * colsum[n] = Σ_k W[n][k] lets the u8×s8 VNNI instructions run signed activations
+ * (a + 128) exactly: Σ (a+128)·w − 128·colsum = Σ a·w.
+ *
+ * The quantized activations are row-major q [M][Kp] int8 (zero padded), with fp32 s [M].
+ */
+#ifndef QMM_INTERNAL_H
+#define QMM_INTERNAL_H
+
+#include "qmm.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------------- errors */
+/* Records the message for qmm_last_error() and returns st. printf-style. */
+qmm_status qmm_fail(qmm_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void qmm_clear_error(void);
+
+#define QMM_RETURN_IF(cond, st, ...) \
+    do { if (cond) return qmm_fail((st), __VA_ARGS__); } while (0)
+#define QMM_FORWARD_IF_ERROR(expr) \
+    do { qmm_status st_ = (expr); if (st_ != QMM_OK) return st_; } while (0)
+
+/* ---------------------------------------------------------------- memory */
+void *qmm_aligned_alloc(size_t bytes);   /* 64-byte aligned, NULL on failure (or overflow) */
+void  qmm_aligned_free(void *p);
+/* a*b with overflow check: returns false on overflow */
+static inline bool qmm_mul_ok(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) return false;
+    *out = a * b;
+    return true;
+}
+static inline int64_t qmm_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* ---------------------------------------------------------------- threads (pool.c) */
+typedef struct qmm_pool qmm_pool;
+/* fn(task, n_tasks, thread_index, arg) for task in [0, n_tasks): task i always runs on thread
+ * (i % n_threads), so a static partition gives deterministic results. */
+typedef void (*qmm_task_fn)(int64_t task, int64_t n_tasks, int thread, void *arg);
+qmm_status qmm_pool_create(int n_threads, int pin, const int *cpu_list, qmm_pool **out);
+void       qmm_pool_destroy(qmm_pool *p);
+int        qmm_pool_threads(const qmm_pool *p);
+void       qmm_pool_run(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, void *arg);
+
+/* ---------------------------------------------------------------- context */
+enum { QMM_SCRATCH_ACT = 0, QMM_SCRATCH_PREPASS = 1, QMM_SCRATCH_ENGINE = 2, QMM_SCRATCH_SLOTS = 4 };
+struct qmm_context {
+    int n_threads;
+    qmm_fallback_policy fallback;
+    int max_isa;
+    int verbose;
+    uint32_t disabled_engines;
+    qmm_pool *pool;
+    /* scratch arenas: grow, never shrink; no allocation once the largest call was seen */
+    void *scratch[QMM_SCRATCH_SLOTS];
+    size_t scratch_bytes[QMM_SCRATCH_SLOTS];
+    qmm_counters counters;
+};
+/* Returns a 64-byte aligned scratch block of at least `bytes` (reused across calls). Slots are
+ * independent: QMM_SCRATCH_ACT (quantized activations q + scales), QMM_SCRATCH_PREPASS (per-thread
+ * rows of the pre-pass), QMM_SCRATCH_ENGINE (an engine's own: partial sums, packed A, ...). */
+qmm_status qmm_context_scratch(qmm_context *ctx, int slot, size_t bytes, void **out);
+
+/* ---------------------------------------------------------------- weights */
+typedef struct qmm_packed_i8 {
+    int64_t Np, Kp;          /* N rounded up to 16, K rounded up to 64 */
+    int8_t *data;            /* n16k4, Np * Kp bytes (see above) */
+    int32_t *colsum;         /* [Np] Σ_k W[n][k] */
+} qmm_packed_i8;
+
+static inline int8_t qmm_packed_i8_at(const qmm_packed_i8 *p, int64_t n, int64_t k) {
+    return p->data[((n / 16) * (p->Kp / 4) + k / 4) * 64 + (n % 16) * 4 + k % 4];
+}
+
+struct qmm_weight {
+    char name[128];
+    int64_t N, K;            /* K: the GEMM depth (input width after the activation) */
+    int is_int8;
+    int convrot_gs;
+    int full_precision;
+    int per_tensor_scale;
+    int has_neg128;          /* some W[n][k] == -128 (not from qmm's quantizer) */
+    qmm_packed_i8 i8;        /* int8 weights */
+    float *scale;            /* [N] fp32 weight scale (a per-tensor scale is repeated) */
+    float *bias;             /* [N] fp32 or NULL (bf16/f16 bias widened exactly) */
+    /* float weights (is_int8 == 0): the caller's matrix in f32 or bf16, row-major [N][K] */
+    qmm_dtype fdtype;
+    void *fdata;
+    /* per-engine extra packed forms, made at creation by the engine's pack hook */
+    void *engine_data[QMM_ENGINE_COUNT];
+    size_t engine_bytes[QMM_ENGINE_COUNT];
+    atomic_int fallback_logged;
+};
+
+/* ---------------------------------------------------------------- engines */
+/* What an engine is asked to run: the weight and one call's arguments, validated. */
+typedef struct qmm_call {
+    const qmm_weight *w;
+    int64_t M, N, K, K_in;
+    const void *x; qmm_dtype x_dtype; int64_t ldx;
+    void *y; qmm_dtype y_dtype; int64_t ldy;
+    qmm_act act;
+    float *token_scales;            /* optional out [M] */
+    const float *token_scales_in;   /* optional in [M] */
+    int fallback;                   /* int8 weight run by a float engine (W8A16) */
+} qmm_call;
+
+typedef enum qmm_engine_kind { QMM_KIND_REF = 0, QMM_KIND_INT8 = 1, QMM_KIND_FLOAT = 2 } qmm_engine_kind;
+
+typedef struct qmm_engine {
+    qmm_engine_id id;
+    const char *name;
+    qmm_engine_kind kind;
+    qmm_isa isa;                 /* level needed (for the ISA cap) */
+    uint32_t cpu_features;       /* QMM_CPU_* bits needed */
+    int built;                   /* 0 if the compiler could not build it */
+    /* Admission: NULL if the engine can run this call, else a short reason (written into
+     * why[0..n) or a static string). Runs the engine's real rules; cheap. */
+    const char *(*admit)(const qmm_call *c, char *why, size_t n);
+    /* Optional: build engine_data[id] for a weight at creation (packing once). */
+    qmm_status (*pack)(qmm_weight *w);
+    /* Runs the call. Preconditions: admitted; buffers validated by qmm_linear. */
+    qmm_status (*run)(qmm_context *ctx, const qmm_call *c);
+} qmm_engine;
+
+const qmm_engine *qmm_engine_get(qmm_engine_id id);  /* NULL for AUTO / out of range */
+
+/* The engines, each defined beside its kernel. */
+extern const qmm_engine qmm_engine_ref;
+extern const qmm_engine qmm_engine_amx_int8;
+extern const qmm_engine qmm_engine_avx512_vnni;
+extern const qmm_engine qmm_engine_avx_vnni;
+extern const qmm_engine qmm_engine_avx2_int8;
+extern const qmm_engine qmm_engine_amx_bf16;
+extern const qmm_engine qmm_engine_avx512_bf16;
+extern const qmm_engine qmm_engine_avx512_f32;
+extern const qmm_engine qmm_engine_avx2_f32;
+
+int qmm_env_max_isa(void);   /* QMM_MAX_ISA parsed, -1 if unset/unknown */
+/* Availability on this machine under a cap (hardware, OS permission, build, cap, disabled). */
+int qmm_engine_usable(const qmm_engine *e, int max_isa, uint32_t disabled, char *why, size_t n);
+
+/* The common admission checks every int8 engine shares (dtypes, act/K_in, gs, y dtype).
+ * Engines call it first, then add their own. */
+const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n);
+const char *qmm_admit_common_float(const qmm_call *c, char *why, size_t n);
+
+/* ---------------------------------------------------------------- logging */
+void qmm_log(const qmm_context *ctx, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#endif /* QMM_INTERNAL_H */

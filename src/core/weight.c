@@ -1,0 +1,292 @@
+/*
+ * weight.c — weight handles: an int8 weight copied once into the shared n16k4 packing (see
+ * qmm_internal.h) with its fp32 scales and bias, or a float weight; then each usable engine's
+ * pack hook builds any extra layout it needs. Also SPEC §2: quantizing a float matrix to int8
+ * (optionally rotated with H_g) and dequantizing it back.
+ */
+#include "numerics.h"
+#include "qmm_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+qmm_weight_desc qmm_weight_desc_default(void) {
+    qmm_weight_desc d;
+    memset(&d, 0, sizeof d);
+    d.bias_dtype = QMM_F32;
+    return d;
+}
+
+static int valid_gs(int g) { return g == 0 || g == 16 || g == 64 || g == 256; }
+static int is_float(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
+
+void qmm_weight_destroy(qmm_weight *w) {
+    if (!w) return;
+    qmm_aligned_free(w->i8.data);
+    qmm_aligned_free(w->i8.colsum);
+    free(w->scale);
+    free(w->bias);
+    qmm_aligned_free(w->fdata);
+    for (int i = 0; i < QMM_ENGINE_COUNT; i++) qmm_aligned_free(w->engine_data[i]);
+    free(w);
+}
+
+static const char *wname(const char *name) { return name && *name ? name : "(unnamed)"; }
+
+static qmm_status weight_common(const char *name, int64_t N, int64_t K, int64_t ld, const void *bias,
+                                qmm_dtype bias_dtype, qmm_weight **out) {
+    const char *nm = wname(name);
+    QMM_RETURN_IF(N <= 0 || K <= 0, QMM_ERR_INVALID_ARGUMENT, "weight %s: shape [%lld, %lld] (needs N, K >= 1)",
+                  nm, (long long)N, (long long)K);
+    QMM_RETURN_IF(N > ((int64_t)1 << 31) || K > ((int64_t)1 << 31), QMM_ERR_UNSUPPORTED,
+                  "weight %s: shape [%lld, %lld] too large (each dimension <= 2^31)", nm, (long long)N,
+                  (long long)K);
+    QMM_RETURN_IF(ld != 0 && ld < K, QMM_ERR_INVALID_ARGUMENT, "weight %s: row stride %lld < K=%lld", nm,
+                  (long long)ld, (long long)K);
+    QMM_RETURN_IF(bias && !is_float(bias_dtype), QMM_ERR_UNSUPPORTED,
+                  "weight %s: bias dtype %s (needs f32, f16 or bf16)", nm, qmm_dtype_name(bias_dtype));
+    qmm_weight *w = calloc(1, sizeof *w);
+    QMM_RETURN_IF(!w, QMM_ERR_OUT_OF_MEMORY, "weight %s: out of memory", nm);
+    snprintf(w->name, sizeof w->name, "%s", nm);
+    w->N = N;
+    w->K = K;
+    if (bias) {
+        w->bias = malloc((size_t)N * sizeof(float));
+        if (!w->bias) { free(w); return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "weight %s: out of memory", nm); }
+        for (int64_t n = 0; n < N; n++) w->bias[n] = qmm_load_f(bias, bias_dtype, n);
+    }
+    *out = w;
+    return QMM_OK;
+}
+
+static qmm_status run_pack_hooks(qmm_context *ctx, qmm_weight *w) {
+    for (int id = 1; id < QMM_ENGINE_COUNT; id++) {
+        const qmm_engine *e = qmm_engine_get((qmm_engine_id)id);
+        if (!e->pack || !qmm_engine_usable(e, ctx->max_isa, ctx->disabled_engines, NULL, 0)) continue;
+        QMM_FORWARD_IF_ERROR(e->pack(w));
+    }
+    return QMM_OK;
+}
+
+qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *d, qmm_weight **out) {
+    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_weight_create_int8: out is NULL");
+    *out = NULL;
+    QMM_RETURN_IF(!ctx || !d, QMM_ERR_INVALID_ARGUMENT, "qmm_weight_create_int8: %s is NULL", !ctx ? "ctx" : "desc");
+    const char *nm = wname(d->name);
+    QMM_RETURN_IF(!d->data, QMM_ERR_INVALID_ARGUMENT, "weight %s: data is NULL", nm);
+    QMM_RETURN_IF(!d->scale, QMM_ERR_INVALID_ARGUMENT, "weight %s: weight_scale is NULL", nm);
+    QMM_RETURN_IF(d->n_scale != 1 && d->n_scale != d->N, QMM_ERR_INVALID_ARGUMENT,
+                  "weight %s [%lld, %lld]: %lld scales (needs 1 or N=%lld)", nm, (long long)d->N,
+                  (long long)d->K, (long long)d->n_scale, (long long)d->N);
+    QMM_RETURN_IF(!valid_gs(d->convrot_gs), QMM_ERR_UNSUPPORTED,
+                  "weight %s: convrot group size %d (needs 0, 16, 64 or 256)", nm, d->convrot_gs);
+    QMM_RETURN_IF(d->convrot_gs && d->K % d->convrot_gs != 0, QMM_ERR_UNSUPPORTED,
+                  "weight %s [%lld, %lld]: K=%lld is not a multiple of the convrot group %d", nm,
+                  (long long)d->N, (long long)d->K, (long long)d->K, d->convrot_gs);
+    qmm_weight *w;
+    QMM_FORWARD_IF_ERROR(weight_common(d->name, d->N, d->K, d->ld, d->bias, d->bias_dtype, &w));
+    const int64_t N = d->N, K = d->K, ld = d->ld ? d->ld : d->K;
+    w->is_int8 = 1;
+    w->convrot_gs = d->convrot_gs;
+    w->full_precision = d->full_precision != 0;
+    w->per_tensor_scale = d->n_scale == 1;
+    w->i8.Np = qmm_round_up(N, 16);
+    w->i8.Kp = qmm_round_up(K, 64);
+    size_t bytes;
+    if (!qmm_mul_ok((size_t)w->i8.Np, (size_t)w->i8.Kp, &bytes)) bytes = SIZE_MAX;
+    w->i8.data = qmm_aligned_alloc(bytes);
+    w->i8.colsum = qmm_aligned_alloc((size_t)w->i8.Np * sizeof(int32_t));
+    w->scale = malloc((size_t)N * sizeof(float));
+    if (!w->i8.data || !w->i8.colsum || !w->scale) {
+        qmm_weight_destroy(w);
+        return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "weight %s [%lld, %lld]: cannot allocate %zu packed bytes", nm,
+                        (long long)N, (long long)K, bytes);
+    }
+    memset(w->i8.data, 0, bytes);
+    const int64_t Kq = w->i8.Kp / 4;
+    int neg128 = 0;
+    for (int64_t n = 0; n < w->i8.Np; n++) {
+        int32_t sum = 0;
+        if (n < N) {
+            const int8_t *row = d->data + n * ld;
+            int8_t *dst = w->i8.data + (n / 16) * Kq * 64 + (n % 16) * 4;
+            for (int64_t k = 0; k < K; k++) {
+                dst[(k / 4) * 64 + (k % 4)] = row[k];
+                sum += row[k];
+                neg128 |= row[k] == -128;
+            }
+        }
+        w->i8.colsum[n] = sum;
+    }
+    w->has_neg128 = neg128;
+    for (int64_t n = 0; n < N; n++) w->scale[n] = d->scale[d->n_scale == 1 ? 0 : n];
+    qmm_status st = run_pack_hooks(ctx, w);
+    if (st != QMM_OK) { qmm_weight_destroy(w); return st; }
+    *out = w;
+    return QMM_OK;
+}
+
+qmm_status qmm_weight_create_float(qmm_context *ctx, const char *name, const void *wdata, qmm_dtype wt,
+                                   int64_t N, int64_t K, int64_t ld, const void *bias, qmm_dtype bias_dtype,
+                                   qmm_weight **out) {
+    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_weight_create_float: out is NULL");
+    *out = NULL;
+    const char *nm = wname(name);
+    QMM_RETURN_IF(!ctx || !wdata, QMM_ERR_INVALID_ARGUMENT, "weight %s: %s is NULL", nm, !ctx ? "ctx" : "data");
+    QMM_RETURN_IF(!is_float(wt), QMM_ERR_UNSUPPORTED, "weight %s: dtype %s (float weights are f32, f16 or bf16)",
+                  nm, qmm_dtype_name(wt));
+    qmm_weight *w;
+    QMM_FORWARD_IF_ERROR(weight_common(name, N, K, ld, bias, bias_dtype, &w));
+    if (!ld) ld = K;
+    w->is_int8 = 0;
+    w->fdtype = wt == QMM_BF16 ? QMM_BF16 : QMM_F32;
+    size_t es = qmm_dtype_size(w->fdtype), bytes;
+    if (!qmm_mul_ok((size_t)N * (size_t)K, es, &bytes)) bytes = SIZE_MAX;
+    w->fdata = qmm_aligned_alloc(bytes);
+    if (!w->fdata) {
+        qmm_weight_destroy(w);
+        return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "weight %s [%lld, %lld]: cannot allocate %zu bytes", nm,
+                        (long long)N, (long long)K, bytes);
+    }
+    for (int64_t n = 0; n < N; n++) {
+        if (wt == w->fdtype) {
+            memcpy((char *)w->fdata + (size_t)(n * K) * es, (const char *)wdata + (size_t)(n * ld) * es,
+                   (size_t)K * es);
+        } else {
+            for (int64_t k = 0; k < K; k++) ((float *)w->fdata)[n * K + k] = qmm_load_f(wdata, wt, n * ld + k);
+        }
+    }
+    qmm_status st = run_pack_hooks(ctx, w);
+    if (st != QMM_OK) { qmm_weight_destroy(w); return st; }
+    *out = w;
+    return QMM_OK;
+}
+
+void qmm_weight_get_info(const qmm_weight *w, qmm_weight_info *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    if (!w) return;
+    o->name = w->name;
+    o->N = w->N;
+    o->K = w->K;
+    o->is_int8 = w->is_int8;
+    o->dtype = w->is_int8 ? QMM_I8 : w->fdtype;
+    o->convrot_gs = w->convrot_gs;
+    o->per_tensor_scale = w->per_tensor_scale;
+    o->has_bias = w->bias != NULL;
+    o->full_precision = w->full_precision;
+    size_t b = 0;
+    if (w->is_int8) b += (size_t)(w->i8.Np * w->i8.Kp) + (size_t)w->i8.Np * 4 + (size_t)w->N * 4;
+    else b += (size_t)(w->N * w->K) * qmm_dtype_size(w->fdtype);
+    if (w->bias) b += (size_t)w->N * 4;
+    for (int i = 0; i < QMM_ENGINE_COUNT; i++) b += w->engine_bytes[i];
+    o->packed_bytes = b;
+}
+
+/* ---------------------------------------------------------------- SPEC §2 */
+static int auto_gs(int64_t K) { return K % 256 == 0 ? 256 : K % 64 == 0 ? 64 : K % 16 == 0 ? 16 : 0; }
+
+qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K, int64_t ld,
+                               const qmm_quant_options *opt, int8_t *wq, float *scales, int *gs_used) {
+    QMM_RETURN_IF(!w || !wq || !scales, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_weight: %s is NULL",
+                  !w ? "w" : !wq ? "wq" : "scales");
+    QMM_RETURN_IF(N <= 0 || K <= 0, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_weight: shape [%lld, %lld]",
+                  (long long)N, (long long)K);
+    QMM_RETURN_IF(!is_float(wt), QMM_ERR_UNSUPPORTED, "qmm_quantize_weight: dtype %s (needs f32, f16 or bf16)",
+                  qmm_dtype_name(wt));
+    if (!ld) ld = K;
+    QMM_RETURN_IF(ld < K, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_weight: row stride %lld < K=%lld",
+                  (long long)ld, (long long)K);
+    int gs = opt ? opt->convrot_gs : 0;
+    int per_tensor = opt ? opt->per_tensor : 0;
+    if (gs < 0) {
+        gs = auto_gs(K);
+    } else {
+        QMM_RETURN_IF(!valid_gs(gs), QMM_ERR_UNSUPPORTED, "qmm_quantize_weight: convrot group %d (needs 16, 64, 256)", gs);
+        QMM_RETURN_IF(gs && K % gs, QMM_ERR_UNSUPPORTED,
+                      "qmm_quantize_weight: K=%lld is not a multiple of the convrot group %d", (long long)K, gs);
+    }
+    float *row = malloc((size_t)K * sizeof(float));
+    QMM_RETURN_IF(!row, QMM_ERR_OUT_OF_MEMORY, "qmm_quantize_weight: out of memory");
+    /* pass 1: rotated amax per row (and the global one) */
+    float gmax = 0.0f;
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k++) row[k] = qmm_load_f(w, wt, n * ld + k);
+        if (gs) qmm_rotate_f32(row, K, gs);
+        float m = qmm_amax_f32(row, K);
+        if (!per_tensor) scales[n] = qmm_scale_of(m);
+        if (m != m || m > gmax) gmax = m;
+    }
+    if (per_tensor) scales[0] = qmm_scale_of(gmax);
+    /* pass 2: quantize (division in fp32, symmetric [-127, 127], NaN → 0) */
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k++) row[k] = qmm_load_f(w, wt, n * ld + k);
+        if (gs) qmm_rotate_f32(row, K, gs);
+        float s = scales[per_tensor ? 0 : n];
+        for (int64_t k = 0; k < K; k++) {
+            float v = row[k] / s;
+            if (v != v) v = 0.0f;
+            v = rintf(v);
+            v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+            wq[n * K + k] = (int8_t)v;
+        }
+    }
+    free(row);
+    if (gs_used) *gs_used = gs;
+    return QMM_OK;
+}
+
+qmm_status qmm_dequantize_weight(const int8_t *wq, int64_t N, int64_t K, const float *scales, int64_t n_scale,
+                                 int gs, float *out) {
+    QMM_RETURN_IF(!wq || !scales || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_dequantize_weight: NULL argument");
+    QMM_RETURN_IF(N <= 0 || K <= 0, QMM_ERR_INVALID_ARGUMENT, "qmm_dequantize_weight: shape [%lld, %lld]",
+                  (long long)N, (long long)K);
+    QMM_RETURN_IF(n_scale != 1 && n_scale != N, QMM_ERR_INVALID_ARGUMENT,
+                  "qmm_dequantize_weight: %lld scales for N=%lld", (long long)n_scale, (long long)N);
+    QMM_RETURN_IF(!valid_gs(gs) || (gs && K % gs), QMM_ERR_UNSUPPORTED,
+                  "qmm_dequantize_weight: convrot group %d with K=%lld", gs, (long long)K);
+    for (int64_t n = 0; n < N; n++) {
+        float s = scales[n_scale == 1 ? 0 : n];
+        for (int64_t k = 0; k < K; k++) out[n * K + k] = (float)wq[n * K + k] * s;
+        if (gs) qmm_rotate_f32(out + n * K, K, gs);
+    }
+    return QMM_OK;
+}
+
+qmm_status qmm_weight_quantize(qmm_context *ctx, const char *name, const void *wf, qmm_dtype wt, int64_t N,
+                               int64_t K, int64_t ld, const qmm_quant_options *opt, const void *bias,
+                               qmm_dtype bias_dtype, qmm_weight **out) {
+    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_weight_quantize: out is NULL");
+    *out = NULL;
+    QMM_RETURN_IF(N <= 0 || K <= 0, QMM_ERR_INVALID_ARGUMENT, "weight %s: shape [%lld, %lld]", wname(name),
+                  (long long)N, (long long)K);
+    size_t bytes;
+    QMM_RETURN_IF(!qmm_mul_ok((size_t)N, (size_t)K, &bytes), QMM_ERR_UNSUPPORTED, "weight %s: too large", wname(name));
+    int8_t *wq = malloc(bytes);
+    float *sc = malloc((size_t)N * sizeof(float));
+    if (!wq || !sc) {
+        free(wq);
+        free(sc);
+        return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "weight %s: out of memory", wname(name));
+    }
+    int gs = 0;
+    qmm_status st = qmm_quantize_weight(wf, wt, N, K, ld, opt, wq, sc, &gs);
+    if (st == QMM_OK) {
+        qmm_weight_desc d = qmm_weight_desc_default();
+        d.name = name;
+        d.N = N;
+        d.K = K;
+        d.data = wq;
+        d.scale = sc;
+        d.n_scale = opt && opt->per_tensor ? 1 : N;
+        d.bias = bias;
+        d.bias_dtype = bias_dtype;
+        d.convrot_gs = gs;
+        st = qmm_weight_create_int8(ctx, &d, out);
+    }
+    free(wq);
+    free(sc);
+    return st;
+}

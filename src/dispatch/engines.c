@@ -1,0 +1,136 @@
+/*
+ * engines.c — the ordered engine list (best first), engine/ISA names, availability on this
+ * machine (hardware, OS permission, build, ISA cap, disabled set) and the admission checks
+ * that all int8 or all float engines share. Each engine's own admit() lives beside its kernel
+ * and calls the common check first.
+ */
+#include "qmm_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const qmm_engine *const g_engines[QMM_ENGINE_COUNT] = {
+    NULL,                       /* AUTO */
+    &qmm_engine_ref,
+    &qmm_engine_amx_int8,
+    &qmm_engine_avx512_vnni,
+    &qmm_engine_avx_vnni,
+    &qmm_engine_avx2_int8,
+    &qmm_engine_amx_bf16,
+    &qmm_engine_avx512_bf16,
+    &qmm_engine_avx512_f32,
+    &qmm_engine_avx2_f32,
+};
+
+const qmm_engine *qmm_engine_get(qmm_engine_id id) {
+    if ((unsigned)id >= QMM_ENGINE_COUNT) return NULL;
+    return g_engines[id];
+}
+
+const char *qmm_engine_name(qmm_engine_id e) {
+    if (e == QMM_ENGINE_AUTO) return "auto";
+    const qmm_engine *en = qmm_engine_get(e);
+    return en ? en->name : "unknown";
+}
+
+qmm_engine_id qmm_engine_from_name(const char *name) {
+    if (!name) return QMM_ENGINE_COUNT;
+    if (strcmp(name, "auto") == 0) return QMM_ENGINE_AUTO;
+    for (int i = 1; i < QMM_ENGINE_COUNT; i++)
+        if (strcmp(g_engines[i]->name, name) == 0) return (qmm_engine_id)i;
+    return QMM_ENGINE_COUNT;
+}
+
+int qmm_engine_is_int8(qmm_engine_id e) { return e >= QMM_ENGINE_AMX_INT8 && e <= QMM_ENGINE_AVX2_INT8; }
+
+static const char *const g_isa_names[QMM_ISA_MAX + 1] = {
+    "none", "avx2", "avx_vnni", "avx512", "avx512_vnni", "avx512_bf16", "amx"};
+
+const char *qmm_isa_name(qmm_isa i) {
+    if ((unsigned)i > QMM_ISA_MAX) return "unknown";
+    return g_isa_names[i];
+}
+
+qmm_isa qmm_isa_from_name(const char *name) {
+    if (!name) return (qmm_isa)-1;
+    for (int i = 0; i <= QMM_ISA_MAX; i++)
+        if (strcmp(g_isa_names[i], name) == 0) return (qmm_isa)i;
+    return (qmm_isa)-1;
+}
+
+int qmm_engine_usable(const qmm_engine *e, int max_isa, uint32_t disabled, char *why, size_t n) {
+    char tmp[QMM_REASON_MAX];
+    if (!why) { why = tmp; n = sizeof tmp; }
+    if (!e) { snprintf(why, n, "no such engine"); return 0; }
+    if (e->kind == QMM_KIND_REF) return 1;
+    if (!e->built) { snprintf(why, n, "not built: the compiler lacks this ISA"); return 0; }
+    uint32_t have = qmm_cpu_features();
+    uint32_t missing = e->cpu_features & ~have;
+    if (missing) {
+        for (int b = 0; b < QMM_CPU_FEATURE_COUNT; b++) {
+            if (!(missing & (1u << b))) continue;
+            if ((1u << b) == QMM_CPU_AMX_PERMITTED && (have & QMM_CPU_AMX_TILE))
+                snprintf(why, n, "no AMX: the OS refused tile permission (arch_prctl XTILEDATA)");
+            else if ((e->cpu_features & QMM_CPU_AMX_TILE) && !(have & QMM_CPU_AMX_TILE))
+                snprintf(why, n, "no AMX: CPU lacks %s", qmm_cpu_feature_name(1u << b));
+            else
+                snprintf(why, n, "CPU lacks %s", qmm_cpu_feature_name(1u << b));
+            return 0;
+        }
+    }
+    if (max_isa >= 0 && (int)e->isa > max_isa) {
+        snprintf(why, n, "ISA capped at %s (QMM_MAX_ISA), engine needs %s", qmm_isa_name((qmm_isa)max_isa),
+                 qmm_isa_name(e->isa));
+        return 0;
+    }
+    if (disabled & (1u << e->id)) { snprintf(why, n, "disabled in this context"); return 0; }
+    return 1;
+}
+
+int qmm_env_max_isa(void) {
+    const char *s = getenv("QMM_MAX_ISA");
+    if (!s || !*s) return -1;
+    qmm_isa i = qmm_isa_from_name(s);
+    return (int)i >= 0 ? (int)i : -1;
+}
+
+int qmm_engine_available(qmm_engine_id e, char *why, size_t why_size) {
+    if (why && why_size) why[0] = 0;
+    if (e == QMM_ENGINE_AUTO) return 1;
+    return qmm_engine_usable(qmm_engine_get(e), qmm_env_max_isa(), 0, why, why_size);
+}
+
+static int is_float_dtype(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
+
+const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n) {
+    const qmm_weight *w = c->w;
+    if (!w->is_int8) return "float weight: int8 engines run int8 weights only";
+    if (w->full_precision) return "layer asks for full precision (full_precision_matrix_mult)";
+    if (!is_float_dtype(c->x_dtype)) {
+        snprintf(why, n, "x dtype %s: needs f32, f16 or bf16", qmm_dtype_name(c->x_dtype));
+        return why;
+    }
+    if (!is_float_dtype(c->y_dtype) && c->y_dtype != QMM_I32) {
+        snprintf(why, n, "out dtype %s: needs f32, f16, bf16 or i32", qmm_dtype_name(c->y_dtype));
+        return why;
+    }
+    if (w->convrot_gs && (w->K % w->convrot_gs) != 0) {
+        snprintf(why, n, "K=%lld is not a multiple of the convrot group %d", (long long)w->K, w->convrot_gs);
+        return why;
+    }
+    return NULL;
+}
+
+const char *qmm_admit_common_float(const qmm_call *c, char *why, size_t n) {
+    if (!is_float_dtype(c->x_dtype)) {
+        snprintf(why, n, "x dtype %s: needs f32, f16 or bf16", qmm_dtype_name(c->x_dtype));
+        return why;
+    }
+    if (!is_float_dtype(c->y_dtype)) {
+        snprintf(why, n, "out dtype %s: float engines write f32, f16 or bf16", qmm_dtype_name(c->y_dtype));
+        return why;
+    }
+    if (c->token_scales_in) return "shared token scales (tensor parallel) need an int8 engine";
+    return NULL;
+}

@@ -1,0 +1,83 @@
+/*
+ * ref.c — the scalar reference engine: SPEC §1 exactly, operation by operation, in plain C.
+ * It is the yardstick of every test and runs only when asked for by name
+ * (args.engine = QMM_ENGINE_REF); dispatch never chooses it.
+ *
+ *   int8 weight:  q, s = prepass_ref(x)            q [M][Kp] int8, s [M] fp32
+ *                 acc[r][n] = Σ_k q[r][k] · W[n][k]  exact int32 (W read from the n16k4 packing)
+ *                 y[r][n] = epilogue(acc, s[r], w_scale[n], bias[n])
+ *   float weight: a = act(x) (rounded to x's dtype); y[r][n] = Σ_k a[r][k] · W[n][k] + bias[n]
+ *                 summed in fp64, rounded once to fp32 then to y's dtype.
+ */
+#include "numerics.h"
+#include "prepass.h"
+#include "qmm_internal.h"
+
+#include <stdlib.h>
+
+static const char *ref_admit(const qmm_call *c, char *why, size_t n) {
+    if (c->w->is_int8) {
+        if (c->w->convrot_gs && c->K % c->w->convrot_gs) return qmm_admit_common_int8(c, why, n);
+        return NULL;
+    }
+    return qmm_admit_common_float(c, why, n);
+}
+
+static qmm_status ref_run_int8(qmm_context *ctx, const qmm_call *c) {
+    const qmm_weight *w = c->w;
+    const int64_t M = c->M, N = c->N, K = c->K, Kp = w->i8.Kp;
+    void *buf, *accbuf;
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, (size_t)(M * Kp) + (size_t)M * 4, &buf));
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, (size_t)N * sizeof(int32_t), &accbuf));
+    int8_t *q = buf;                     /* [M][Kp] */
+    float *s = (float *)(q + M * Kp);    /* [M] */
+    int32_t *acc = accbuf;               /* [N], one row at a time */
+    QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, q, Kp, s, 1));
+    size_t es = qmm_dtype_size(c->y_dtype);
+    for (int64_t r = 0; r < M; r++) {
+        for (int64_t n = 0; n < N; n++) {
+            int32_t sum = 0;
+            for (int64_t k = 0; k < K; k++) sum += (int32_t)q[r * Kp + k] * (int32_t)qmm_packed_i8_at(&w->i8, n, k);
+            acc[n] = sum;
+        }
+        qmm_epilogue_block_ref(w, acc, N, 1, 0, N, &s[r], (char *)c->y + (size_t)(r * c->ldy) * es, c->y_dtype,
+                               c->ldy);
+        if (c->token_scales) c->token_scales[r] = s[r];
+    }
+    return QMM_OK;
+}
+
+static qmm_status ref_run_float(qmm_context *ctx, const qmm_call *c) {
+    const qmm_weight *w = c->w;
+    const int64_t M = c->M, N = c->N, K = c->K;
+    void *buf;
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_PREPASS, (size_t)K * sizeof(float), &buf));
+    float *a = buf; /* [K] one row of act(x) */
+    size_t xs = qmm_dtype_size(c->x_dtype);
+    for (int64_t r = 0; r < M; r++) {
+        qmm_ref_act_rotate_row((const char *)c->x + (size_t)(r * c->ldx) * xs, c->x_dtype, K, c->act, 0, a);
+        for (int64_t n = 0; n < N; n++) {
+            double sum = 0.0;
+            for (int64_t k = 0; k < K; k++) sum += (double)a[k] * (double)qmm_load_f(w->fdata, w->fdtype, n * K + k);
+            float v = (float)sum + (w->bias ? w->bias[n] : 0.0f);
+            qmm_store_f(c->y, c->y_dtype, r * c->ldy + n, v);
+        }
+    }
+    return QMM_OK;
+}
+
+static qmm_status ref_run(qmm_context *ctx, const qmm_call *c) {
+    return c->w->is_int8 ? ref_run_int8(ctx, c) : ref_run_float(ctx, c);
+}
+
+const qmm_engine qmm_engine_ref = {
+    .id = QMM_ENGINE_REF,
+    .name = "ref",
+    .kind = QMM_KIND_REF,
+    .isa = QMM_ISA_NONE,
+    .cpu_features = 0,
+    .built = 1,
+    .admit = ref_admit,
+    .pack = NULL,
+    .run = ref_run,
+};

@@ -1,0 +1,100 @@
+/* testutil.c — seeded randomness and reporting for the qmm tests (see testutil.h). */
+#include "testutil.h"
+
+#include "numerics.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t g_seed, g_state;
+static int g_pass, g_fail, g_skip;
+static const char *g_name;
+
+void tu_init(int argc, char **argv, const char *name) {
+    g_name = name;
+    const char *s = getenv("QMM_SEED");
+    if (argc > 1) s = argv[1];
+    g_seed = s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
+    g_state = g_seed * 0x9E3779B97F4A7C15ull + 1;
+    printf("# %s: Seed = %llu (replay: QMM_SEED=%llu or first argument)\n", name, (unsigned long long)g_seed,
+           (unsigned long long)g_seed);
+    fflush(stdout);
+}
+
+uint64_t tu_seed(void) { return g_seed; }
+
+uint64_t tu_rand_u64(void) { /* splitmix64 */
+    uint64_t z = (g_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+int64_t tu_rand_int(int64_t lo, int64_t hi) { return lo + (int64_t)(tu_rand_u64() % (uint64_t)(hi - lo + 1)); }
+
+float tu_rand_normal(void) {
+    double u1 = ((double)(tu_rand_u64() >> 11) + 0.5) / 9007199254740992.0;
+    double u2 = (double)(tu_rand_u64() >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+void tu_fill_float(void *p, qmm_dtype t, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) qmm_store_f(p, t, i, tu_rand_normal() * scale);
+}
+
+void tu_fill_i8(int8_t *p, int64_t n, int lo, int hi) {
+    for (int64_t i = 0; i < n; i++) p[i] = (int8_t)tu_rand_int(lo, hi);
+}
+
+int tu_check_(int ok, const char *file, int line, const char *fmt, ...) {
+    if (ok) { g_pass++; return 1; }
+    g_fail++;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL %s:%d: ", file, line);
+    vprintf(fmt, ap);
+    printf("  [replay: QMM_SEED=%llu]\n", (unsigned long long)g_seed);
+    va_end(ap);
+    fflush(stdout);
+    return 0;
+}
+
+void tu_skip(const char *what, const char *why) {
+    g_skip++;
+    printf("skipped: %s: %s\n", what, why);
+    fflush(stdout);
+}
+
+void tu_note(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("# ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
+}
+
+int tu_finish(void) {
+    printf("%s: %d passed, %d failed, %d skipped\n", g_name, g_pass, g_fail, g_skip);
+    return g_fail ? 1 : 0;
+}
+
+float tu_load(const void *p, qmm_dtype t, int64_t i) {
+    if (t == QMM_I32) return (float)((const int32_t *)p)[i];
+    return qmm_load_f(p, t, i);
+}
+
+double tu_ulp(double v, qmm_dtype t) {
+    int mant = t == QMM_BF16 ? 7 : t == QMM_F16 ? 10 : 23;
+    double a = fabs(v);
+    int e;
+    if (a == 0) return t == QMM_F16 ? ldexp(1, -24) : ldexp(1, -149);
+    frexp(a, &e); /* a = f * 2^e, f in [0.5, 1) */
+    double u = ldexp(1.0, e - 1 - mant);
+    if (t == QMM_F16 && u < ldexp(1, -24)) u = ldexp(1, -24);
+    return u;
+}

@@ -1,0 +1,47 @@
+/*
+ * testutil.h — what every qmm test shares: a seeded RNG (the seed is printed, and QMM_SEED=N
+ * or the first argument replays it), random tensors of any dtype, and TAP-like reporting with
+ * visible skips. A test file calls tu_init(argc, argv, "name") first and returns tu_finish().
+ */
+#ifndef QMM_TESTUTIL_H
+#define QMM_TESTUTIL_H
+
+#include "qmm.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+void     tu_init(int argc, char **argv, const char *name);
+int      tu_finish(void);               /* prints "N passed, N failed, N skipped"; exit code */
+uint64_t tu_seed(void);
+uint64_t tu_rand_u64(void);
+int64_t  tu_rand_int(int64_t lo, int64_t hi);       /* [lo, hi] */
+float    tu_rand_normal(void);
+void     tu_fill_float(void *p, qmm_dtype t, int64_t n, float scale);  /* N(0, scale) in dtype t */
+void     tu_fill_i8(int8_t *p, int64_t n, int lo, int hi);
+
+/* checks: each counts one pass or one failure and prints the failure with file:line */
+int tu_check_(int ok, const char *file, int line, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+#define TU_CHECK(cond, ...) tu_check_(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
+#define TU_CHECK_OK(expr)                                                                    \
+    do {                                                                                     \
+        qmm_status st__ = (expr);                                                            \
+        TU_CHECK(st__ == QMM_OK, "%s -> %s: %s", #expr, qmm_status_name(st__), qmm_last_error()); \
+    } while (0)
+void tu_skip(const char *what, const char *why);   /* prints "skipped: <what>: <why>" */
+void tu_note(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* bytes of an output element for comparisons */
+float tu_load(const void *p, qmm_dtype t, int64_t i);
+/* 1 ulp of dtype t at magnitude |v| */
+double tu_ulp(double v, qmm_dtype t);
+
+#endif
