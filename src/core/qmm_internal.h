@@ -89,6 +89,29 @@ typedef struct qmm_packed_i8 {
     int32_t *colsum;         /* [Np] Σ_k W[n][k] */
 } qmm_packed_i8;
 
+/* Packed float weights (float weights only; int8 weights are widened in-kernel from n16k4):
+ *   bf16 weights: bf16 [Np/16][Kp/2][16][2], Kp = K rounded up to 32 — 16 consecutive k-pair
+ *                 rows of one block are one AMX-BF16 B tile (16 rows × 64 bytes, K = 32) and one
+ *                 k-pair row is one zmm for VDPBF16PS;
+ *   f32 weights:  f32 [Np/16][Kp][16], Kp = K — one zmm of 16 output channels per k.
+ * Padding is zero. Exactly one of bf16 / f32 is set, per the weight's dtype. */
+typedef struct qmm_packed_f {
+    int64_t Np, Kp;
+    uint16_t *bf16;
+    float *f32;
+} qmm_packed_f;
+
+static inline float qmm_packed_f_at(const qmm_packed_f *p, int64_t n, int64_t k) {
+    if (p->bf16) {
+        uint16_t h = p->bf16[((n / 16) * (p->Kp / 2) + k / 2) * 32 + (n % 16) * 2 + k % 2];
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        __builtin_memcpy(&f, &u, 4);
+        return f;
+    }
+    return p->f32[((n / 16) * p->Kp + k) * 16 + n % 16];
+}
+
 static inline int8_t qmm_packed_i8_at(const qmm_packed_i8 *p, int64_t n, int64_t k) {
     return p->data[((n / 16) * (p->Kp / 4) + k / 4) * 64 + (n % 16) * 4 + k % 4];
 }
@@ -104,9 +127,9 @@ struct qmm_weight {
     qmm_packed_i8 i8;        /* int8 weights */
     float *scale;            /* [N] fp32 weight scale (a per-tensor scale is repeated) */
     float *bias;             /* [N] fp32 or NULL (bf16/f16 bias widened exactly) */
-    /* float weights (is_int8 == 0): the caller's matrix in f32 or bf16, row-major [N][K] */
+    /* float weights (is_int8 == 0): fdtype BF16 or F32 (F16 is widened to F32) */
     qmm_dtype fdtype;
-    void *fdata;
+    qmm_packed_f fp;
     /* per-engine extra packed forms, made at creation by the engine's pack hook */
     void *engine_data[QMM_ENGINE_COUNT];
     size_t engine_bytes[QMM_ENGINE_COUNT];

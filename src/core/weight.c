@@ -28,7 +28,8 @@ void qmm_weight_destroy(qmm_weight *w) {
     qmm_aligned_free(w->i8.colsum);
     free(w->scale);
     free(w->bias);
-    qmm_aligned_free(w->fdata);
+    qmm_aligned_free(w->fp.bf16);
+    qmm_aligned_free(w->fp.f32);
     for (int i = 0; i < QMM_ENGINE_COUNT; i++) qmm_aligned_free(w->engine_data[i]);
     free(w);
 }
@@ -142,21 +143,29 @@ qmm_status qmm_weight_create_float(qmm_context *ctx, const char *name, const voi
     if (!ld) ld = K;
     w->is_int8 = 0;
     w->fdtype = wt == QMM_BF16 ? QMM_BF16 : QMM_F32;
+    qmm_packed_f *fp = &w->fp;
+    fp->Np = qmm_round_up(N, 16);
+    fp->Kp = w->fdtype == QMM_BF16 ? qmm_round_up(K, 32) : K;
     size_t es = qmm_dtype_size(w->fdtype), bytes;
-    if (!qmm_mul_ok((size_t)N * (size_t)K, es, &bytes)) bytes = SIZE_MAX;
-    w->fdata = qmm_aligned_alloc(bytes);
-    if (!w->fdata) {
+    if (!qmm_mul_ok((size_t)fp->Np * (size_t)fp->Kp, es, &bytes)) bytes = SIZE_MAX;
+    void *buf = qmm_aligned_alloc(bytes);
+    if (!buf) {
         qmm_weight_destroy(w);
         return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "weight %s [%lld, %lld]: cannot allocate %zu bytes", nm,
                         (long long)N, (long long)K, bytes);
     }
-    for (int64_t n = 0; n < N; n++) {
-        if (wt == w->fdtype) {
-            memcpy((char *)w->fdata + (size_t)(n * K) * es, (const char *)wdata + (size_t)(n * ld) * es,
-                   (size_t)K * es);
-        } else {
-            for (int64_t k = 0; k < K; k++) ((float *)w->fdata)[n * K + k] = qmm_load_f(wdata, wt, n * ld + k);
-        }
+    memset(buf, 0, bytes);
+    if (w->fdtype == QMM_BF16) {
+        fp->bf16 = buf;
+        const uint16_t *src = wdata;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++)
+                fp->bf16[((n / 16) * (fp->Kp / 2) + k / 2) * 32 + (n % 16) * 2 + k % 2] = src[n * ld + k];
+    } else {
+        fp->f32 = buf;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++)
+                fp->f32[((n / 16) * fp->Kp + k) * 16 + n % 16] = qmm_load_f(wdata, wt, n * ld + k);
     }
     qmm_status st = run_pack_hooks(ctx, w);
     if (st != QMM_OK) { qmm_weight_destroy(w); return st; }
@@ -179,7 +188,7 @@ void qmm_weight_get_info(const qmm_weight *w, qmm_weight_info *o) {
     o->full_precision = w->full_precision;
     size_t b = 0;
     if (w->is_int8) b += (size_t)(w->i8.Np * w->i8.Kp) + (size_t)w->i8.Np * 4 + (size_t)w->N * 4;
-    else b += (size_t)(w->N * w->K) * qmm_dtype_size(w->fdtype);
+    else b += (size_t)(w->fp.Np * w->fp.Kp) * qmm_dtype_size(w->fdtype);
     if (w->bias) b += (size_t)w->N * 4;
     for (int i = 0; i < QMM_ENGINE_COUNT; i++) b += w->engine_bytes[i];
     o->packed_bytes = b;

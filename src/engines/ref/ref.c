@@ -58,7 +58,7 @@ static qmm_status ref_run_float(qmm_context *ctx, const qmm_call *c) {
         qmm_ref_act_rotate_row((const char *)c->x + (size_t)(r * c->ldx) * xs, c->x_dtype, K, c->act, 0, a);
         for (int64_t n = 0; n < N; n++) {
             double sum = 0.0;
-            for (int64_t k = 0; k < K; k++) sum += (double)a[k] * (double)qmm_load_f(w->fdata, w->fdtype, n * K + k);
+            for (int64_t k = 0; k < K; k++) sum += (double)a[k] * (double)qmm_packed_f_at(&w->fp, n, k);
             float v = (float)sum + (w->bias ? w->bias[n] : 0.0f);
             qmm_store_f(c->y, c->y_dtype, r * c->ldy + n, v);
         }
