@@ -1,0 +1,218 @@
+/*
+ * test_api.c — the public API's contract: version, status names, destroy(NULL), every bad input
+ * returning its specific status with a message naming what was wrong (NULL pointers, zero sizes,
+ * K % g != 0 with convrot, swiglu with an odd width, a scale count not in {1, N}, unsupported
+ * dtypes), the plan (the reference is never chosen implicitly; every refusal has a reason),
+ * engines asked for by name, the ISA cap, and counters.
+ */
+#include "qmm.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define EXPECT_STATUS(expr, want, needle)                                                                   \
+    do {                                                                                                    \
+        qmm_status s_ = (expr);                                                                             \
+        TU_CHECK(s_ == (want), "%s -> %s, want %s (%s)", #expr, qmm_status_name(s_), qmm_status_name(want), \
+                 qmm_last_error());                                                                         \
+        TU_CHECK(strstr(qmm_last_error(), (needle)) != NULL, "%s: message '%s' does not name '%s'", #expr,   \
+                 qmm_last_error(), (needle));                                                               \
+    } while (0)
+
+static void test_basics(void) {
+    TU_CHECK(qmm_version_number() == QMM_VERSION_NUMBER, "runtime version %u != header %d", qmm_version_number(),
+             QMM_VERSION_NUMBER);
+    TU_CHECK(strcmp(qmm_version_string(), "0.1.0") == 0, "version string %s", qmm_version_string());
+    TU_CHECK(strcmp(qmm_status_name(QMM_ERR_FALLBACK_REFUSED), "QMM_ERR_FALLBACK_REFUSED") == 0, "status name");
+    TU_CHECK(QMM_OK == 0 && QMM_ERR_INVALID_ARGUMENT == 1 && QMM_ERR_NO_ENGINE == 3 && QMM_ERR_FALLBACK_REFUSED == 4 &&
+                 QMM_ERR_INTERNAL == 11,
+             "pinned status values moved");
+    TU_CHECK(strcmp(qmm_status_name((qmm_status)99), "QMM_ERR_UNKNOWN") == 0, "unknown status name");
+    qmm_context_destroy(NULL);
+    qmm_weight_destroy(NULL);
+    TU_CHECK(1, "destroy(NULL) is a no-op");
+    for (int e = 0; e < QMM_ENGINE_COUNT; e++)
+        TU_CHECK((int)qmm_engine_from_name(qmm_engine_name((qmm_engine_id)e)) == e, "engine name round trip %d", e);
+    TU_CHECK(qmm_engine_from_name("nope") == QMM_ENGINE_COUNT, "unknown engine name");
+    for (int i = 0; i <= QMM_ISA_MAX; i++) TU_CHECK(qmm_isa_from_name(qmm_isa_name((qmm_isa)i)) == (qmm_isa)i, "isa names");
+    char why[QMM_REASON_MAX];
+    for (int e = 2; e < QMM_ENGINE_COUNT; e++)
+        if (!qmm_engine_available((qmm_engine_id)e, why, sizeof why))
+            TU_CHECK(why[0] != 0, "engine %s unavailable without a reason", qmm_engine_name((qmm_engine_id)e));
+}
+
+static void test_bad_input(qmm_context *ctx) {
+    int8_t w[8 * 48];
+    float sc[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    memset(w, 1, sizeof w);
+    qmm_weight *wt = NULL;
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.name = "blocks.0.attn.qkv_proj";
+    d.N = 8; d.K = 48; d.data = w; d.scale = sc; d.n_scale = 8;
+
+    EXPECT_STATUS(qmm_weight_create_int8(NULL, &d, &wt), QMM_ERR_INVALID_ARGUMENT, "ctx");
+    EXPECT_STATUS(qmm_weight_create_int8(ctx, NULL, &wt), QMM_ERR_INVALID_ARGUMENT, "desc");
+    EXPECT_STATUS(qmm_weight_create_int8(ctx, &d, NULL), QMM_ERR_INVALID_ARGUMENT, "out");
+    qmm_weight_desc b = d;
+    b.data = NULL;
+    EXPECT_STATUS(qmm_weight_create_int8(ctx, &b, &wt), QMM_ERR_INVALID_ARGUMENT, "blocks.0.attn.qkv_proj");
+    b = d; b.N = 0;
+    EXPECT_STATUS(qmm_weight_create_int8(ctx, &b, &wt), QMM_ERR_INVALID_ARGUMENT, "blocks.0.attn.qkv_proj");
+    b = d; b.K = -5;
+    EXPECT_STATUS(qmm_weight_create_int8(ctx, &b, &wt), QMM_ERR_INVALID_ARGUMENT, "shape");
+    b = d; b.n_scale = 3;
+    EXPECT_STATUS(qmm_weight_create_int8(ctx, &b, &wt), QMM_ERR_INVALID_ARGUMENT, "3 scales");
+    b = d; b.convrot_gs = 32;
+    EXPECT_STATUS(qmm_weight_create_int8(ctx, &b, &wt), QMM_ERR_UNSUPPORTED, "group size 32");
+    b = d; b.convrot_gs = 64; /* K = 48 */
+    EXPECT_STATUS(qmm_weight_create_int8(ctx, &b, &wt), QMM_ERR_UNSUPPORTED, "K=48 is not a multiple");
+    b = d; b.scale = NULL;
+    EXPECT_STATUS(qmm_weight_create_int8(ctx, &b, &wt), QMM_ERR_INVALID_ARGUMENT, "weight_scale");
+    b = d; b.ld = 10;
+    EXPECT_STATUS(qmm_weight_create_int8(ctx, &b, &wt), QMM_ERR_INVALID_ARGUMENT, "stride");
+    b = d; b.bias = sc; b.bias_dtype = QMM_I8;
+    EXPECT_STATUS(qmm_weight_create_int8(ctx, &b, &wt), QMM_ERR_UNSUPPORTED, "bias dtype i8");
+    TU_CHECK(wt == NULL, "a failed create leaves *out NULL");
+
+    TU_CHECK_OK(qmm_weight_create_int8(ctx, &d, &wt));
+    float x[4 * 96], y[4 * 8];
+    memset(x, 0, sizeof x);
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = 4; a.x = x; a.y = y; a.engine = QMM_ENGINE_REF;
+    TU_CHECK_OK(qmm_linear(ctx, wt, &a));
+    EXPECT_STATUS(qmm_linear(NULL, wt, &a), QMM_ERR_INVALID_ARGUMENT, "ctx");
+    EXPECT_STATUS(qmm_linear(ctx, NULL, &a), QMM_ERR_INVALID_ARGUMENT, "weight");
+    EXPECT_STATUS(qmm_linear(ctx, wt, NULL), QMM_ERR_INVALID_ARGUMENT, "args");
+    qmm_linear_args c = a; c.M = 0;
+    EXPECT_STATUS(qmm_linear(ctx, wt, &c), QMM_ERR_INVALID_ARGUMENT, "M=0");
+    c = a; c.x = NULL;
+    EXPECT_STATUS(qmm_linear(ctx, wt, &c), QMM_ERR_INVALID_ARGUMENT, "x is NULL");
+    c = a; c.y = NULL;
+    EXPECT_STATUS(qmm_linear(ctx, wt, &c), QMM_ERR_INVALID_ARGUMENT, "y is NULL");
+    c = a; c.act = QMM_ACT_SWIGLU; c.x_cols = 95;
+    EXPECT_STATUS(qmm_linear(ctx, wt, &c), QMM_ERR_INVALID_ARGUMENT, "swiglu input width 95 is odd");
+    c = a; c.act = QMM_ACT_SWIGLU; c.x_cols = 48;
+    EXPECT_STATUS(qmm_linear(ctx, wt, &c), QMM_ERR_INVALID_ARGUMENT, "needs 96");
+    c = a; c.x_dtype = QMM_I8;
+    EXPECT_STATUS(qmm_linear(ctx, wt, &c), QMM_ERR_UNSUPPORTED, "x dtype i8");
+    c = a; c.y_dtype = QMM_U8;
+    EXPECT_STATUS(qmm_linear(ctx, wt, &c), QMM_ERR_UNSUPPORTED, "out dtype u8");
+    c = a; c.ldx = 20;
+    EXPECT_STATUS(qmm_linear(ctx, wt, &c), QMM_ERR_INVALID_ARGUMENT, "x row stride 20");
+    c = a; c.ldy = 7;
+    EXPECT_STATUS(qmm_linear(ctx, wt, &c), QMM_ERR_INVALID_ARGUMENT, "out row stride 7");
+    c = a; c.act = (qmm_act)7;
+    EXPECT_STATUS(qmm_linear(ctx, wt, &c), QMM_ERR_INVALID_ARGUMENT, "input_act 7");
+    c = a; c.engine = (qmm_engine_id)42;
+    EXPECT_STATUS(qmm_linear(ctx, wt, &c), QMM_ERR_INVALID_ARGUMENT, "engine 42");
+    char why[QMM_REASON_MAX];
+    if (!qmm_engine_available(QMM_ENGINE_AMX_INT8, why, sizeof why)) {
+        c = a; c.engine = QMM_ENGINE_AMX_INT8;
+        EXPECT_STATUS(qmm_linear(ctx, wt, &c), QMM_ERR_UNSUPPORTED_HARDWARE, "amx_int8");
+    }
+    /* float weight: no i32 output */
+    qmm_weight *fw = NULL;
+    float wf[8 * 48] = {0};
+    EXPECT_STATUS(qmm_weight_create_float(ctx, "fw", wf, QMM_I8, 8, 48, 0, NULL, QMM_F32, &fw), QMM_ERR_UNSUPPORTED,
+                  "dtype i8");
+    TU_CHECK_OK(qmm_weight_create_float(ctx, "fw", wf, QMM_F32, 8, 48, 0, NULL, QMM_F32, &fw));
+    c = a; c.y_dtype = QMM_I32;
+    EXPECT_STATUS(qmm_linear(ctx, fw, &c), QMM_ERR_UNSUPPORTED, "i32");
+    qmm_weight_info info;
+    qmm_weight_get_info(fw, &info);
+    TU_CHECK(!info.is_int8 && info.N == 8 && info.K == 48 && info.dtype == QMM_F32, "float weight info");
+    qmm_weight_get_info(wt, &info);
+    TU_CHECK(info.is_int8 && info.N == 8 && info.K == 48 && !info.per_tensor_scale && info.packed_bytes >= 8 * 48,
+             "int8 weight info");
+    qmm_weight_destroy(fw);
+    /* quantizer bad input */
+    int8_t wq[8 * 48];
+    qmm_quant_options qo = {64, 0};
+    EXPECT_STATUS(qmm_quantize_weight(wf, QMM_F32, 8, 48, 0, &qo, wq, sc, NULL), QMM_ERR_UNSUPPORTED, "K=48");
+    EXPECT_STATUS(qmm_quantize_weight(NULL, QMM_F32, 8, 48, 0, &qo, wq, sc, NULL), QMM_ERR_INVALID_ARGUMENT, "w");
+    qmm_weight_destroy(wt);
+    /* context options */
+    qmm_context *bad = NULL;
+    qmm_context_options o = qmm_context_options_default();
+    o.n_threads = -1;
+    EXPECT_STATUS(qmm_context_create(&o, &bad), QMM_ERR_INVALID_ARGUMENT, "n_threads=-1");
+    o = qmm_context_options_default();
+    o.max_isa = 99;
+    EXPECT_STATUS(qmm_context_create(&o, &bad), QMM_ERR_INVALID_ARGUMENT, "max_isa=99");
+    TU_CHECK(bad == NULL, "failed context create leaves *out NULL");
+}
+
+static void test_plan_and_counters(void) {
+    qmm_context *ctx;
+    TU_CHECK_OK(qmm_context_create(NULL, &ctx));
+    int8_t w[33 * 256];
+    float sc = 0.01f;
+    tu_fill_i8(w, 33 * 256, -127, 127);
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.name = "blocks.0.mlp.fc2"; d.N = 33; d.K = 256; d.data = w; d.scale = &sc; d.n_scale = 1; d.convrot_gs = 256;
+    qmm_weight *wt;
+    TU_CHECK_OK(qmm_weight_create_int8(ctx, &d, &wt));
+    const int64_t Ms[4] = {1, 16, 17, 4096};
+    for (int i = 0; i < 4; i++) {
+        qmm_linear_args a = qmm_linear_args_default();
+        a.M = Ms[i];
+        a.x_dtype = QMM_BF16;
+        a.y_dtype = QMM_BF16;
+        a.act = QMM_ACT_SWIGLU;
+        qmm_plan_info p;
+        TU_CHECK_OK(qmm_plan(ctx, wt, &a, &p));
+        TU_CHECK(p.engine != QMM_ENGINE_REF, "M=%lld: the plan chose the reference engine", (long long)Ms[i]);
+        TU_CHECK(!p.admitted[QMM_ENGINE_REF] && strstr(p.reason[QMM_ENGINE_REF], "by name"),
+                 "the reference must refuse implicit use with a reason: '%s'", p.reason[QMM_ENGINE_REF]);
+        for (int e = 2; e < QMM_ENGINE_COUNT; e++)
+            TU_CHECK(p.admitted[e] || p.reason[e][0], "M=%lld: %s refused without a reason", (long long)Ms[i],
+                     qmm_engine_name((qmm_engine_id)e));
+        char text[4096];
+        size_t need = qmm_plan_format(&p, text, sizeof text);
+        TU_CHECK(need < sizeof text && strstr(text, "engine:") && strstr(text, "amx_int8"), "plan text:\n%s", text);
+        tu_note("plan M=%lld: %s%s", (long long)Ms[i], qmm_engine_name(p.engine), p.is_fallback ? " (fallback)" : "");
+    }
+    /* counters: a named reference call counts under REF, errors count */
+    float x[256] = {0}, y[33];
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = 1; a.x = x; a.y = y; a.engine = QMM_ENGINE_REF;
+    qmm_reset_counters(ctx);
+    TU_CHECK_OK(qmm_linear(ctx, wt, &a));
+    a.M = 0;
+    (void)qmm_linear(ctx, wt, &a);
+    qmm_counters cn;
+    qmm_get_counters(ctx, &cn);
+    TU_CHECK(cn.calls[QMM_ENGINE_REF] == 1 && cn.errors == 1 && cn.fallbacks == 0, "counters: ref %llu errors %llu",
+             (unsigned long long)cn.calls[QMM_ENGINE_REF], (unsigned long long)cn.errors);
+    qmm_weight_destroy(wt);
+    qmm_context_destroy(ctx);
+
+    /* ISA cap "none": no engine but the reference by name; AUTO says why for each */
+    qmm_context_options o = qmm_context_options_default();
+    o.max_isa = QMM_ISA_NONE;
+    TU_CHECK_OK(qmm_context_create(&o, &ctx));
+    TU_CHECK_OK(qmm_weight_create_int8(ctx, &d, &wt));
+    a.M = 1;
+    a.engine = QMM_ENGINE_AUTO;
+    qmm_status st = qmm_linear(ctx, wt, &a);
+    TU_CHECK(st == QMM_ERR_NO_ENGINE, "cap none: %s (%s)", qmm_status_name(st), qmm_last_error());
+    TU_CHECK(strstr(qmm_last_error(), "blocks.0.mlp.fc2") && strstr(qmm_last_error(), "avx2_int8") &&
+                 strstr(qmm_last_error(), "avx2_f32"),
+             "cap none: message names the layer and every engine: %s", qmm_last_error());
+    a.engine = QMM_ENGINE_REF;
+    TU_CHECK_OK(qmm_linear(ctx, wt, &a));
+    qmm_weight_destroy(wt);
+    qmm_context_destroy(ctx);
+}
+
+int main(int argc, char **argv) {
+    tu_init(argc, argv, "test_api");
+    test_basics();
+    qmm_context *ctx;
+    TU_CHECK_OK(qmm_context_create(NULL, &ctx));
+    test_bad_input(ctx);
+    qmm_context_destroy(ctx);
+    test_plan_and_counters();
+    return tu_finish();
+}
