@@ -1,15 +1,101 @@
-/* avx_vnni.c — placeholder until the avx_vnni engine lands: it refuses every call, so dispatch skips it. */
-#include "qmm_internal.h"
+/*
+ * avx_vnni.c — the AVX-VNNI int8 engine (QMM_ENGINE_AVX_VNNI): 256-bit VPDPBUSD {vex} for CPUs
+ * with AVX-VNNI but no AVX-512 (Alder Lake and later client cores, Sierra Forest).
+ *
+ * Contract: y = epilogue(q · Wᵀ) per SPEC §1 with the same bits as the reference engine (int32
+ * accumulators and float outputs). VPDPBUSD multiplies u8 × s8, so A is a = q + 128 (the pre-pass
+ * output flipped by XOR 0x80) and the epilogue subtracts 128·colsum[n]: exact in int32.
+ * Weights are the shared n16k4 packing, read in place: one 64-byte k-quad row of a 16-channel
+ * block is two ymm (channels 0..7, 8..15), each dword = 4 consecutive k of one channel, which is
+ * exactly what VPDPBUSD wants against a broadcast dword of 4 activation bytes.
+ * Register blocking: up to 6 rows × 16 channels = 12 ymm accumulators + 2 weight ymm + 1
+ * broadcast. Blocking, threads and epilogue: int8_gemm_avx2.h.
+ * Admission: the common int8 checks only (any K, M, N; -128 weights are fine: u8 × s8 is exact).
+ */
+#include "int8_gemm_avx2.h"
+
+#if defined(__AVXVNNI__)
+#define QMM_DPBUSD(acc, a, b) _mm256_dpbusd_avx_epi32((acc), (a), (b))
+#define QMM_HAVE_AVXVNNI_BUILD 1
+#endif
+
+#ifdef QMM_HAVE_AVXVNNI_BUILD
+/* C[r][0..16) (+)= Σ a[r][4kq..4kq+4) · panel[kq] — see qmm_a2_kernel_fn. mr ≤ 6 (a constant
+ * after inlining into the switch below, so the accumulators stay in registers). */
+static inline __attribute__((always_inline)) void vnni_tile(const uint8_t *a, int64_t lda, const int8_t *b,
+                                                              int64_t kq, int32_t *c, int64_t ldc, const int mr,
+                                                              int first) {
+    __m256i lo[6], hi[6];
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) {
+        if (r < mr) { lo[r] = _mm256_setzero_si256(); hi[r] = _mm256_setzero_si256(); }
+    }
+    for (int64_t i = 0; i < kq; i++) {
+        __m256i b0 = _mm256_load_si256((const __m256i *)(b + i * 64));
+        __m256i b1 = _mm256_load_si256((const __m256i *)(b + i * 64 + 32));
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++) {
+            if (r < mr) {
+                int32_t v;
+                memcpy(&v, a + r * lda + i * 4, 4);
+                __m256i av = _mm256_set1_epi32(v);
+                lo[r] = QMM_DPBUSD(lo[r], av, b0);
+                hi[r] = QMM_DPBUSD(hi[r], av, b1);
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) {
+        if (r < mr) {
+            __m256i *c0 = (__m256i *)(c + r * ldc), *c1 = (__m256i *)(c + r * ldc + 8);
+            if (!first) {
+                lo[r] = _mm256_add_epi32(lo[r], _mm256_loadu_si256(c0));
+                hi[r] = _mm256_add_epi32(hi[r], _mm256_loadu_si256(c1));
+            }
+            _mm256_storeu_si256(c0, lo[r]);
+            _mm256_storeu_si256(c1, hi[r]);
+        }
+    }
+}
+
+static void vnni_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
+                        int first) {
+    switch (mr) {
+    case 1: vnni_tile(a, lda, b, kq, c, ldc, 1, first); break;
+    case 2: vnni_tile(a, lda, b, kq, c, ldc, 2, first); break;
+    case 3: vnni_tile(a, lda, b, kq, c, ldc, 3, first); break;
+    case 4: vnni_tile(a, lda, b, kq, c, ldc, 4, first); break;
+    case 5: vnni_tile(a, lda, b, kq, c, ldc, 5, first); break;
+    default: vnni_tile(a, lda, b, kq, c, ldc, 6, first); break;
+    }
+}
+#endif
 
 static const char *admit(const qmm_call *c, char *why, size_t n) {
-    (void)c; (void)why; (void)n;
-    return "not implemented yet";
+    return qmm_admit_common_int8(c, why, n);
 }
+
 static qmm_status run(qmm_context *ctx, const qmm_call *c) {
+#ifdef QMM_HAVE_AVXVNNI_BUILD
+    return qmm_a2_run(ctx, c, vnni_kernel, 6, 1);
+#else
     (void)ctx;
-    return qmm_fail(QMM_ERR_INTERNAL, "layer %s: engine avx_vnni is not implemented", c->w->name);
+    return qmm_fail(QMM_ERR_INTERNAL, "layer %s: engine avx_vnni was not built", c->w->name);
+#endif
 }
+
 const qmm_engine qmm_engine_avx_vnni = {
-    .id = QMM_ENGINE_AVX_VNNI, .name = "avx_vnni", .kind = QMM_KIND_INT8, .isa = QMM_ISA_AVX_VNNI, .cpu_features = QMM_CPU_AVX2 | QMM_CPU_AVX_VNNI, .built = 1,
-    .admit = admit, .pack = NULL, .run = run,
+    .id = QMM_ENGINE_AVX_VNNI,
+    .name = "avx_vnni",
+    .kind = QMM_KIND_INT8,
+    .isa = QMM_ISA_AVX_VNNI,
+    .cpu_features = QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C | QMM_CPU_AVX_VNNI,
+#ifdef QMM_HAVE_AVXVNNI_BUILD
+    .built = 1,
+#else
+    .built = 0,
+#endif
+    .admit = admit,
+    .pack = NULL,
+    .run = run,
 };
