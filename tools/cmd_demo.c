@@ -1,11 +1,465 @@
-/* cmd_demo.c — placeholder: `qmm demo` is not implemented yet. */
+/*
+ * cmd_demo.c — `qmm demo`: the main job. One video-DiT block's linear layers (SPEC §3/§8:
+ * hidden 5376, 56 heads × 128, FFN 14336 with SwiGLU) built from a fixed seed with the statistics
+ * real layers have (heavy-tailed weights, a few outlier input channels in the activations),
+ * quantized by the library's SPEC §2 quantizer (the code `qmm quantize` uses; convrot g = 256,
+ * per-row scales), then the block's linear chain run through every path:
+ *
+ *   x → qkv_proj → V third (stands in for attention, which mixes V rows) → out_proj
+ *   x → fc1 → (SwiGLU fused into fc2's input) → fc2
+ *
+ *   INT8 convrot   the hard path (dispatch picks the int8 engine)
+ *   INT8 no rot    same, weights quantized without rotation (accuracy: what the rotation buys)
+ *   W8A16          the same-device fallback: the int8 weights on the best bf16 float engine
+ *   BF16           bf16 weights on the best bf16 engine (the baseline users compare against)
+ *   FP32           f32 weights on the best f32 engine, at a reduced token count (said in the
+ *                  table; its time is scaled to the full M, which is linear in M)
+ *
+ * Accuracy of every path is measured against the FP32 path (an fp32 computation with the
+ * unquantized weights) on the rows the FP32 path ran: relative Frobenius error and cosine.
+ */
+#define _POSIX_C_SOURCE 200809L
 #include "commands.h"
+#include "qmm.h"
 
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { P_INT8, P_INT8_NOROT, P_W8A16, P_BF16, P_FP32, P_COUNT };
+static const char *const k_path_names[P_COUNT] = {"INT8 convrot", "INT8 no-rot", "W8A16", "BF16", "FP32"};
+static const char *const k_path_keys[P_COUNT] = {"int8_convrot", "int8_norot", "w8a16", "bf16", "fp32"};
+enum { L_QKV, L_OUT, L_FC1, L_FC2, L_COUNT };
+static const char *const k_layer_names[L_COUNT] = {"qkv_proj", "out_proj", "fc1", "fc2"};
+
+typedef struct {
+    int64_t N, K;
+    qmm_act act;
+    qmm_weight *w[P_COUNT];
+} layer;
+
+typedef struct {
+    double ms[L_COUNT];
+    double rel[L_COUNT], cos[L_COUNT];
+    qmm_engine_id engine[L_COUNT];
+    int ok[L_COUNT];
+    char err[L_COUNT][256];
+} path_result;
+
+/* ---------------------------------------------------------------- deterministic data */
+static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Heavy-tailed, roughly normal values: Irwin–Hall of 4 uniforms, 1 in 64 scaled by 4–8. */
+static float heavy(uint64_t *s) {
+    uint64_t r = mix(*s += 0x9E3779B97F4A7C15ull);
+    float u = (float)(r & 0xffff) + (float)((r >> 16) & 0xffff) + (float)((r >> 32) & 0xffff) +
+              (float)((r >> 48) & 0xffff);
+    float v = (u - 131070.0f) * (1.0f / 37837.0f); /* ~ N(0, 1) */
+    if ((mix(r) & 63) == 0) v *= 4.0f + (float)(mix(r + 1) & 3);
+    return v;
+}
+
+typedef struct {
+    float *w;
+    int64_t N, K, n0, n1;
+    uint64_t seed;
+    int8_t *q_rot, *q_plain;
+    float *s_rot, *s_plain;
+    int status;
+    char err[256]; /* qmm_last_error() is per thread: keep the worker's message */
+} gen_job;
+
+/* Rows [n0, n1): generate, then quantize with and without rotation (per-row: rows independent). */
+static void *gen_rows(void *arg) {
+    gen_job *j = arg;
+    float std = 1.0f / sqrtf((float)j->K);
+    for (int64_t n = j->n0; n < j->n1; n++) {
+        uint64_t s = mix(j->seed ^ (uint64_t)(n * 0x100000001b3ull));
+        float row_scale = std * (0.5f + (float)(mix(s) % 1000) / 1000.0f);
+        for (int64_t k = 0; k < j->K; k++) j->w[n * j->K + k] = heavy(&s) * row_scale;
+    }
+    int64_t rows = j->n1 - j->n0;
+    qmm_quant_options rot = {256, 0}, plain = {0, 0};
+    int gs = 0;
+    qmm_status st = qmm_quantize_weight(j->w + j->n0 * j->K, QMM_F32, rows, j->K, 0, &rot, j->q_rot + j->n0 * j->K,
+                                        j->s_rot + j->n0, &gs);
+    if (st == QMM_OK)
+        st = qmm_quantize_weight(j->w + j->n0 * j->K, QMM_F32, rows, j->K, 0, &plain, j->q_plain + j->n0 * j->K,
+                                 j->s_plain + j->n0, NULL);
+    j->status = st;
+    if (st != QMM_OK) snprintf(j->err, sizeof j->err, "%.250s", qmm_last_error());
+    return NULL;
+}
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Builds every path's weight of one layer. Returns 0 on success. */
+static int build_layer(qmm_context *ctx, layer *L, const char *name, uint64_t seed, int threads) {
+    const int64_t N = L->N, K = L->K;
+    size_t nk = (size_t)N * (size_t)K;
+    float *w = malloc(nk * sizeof(float));
+    int8_t *qr = malloc(nk), *qp = malloc(nk);
+    float *sr = malloc((size_t)N * sizeof(float)), *sp = malloc((size_t)N * sizeof(float));
+    uint16_t *wb = malloc(nk * sizeof(uint16_t));
+    if (!w || !qr || !qp || !sr || !sp || !wb) {
+        fprintf(stderr, "qmm demo: out of memory building %s\n", name);
+        return 1;
+    }
+    int nt = threads < 1 ? 1 : threads > 16 ? 16 : threads;
+    gen_job jobs[16];
+    pthread_t th[16];
+    for (int t = 0; t < nt; t++) {
+        jobs[t] = (gen_job){w, N, K, N * t / nt, N * (t + 1) / nt, seed, qr, qp, sr, sp, 0, ""};
+        pthread_create(&th[t], NULL, gen_rows, &jobs[t]);
+    }
+    int bad = -1;
+    for (int t = 0; t < nt; t++) {
+        pthread_join(th[t], NULL);
+        if (jobs[t].status != QMM_OK) bad = t;
+    }
+    if (bad >= 0) {
+        fprintf(stderr, "qmm demo: quantizing %s failed: %s\n", name, jobs[bad].err);
+        return 1;
+    }
+    for (size_t i = 0; i < nk; i++) { /* bf16 weights for the BF16 baseline (RNE) */
+        uint32_t u;
+        memcpy(&u, &w[i], 4);
+        wb[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    char nm[96];
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.N = N;
+    d.K = K;
+    d.n_scale = N;
+    qmm_status st = QMM_OK;
+    snprintf(nm, sizeof nm, "blocks.0.%s", name);
+    d.name = nm;
+    d.data = qr;
+    d.scale = sr;
+    d.convrot_gs = 256;
+    if (st == QMM_OK) st = qmm_weight_create_int8(ctx, &d, &L->w[P_INT8]);
+    L->w[P_W8A16] = L->w[P_INT8]; /* the same int8 weight, run on a float engine */
+    d.data = qp;
+    d.scale = sp;
+    d.convrot_gs = 0;
+    if (st == QMM_OK) st = qmm_weight_create_int8(ctx, &d, &L->w[P_INT8_NOROT]);
+    if (st == QMM_OK) st = qmm_weight_create_float(ctx, nm, wb, QMM_BF16, N, K, 0, NULL, QMM_F32, &L->w[P_BF16]);
+    if (st == QMM_OK) st = qmm_weight_create_float(ctx, nm, w, QMM_F32, N, K, 0, NULL, QMM_F32, &L->w[P_FP32]);
+    free(w);
+    free(qr);
+    free(qp);
+    free(sr);
+    free(sp);
+    free(wb);
+    if (st != QMM_OK) {
+        fprintf(stderr, "qmm demo: %s: %s\n", name, qmm_last_error());
+        return 1;
+    }
+    return 0;
+}
+
+/* The first engine of the list that admits this call. */
+static qmm_engine_id pick_engine(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *a,
+                                 const qmm_engine_id *list, int n, char *why, size_t whyn) {
+    why[0] = 0;
+    qmm_plan_info p;
+    if (qmm_plan(ctx, w, a, &p) != QMM_OK) { snprintf(why, whyn, "%.200s", qmm_last_error()); return QMM_ENGINE_AUTO; }
+    for (int i = 0; i < n; i++)
+        if (p.admitted[list[i]]) return list[i];
+    snprintf(why, whyn, "%.20s: %.160s", qmm_engine_name(list[0]), p.reason[list[0]]);
+    return QMM_ENGINE_AUTO;
+}
+
+static void accuracy(const void *y, qmm_dtype yt, const float *ref, int64_t rows, int64_t N, int64_t ld, double *rel,
+                     double *cosine) {
+    double num = 0, den = 0, dot = 0, nn = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t n = 0; n < N; n++) {
+            double a, b = ref[r * ld + n];
+            if (yt == QMM_BF16) {
+                uint32_t u = (uint32_t)((const uint16_t *)y)[r * ld + n] << 16;
+                float f;
+                memcpy(&f, &u, 4);
+                a = f;
+            } else {
+                a = ((const float *)y)[r * ld + n];
+            }
+            num += (a - b) * (a - b);
+            den += b * b;
+            dot += a * b;
+            nn += a * a;
+        }
+    *rel = den > 0 ? sqrt(num / den) : 0;
+    *cosine = (den > 0 && nn > 0) ? dot / sqrt(den * nn) : 0;
+}
+
+typedef struct {
+    int64_t M, M32;
+    int repeats, threads, json, small;
+} demo_opts;
+
+static void usage(void) {
+    printf("usage: qmm demo [--tokens M] [--fp32-tokens M] [--threads T] [--repeats R] [--small] [--json]\n"
+           "  --tokens M       tokens through the block (default 1024; a 480P clip is about 15400)\n"
+           "  --fp32-tokens M  tokens for the FP32 path, whose time is scaled to M (default min(M, 256))\n"
+           "  --small          a smaller block (hidden 1536, 16 heads, FFN 4096) for quick runs\n");
+}
 
 int cmd_demo(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "qmm demo: not implemented yet\n");
-    return 1;
+    demo_opts o = {1024, 0, 3, 0, 0, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
+        else if (!strcmp(a, "--json")) o.json = 1;
+        else if (!strcmp(a, "--small")) o.small = 1;
+        else if (!strcmp(a, "--tokens") && v) { o.M = atoll(v); i++; }
+        else if (!strcmp(a, "--fp32-tokens") && v) { o.M32 = atoll(v); i++; }
+        else if (!strcmp(a, "--threads") && v) { o.threads = atoi(v); i++; }
+        else if (!strcmp(a, "--repeats") && v) { o.repeats = atoi(v); i++; }
+        else { fprintf(stderr, "qmm demo: unknown or incomplete option '%s'\n", a); usage(); return 2; }
+    }
+    if (o.M < 1 || o.repeats < 1 || o.threads < 0) { fprintf(stderr, "qmm demo: bad option value\n"); return 2; }
+    if (o.M32 <= 0) o.M32 = o.M < 256 ? o.M : 256;
+    if (o.M32 > o.M) o.M32 = o.M;
+    /* --small: hidden 1536 (every width stays a multiple of the convrot group 256) */
+    const int64_t H = o.small ? 1536 : 5376, HD = o.small ? 2048 : 7168, QKV = 2 * H + HD, FF = o.small ? 4096 : 14336;
+    layer L[L_COUNT] = {{QKV, H, QMM_ACT_NONE, {0}}, {H, HD, QMM_ACT_NONE, {0}}, {2 * FF, H, QMM_ACT_NONE, {0}},
+                        {H, FF, QMM_ACT_SWIGLU, {0}}};
+    qmm_context_options co = qmm_context_options_default();
+    co.n_threads = o.threads;
+    co.pin_threads = 1;
+    qmm_context *ctx;
+    if (qmm_context_create(&co, &ctx) != QMM_OK) { fprintf(stderr, "qmm demo: %s\n", qmm_last_error()); return 1; }
+    int T = qmm_context_threads(ctx);
+    double t0 = now_ms();
+    if (!o.json)
+        fprintf(stderr, "qmm demo: building and quantizing one video-DiT block (hidden %lld, FFN %lld, seed 2026)...\n",
+                (long long)H, (long long)FF);
+    for (int l = 0; l < L_COUNT; l++)
+        if (build_layer(ctx, &L[l], k_layer_names[l], 2026u + (uint64_t)l * 7919u, T)) return 1;
+    double t_build = now_ms() - t0;
+
+    /* x [M, H] bf16 (and the same values in f32 for the FP32 path): heavy tails + outlier channels */
+    const int64_t M = o.M, M32 = o.M32;
+    uint16_t *xb = malloc((size_t)(M * H) * 2);
+    float *xf = malloc((size_t)(M32 * H) * 4);
+    uint64_t s = 77;
+    int outliers[8];
+    for (int i = 0; i < 8; i++) outliers[i] = (int)(mix(1000 + (uint64_t)i) % (uint64_t)H);
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t k = 0; k < H; k++) {
+            float v = heavy(&s);
+            for (int i = 0; i < 8; i++)
+                if (k == outliers[i]) v = 40.0f + 20.0f * (float)(i % 3) + v;
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            xb[r * H + k] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+            if (r < M32) {
+                uint32_t back = (uint32_t)xb[r * H + k] << 16;
+                memcpy(&xf[r * H + k], &back, 4);
+            }
+        }
+    /* per path: qkv [M, QKV], att_out [M, H], fc1 [M, 2FF], fc2 [M, H] */
+    void *buf[P_COUNT][L_COUNT];
+    path_result res[P_COUNT];
+    memset(res, 0, sizeof res);
+    for (int p = 0; p < P_COUNT; p++) {
+        int64_t rows = p == P_FP32 ? M32 : M;
+        size_t es = p == P_FP32 ? 4 : 2;
+        for (int l = 0; l < L_COUNT; l++) {
+            buf[p][l] = calloc((size_t)(rows * L[l].N), es);
+            if (!buf[p][l]) { fprintf(stderr, "qmm demo: out of memory\n"); return 1; }
+        }
+    }
+    static const qmm_engine_id bf16_engines[] = {QMM_ENGINE_AMX_BF16, QMM_ENGINE_AVX512_BF16, QMM_ENGINE_AVX512_F32,
+                                                 QMM_ENGINE_AVX2_F32};
+    static const qmm_engine_id f32_engines[] = {QMM_ENGINE_AVX512_F32, QMM_ENGINE_AVX2_F32};
+    /* FP32 first: it is the accuracy reference */
+    const int order[P_COUNT] = {P_FP32, P_INT8, P_INT8_NOROT, P_W8A16, P_BF16};
+    double *times = malloc(sizeof(double) * (size_t)o.repeats);
+    for (int oi = 0; oi < P_COUNT; oi++) {
+        int p = order[oi];
+        int64_t rows = p == P_FP32 ? M32 : M;
+        qmm_dtype dt = p == P_FP32 ? QMM_F32 : QMM_BF16;
+        size_t es = p == P_FP32 ? 4 : 2;
+        for (int l = 0; l < L_COUNT; l++) {
+            qmm_linear_args a = qmm_linear_args_default();
+            a.M = rows;
+            a.x_dtype = dt;
+            a.y_dtype = dt;
+            a.act = L[l].act;
+            a.y = buf[p][l];
+            switch (l) {
+            case L_QKV:
+            case L_FC1: a.x = p == P_FP32 ? (const void *)xf : (const void *)xb; break;
+            case L_OUT: /* the V third of qkv: columns [2H.., 2H + HD) — a strided input */
+                a.x = (const char *)buf[p][L_QKV] + (size_t)(QKV - HD) * es;
+                a.ldx = QKV;
+                break;
+            case L_FC2: a.x = buf[p][L_FC1]; break;
+            }
+            char why[256] = "";
+            if (p == P_W8A16 || p == P_BF16) a.engine = pick_engine(ctx, L[l].w[p], &a, bf16_engines, 4, why, sizeof why);
+            else if (p == P_FP32) a.engine = pick_engine(ctx, L[l].w[p], &a, f32_engines, 2, why, sizeof why);
+            if (p != P_INT8 && p != P_INT8_NOROT && a.engine == QMM_ENGINE_AUTO) {
+                snprintf(res[p].err[l], sizeof res[p].err[l], "no engine: %.200s", why);
+                continue;
+            }
+            qmm_plan_info plan;
+            qmm_plan(ctx, L[l].w[p], &a, &plan);
+            res[p].engine[l] = a.engine != QMM_ENGINE_AUTO ? a.engine : plan.engine;
+            if ((p == P_INT8 || p == P_INT8_NOROT) && (plan.engine == QMM_ENGINE_AUTO || plan.is_fallback)) {
+                char text[2048];
+                qmm_plan_format(&plan, text, sizeof text);
+                snprintf(res[p].err[l], sizeof res[p].err[l], "no int8 engine admits it here (%s)",
+                         plan.engine == QMM_ENGINE_AUTO ? "none at all" : "would fall back");
+                continue;
+            }
+            int failed = 0;
+            for (int r = 0; r < o.repeats && !failed; r++) {
+                double ts = now_ms();
+                if (qmm_linear(ctx, L[l].w[p], &a) != QMM_OK) {
+                    snprintf(res[p].err[l], sizeof res[p].err[l], "%.250s", qmm_last_error());
+                    failed = 1;
+                }
+                times[r] = now_ms() - ts;
+            }
+            if (failed) continue;
+            qsort(times, (size_t)o.repeats, sizeof(double), cmp_double);
+            res[p].ms[l] = times[o.repeats / 2] * (double)M / (double)rows; /* FP32: scaled to M */
+            res[p].ok[l] = 1;
+            if (res[P_FP32].ok[l])
+                accuracy(buf[p][l], dt, buf[P_FP32][l], M32, L[l].N, L[l].N, &res[p].rel[l], &res[p].cos[l]);
+        }
+    }
+    free(times);
+
+    /* ---------------------------------------------------------------- report */
+    double tot[P_COUNT] = {0};
+    int all_ok[P_COUNT];
+    for (int p = 0; p < P_COUNT; p++) {
+        all_ok[p] = 1;
+        for (int l = 0; l < L_COUNT; l++) { tot[p] += res[p].ms[l]; all_ok[p] &= res[p].ok[l]; }
+    }
+    double ops_total = 0;
+    for (int l = 0; l < L_COUNT; l++) ops_total += 2.0 * (double)M * (double)L[l].N * (double)L[l].K;
+    if (o.json) {
+        printf("{\"tokens\": %lld, \"fp32_tokens\": %lld, \"threads\": %d, \"hidden\": %lld, \"cpu\": \"%s\", "
+               "\"build_ms\": %.1f, \"rows\": [",
+               (long long)M, (long long)M32, T, (long long)H, qmm_cpu_brand(), t_build);
+        int first = 1;
+        for (int l = 0; l <= L_COUNT; l++)
+            for (int p = 0; p < P_COUNT; p++) {
+                int is_total = l == L_COUNT;
+                int ok = is_total ? all_ok[p] : res[p].ok[l];
+                double ms = is_total ? tot[p] : res[p].ms[l];
+                double ops = is_total ? ops_total : 2.0 * (double)M * (double)L[l].N * (double)L[l].K;
+                printf("%s\n  {\"layer\": \"%s\", \"path\": \"%s\", \"N\": %lld, \"K\": %lld, \"M\": %lld, "
+                       "\"engine\": \"%s\", \"ok\": %s",
+                       first ? "" : ",", is_total ? "total" : k_layer_names[l], k_path_keys[p],
+                       (long long)(is_total ? 0 : L[l].N), (long long)(is_total ? 0 : L[l].K),
+                       (long long)(p == P_FP32 ? M32 : M),
+                       is_total ? "" : qmm_engine_name(res[p].engine[l]), ok ? "true" : "false");
+                first = 0;
+                if (ok) {
+                    printf(", \"median_ms\": %.3f, \"tops\": %.4f", ms, ops / (ms * 1e9));
+                    if (all_ok[P_BF16] || (!is_total && res[P_BF16].ok[l]))
+                        printf(", \"speedup_vs_bf16\": %.3f", (is_total ? tot[P_BF16] : res[P_BF16].ms[l]) / ms);
+                    if (all_ok[P_FP32] || (!is_total && res[P_FP32].ok[l]))
+                        printf(", \"speedup_vs_fp32\": %.3f", (is_total ? tot[P_FP32] : res[P_FP32].ms[l]) / ms);
+                    if (!is_total) printf(", \"rel_err\": %.6g, \"cosine\": %.8f", res[p].rel[l], res[p].cos[l]);
+                } else if (!is_total) {
+                    printf(", \"error\": \"");
+                    for (const char *c = res[p].err[l]; *c; c++) {
+                        if (*c == '"' || *c == '\\') putchar('\\');
+                        putchar(*c);
+                    }
+                    printf("\"");
+                }
+                printf("}");
+            }
+        printf("\n]}\n");
+    } else {
+        printf("\nqmm demo — one video-DiT block's linear layers (hidden %lld, %lld heads x 128, FFN %lld, SwiGLU)\n",
+               (long long)H, (long long)(HD / 128), (long long)FF);
+        printf("%lld tokens, %d threads, %s; median of %d; built + quantized in %.1f s\n", (long long)M, T,
+               qmm_cpu_brand(), o.repeats, t_build / 1e3);
+        printf("FP32 ran %lld tokens (its time is scaled to %lld); accuracy is against FP32 on those rows\n\n",
+               (long long)M32, (long long)M);
+        printf("%-9s %-12s %-13s %-12s %10s %9s %8s %8s %10s %10s\n", "layer", "N x K", "path", "engine", "median ms",
+               "T(FL)OP/s", "vs BF16", "vs FP32", "rel err", "cosine");
+        for (int l = 0; l <= L_COUNT; l++) {
+            for (int p = 0; p < P_COUNT; p++) {
+                int is_total = l == L_COUNT;
+                char shape[32] = "";
+                if (!is_total && p == 0) snprintf(shape, sizeof shape, "%lldx%lld", (long long)L[l].N, (long long)L[l].K);
+                const char *lname = p == 0 ? (is_total ? "total" : k_layer_names[l]) : "";
+                int ok = is_total ? all_ok[p] : res[p].ok[l];
+                if (!ok) {
+                    printf("%-9s %-12s %-13s %s\n", lname, shape, k_path_names[p],
+                           is_total ? "(incomplete)" : res[p].err[l]);
+                    continue;
+                }
+                double ms = is_total ? tot[p] : res[p].ms[l];
+                double ops = is_total ? ops_total : 2.0 * (double)M * (double)L[l].N * (double)L[l].K;
+                double bf = is_total ? (all_ok[P_BF16] ? tot[P_BF16] : 0) : (res[P_BF16].ok[l] ? res[P_BF16].ms[l] : 0);
+                double f3 = is_total ? (all_ok[P_FP32] ? tot[P_FP32] : 0) : (res[P_FP32].ok[l] ? res[P_FP32].ms[l] : 0);
+                char sb[16] = "-", sf[16] = "-", re[16] = "", co[16] = "";
+                if (bf > 0) snprintf(sb, sizeof sb, "%.2fx", bf / ms);
+                if (f3 > 0) snprintf(sf, sizeof sf, "%.2fx", f3 / ms);
+                if (!is_total && p != P_FP32) {
+                    snprintf(re, sizeof re, "%.2e", res[p].rel[l]);
+                    snprintf(co, sizeof co, "%.6f", res[p].cos[l]);
+                } else if (!is_total) {
+                    snprintf(re, sizeof re, "(ref)");
+                }
+                printf("%-9s %-12s %-13s %-12s %10.1f %9.3f %8s %8s %10s %10s\n", lname, shape, k_path_names[p],
+                       is_total ? "" : qmm_engine_name(res[p].engine[l]), ms, ops / (ms * 1e9), sb, sf, re, co);
+            }
+            printf("\n");
+        }
+        if (all_ok[P_INT8] && all_ok[P_BF16] && all_ok[P_FP32])
+            printf("INT8 (convrot) block: %.2fx faster than BF16, %.2fx faster than FP32 on this machine.\n",
+                   tot[P_BF16] / tot[P_INT8], tot[P_FP32] / tot[P_INT8]);
+        double r0 = 0, r1 = 0;
+        r0 = res[P_INT8].rel[L_QKV] + res[P_INT8].rel[L_FC1];
+        r1 = res[P_INT8_NOROT].rel[L_QKV] + res[P_INT8_NOROT].rel[L_FC1];
+        if (r0 > 0 && r1 > 0)
+            printf("ConvRot on inputs with outlier channels (qkv_proj, fc1): rel err %.2e with rotation vs %.2e "
+                   "without (%.1fx lower).\n",
+                   r0 / 2, r1 / 2, r1 / r0);
+        qmm_counters c;
+        qmm_get_counters(ctx, &c);
+        printf("fallbacks during the run: %llu (W8A16 rows name their float engine explicitly)\n",
+               (unsigned long long)c.fallbacks);
+    }
+    for (int l = 0; l < L_COUNT; l++)
+        for (int p = 0; p < P_COUNT; p++)
+            if (p != P_W8A16) qmm_weight_destroy(L[l].w[p]);
+    for (int p = 0; p < P_COUNT; p++)
+        for (int l = 0; l < L_COUNT; l++) free(buf[p][l]);
+    free(xb);
+    free(xf);
+    qmm_context_destroy(ctx);
+    int good = all_ok[P_INT8];
+    return good ? 0 : 1;
 }
