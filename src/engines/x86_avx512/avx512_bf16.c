@@ -1,15 +1,134 @@
-/* avx512_bf16.c — placeholder until the avx512_bf16 engine lands: it refuses every call, so dispatch skips it. */
+/*
+ * avx512_bf16.c — the AVX512-BF16 float engine (VDPBF16PS): the BF16 baseline, the engine of
+ * bf16 float weights, and the W8A16 fallback for int8 weights on CPUs without AMX.
+ *
+ * Contract (SPEC §4, issue 4; driver and layouts in core/float_act.h):
+ *   int8 weight (fallback / full_precision): a = act(x), rotated if w->convrot_gs (exactly
+ *     qmm_ref_act_rotate_row, values in x's dtype), then rounded to bf16 (RNE); the int8 weights
+ *     (exact in bf16) are widened inside the engine from the shared n16k4 packing into the
+ *     VDPBF16PS operand, one (kc × 64) block at a time — never a dequantized copy;
+ *     y = out((acc · w_scale[n]) + bias[n]) in fp32.
+ *   bf16 float weight: a = act(x) rounded to bf16; W read from w->fp.bf16 (n16k2: one k-pair row
+ *     of 16 columns is exactly one VDPBF16PS operand); y = out(acc + bias[n]).
+ *   f32 float weight: refused (this engine would round the weights to bf16; avx512_f32 runs them).
+ * acc: VDPBF16PS chains over k-pairs in order, starting from 0 (products exact, fp32 adds; the
+ * instruction flushes denormals) — within fp32 summation noise of an fp64 sum, not bit-equal to
+ * the f32 engines.
+ *
+ * Micro-kernel: 6 rows × 64 columns (24 zmm accumulators), B block [kc/2][64][2] bf16 (32 KiB, in
+ * L1), A k-pairs broadcast (one dword) from the 6-row panel.
+ */
+#include "float_act.h"
 #include "qmm_internal.h"
 
+#include <immintrin.h>
+#include <string.h>
+
+#define MR 6
+#define NR 64
+#define KC 256
+
+/* ---------------------------------------------------------------- B blocks → [kc/2][64][2] bf16 */
+/* 16 columns × 4 k int8 (byte 4c + k) → two k-pair rows (k0,k1) and (k2,k3) of 16 columns */
+static inline void widen_i8_quad(const int8_t *src, uint16_t *dst /* 2 pair rows of stride 2·NR */) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    __m512i x = _mm512_loadu_si512(src);
+    __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(x, 0)));
+    __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(x, 1)));
+    __m512 f2 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(x, 2)));
+    __m512 f3 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(x, 3)));
+    /* exact: int8 values are bf16 numbers. dword 2c = (k0,k1) of column c, 2c+1 = (k2,k3) */
+    __m512i lo = (__m512i)_mm512_cvtne2ps_pbh(f1, f0); /* columns 0..7 */
+    __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(f3, f2); /* columns 8..15 */
+    _mm512_storeu_si512(dst, _mm512_permutex2var_epi32(lo, even, hi));
+    _mm512_storeu_si512(dst + 2 * NR, _mm512_permutex2var_epi32(lo, odd, hi));
+}
+
+static const void *prep_b(const qmm_weight *w, int64_t n0, int64_t k0, int64_t kc, void *buf) {
+    uint16_t *B = buf;
+    const int64_t pairs = kc / 2; /* kc is even (K rounded up to 2) */
+    for (int jb = 0; jb < NR / 16; jb++) {
+        int64_t n = n0 + 16 * jb;
+        uint16_t *d = B + 32 * jb;
+        int64_t Np = w->is_int8 ? w->i8.Np : w->fp.Np;
+        if (n >= Np) {
+            for (int64_t q = 0; q < pairs; q++) memset(d + q * 2 * NR, 0, 64);
+            continue;
+        }
+        if (w->is_int8) {
+            const qmm_packed_i8 *p = &w->i8;
+            const int8_t *s = p->data + ((n / 16) * (p->Kp / 4) + k0 / 4) * 64;
+            for (int64_t q = 0; q < (kc + 3) / 4; q++) widen_i8_quad(s + q * 64, d + q * 4 * NR);
+        } else {
+            const qmm_packed_f *p = &w->fp;
+            const uint16_t *s = p->bf16 + ((n / 16) * (p->Kp / 2) + k0 / 2) * 32;
+            for (int64_t q = 0; q < pairs; q++) _mm512_storeu_si512(d + q * 2 * NR, _mm512_loadu_si512(s + q * 32));
+        }
+    }
+    return B;
+}
+
+/* ---------------------------------------------------------------- the micro-kernel */
+static inline __attribute__((always_inline)) void kern(const int rows, int64_t kc, const uint32_t *a,
+                                                       const uint16_t *b, float *C, int accumulate) {
+    __m512 c[MR][4];
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < 4; j++) c[i][j] = accumulate ? _mm512_loadu_ps(C + i * NR + j * 16) : _mm512_setzero_ps();
+    const int64_t pairs = kc / 2;
+    for (int64_t q = 0; q < pairs; q++) {
+        const uint16_t *bq = b + q * 2 * NR;
+        __m512bh b0 = (__m512bh)_mm512_load_si512(bq), b1 = (__m512bh)_mm512_load_si512(bq + 32),
+                 b2 = (__m512bh)_mm512_load_si512(bq + 64), b3 = (__m512bh)_mm512_load_si512(bq + 96);
+        for (int i = 0; i < rows; i++) {
+            __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[q * MR + i]);
+            c[i][0] = _mm512_dpbf16_ps(c[i][0], av, b0);
+            c[i][1] = _mm512_dpbf16_ps(c[i][1], av, b1);
+            c[i][2] = _mm512_dpbf16_ps(c[i][2], av, b2);
+            c[i][3] = _mm512_dpbf16_ps(c[i][3], av, b3);
+        }
+    }
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < 4; j++) _mm512_storeu_ps(C + i * NR + j * 16, c[i][j]);
+}
+
+static void kernel(int rows, int64_t kc, const void *a, const void *b, float *C, int accumulate) {
+    switch (rows) {
+    case 1: kern(1, kc, a, b, C, accumulate); break;
+    case 2: kern(2, kc, a, b, C, accumulate); break;
+    case 3: kern(3, kc, a, b, C, accumulate); break;
+    case 4: kern(4, kc, a, b, C, accumulate); break;
+    case 5: kern(5, kc, a, b, C, accumulate); break;
+    default: kern(6, kc, a, b, C, accumulate); break;
+    }
+}
+
+/* ---------------------------------------------------------------- engine */
 static const char *admit(const qmm_call *c, char *why, size_t n) {
-    (void)c; (void)why; (void)n;
-    return "not implemented yet";
+    const char *r = qmm_admit_common_float(c, why, n);
+    if (r) return r;
+    if (!c->w->is_int8 && c->w->fdtype != QMM_BF16)
+        return "f32 weights: avx512_bf16 would round them to bf16 (avx512_f32 runs them)";
+    return NULL;
 }
+
 static qmm_status run(qmm_context *ctx, const qmm_call *c) {
-    (void)ctx;
-    return qmm_fail(QMM_ERR_INTERNAL, "layer %s: engine avx512_bf16 is not implemented", c->w->name);
+    qmm_fgemm g = {
+        .mr = MR, .nr = NR, .kc = KC, .bf16 = 1,
+        .b_bytes = (size_t)(KC + 4) * NR * sizeof(uint16_t),
+        .prep_b = prep_b, .kernel = kernel, .epilogue = qmm_float_epilogue_avx512,
+    };
+    return qmm_float_gemm(ctx, c, &g);
 }
+
 const qmm_engine qmm_engine_avx512_bf16 = {
-    .id = QMM_ENGINE_AVX512_BF16, .name = "avx512_bf16", .kind = QMM_KIND_FLOAT, .isa = QMM_ISA_AVX512_BF16, .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512_BF16, .built = 1,
-    .admit = admit, .pack = NULL, .run = run,
+    .id = QMM_ENGINE_AVX512_BF16,
+    .name = "avx512_bf16",
+    .kind = QMM_KIND_FLOAT,
+    .isa = QMM_ISA_AVX512_BF16,
+    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512_BF16,
+    .built = 1,
+    .admit = admit,
+    .pack = NULL,
+    .run = run,
 };

@@ -1,0 +1,181 @@
+/*
+ * float_act.c — the float engines' activation pre-pass (act → rotation → f32 or bf16 panels)
+ * and their blocked, threaded GEMM driver. Contract and layouts: float_act.h.
+ */
+#include "float_act.h"
+
+#include "numerics.h"
+
+#include <string.h>
+
+/* ---------------------------------------------------------------- the A pre-pass */
+typedef struct {
+    const qmm_call *c;
+    int64_t r0, rows;          /* chunk rows (rows rounded up to mr are written) */
+    int mr, bf16;
+    void *A;
+    int64_t Ka;
+    float *tmp;                /* [threads][Kt] */
+    int64_t Kt, rows_per_task;
+} act_job;
+
+static void act_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    (void)n_tasks;
+    act_job *j = arg;
+    const qmm_call *c = j->c;
+    const int64_t K = c->K, Ka = j->Ka, mr = j->mr;
+    const int gs = c->w->is_int8 ? c->w->convrot_gs : 0;
+    const size_t xs = qmm_dtype_size(c->x_dtype);
+    float *tmp = j->tmp + (int64_t)thread * j->Kt;
+    int64_t i0 = task * j->rows_per_task, i1 = i0 + j->rows_per_task;
+    int64_t all = qmm_round_up(j->rows, mr);
+    if (i1 > all) i1 = all;
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t r = j->r0 + i;   /* row of x */
+        int64_t p = i / mr, ii = i % mr;
+        if (i < j->rows) {
+            qmm_ref_act_rotate_row((const char *)c->x + (size_t)(r * c->ldx) * xs, c->x_dtype, K, c->act, gs,
+                                   tmp);
+        } else {
+            memset(tmp, 0, (size_t)K * sizeof(float));
+        }
+        if (j->bf16) {
+            uint16_t *A = (uint16_t *)j->A + p * Ka * mr + 2 * ii;
+            for (int64_t k = 0; k < K; k++) A[(k / 2) * mr * 2 + (k % 2)] = qmm_f32_to_bf16(tmp[k]);
+            if (Ka > K) A[(K / 2) * mr * 2 + 1] = 0; /* odd K: the last pair's second half */
+        } else {
+            float *A = (float *)j->A + p * Ka * mr + ii;
+            for (int64_t k = 0; k < K; k++) A[k * mr] = tmp[k];
+        }
+    }
+}
+
+qmm_status qmm_float_act_pack(qmm_context *ctx, const qmm_call *c, int64_t r0, int64_t rows, int mr, int bf16,
+                              void *A, int64_t Ka) {
+    act_job j;
+    memset(&j, 0, sizeof j);
+    j.c = c;
+    j.r0 = r0;
+    j.rows = rows;
+    j.mr = mr;
+    j.bf16 = bf16;
+    j.A = A;
+    j.Ka = Ka;
+    j.Kt = qmm_round_up(c->K, 16);
+    int nt = ctx->n_threads;
+    void *tmp;
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_PREPASS, (size_t)(nt * j.Kt) * sizeof(float), &tmp));
+    j.tmp = tmp;
+    int64_t all = qmm_round_up(rows, mr);
+    int64_t tasks = (int64_t)nt * 4;
+    if (tasks > all) tasks = all;
+    j.rows_per_task = (all + tasks - 1) / tasks;
+    tasks = (all + j.rows_per_task - 1) / j.rows_per_task;
+    qmm_pool_run(ctx->pool, tasks, act_task, &j);
+    return QMM_OK;
+}
+
+/* ---------------------------------------------------------------- the epilogue */
+void qmm_float_epilogue_ref(const qmm_call *c, const float *C, int64_t ldc, int64_t rows, int64_t r0, int64_t n0,
+                            int64_t ncols) {
+    const qmm_weight *w = c->w;
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t j = 0; j < ncols; j++) {
+            int64_t n = n0 + j;
+            float v = C[i * ldc + j];
+            if (w->is_int8) v = v * w->scale[n];
+            v = v + (w->bias ? w->bias[n] : 0.0f);
+            qmm_store_f(c->y, c->y_dtype, (r0 + i) * c->ldy + n, v);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- the GEMM driver */
+typedef struct {
+    const qmm_call *c;
+    const qmm_fgemm *g;
+    const void *A;             /* the chunk's panels */
+    int64_t Ka, Keff;          /* A's k extent; k extent the kernels run (K, or K rounded to 2) */
+    int64_t r0, rows;          /* chunk */
+    int64_t panels, pg, nrg;   /* panels in the chunk, panels per task, row groups */
+    int64_t ncb;               /* column blocks */
+    char *tscratch;            /* [threads][tbytes]: B block, then C tile */
+    size_t tbytes, bbytes;
+    qmm_fepilogue_fn epi;
+} gemm_job;
+
+static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    (void)n_tasks;
+    gemm_job *j = arg;
+    const qmm_fgemm *g = j->g;
+    const qmm_call *c = j->c;
+    const int64_t jb = task / j->nrg, rg = task % j->nrg;
+    const int64_t n0 = jb * g->nr;
+    const int64_t p0 = rg * j->pg;
+    int64_t p1 = p0 + j->pg;
+    if (p1 > j->panels) p1 = j->panels;
+    char *ts = j->tscratch + (size_t)thread * j->tbytes;
+    void *bbuf = ts;
+    float *C = (float *)(ts + j->bbytes);     /* [(p1 - p0) * mr][nr] */
+    const size_t es = g->bf16 ? 2 : 4;
+    for (int64_t k0 = 0; k0 < j->Keff; k0 += g->kc) {
+        int64_t kc = j->Keff - k0 < g->kc ? j->Keff - k0 : g->kc;
+        const void *b = g->prep_b(c->w, n0, k0, kc, bbuf);
+        for (int64_t p = p0; p < p1; p++) {
+            int64_t prow = p * g->mr;
+            int rows = (int)(j->rows - prow < g->mr ? j->rows - prow : g->mr);
+            const char *a = (const char *)j->A + (size_t)(p * j->Ka * g->mr + k0 * g->mr) * es;
+            g->kernel(rows, kc, a, b, C + (p - p0) * g->mr * g->nr, k0 > 0);
+        }
+    }
+    int64_t ncols = c->N - n0 < g->nr ? c->N - n0 : g->nr;
+    int64_t rfirst = p0 * g->mr;
+    int64_t rlast = p1 * g->mr < j->rows ? p1 * g->mr : j->rows;
+    j->epi(c, C, g->nr, rlast - rfirst, j->r0 + rfirst, n0, ncols);
+}
+
+/* rows per chunk: bounds the A scratch and keeps a chunk's kc-slice of A in L2 */
+#define QMM_FLOAT_MC 384
+
+qmm_status qmm_float_gemm(qmm_context *ctx, const qmm_call *c, const qmm_fgemm *g) {
+    const int64_t M = c->M, N = c->N, K = c->K;
+    const int nt = ctx->n_threads;
+    const int64_t Ka = g->bf16 ? qmm_round_up(K, 2) : K;
+    const int64_t mc = c->M < QMM_FLOAT_MC ? qmm_round_up(M, g->mr) : qmm_round_up(QMM_FLOAT_MC, g->mr);
+    const size_t es = g->bf16 ? 2 : 4;
+    size_t abytes;
+    QMM_RETURN_IF(!qmm_mul_ok((size_t)mc * (size_t)Ka, es, &abytes), QMM_ERR_UNSUPPORTED,
+                  "layer %s: K=%lld too large for the float engines", c->w->name, (long long)K);
+    void *A;
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, abytes, &A));
+    gemm_job j;
+    memset(&j, 0, sizeof j);
+    j.c = c;
+    j.g = g;
+    j.A = A;
+    j.Ka = Ka;
+    j.Keff = Ka;
+    j.ncb = (N + g->nr - 1) / g->nr;
+    j.epi = g->epilogue ? g->epilogue : qmm_float_epilogue_ref;
+    j.bbytes = (g->b_bytes + 63) & ~(size_t)63;
+    const int64_t max_panels = mc / g->mr;
+    j.tbytes = j.bbytes + (size_t)(max_panels * g->mr * g->nr) * sizeof(float);
+    void *ts;
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, j.tbytes * (size_t)nt, &ts));
+    j.tscratch = ts;
+    for (int64_t r0 = 0; r0 < M; r0 += mc) {
+        int64_t rows = M - r0 < mc ? M - r0 : mc;
+        QMM_FORWARD_IF_ERROR(qmm_float_act_pack(ctx, c, r0, rows, g->mr, g->bf16, A, Ka));
+        j.r0 = r0;
+        j.rows = rows;
+        j.panels = (rows + g->mr - 1) / g->mr;
+        /* enough tasks for every thread: split the rows only when there are few column blocks */
+        int64_t want_groups = (4 * (int64_t)nt + j.ncb - 1) / j.ncb;
+        if (want_groups > j.panels) want_groups = j.panels;
+        if (want_groups < 1) want_groups = 1;
+        j.pg = (j.panels + want_groups - 1) / want_groups;
+        j.nrg = (j.panels + j.pg - 1) / j.pg;
+        qmm_pool_run(ctx->pool, j.ncb * j.nrg, gemm_task, &j);
+    }
+    return QMM_OK;
+}
