@@ -1,15 +1,208 @@
-/* avx512_vnni.c — placeholder until the avx512_vnni engine lands: it refuses every call, so dispatch skips it. */
+/*
+ * avx512_vnni.c — the AVX512-VNNI int8 engine (QMM_ENGINE_AVX512_VNNI): SPEC §1 on the shared
+ * n16k4 packed weights, bit-identical to the reference engine (int32 accumulators and outputs).
+ *
+ *   1. pre-pass (qmm_prepass, AVX-512 row kernel): q [M][Kp] int8 + s [M] fp32 into the
+ *      context's QMM_SCRATCH_ACT arena; then a = q ^ 0x80 = q + 128 as u8, in place, because
+ *      VPDPBUSD multiplies u8 × s8:  Σ (q+128)·w − 128·colsum[n] = Σ q·w  (mod 2^32, exact).
+ *      Weights holding -128 are fine: u8 × s8 products fit the instruction's int16 partials.
+ *   2. GEMM: the output is cut into tasks of MC rows × NC columns (a static partition, task i on
+ *      thread i % n; every accumulator is an exact int32 sum, so the bits never depend on the
+ *      thread count or on the blocking). Inside a task: for each K chunk of KC, for each panel
+ *      of NRB 16-column blocks (its KC × 64-byte slices stay in L1), for each MR rows: the
+ *      micro-kernel MR × NRB zmm accumulators (6 × 4: 24 zmm), one broadcast of 4 activation
+ *      bytes per row and one 64-byte weight row per block per 4 k. Partial sums of a task live
+ *      in a per-thread MC × NC int32 block of QMM_SCRATCH_ENGINE between K chunks.
+ *   3. the last K chunk runs the fused epilogue on the registers: acc − 128·colsum, then I32
+ *      out, or ((float)acc · s_r) · w_scale[n] + bias[n] (+0.0f without bias, as the
+ *      reference) → f32 / f16 (vcvtps2ph, RNE) / bf16 (integer RNE, NaN kept quiet), masked
+ *      stores for the last columns, row stride ldy.
+ * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights.
+ * No allocation per call beyond the context's scratch arenas.
+ */
+#include "numerics.h"
+#include "prepass.h"
 #include "qmm_internal.h"
 
-static const char *admit(const qmm_call *c, char *why, size_t n) {
-    (void)c; (void)why; (void)n;
-    return "not implemented yet";
+#include <immintrin.h>
+#include <string.h>
+
+enum {
+    MR = 6,     /* rows per micro-kernel */
+    NRB = 4,    /* 16-column blocks per micro-kernel (64 columns) */
+    KC = 512,   /* K chunk: a 64 × KC weight panel is 32 KiB (L1) */
+    MC = 192,   /* rows per task: MC × KC activation bytes = 96 KiB (L2) */
+    NC = 256    /* columns per task: MC × NC int32 partials = 192 KiB (L2) */
+};
+
+typedef struct {
+    const qmm_call *c;
+    uint8_t *a;         /* [M][Kp] q + 128 */
+    const float *s;     /* [M] */
+    int32_t *part;      /* [threads][MC * NC] */
+    int64_t Kp, kq;     /* kq: K rounded up to 4, in quads */
+    int64_t mtasks, ntasks, rows_per_task;
+} vnni_job;
+
+/* ---------------------------------------------------------------- epilogue */
+static inline void store_out(const qmm_call *c, __m512i acc, int64_t r, int64_t n, float s_r) {
+    const qmm_weight *w = c->w;
+    int64_t left = c->N - n;
+    __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+    acc = _mm512_sub_epi32(acc, _mm512_slli_epi32(_mm512_load_si512(w->i8.colsum + n), 7));
+    if (c->y_dtype == QMM_I32) {
+        _mm512_mask_storeu_epi32((int32_t *)c->y + r * c->ldy + n, m, acc);
+        return;
+    }
+    __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(s_r));
+    t = _mm512_mul_ps(t, _mm512_maskz_loadu_ps(m, w->scale + n));
+    t = _mm512_add_ps(t, w->bias ? _mm512_maskz_loadu_ps(m, w->bias + n) : _mm512_setzero_ps());
+    switch (c->y_dtype) {
+    case QMM_F16:
+        _mm256_mask_storeu_epi16((uint16_t *)c->y + r * c->ldy + n, m,
+                                 _mm512_cvtps_ph(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        break;
+    case QMM_BF16: {
+        __m512i u = _mm512_castps_si512(t);
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+        __m512i rr = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                          _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+        rr = _mm512_mask_mov_epi32(rr, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+        _mm256_mask_storeu_epi16((uint16_t *)c->y + r * c->ldy + n, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(rr, 16)));
+        break;
+    }
+    default: _mm512_mask_storeu_ps((float *)c->y + r * c->ldy + n, m, t); break;
+    }
 }
+
+/* ---------------------------------------------------------------- micro-kernel */
+/* rows [r, r+mr) × blocks [nb, nb+nr) over quads [q0, q0+nq). a: row r at quad q0; b: block nb at
+ * quad q0 (blocks Kp*16 bytes apart); part: the partial sums (ldp int32 per row). */
+static inline __attribute__((always_inline)) void kernel(const int mr, const int nr, const vnni_job *j, const uint8_t *a,
+                                                         const int8_t *b, int64_t nq, int32_t *part, int first,
+                                                         int last, int64_t r, int64_t n) {
+    const int64_t lda = j->Kp, ldb = j->Kp * 16;
+    __m512i acc[MR][NRB];
+    for (int i = 0; i < mr; i++)
+        for (int jj = 0; jj < nr; jj++)
+            acc[i][jj] = first ? _mm512_setzero_si512() : _mm512_loadu_si512(part + i * NC + jj * 16);
+    for (int64_t q = 0; q < nq; q++) {
+        __m512i bv[NRB];
+        for (int jj = 0; jj < nr; jj++) bv[jj] = _mm512_load_si512(b + jj * ldb + q * 64);
+        for (int i = 0; i < mr; i++) {
+            int32_t v;
+            memcpy(&v, a + i * lda + q * 4, 4);
+            __m512i av = _mm512_set1_epi32(v);
+            for (int jj = 0; jj < nr; jj++) acc[i][jj] = _mm512_dpbusd_epi32(acc[i][jj], av, bv[jj]);
+        }
+    }
+    if (!last) {
+        for (int i = 0; i < mr; i++)
+            for (int jj = 0; jj < nr; jj++) _mm512_storeu_si512(part + i * NC + jj * 16, acc[i][jj]);
+        return;
+    }
+    for (int i = 0; i < mr; i++)
+        for (int jj = 0; jj < nr; jj++)
+            if (n + jj * 16 < j->c->N) store_out(j->c, acc[i][jj], r + i, n + jj * 16, j->s[r + i]);
+}
+
+#define K_CASE(MR_, NR_) \
+    case MR_ * 8 + NR_: kernel(MR_, NR_, j, a, b, nq, part, first, last, r, n); break;
+#define K_ROW(MR_) K_CASE(MR_, 1) K_CASE(MR_, 2) K_CASE(MR_, 3) K_CASE(MR_, 4)
+
+static void kernel_any(int mr, int nr, const vnni_job *j, const uint8_t *a, const int8_t *b, int64_t nq, int32_t *part,
+                       int first, int last, int64_t r, int64_t n) {
+    switch (mr * 8 + nr) {
+        K_ROW(1) K_ROW(2) K_ROW(3) K_ROW(4) K_ROW(5) K_ROW(6)
+    default: break;
+    }
+}
+
+/* ---------------------------------------------------------------- the threaded GEMM */
+static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    (void)n_tasks;
+    const vnni_job *j = arg;
+    const qmm_call *c = j->c;
+    const int64_t mt = task / j->ntasks, nt = task % j->ntasks;
+    const int64_t m0 = mt * j->rows_per_task, m1 = m0 + j->rows_per_task < c->M ? m0 + j->rows_per_task : c->M;
+    const int64_t nblocks = c->w->i8.Np / 16;
+    const int64_t b0 = nt * (NC / 16), b1 = b0 + NC / 16 < nblocks ? b0 + NC / 16 : nblocks;
+    int32_t *part = j->part + (int64_t)thread * MC * NC;
+    for (int64_t q0 = 0; q0 < j->kq; q0 += KC / 4) {
+        const int64_t nq = j->kq - q0 < KC / 4 ? j->kq - q0 : KC / 4;
+        const int first = q0 == 0, last = q0 + nq >= j->kq;
+        for (int64_t nb = b0; nb < b1; nb += NRB) {
+            const int nr = (int)(b1 - nb < NRB ? b1 - nb : NRB);
+            const int8_t *b = c->w->i8.data + nb * j->Kp * 16 + q0 * 64;
+            for (int64_t r = m0; r < m1; r += MR) {
+                const int mr = (int)(m1 - r < MR ? m1 - r : MR);
+                kernel_any(mr, nr, j, j->a + r * j->Kp + q0 * 4, b, nq, part + (r - m0) * NC + (nb - b0) * 16, first,
+                           last, r, nb * 16);
+            }
+        }
+    }
+}
+
+/* q → q + 128 (u8) in place, rows [r0, r1) */
+static void to_u8_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    (void)n_tasks;
+    (void)thread;
+    const vnni_job *j = arg;
+    int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task < j->c->M ? r0 + j->rows_per_task : j->c->M;
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    for (int64_t r = r0; r < r1; r++) {
+        uint8_t *row = j->a + r * j->Kp;
+        for (int64_t k = 0; k < j->kq * 4; k += 64) {
+            __mmask64 m = j->kq * 4 - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (j->kq * 4 - k)) - 1);
+            _mm512_mask_storeu_epi8(row + k, m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, row + k), x80));
+        }
+    }
+}
+
 static qmm_status run(qmm_context *ctx, const qmm_call *c) {
-    (void)ctx;
-    return qmm_fail(QMM_ERR_INTERNAL, "layer %s: engine avx512_vnni is not implemented", c->w->name);
+    const qmm_weight *w = c->w;
+    const int64_t M = c->M, Kp = w->i8.Kp;
+    const int nt = ctx->n_threads;
+    size_t qbytes, abytes;
+    QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)Kp, &qbytes) || qbytes > SIZE_MAX - (size_t)M * 4, QMM_ERR_UNSUPPORTED,
+                  "layer %s: M=%lld x Kp=%lld activations too large", w->name, (long long)M, (long long)Kp);
+    void *buf, *pbuf;
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 4, &buf));
+    abytes = (size_t)nt * MC * NC * sizeof(int32_t);
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, abytes, &pbuf));
+    int8_t *q = buf;                       /* [M][Kp] */
+    float *s = (float *)(q + qbytes);      /* [M] (Kp is a multiple of 64: aligned) */
+    QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, q, Kp, s, 0));
+
+    vnni_job j;
+    memset(&j, 0, sizeof j);
+    j.c = c;
+    j.a = (uint8_t *)q;
+    j.s = s;
+    j.part = pbuf;
+    j.Kp = Kp;
+    j.kq = (c->K + 3) / 4;
+    /* a = q + 128: a few row ranges per thread */
+    int64_t tasks = (int64_t)nt * 4 < M ? (int64_t)nt * 4 : M;
+    j.rows_per_task = (M + tasks - 1) / tasks;
+    tasks = (M + j.rows_per_task - 1) / j.rows_per_task;
+    qmm_pool_run(ctx->pool, tasks, to_u8_task, &j);
+
+    j.rows_per_task = MC;
+    j.mtasks = (M + MC - 1) / MC;
+    j.ntasks = (w->i8.Np / 16 + NC / 16 - 1) / (NC / 16);
+    qmm_pool_run(ctx->pool, j.mtasks * j.ntasks, gemm_task, &j);
+    if (c->token_scales) memcpy(c->token_scales, s, (size_t)M * sizeof(float));
+    return QMM_OK;
 }
+
+/* Admission beside the kernel: the common int8 rules; this kernel has no extra limit (any M, N,
+ * K, strides; -128 weights are exact with u8 × s8). */
+static const char *admit(const qmm_call *c, char *why, size_t n) { return qmm_admit_common_int8(c, why, n); }
+
 const qmm_engine qmm_engine_avx512_vnni = {
-    .id = QMM_ENGINE_AVX512_VNNI, .name = "avx512_vnni", .kind = QMM_KIND_INT8, .isa = QMM_ISA_AVX512_VNNI, .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512_VNNI, .built = 1,
+    .id = QMM_ENGINE_AVX512_VNNI, .name = "avx512_vnni", .kind = QMM_KIND_INT8, .isa = QMM_ISA_AVX512_VNNI,
+    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512_VNNI, .built = 1,
     .admit = admit, .pack = NULL, .run = run,
 };

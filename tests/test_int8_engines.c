@@ -1,0 +1,241 @@
+/*
+ * test_int8_engines.c — ONE randomized tester for every int8 engine (amx_int8, avx512_vnni,
+ * avx_vnni, avx2_int8), each named explicitly (so QMM_MAX_ISA is not needed to reach the lower
+ * engines on a bigger machine), against the scalar reference engine on identical inputs:
+ *   - int32 accumulators (y dtype I32) bit-exact, float outputs (f32/f16/bf16) bit-exact, token
+ *     scales identical, the gaps of strided outputs untouched;
+ *   - 1 and 2 threads give the same bits;
+ *   - K ∈ {1, 16, 63, 64, 65, 256, 1000+odd}, M ∈ 1..33 and 4096 (small N), N odd and N < 16,
+ *     ldx > K_in, ldy > N, every x dtype, out dtype, input_act and convrot group (16/64/256 with
+ *     K a multiple), per-tensor and per-row scales, with/without bias (of each dtype), zero / NaN /
+ *     Inf rows, and weights holding -128 (an engine may refuse those: then it must say why).
+ * An unavailable engine prints "skipped: <engine>: <why>". QMM_TEST_QUICK=1: fewer, smaller cases.
+ * A failing case prints M×N×K, engine, dtype/act/gs and the first bad index.
+ */
+#include "numerics.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const qmm_dtype k_xt[3] = {QMM_F32, QMM_F16, QMM_BF16};
+static const qmm_dtype k_yt[4] = {QMM_I32, QMM_F32, QMM_F16, QMM_BF16};
+static const qmm_act k_acts[3] = {QMM_ACT_NONE, QMM_ACT_SWIGLU, QMM_ACT_GELU_TANH};
+
+typedef struct {
+    int64_t M, N, K;
+    int gs;
+    qmm_act act;
+    qmm_dtype xt, yt;
+    int per_tensor, bias, neg128, special_rows;
+    qmm_dtype bias_t;
+    int64_t ldx_pad, ldy_pad;
+} tcase;
+
+static qmm_context *g_ctx[3]; /* [1]: 1 thread, [2]: 2 threads */
+static int g_refusals, g_cases;
+
+static void describe(const tcase *t, qmm_engine_id e, char *buf, size_t n) {
+    snprintf(buf, n, "%s M×N×K=%lldx%lldx%lld x %s out %s act %s gs %d %s-scale bias %s%s ldx+%lld ldy+%lld",
+             qmm_engine_name(e), (long long)t->M, (long long)t->N, (long long)t->K, qmm_dtype_name(t->xt),
+             qmm_dtype_name(t->yt), qmm_act_name(t->act), t->gs, t->per_tensor ? "tensor" : "row",
+             t->bias ? qmm_dtype_name(t->bias_t) : "none", t->neg128 ? " W has -128" : "", (long long)t->ldx_pad,
+             (long long)t->ldy_pad);
+}
+
+/* Runs engine e (1 and 2 threads) and the reference on case t; compares everything. */
+static void run_case(const tcase *t, qmm_engine_id e) {
+    char what[256];
+    describe(t, e, what, sizeof what);
+    const int64_t M = t->M, N = t->N, K = t->K, Kin = t->act == QMM_ACT_SWIGLU ? 2 * K : K;
+    const int64_t ldx = Kin + t->ldx_pad, ldy = N + t->ldy_pad;
+    int8_t *wq = malloc((size_t)(N * K));
+    tu_fill_i8(wq, N * K, -127, 127);
+    if (t->neg128) wq[tu_rand_int(0, N * K - 1)] = -128;
+    float *ws = malloc((size_t)N * 4);
+    for (int64_t n = 0; n < N; n++) ws[n] = (float)tu_rand_int(1, 1 << 20) / (float)(1 << 27);
+    void *bias = malloc((size_t)N * 4);
+    tu_fill_float(bias, t->bias_t, N, 2.0f);
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.name = "test.layer";
+    d.N = N;
+    d.K = K;
+    d.data = wq;
+    d.scale = ws;
+    d.n_scale = t->per_tensor ? 1 : N;
+    d.bias = t->bias ? bias : NULL;
+    d.bias_dtype = t->bias_t;
+    d.convrot_gs = t->gs;
+    qmm_weight *w = NULL;
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx[1], &d, &w));
+    size_t xs = qmm_dtype_size(t->xt), ys = qmm_dtype_size(t->yt);
+    void *x = malloc((size_t)(M * ldx) * xs);
+    tu_fill_float(x, t->xt, M * ldx, tu_rand_int(0, 3) == 0 ? 40.0f : 1.0f);
+    if (t->special_rows && M > 1) {
+        int64_t r = tu_rand_int(0, M - 1);
+        for (int64_t k = 0; k < Kin; k++) qmm_store_f(x, t->xt, r * ldx + k, 0.0f);        /* zero row */
+        r = tu_rand_int(0, M - 1);
+        qmm_store_f(x, t->xt, r * ldx + tu_rand_int(0, K - 1), t->act == QMM_ACT_NONE ? INFINITY : NAN);
+        r = tu_rand_int(0, M - 1);
+        qmm_store_f(x, t->xt, r * ldx + tu_rand_int(0, K - 1), NAN);
+    }
+    size_t ybytes = (size_t)(M * ldy) * ys;
+    unsigned char *y0 = malloc(ybytes), *y1 = malloc(ybytes);
+    float *s0 = malloc((size_t)M * 4), *s1 = malloc((size_t)M * 4);
+    memset(y0, 0xA5, ybytes);
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = M;
+    a.x = x;
+    a.x_dtype = t->xt;
+    a.ldx = ldx;
+    a.y_dtype = t->yt;
+    a.ldy = ldy;
+    a.act = t->act;
+    a.engine = QMM_ENGINE_REF;
+    a.y = y0;
+    a.token_scales = s0;
+    if (w) TU_CHECK_OK(qmm_linear(g_ctx[1], w, &a));
+    g_cases++;
+    for (int th = 1; th <= 2 && w; th++) {
+        memset(y1, 0xA5, ybytes);
+        memset(s1, 0, (size_t)M * 4);
+        a.engine = e;
+        a.y = y1;
+        a.token_scales = s1;
+        qmm_status st = qmm_linear(g_ctx[th], w, &a);
+        if (st == QMM_ERR_UNSUPPORTED && t->neg128) { /* allowed: refusing -128 weights, with a reason */
+            g_refusals++;
+            TU_CHECK(strlen(qmm_last_error()) > 10, "%s: refused without a reason", what);
+            break;
+        }
+        if (!TU_CHECK(st == QMM_OK, "%s, %d thread(s): %s: %s", what, th, qmm_status_name(st), qmm_last_error()))
+            break;
+        int64_t bad = -1;
+        for (int64_t i = 0; i < M * ldy && bad < 0; i++)
+            if (memcmp(y0 + i * ys, y1 + i * ys, ys) != 0) bad = i;
+        if (bad >= 0) {
+            TU_CHECK(0, "%s, %d thread(s): output differs at row %lld col %lld%s: ref %.9g engine %.9g", what, th,
+                     (long long)(bad / ldy), (long long)(bad % ldy), bad % ldy >= N ? " (stride gap written)" : "",
+                     (double)tu_load(y0, t->yt, bad), (double)tu_load(y1, t->yt, bad));
+        } else {
+            TU_CHECK(1, "ok");
+        }
+        int64_t sbad = -1;
+        for (int64_t r = 0; r < M && sbad < 0; r++)
+            if (qmm_f32_bits(s0[r]) != qmm_f32_bits(s1[r])) sbad = r;
+        TU_CHECK(sbad < 0, "%s, %d thread(s): token scale differs at row %lld: ref %08x engine %08x", what, th,
+                 (long long)sbad, sbad >= 0 ? qmm_f32_bits(s0[sbad]) : 0, sbad >= 0 ? qmm_f32_bits(s1[sbad]) : 0);
+    }
+    qmm_weight_destroy(w);
+    free(wq);
+    free(ws);
+    free(bias);
+    free(x);
+    free(y0);
+    free(y1);
+    free(s0);
+    free(s1);
+}
+
+static const int64_t k_K[] = {1, 16, 63, 64, 65, 256, 1001};
+
+/* a random case; K from the list (or a multiple of gs) */
+static tcase random_case(int64_t M, int64_t N, int64_t K) {
+    tcase t;
+    memset(&t, 0, sizeof t);
+    t.M = M;
+    t.N = N;
+    t.act = k_acts[tu_rand_int(0, 2)];
+    t.xt = k_xt[tu_rand_int(0, 2)];
+    t.yt = k_yt[tu_rand_int(0, 3)];
+    static const int gss[4] = {0, 16, 64, 256};
+    t.gs = gss[tu_rand_int(0, 3)];
+    if (K <= 0) K = k_K[tu_rand_int(0, 6)];
+    if (t.gs && K % t.gs) K = t.gs * tu_rand_int(1, 4);
+    t.K = K;
+    t.per_tensor = (int)tu_rand_int(0, 1);
+    t.bias = (int)tu_rand_int(0, 1);
+    t.bias_t = k_xt[tu_rand_int(0, 2)];
+    t.neg128 = tu_rand_int(0, 7) == 0;
+    t.special_rows = tu_rand_int(0, 5) == 0;
+    t.ldx_pad = tu_rand_int(0, 2) ? 0 : tu_rand_int(1, 9);
+    t.ldy_pad = tu_rand_int(0, 2) ? 0 : tu_rand_int(1, 9);
+    return t;
+}
+
+static int64_t random_n(void) {
+    static const int64_t ns[] = {1, 2, 3, 5, 7, 13, 15, 16, 17, 31, 33, 47, 63, 65, 97, 129, 257};
+    return ns[tu_rand_int(0, (int64_t)(sizeof ns / sizeof ns[0]) - 1)];
+}
+
+static void test_engine(qmm_engine_id e, int quick) {
+    char why[256];
+    if (!qmm_engine_available(e, why, sizeof why)) {
+        tu_skip(qmm_engine_name(e), why);
+        return;
+    }
+    int before = g_cases;
+    /* M = 1..33, every K of the list in turn, every act, every dtype */
+    for (int64_t M = 1; M <= 33; M += quick ? 4 : 1) {
+        tcase t = random_case(M, random_n(), k_K[M % 7]);
+        t.act = k_acts[M % 3];
+        t.yt = k_yt[M % 4];
+        run_case(&t, e);
+    }
+    /* each K × each x dtype × each out dtype at least once */
+    for (int ki = 0; ki < 7; ki++)
+        for (int xi = 0; xi < 3; xi++) {
+            tcase t = random_case(tu_rand_int(1, 20), random_n(), k_K[ki]);
+            t.gs = 0;
+            t.K = k_K[ki];
+            t.xt = k_xt[xi];
+            t.yt = k_yt[(ki + xi) % 4];
+            run_case(&t, e);
+        }
+    /* each convrot group with each act */
+    for (int g = 16; g <= 256; g *= 4)
+        for (int ai = 0; ai < 3; ai++) {
+            tcase t = random_case(tu_rand_int(1, 40), random_n(), g * tu_rand_int(1, 3));
+            t.gs = g;
+            t.act = k_acts[ai];
+            run_case(&t, e);
+        }
+    /* random cases, larger shapes, and M = 4096 with small N */
+    for (int i = 0; i < (quick ? 6 : 60); i++) {
+        tcase t = random_case(tu_rand_int(1, 300), tu_rand_int(1, 300), 0);
+        run_case(&t, e);
+    }
+    for (int i = 0; i < (quick ? 1 : 3); i++) {
+        tcase t = random_case(quick ? 1024 : 4096, tu_rand_int(1, 24), i ? 1001 : 0);
+        run_case(&t, e);
+    }
+    /* weights holding -128, every dtype pair */
+    for (int yi = 0; yi < 4; yi++) {
+        tcase t = random_case(tu_rand_int(1, 33), random_n(), 0);
+        t.neg128 = 1;
+        t.yt = k_yt[yi];
+        run_case(&t, e);
+    }
+    tu_note("%s: %d cases", qmm_engine_name(e), g_cases - before);
+}
+
+int main(int argc, char **argv) {
+    tu_init(argc, argv, "test_int8_engines");
+    int quick = getenv("QMM_TEST_QUICK") != NULL;
+    for (int th = 1; th <= 2; th++) {
+        qmm_context_options o = qmm_context_options_default();
+        o.n_threads = th;
+        o.max_isa = QMM_ISA_MAX; /* engines are named explicitly; the cap is tested elsewhere */
+        o.verbose = 0;
+        if (qmm_context_create(&o, &g_ctx[th]) != QMM_OK) {
+            printf("cannot create a context: %s\n", qmm_last_error());
+            return 1;
+        }
+    }
+    for (int e = QMM_ENGINE_AMX_INT8; e <= QMM_ENGINE_AVX2_INT8; e++) test_engine((qmm_engine_id)e, quick);
+    if (g_refusals) tu_note("%d runs refused weights holding -128 (with a reason)", g_refusals);
+    qmm_context_destroy(g_ctx[1]);
+    qmm_context_destroy(g_ctx[2]);
+    return tu_finish();
+}
