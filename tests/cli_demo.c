@@ -3,7 +3,8 @@
  * the human table's structure, that --json parses (json-c) with engine / median_ms / rel_err /
  * cosine for every path and layer, that the INT8 rows ran on an int8 engine (not a fallback)
  * where this machine has one, and that the accuracy figures are within expected bounds — with
- * ConvRot clearly better than no rotation on the inputs with outlier channels.
+ * ConvRot clearly better than no rotation on the inputs with outlier channels. Also `qmm info
+ * --json` (features + engines with available/why) and `QMM_MAX_ISA` seen by the CLI.
  * Usage: cli_demo /path/to/qmm
  */
 #define _POSIX_C_SOURCE 200809L
@@ -105,5 +106,26 @@ int main(int argc, char **argv) {
     json_object_put(root);
     free(js);
     free(table);
+
+    /* qmm info --json: {"features": [...], "engines": [{"name", "available", "why"}]} */
+    snprintf(cmd, sizeof cmd, "QMM_MAX_ISA=avx2 %s info --json", argv[1]);
+    char *info = run(cmd);
+    json_object *ij = info ? json_tokener_parse(info) : NULL, *feat = NULL, *engs = NULL;
+    TU_CHECK(ij && json_object_object_get_ex(ij, "features", &feat) && json_object_is_type(feat, json_type_array) &&
+                 json_object_object_get_ex(ij, "engines", &engs) && json_object_is_type(engs, json_type_array) &&
+                 json_object_array_length(engs) == QMM_ENGINE_COUNT - 1,
+             "qmm info --json structure:\n%s", info ? info : "");
+    for (size_t i = 0; engs && i < json_object_array_length(engs); i++) {
+        json_object *e = json_object_array_get_idx(engs, i), *nm, *av, *why;
+        TU_CHECK(json_object_object_get_ex(e, "name", &nm) && json_object_object_get_ex(e, "available", &av) &&
+                     json_object_object_get_ex(e, "why", &why),
+                 "engine entry %zu lacks name/available/why", i);
+        const char *name = json_object_get_string(nm);
+        if (!strcmp(name, "avx512_vnni") || !strcmp(name, "amx_int8"))
+            TU_CHECK(!json_object_get_boolean(av) && strlen(json_object_get_string(why)) > 0,
+                     "QMM_MAX_ISA=avx2: %s should be unavailable with a reason", name);
+    }
+    json_object_put(ij);
+    free(info);
     return tu_finish();
 }

@@ -5,11 +5,13 @@
  * dtypes), the plan (the reference is never chosen implicitly; every refusal has a reason),
  * engines asked for by name, the ISA cap, and counters.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "qmm.h"
 #include "testutil.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define EXPECT_STATUS(expr, want, needle)                                                                   \
     do {                                                                                                    \
@@ -206,6 +208,58 @@ static void test_plan_and_counters(void) {
     qmm_context_destroy(ctx);
 }
 
+/* QMM_MAX_ISA and QMM_VERBOSE=dispatch are read at context creation; the log goes to stderr. */
+static void test_environment(void) {
+    setenv("QMM_MAX_ISA", "avx2", 1);
+    setenv("QMM_VERBOSE", "dispatch", 1);
+    qmm_context *ctx;
+    TU_CHECK_OK(qmm_context_create(NULL, &ctx));
+    TU_CHECK(qmm_context_max_isa(ctx) == QMM_ISA_AVX2, "QMM_MAX_ISA=avx2 → cap %d", qmm_context_max_isa(ctx));
+    char why[QMM_REASON_MAX];
+    TU_CHECK(!qmm_engine_available(QMM_ENGINE_AVX512_VNNI, why, sizeof why) && strstr(why, "QMM_MAX_ISA"),
+             "avx512_vnni under QMM_MAX_ISA=avx2: '%s'", why);
+    int8_t w[16 * 64];
+    float sc = 0.5f, x[64] = {1}, y[16];
+    tu_fill_i8(w, 16 * 64, -127, 127);
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.name = "env.layer"; d.N = 16; d.K = 64; d.data = w; d.scale = &sc; d.n_scale = 1;
+    qmm_weight *wt;
+    TU_CHECK_OK(qmm_weight_create_int8(ctx, &d, &wt));
+    fflush(stderr);
+    FILE *log = tmpfile();
+    int saved = dup(2);
+    dup2(fileno(log), 2);
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = 1; a.x = x; a.y = y;
+    qmm_status st = qmm_linear(ctx, wt, &a);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char text[2048] = "";
+    rewind(log);
+    size_t n = fread(text, 1, sizeof text - 1, log);
+    text[n] = 0;
+    fclose(log);
+    if (st == QMM_OK) {
+        qmm_plan_info p;
+        qmm_plan(ctx, wt, &a, &p);
+        TU_CHECK(strstr(text, "env.layer") && strstr(text, qmm_engine_name(p.engine)),
+                 "QMM_VERBOSE=dispatch log does not name the layer and engine %s: '%s'", qmm_engine_name(p.engine), text);
+        TU_CHECK(p.engine != QMM_ENGINE_AVX512_VNNI && p.engine != QMM_ENGINE_AMX_INT8,
+                 "QMM_MAX_ISA=avx2 but dispatch chose %s", qmm_engine_name(p.engine));
+    } else {
+        TU_CHECK(strstr(qmm_last_error(), "env.layer") != NULL, "error without the layer name: %s", qmm_last_error());
+    }
+    qmm_weight_destroy(wt);
+    qmm_context_destroy(ctx);
+    unsetenv("QMM_MAX_ISA");
+    unsetenv("QMM_VERBOSE");
+    /* verbose off: nothing printed */
+    TU_CHECK_OK(qmm_context_create(NULL, &ctx));
+    TU_CHECK(qmm_context_max_isa(ctx) == -1, "no QMM_MAX_ISA → no cap");
+    qmm_context_destroy(ctx);
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_api");
     test_basics();
@@ -214,5 +268,6 @@ int main(int argc, char **argv) {
     test_bad_input(ctx);
     qmm_context_destroy(ctx);
     test_plan_and_counters();
+    test_environment();
     return tu_finish();
 }
