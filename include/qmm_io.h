@@ -1,0 +1,198 @@
+/*
+ * qmm_io.h — files: safetensors reading (mmap, zero-copy, fully validated) and writing
+ * (streamed, tmp file + rename), the ComfyUI INT8 checkpoint convention (SPEC §3) as a model
+ * object that gives a packed qmm_weight per layer, and checkpoint quantization (SPEC §2).
+ *
+ * Statuses (besides QMM_ERR_INVALID_ARGUMENT / QMM_ERR_OUT_OF_MEMORY for caller bugs / memory):
+ *   QMM_ERR_IO           open/stat/mmap/read/write/rename failed (the message has errno's text)
+ *   QMM_ERR_FORMAT       a malformed file: truncated, header length beyond the file or over
+ *                        QMM_ST_MAX_HEADER, header not UTF-8, invalid JSON, unknown dtype, bad
+ *                        shape, byte count != shape × dtype, ranges past the end or overlapping;
+ *                        a checkpoint layer with a missing/misshaped weight_scale, a comfy_quant
+ *                        that is not a JSON object, a bad convrot group
+ *   QMM_ERR_NOT_FOUND    a named tensor/layer is not in the file/model
+ *   QMM_ERR_UNSUPPORTED  well-formed but not runnable by qmm: a quant format other than
+ *                        int8_tensorwise (float8_e4m3fn, nvfp4, mxfp8, ...), named with its layer
+ * Messages name the file, the tensor/layer and the problem (qmm_last_error()).
+ *
+ * Thread safety: an open qmm_st_file and a qmm_model are read-only after opening except
+ * qmm_model_weight (lazy packing; see there). A writer is used by one thread.
+ */
+#ifndef QMM_IO_H
+#define QMM_IO_H
+
+#include "qmm.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ================================================================ safetensors */
+/* The dtypes of the safetensors format (names as they appear in the header). */
+typedef enum qmm_st_dtype {
+    QMM_ST_BOOL = 0, QMM_ST_U8, QMM_ST_I8, QMM_ST_I16, QMM_ST_U16, QMM_ST_F16, QMM_ST_BF16,
+    QMM_ST_I32, QMM_ST_U32, QMM_ST_F32, QMM_ST_F64, QMM_ST_I64, QMM_ST_U64,
+    QMM_ST_F8_E4M3, QMM_ST_F8_E5M2, QMM_ST_F8_E8M0,
+    QMM_ST_F4, QMM_ST_F6_E2M3, QMM_ST_F6_E3M2,   /* sub-byte, packed: bytes = numel·bits/8 */
+    QMM_ST_DTYPE_COUNT
+} qmm_st_dtype;
+const char *qmm_st_dtype_name(qmm_st_dtype t);   /* "F32", ...; "?" if unknown */
+int qmm_st_dtype_bits(qmm_st_dtype t);           /* 32, 16, 8, 4, 6; 0 if unknown */
+/* The library dtype of a safetensors dtype (F32, F16, BF16, I8, U8, I32), or -1. */
+int qmm_st_dtype_to_qmm(qmm_st_dtype t);
+qmm_st_dtype qmm_st_dtype_from_qmm(qmm_dtype t);
+
+/* Header length limit (bytes of JSON) the reader accepts: 100 MiB. */
+#define QMM_ST_MAX_HEADER (100u << 20)
+#define QMM_ST_MAX_DIMS 16
+
+/* A view of one tensor of an open file. data points into the mapping (zero-copy); it is only
+ * as aligned as the file makes it (qmm's writer and Python's keep offsets as they are: copy
+ * before typed access if ((uintptr_t)data % element size) != 0). */
+typedef struct qmm_st_tensor {
+    const char *name;
+    qmm_st_dtype dtype;
+    int ndim;
+    int64_t shape[QMM_ST_MAX_DIMS];
+    int64_t numel;
+    uint64_t begin, end;     /* data_offsets, relative to the end of the header */
+    const void *data;        /* end - begin bytes */
+    size_t nbytes;
+} qmm_st_tensor;
+
+typedef struct qmm_st_file qmm_st_file;
+/* Opens and validates a file (mmap, read-only). */
+qmm_status qmm_st_open(const char *path, qmm_st_file **out);
+/* Same on bytes in memory (not copied: they must outlive the handle). For tests and fuzzing. */
+qmm_status qmm_st_open_memory(const void *bytes, size_t size, qmm_st_file **out);
+void qmm_st_close(qmm_st_file *f);   /* NULL-safe */
+
+/* Tensors in data order (ascending begin, then name): index 0 .. count-1. */
+size_t qmm_st_count(const qmm_st_file *f);
+const qmm_st_tensor *qmm_st_at(const qmm_st_file *f, size_t i);
+/* By name: NULL if absent. */
+const qmm_st_tensor *qmm_st_get(const qmm_st_file *f, const char *name);
+/* Same, as a status: QMM_ERR_NOT_FOUND naming the file and the tensor. */
+qmm_status qmm_st_find(const qmm_st_file *f, const char *name, const qmm_st_tensor **out);
+/* __metadata__ entries in header order; get returns NULL if the key is absent. */
+size_t qmm_st_metadata_count(const qmm_st_file *f);
+void qmm_st_metadata_at(const qmm_st_file *f, size_t i, const char **key, const char **value);
+const char *qmm_st_metadata_get(const qmm_st_file *f, const char *key);
+size_t qmm_st_file_size(const qmm_st_file *f);
+uint64_t qmm_st_header_size(const qmm_st_file *f);   /* JSON bytes incl. padding */
+const char *qmm_st_path(const qmm_st_file *f);        /* "<memory>" for memory files */
+/* Hint that a tensor's pages will not be needed again (madvise DONTNEED on mapped files; a
+ * no-op otherwise): keeps the resident set of a streaming pass at about one tensor. */
+void qmm_st_release(const qmm_st_file *f, const qmm_st_tensor *t);
+
+/* ---------------------------------------------------------------- writer
+ * Two phases: declare every tensor (name, dtype, shape) and the metadata, then qmm_st_writer_begin
+ * writes the header, then the data of each tensor is streamed in the declared order (any number
+ * of qmm_st_writer_write calls per tensor), then qmm_st_writer_finish fsyncs and renames the
+ * temporary file (PATH.tmp.XXXXXX in the same folder) onto PATH. Destroying an unfinished writer
+ * removes the temporary file: an interrupted run never leaves a broken PATH.
+ * The file: 8-byte little-endian header length; the header JSON, compact, with "__metadata__"
+ * first (keys in the order they were set) then the tensors in declared order, each
+ * {"dtype":..,"shape":[..],"data_offsets":[b,e]}, data packed back to back in declared order;
+ * the header padded with spaces to a multiple of 8 bytes. The same declarations give the same
+ * bytes: re-writing a file that qmm wrote (tensors in its data order, metadata in header order)
+ * reproduces it byte for byte. */
+typedef struct qmm_st_writer qmm_st_writer;
+qmm_status qmm_st_writer_create(const char *path, qmm_st_writer **out);
+qmm_status qmm_st_writer_set_metadata(qmm_st_writer *w, const char *key, const char *value);
+qmm_status qmm_st_writer_declare(qmm_st_writer *w, const char *name, qmm_st_dtype dtype, int ndim,
+                                 const int64_t *shape);
+qmm_status qmm_st_writer_begin(qmm_st_writer *w);
+qmm_status qmm_st_writer_write(qmm_st_writer *w, const void *data, size_t nbytes);
+qmm_status qmm_st_writer_finish(qmm_st_writer *w);
+void qmm_st_writer_destroy(qmm_st_writer *w);   /* NULL-safe; aborts an unfinished file */
+
+/* One call: write `n` tensors (data in the views) and the metadata of `meta_from` (may be NULL). */
+qmm_status qmm_st_save(const char *path, const qmm_st_tensor *tensors, size_t n, const qmm_st_file *meta_from);
+
+/* ================================================================ the ComfyUI INT8 convention */
+typedef enum qmm_layer_kind {
+    QMM_LAYER_INT8 = 0,        /* int8_tensorwise: L.weight I8 [N,K], L.weight_scale, L.comfy_quant */
+    QMM_LAYER_FLOAT = 1,       /* L.weight F32/F16/BF16 [N,K] with no quant marker */
+    QMM_LAYER_UNSUPPORTED = 2  /* a quant format qmm does not run (only with allow_unsupported) */
+} qmm_layer_kind;
+
+typedef struct qmm_layer_info {
+    const char *name;            /* "blocks.0.attn.qkv_proj" */
+    qmm_layer_kind kind;
+    const char *format;          /* "int8_tensorwise", "nvfp4", ...; NULL for float layers */
+    const char *source;          /* "comfy_quant", "_quantization_metadata" or NULL */
+    int64_t N, K;                /* from L.weight (0 for an unsupported layer whose weight is not 2-D) */
+    int convrot_gs;              /* 0 or 16/64/256 */
+    int full_precision;          /* full_precision_matrix_mult */
+    int64_t n_scale;             /* 1 (per-tensor) or N; 0 for float layers */
+    const qmm_st_tensor *weight, *weight_scale, *bias, *comfy_quant;   /* NULL where absent */
+} qmm_layer_info;
+
+typedef struct qmm_model_options {
+    int allow_unsupported;  /* 0: a layer in an unsupported format fails the open (UNSUPPORTED,
+                               naming it); 1: it is listed as QMM_LAYER_UNSUPPORTED */
+    int float_layers;       /* 1 (default): plain float 2-D L.weight tensors are float layers */
+} qmm_model_options;
+qmm_model_options qmm_model_options_default(void);
+
+typedef struct qmm_model qmm_model;
+/* Opens PATH and reads the convention: validates every layer (shapes, scale shapes, JSON) before
+ * returning; on any error nothing is returned (no partial model). Touches no tensor data except
+ * the small comfy_quant tensors. */
+qmm_status qmm_model_open(const char *path, const qmm_model_options *opt, qmm_model **out);
+qmm_status qmm_model_open_memory(const void *bytes, size_t size, const qmm_model_options *opt,
+                                 qmm_model **out);
+void qmm_model_close(qmm_model *m);   /* NULL-safe; destroys the weights it packed */
+
+const qmm_st_file *qmm_model_file(const qmm_model *m);
+size_t qmm_model_layer_count(const qmm_model *m);
+const qmm_layer_info *qmm_model_layer(const qmm_model *m, size_t i);    /* sorted by name */
+qmm_status qmm_model_find(const qmm_model *m, const char *layer, const qmm_layer_info **out);
+/* The packed weight of a layer (int8: qmm_weight_create_int8 from the mapped bytes, with its
+ * bias and convrot; float: qmm_weight_create_float). Packed on first request and cached in the
+ * model (owned by it: do not destroy). Reads only that layer's bytes. Not thread-safe for the
+ * first request of a layer; after qmm_model_load_all the model may be shared across threads. */
+qmm_status qmm_model_weight(qmm_model *m, qmm_context *ctx, const char *layer, const qmm_weight **out);
+qmm_status qmm_model_load_all(qmm_model *m, qmm_context *ctx);
+/* A new weight the caller owns and destroys (the cache is not used). */
+qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const char *layer, qmm_weight **out);
+
+/* The comfy_quant JSON bytes qmm writes, exactly as Python's json.dumps writes them:
+ * {"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 256}, or without rotation
+ * {"format": "int8_tensorwise"}. Returns the length (snprintf-like). */
+size_t qmm_comfy_quant_json(int convrot_gs, char *buf, size_t size);
+
+/* ================================================================ checkpoint quantization */
+typedef struct qmm_quantize_file_options {
+    int convrot;            /* -1 auto (largest of 256/64/16 dividing K, else none); 0 off;
+                               16/64/256: that group (a layer with K % g != 0 is an error) */
+    int per_tensor;         /* 1: one scale per layer, stored [1] */
+    int64_t min_size;       /* layers with min(N, K) < min_size stay float (default 256) */
+    const char *const *include;  /* NULL-terminated glob lists (fnmatch) on the layer name; */
+    const char *const *exclude;  /*   NULL = all / none. An explicit include also admits names the
+                                      default skip list (embeddings) would keep float. */
+    /* progress: called after each tensor with layers done/total and bytes done/total */
+    void (*progress)(void *user, int64_t layers_done, int64_t layers_total, uint64_t bytes_done,
+                     uint64_t bytes_total);
+    void *progress_user;
+} qmm_quantize_file_options;
+qmm_quantize_file_options qmm_quantize_file_options_default(void);
+
+/* Would qmm_quantize_file quantize tensor t of f? 1, or 0 with the reason in why (may be NULL). */
+int qmm_quantize_file_selects(const qmm_st_file *f, const qmm_st_tensor *t, const qmm_quantize_file_options *o,
+                              char *why, size_t why_size);
+/* IN (float checkpoint) → OUT (ComfyUI INT8 checkpoint): each selected float L.weight [N,K]
+ * becomes L.weight I8 [N,K], L.weight_scale F32 [N,1] (per-tensor [1]) and L.comfy_quant U8
+ * (right after it, in IN's data order); everything else and __metadata__ are carried over
+ * unchanged. Streams: memory ≈ one layer. *n_quantized (may be NULL) = layers quantized. */
+qmm_status qmm_quantize_file(const char *in, const char *out, const qmm_quantize_file_options *o,
+                             int64_t *n_quantized);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* QMM_IO_H */

@@ -1,0 +1,436 @@
+/*
+ * checkpoint.c — the ComfyUI INT8 convention (SPEC §3) over an open safetensors file, and the
+ * model object of qmm_io.h.
+ *
+ * A quantized layer L is marked by a tensor `L.comfy_quant` (U8 bytes of a JSON object) or, in
+ * older files, by `__metadata__["_quantization_metadata"]` = {"format_version": .., "layers":
+ * {"L": {...}}} (the tensor wins when both exist). Its keys, at the top level or nested in
+ * "params": "format" (string, required), "convrot" (bool), "convrot_groupsize" (16/64/256,
+ * absent = 256 when convrot), "full_precision_matrix_mult" (bool).
+ * format "int8_tensorwise": L.weight I8 [N, K]; L.weight_scale F32 [N,1], [N], [1] or [];
+ * L.bias optional F32/F16/BF16 [N]; K % g == 0. Any other format is QMM_ERR_UNSUPPORTED naming
+ * layer and format (or, with allow_unsupported, a listed QMM_LAYER_UNSUPPORTED layer).
+ * A float layer: a 2-D F32/F16/BF16 L.weight without a quant marker (bias absent or [N]).
+ * Every layer is validated at open; a failed open returns nothing.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "io_internal.h"
+#include "qmm_internal.h"
+
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct qmm_model {
+    qmm_st_file *f;
+    qmm_layer_info *layers;     /* [n] sorted by name; name/format strings owned */
+    size_t n, cap;
+    qmm_weight **cache;         /* [n] packed on first request */
+};
+
+qmm_model_options qmm_model_options_default(void) {
+    qmm_model_options o;
+    memset(&o, 0, sizeof o);
+    o.float_layers = 1;
+    return o;
+}
+
+size_t qmm_comfy_quant_json(int gs, char *buf, size_t size) {
+    int n = gs ? snprintf(buf, size, "{\"format\": \"int8_tensorwise\", \"convrot\": true, \"convrot_groupsize\": %d}", gs)
+               : snprintf(buf, size, "{\"format\": \"int8_tensorwise\"}");
+    return n < 0 ? 0 : (size_t)n;
+}
+
+void qmm_model_close(qmm_model *m) {
+    if (!m) return;
+    for (size_t i = 0; i < m->n; i++) {
+        free((char *)m->layers[i].name);
+        free((char *)m->layers[i].format);
+        if (m->cache) qmm_weight_destroy(m->cache[i]);
+    }
+    free(m->layers);
+    free(m->cache);
+    qmm_st_close(m->f);
+    free(m);
+}
+
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static const qmm_st_tensor *part(const qmm_st_file *f, const char *layer, const char *suffix) {
+    char name[1024];
+    int n = snprintf(name, sizeof name, "%s%s", layer, suffix);
+    if (n < 0 || (size_t)n >= sizeof name) return NULL;
+    return qmm_st_get(f, name);
+}
+
+static qmm_layer_info *find_layer(qmm_model *m, const char *name) {
+    for (size_t i = 0; i < m->n; i++)
+        if (!strcmp(m->layers[i].name, name)) return &m->layers[i];
+    return NULL;
+}
+
+static qmm_status add_layer(qmm_model *m, const char *name, size_t name_len, qmm_layer_info **out) {
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 32;
+        qmm_layer_info *l = realloc(m->layers, cap * sizeof *l);
+        QMM_RETURN_IF(!l, QMM_ERR_OUT_OF_MEMORY, "out of memory");
+        m->layers = l;
+        m->cap = cap;
+    }
+    qmm_layer_info *l = &m->layers[m->n];
+    memset(l, 0, sizeof *l);
+    char *s = malloc(name_len + 1);
+    QMM_RETURN_IF(!s, QMM_ERR_OUT_OF_MEMORY, "out of memory");
+    memcpy(s, name, name_len);
+    s[name_len] = 0;
+    l->name = s;
+    m->n++;
+    *out = l;
+    return QMM_OK;
+}
+
+/* Parses JSON text (not NUL-terminated) strictly; NULL + FORMAT message on failure. */
+static json_object *parse_json(const char *s, size_t n, const char *what, const char *path, qmm_status *st) {
+    *st = QMM_OK;
+    if (n > (1u << 24) || memchr(s, 0, n) || !qmm_utf8_valid((const unsigned char *)s, n, NULL)) {
+        *st = qmm_fail(QMM_ERR_FORMAT, "%s: %s is not JSON (binary or not UTF-8)", path, what);
+        return NULL;
+    }
+    json_tokener *tok = json_tokener_new_ex(16);
+    if (!tok) { *st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "out of memory"); return NULL; }
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    json_object *o = json_tokener_parse_ex(tok, s, (int)n);
+    enum json_tokener_error e = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+    int trailing = 0;
+    for (size_t i = end; i < n; i++) trailing |= !(s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r');
+    if (!o || e != json_tokener_success || trailing || !json_object_is_type(o, json_type_object)) {
+        json_object_put(o);
+        *st = qmm_fail(QMM_ERR_FORMAT, "%s: %s is not a JSON object%s%s", path, what,
+                       o || e == json_tokener_success ? "" : ": ",
+                       o || e == json_tokener_success ? "" : json_tokener_error_desc(e));
+        return NULL;
+    }
+    return o;
+}
+
+/* cfg[key], else cfg["params"][key], else NULL */
+static json_object *cfg_get(json_object *cfg, const char *key) {
+    json_object *v, *p;
+    if (json_object_object_get_ex(cfg, key, &v)) return v;
+    if (json_object_object_get_ex(cfg, "params", &p) && json_object_is_type(p, json_type_object) &&
+        json_object_object_get_ex(p, key, &v))
+        return v;
+    return NULL;
+}
+
+static int as_bool(json_object *v, int *out) {
+    if (!v) { *out = 0; return 1; }
+    if (json_object_is_type(v, json_type_boolean)) { *out = json_object_get_boolean(v); return 1; }
+    if (json_object_is_type(v, json_type_int)) {
+        int64_t x = json_object_get_int64(v);
+        if (x == 0 || x == 1) { *out = (int)x; return 1; }
+    }
+    return 0;
+}
+
+static int is_float_st(qmm_st_dtype t) { return t == QMM_ST_F32 || t == QMM_ST_F16 || t == QMM_ST_BF16; }
+
+/* Reads a quant config into layer l (whose name is set) and validates the layer's tensors. */
+static qmm_status read_quant_layer(qmm_model *m, qmm_layer_info *l, json_object *cfg, const char *src,
+                                   const qmm_model_options *o) {
+    const qmm_st_file *f = m->f;
+    const char *P = f->path, *L = l->name;
+    l->source = src;
+    json_object *jf = cfg_get(cfg, "format");
+    QMM_RETURN_IF(!jf || !json_object_is_type(jf, json_type_string), QMM_ERR_FORMAT,
+                  "%s: layer %s: %s has no \"format\" string", P, L, src);
+    l->format = strdup(json_object_get_string(jf));
+    QMM_RETURN_IF(!l->format, QMM_ERR_OUT_OF_MEMORY, "out of memory");
+    l->weight = part(f, L, ".weight");
+    l->weight_scale = part(f, L, ".weight_scale");
+    l->bias = part(f, L, ".bias");
+    if (strcmp(l->format, "int8_tensorwise") != 0) {
+        QMM_RETURN_IF(!o->allow_unsupported, QMM_ERR_UNSUPPORTED,
+                      "%s: layer %s: format %.60s is not supported (qmm runs int8_tensorwise)", P, L, l->format);
+        l->kind = QMM_LAYER_UNSUPPORTED;
+        if (l->weight && l->weight->ndim == 2) {
+            l->N = l->weight->shape[0];
+            l->K = l->weight->shape[1];
+        }
+        return QMM_OK;
+    }
+    l->kind = QMM_LAYER_INT8;
+    int convrot, fp;
+    QMM_RETURN_IF(!as_bool(cfg_get(cfg, "convrot"), &convrot), QMM_ERR_FORMAT,
+                  "%s: layer %s: \"convrot\" is not a boolean", P, L);
+    QMM_RETURN_IF(!as_bool(cfg_get(cfg, "full_precision_matrix_mult"), &fp), QMM_ERR_FORMAT,
+                  "%s: layer %s: \"full_precision_matrix_mult\" is not a boolean", P, L);
+    l->full_precision = fp;
+    if (convrot) {
+        json_object *jg = cfg_get(cfg, "convrot_groupsize");
+        int64_t g = 256;
+        if (jg) {
+            QMM_RETURN_IF(!json_object_is_type(jg, json_type_int), QMM_ERR_FORMAT,
+                          "%s: layer %s: \"convrot_groupsize\" is not an integer", P, L);
+            g = json_object_get_int64(jg);
+        }
+        QMM_RETURN_IF(g != 16 && g != 64 && g != 256, QMM_ERR_UNSUPPORTED,
+                      "%s: layer %s: convrot group size %lld is not supported (16, 64 or 256)", P, L, (long long)g);
+        l->convrot_gs = (int)g;
+    }
+    const qmm_st_tensor *w = l->weight, *s = l->weight_scale, *b = l->bias;
+    QMM_RETURN_IF(!w, QMM_ERR_FORMAT, "%s: layer %s: %s.weight is missing", P, L, L);
+    QMM_RETURN_IF(w->dtype != QMM_ST_I8 || w->ndim != 2, QMM_ERR_FORMAT,
+                  "%s: layer %s: %s.weight is %s %d-D (int8_tensorwise needs I8 [N, K])", P, L, L,
+                  qmm_st_dtype_name(w->dtype), w->ndim);
+    l->N = w->shape[0];
+    l->K = w->shape[1];
+    QMM_RETURN_IF(l->N < 1 || l->K < 1, QMM_ERR_FORMAT, "%s: layer %s: empty weight [%lld, %lld]", P, L,
+                  (long long)l->N, (long long)l->K);
+    QMM_RETURN_IF(l->convrot_gs && l->K % l->convrot_gs, QMM_ERR_FORMAT,
+                  "%s: layer %s: K=%lld is not a multiple of the convrot group %d", P, L, (long long)l->K,
+                  l->convrot_gs);
+    QMM_RETURN_IF(!s, QMM_ERR_FORMAT, "%s: layer %s: %s.weight_scale is missing", P, L, L);
+    int shape_ok = (s->ndim == 0) || (s->ndim == 1 && (s->shape[0] == 1 || s->shape[0] == l->N)) ||
+                   (s->ndim == 2 && s->shape[0] == l->N && s->shape[1] == 1);
+    QMM_RETURN_IF(s->dtype != QMM_ST_F32 || !shape_ok, QMM_ERR_FORMAT,
+                  "%s: layer %s: %s.weight_scale is %s %d-D with %lld values (needs F32 [N,1], [N], [1] or [], N=%lld)",
+                  P, L, L, qmm_st_dtype_name(s->dtype), s->ndim, (long long)s->numel, (long long)l->N);
+    l->n_scale = s->numel == 1 ? 1 : l->N;
+    if (b) {
+        QMM_RETURN_IF(!is_float_st(b->dtype) || b->ndim != 1 || b->shape[0] != l->N, QMM_ERR_FORMAT,
+                      "%s: layer %s: %s.bias is %s %d-D (needs F32/F16/BF16 [%lld])", P, L, L,
+                      qmm_st_dtype_name(b->dtype), b->ndim, (long long)l->N);
+    }
+    return QMM_OK;
+}
+
+static int cmp_layer(const void *a, const void *b) {
+    return strcmp(((const qmm_layer_info *)a)->name, ((const qmm_layer_info *)b)->name);
+}
+
+static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
+    const qmm_st_file *f = m->f;
+    const char *P = f->path;
+    /* 1. per-layer comfy_quant tensors */
+    for (size_t i = 0; i < qmm_st_count(f); i++) {
+        const qmm_st_tensor *t = qmm_st_at(f, i);
+        if (!ends_with(t->name, ".comfy_quant")) continue;
+        size_t ln = strlen(t->name) - strlen(".comfy_quant");
+        QMM_RETURN_IF(t->dtype != QMM_ST_U8 || t->ndim != 1, QMM_ERR_FORMAT,
+                      "%s: tensor '%s' is %s %d-D (comfy_quant is U8 bytes of JSON)", P, t->name,
+                      qmm_st_dtype_name(t->dtype), t->ndim);
+        qmm_layer_info *l;
+        QMM_FORWARD_IF_ERROR(add_layer(m, t->name, ln, &l));
+        l->comfy_quant = t;
+        char what[1100];
+        snprintf(what, sizeof what, "layer %s: comfy_quant", l->name);
+        qmm_status st;
+        json_object *cfg = parse_json(t->data, t->nbytes, what, P, &st);
+        if (!cfg) return st;
+        st = read_quant_layer(m, l, cfg, "comfy_quant", o);
+        json_object_put(cfg);
+        QMM_FORWARD_IF_ERROR(st);
+    }
+    /* 2. the file-level alternative */
+    const char *qm = qmm_st_metadata_get(f, "_quantization_metadata");
+    if (qm) {
+        qmm_status st;
+        json_object *root = parse_json(qm, strlen(qm), "__metadata__[\"_quantization_metadata\"]", P, &st);
+        if (!root) return st;
+        json_object *layers;
+        if (!json_object_object_get_ex(root, "layers", &layers) || !json_object_is_type(layers, json_type_object)) {
+            json_object_put(root);
+            return qmm_fail(QMM_ERR_FORMAT, "%s: _quantization_metadata has no \"layers\" object", P);
+        }
+        json_object_object_foreach(layers, key, cfg) {
+            if (find_layer(m, key)) continue;  /* its comfy_quant tensor wins */
+            if (!json_object_is_type(cfg, json_type_object)) {
+                json_object_put(root);
+                return qmm_fail(QMM_ERR_FORMAT, "%s: _quantization_metadata: layer %.200s is not an object", P, key);
+            }
+            qmm_layer_info *l;
+            st = add_layer(m, key, strlen(key), &l);
+            if (st == QMM_OK) st = read_quant_layer(m, l, cfg, "_quantization_metadata", o);
+            if (st != QMM_OK) {
+                json_object_put(root);
+                return st;
+            }
+        }
+        json_object_put(root);
+    }
+    /* 3. float layers: 2-D float L.weight without a quant marker */
+    size_t n_quant = m->n;
+    for (size_t i = 0; o->float_layers && i < qmm_st_count(f); i++) {
+        const qmm_st_tensor *t = qmm_st_at(f, i);
+        if (!ends_with(t->name, ".weight") || t->ndim != 2 || !is_float_st(t->dtype)) continue;
+        if (t->shape[0] < 1 || t->shape[1] < 1) continue;
+        size_t ln = strlen(t->name) - strlen(".weight");
+        int marked = 0;
+        for (size_t j = 0; j < n_quant && !marked; j++)
+            marked = strlen(m->layers[j].name) == ln && !strncmp(m->layers[j].name, t->name, ln);
+        if (marked) continue;
+        qmm_layer_info *l;
+        QMM_FORWARD_IF_ERROR(add_layer(m, t->name, ln, &l));
+        l->kind = QMM_LAYER_FLOAT;
+        l->weight = t;
+        l->N = t->shape[0];
+        l->K = t->shape[1];
+        const qmm_st_tensor *b = part(f, l->name, ".bias");
+        if (b && is_float_st(b->dtype) && b->ndim == 1 && b->shape[0] == l->N) l->bias = b;
+    }
+    qsort(m->layers, m->n, sizeof *m->layers, cmp_layer);
+    return QMM_OK;
+}
+
+static qmm_status model_from_file(qmm_st_file *f, const qmm_model_options *opt, qmm_model **out) {
+    qmm_model_options o = opt ? *opt : qmm_model_options_default();
+    qmm_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        qmm_st_close(f);
+        return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    m->f = f;
+    qmm_status st = read_convention(m, &o);
+    if (st == QMM_OK) {
+        m->cache = calloc(m->n ? m->n : 1, sizeof *m->cache);
+        if (!m->cache) st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    if (st != QMM_OK) {
+        qmm_model_close(m);
+        return st;
+    }
+    *out = m;
+    return QMM_OK;
+}
+
+qmm_status qmm_model_open(const char *path, const qmm_model_options *opt, qmm_model **out) {
+    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_model_open: out is NULL");
+    *out = NULL;
+    qmm_st_file *f;
+    QMM_FORWARD_IF_ERROR(qmm_st_open(path, &f));
+    return model_from_file(f, opt, out);
+}
+
+qmm_status qmm_model_open_memory(const void *bytes, size_t size, const qmm_model_options *opt, qmm_model **out) {
+    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_model_open_memory: out is NULL");
+    *out = NULL;
+    qmm_st_file *f;
+    QMM_FORWARD_IF_ERROR(qmm_st_open_memory(bytes, size, &f));
+    return model_from_file(f, opt, out);
+}
+
+const qmm_st_file *qmm_model_file(const qmm_model *m) { return m ? m->f : NULL; }
+size_t qmm_model_layer_count(const qmm_model *m) { return m ? m->n : 0; }
+const qmm_layer_info *qmm_model_layer(const qmm_model *m, size_t i) { return m && i < m->n ? &m->layers[i] : NULL; }
+
+static size_t layer_index(const qmm_model *m, const char *name) {
+    size_t lo = 0, hi = m->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(m->layers[mid].name, name);
+        if (c == 0) return mid;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return (size_t)-1;
+}
+
+qmm_status qmm_model_find(const qmm_model *m, const char *layer, const qmm_layer_info **out) {
+    QMM_RETURN_IF(!m || !layer || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_model_find: NULL argument");
+    size_t i = layer_index(m, layer);
+    *out = i == (size_t)-1 ? NULL : &m->layers[i];
+    QMM_RETURN_IF(!*out, QMM_ERR_NOT_FOUND, "%s: no layer named '%s' (%zu layers)", m->f->path, layer, m->n);
+    return QMM_OK;
+}
+
+/* A copy of a view's bytes when its data is not aligned for typed access (else NULL + *p = data). */
+static qmm_status aligned_view(const qmm_st_tensor *t, const void **p, void **copy) {
+    size_t es = (size_t)qmm_st_dtype_bits(t->dtype) / 8;
+    *copy = NULL;
+    *p = t->data;
+    if (es <= 1 || (uintptr_t)t->data % es == 0) return QMM_OK;
+    *copy = malloc(t->nbytes ? t->nbytes : 1);
+    QMM_RETURN_IF(!*copy, QMM_ERR_OUT_OF_MEMORY, "tensor '%s': out of memory", t->name);
+    memcpy(*copy, t->data, t->nbytes);
+    *p = *copy;
+    return QMM_OK;
+}
+
+qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const char *layer, qmm_weight **out) {
+    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_model_create_weight: out is NULL");
+    *out = NULL;
+    QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_model_create_weight: ctx is NULL");
+    const qmm_layer_info *l;
+    QMM_FORWARD_IF_ERROR(qmm_model_find(m, layer, &l));
+    QMM_RETURN_IF(l->kind == QMM_LAYER_UNSUPPORTED, QMM_ERR_UNSUPPORTED,
+                  "%s: layer %s: format %.60s is not supported (qmm runs int8_tensorwise)", m->f->path, l->name,
+                  l->format);
+    const void *bias = NULL;
+    void *bias_copy = NULL, *w_copy = NULL;
+    qmm_dtype bias_dt = QMM_F32;
+    if (l->bias) {
+        QMM_FORWARD_IF_ERROR(aligned_view(l->bias, &bias, &bias_copy));
+        bias_dt = (qmm_dtype)qmm_st_dtype_to_qmm(l->bias->dtype);
+    }
+    qmm_status st;
+    if (l->kind == QMM_LAYER_INT8) {
+        float *scale = malloc((size_t)l->n_scale * sizeof *scale);
+        if (!scale) {
+            free(bias_copy);
+            return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "layer %s: out of memory", l->name);
+        }
+        memcpy(scale, l->weight_scale->data, (size_t)l->n_scale * sizeof *scale);
+        qmm_weight_desc d = qmm_weight_desc_default();
+        d.name = l->name;
+        d.N = l->N;
+        d.K = l->K;
+        d.data = l->weight->data;
+        d.ld = l->K;
+        d.scale = scale;
+        d.n_scale = l->n_scale;
+        d.bias = bias;
+        d.bias_dtype = bias_dt;
+        d.convrot_gs = l->convrot_gs;
+        d.full_precision = l->full_precision;
+        st = qmm_weight_create_int8(ctx, &d, out);
+        free(scale);
+    } else {
+        const void *wd;
+        st = aligned_view(l->weight, &wd, &w_copy);
+        if (st == QMM_OK)
+            st = qmm_weight_create_float(ctx, l->name, wd, (qmm_dtype)qmm_st_dtype_to_qmm(l->weight->dtype), l->N,
+                                         l->K, l->K, bias, bias_dt, out);
+    }
+    free(bias_copy);
+    free(w_copy);
+    return st;
+}
+
+qmm_status qmm_model_weight(qmm_model *m, qmm_context *ctx, const char *layer, const qmm_weight **out) {
+    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_model_weight: out is NULL");
+    *out = NULL;
+    QMM_RETURN_IF(!m || !layer, QMM_ERR_INVALID_ARGUMENT, "qmm_model_weight: NULL argument");
+    size_t i = layer_index(m, layer);
+    QMM_RETURN_IF(i == (size_t)-1, QMM_ERR_NOT_FOUND, "%s: no layer named '%s' (%zu layers)", m->f->path, layer,
+                  m->n);
+    if (!m->cache[i]) QMM_FORWARD_IF_ERROR(qmm_model_create_weight(m, ctx, layer, &m->cache[i]));
+    *out = m->cache[i];
+    return QMM_OK;
+}
+
+qmm_status qmm_model_load_all(qmm_model *m, qmm_context *ctx) {
+    QMM_RETURN_IF(!m, QMM_ERR_INVALID_ARGUMENT, "qmm_model_load_all: model is NULL");
+    for (size_t i = 0; i < m->n; i++) {
+        if (m->layers[i].kind == QMM_LAYER_UNSUPPORTED) continue;
+        const qmm_weight *w;
+        QMM_FORWARD_IF_ERROR(qmm_model_weight(m, ctx, m->layers[i].name, &w));
+    }
+    return QMM_OK;
+}

@@ -1,0 +1,51 @@
+/*
+ * io_internal.h — what the file code shares: a growable byte buffer, UTF-8 validation, JSON
+ * string escaping (for the header writer), and the layout of an open safetensors file.
+ */
+#ifndef QMM_IO_INTERNAL_H
+#define QMM_IO_INTERNAL_H
+
+#include "qmm_io.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------------- byte buffer */
+typedef struct qmm_buf {
+    char *p;
+    size_t len, cap;
+    bool oom;        /* set once an append failed; later appends are no-ops */
+} qmm_buf;
+void qmm_buf_append(qmm_buf *b, const void *s, size_t n);
+void qmm_buf_puts(qmm_buf *b, const char *s);
+void qmm_buf_printf(qmm_buf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* s as a JSON string literal: '"', '\\' and control characters escaped, UTF-8 kept as is. */
+void qmm_buf_json_string(qmm_buf *b, const char *s);
+void qmm_buf_free(qmm_buf *b);
+
+/* Is s[0..n) valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF)? On failure *bad_at is the
+ * offset of the first bad byte. */
+bool qmm_utf8_valid(const unsigned char *s, size_t n, size_t *bad_at);
+
+/* ---------------------------------------------------------------- open file */
+typedef struct qmm_st_meta { char *key, *value; } qmm_st_meta;
+struct qmm_st_file {
+    char *path;
+    const unsigned char *base;   /* whole file */
+    size_t size;
+    int mapped;                  /* 1: base is an mmap to unmap on close */
+    uint64_t header_len;
+    const unsigned char *data;   /* base + 8 + header_len */
+    qmm_st_tensor *t;            /* [n] in data order */
+    size_t n;
+    size_t *by_name;             /* [n] indices sorted by name */
+    qmm_st_meta *meta;           /* [n_meta] in header order */
+    size_t n_meta;
+};
+
+#endif /* QMM_IO_INTERNAL_H */

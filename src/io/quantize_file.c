@@ -1,0 +1,214 @@
+/*
+ * quantize_file.c — SPEC §2 over a whole checkpoint: a float safetensors file in, a ComfyUI
+ * INT8 checkpoint out (contract in qmm_io.h, qmm_quantize_file).
+ *
+ * Selection of a tensor `L.weight` (in this order): 2-D F32/F16/BF16; L is not already a
+ * quantized layer (no L.comfy_quant / L.weight_scale, not in _quantization_metadata);
+ * not excluded (--exclude); if include globs are given, L matches one; else L has no
+ * dot-separated component containing "embed" or "norm" (embeddings and norms stay float by
+ * default); min(N, K) >= min_size. Globs are fnmatch(3) patterns on L (not on L.weight).
+ * Output order: the input's data order; a quantized L.weight is followed by L.weight_scale and
+ * L.comfy_quant. The convrot group is chosen per layer before the output file is created, so a
+ * bad explicit group fails without touching OUT.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "io_internal.h"
+#include "qmm_internal.h"
+
+#include <fnmatch.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+qmm_quantize_file_options qmm_quantize_file_options_default(void) {
+    qmm_quantize_file_options o;
+    memset(&o, 0, sizeof o);
+    o.convrot = -1;
+    o.min_size = 256;
+    return o;
+}
+
+static int any_match(const char *const *globs, const char *s) {
+    for (; globs && *globs; globs++)
+        if (fnmatch(*globs, s, 0) == 0) return 1;
+    return 0;
+}
+
+static int skipped_by_default(const char *L) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", L);
+    for (char *save = NULL, *c = strtok_r(buf, ".", &save); c; c = strtok_r(NULL, ".", &save))
+        if (strstr(c, "embed") || strstr(c, "norm")) return 1;
+    return 0;
+}
+
+static int is_float_st(qmm_st_dtype t) { return t == QMM_ST_F32 || t == QMM_ST_F16 || t == QMM_ST_BF16; }
+
+static int in_quant_metadata(const qmm_st_file *f, const char *L) {
+    const char *qm = qmm_st_metadata_get(f, "_quantization_metadata");
+    if (!qm) return 0;
+    json_object *root = json_tokener_parse(qm), *layers, *v;
+    int found = root && json_object_object_get_ex(root, "layers", &layers) &&
+                json_object_is_type(layers, json_type_object) && json_object_object_get_ex(layers, L, &v);
+    json_object_put(root);
+    return found;
+}
+
+int qmm_quantize_file_selects(const qmm_st_file *f, const qmm_st_tensor *t, const qmm_quantize_file_options *opt,
+                              char *why, size_t n) {
+    qmm_quantize_file_options o = opt ? *opt : qmm_quantize_file_options_default();
+    char L[1024], tmp[1100];
+    size_t len = strlen(t->name);
+    const char *r = NULL;
+    if (len < 7 || strcmp(t->name + len - 7, ".weight") != 0 || len - 7 >= sizeof L) r = "not a .weight tensor";
+    else if (t->ndim != 2 || !is_float_st(t->dtype)) r = "not a 2-D float tensor";
+    if (r) goto no;
+    memcpy(L, t->name, len - 7);
+    L[len - 7] = 0;
+    snprintf(tmp, sizeof tmp, "%s.comfy_quant", L);
+    int quant = qmm_st_get(f, tmp) != NULL;
+    snprintf(tmp, sizeof tmp, "%s.weight_scale", L);
+    quant |= qmm_st_get(f, tmp) != NULL;
+    if (quant || in_quant_metadata(f, L)) { r = "already a quantized layer"; goto no; }
+    if (any_match(o.exclude, L)) { r = "excluded"; goto no; }
+    if (o.include && *o.include) {
+        if (!any_match(o.include, L)) { r = "not included"; goto no; }
+    } else if (skipped_by_default(L)) {
+        r = "embedding or norm (kept float unless --include names it)";
+        goto no;
+    }
+    int64_t mn = t->shape[0] < t->shape[1] ? t->shape[0] : t->shape[1];
+    if (mn < o.min_size) {
+        snprintf(tmp, sizeof tmp, "min(N, K) = %lld < %lld", (long long)mn, (long long)o.min_size);
+        if (why && n) snprintf(why, n, "%s", tmp);
+        return 0;
+    }
+    if (why && n) why[0] = 0;
+    return 1;
+no:
+    if (why && n) snprintf(why, n, "%s", r);
+    return 0;
+}
+
+static int group_for(int convrot, int64_t K) {
+    if (convrot < 0) return K % 256 == 0 ? 256 : K % 64 == 0 ? 64 : K % 16 == 0 ? 16 : 0;
+    return convrot;
+}
+
+/* One output item per input tensor: quantized (gs >= 0) or copied (gs == -1). */
+typedef struct item { const qmm_st_tensor *t; int gs; } item;
+
+static qmm_status declare_all(const qmm_st_file *f, const qmm_quantize_file_options *o, item *items,
+                              qmm_st_writer *w, int64_t *n_layers) {
+    const char *P = qmm_st_path(f);
+    for (size_t i = 0; i < qmm_st_metadata_count(f); i++) {
+        const char *k, *v;
+        qmm_st_metadata_at(f, i, &k, &v);
+        QMM_FORWARD_IF_ERROR(qmm_st_writer_set_metadata(w, k, v));
+    }
+    *n_layers = 0;
+    for (size_t i = 0; i < qmm_st_count(f); i++) {
+        const qmm_st_tensor *t = qmm_st_at(f, i);
+        items[i].t = t;
+        items[i].gs = -1;
+        if (!qmm_quantize_file_selects(f, t, o, NULL, 0)) {
+            QMM_FORWARD_IF_ERROR(qmm_st_writer_declare(w, t->name, t->dtype, t->ndim, t->shape));
+            continue;
+        }
+        const int64_t N = t->shape[0], K = t->shape[1];
+        size_t ln = strlen(t->name) - 7;
+        int gs = group_for(o->convrot, K);
+        QMM_RETURN_IF(gs != 0 && gs != 16 && gs != 64 && gs != 256, QMM_ERR_INVALID_ARGUMENT,
+                      "convrot group %d (needs auto, off, 16, 64 or 256)", gs);
+        QMM_RETURN_IF(gs && K % gs, QMM_ERR_UNSUPPORTED,
+                      "%s: layer %.*s [%lld, %lld]: K=%lld is not a multiple of the convrot group %d (use --convrot auto, "
+                      "or --exclude it)", P, (int)ln, t->name, (long long)N, (long long)K, (long long)K, gs);
+        items[i].gs = gs;
+        char name[1100], json[128];
+        size_t jl = qmm_comfy_quant_json(gs, json, sizeof json);
+        int64_t sshape[2] = {o->per_tensor ? 1 : N, 1}, jshape[1] = {(int64_t)jl};
+        QMM_FORWARD_IF_ERROR(qmm_st_writer_declare(w, t->name, QMM_ST_I8, 2, t->shape));
+        snprintf(name, sizeof name, "%.*s.weight_scale", (int)ln, t->name);
+        QMM_FORWARD_IF_ERROR(qmm_st_writer_declare(w, name, QMM_ST_F32, o->per_tensor ? 1 : 2, sshape));
+        snprintf(name, sizeof name, "%.*s.comfy_quant", (int)ln, t->name);
+        QMM_FORWARD_IF_ERROR(qmm_st_writer_declare(w, name, QMM_ST_U8, 1, jshape));
+        ++*n_layers;
+    }
+    return QMM_OK;
+}
+
+static qmm_status write_quantized(qmm_st_writer *w, const item *it, const qmm_quantize_file_options *o) {
+    const qmm_st_tensor *t = it->t;
+    const int64_t N = t->shape[0], K = t->shape[1];
+    size_t nk;
+    QMM_RETURN_IF(!qmm_mul_ok((size_t)N, (size_t)K, &nk), QMM_ERR_UNSUPPORTED, "tensor '%s': too large", t->name);
+    size_t es = (size_t)qmm_st_dtype_bits(t->dtype) / 8;
+    void *copy = NULL;
+    const void *src = t->data;
+    if ((uintptr_t)src % es) {   /* typed loads need alignment: copy the (rare) unaligned tensor */
+        copy = malloc(t->nbytes);
+        QMM_RETURN_IF(!copy, QMM_ERR_OUT_OF_MEMORY, "tensor '%s': out of memory", t->name);
+        memcpy(copy, src, t->nbytes);
+        src = copy;
+    }
+    int8_t *wq = malloc(nk);
+    float *sc = malloc((size_t)N * sizeof *sc);
+    qmm_status st = QMM_OK;
+    if (!wq || !sc) st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "tensor '%s' [%lld, %lld]: out of memory", t->name,
+                                  (long long)N, (long long)K);
+    qmm_quant_options qo = {it->gs, o->per_tensor};
+    int gs_used = 0;
+    if (st == QMM_OK)
+        st = qmm_quantize_weight(src, (qmm_dtype)qmm_st_dtype_to_qmm(t->dtype), N, K, K, &qo, wq, sc, &gs_used);
+    if (st == QMM_OK && gs_used != it->gs)
+        st = qmm_fail(QMM_ERR_INTERNAL, "tensor '%s': quantized with group %d, declared %d", t->name, gs_used, it->gs);
+    if (st == QMM_OK) st = qmm_st_writer_write(w, wq, nk);
+    if (st == QMM_OK) st = qmm_st_writer_write(w, sc, (size_t)(o->per_tensor ? 1 : N) * sizeof *sc);
+    if (st == QMM_OK) {
+        char json[128];
+        size_t jl = qmm_comfy_quant_json(it->gs, json, sizeof json);
+        st = qmm_st_writer_write(w, json, jl);
+    }
+    free(wq);
+    free(sc);
+    free(copy);
+    return st;
+}
+
+qmm_status qmm_quantize_file(const char *in, const char *out, const qmm_quantize_file_options *opt,
+                             int64_t *n_quantized) {
+    QMM_RETURN_IF(!in || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_file: NULL path");
+    qmm_quantize_file_options o = opt ? *opt : qmm_quantize_file_options_default();
+    if (n_quantized) *n_quantized = 0;
+    qmm_st_file *f;
+    QMM_FORWARD_IF_ERROR(qmm_st_open(in, &f));
+    item *items = calloc(qmm_st_count(f) ? qmm_st_count(f) : 1, sizeof *items);
+    qmm_st_writer *w = NULL;
+    qmm_status st = items ? QMM_OK : qmm_fail(QMM_ERR_OUT_OF_MEMORY, "out of memory");
+    int64_t layers = 0, done = 0;
+    /* every layer's group is decided while declaring: a failure there leaves OUT untouched */
+    if (st == QMM_OK) st = qmm_st_writer_create(out, &w);
+    if (st == QMM_OK) st = declare_all(f, &o, items, w, &layers);
+    if (st == QMM_OK) st = qmm_st_writer_begin(w);
+    uint64_t bytes_total = 0, bytes_done = 0;
+    for (size_t i = 0; i < qmm_st_count(f); i++) bytes_total += qmm_st_at(f, i)->nbytes;
+    for (size_t i = 0; st == QMM_OK && i < qmm_st_count(f); i++) {
+        const item *it = &items[i];
+        if (it->gs >= 0) {
+            st = write_quantized(w, it, &o);
+            done++;
+        } else {
+            st = qmm_st_writer_write(w, it->t->data, it->t->nbytes);
+        }
+        qmm_st_release(f, it->t);
+        bytes_done += it->t->nbytes;
+        if (st == QMM_OK && o.progress) o.progress(o.progress_user, done, layers, bytes_done, bytes_total);
+    }
+    if (st == QMM_OK) st = qmm_st_writer_finish(w);
+    qmm_st_writer_destroy(w);
+    free(items);
+    qmm_st_close(f);
+    if (st == QMM_OK && n_quantized) *n_quantized = done;
+    return st;
+}
