@@ -1,15 +1,198 @@
-/* amx_int8.c — placeholder until the amx_int8 engine lands: it refuses every call, so dispatch skips it. */
-#include "qmm_internal.h"
+/*
+ * amx_int8.c — the AMX-INT8 engine (QMM_ENGINE_AMX_INT8): y = epilogue(q · Wᵀ) with TDPBSSD
+ * (signed × signed: no +128 compensation), SPEC §1, bit-identical to the reference engine
+ * (int32 accumulators and float outputs alike).
+ *
+ *   q, s  = qmm_prepass(x)               q [M][Kp] int8 (row stride Kp), s [M] fp32
+ *   W     = w->i8.data, n16k4             block nb, k-chunk kc (64 k): the 1 KiB B tile at
+ *                                          data + nb*Kp*16 + kc*1024, 16 rows × 64 bytes
+ *   acc   = Σ over kc of A(m-panel, kc) · B(nb, kc)   in the 2×2 tiles of amx_kernel.h
+ *   y     = out(((float)acc * s_r) * w_scale[n] + bias[n])   (numerics.h qmm_epilogue_f),
+ *           or acc itself for an i32 output
+ *
+ * Blocking (version 1, see bench/NOTES.md "## amx"): tasks are a static grid over 32-column
+ * panels of N (split first, so that for small M each thread streams only its share of the
+ * weight) and 32-row panels of M; inside a task the N panel is the outer loop, so one
+ * 32 × Kp block of B is reused from L2 by every M panel, with C kept in tiles over the full K.
+ * The partition changes nothing in the result (int32 sums are exact).
+ *
+ * Admission (beside the kernel): qmm_admit_common_int8, then the small-M rule
+ * QMM_AMX_INT8_MIN_M: a tile op costs as much for 1 row as for 16, so below it avx512_vnni is
+ * preferred (the constant is an estimate: no AMX machine was available to measure it).
+ *
+ * HONESTY NOTE: written against the real AMX intrinsics but never executed on AMX hardware;
+ * the evidence is tests/test_amx_emulated.c, which runs this same source with every tile
+ * instruction replaced by the software model of amx_emu.c.
+ */
+#include "amx_kernel.h"
+#include "numerics.h"
+#include "prepass.h"
 
-static const char *admit(const qmm_call *c, char *why, size_t n) {
-    (void)c; (void)why; (void)n;
-    return "not implemented yet";
+#include <stdio.h>
+#include <string.h>
+
+/* Below this many tokens amx_int8 refuses (dispatch then picks avx512_vnni). */
+#define QMM_AMX_INT8_MIN_M 8
+const int QMM_AMX_SYM(qmm_amx_int8_min_m) = QMM_AMX_INT8_MIN_M;
+
+static const char *amx_int8_admit(const qmm_call *c, char *why, size_t n) {
+    const char *r = qmm_admit_common_int8(c, why, n);
+    if (r) return r;
+    if (c->M < QMM_AMX_INT8_MIN_M) {
+        snprintf(why, n, "M=%lld < %d: avx512_vnni is faster for tiny M (a tile op costs as much for 1 row as 16)",
+                 (long long)c->M, QMM_AMX_INT8_MIN_M);
+        return why;
+    }
+    return NULL;
 }
-static qmm_status run(qmm_context *ctx, const qmm_call *c) {
+
+#ifdef QMM_AMX_KERNELS
+
+typedef struct {
+    const qmm_call *c;
+    const int8_t *q;   /* [M][Kp] */
+    const float *s;    /* [M] */
+    int64_t Kp, nblocks, npanels_n, npanels_m;
+    int tm, tn;        /* task grid: tm M ranges × tn N ranges */
+    int32_t *stage;    /* [threads][32][32] int32: the C tiles of one panel */
+} int8_job;
+
+/* The K loop of one 32 × 32 panel; r1: a second A row block, two: a second B column block. */
+static inline __attribute__((always_inline)) void kloop(const int8_t *a, int64_t Kp, const int8_t *b0, int r1,
+                                                        int two) {
+    const int8_t *b1 = b0 + Kp * 16;
+    const int64_t nk = Kp / 64;
+    QMM_TILE_ZERO(QMM_TC00);
+    if (two) QMM_TILE_ZERO(QMM_TC01);
+    if (r1) QMM_TILE_ZERO(QMM_TC10);
+    if (r1 && two) QMM_TILE_ZERO(QMM_TC11);
+    for (int64_t kc = 0; kc < nk; kc++) {
+        QMM_TILE_LOAD(QMM_TA0, a + kc * 64, Kp);
+        QMM_TILE_LOAD(QMM_TB0, b0 + kc * 1024, 64);
+        QMM_TDPBSSD(QMM_TC00, QMM_TA0, QMM_TB0);
+        if (two) {
+            QMM_TILE_LOAD(QMM_TB1, b1 + kc * 1024, 64);
+            QMM_TDPBSSD(QMM_TC01, QMM_TA0, QMM_TB1);
+        }
+        if (r1) {
+            QMM_TILE_LOAD(QMM_TA1, a + 16 * Kp + kc * 64, Kp);
+            QMM_TDPBSSD(QMM_TC10, QMM_TA1, QMM_TB0);
+            if (two) QMM_TDPBSSD(QMM_TC11, QMM_TA1, QMM_TB1);
+        }
+    }
+}
+
+/* The fused epilogue of one panel: stage [rows][32] int32 → y rows [m0, m0+rows), columns
+ * [n0, n0+cols). Same operations, in the same order, as qmm_epilogue_f. */
+static void epilogue(const qmm_call *c, const int32_t *stage, int64_t m0, int rows, int64_t n0, int64_t cols,
+                     const float *s) {
+    const qmm_weight *w = c->w;
+    const size_t es = qmm_dtype_size(c->y_dtype);
+    for (int r = 0; r < rows; r++) {
+        char *yrow = (char *)c->y + (size_t)((m0 + r) * c->ldy) * es;
+        const __m512 sr = _mm512_set1_ps(s[m0 + r]);
+        for (int64_t j = 0; j < cols; j += 16) {
+            const __mmask16 m = qmm_amx_mask(cols - j);
+            const __m512i acc = _mm512_loadu_si512(stage + r * 32 + j);
+            const int64_t n = n0 + j;
+            if (c->y_dtype == QMM_I32) {
+                _mm512_mask_storeu_epi32(yrow + (size_t)n * 4, m, acc);
+                continue;
+            }
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), sr);
+            v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w->scale + n));
+            v = _mm512_add_ps(v, w->bias ? _mm512_maskz_loadu_ps(m, w->bias + n) : _mm512_setzero_ps());
+            qmm_amx_store16(yrow + (size_t)n * es, c->y_dtype, m, v);
+        }
+    }
+}
+
+static void int8_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    (void)n_tasks;
+    int8_job *j = arg;
+    const qmm_call *c = j->c;
+    const int ti = (int)(task / j->tn), tj = (int)(task % j->tn);
+    const int64_t p_lo = j->npanels_n * tj / j->tn, p_hi = j->npanels_n * (tj + 1) / j->tn;
+    const int64_t m_lo = j->npanels_m * ti / j->tm, m_hi = j->npanels_m * (ti + 1) / j->tm;
+    int32_t *stage = j->stage + (size_t)thread * 32 * 32;
+    const int8_t *wdata = c->w->i8.data;
+    for (int64_t p = p_lo; p < p_hi; p++) {
+        const int64_t nb = 2 * p;
+        const int two = nb + 1 < j->nblocks;
+        const int8_t *b0 = wdata + nb * j->Kp * 16;
+        const int64_t n0 = nb * 16, cols = c->N - n0 < 32 ? c->N - n0 : 32;
+        for (int64_t mp = m_lo; mp < m_hi; mp++) {
+            const int64_t m0 = mp * 32;
+            const int rows = (int)(c->M - m0 < 32 ? c->M - m0 : 32);
+            const int r0 = rows < 16 ? rows : 16, r1 = rows - r0;
+            QMM_AMX_SYM(qmm_amx_tiles_config)(r0, r1);
+            const int8_t *a = j->q + m0 * j->Kp;
+            if (r1 && two) kloop(a, j->Kp, b0, 1, 1);
+            else if (r1) kloop(a, j->Kp, b0, 1, 0);
+            else if (two) kloop(a, j->Kp, b0, 0, 1);
+            else kloop(a, j->Kp, b0, 0, 0);
+            QMM_TILE_STORE(QMM_TC00, stage, 128);
+            if (two) QMM_TILE_STORE(QMM_TC01, stage + 16, 128);
+            if (r1) QMM_TILE_STORE(QMM_TC10, stage + 16 * 32, 128);
+            if (r1 && two) QMM_TILE_STORE(QMM_TC11, stage + 16 * 32 + 16, 128);
+            epilogue(c, stage, m0, rows, n0, cols, j->s);
+        }
+    }
+    QMM_AMX_SYM(qmm_amx_tiles_release)();
+}
+
+static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
+    const qmm_weight *w = c->w;
+    const int64_t M = c->M, Kp = w->i8.Kp;
+    const int nt = ctx->n_threads;
+    size_t qbytes;
+    QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)Kp, &qbytes), QMM_ERR_OUT_OF_MEMORY,
+                  "layer %s: M=%lld × Kp=%lld activations too large", w->name, (long long)M, (long long)Kp);
+    void *buf, *stage;
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * sizeof(float), &buf));
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, (size_t)nt * 32 * 32 * sizeof(int32_t), &stage));
+    int8_job j;
+    memset(&j, 0, sizeof j);
+    j.c = c;
+    j.q = buf;
+    j.s = (const float *)((char *)buf + qbytes);
+    QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, (int8_t *)buf, Kp, (float *)j.s, 0));
+    if (c->token_scales) memcpy(c->token_scales, j.s, (size_t)M * sizeof(float));
+    j.Kp = Kp;
+    j.nblocks = w->i8.Np / 16;
+    j.npanels_n = (j.nblocks + 1) / 2;
+    j.npanels_m = (M + 31) / 32;
+    j.stage = stage;
+    /* split N first (each thread streams only its share of W), then M when N is too narrow */
+    j.tn = j.npanels_n < nt ? (int)j.npanels_n : nt;
+    j.tm = nt / j.tn;
+    if (j.tm > j.npanels_m) j.tm = (int)j.npanels_m;
+    if (j.tm < 1) j.tm = 1;
+    qmm_pool_run(ctx->pool, (int64_t)j.tm * j.tn, int8_task, &j);
+    return QMM_OK;
+}
+
+#else /* built without AMX compiler support */
+static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
     (void)ctx;
-    return qmm_fail(QMM_ERR_INTERNAL, "layer %s: engine amx_int8 is not implemented", c->w->name);
+    return qmm_fail(QMM_ERR_UNSUPPORTED_HARDWARE, "layer %s: amx_int8 was not built (compiler lacks AMX)", c->w->name);
 }
-const qmm_engine qmm_engine_amx_int8 = {
-    .id = QMM_ENGINE_AMX_INT8, .name = "amx_int8", .kind = QMM_KIND_INT8, .isa = QMM_ISA_AMX, .cpu_features = QMM_CPU_AMX_TILE | QMM_CPU_AMX_INT8 | QMM_CPU_AMX_PERMITTED, .built = 1,
-    .admit = admit, .pack = NULL, .run = run,
+#endif
+
+#if defined(QMM_AMX_KERNELS)
+#define QMM_AMX_BUILT 1
+#else
+#define QMM_AMX_BUILT 0
+#endif
+
+const qmm_engine QMM_AMX_SYM(qmm_engine_amx_int8) = {
+    .id = QMM_ENGINE_AMX_INT8,
+    .name = "amx_int8",
+    .kind = QMM_KIND_INT8,
+    .isa = QMM_ISA_AMX,
+    .cpu_features = QMM_CPU_AMX_TILE | QMM_CPU_AMX_INT8 | QMM_CPU_AMX_PERMITTED,
+    .built = QMM_AMX_BUILT,
+    .admit = amx_int8_admit,
+    .pack = NULL,
+    .run = amx_int8_run,
 };

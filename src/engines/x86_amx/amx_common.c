@@ -1,0 +1,42 @@
+/*
+ * amx_common.c — the per-thread tile configuration of the AMX engines (see amx_kernel.h for
+ * the tile register plan). The configuration lives in thread-local storage (never on the
+ * stack: gcc 12 has eliminated the stores to a stack-local LDTILECFG operand), is loaded
+ * only when the panel shape changes, and is released with TILERELEASE at the end of every
+ * task, so an idle worker holds no tile state.
+ *
+ * Not run on hardware here (no AMX available); exercised through the emulated build.
+ */
+#include "amx_kernel.h"
+
+#ifdef QMM_AMX_KERNELS
+
+#include <string.h>
+
+static _Alignas(64) _Thread_local qmm_amx_cfg t_cfg;
+static _Thread_local int t_key = -1; /* r0 * 17 + r1 of the loaded config, -1: released */
+
+void QMM_AMX_SYM(qmm_amx_tiles_config)(int r0, int r1) {
+    int key = r0 * 17 + r1;
+    if (key == t_key) return;
+    memset(&t_cfg, 0, sizeof t_cfg);
+    t_cfg.palette = 1;
+    /* C00, C01, A0: r0 rows; B0, B1: 16 rows (K = 64 bytes per A row = 16 dword rows) */
+    const int c_rows[8] = {r0, r0, r1, r1, r0, r1, 16, 16};
+    for (int i = 0; i < 8; i++) {
+        t_cfg.rows[i] = (uint8_t)c_rows[i];
+        t_cfg.colsb[i] = c_rows[i] ? 64 : 0;
+    }
+    QMM_TILE_LOADCONFIG(&t_cfg);
+    t_key = key;
+}
+
+void QMM_AMX_SYM(qmm_amx_tiles_release)(void) {
+    if (t_key < 0) return;
+    QMM_TILE_RELEASE();
+    t_key = -1;
+}
+
+#else
+typedef int qmm_amx_common_unused; /* built without AMX support: nothing here */
+#endif

@@ -1,0 +1,180 @@
+/*
+ * amx_emu.c — the software model of the AMX tile unit (see amx_emu.h for the semantics
+ * modelled), compiled only into the emulated build (-DQMM_AMX_EMULATE) that
+ * tests/test_amx_emulated links; in the library this file is empty.
+ *
+ * State is per thread (like the tile registers): a configuration (rows, colsb per tile) and
+ * 8 tiles of 16 × 64 bytes. Shape rules of the SDM that would raise #UD/#GP on hardware
+ * are counted as faults (never aborting: the instruction is skipped).
+ */
+#include "qmm_internal.h"
+
+#ifdef QMM_AMX_EMULATE
+
+#include "amx_kernel.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    int configured;
+    uint8_t rows[8];
+    uint16_t colsb[8];
+    uint8_t data[8][16][64];
+} emu_tiles;
+
+static _Thread_local emu_tiles g_t;
+static atomic_long g_faults, g_live, g_ops;
+static atomic_int g_first_set;
+static char g_first[256];
+
+static void fault(const char *fmt, ...) {
+    atomic_fetch_add(&g_faults, 1);
+    if (atomic_exchange(&g_first_set, 1) == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(g_first, sizeof g_first, fmt, ap);
+        va_end(ap);
+    }
+}
+
+long qmm_amx_emu_faults(void) { return atomic_load(&g_faults); }
+const char *qmm_amx_emu_first_fault(void) { return atomic_load(&g_first_set) ? g_first : ""; }
+long qmm_amx_emu_live_configs(void) { return atomic_load(&g_live); }
+long qmm_amx_emu_ops(void) { return atomic_load(&g_ops); }
+
+void qmm_amx_emu_release(void) {
+    if (g_t.configured) atomic_fetch_sub(&g_live, 1);
+    memset(&g_t, 0, sizeof g_t);
+}
+
+void qmm_amx_emu_loadconfig(const void *cfgp) {
+    const uint8_t *b = cfgp;
+    qmm_amx_cfg cfg;
+    memcpy(&cfg, cfgp, sizeof cfg);
+    if (cfg.palette == 0) { qmm_amx_emu_release(); return; }
+    if (cfg.palette != 1) { fault("ldtilecfg: palette %d (#GP)", cfg.palette); return; }
+    if (cfg.start_row != 0) { fault("ldtilecfg: start_row %d != 0", cfg.start_row); return; }
+    for (int i = 2; i < 16; i++)
+        if (b[i]) { fault("ldtilecfg: reserved byte %d = %d (#GP)", i, b[i]); return; }
+    for (int i = 0; i < 16; i++) {
+        int r = cfg.rows[i], c = cfg.colsb[i];
+        if (i >= 8 && (r || c)) { fault("ldtilecfg: tile %d beyond palette 1 configured (#GP)", i); return; }
+        if (r > 16 || c > 64) { fault("ldtilecfg: tile %d rows=%d colsb=%d beyond 16×64 (#GP)", i, r, c); return; }
+        if ((r == 0) != (c == 0)) { fault("ldtilecfg: tile %d rows=%d colsb=%d half configured (#GP)", i, r, c); return; }
+    }
+    if (!g_t.configured) atomic_fetch_add(&g_live, 1);
+    memset(&g_t, 0, sizeof g_t);
+    g_t.configured = 1;
+    for (int i = 0; i < 8; i++) { g_t.rows[i] = cfg.rows[i]; g_t.colsb[i] = cfg.colsb[i]; }
+}
+
+static int usable(int t, const char *op) {
+    if (!g_t.configured) { fault("%s tmm%d: tiles not configured (#UD)", op, t); return 0; }
+    if (t < 0 || t > 7 || g_t.rows[t] == 0) { fault("%s tmm%d: tile not configured (#UD)", op, t); return 0; }
+    return 1;
+}
+
+void qmm_amx_emu_load(int t, const void *base, size_t stride) {
+    if (!usable(t, "tileloadd")) return;
+    atomic_fetch_add(&g_ops, 1);
+    memset(g_t.data[t], 0, sizeof g_t.data[t]);
+    for (int r = 0; r < g_t.rows[t]; r++) memcpy(g_t.data[t][r], (const uint8_t *)base + (size_t)r * stride, g_t.colsb[t]);
+}
+
+void qmm_amx_emu_store(int t, void *base, size_t stride) {
+    if (!usable(t, "tilestored")) return;
+    for (int r = 0; r < g_t.rows[t]; r++) memcpy((uint8_t *)base + (size_t)r * stride, g_t.data[t][r], g_t.colsb[t]);
+}
+
+void qmm_amx_emu_zero(int t) {
+    if (!usable(t, "tilezero")) return;
+    memset(g_t.data[t], 0, sizeof g_t.data[t]);
+}
+
+/* The shape rules shared by TDPBSSD and TDPBF16PS (SDM: #UD otherwise). */
+static int dp_ok(int c, int a, int b, const char *op) {
+    if (!usable(c, op) || !usable(a, op) || !usable(b, op)) return 0;
+    if (c == a || c == b || a == b) { fault("%s tmm%d, tmm%d, tmm%d: registers not distinct (#UD)", op, c, a, b); return 0; }
+    if (g_t.colsb[c] % 4 || g_t.colsb[a] % 4 || g_t.colsb[b] % 4) { fault("%s: colsb not a multiple of 4 (#UD)", op); return 0; }
+    if (g_t.rows[a] != g_t.rows[c]) { fault("%s: A rows %d != C rows %d (#UD)", op, g_t.rows[a], g_t.rows[c]); return 0; }
+    if (g_t.colsb[a] / 4 != g_t.rows[b]) { fault("%s: A colsb/4 %d != B rows %d (#UD)", op, g_t.colsb[a] / 4, g_t.rows[b]); return 0; }
+    if (g_t.colsb[c] != g_t.colsb[b]) { fault("%s: C colsb %d != B colsb %d (#UD)", op, g_t.colsb[c], g_t.colsb[b]); return 0; }
+    return 1;
+}
+
+/* write_row_and_zero / zero_upper_rows of the SDM pseudocode */
+static void finish_dst(int c) {
+    for (int r = 0; r < 16; r++) {
+        int from = r < g_t.rows[c] ? g_t.colsb[c] : 0;
+        memset(&g_t.data[c][r][from], 0, (size_t)(64 - from));
+    }
+}
+
+void qmm_amx_emu_dpbssd(int c, int a, int b) {
+    if (!dp_ok(c, a, b, "tdpbssd")) return;
+    atomic_fetch_add(&g_ops, 1);
+    const int M = g_t.rows[c], K = g_t.colsb[a] / 4, N = g_t.colsb[c] / 4;
+    for (int m = 0; m < M; m++) {
+        uint32_t tmp[16];
+        memcpy(tmp, g_t.data[c][m], 64);
+        for (int k = 0; k < K; k++) {
+            const int8_t *x = (const int8_t *)&g_t.data[a][m][4 * k];
+            for (int n = 0; n < N; n++) {
+                const int8_t *y = (const int8_t *)&g_t.data[b][k][4 * n];
+                int32_t p = (int32_t)x[0] * y[0] + (int32_t)x[1] * y[1] + (int32_t)x[2] * y[2] + (int32_t)x[3] * y[3];
+                tmp[n] += (uint32_t)p; /* wrapping int32 accumulation */
+            }
+        }
+        memcpy(g_t.data[c][m], tmp, (size_t)N * 4);
+    }
+    finish_dst(c);
+}
+
+static float bf16_in(const uint8_t *p) { /* bf16 → fp32, denormal → ±0 (DAZ) */
+    uint16_t h;
+    memcpy(&h, p, 2);
+    if ((h & 0x7f80u) == 0) h &= 0x8000u;
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float ftz(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void qmm_amx_emu_dpbf16ps(int c, int a, int b) {
+    if (!dp_ok(c, a, b, "tdpbf16ps")) return;
+    atomic_fetch_add(&g_ops, 1);
+    const int M = g_t.rows[c], K = g_t.colsb[a] / 4, N = g_t.colsb[c] / 4;
+    for (int m = 0; m < M; m++) {
+        float tmp[16];
+        memcpy(tmp, g_t.data[c][m], 64);
+        for (int n = 0; n < N; n++) tmp[n] = ftz(tmp[n]);
+        for (int k = 0; k < K; k++) {
+            for (int n = 0; n < N; n++) {
+                for (int e = 0; e < 2; e++) {
+                    float x = bf16_in(&g_t.data[a][m][4 * k + 2 * e]);
+                    float y = bf16_in(&g_t.data[b][k][4 * n + 2 * e]);
+                    /* the product of two bf16 values is exact in fp32 (8 + 8 significant bits);
+                     * fmaf rounds the sum once, to nearest even */
+                    tmp[n] = ftz(fmaf(x, y, tmp[n]));
+                }
+            }
+        }
+        memcpy(g_t.data[c][m], tmp, (size_t)N * 4);
+    }
+    finish_dst(c);
+}
+
+#else
+typedef int qmm_amx_emu_unused; /* the library build: nothing here */
+#endif /* QMM_AMX_EMULATE */

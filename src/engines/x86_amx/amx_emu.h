@@ -1,0 +1,45 @@
+/*
+ * amx_emu.h — the software model of the AMX tile unit used by the emulated build of the AMX
+ * engines (-DQMM_AMX_EMULATE; see amx_kernel.h), and the test hooks that build exports.
+ * Test-only: nothing here is part of the library's dispatch.
+ *
+ * The model follows the Intel SDM (vol. 2, LDTILECFG, TILELOADD, TILESTORED, TILEZERO,
+ * TILERELEASE, TDPBSSD, TDPBF16PS): 8 tiles of 16 rows × 64 bytes per thread, the palette-1
+ * configuration (rows/colsb per tile, unused tiles 0/0, reserved bytes 0), loads that zero
+ * the bytes beyond colsb and the rows beyond rows, TDPBSSD as wrapping int32 accumulation of
+ * signed 4-byte dot products, TDPBF16PS as fp32 accumulation of bf16 pairs (even element
+ * first, then odd) with bf16 inputs and fp32 accumulator denormals treated as zero, each
+ * product exact and each addition rounded to nearest even, denormal results flushed to zero.
+ * A configuration or shape violation that would #UD/#GP on hardware is counted as a fault
+ * (with a message) and the instruction is skipped; tests assert zero faults.
+ */
+#ifndef QMM_AMX_EMU_H
+#define QMM_AMX_EMU_H
+
+#include "qmm_internal.h"
+
+#include <stddef.h>
+
+void qmm_amx_emu_loadconfig(const void *cfg);
+void qmm_amx_emu_release(void);
+void qmm_amx_emu_load(int t, const void *base, size_t stride);
+void qmm_amx_emu_store(int t, void *base, size_t stride);
+void qmm_amx_emu_zero(int t);
+void qmm_amx_emu_dpbssd(int c, int a, int b);
+void qmm_amx_emu_dpbf16ps(int c, int a, int b);
+
+/* Faults since start (all threads) and the first fault's message ("" if none). */
+long qmm_amx_emu_faults(void);
+const char *qmm_amx_emu_first_fault(void);
+/* Threads whose tiles are configured right now (must be 0 after every engine call). */
+long qmm_amx_emu_live_configs(void);
+/* Tile instructions executed (all threads): loads, dot products. */
+long qmm_amx_emu_ops(void);
+
+/* The emulated engines (test hooks; never in the dispatch table). */
+extern const qmm_engine qmm_engine_amx_int8_emu;
+extern const qmm_engine qmm_engine_amx_bf16_emu;
+/* The small-M crossover of amx_int8 (see amx_int8.c) */
+extern const int qmm_amx_int8_min_m_emu;
+
+#endif /* QMM_AMX_EMU_H */

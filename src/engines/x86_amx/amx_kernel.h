@@ -1,0 +1,127 @@
+/*
+ * amx_kernel.h — what the two AMX engines (amx_int8.c: TDPBSSD, amx_bf16.c: TDPBF16PS) share:
+ * the tile instructions behind macros, the tile register plan, the per-thread tile
+ * configuration, and the AVX-512 stores of the fused epilogue.
+ *
+ * One source, two builds:
+ *   normal build  the macros are the real AMX instructions (compiled with -mamx-tile
+ *                 -mamx-int8 -mamx-bf16 + AVX-512); the engines are registered as
+ *                 qmm_engine_amx_int8 / qmm_engine_amx_bf16. Without compiler support for AMX
+ *                 (QMM_NO_AMX_BUILD) the kernels are left out and the engines say .built = 0.
+ *   -DQMM_AMX_EMULATE  every tile instruction calls the software model of amx_emu.c (Intel SDM
+ *                 semantics, faults counted), and every external symbol gets the suffix _emu
+ *                 (qmm_engine_amx_int8_emu, ...), so the test executable tests/test_amx_emulated
+ *                 links these copies beside the library. They are never registered for dispatch.
+ *
+ * HONESTY NOTE: no machine available to the authors has AMX, and no Intel SDE could be run.
+ * The only execution evidence for these kernels is the emulated build; the real build is
+ * checked by compiling it (and reading the generated tile instructions).
+ *
+ * Tile register plan (both engines; the "2×2" scheme: one tile load per dot-product op):
+ *   tmm0 tmm1  C of rows [m0, m0+16)    × column blocks nb, nb+1   (colsb 64, rows r0)
+ *   tmm2 tmm3  C of rows [m0+16, m0+32) × column blocks nb, nb+1   (colsb 64, rows r1)
+ *   tmm4 tmm5  A of rows [m0, m0+16) and [m0+16, m0+32)           (colsb 64, rows r0 / r1)
+ *   tmm6 tmm7  B of column blocks nb and nb+1                       (colsb 64, rows 16)
+ * r0 = min(16, rows left), r1 = min(16, rows left - 16) (0: tmm2, tmm3, tmm5 unconfigured).
+ * Rows of a partial M panel are handled by a partial configuration, never by padding.
+ */
+#ifndef QMM_AMX_KERNEL_H
+#define QMM_AMX_KERNEL_H
+
+#include "qmm_internal.h"
+
+#if defined(QMM_AMX_EMULATE) || !defined(QMM_NO_AMX_BUILD)
+#define QMM_AMX_KERNELS 1
+#endif
+
+#ifdef QMM_AMX_EMULATE
+#define QMM_AMX_SYM(x) x##_emu
+#else
+#define QMM_AMX_SYM(x) x
+#endif
+
+/* The tile register plan (plain macros: the gcc intrinsics stringify the tile number). */
+#define QMM_TC00 0
+#define QMM_TC01 1
+#define QMM_TC10 2
+#define QMM_TC11 3
+#define QMM_TA0 4
+#define QMM_TA1 5
+#define QMM_TB0 6
+#define QMM_TB1 7
+
+/* The 64-byte LDTILECFG operand (Intel SDM vol. 2, LDTILECFG: palette 1). */
+typedef struct qmm_amx_cfg {
+    uint8_t palette;       /* 1 */
+    uint8_t start_row;     /* 0 */
+    uint8_t reserved[14];  /* 0 */
+    uint16_t colsb[16];    /* bytes per row of tile i (0 for an unused tile) */
+    uint8_t rows[16];      /* rows of tile i (0 for an unused tile) */
+} qmm_amx_cfg;
+
+#ifdef QMM_AMX_KERNELS
+
+#include <immintrin.h>
+
+#ifdef QMM_AMX_EMULATE
+#include "amx_emu.h"
+#define QMM_TILE_LOADCONFIG(cfg) qmm_amx_emu_loadconfig(cfg)
+#define QMM_TILE_RELEASE() qmm_amx_emu_release()
+#define QMM_TILE_LOAD(t, p, stride) qmm_amx_emu_load((t), (p), (size_t)(stride))
+#define QMM_TILE_STORE(t, p, stride) qmm_amx_emu_store((t), (p), (size_t)(stride))
+#define QMM_TILE_ZERO(t) qmm_amx_emu_zero(t)
+#define QMM_TDPBSSD(c, a, b) qmm_amx_emu_dpbssd((c), (a), (b))
+#define QMM_TDPBF16PS(c, a, b) qmm_amx_emu_dpbf16ps((c), (a), (b))
+#else
+/* A compiler barrier: gcc's tileloadd asm declares no memory input, so buffers written by C
+ * code just before (the widened B block, ...) must be forced to memory first. */
+#define QMM_AMX_MEMBAR() __asm__ volatile("" ::: "memory")
+/* Our own LDTILECFG with a memory operand of the whole 64-byte config: gcc 12's
+ * _tile_loadconfig declares an 8-byte operand, and stores to a stack config have been seen
+ * eliminated (→ SIGILL). The config lives in thread-local storage as well (amx_common.c). */
+#define QMM_TILE_LOADCONFIG(cfg) __asm__ volatile("ldtilecfg %0" ::"m"(*(const qmm_amx_cfg *)(cfg)) : "memory")
+#define QMM_TILE_RELEASE() _tile_release()
+#define QMM_TILE_LOAD(t, p, stride) \
+    do { QMM_AMX_MEMBAR(); _tile_loadd(t, (p), (long)(stride)); } while (0)
+#define QMM_TILE_STORE(t, p, stride) \
+    do { _tile_stored(t, (p), (long)(stride)); QMM_AMX_MEMBAR(); } while (0)
+#define QMM_TILE_ZERO(t) _tile_zero(t)
+#define QMM_TDPBSSD(c, a, b) _tile_dpbssd(c, a, b)
+#define QMM_TDPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
+#endif
+
+/* Configures this thread's tiles for an M panel of r0 + r1 rows (1 <= r0 <= 16, 0 <= r1 <=
+ * 16, r1 > 0 only if r0 == 16); loads the config only when it differs from the current one. */
+void QMM_AMX_SYM(qmm_amx_tiles_config)(int r0, int r1);
+/* Releases this thread's tile state (TILERELEASE) if configured: at the end of every task. */
+void QMM_AMX_SYM(qmm_amx_tiles_release)(void);
+
+/* ---------------------------------------------------------------- epilogue stores */
+/* 16 fp32 values → y (dtype yt) at columns where mask is set; bit-identical to qmm_store_f:
+ * bf16 by integer round-to-nearest-even (NaN → quiet NaN), f16 by vcvtps2ph (RNE, denormals
+ * kept, NaN quieted like qmm_f32_to_f16), f32 as is. */
+static inline void qmm_amx_store16(void *y, qmm_dtype yt, __mmask16 m, __m512 v) {
+    if (yt == QMM_F32) {
+        _mm512_mask_storeu_ps(y, m, v);
+    } else if (yt == QMM_F16) {
+        __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_mask_storeu_epi16(y, m, h);
+    } else {
+        __m512i u = _mm512_castps_si512(v);
+        __m512i absu = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(absu, _mm512_set1_epi32(0x7f800000));
+        __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+        r = _mm512_srli_epi32(r, 16);
+        __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+        r = _mm512_mask_mov_epi32(r, nan, qn);
+        _mm256_mask_storeu_epi16(y, m, _mm512_cvtepi32_epi16(r));
+    }
+}
+
+static inline __mmask16 qmm_amx_mask(int64_t cols) {
+    return cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1u);
+}
+
+#endif /* QMM_AMX_KERNELS */
+#endif /* QMM_AMX_KERNEL_H */

@@ -1,0 +1,17 @@
+# amx_emu.cmake — the emulated build of the AMX engines, linked into tests/test_amx_emulated.
+# The engine sources of src/engines/x86_amx/ are compiled a second time with -DQMM_AMX_EMULATE
+# (every tile instruction → the software model of amx_emu.c, every external symbol → *_emu)
+# and the AVX-512 flags of the epilogue/widening code. These copies are test-only: they are
+# never in the dispatch table, and the library's real AMX engines stay as they are.
+if(TARGET test_amx_emulated)
+  add_library(qmm_amx_emu OBJECT
+    src/engines/x86_amx/amx_int8.c
+    src/engines/x86_amx/amx_bf16.c
+    src/engines/x86_amx/amx_common.c
+    src/engines/x86_amx/amx_emu.c)
+  target_compile_definitions(qmm_amx_emu PRIVATE QMM_AMX_EMULATE=1)
+  separate_arguments(QMM_AMX_EMU_FLAGS UNIX_COMMAND "${QMM_FLAGS_AVX512}")
+  target_compile_options(qmm_amx_emu PRIVATE ${QMM_AMX_EMU_FLAGS})
+  target_include_directories(qmm_amx_emu PRIVATE include src/core src/dispatch)
+  target_link_libraries(test_amx_emulated PRIVATE qmm_amx_emu m)
+endif()

@@ -1,0 +1,353 @@
+/*
+ * test_amx_emulated.c — the AMX engines (amx_int8, amx_bf16) run through the tile emulator:
+ * the engine sources compiled a second time with -DQMM_AMX_EMULATE (tests/amx_emu.cmake),
+ * every tile instruction replaced by the SDM model of src/engines/x86_amx/amx_emu.c. No
+ * machine here has AMX, so this is the only execution evidence for those kernels.
+ *
+ *   amx_int8 (emulated) vs the reference engine: int32 accumulators and float outputs
+ *     bit-exact; M = 1..33 and 4096, N odd / < 16, K ∈ {1, 16, 63, 64, 65, 256, 1001},
+ *     every x dtype, input_act, convrot size, per-tensor/per-row scale, bias, i32 output,
+ *     strided x/y (padding untouched), token scales out and in, 1 vs 2 threads identical.
+ *   amx_bf16 (emulated), W8A16 fallback and bf16 weights, vs an fp64 sum of the same
+ *     bf16-rounded operands: within fp32 summation noise + 1 ulp of the output dtype.
+ *   Every call: zero emulated faults (shape/config rules of the SDM) and no tile config left.
+ *   Admission rules (small M, f32 weights) and the real engines' visible unavailability.
+ * When the real AMX engines are available (an AMX machine), the same checks also run them.
+ */
+#include "testutil.h"
+
+#include "../src/engines/x86_amx/amx_emu.h"
+#include "numerics.h"
+#include "qmm_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_quick;
+static qmm_context *g_ctx[2]; /* 1 and 2 threads */
+
+static qmm_call make_call(const qmm_weight *w, const qmm_linear_args *a, int fallback) {
+    qmm_call c;
+    memset(&c, 0, sizeof c);
+    c.w = w;
+    c.M = a->M;
+    c.N = w->N;
+    c.K = w->K;
+    c.K_in = a->act == QMM_ACT_SWIGLU ? 2 * w->K : w->K;
+    c.x = a->x;
+    c.x_dtype = a->x_dtype;
+    c.ldx = a->ldx ? a->ldx : c.K_in;
+    c.y = a->y;
+    c.y_dtype = a->y_dtype;
+    c.ldy = a->ldy ? a->ldy : w->N;
+    c.act = a->act;
+    c.token_scales = a->token_scales;
+    c.token_scales_in = a->token_scales_in;
+    c.fallback = fallback;
+    return c;
+}
+
+/* Runs engine e (an emulated one, or the real one when real != 0 and it is available). */
+static qmm_status run_engine(const qmm_engine *e, int real, qmm_context *ctx, const qmm_weight *w,
+                             const qmm_linear_args *a, int fallback) {
+    qmm_call c = make_call(w, a, fallback);
+    if (real) return e->run(ctx, &c); /* by its run function: the small-M rule is admission's */
+    long f0 = qmm_amx_emu_faults();
+    qmm_status st = e->run(ctx, &c);
+    TU_CHECK(qmm_amx_emu_faults() == f0, "%s: %ld emulated tile faults: %s", e->name, qmm_amx_emu_faults() - f0,
+             qmm_amx_emu_first_fault());
+    TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: %ld threads left with tiles configured", e->name,
+             qmm_amx_emu_live_configs());
+    return st;
+}
+
+static const char *act_name(qmm_act a) { return a == QMM_ACT_SWIGLU ? "swiglu" : a == QMM_ACT_GELU_TANH ? "gelu" : "none"; }
+
+static int pick_gs(int64_t K) {
+    int opts[4], n = 0;
+    opts[n++] = 0;
+    if (K % 16 == 0) opts[n++] = 16;
+    if (K % 64 == 0) opts[n++] = 64;
+    if (K % 256 == 0) opts[n++] = 256;
+    return opts[tu_rand_int(0, n - 1)];
+}
+
+static const qmm_dtype k_fdt[3] = {QMM_F32, QMM_F16, QMM_BF16};
+
+/* ---------------------------------------------------------------- amx_int8 */
+static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64_t K) {
+    const qmm_dtype xt = k_fdt[tu_rand_int(0, 2)];
+    const qmm_dtype yt = tu_rand_int(0, 3) == 3 ? QMM_I32 : k_fdt[tu_rand_int(0, 2)];
+    const qmm_act act = (qmm_act)tu_rand_int(0, 2);
+    const int gs = pick_gs(K), per_tensor = (int)tu_rand_int(0, 1), has_bias = (int)tu_rand_int(0, 1);
+    const int strided = (int)tu_rand_int(0, 1), scales_in = tu_rand_int(0, 5) == 0;
+    const int64_t K_in = act == QMM_ACT_SWIGLU ? 2 * K : K;
+    const int64_t ldx = K_in + (strided ? tu_rand_int(1, 9) : 0), ldy = N + (strided ? tu_rand_int(1, 7) : 0);
+    const size_t xs = qmm_dtype_size(xt), ys = qmm_dtype_size(yt);
+
+    int8_t *wq = malloc((size_t)(N * K));
+    float *sc = malloc((size_t)N * sizeof(float));
+    float *bias = malloc((size_t)N * sizeof(float));
+    tu_fill_i8(wq, N * K, tu_rand_int(0, 3) == 0 ? -128 : -127, 127);
+    for (int64_t n = 0; n < N; n++) sc[n] = 1e-3f * (1.0f + (float)tu_rand_int(0, 1000) / 100.0f);
+    for (int64_t n = 0; n < N; n++) bias[n] = tu_rand_normal();
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.name = "amx.test";
+    d.N = N;
+    d.K = K;
+    d.data = wq;
+    d.scale = sc;
+    d.n_scale = per_tensor ? 1 : N;
+    d.bias = has_bias ? bias : NULL;
+    d.bias_dtype = QMM_F32;
+    d.convrot_gs = gs;
+    qmm_weight *w = NULL;
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &w));
+    void *x = malloc((size_t)(M * ldx) * xs);
+    tu_fill_float(x, xt, M * ldx, 2.0f);
+    if (M > 2 && tu_rand_int(0, 3) == 0) qmm_store_f(x, xt, ldx + tu_rand_int(0, K_in - 1), 300.0f); /* outlier */
+    const size_t ybytes = (size_t)(M * ldy) * ys;
+    unsigned char *yref = malloc(ybytes), *y[2];
+    float *sref = malloc((size_t)M * sizeof(float)), *s[2], *sin = malloc((size_t)M * sizeof(float));
+    for (int64_t r = 0; r < M; r++) sin[r] = 0.01f + 0.001f * (float)r;
+    memset(yref, 0xA5, ybytes);
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = M; a.x = x; a.x_dtype = xt; a.ldx = ldx; a.y_dtype = yt; a.ldy = ldy; a.act = act;
+    a.token_scales_in = scales_in ? sin : NULL;
+    a.y = yref; a.token_scales = sref; a.engine = QMM_ENGINE_REF;
+    TU_CHECK_OK(qmm_linear(g_ctx[0], w, &a));
+    a.engine = QMM_ENGINE_AUTO;
+    for (int t = 0; t < 2; t++) {
+        y[t] = malloc(ybytes);
+        s[t] = malloc((size_t)M * sizeof(float));
+        memset(y[t], 0xA5, ybytes);
+        a.y = y[t];
+        a.token_scales = s[t];
+        qmm_status st = run_engine(e, real, g_ctx[t], w, &a, 0);
+        TU_CHECK(st == QMM_OK, "%s M=%lld N=%lld K=%lld: %s %s", e->name, (long long)M, (long long)N, (long long)K,
+                 qmm_status_name(st), qmm_last_error());
+        int64_t bad = -1;
+        for (int64_t i = 0; i < M * ldy && bad < 0; i++)
+            if (memcmp(yref + i * ys, y[t] + i * ys, ys)) bad = i;
+        TU_CHECK(bad < 0,
+                 "%s %d thr M×N×K=%lld×%lld×%lld x=%s y=%s act=%s gs=%d %s bias=%d ldx=%lld ldy=%lld: first bad "
+                 "index %lld (row %lld col %lld): %g vs ref %g",
+                 e->name, t + 1, (long long)M, (long long)N, (long long)K, qmm_dtype_name(xt), qmm_dtype_name(yt),
+                 act_name(act), gs, per_tensor ? "per-tensor" : "per-row", has_bias, (long long)ldx, (long long)ldy,
+                 (long long)bad, (long long)(bad / ldy), (long long)(bad % ldy),
+                 bad >= 0 ? tu_load(y[t], yt, bad) : 0.0, bad >= 0 ? tu_load(yref, yt, bad) : 0.0);
+        TU_CHECK(memcmp(sref, s[t], (size_t)M * sizeof(float)) == 0, "%s %d thr M×N×K=%lld×%lld×%lld: token scales differ",
+                 e->name, t + 1, (long long)M, (long long)N, (long long)K);
+    }
+    TU_CHECK(memcmp(y[0], y[1], ybytes) == 0, "%s M×N×K=%lld×%lld×%lld: 1 and 2 threads differ", e->name,
+             (long long)M, (long long)N, (long long)K);
+    for (int t = 0; t < 2; t++) { free(y[t]); free(s[t]); }
+    free(yref); free(sref); free(sin); free(x); free(wq); free(sc); free(bias);
+    qmm_weight_destroy(w);
+}
+
+/* ---------------------------------------------------------------- amx_bf16 */
+/* W8A16 (int8 weight, fallback) or a bf16 float weight; expected value from an fp64 sum of
+ * the same bf16-rounded operands. */
+static void bf16_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64_t K, int int8_weight) {
+    const qmm_dtype xt = k_fdt[tu_rand_int(0, 2)], yt = k_fdt[tu_rand_int(0, 2)];
+    const qmm_act act = (qmm_act)tu_rand_int(0, 2);
+    const int gs = int8_weight ? pick_gs(K) : 0, has_bias = (int)tu_rand_int(0, 1);
+    const int per_tensor = (int)tu_rand_int(0, 1), strided = (int)tu_rand_int(0, 1);
+    const int64_t K_in = act == QMM_ACT_SWIGLU ? 2 * K : K;
+    const int64_t ldx = K_in + (strided ? tu_rand_int(1, 9) : 0), ldy = N + (strided ? tu_rand_int(1, 7) : 0);
+    const size_t xs = qmm_dtype_size(xt), ys = qmm_dtype_size(yt);
+    int8_t *wq = malloc((size_t)(N * K));
+    uint16_t *wb = malloc((size_t)(N * K) * 2);
+    float *sc = malloc((size_t)N * sizeof(float)), *bias = malloc((size_t)N * sizeof(float));
+    tu_fill_i8(wq, N * K, -127, 127);
+    tu_fill_float(wb, QMM_BF16, N * K, 0.5f);
+    for (int64_t n = 0; n < N; n++) sc[n] = 1e-2f * (1.0f + (float)tu_rand_int(0, 100) / 10.0f);
+    for (int64_t n = 0; n < N; n++) bias[n] = tu_rand_normal();
+    qmm_weight *w = NULL;
+    if (int8_weight) {
+        qmm_weight_desc d = qmm_weight_desc_default();
+        d.name = "amx.bf16.w8";
+        d.N = N; d.K = K; d.data = wq; d.scale = sc; d.n_scale = per_tensor ? 1 : N;
+        d.bias = has_bias ? bias : NULL; d.convrot_gs = gs;
+        TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &w));
+    } else {
+        TU_CHECK_OK(qmm_weight_create_float(g_ctx[0], "amx.bf16.wf", wb, QMM_BF16, N, K, 0, has_bias ? bias : NULL,
+                                            QMM_F32, &w));
+    }
+    void *x = malloc((size_t)(M * ldx) * xs);
+    tu_fill_float(x, xt, M * ldx, 1.0f);
+    const size_t ybytes = (size_t)(M * ldy) * ys;
+    unsigned char *y[2];
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = M; a.x = x; a.x_dtype = xt; a.ldx = ldx; a.y_dtype = yt; a.ldy = ldy; a.act = act;
+    for (int t = 0; t < 2; t++) {
+        y[t] = malloc(ybytes);
+        memset(y[t], 0xA5, ybytes);
+        a.y = y[t];
+        qmm_status st = run_engine(e, real, g_ctx[t], w, &a, int8_weight);
+        TU_CHECK(st == QMM_OK, "%s M=%lld N=%lld K=%lld: %s %s", e->name, (long long)M, (long long)N, (long long)K,
+                 qmm_status_name(st), qmm_last_error());
+    }
+    TU_CHECK(memcmp(y[0], y[1], ybytes) == 0, "%s M×N×K=%lld×%lld×%lld: 1 and 2 threads differ", e->name,
+             (long long)M, (long long)N, (long long)K);
+    float *arow = malloc((size_t)K * sizeof(float));
+    double worst = 0.0;
+    int64_t bad = -1;
+    double badv = 0, bade = 0;
+    for (int64_t r = 0; r < M && bad < 0; r++) {
+        qmm_ref_act_rotate_row((const char *)x + (size_t)(r * ldx) * xs, xt, K, act, gs, arow);
+        for (int64_t k = 0; k < K; k++) arow[k] = qmm_round_to(arow[k], QMM_BF16);
+        for (int64_t n = 0; n < N; n++) {
+            double sum = 0, sabs = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double wv = int8_weight ? (double)wq[n * K + k] : (double)qmm_bf16_to_f32(wb[n * K + k]);
+                sum += (double)arow[k] * wv;
+                sabs += fabs((double)arow[k] * wv);
+            }
+            double ws = int8_weight ? (double)sc[per_tensor ? 0 : n] : 1.0, b = has_bias ? (double)bias[n] : 0.0;
+            double ref = sum * ws + b;
+            double got = tu_load(y[0], yt, r * ldy + n);
+            double tol = (double)(K + 2) * ldexp(1.0, -24) * sabs * ws + ldexp(1.0, -22) * (fabs(ref) + fabs(b)) +
+                         tu_ulp(fabs(ref) + (double)(K + 2) * ldexp(1.0, -24) * sabs * ws, yt);
+            double err = fabs(got - ref);
+            if (!(err <= tol)) { bad = r * ldy + n; badv = got; bade = ref; break; }
+            if (fabs(ref) > 1e-3 && err / fabs(ref) > worst) worst = err / fabs(ref);
+        }
+    }
+    TU_CHECK(bad < 0, "%s M×N×K=%lld×%lld×%lld %s x=%s y=%s act=%s gs=%d: first bad index %lld: %.9g vs fp64 %.9g",
+             e->name, (long long)M, (long long)N, (long long)K, int8_weight ? "W8A16" : "bf16 weight",
+             qmm_dtype_name(xt), qmm_dtype_name(yt), act_name(act), gs, (long long)bad, badv, bade);
+    /* the padding of strided outputs is untouched */
+    int pad_ok = 1;
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t i = r * ldy + N; i < (r + 1) * ldy; i++)
+            for (size_t b = 0; b < ys; b++) pad_ok &= y[0][i * ys + b] == 0xA5;
+    TU_CHECK(pad_ok, "%s M×N×K=%lld×%lld×%lld: wrote into the padding of y", e->name, (long long)M, (long long)N,
+             (long long)K);
+    if (M >= 1000) tu_note("%s %s M×N×K=%lld×%lld×%lld y=%s: worst relative error %.3g", e->name,
+                           int8_weight ? "W8A16" : "bf16", (long long)M, (long long)N, (long long)K,
+                           qmm_dtype_name(yt), worst);
+    free(arow);
+    for (int t = 0; t < 2; t++) free(y[t]);
+    free(x); free(wq); free(wb); free(sc); free(bias);
+    qmm_weight_destroy(w);
+}
+
+/* ---------------------------------------------------------------- admission and availability */
+static void admission(void) {
+    int8_t wq[64 * 64];
+    float sc = 0.01f;
+    memset(wq, 3, sizeof wq);
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.N = 64; d.K = 64; d.data = wq; d.scale = &sc; d.n_scale = 1;
+    qmm_weight *w = NULL, *wf = NULL, *wb = NULL;
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &w));
+    float f[64 * 64];
+    uint16_t b[64 * 64];
+    for (int i = 0; i < 64 * 64; i++) { f[i] = 0.5f; b[i] = qmm_f32_to_bf16(0.5f); }
+    TU_CHECK_OK(qmm_weight_create_float(g_ctx[0], "f32w", f, QMM_F32, 64, 64, 0, NULL, QMM_F32, &wf));
+    TU_CHECK_OK(qmm_weight_create_float(g_ctx[0], "bf16w", b, QMM_BF16, 64, 64, 0, NULL, QMM_F32, &wb));
+    if (!w || !wf || !wb) return;
+    char why[QMM_REASON_MAX];
+    qmm_linear_args a = qmm_linear_args_default();
+    a.x_dtype = QMM_BF16; a.y_dtype = QMM_BF16;
+    const qmm_engine *ei = &qmm_engine_amx_int8_emu, *eb = &qmm_engine_amx_bf16_emu;
+    for (int64_t M = 1; M <= 20; M++) {
+        a.M = M;
+        qmm_call c = make_call(w, &a, 0);
+        const char *r = ei->admit(&c, why, sizeof why);
+        if (M < qmm_amx_int8_min_m_emu)
+            TU_CHECK(r && strstr(r, "avx512_vnni is faster"), "amx_int8 M=%lld: expected the small-M refusal, got %s",
+                     (long long)M, r ? r : "admitted");
+        else
+            TU_CHECK(!r, "amx_int8 M=%lld: refused: %s", (long long)M, r);
+    }
+    tu_note("amx_int8 small-M crossover: refuses M < %d", qmm_amx_int8_min_m_emu);
+    a.M = 64;
+    qmm_call c = make_call(wf, &a, 0);
+    const char *r = ei->admit(&c, why, sizeof why);
+    TU_CHECK(r != NULL, "amx_int8 admitted a float weight");
+    r = eb->admit(&c, why, sizeof why);
+    TU_CHECK(r && strstr(r, "f32 weight"), "amx_bf16 on an f32 weight: expected a refusal, got %s", r ? r : "admitted");
+    c = make_call(wb, &a, 0);
+    r = eb->admit(&c, why, sizeof why);
+    TU_CHECK(!r, "amx_bf16 refused a bf16 weight: %s", r);
+    c = make_call(w, &a, 1);
+    r = eb->admit(&c, why, sizeof why);
+    TU_CHECK(!r, "amx_bf16 refused the W8A16 fallback: %s", r);
+    a.y_dtype = QMM_I32;
+    c = make_call(w, &a, 1);
+    r = eb->admit(&c, why, sizeof why);
+    TU_CHECK(r != NULL, "amx_bf16 admitted an i32 output");
+    /* the real engines: unavailable without AMX, visibly */
+    for (int id = QMM_ENGINE_AMX_INT8; id <= QMM_ENGINE_AMX_BF16; id += QMM_ENGINE_AMX_BF16 - QMM_ENGINE_AMX_INT8) {
+        int avail = qmm_engine_available((qmm_engine_id)id, why, sizeof why);
+        if (!(qmm_cpu_features() & QMM_CPU_AMX_TILE)) {
+            TU_CHECK(!avail && strstr(why, "no AMX"), "%s: expected 'no AMX', got %s", qmm_engine_name((qmm_engine_id)id),
+                     avail ? "available" : why);
+            tu_note("real %s unavailable here: %s", qmm_engine_name((qmm_engine_id)id), why);
+        }
+    }
+    qmm_weight_destroy(w);
+    qmm_weight_destroy(wf);
+    qmm_weight_destroy(wb);
+}
+
+static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
+    static const int64_t Ks[] = {1, 16, 63, 64, 65, 256, 1001};
+    const int nK = (int)(sizeof Ks / sizeof Ks[0]);
+    for (int64_t M = 1; M <= 33; M++) {
+        int64_t N = tu_rand_int(0, 2) == 0 ? tu_rand_int(1, 15) : tu_rand_int(1, 40) * 2 - 1;
+        int64_t K = Ks[(M + tu_rand_int(0, nK - 1)) % nK];
+        if (g_quick && K > 256) K = 65;
+        int8_case(ei, real, M, N, K);
+    }
+    for (int i = 0; i < nK; i++) int8_case(ei, real, tu_rand_int(1, 40), tu_rand_int(1, 50), Ks[i]);
+    int64_t Mbig = g_quick ? 300 : 4096;
+    int8_case(ei, real, Mbig, 17, 64);
+    int8_case(ei, real, Mbig, 5, 256);
+    int8_case(ei, real, 64, 96, 1001);
+    for (int iw = 0; iw < 2; iw++) {
+        for (int64_t M = 1; M <= 33; M += g_quick ? 8 : 2) {
+            int64_t N = tu_rand_int(0, 2) == 0 ? tu_rand_int(1, 15) : tu_rand_int(1, 40) * 2 - 1;
+            int64_t K = Ks[(M + tu_rand_int(0, nK - 1)) % nK];
+            if (g_quick && K > 256) K = 63;
+            bf16_case(eb, real, M, N, K, iw);
+        }
+        bf16_case(eb, real, Mbig, 17, 64, iw);
+        bf16_case(eb, real, 40, 33, 1001, iw);
+    }
+}
+
+int main(int argc, char **argv) {
+    tu_init(argc, argv, "test_amx_emulated");
+    g_quick = getenv("QMM_TEST_QUICK") != NULL;
+    const uint32_t need = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
+    if ((qmm_cpu_features() & need) != need) {
+        tu_skip("amx_int8/amx_bf16 (emulated)", "the emulated build uses AVX-512 for the epilogue; CPU lacks it");
+        tu_finish();
+        return 77;
+    }
+    for (int t = 0; t < 2; t++) {
+        qmm_context_options o = qmm_context_options_default();
+        o.n_threads = t + 1;
+        if (qmm_context_create(&o, &g_ctx[t]) != QMM_OK) { printf("context: %s\n", qmm_last_error()); return 1; }
+    }
+    admission();
+    long ops0 = qmm_amx_emu_ops();
+    sweep(&qmm_engine_amx_int8_emu, &qmm_engine_amx_bf16_emu, 0);
+    tu_note("emulated tile instructions executed: %ld", qmm_amx_emu_ops() - ops0);
+    TU_CHECK(qmm_amx_emu_ops() > ops0, "the emulated engines executed no tile instruction");
+    char why[QMM_REASON_MAX];
+    if (qmm_engine_available(QMM_ENGINE_AMX_INT8, why, sizeof why) &&
+        qmm_engine_available(QMM_ENGINE_AMX_BF16, why, sizeof why)) {
+        tu_note("AMX present: running the same sweep on the real engines");
+        sweep(qmm_engine_get(QMM_ENGINE_AMX_INT8), qmm_engine_get(QMM_ENGINE_AMX_BF16), 1);
+    } else {
+        tu_skip("amx_int8/amx_bf16 (real)", why);
+    }
+    for (int t = 0; t < 2; t++) qmm_context_destroy(g_ctx[t]);
+    return tu_finish();
+}
