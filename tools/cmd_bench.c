@@ -1,11 +1,470 @@
-/* cmd_bench.c — placeholder: `qmm bench` is not implemented yet. */
+/*
+ * cmd_bench.c — `qmm bench`: per-kernel benchmarks on the model shapes of SPEC §8.
+ *
+ * For each shape (bench/shapes.h; --shape MxNxK[:swiglu|:gelu][:gN] for others) and each int8
+ * engine: the median time of qmm_linear over the repeats (bf16 x and y, pre-pass and epilogue
+ * included, pinned threads), int8 TOPS = 2·M·N·K / t, the engine's peak measured in this same
+ * run by a register-only loop of its core instruction (bench/peak.c) and the % reached, and
+ * the GB/s of weight bytes streamed — for M ≤ 16 the weight is rotated through enough copies
+ * that more bytes than the last-level cache are read, and the GB/s is compared with the DRAM
+ * read bandwidth measured in this run. Then the float paths: the W8A16 fallback (the int8
+ * weight on a float engine), the BF16 linear and the FP32 linear (float weights), each with
+ * its engine's peak, and the speedup of the best INT8 row over it. An engine that is
+ * unavailable or refuses the call is a row with its reason, never a crash.
+ * Output: a table, or with --json an array of row objects (M, N, K, act, gs, kind, engine,
+ * threads, status, reason, median_ms, repeats, tops, peak_tops, pct_peak, gbps, dram_gbps,
+ * pct_dram, speedup_int8; numbers are null where they do not apply).
+ */
 #include "commands.h"
+#include "peak.h"
+#include "qmm.h"
+#include "shapes.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { KIND_INT8, KIND_W8A16, KIND_BF16, KIND_F32 };
+static const char *const k_kind_name[] = {"int8", "w8a16", "bf16", "f32"};
+
+typedef struct {
+    qmm_bench_shape sh;
+    int kind;
+    qmm_engine_id engine;
+    int threads;
+    int ok;                 /* 1 ran; 0 refused/unavailable/error (reason) */
+    char reason[640];
+    double median_ms;
+    int repeats, copies;
+    double tops, peak_tops, pct_peak, gbps, dram_gbps, pct_dram, speedup_int8;
+} row;
+
+typedef struct {
+    int threads, repeats, json, quick, no_float;
+    uint32_t engines;       /* bit per engine; 0 = default set */
+    double dram_gbps;
+    double peak[QMM_ENGINE_COUNT];
+    char peak_why[QMM_ENGINE_COUNT][QMM_REASON_MAX];
+    int peak_done[QMM_ENGINE_COUNT];
+    row *rows;
+    size_t n_rows, cap_rows;
+} bench;
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: qmm bench [--shape MxNxK[:swiglu|:gelu][:g16|:g64|:g256]]... [--all] [--engines a,b]\n"
+               "                 [--threads T] [--repeats R] [--json] [--quick] [--no-float] [--dram-mb MB]\n"
+               "  default shapes: the issue-3 targets (M=4096 21504x5376 g256, 5376x14336 swiglu;\n"
+               "  M=256 5376x5376; M=1 and M=16 28672x5376); --all: every N x K of SPEC 8 at M=256.\n"
+               "  --quick: a tiny shape, short peak loops and bandwidth buffer (smoke test).\n");
+}
+
+/* xorshift fill: int8 in [-127, 127] (no -128, as qmm's quantizer), fast for 100+ MB */
+static void fill_i8(int8_t *p, size_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i += 8) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        uint64_t v = s;
+        for (size_t j = 0; j < 8 && i + j < n; j++, v >>= 8) {
+            int8_t b = (int8_t)(v & 0xff);
+            p[i + j] = b == -128 ? 0 : b;
+        }
+    }
+}
+/* floats ~ U(-1, 1) stored as dtype t (F32 or BF16) */
+static void fill_f(void *p, qmm_dtype t, size_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        float v = (float)((int64_t)(s >> 40) - (1 << 23)) / (float)(1 << 23);
+        if (t == QMM_BF16) {
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
+        } else {
+            ((float *)p)[i] = v;
+        }
+    }
+}
+
+static double peak_of(bench *b, qmm_engine_id e) {
+    if (!b->peak_done[e]) {
+        b->peak[e] = qmm_peak_tops(e, b->threads, b->quick ? 0.01 : 0.2, b->peak_why[e], QMM_REASON_MAX);
+        b->peak_done[e] = 1;
+    }
+    return b->peak[e];
+}
+
+static row *add_row(bench *b, const qmm_bench_shape *sh, int kind, qmm_engine_id e) {
+    if (b->n_rows == b->cap_rows) {
+        size_t cap = b->cap_rows ? 2 * b->cap_rows : 32;
+        row *r = realloc(b->rows, cap * sizeof *r);
+        if (!r) return NULL;
+        b->rows = r;
+        b->cap_rows = cap;
+    }
+    row *r = &b->rows[b->n_rows++];
+    memset(r, 0, sizeof *r);
+    r->sh = *sh;
+    r->kind = kind;
+    r->engine = e;
+    r->threads = b->threads;
+    r->median_ms = r->tops = r->peak_tops = r->pct_peak = r->gbps = r->dram_gbps = r->pct_dram = r->speedup_int8 = NAN;
+    return r;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Times engine e on the weights (rotated through ncopies); fills the row. */
+static void time_row(bench *b, qmm_context *ctx, qmm_weight **w, int ncopies, qmm_linear_args *args, row *r,
+                     double weight_bytes) {
+    qmm_engine_id e = r->engine;
+    char why[QMM_REASON_MAX];
+    if (!qmm_engine_available(e, why, sizeof why)) {
+        snprintf(r->reason, sizeof r->reason, "unavailable: %s", why);
+        return;
+    }
+    args->engine = e;
+    double t0 = qmm_now();
+    qmm_status st = qmm_linear(ctx, w[0], args);
+    double warm = qmm_now() - t0;
+    if (st != QMM_OK) {
+        const char *msg = qmm_last_error(), *p = strstr(msg, "refuses: ");
+        snprintf(r->reason, sizeof r->reason, "%s%s", st == QMM_ERR_UNSUPPORTED && p ? "refused: " : "error: ",
+                 st == QMM_ERR_UNSUPPORTED && p ? p + 9 : msg);
+        return;
+    }
+    int reps = b->repeats;
+    if (!b->quick && warm * reps > 4.0) reps = warm > 2.0 ? 1 : (int)(4.0 / warm) > 1 ? (int)(4.0 / warm) : 1;
+    double *ts = malloc(sizeof(double) * (size_t)reps);
+    if (!ts) { snprintf(r->reason, sizeof r->reason, "error: out of memory"); return; }
+    for (int i = 0; i < reps; i++) {
+        t0 = qmm_now();
+        st = qmm_linear(ctx, w[(i + 1) % ncopies], args);
+        ts[i] = qmm_now() - t0;
+        if (st != QMM_OK) {
+            snprintf(r->reason, sizeof r->reason, "error: %s", qmm_last_error());
+            free(ts);
+            return;
+        }
+    }
+    qsort(ts, (size_t)reps, sizeof(double), cmp_double);
+    double t = reps % 2 ? ts[reps / 2] : 0.5 * (ts[reps / 2 - 1] + ts[reps / 2]);
+    free(ts);
+    r->ok = 1;
+    r->repeats = reps;
+    r->copies = ncopies;
+    r->median_ms = t * 1e3;
+    r->tops = 2.0 * (double)r->sh.M * (double)r->sh.N * (double)r->sh.K / t * 1e-12;
+    double pk = peak_of(b, e);
+    if (pk > 0) {
+        r->peak_tops = pk;
+        r->pct_peak = 100.0 * r->tops / pk;
+    }
+    r->gbps = weight_bytes / t * 1e-9;
+    r->dram_gbps = b->dram_gbps;
+    if (b->dram_gbps > 0) r->pct_dram = 100.0 * r->gbps / b->dram_gbps;
+}
+
+static const qmm_engine_id k_int8[] = {QMM_ENGINE_AMX_INT8, QMM_ENGINE_AVX512_VNNI, QMM_ENGINE_AVX_VNNI,
+                                       QMM_ENGINE_AVX2_INT8};
+static const qmm_engine_id k_float[] = {QMM_ENGINE_AMX_BF16, QMM_ENGINE_AVX512_BF16, QMM_ENGINE_AVX512_F32,
+                                        QMM_ENGINE_AVX2_F32};
+
+/* The float engine to time for weight w: every listed one (--engines), else the first that
+ * admits per the plan; returns the count written to out. */
+static int float_engines(bench *b, qmm_context *ctx, qmm_weight *w, qmm_linear_args *args, qmm_engine_id *out,
+                         char *why, size_t n) {
+    int k = 0;
+    if (b->engines) {
+        for (size_t i = 0; i < 4; i++)
+            if (b->engines & (1u << k_float[i])) out[k++] = k_float[i];
+        return k;
+    }
+    qmm_plan_info p;
+    args->engine = QMM_ENGINE_AUTO;
+    if (qmm_plan(ctx, w, args, &p) != QMM_OK) {
+        snprintf(why, n, "plan: %s", qmm_last_error());
+        return 0;
+    }
+    for (size_t i = 0; i < 4; i++)
+        if (p.admitted[k_float[i]]) { out[0] = k_float[i]; return 1; }
+    size_t len = 0;
+    why[0] = 0;
+    for (size_t i = 0; i < 4 && len < n; i++) {
+        int m = snprintf(why + len, n - len, "%s%s: %s", i ? "; " : "", qmm_engine_name(k_float[i]),
+                         p.reason[k_float[i]]);
+        if (m < 0) break;
+        len += (size_t)m;
+    }
+    return 0;
+}
+
+static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
+    const int64_t M = sh->M, N = sh->N, K = sh->K, K_in = sh->act == QMM_ACT_SWIGLU ? 2 * K : K;
+    const size_t first_row = b->n_rows;
+    size_t nk = (size_t)N * (size_t)K;
+    int ncopies = 1;
+    if (M <= 16 && !b->quick) {
+        size_t want = 2 * qmm_llc_bytes();
+        ncopies = (int)((want + nk - 1) / nk);
+        if (ncopies < 2) ncopies = 2;
+        if (ncopies > 8) ncopies = 8;
+    }
+    int8_t *wq = malloc(nk);
+    float *scale = malloc(sizeof(float) * (size_t)N);
+    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)(M * K_in));
+    float *y = malloc(sizeof(float) * (size_t)(M * N));
+    qmm_weight **w = calloc((size_t)ncopies, sizeof *w);
+    if (!wq || !scale || !x || !y || !w) {
+        fprintf(stderr, "qmm bench: out of memory for %lldx%lldx%lld\n", (long long)M, (long long)N, (long long)K);
+        goto done;
+    }
+    fill_f(x, QMM_BF16, (size_t)(M * K_in), 3);
+    for (int64_t n = 0; n < N; n++) scale[n] = 0.001f + 1e-6f * (float)(n % 100);
+    for (int c = 0; c < ncopies; c++) {
+        fill_i8(wq, nk, 11 + (uint64_t)c);
+        qmm_weight_desc d = qmm_weight_desc_default();
+        d.name = sh->name;
+        d.N = N; d.K = K; d.data = wq; d.scale = scale; d.n_scale = N; d.convrot_gs = sh->gs;
+        if (qmm_weight_create_int8(ctx, &d, &w[c]) != QMM_OK) {
+            fprintf(stderr, "qmm bench: %s\n", qmm_last_error());
+            goto done;
+        }
+    }
+    qmm_linear_args args = qmm_linear_args_default();
+    args.M = M; args.x = x; args.x_dtype = QMM_BF16; args.y = y; args.y_dtype = QMM_BF16; args.act = sh->act;
+    for (size_t i = 0; i < 4; i++) {
+        if (b->engines && !(b->engines & (1u << k_int8[i]))) continue;
+        row *r = add_row(b, sh, KIND_INT8, k_int8[i]);
+        if (r) time_row(b, ctx, w, ncopies, &args, r, (double)nk);
+    }
+    if (!b->no_float) {
+        qmm_engine_id fe[4];
+        char why[512];
+        /* W8A16: the int8 weight on a float engine */
+        int nf = float_engines(b, ctx, w[0], &args, fe, why, sizeof why);
+        if (!nf) {
+            row *r = add_row(b, sh, KIND_W8A16, QMM_ENGINE_AUTO);
+            if (r) snprintf(r->reason, sizeof r->reason, "refused: %s", why);
+        }
+        for (int i = 0; i < nf; i++) {
+            row *r = add_row(b, sh, KIND_W8A16, fe[i]);
+            if (r) time_row(b, ctx, w, ncopies, &args, r, (double)nk);
+        }
+        /* float weights (free the int8 copies first: memory) */
+        for (int c = 0; c < ncopies; c++) { qmm_weight_destroy(w[c]); w[c] = NULL; }
+        for (int kind = KIND_BF16; kind <= KIND_F32; kind++) {
+            qmm_dtype dt = kind == KIND_BF16 ? QMM_BF16 : QMM_F32;
+            size_t es = dt == QMM_BF16 ? 2 : 4;
+            /* screen with a small weight of the same dtype before making the big one */
+            float small[16 * 64];
+            fill_f(small, QMM_F32, 16 * 64, 5);
+            uint16_t smallh[16 * 64];
+            for (int i = 0; i < 16 * 64; i++) smallh[i] = 0x3f80;
+            qmm_weight *ws = NULL;
+            if (qmm_weight_create_float(ctx, "screen", dt == QMM_BF16 ? (const void *)smallh : (const void *)small, dt,
+                                        16, 64, 64, NULL, QMM_F32, &ws) != QMM_OK) {
+                row *r = add_row(b, sh, kind, QMM_ENGINE_AUTO);
+                if (r) snprintf(r->reason, sizeof r->reason, "error: %s", qmm_last_error());
+                continue;
+            }
+            qmm_linear_args a2 = args;
+            nf = float_engines(b, ctx, ws, &a2, fe, why, sizeof why);
+            qmm_weight_destroy(ws);
+            if (!nf) {
+                row *r = add_row(b, sh, kind, QMM_ENGINE_AUTO);
+                if (r) snprintf(r->reason, sizeof r->reason, "refused: %s", why);
+                continue;
+            }
+            void *wf = malloc(nk * es);
+            qmm_weight *wfw = NULL;
+            if (!wf) {
+                row *r = add_row(b, sh, kind, fe[0]);
+                if (r) snprintf(r->reason, sizeof r->reason, "error: out of memory for the float weight");
+                continue;
+            }
+            fill_f(wf, dt, nk, 17);
+            qmm_status st = qmm_weight_create_float(ctx, sh->name, wf, dt, N, K, K, NULL, QMM_F32, &wfw);
+            free(wf);
+            for (int i = 0; i < nf; i++) {
+                row *r = add_row(b, sh, kind, fe[i]);
+                if (!r) continue;
+                if (st != QMM_OK) snprintf(r->reason, sizeof r->reason, "error: %s", qmm_last_error());
+                else time_row(b, ctx, &wfw, 1, &args, r, (double)(nk * es));
+            }
+            qmm_weight_destroy(wfw);
+        }
+        /* speedup of the best INT8 row over each float row */
+        double best = INFINITY;
+        for (size_t i = first_row; i < b->n_rows; i++)
+            if (b->rows[i].kind == KIND_INT8 && b->rows[i].ok && b->rows[i].median_ms < best) best = b->rows[i].median_ms;
+        for (size_t i = first_row; i < b->n_rows; i++)
+            if (b->rows[i].kind != KIND_INT8 && b->rows[i].ok && isfinite(best))
+                b->rows[i].speedup_int8 = b->rows[i].median_ms / best;
+    }
+done:
+    if (w)
+        for (int c = 0; c < ncopies; c++) qmm_weight_destroy(w[c]);
+    free(w);
+    free(wq);
+    free(scale);
+    free(x);
+    free(y);
+}
+
+static void json_num(const char *key, double v, int last) {
+    if (isfinite(v)) printf("\"%s\": %.6g%s", key, v, last ? "" : ", ");
+    else printf("\"%s\": null%s", key, last ? "" : ", ");
+}
+static void json_str(const char *key, const char *s) {
+    printf("\"%s\": \"", key);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20) printf(" ");
+        else putchar(*s);
+    }
+    printf("\", ");
+}
+
+static void print_json(const bench *b) {
+    printf("[\n");
+    for (size_t i = 0; i < b->n_rows; i++) {
+        const row *r = &b->rows[i];
+        printf("  {");
+        json_str("shape", r->sh.name);
+        printf("\"M\": %lld, \"N\": %lld, \"K\": %lld, ", (long long)r->sh.M, (long long)r->sh.N, (long long)r->sh.K);
+        json_str("act", qmm_act_name(r->sh.act));
+        printf("\"gs\": %d, ", r->sh.gs);
+        json_str("kind", k_kind_name[r->kind]);
+        json_str("engine", r->engine == QMM_ENGINE_AUTO ? "none" : qmm_engine_name(r->engine));
+        printf("\"threads\": %d, ", r->threads);
+        json_str("status", r->ok ? "ok" : "refused");
+        json_str("reason", r->reason);
+        json_str("peak_instruction", qmm_peak_instruction(r->engine));
+        printf("\"repeats\": %d, \"weight_copies\": %d, ", r->repeats, r->copies);
+        json_num("median_ms", r->median_ms, 0);
+        json_num("tops", r->tops, 0);
+        json_num("peak_tops", r->peak_tops, 0);
+        json_num("pct_peak", r->pct_peak, 0);
+        json_num("gbps", r->gbps, 0);
+        json_num("dram_gbps", r->dram_gbps, 0);
+        json_num("pct_dram", r->pct_dram, 0);
+        json_num("speedup_int8", r->speedup_int8, 1);
+        printf("}%s\n", i + 1 < b->n_rows ? "," : "");
+    }
+    printf("]\n");
+}
+
+static void print_table(const bench *b) {
+    printf("%-20s %-22s %-6s %-12s %3s %10s %8s %8s %6s %8s %6s %7s\n", "shape", "MxNxK", "kind", "engine", "thr",
+           "median_ms", "TOPS", "peak", "%peak", "GB/s", "%dram", "int8 x");
+    for (size_t i = 0; i < b->n_rows; i++) {
+        const row *r = &b->rows[i];
+        char mnk[64];
+        snprintf(mnk, sizeof mnk, "%lldx%lldx%lld%s", (long long)r->sh.M, (long long)r->sh.N, (long long)r->sh.K,
+                 r->sh.act == QMM_ACT_SWIGLU ? "+sw" : r->sh.act == QMM_ACT_GELU_TANH ? "+gelu" : "");
+        const char *en = r->engine == QMM_ENGINE_AUTO ? "-" : qmm_engine_name(r->engine);
+        if (!r->ok) {
+            printf("%-20s %-22s %-6s %-12s %3d %s\n", r->sh.name, mnk, k_kind_name[r->kind], en, r->threads, r->reason);
+            continue;
+        }
+        printf("%-20s %-22s %-6s %-12s %3d %10.3f %8.3f %8.3f %5.1f%% %8.2f ", r->sh.name, mnk, k_kind_name[r->kind],
+               en, r->threads, r->median_ms, r->tops, r->peak_tops, r->pct_peak, r->gbps);
+        if (r->sh.M <= 16 && isfinite(r->pct_dram)) printf("%5.1f%% ", r->pct_dram);
+        else printf("%6s ", "-");
+        if (isfinite(r->speedup_int8)) printf("%6.2fx", r->speedup_int8);
+        else printf("%7s", "-");
+        printf("\n");
+    }
+}
 
 int cmd_bench(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "qmm bench: not implemented yet\n");
-    return 1;
+    bench b;
+    memset(&b, 0, sizeof b);
+    b.repeats = 5;
+    qmm_bench_shape shapes[64];
+    size_t n_shapes = 0;
+    int all = 0;
+    long dram_mb = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "--json")) b.json = 1;
+        else if (!strcmp(a, "--quick")) b.quick = 1;
+        else if (!strcmp(a, "--all")) all = 1;
+        else if (!strcmp(a, "--no-float")) b.no_float = 1;
+        else if (!strcmp(a, "--shape") && v) {
+            if (n_shapes == 64 || qmm_bench_parse_shape(v, &shapes[n_shapes])) {
+                fprintf(stderr, "qmm bench: bad shape '%s' (MxNxK[:swiglu|:gelu][:gN])\n", v);
+                return 2;
+            }
+            n_shapes++;
+            i++;
+        } else if (!strcmp(a, "--engines") && v) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+                qmm_engine_id e = qmm_engine_from_name(t);
+                if (e == QMM_ENGINE_COUNT || e == QMM_ENGINE_AUTO || e == QMM_ENGINE_REF) {
+                    fprintf(stderr, "qmm bench: unknown engine '%s'\n", t);
+                    return 2;
+                }
+                b.engines |= 1u << e;
+            }
+            i++;
+        } else if (!strcmp(a, "--threads") && v) { b.threads = atoi(v); i++; }
+        else if (!strcmp(a, "--repeats") && v) { b.repeats = atoi(v); i++; }
+        else if (!strcmp(a, "--dram-mb") && v) { dram_mb = atol(v); i++; }
+        else {
+            fprintf(stderr, "qmm bench: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (b.repeats < 1 || b.threads < 0 || dram_mb < 0) { usage(stderr); return 2; }
+    if (b.quick && b.repeats > 2) b.repeats = 2;
+    if (n_shapes == 0) {
+        if (b.quick) shapes[n_shapes++] = qmm_bench_quick_shape;
+        else if (all) for (size_t i = 0; i < qmm_bench_spec_count; i++) shapes[n_shapes++] = qmm_bench_spec_shapes[i];
+        else for (size_t i = 0; i < qmm_bench_default_count; i++) shapes[n_shapes++] = qmm_bench_default_shapes[i];
+    }
+    qmm_context_options o = qmm_context_options_default();
+    o.n_threads = b.threads;
+    o.pin_threads = 1;
+    qmm_context *ctx;
+    if (qmm_context_create(&o, &ctx) != QMM_OK) {
+        fprintf(stderr, "qmm bench: %s\n", qmm_last_error());
+        return 1;
+    }
+    b.threads = qmm_context_threads(ctx);
+    size_t llc = qmm_llc_bytes();
+    size_t dram_bytes = dram_mb ? (size_t)dram_mb << 20 : b.quick ? (size_t)16 << 20 : 3 * llc;
+    if (!dram_mb && !b.quick) {
+        if (dram_bytes < ((size_t)256 << 20)) dram_bytes = (size_t)256 << 20;
+        if (dram_bytes > ((size_t)1 << 30)) dram_bytes = (size_t)1 << 30;
+    }
+    b.dram_gbps = qmm_dram_read_gbps(b.threads, dram_bytes, b.quick ? 1 : 3);
+    if (!b.json) {
+        printf("qmm bench: %s, %d threads (pinned), LLC %zu MiB\n", qmm_cpu_brand(), b.threads, llc >> 20);
+        printf("DRAM read bandwidth: %.1f GB/s (%zu MiB streamed by %d threads)\npeaks measured now:", b.dram_gbps,
+               dram_bytes >> 20, b.threads);
+        for (int e = QMM_ENGINE_AMX_INT8; e < QMM_ENGINE_COUNT; e++) {
+            if (b.engines && !(b.engines & (1u << e))) continue;
+            double p = peak_of(&b, (qmm_engine_id)e);
+            if (p > 0) printf(" %s %.3f T/s (%s);", qmm_engine_name((qmm_engine_id)e), p, qmm_peak_instruction((qmm_engine_id)e));
+        }
+        printf("\nx and y bf16; pre-pass and epilogue included; M<=16 rotates weight copies past the LLC\n\n");
+        fflush(stdout);
+    }
+    for (size_t i = 0; i < n_shapes; i++) bench_shape(&b, ctx, &shapes[i]);
+    if (b.json) print_json(&b);
+    else print_table(&b);
+    free(b.rows);
+    qmm_context_destroy(ctx);
+    return 0;
 }
