@@ -1,11 +1,375 @@
-/* cmd_tp.c — placeholder: `qmm tp` is not implemented yet. */
+/*
+ * cmd_tp.c — `qmm tp`, run under `mpirun -np R qmm tp [options]`: builds a layer or a pair
+ * (from a seed, the same on every rank) or loads it from a ComfyUI INT8 checkpoint (each rank
+ * reads only its slice), runs it split across the ranks and once on rank 0 alone with the same
+ * engine, and prints each rank's slice and median time, the single-process time and whether
+ * the outputs are bit-identical. Exit 0 when identical, 1 otherwise or on error, 2 on usage.
+ * Built without MPI it says so and exits 1.
+ */
 #include "commands.h"
 
 #include <stdio.h>
 
+#ifndef QMM_WITH_MPI
 int cmd_tp(int argc, char **argv) {
     (void)argc;
     (void)argv;
-    fprintf(stderr, "qmm tp: not implemented yet\n");
+    fprintf(stderr, "qmm tp: tensor parallelism is not built (libqmm was built without MPI; install "
+                    "libopenmpi-dev and rebuild)\n");
     return 1;
 }
+#else
+
+#include "numerics.h"
+#include "qmm.h"
+#include "qmm_dist.h"
+#include "qmm_io.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: mpirun -np R qmm tp [options]\n"
+            "  --layer column|row|mlp|attn   what to split (default mlp)\n"
+            "  --M m            tokens (default 256)\n"
+            "  --K k            input width of the (first) layer (default 1024)\n"
+            "  --N n            output width of the (last) layer (default 1024)\n"
+            "  --F f            pairs: intermediate width per part (default 2048; fc1 is [2F,K], qkv [3F,K])\n"
+            "  --head d         attn: head dim = split unit (default 128)\n"
+            "  --gs g           convrot group of every layer: 0, 16, 64, 256 (default 0)\n"
+            "  --dtype t        x / intermediate / y dtype: bf16, f16, f32 (default bf16)\n"
+            "  --engine e       auto (default) or an int8 engine name (ref, avx512_vnni, ...)\n"
+            "  --threads t      threads per rank (default QMM_NUM_THREADS, else 1)\n"
+            "  --iters n        timed runs, median reported (default 5)\n"
+            "  --seed s         data seed (default 1)\n"
+            "  --model FILE --first L [--second L2]\n"
+            "                   load from a checkpoint: one layer (--layer column|row) or a pair\n"
+            "                   (--layer mlp|attn: first = fc1/qkv, second = fc2/out_proj)\n");
+}
+
+typedef struct rng { uint64_t s; } rng;
+static uint64_t rnext(rng *r) {
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float runif(rng *r) { return (float)((double)(rnext(r) >> 11) / 9007199254740992.0) * 2.0f - 1.0f; }
+
+/* a random int8 layer [N, K] (owned buffers in *mem) */
+static void gen_layer(rng *r, const char *name, int64_t N, int64_t K, int gs, qmm_weight_desc *d, void **mem) {
+    int8_t *w = malloc((size_t)(N * K));
+    float *s = malloc((size_t)N * sizeof(float));
+    if (!w || !s) {
+        free(w);
+        free(s);
+        *mem = NULL;
+        return;
+    }
+    for (int64_t i = 0; i < N * K; i++) w[i] = (int8_t)((int)(rnext(r) % 255) - 127);
+    for (int64_t n = 0; n < N; n++) s[n] = 1e-3f * (1.0f + runif(r) * 0.5f);
+    *d = qmm_weight_desc_default();
+    d->name = name;
+    d->N = N;
+    d->K = K;
+    d->data = w;
+    d->scale = s;
+    d->n_scale = N;
+    d->convrot_gs = gs;
+    mem[0] = w;
+    mem[1] = s;
+}
+
+/* the column-local stand-in for an attention core: out[j] = T(q[j] * k[j] + v[j]) */
+static qmm_status toy_core(void *user, int64_t M, const void *in, int64_t ld_in, void *out, int64_t ld_out,
+                           int64_t F_r, qmm_dtype t) {
+    (void)user;
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t j = 0; j < F_r; j++) {
+            float q = qmm_load_f(in, t, r * ld_in + j), k = qmm_load_f(in, t, r * ld_in + F_r + j),
+                  v = qmm_load_f(in, t, r * ld_in + 2 * F_r + j);
+            float qk = q * k;
+            qmm_store_f(out, t, r * ld_out + j, qk + v);
+        }
+    return QMM_OK;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct opts {
+    const char *layer, *model, *first, *second;
+    int64_t M, K, N, F, head;
+    int gs, threads, iters;
+    uint64_t seed;
+    qmm_dtype t;
+    qmm_engine_id engine;
+} opts;
+
+static int parse(int argc, char **argv, opts *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
+        if (!v) return 2;
+        i++;
+        if (!strcmp(a, "--layer")) o->layer = v;
+        else if (!strcmp(a, "--M")) o->M = atoll(v);
+        else if (!strcmp(a, "--K")) o->K = atoll(v);
+        else if (!strcmp(a, "--N")) o->N = atoll(v);
+        else if (!strcmp(a, "--F")) o->F = atoll(v);
+        else if (!strcmp(a, "--head")) o->head = atoll(v);
+        else if (!strcmp(a, "--gs")) o->gs = atoi(v);
+        else if (!strcmp(a, "--threads")) o->threads = atoi(v);
+        else if (!strcmp(a, "--iters")) o->iters = atoi(v);
+        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 0);
+        else if (!strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "--first")) o->first = v;
+        else if (!strcmp(a, "--second")) o->second = v;
+        else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "bf16")) o->t = QMM_BF16;
+            else if (!strcmp(v, "f16")) o->t = QMM_F16;
+            else if (!strcmp(v, "f32")) o->t = QMM_F32;
+            else return 2;
+        } else if (!strcmp(a, "--engine")) {
+            o->engine = qmm_engine_from_name(v);
+            if (o->engine == QMM_ENGINE_COUNT) return 2;
+        } else return 2;
+    }
+    if (strcmp(o->layer, "column") && strcmp(o->layer, "row") && strcmp(o->layer, "mlp") && strcmp(o->layer, "attn"))
+        return 2;
+    if (o->M < 1 || o->K < 1 || o->N < 1 || o->F < 1 || o->head < 1 || o->iters < 1) return 2;
+    if (o->model && !o->first) return 2;
+    return 0;
+}
+
+/* everything one run needs; the split and the single-process versions share x and y shapes */
+typedef struct job {
+    opts o;
+    int pair, attn;
+    qmm_weight_desc d1, d2;  /* full descs (first, second) */
+    int64_t K_in, N_out, F;
+    qmm_tp_linear *T;
+    qmm_tp_pair *P;
+    qmm_weight *w1, *w2;     /* rank 0: the single-process weights */
+    void *x, *y, *yref, *mid, *core;
+} job;
+
+static qmm_status run_split(job *j, qmm_context *ctx) {
+    const opts *o = &j->o;
+    if (j->pair) return qmm_tp_pair_run(j->P, ctx, o->M, j->x, o->t, 0, o->t, j->y, o->t, 0, o->engine);
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = o->M;
+    a.x = j->x;
+    a.x_dtype = o->t;
+    a.y = j->y;
+    a.y_dtype = o->t;
+    a.engine = o->engine;
+    return qmm_tp_linear_run(j->T, ctx, &a, strcmp(o->layer, "row") ? 0 : QMM_TP_X_FULL);
+}
+
+static qmm_status run_single(job *j, qmm_context *ctx) {
+    const opts *o = &j->o;
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = o->M;
+    a.x = j->x;
+    a.x_dtype = o->t;
+    a.y = j->pair ? j->mid : j->yref;
+    a.y_dtype = o->t;
+    a.engine = o->engine;
+    qmm_status st = qmm_linear(ctx, j->w1, &a);
+    if (st != QMM_OK || !j->pair) return st;
+    if (j->attn) {
+        st = toy_core(NULL, o->M, j->mid, 3 * j->F, j->core, j->F, j->F, o->t);
+        if (st != QMM_OK) return st;
+    }
+    a.x = j->attn ? j->core : j->mid;
+    a.act = j->attn ? QMM_ACT_NONE : QMM_ACT_SWIGLU;
+    a.y = j->yref;
+    return qmm_linear(ctx, j->w2, &a);
+}
+
+/* median seconds of iters runs (after one warm-up), each started together (barrier) */
+static qmm_status timed(qmm_status (*fn)(job *, qmm_context *), job *j, qmm_context *ctx, int sync, double *med) {
+    double *t = calloc((size_t)j->o.iters, sizeof *t);
+    if (!t) return QMM_ERR_OUT_OF_MEMORY;
+    qmm_status st = fn(j, ctx);
+    for (int i = 0; st == QMM_OK && i < j->o.iters; i++) {
+        if (sync) MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        st = fn(j, ctx);
+        t[i] = MPI_Wtime() - t0;
+    }
+    qsort(t, (size_t)j->o.iters, sizeof *t, cmp_double);
+    *med = t[j->o.iters / 2];
+    free(t);
+    return st;
+}
+
+/* rank-0-prints an error and returns 1 everywhere once every rank knows (collective) */
+static int all_ok(qmm_status st, int rank, const char *what) {
+    int bad = st != QMM_OK, any = 0;
+    if (bad) fprintf(stderr, "qmm tp: rank %d: %s: %s: %s\n", rank, what, qmm_status_name(st), qmm_last_error());
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return !any;
+}
+
+int cmd_tp(int argc, char **argv) {
+    opts o = {"mlp", NULL, NULL, NULL, 256, 1024, 1024, 2048, 128, 0, 0, 5, 1, QMM_BF16, QMM_ENGINE_AUTO};
+    int pr = parse(argc, argv, &o);
+    if (pr) {
+        usage(pr == 1 ? stdout : stderr);
+        return pr == 1 ? 0 : 2;
+    }
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) MPI_Init(&argc, &argv);
+    int rc = 1;
+    qmm_comm *comm = NULL;
+    qmm_context *ctx = NULL;
+    qmm_model *model = NULL;
+    void *mem[4] = {0}, *own1 = NULL, *own2 = NULL;
+    job j;
+    memset(&j, 0, sizeof j);
+    j.o = o;
+    j.pair = !strcmp(o.layer, "mlp") || !strcmp(o.layer, "attn");
+    j.attn = !strcmp(o.layer, "attn");
+    qmm_status st = qmm_comm_create_mpi(NULL, &comm);
+    if (st != QMM_OK) {
+        fprintf(stderr, "qmm tp: %s\n", qmm_last_error());
+        MPI_Finalize();
+        return 1;
+    }
+    const int rank = comm->rank, size = comm->size;
+    qmm_context_options co = qmm_context_options_default();
+    co.n_threads = o.threads > 0 ? o.threads : getenv("QMM_NUM_THREADS") ? 0 : 1;
+    st = qmm_context_create(&co, &ctx);
+    /* the layers: from the checkpoint or from the seed (the same on every rank) */
+    if (st == QMM_OK && o.model) {
+        st = qmm_model_open(o.model, NULL, &model);
+        if (st == QMM_OK) st = qmm_tp_desc_from_model(model, o.first, &j.d1, &own1);
+        if (st == QMM_OK && j.pair) {
+            if (!o.second) {
+                fprintf(stderr, "qmm tp: --layer %s needs --second\n", o.layer);
+                st = QMM_ERR_INVALID_ARGUMENT;
+            } else {
+                st = qmm_tp_desc_from_model(model, o.second, &j.d2, &own2);
+            }
+        }
+    } else if (st == QMM_OK) {
+        rng r = {o.seed * 0x9E3779B97F4A7C15ull + 7};
+        if (j.pair) {
+            gen_layer(&r, j.attn ? "attn.qkv" : "mlp.fc1", (j.attn ? 3 : 2) * o.F, o.K, o.gs, &j.d1, mem);
+            gen_layer(&r, j.attn ? "attn.out_proj" : "mlp.fc2", o.N, o.F, o.gs, &j.d2, mem + 2);
+        } else {
+            gen_layer(&r, strcmp(o.layer, "row") ? "column" : "row", o.N, o.K, o.gs, &j.d1, mem);
+        }
+        if (!mem[0] || (j.pair && !mem[2])) st = QMM_ERR_OUT_OF_MEMORY;
+    }
+    if (!all_ok(st, rank, "setup")) goto done;
+    if (j.pair) {
+        j.F = j.d2.K;
+        j.K_in = j.d1.K;
+        j.N_out = j.d2.N;
+        qmm_tp_pair_options po;
+        memset(&po, 0, sizeof po);
+        po.act = j.attn ? QMM_ACT_NONE : QMM_ACT_SWIGLU;
+        po.parts = j.attn ? 3 : 2;
+        po.unit = j.attn ? o.head : 1;
+        po.core = j.attn ? toy_core : NULL;
+        st = qmm_tp_pair_create(ctx, comm, &j.d1, &j.d2, &po, &j.P);
+    } else {
+        j.K_in = j.d1.K;
+        j.N_out = j.d1.N;
+        qmm_tp_options to = qmm_tp_options_default();
+        to.kind = strcmp(o.layer, "row") ? QMM_TP_COLUMN : QMM_TP_ROW;
+        st = qmm_tp_linear_create(ctx, comm, &j.d1, &to, &j.T);
+    }
+    if (st != QMM_OK) { /* collective: the same error on every rank */
+        if (rank == 0) fprintf(stderr, "qmm tp: %s: %s\n", qmm_status_name(st), qmm_last_error());
+        goto done;
+    }
+    const size_t es = qmm_dtype_size(o.t);
+    j.x = malloc((size_t)(o.M * j.K_in) * es);
+    j.y = malloc((size_t)(o.M * j.N_out) * es);
+    j.yref = malloc((size_t)(o.M * j.N_out) * es);
+    st = j.x && j.y && j.yref ? QMM_OK : QMM_ERR_OUT_OF_MEMORY;
+    if (st == QMM_OK) {
+        rng r = {o.seed * 31 + 5};
+        for (int64_t i = 0; i < o.M * j.K_in; i++) qmm_store_f(j.x, o.t, i, runif(&r));
+    }
+    if (st == QMM_OK && rank == 0) { /* the single-process weights */
+        st = qmm_weight_create_int8(ctx, &j.d1, &j.w1);
+        if (st == QMM_OK && j.pair) {
+            st = qmm_weight_create_int8(ctx, &j.d2, &j.w2);
+            j.mid = malloc((size_t)(o.M * j.d1.N) * es);
+            j.core = malloc((size_t)(o.M * j.F) * es);
+            if (st == QMM_OK && (!j.mid || !j.core)) st = QMM_ERR_OUT_OF_MEMORY;
+        }
+    }
+    if (!all_ok(st, rank, "buffers")) goto done;
+    double t_split = 0, t_one = 0;
+    st = timed(run_split, &j, ctx, 1, &t_split);
+    if (st != QMM_OK) {
+        if (rank == 0) fprintf(stderr, "qmm tp: %s: %s\n", qmm_status_name(st), qmm_last_error());
+        goto done;
+    }
+    if (rank == 0) st = timed(run_single, &j, ctx, 0, &t_one);
+    if (!all_ok(st, rank, "single-process run")) goto done;
+    /* compare every rank's split output with rank 0's single-process output */
+    if (!all_ok(comm->broadcast(comm, j.yref, (size_t)(o.M * j.N_out) * es, 0), rank, "broadcast")) goto done;
+    long long diff = -1;
+    for (size_t i = 0; i < (size_t)(o.M * j.N_out) * es; i++)
+        if (((unsigned char *)j.y)[i] != ((unsigned char *)j.yref)[i]) { diff = (long long)i; break; }
+    double *times = rank == 0 ? calloc((size_t)size, sizeof *times) : NULL;
+    long long *diffs = rank == 0 ? calloc((size_t)size, sizeof *diffs) : NULL;
+    MPI_Gather(&t_split, 1, MPI_DOUBLE, times, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Gather(&diff, 1, MPI_LONG_LONG, diffs, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    int same = diff < 0, all_same = 0;
+    MPI_Allreduce(&same, &all_same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank == 0) {
+        qmm_counters cn;
+        qmm_get_counters(ctx, &cn);
+        const char *ran = "?";
+        for (int e = 0; e < QMM_ENGINE_COUNT; e++)
+            if (cn.calls[e]) ran = qmm_engine_name((qmm_engine_id)e);
+        printf("qmm tp: %s, %d ranks x %d threads, M=%lld, %s%s, engine %s (rank 0 ran %s), dtype %s, gs %d\n",
+               o.layer, size, qmm_context_threads(ctx), (long long)o.M, o.model ? "checkpoint " : "seeded ",
+               j.pair ? "pair" : "layer", qmm_engine_name(o.engine), ran, qmm_dtype_name(o.t), o.gs);
+        if (j.pair) printf("  first [%lld, %lld] -> second [%lld, %lld]\n", (long long)j.d1.N, (long long)j.d1.K,
+                           (long long)j.d2.N, (long long)j.d2.K);
+        else printf("  layer [%lld, %lld]\n", (long long)j.d1.N, (long long)j.d1.K);
+        for (int r = 0; r < size; r++)
+            printf("  rank %d: split run median %.3f ms%s\n", r, times[r] * 1e3,
+                   diffs[r] < 0 ? "" : "  (output differs)");
+        printf("  one process (rank 0): median %.3f ms (%d iters)\n", t_one * 1e3, o.iters);
+        printf("bit-identical: %s\n", all_same ? "yes" : "NO");
+        for (int r = 0; r < size && !all_same; r++)
+            if (diffs[r] >= 0) printf("  rank %d: first differing byte %lld\n", r, diffs[r]);
+    }
+    free(times);
+    free(diffs);
+    rc = all_same ? 0 : 1;
+done:
+    qmm_tp_linear_destroy(j.T);
+    qmm_tp_pair_destroy(j.P);
+    qmm_weight_destroy(j.w1);
+    qmm_weight_destroy(j.w2);
+    free(j.x);
+    free(j.y);
+    free(j.yref);
+    free(j.mid);
+    free(j.core);
+    for (int i = 0; i < 4; i++) free(mem[i]);
+    qmm_tp_desc_release(own1);
+    qmm_tp_desc_release(own2);
+    qmm_model_close(model);
+    qmm_context_destroy(ctx);
+    qmm_comm_destroy(comm);
+    MPI_Finalize();
+    return rc;
+}
+#endif

@@ -1,0 +1,43 @@
+/*
+ * tp_internal.h — what the tensor-parallel files share: the fixed-size agreement record every
+ * rank exchanges before any collective whose size depends on the call (so that a failed or
+ * mismatched rank turns into the same error on every rank instead of a hang), the split of a
+ * dimension across ranks, and a run entry that carries a failure from before the call.
+ */
+#ifndef QMM_TP_INTERNAL_H
+#define QMM_TP_INTERNAL_H
+
+#include "qmm_dist.h"
+#include "qmm_internal.h"
+
+/* One rank's view of a create/run call. Fields that must agree are compared with rank 0's. */
+typedef struct tp_rec {
+    int32_t status;          /* this rank's local status so far (QMM_OK or the error) */
+    int32_t kind, parts, gs, per_channel, has_bias, x_dtype, y_dtype, act, flags;
+    int64_t N, K, M, unit, split_hash;
+    char msg[200];           /* this rank's error message when status != QMM_OK */
+} tp_rec;
+
+/* Fills status/msg of r from st (and qmm_last_error()). */
+void tp_rec_status(tp_rec *r, qmm_status st);
+
+/* Collective: all-gathers rec (all = comm->size records of scratch). Returns QMM_OK on every
+ * rank, or QMM_ERR_DIST on every rank naming the layer, the first failing / disagreeing rank
+ * and its reason. what: "create" / "run" for messages. */
+qmm_status tp_agree(qmm_comm *comm, const char *layer, const char *what, const tp_rec *rec, tp_rec *all);
+
+/* Deterministic split of [0, width) over `size` ranks into off[0..size]: the explicit split if
+ * given (validated), else balanced in units of `unit`. Same result/error on every rank. */
+qmm_status tp_split(const char *layer, const char *dim, int64_t width, int64_t unit, const int64_t *split, int size,
+                    int64_t *off);
+int64_t tp_split_hash(const int64_t *split, int size);
+
+/* qmm_tp_linear_run with a failure that happened before the call on this rank (prior !=
+ * QMM_OK: the rank does no local work but takes part in every collective). */
+qmm_status tp_linear_run_ex(qmm_tp_linear *L, qmm_context *ctx, const qmm_linear_args *args, unsigned flags,
+                            qmm_status prior);
+
+/* grow-only scratch buffer */
+qmm_status tp_grow(void **buf, size_t *have, size_t need);
+
+#endif

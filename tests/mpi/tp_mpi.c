@@ -1,0 +1,465 @@
+/*
+ * tp_mpi.c — the tensor-parallel tester, run under `mpirun -np R` (tests/tp.cmake, through
+ * tests/mpi/run_mpi.sh which exports one QMM_SEED to every rank). Every rank builds the same
+ * random full weights and inputs from the seed, runs the split layer and the single-process
+ * layer with the SAME engine, and checks the bytes are identical:
+ *   - the collectives of the MPI qmm_comm;
+ *   - column-parallel (1, 2 or 3 parts) and row-parallel layers, random shapes, uneven and
+ *     explicit splits, convrot, swiglu/gelu, full or local x, every dtype;
+ *   - the MLP pair (fc1 [gate; up] → swiglu → fc2) and the attention pair (qkv → core →
+ *     out_proj);
+ *   - errors: a misaligned convrot split, a mismatched shape or shard on one rank, a different M
+ *     on one rank, a local failure on one rank — every rank gets the error, nobody hangs, and the
+ *     communicator still works afterwards.
+ * Engines: the reference (by name) always; each int8 engine that admits the layers; AUTO for
+ * column-parallel layers (compared with AUTO in one process). A failure prints M×N×K, engine and
+ * the first differing byte.
+ */
+#include "numerics.h"
+#include "qmm_dist.h"
+#include "testutil.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_rank, g_size, g_quick;
+static qmm_comm *g_comm;
+static qmm_context *g_ctx;
+
+static const qmm_dtype k_float[] = {QMM_F32, QMM_F16, QMM_BF16};
+static qmm_dtype rand_float_dtype(void) { return k_float[tu_rand_int(0, 2)]; }
+
+/* the first byte index where a and b differ, -1 if none */
+static int64_t first_diff(const void *a, const void *b, size_t n) {
+    const unsigned char *x = a, *y = b;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != y[i]) return (int64_t)i;
+    return -1;
+}
+
+/* A random full int8 layer; buffers owned by the caller through free_layer. */
+typedef struct layer {
+    qmm_weight_desc d;
+    int8_t *w;
+    float *scale;
+    void *bias;
+} layer;
+
+static void make_layer(layer *L, const char *name, int64_t N, int64_t K, int gs) {
+    memset(L, 0, sizeof *L);
+    int64_t ld = K + tu_rand_int(0, 1) * tu_rand_int(1, 9); /* sometimes a wider row stride */
+    L->w = malloc((size_t)(N * ld));
+    tu_fill_i8(L->w, N * ld, -127, 127);
+    int per_channel = (int)tu_rand_int(0, 1);
+    L->scale = malloc((size_t)N * sizeof(float));
+    for (int64_t n = 0; n < N; n++) L->scale[n] = 0.001f + 0.01f * (float)tu_rand_int(1, 100) / 100.0f;
+    qmm_dtype bt = rand_float_dtype();
+    if (tu_rand_int(0, 1)) {
+        L->bias = malloc((size_t)N * qmm_dtype_size(bt));
+        tu_fill_float(L->bias, bt, N, 1.0f);
+    }
+    L->d = qmm_weight_desc_default();
+    L->d.name = name;
+    L->d.N = N;
+    L->d.K = K;
+    L->d.data = L->w;
+    L->d.ld = ld;
+    L->d.scale = L->scale;
+    L->d.n_scale = per_channel ? N : 1;
+    L->d.bias = L->bias;
+    L->d.bias_dtype = bt;
+    L->d.convrot_gs = gs;
+}
+
+static void free_layer(layer *L) {
+    free(L->w);
+    free(L->scale);
+    free(L->bias);
+}
+
+static int pick_gs(int64_t width_units_max) {
+    (void)width_units_max;
+    static const int g[] = {0, 0, 16, 64};
+    return g[tu_rand_int(0, 3)];
+}
+
+/* ---------------------------------------------------------------- collectives */
+static void test_comm(void) {
+    float f[3] = {(float)g_rank, -(float)g_rank, 1.5f};
+    TU_CHECK_OK(g_comm->allreduce_max_f32(g_comm, f, 3));
+    TU_CHECK(f[0] == (float)(g_size - 1) && f[1] == 0.0f && f[2] == 1.5f, "allreduce max: %g %g %g", f[0], f[1], f[2]);
+    int32_t s[2] = {g_rank + 1, -7};
+    TU_CHECK_OK(g_comm->allreduce_sum_i32(g_comm, s, 2));
+    TU_CHECK(s[0] == g_size * (g_size + 1) / 2 && s[1] == -7 * g_size, "allreduce sum: %d %d", s[0], s[1]);
+    size_t counts[8], displs[8], at = 0;
+    for (int r = 0; r < g_size; r++) { counts[r] = (size_t)r + 1; displs[r] = at; at += counts[r]; }
+    unsigned char mine[8], all[64];
+    memset(mine, 0x10 + g_rank, sizeof mine);
+    TU_CHECK_OK(g_comm->allgather(g_comm, mine, all, counts, displs));
+    int ok = 1;
+    for (int r = 0; r < g_size; r++)
+        for (size_t i = 0; i < counts[r]; i++) ok &= all[displs[r] + i] == 0x10 + r;
+    TU_CHECK(ok, "allgather with per-rank counts");
+    uint64_t v = g_rank == 0 ? 0x1234567890ull : 0;
+    TU_CHECK_OK(g_comm->broadcast(g_comm, &v, sizeof v, 0));
+    TU_CHECK(v == 0x1234567890ull, "broadcast");
+    TU_CHECK_OK(g_comm->barrier(g_comm));
+}
+
+/* ---------------------------------------------------------------- one layer, split vs one process */
+static void check_same(const char *what, qmm_engine_id e, int64_t M, int64_t N, int64_t K, const void *y,
+                       const void *yref, size_t bytes) {
+    int64_t i = first_diff(y, yref, bytes);
+    TU_CHECK(i < 0, "rank %d/%d %s: %lldx%lldx%lld engine %s: split result differs from one process at byte %lld",
+             g_rank, g_size, what, (long long)M, (long long)N, (long long)K, qmm_engine_name(e), (long long)i);
+}
+
+static void test_linear(qmm_tp_kind kind, qmm_engine_id e) {
+    const int R = g_size;
+    int gs = pick_gs(0);
+    int parts = kind == QMM_TP_COLUMN ? (int)tu_rand_int(1, 3) : 1;
+    qmm_act act = (qmm_act)tu_rand_int(0, 2);
+    int64_t M = tu_rand_int(1, g_quick ? 9 : 37);
+    int64_t N, K;
+    int64_t split[9];
+    int explicit_split = 0;
+    if (kind == QMM_TP_COLUMN) {
+        N = parts * tu_rand_int(R, g_quick ? 40 : 90);
+        K = gs ? gs * tu_rand_int(1, 3) : tu_rand_int(1, 150);
+    } else {
+        int64_t unit = gs ? gs : 1;
+        K = unit * tu_rand_int(R, gs ? R + 3 : 150);
+        N = tu_rand_int(1, g_quick ? 40 : 90);
+        if (tu_rand_int(0, 2) == 0) { /* an explicit uneven split in units */
+            int64_t units = K / unit;
+            explicit_split = 1;
+            split[0] = 0;
+            for (int r = 1; r < R; r++) split[r] = split[r - 1] + unit; /* ranks 0..R-2 take one unit */
+            split[R] = units * unit;
+            (void)units;
+        }
+    }
+    qmm_dtype xt = rand_float_dtype(), yt = rand_float_dtype();
+    unsigned flags = kind == QMM_TP_ROW && tu_rand_int(0, 1) ? QMM_TP_X_FULL : 0;
+    const int64_t kin = act == QMM_ACT_SWIGLU ? 2 * K : K;
+    const int64_t ldx = kin + tu_rand_int(0, 3);
+    void *x = malloc((size_t)(M * ldx) * qmm_dtype_size(xt));
+    tu_fill_float(x, xt, M * ldx, 1.0f);
+    if (tu_rand_int(0, 3) == 0) { /* an outlier channel */
+        int64_t c = tu_rand_int(0, kin - 1);
+        for (int64_t r = 0; r < M; r++) qmm_store_f(x, xt, r * ldx + c, 30.0f * qmm_load_f(x, xt, r * ldx + c));
+    }
+    layer L;
+    make_layer(&L, kind == QMM_TP_ROW ? "test.row" : "test.col", N, K, gs);
+    /* one process */
+    qmm_weight *wf = NULL;
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx, &L.d, &wf));
+    size_t ys = qmm_dtype_size(yt), ybytes = (size_t)(M * N) * ys;
+    void *yref = calloc(1, ybytes), *y = calloc(1, ybytes);
+    float *sref = calloc((size_t)M, sizeof(float)), *s = calloc((size_t)M, sizeof(float));
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = M;
+    a.x = x;
+    a.x_dtype = xt;
+    a.ldx = ldx;
+    a.y = yref;
+    a.y_dtype = yt;
+    a.act = act;
+    a.engine = e;
+    a.token_scales = sref;
+    qmm_status st1 = wf ? qmm_linear(g_ctx, wf, &a) : QMM_ERR_INTERNAL;
+    /* AUTO may find no engine for a combination (then the split layer must fail too) */
+    TU_CHECK(st1 == QMM_OK || e == QMM_ENGINE_AUTO, "one process %lldx%lldx%lld engine %s: %s", (long long)M,
+             (long long)N, (long long)K, qmm_engine_name(e), qmm_last_error());
+    if (st1 != QMM_OK && g_rank == 0) tu_note("one process with %s: %s", qmm_engine_name(e), qmm_last_error());
+    /* split */
+    qmm_tp_options o = qmm_tp_options_default();
+    o.kind = kind;
+    o.parts = parts;
+    o.split = explicit_split ? split : NULL;
+    qmm_tp_linear *T = NULL;
+    qmm_status st = qmm_tp_linear_create(g_ctx, g_comm, &L.d, &o, &T);
+    TU_CHECK(st == QMM_OK, "rank %d create %s %lldx%lld gs %d: %s", g_rank, kind == QMM_TP_ROW ? "row" : "column",
+             (long long)N, (long long)K, gs, qmm_last_error());
+    if (st == QMM_OK) {
+        qmm_tp_linear_info info;
+        qmm_tp_linear_get_info(T, &info);
+        void *xl = x;
+        int64_t ldxl = ldx;
+        if (kind == QMM_TP_ROW && !(flags & QMM_TP_X_FULL)) { /* the caller hands my slice */
+            int64_t kr = info.hi - info.lo, w = act == QMM_ACT_SWIGLU ? 2 * kr : kr;
+            size_t xs = qmm_dtype_size(xt);
+            xl = malloc((size_t)(M * w) * xs);
+            for (int64_t r = 0; r < M; r++) {
+                const char *src = (const char *)x + (size_t)(r * ldx) * xs;
+                memcpy((char *)xl + (size_t)(r * w) * xs, src + (size_t)info.lo * xs, (size_t)kr * xs);
+                if (act == QMM_ACT_SWIGLU)
+                    memcpy((char *)xl + (size_t)(r * w + kr) * xs, src + (size_t)(K + info.lo) * xs, (size_t)kr * xs);
+            }
+            ldxl = w;
+        }
+        qmm_linear_args b = a;
+        b.x = xl;
+        b.ldx = ldxl;
+        b.y = y;
+        b.token_scales = s;
+        st = qmm_tp_linear_run(T, g_ctx, &b, flags);
+        TU_CHECK((st == QMM_OK) == (st1 == QMM_OK), "rank %d run %s: %s vs one process %s: %s", g_rank,
+                 kind == QMM_TP_ROW ? "row" : "column",
+                 qmm_status_name(st), qmm_status_name(st1), qmm_last_error());
+        if (st == QMM_OK && st1 == QMM_OK) {
+            char what[96];
+            snprintf(what, sizeof what, "%s-parallel parts=%d gs=%d act=%s x=%s y=%s%s%s",
+                     kind == QMM_TP_ROW ? "row" : "column", parts, gs, qmm_act_name(act), qmm_dtype_name(xt),
+                     qmm_dtype_name(yt), explicit_split ? " explicit-split" : "",
+                     flags & QMM_TP_X_FULL ? " x-full" : "");
+            check_same(what, e, M, N, K, y, yref, ybytes);
+            check_same("token scales", e, M, N, K, s, sref, (size_t)M * sizeof(float));
+        }
+        if (xl != x) free(xl);
+    }
+    qmm_tp_linear_destroy(T);
+    qmm_weight_destroy(wf);
+    free(x);
+    free(y);
+    free(yref);
+    free(s);
+    free(sref);
+    free_layer(&L);
+}
+
+/* ---------------------------------------------------------------- pairs */
+/* A column-local stand-in for attention: out[j] = T(q[j] * k[j] + v[j]) (per head, per column). */
+static qmm_status toy_core(void *user, int64_t M, const void *in, int64_t ld_in, void *out, int64_t ld_out,
+                           int64_t F_r, qmm_dtype t) {
+    (void)user;
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t j = 0; j < F_r; j++) {
+            float q = qmm_load_f(in, t, r * ld_in + j), k = qmm_load_f(in, t, r * ld_in + F_r + j),
+                  v = qmm_load_f(in, t, r * ld_in + 2 * F_r + j);
+            float qk = q * k;
+            qmm_store_f(out, t, r * ld_out + j, qk + v);
+        }
+    return QMM_OK;
+}
+
+static void test_pair(int attention, qmm_engine_id e) {
+    const int R = g_size, parts = attention ? 3 : 2;
+    int gs1 = pick_gs(0), gs2 = (int)(tu_rand_int(0, 1) ? 16 : 0);
+    int64_t head = attention ? 16 : 1;
+    int64_t unit = gs2 > head ? gs2 : head; /* lcm of 16 and 1 or 16 */
+    int64_t F = unit * tu_rand_int(R, R + (g_quick ? 2 : 5));
+    int64_t K1 = gs1 ? gs1 * tu_rand_int(1, 2) : tu_rand_int(1, 100);
+    int64_t N2 = tu_rand_int(1, g_quick ? 30 : 70);
+    int64_t M = tu_rand_int(1, g_quick ? 7 : 25);
+    qmm_dtype xt = rand_float_dtype(), mt = rand_float_dtype(), yt = rand_float_dtype();
+    void *x = malloc((size_t)(M * K1) * qmm_dtype_size(xt));
+    tu_fill_float(x, xt, M * K1, 1.0f);
+    layer A, B;
+    make_layer(&A, attention ? "attn.qkv" : "mlp.fc1", parts * F, K1, gs1);
+    make_layer(&B, attention ? "attn.out" : "mlp.fc2", N2, F, gs2);
+    /* one process: first → (swiglu | core) → second */
+    qmm_weight *wa = NULL, *wb = NULL;
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx, &A.d, &wa));
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx, &B.d, &wb));
+    size_t ms = qmm_dtype_size(mt), ys = qmm_dtype_size(yt);
+    void *mid = malloc((size_t)(M * parts * F) * ms), *core = malloc((size_t)(M * F) * ms);
+    void *yref = calloc(1, (size_t)(M * N2) * ys), *y = calloc(1, (size_t)(M * N2) * ys);
+    qmm_status st1 = QMM_ERR_INTERNAL;
+    if (wa && wb) {
+        qmm_linear_args a = qmm_linear_args_default();
+        a.M = M;
+        a.x = x;
+        a.x_dtype = xt;
+        a.y = mid;
+        a.y_dtype = mt;
+        a.engine = e;
+        st1 = qmm_linear(g_ctx, wa, &a);
+        if (st1 == QMM_OK && attention) st1 = toy_core(NULL, M, mid, 3 * F, core, F, F, mt);
+        qmm_linear_args b = qmm_linear_args_default();
+        b.M = M;
+        b.x = attention ? core : mid;
+        b.x_dtype = mt;
+        b.act = attention ? QMM_ACT_NONE : QMM_ACT_SWIGLU;
+        b.y = yref;
+        b.y_dtype = yt;
+        b.engine = e;
+        if (st1 == QMM_OK) st1 = qmm_linear(g_ctx, wb, &b);
+    }
+    TU_CHECK(st1 == QMM_OK, "one process %s engine %s: %s", attention ? "attention" : "mlp", qmm_engine_name(e),
+             qmm_last_error());
+    qmm_tp_pair_options o;
+    memset(&o, 0, sizeof o);
+    o.act = attention ? QMM_ACT_NONE : QMM_ACT_SWIGLU;
+    o.parts = parts;
+    o.unit = head;
+    o.core = attention ? toy_core : NULL;
+    qmm_tp_pair *P = NULL;
+    qmm_status st = qmm_tp_pair_create(g_ctx, g_comm, &A.d, &B.d, &o, &P);
+    TU_CHECK(st == QMM_OK, "rank %d pair create: %s", g_rank, qmm_last_error());
+    if (st == QMM_OK) {
+        st = qmm_tp_pair_run(P, g_ctx, M, x, xt, 0, mt, y, yt, 0, e);
+        TU_CHECK(st == QMM_OK, "rank %d pair run %s: %s", g_rank, attention ? "attention" : "mlp", qmm_last_error());
+        if (st == QMM_OK && st1 == QMM_OK) {
+            char what[96];
+            snprintf(what, sizeof what, "%s pair F=%lld gs=%d/%d x=%s mid=%s y=%s", attention ? "attention" : "mlp",
+                     (long long)F, gs1, gs2, qmm_dtype_name(xt), qmm_dtype_name(mt), qmm_dtype_name(yt));
+            check_same(what, e, M, N2, F, y, yref, (size_t)(M * N2) * ys);
+        }
+    }
+    qmm_tp_pair_destroy(P);
+    qmm_weight_destroy(wa);
+    qmm_weight_destroy(wb);
+    free(x);
+    free(mid);
+    free(core);
+    free(y);
+    free(yref);
+    free_layer(&A);
+    free_layer(&B);
+}
+
+/* ---------------------------------------------------------------- errors: everyone fails, nobody hangs */
+static void expect_all(const char *what, qmm_status st, qmm_status want, const char *must_contain) {
+    const char *m = qmm_last_error();
+    TU_CHECK(st == want && (!must_contain || strstr(m, must_contain)),
+             "rank %d: %s: got %s (want %s): %s", g_rank, what, qmm_status_name(st), qmm_status_name(want), m);
+    /* every rank got the same status */
+    float f[2] = {(float)st, -(float)st};
+    TU_CHECK_OK(g_comm->allreduce_max_f32(g_comm, f, 2));
+    TU_CHECK(f[0] == -f[1], "rank %d: %s: ranks returned different statuses", g_rank, what);
+    if (g_rank == 0 && st == want) tu_note("%s -> %s: %s", what, qmm_status_name(st), m);
+}
+
+static void test_errors(void) {
+    const int R = g_size;
+    layer L;
+    make_layer(&L, "err.row", 8, 32 * R, 16);
+    qmm_tp_linear *T = NULL;
+    /* 1. misaligned convrot split: K-slices of 40 / 24 columns with g = 16 */
+    int64_t split[9];
+    for (int r = 0; r <= R; r++) split[r] = 32 * r + (r > 0 && r < R ? 8 : 0);
+    qmm_tp_options o = qmm_tp_options_default();
+    o.kind = QMM_TP_ROW;
+    o.split = split;
+    expect_all("misaligned convrot split", qmm_tp_linear_create(g_ctx, g_comm, &L.d, &o, &T), QMM_ERR_UNSUPPORTED,
+               "convrot group");
+    TU_CHECK(T == NULL, "no handle after a failed create");
+    /* 2. a mismatched shape on the last rank */
+    o.split = NULL;
+    qmm_weight_desc d = L.d;
+    if (g_rank == R - 1) d.K = 32 * R - 16;
+    expect_all("mismatched K on one rank", qmm_tp_linear_create(g_ctx, g_comm, &d, &o, &T), QMM_ERR_DIST, "rank");
+    qmm_tp_linear_destroy(T);
+    T = NULL;
+    /* 3. a mismatched shard (per-tensor scale on one rank, per-channel on the others) */
+    d = L.d;
+    d.n_scale = g_rank == R - 1 ? 1 : d.N;
+    expect_all("mismatched shard on one rank", qmm_tp_linear_create(g_ctx, g_comm, &d, &o, &T), QMM_ERR_DIST,
+               "rank");
+    qmm_tp_linear_destroy(T);
+    T = NULL;
+    /* 4. a local failure on one rank (NULL data) */
+    d = L.d;
+    if (g_rank == 1) d.data = NULL;
+    expect_all("NULL weight on rank 1", qmm_tp_linear_create(g_ctx, g_comm, &d, &o, &T), QMM_ERR_DIST,
+               "rank 1");
+    qmm_tp_linear_destroy(T);
+    T = NULL;
+    /* 5. run-time: a different M on rank 0, then x = NULL on the last rank */
+    TU_CHECK_OK(qmm_tp_linear_create(g_ctx, g_comm, &L.d, &o, &T));
+    if (T) {
+        int64_t M = 5;
+        float *x = malloc((size_t)(M * L.d.K) * sizeof(float)), *y = malloc((size_t)(M * L.d.N) * sizeof(float));
+        tu_fill_float(x, QMM_F32, M * L.d.K, 1.0f);
+        qmm_linear_args a = qmm_linear_args_default();
+        a.M = g_rank == 0 ? M - 1 : M;
+        a.x = x;
+        a.y = y;
+        a.engine = QMM_ENGINE_REF;
+        expect_all("different M on rank 0", qmm_tp_linear_run(T, g_ctx, &a, QMM_TP_X_FULL), QMM_ERR_DIST, "rank");
+        a.M = M;
+        a.x = g_rank == R - 1 ? NULL : x;
+        expect_all("x NULL on the last rank", qmm_tp_linear_run(T, g_ctx, &a, QMM_TP_X_FULL), QMM_ERR_DIST, "rank");
+        a.x = x; /* and the communicator is still in step */
+        TU_CHECK_OK(qmm_tp_linear_run(T, g_ctx, &a, QMM_TP_X_FULL));
+        free(x);
+        free(y);
+    }
+    qmm_tp_linear_destroy(T);
+    free_layer(&L);
+}
+
+/* ---------------------------------------------------------------- main */
+/* Does engine e admit a small int8 layer here? (identical answer on every rank) */
+static int engine_runs(qmm_engine_id e, char *why, size_t n) {
+    if (e == QMM_ENGINE_REF) return 1;
+    if (!qmm_engine_available(e, why, n)) return 0;
+    int8_t w[64 * 16];
+    memset(w, 1, sizeof w);
+    float sc = 1.0f;
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.N = 16;
+    d.K = 64;
+    d.data = w;
+    d.scale = &sc;
+    d.n_scale = 1;
+    qmm_weight *wt = NULL;
+    if (qmm_weight_create_int8(g_ctx, &d, &wt) != QMM_OK) return 0;
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = 4;
+    a.y_dtype = QMM_I32;
+    qmm_plan_info p;
+    int ok = qmm_plan(g_ctx, wt, &a, &p) == QMM_OK && p.admitted[e];
+    if (!ok) snprintf(why, n, "%s", p.reason[e]);
+    qmm_weight_destroy(wt);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    tu_init(argc, argv, "tp_mpi");
+    g_quick = getenv("QMM_TEST_QUICK") != NULL;
+    qmm_context_options co = qmm_context_options_default();
+    co.n_threads = 1 + (int)(tu_seed() % 2); /* thread count must not matter */
+    if (qmm_comm_create_mpi(NULL, &g_comm) != QMM_OK || qmm_context_create(&co, &g_ctx) != QMM_OK) {
+        printf("FAIL: setup: %s\n", qmm_last_error());
+        MPI_Finalize();
+        return 1;
+    }
+    g_rank = g_comm->rank;
+    g_size = g_comm->size;
+    if (g_size > 8) { /* the test's split arrays */
+        tu_skip("tp", "more than 8 ranks");
+    } else {
+        if (g_rank == 0) tu_note("%d ranks, %d threads per rank", g_size, co.n_threads);
+        test_comm();
+        const qmm_engine_id engines[] = {QMM_ENGINE_REF, QMM_ENGINE_AMX_INT8, QMM_ENGINE_AVX512_VNNI,
+                                         QMM_ENGINE_AVX_VNNI, QMM_ENGINE_AVX2_INT8};
+        const int reps = g_quick ? 3 : 8;
+        for (size_t i = 0; i < sizeof engines / sizeof engines[0]; i++) {
+            char why[QMM_REASON_MAX] = "";
+            if (!engine_runs(engines[i], why, sizeof why)) {
+                if (g_rank == 0) tu_skip(qmm_engine_name(engines[i]), why);
+                continue;
+            }
+            if (g_rank == 0) tu_note("engine %s: column, row, mlp, attention", qmm_engine_name(engines[i]));
+            for (int k = 0; k < reps; k++) {
+                test_linear(QMM_TP_COLUMN, engines[i]);
+                test_linear(QMM_TP_ROW, engines[i]);
+            }
+            for (int k = 0; k < (g_quick ? 1 : 3); k++) {
+                test_pair(0, engines[i]);
+                test_pair(1, engines[i]);
+            }
+        }
+        for (int k = 0; k < reps; k++) test_linear(QMM_TP_COLUMN, QMM_ENGINE_AUTO); /* same selection both ways */
+        test_errors();
+    }
+    int rc = tu_finish();
+    qmm_context_destroy(g_ctx);
+    qmm_comm_destroy(g_comm);
+    MPI_Finalize();
+    return rc;
+}
