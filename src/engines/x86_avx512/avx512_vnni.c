@@ -77,34 +77,187 @@ static inline void store_out(const qmm_call *c, __m512i acc, int64_t r, int64_t 
 }
 
 /* ---------------------------------------------------------------- micro-kernel */
+/* The full 6 × 4 tile, the hot path: all 24 accumulators pinned in zmm0-23 (weights zmm24-27,
+ * broadcasts zmm28-29). gcc 12 spills an accumulator array or a set of 24 variables to the stack
+ * in this loop, so it is written out. part: 6 rows of NC int32 — loaded unless first, always
+ * stored. a: 6 rows lda bytes apart; b: 4 blocks of 64-byte quads ldb bytes apart; nq quads. */
+static void kernel_6x4_asm(const uint8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t nq, int32_t *part,
+                           int64_t first) {
+    _Static_assert(NC == 256, "row offsets below assume NC = 256 int32");
+    const uint8_t *a3 = a + 3 * lda;
+    const int8_t *b3 = b + 3 * ldb;
+    __asm__ volatile(
+        "test %[first], %[first]\n\t"
+        "jz 1f\n\t"
+        "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
+        "vpxord %%zmm1, %%zmm1, %%zmm1\n\t"
+        "vpxord %%zmm2, %%zmm2, %%zmm2\n\t"
+        "vpxord %%zmm3, %%zmm3, %%zmm3\n\t"
+        "vpxord %%zmm4, %%zmm4, %%zmm4\n\t"
+        "vpxord %%zmm5, %%zmm5, %%zmm5\n\t"
+        "vpxord %%zmm6, %%zmm6, %%zmm6\n\t"
+        "vpxord %%zmm7, %%zmm7, %%zmm7\n\t"
+        "vpxord %%zmm8, %%zmm8, %%zmm8\n\t"
+        "vpxord %%zmm9, %%zmm9, %%zmm9\n\t"
+        "vpxord %%zmm10, %%zmm10, %%zmm10\n\t"
+        "vpxord %%zmm11, %%zmm11, %%zmm11\n\t"
+        "vpxord %%zmm12, %%zmm12, %%zmm12\n\t"
+        "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
+        "vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
+        "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
+        "vpxord %%zmm16, %%zmm16, %%zmm16\n\t"
+        "vpxord %%zmm17, %%zmm17, %%zmm17\n\t"
+        "vpxord %%zmm18, %%zmm18, %%zmm18\n\t"
+        "vpxord %%zmm19, %%zmm19, %%zmm19\n\t"
+        "vpxord %%zmm20, %%zmm20, %%zmm20\n\t"
+        "vpxord %%zmm21, %%zmm21, %%zmm21\n\t"
+        "vpxord %%zmm22, %%zmm22, %%zmm22\n\t"
+        "vpxord %%zmm23, %%zmm23, %%zmm23\n\t"
+        "jmp 2f\n\t"
+        "1:\n\t"
+        "vmovdqu32 0(%[c]), %%zmm0\n\t"
+        "vmovdqu32 64(%[c]), %%zmm1\n\t"
+        "vmovdqu32 128(%[c]), %%zmm2\n\t"
+        "vmovdqu32 192(%[c]), %%zmm3\n\t"
+        "vmovdqu32 1024(%[c]), %%zmm4\n\t"
+        "vmovdqu32 1088(%[c]), %%zmm5\n\t"
+        "vmovdqu32 1152(%[c]), %%zmm6\n\t"
+        "vmovdqu32 1216(%[c]), %%zmm7\n\t"
+        "vmovdqu32 2048(%[c]), %%zmm8\n\t"
+        "vmovdqu32 2112(%[c]), %%zmm9\n\t"
+        "vmovdqu32 2176(%[c]), %%zmm10\n\t"
+        "vmovdqu32 2240(%[c]), %%zmm11\n\t"
+        "vmovdqu32 3072(%[c]), %%zmm12\n\t"
+        "vmovdqu32 3136(%[c]), %%zmm13\n\t"
+        "vmovdqu32 3200(%[c]), %%zmm14\n\t"
+        "vmovdqu32 3264(%[c]), %%zmm15\n\t"
+        "vmovdqu32 4096(%[c]), %%zmm16\n\t"
+        "vmovdqu32 4160(%[c]), %%zmm17\n\t"
+        "vmovdqu32 4224(%[c]), %%zmm18\n\t"
+        "vmovdqu32 4288(%[c]), %%zmm19\n\t"
+        "vmovdqu32 5120(%[c]), %%zmm20\n\t"
+        "vmovdqu32 5184(%[c]), %%zmm21\n\t"
+        "vmovdqu32 5248(%[c]), %%zmm22\n\t"
+        "vmovdqu32 5312(%[c]), %%zmm23\n\t"
+        "2:\n\t"
+        "test %[nq], %[nq]\n\t"
+        "jz 4f\n\t"
+        "3:\n\t"
+        "vmovdqa32 (%[b]), %%zmm24\n\t"
+        "vmovdqa32 (%[b], %[ldb], 1), %%zmm25\n\t"
+        "vmovdqa32 (%[b], %[ldb], 2), %%zmm26\n\t"
+        "vmovdqa32 (%[b3]), %%zmm27\n\t"
+        "vpbroadcastd (%[a]), %%zmm28\n\t"
+        "vpdpbusd %%zmm24, %%zmm28, %%zmm0\n\t"
+        "vpdpbusd %%zmm25, %%zmm28, %%zmm1\n\t"
+        "vpdpbusd %%zmm26, %%zmm28, %%zmm2\n\t"
+        "vpdpbusd %%zmm27, %%zmm28, %%zmm3\n\t"
+        "vpbroadcastd (%[a], %[lda], 1), %%zmm29\n\t"
+        "vpdpbusd %%zmm24, %%zmm29, %%zmm4\n\t"
+        "vpdpbusd %%zmm25, %%zmm29, %%zmm5\n\t"
+        "vpdpbusd %%zmm26, %%zmm29, %%zmm6\n\t"
+        "vpdpbusd %%zmm27, %%zmm29, %%zmm7\n\t"
+        "vpbroadcastd (%[a], %[lda], 2), %%zmm28\n\t"
+        "vpdpbusd %%zmm24, %%zmm28, %%zmm8\n\t"
+        "vpdpbusd %%zmm25, %%zmm28, %%zmm9\n\t"
+        "vpdpbusd %%zmm26, %%zmm28, %%zmm10\n\t"
+        "vpdpbusd %%zmm27, %%zmm28, %%zmm11\n\t"
+        "vpbroadcastd (%[a3]), %%zmm29\n\t"
+        "vpdpbusd %%zmm24, %%zmm29, %%zmm12\n\t"
+        "vpdpbusd %%zmm25, %%zmm29, %%zmm13\n\t"
+        "vpdpbusd %%zmm26, %%zmm29, %%zmm14\n\t"
+        "vpdpbusd %%zmm27, %%zmm29, %%zmm15\n\t"
+        "vpbroadcastd (%[a3], %[lda], 1), %%zmm28\n\t"
+        "vpdpbusd %%zmm24, %%zmm28, %%zmm16\n\t"
+        "vpdpbusd %%zmm25, %%zmm28, %%zmm17\n\t"
+        "vpdpbusd %%zmm26, %%zmm28, %%zmm18\n\t"
+        "vpdpbusd %%zmm27, %%zmm28, %%zmm19\n\t"
+        "vpbroadcastd (%[a3], %[lda], 2), %%zmm29\n\t"
+        "vpdpbusd %%zmm24, %%zmm29, %%zmm20\n\t"
+        "vpdpbusd %%zmm25, %%zmm29, %%zmm21\n\t"
+        "vpdpbusd %%zmm26, %%zmm29, %%zmm22\n\t"
+        "vpdpbusd %%zmm27, %%zmm29, %%zmm23\n\t"
+        "add $64, %[b]\n\t"
+        "add $64, %[b3]\n\t"
+        "add $4, %[a]\n\t"
+        "add $4, %[a3]\n\t"
+        "dec %[nq]\n\t"
+        "jnz 3b\n\t"
+        "4:\n\t"
+        "vmovdqu32 %%zmm0, 0(%[c])\n\t"
+        "vmovdqu32 %%zmm1, 64(%[c])\n\t"
+        "vmovdqu32 %%zmm2, 128(%[c])\n\t"
+        "vmovdqu32 %%zmm3, 192(%[c])\n\t"
+        "vmovdqu32 %%zmm4, 1024(%[c])\n\t"
+        "vmovdqu32 %%zmm5, 1088(%[c])\n\t"
+        "vmovdqu32 %%zmm6, 1152(%[c])\n\t"
+        "vmovdqu32 %%zmm7, 1216(%[c])\n\t"
+        "vmovdqu32 %%zmm8, 2048(%[c])\n\t"
+        "vmovdqu32 %%zmm9, 2112(%[c])\n\t"
+        "vmovdqu32 %%zmm10, 2176(%[c])\n\t"
+        "vmovdqu32 %%zmm11, 2240(%[c])\n\t"
+        "vmovdqu32 %%zmm12, 3072(%[c])\n\t"
+        "vmovdqu32 %%zmm13, 3136(%[c])\n\t"
+        "vmovdqu32 %%zmm14, 3200(%[c])\n\t"
+        "vmovdqu32 %%zmm15, 3264(%[c])\n\t"
+        "vmovdqu32 %%zmm16, 4096(%[c])\n\t"
+        "vmovdqu32 %%zmm17, 4160(%[c])\n\t"
+        "vmovdqu32 %%zmm18, 4224(%[c])\n\t"
+        "vmovdqu32 %%zmm19, 4288(%[c])\n\t"
+        "vmovdqu32 %%zmm20, 5120(%[c])\n\t"
+        "vmovdqu32 %%zmm21, 5184(%[c])\n\t"
+        "vmovdqu32 %%zmm22, 5248(%[c])\n\t"
+        "vmovdqu32 %%zmm23, 5312(%[c])\n\t"
+        : [a] "+r"(a), [a3] "+r"(a3), [b] "+r"(b), [b3] "+r"(b3), [nq] "+r"(nq)
+        : [lda] "r"(lda), [ldb] "r"(ldb), [c] "r"(part), [first] "r"(first)
+        : "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", "zmm9", "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15", "zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "zmm22", "zmm23", "zmm24", "zmm25", "zmm26", "zmm27", "zmm28", "zmm29", "memory", "cc");
+}
+
+/* acc += Σ4 u8(a) · s8(b). Inline asm ties acc to one register: gcc 12's builtin adds two zmm
+ * moves per VPDPBUSD in loops, which halves the kernel's issue rate. */
+static inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+}
+
+/* Accumulators are named variables (not an array) so that the compiler keeps all 24 in zmm
+ * registers; mr/nr are constants in every instantiation and the unused ones disappear. */
+#define ACC_ROW(i) __m512i c##i##0 = _mm512_setzero_si512(), c##i##1 = c##i##0, c##i##2 = c##i##0, c##i##3 = c##i##0;
+#define ACC_DO(i, OP) \
+    if (mr > i) { OP(i, 0) if (nr > 1) { OP(i, 1) } if (nr > 2) { OP(i, 2) } if (nr > 3) { OP(i, 3) } }
+#define ACC_ALL(OP) ACC_DO(0, OP) ACC_DO(1, OP) ACC_DO(2, OP) ACC_DO(3, OP) ACC_DO(4, OP) ACC_DO(5, OP)
+#define OP_LOAD(i, jj) c##i##jj = _mm512_loadu_si512(part + i * NC + jj * 16);
+#define OP_SAVE(i, jj) _mm512_storeu_si512(part + i * NC + jj * 16, c##i##jj);
+#define OP_OUT(i, jj) if (n + jj * 16 < j->c->N) store_out(j->c, c##i##jj, r + i, n + jj * 16, j->s[r + i]);
+#define ROW_STEP(i)                                                                    \
+    if (mr > i) {                                                                      \
+        int32_t v_;                                                                    \
+        memcpy(&v_, a + i * lda + q * 4, 4);                                           \
+        const __m512i av = _mm512_set1_epi32(v_);                                      \
+        c##i##0 = dpbusd(c##i##0, av, b0);                                \
+        if (nr > 1) c##i##1 = dpbusd(c##i##1, av, b1);                    \
+        if (nr > 2) c##i##2 = dpbusd(c##i##2, av, b2);                    \
+        if (nr > 3) c##i##3 = dpbusd(c##i##3, av, b3);                    \
+    }
+
 /* rows [r, r+mr) × blocks [nb, nb+nr) over quads [q0, q0+nq). a: row r at quad q0; b: block nb at
- * quad q0 (blocks Kp*16 bytes apart); part: the partial sums (ldp int32 per row). */
+ * quad q0 (blocks Kp*16 bytes apart); part: the partial sums (NC int32 per row). */
 static inline __attribute__((always_inline)) void kernel(const int mr, const int nr, const vnni_job *j, const uint8_t *a,
                                                          const int8_t *b, int64_t nq, int32_t *part, int first,
                                                          int last, int64_t r, int64_t n) {
     const int64_t lda = j->Kp, ldb = j->Kp * 16;
-    __m512i acc[MR][NRB];
-    for (int i = 0; i < mr; i++)
-        for (int jj = 0; jj < nr; jj++)
-            acc[i][jj] = first ? _mm512_setzero_si512() : _mm512_loadu_si512(part + i * NC + jj * 16);
+    ACC_ROW(0) ACC_ROW(1) ACC_ROW(2) ACC_ROW(3) ACC_ROW(4) ACC_ROW(5)
+    if (!first) { ACC_ALL(OP_LOAD) }
+    const int8_t *p0 = b, *p1 = b + ldb, *p2 = b + 2 * ldb, *p3 = b + 3 * ldb;
     for (int64_t q = 0; q < nq; q++) {
-        __m512i bv[NRB];
-        for (int jj = 0; jj < nr; jj++) bv[jj] = _mm512_load_si512(b + jj * ldb + q * 64);
-        for (int i = 0; i < mr; i++) {
-            int32_t v;
-            memcpy(&v, a + i * lda + q * 4, 4);
-            __m512i av = _mm512_set1_epi32(v);
-            for (int jj = 0; jj < nr; jj++) acc[i][jj] = _mm512_dpbusd_epi32(acc[i][jj], av, bv[jj]);
-        }
+        const __m512i b0 = _mm512_load_si512(p0 + q * 64);
+        const __m512i b1 = nr > 1 ? _mm512_load_si512(p1 + q * 64) : b0;
+        const __m512i b2 = nr > 2 ? _mm512_load_si512(p2 + q * 64) : b0;
+        const __m512i b3 = nr > 3 ? _mm512_load_si512(p3 + q * 64) : b0;
+        ROW_STEP(0) ROW_STEP(1) ROW_STEP(2) ROW_STEP(3) ROW_STEP(4) ROW_STEP(5)
     }
-    if (!last) {
-        for (int i = 0; i < mr; i++)
-            for (int jj = 0; jj < nr; jj++) _mm512_storeu_si512(part + i * NC + jj * 16, acc[i][jj]);
-        return;
-    }
-    for (int i = 0; i < mr; i++)
-        for (int jj = 0; jj < nr; jj++)
-            if (n + jj * 16 < j->c->N) store_out(j->c, acc[i][jj], r + i, n + jj * 16, j->s[r + i]);
+    if (!last) { ACC_ALL(OP_SAVE) return; }
+    ACC_ALL(OP_OUT)
 }
 
 #define K_CASE(MR_, NR_) \
@@ -113,6 +266,16 @@ static inline __attribute__((always_inline)) void kernel(const int mr, const int
 
 static void kernel_any(int mr, int nr, const vnni_job *j, const uint8_t *a, const int8_t *b, int64_t nq, int32_t *part,
                        int first, int last, int64_t r, int64_t n) {
+    if (mr == MR && nr == NRB) {
+        kernel_6x4_asm(a, j->Kp, b, j->Kp * 16, nq, part, first);
+        if (last) {
+            for (int i = 0; i < MR; i++)
+                for (int jj = 0; jj < NRB; jj++)
+                    if (n + jj * 16 < j->c->N)
+                        store_out(j->c, _mm512_loadu_si512(part + i * NC + jj * 16), r + i, n + jj * 16, j->s[r + i]);
+        }
+        return;
+    }
     switch (mr * 8 + nr) {
         K_ROW(1) K_ROW(2) K_ROW(3) K_ROW(4) K_ROW(5) K_ROW(6)
     default: break;
