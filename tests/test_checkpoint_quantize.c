@@ -198,7 +198,7 @@ static void check_output(const char *in, const char *out, int convrot, int per_t
                  "%s: weight, weight_scale, comfy_quant in a row", s->name);
         check_roundtrip(s, fo, gs, per_tensor, &wr, &wrms, &wel);
     }
-    tu_note("convrot %d per_tensor %d: worst |e|/(s/2) rotated basis %.4f; worst group RMS/(s/2) %.4f; worst |e'|/bound %.4f",
+    tu_note("convrot %d per_tensor %d: worst |e|/(s/2) rotated basis %.4f; worst group RMS/(s/2) %.4f; worst rotated-layer |e'|/(sqrt(g) s/2) %.4f",
             convrot, per_tensor, wr, wrms, wel);
     /* the model view agrees */
     qmm_model *m = NULL;
