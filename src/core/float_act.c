@@ -75,6 +75,29 @@ qmm_status qmm_float_act_pack(qmm_context *ctx, const qmm_call *c, int64_t r0, i
     return QMM_OK;
 }
 
+/* ---------------------------------------------------------------- weights of the next block */
+void qmm_float_prefetch_next(const qmm_weight *w, int64_t n0, int64_t nr, int64_t k0, int64_t kc) {
+    const int64_t k1 = k0 + kc;
+    const int64_t Np = w->is_int8 ? w->i8.Np : w->fp.Np, Kp = w->is_int8 ? w->i8.Kp : w->fp.Kp;
+    if (k1 >= Kp) return;
+    if (kc > Kp - k1) kc = Kp - k1;
+    for (int64_t n = n0; n < n0 + nr && n < Np; n += 16) {
+        const char *s;
+        int64_t bytes;
+        if (w->is_int8) {
+            s = (const char *)(w->i8.data + ((n / 16) * (Kp / 4) + k1 / 4) * 64);
+            bytes = kc * 16;
+        } else if (w->fp.bf16) {
+            s = (const char *)(w->fp.bf16 + ((n / 16) * (Kp / 2) + k1 / 2) * 32);
+            bytes = kc * 32;
+        } else {
+            s = (const char *)(w->fp.f32 + ((n / 16) * Kp + k1) * 16);
+            bytes = kc * 64;
+        }
+        for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(s + o, 0, 2);
+    }
+}
+
 /* ---------------------------------------------------------------- the epilogue */
 void qmm_float_epilogue_ref(const qmm_call *c, const float *C, int64_t ldc, int64_t rows, int64_t r0, int64_t n0,
                             int64_t ncols) {

@@ -59,6 +59,10 @@ typedef struct qmm_fgemm {
 /* Runs the whole call c with the engine's pieces g. */
 qmm_status qmm_float_gemm(qmm_context *ctx, const qmm_call *c, const qmm_fgemm *g);
 
+/* Prefetch (towards L2) the weights of the next k-block [k0 + kc, k0 + 2 kc) of columns
+ * [n0, n0 + nr), in whichever packing w holds; prep_b calls it so the loads overlap the kernels. */
+void qmm_float_prefetch_next(const qmm_weight *w, int64_t n0, int64_t nr, int64_t k0, int64_t kc);
+
 /* Scalar epilogue: y = out((C · w_scale[n]) + bias[n]) (int8 weight) or out(C + bias[n]). */
 void qmm_float_epilogue_ref(const qmm_call *c, const float *C, int64_t ldc, int64_t rows, int64_t r0, int64_t n0,
                             int64_t ncols);

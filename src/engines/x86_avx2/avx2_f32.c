@@ -26,6 +26,7 @@
 /* ---------------------------------------------------------------- B blocks → [kc][16] f32 */
 static const void *prep_b(const qmm_weight *w, int64_t n0, int64_t k0, int64_t kc, void *buf) {
     float *B = buf;
+    qmm_float_prefetch_next(w, n0, NR, k0, kc);
     /* NR == 16: one block of 16 columns, always inside Np */
     if (w->is_int8) {
         const qmm_packed_i8 *p = &w->i8;

@@ -47,6 +47,7 @@ static inline void widen_i8_quad(const int8_t *src, uint16_t *dst /* 2 pair rows
 
 static const void *prep_b(const qmm_weight *w, int64_t n0, int64_t k0, int64_t kc, void *buf) {
     uint16_t *B = buf;
+    qmm_float_prefetch_next(w, n0, NR, k0, kc);
     const int64_t pairs = kc / 2; /* kc is even (K rounded up to 2) */
     for (int jb = 0; jb < NR / 16; jb++) {
         int64_t n = n0 + 16 * jb;

@@ -41,6 +41,7 @@ static void widen_i8_quad(const int8_t *src, float *dst /* 4 rows of stride NR *
 
 static const void *prep_b(const qmm_weight *w, int64_t n0, int64_t k0, int64_t kc, void *buf) {
     float *B = buf;
+    qmm_float_prefetch_next(w, n0, NR, k0, kc);
     for (int jb = 0; jb < NR / 16; jb++) {
         int64_t n = n0 + 16 * jb;
         float *d = B + 16 * jb;
