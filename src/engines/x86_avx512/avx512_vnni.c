@@ -32,7 +32,9 @@ enum {
     NRB = 4,    /* 16-column blocks per micro-kernel (64 columns) */
     KC = 512,   /* K chunk: a 64 × KC weight panel is 32 KiB (L1) */
     MC = 192,   /* rows per task: MC × KC activation bytes = 96 KiB (L2) */
-    NC = 256    /* columns per task: MC × NC int32 partials = 192 KiB (L2) */
+    NC = 256,   /* columns per task: MC × NC int32 partials = 192 KiB (L2) */
+    SMALL_M = 3 * MR, /* up to this M, no K chunks */
+    PF_AHEAD = 1024   /* software prefetch distance of the small-M kernels, bytes */
 };
 
 typedef struct {
@@ -41,6 +43,7 @@ typedef struct {
     const float *s;     /* [M] */
     int32_t *part;      /* [threads][MC * NC] */
     int64_t Kp, kq;     /* kq: K rounded up to 4, in quads */
+    int64_t kcq;        /* K chunk in quads: KC / 4, or all of K for small M */
     int64_t mtasks, ntasks, rows_per_task;
 } vnni_job;
 
@@ -246,10 +249,17 @@ static inline __attribute__((always_inline)) void kernel(const int mr, const int
                                                          const int8_t *b, int64_t nq, int32_t *part, int first,
                                                          int last, int64_t r, int64_t n) {
     const int64_t lda = j->Kp, ldb = j->Kp * 16;
+    const int pf = j->kcq == j->kq && nq > 64;
     ACC_ROW(0) ACC_ROW(1) ACC_ROW(2) ACC_ROW(3) ACC_ROW(4) ACC_ROW(5)
     if (!first) { ACC_ALL(OP_LOAD) }
     const int8_t *p0 = b, *p1 = b + ldb, *p2 = b + 2 * ldb, *p3 = b + 3 * ldb;
     for (int64_t q = 0; q < nq; q++) {
+        if (pf) { /* small M: the weights stream from memory, a few lines ahead per block */
+            _mm_prefetch((const char *)p0 + q * 64 + PF_AHEAD, _MM_HINT_T0);
+            if (nr > 1) _mm_prefetch((const char *)p1 + q * 64 + PF_AHEAD, _MM_HINT_T0);
+            if (nr > 2) _mm_prefetch((const char *)p2 + q * 64 + PF_AHEAD, _MM_HINT_T0);
+            if (nr > 3) _mm_prefetch((const char *)p3 + q * 64 + PF_AHEAD, _MM_HINT_T0);
+        }
         const __m512i b0 = _mm512_load_si512(p0 + q * 64);
         const __m512i b1 = nr > 1 ? _mm512_load_si512(p1 + q * 64) : b0;
         const __m512i b2 = nr > 2 ? _mm512_load_si512(p2 + q * 64) : b0;
@@ -292,8 +302,8 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t nblocks = c->w->i8.Np / 16;
     const int64_t b0 = nt * (NC / 16), b1 = b0 + NC / 16 < nblocks ? b0 + NC / 16 : nblocks;
     int32_t *part = j->part + (int64_t)thread * MC * NC;
-    for (int64_t q0 = 0; q0 < j->kq; q0 += KC / 4) {
-        const int64_t nq = j->kq - q0 < KC / 4 ? j->kq - q0 : KC / 4;
+    for (int64_t q0 = 0; q0 < j->kq; q0 += j->kcq) {
+        const int64_t nq = j->kq - q0 < j->kcq ? j->kq - q0 : j->kcq;
         const int first = q0 == 0, last = q0 + nq >= j->kq;
         for (int64_t nb = b0; nb < b1; nb += NRB) {
             const int nr = (int)(b1 - nb < NRB ? b1 - nb : NRB);
@@ -353,6 +363,9 @@ static qmm_status run(qmm_context *ctx, const qmm_call *c) {
     qmm_pool_run(ctx->pool, tasks, to_u8_task, &j);
 
     j.rows_per_task = MC;
+    /* small M: each weight block is read once, so stream it whole (one sequential stream per
+     * block) instead of in K chunks */
+    j.kcq = M <= SMALL_M ? j.kq : KC / 4;
     j.mtasks = (M + MC - 1) / MC;
     j.ntasks = (w->i8.Np / 16 + NC / 16 - 1) / (NC / 16);
     qmm_pool_run(ctx->pool, j.mtasks * j.ntasks, gemm_task, &j);
