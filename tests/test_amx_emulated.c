@@ -52,6 +52,9 @@ static qmm_call make_call(const qmm_weight *w, const qmm_linear_args *a, int fal
 static qmm_status run_engine(const qmm_engine *e, int real, qmm_context *ctx, const qmm_weight *w,
                              const qmm_linear_args *a, int fallback) {
     qmm_call c = make_call(w, a, fallback);
+    /* the L2 chunk of B: the default, or 1..3 panels to exercise the chunk loop */
+    const int64_t panel_bytes = 32 * (w->is_int8 ? w->i8.Kp : w->fp.Kp) * (e->kind == QMM_KIND_FLOAT ? 2 : 1);
+    qmm_amx_l2_b_bytes_emu = tu_rand_int(0, 1) ? (int64_t)1 << 20 : panel_bytes * tu_rand_int(1, 3);
     if (real) return e->run(ctx, &c); /* by its run function: the small-M rule is admission's */
     long f0 = qmm_amx_emu_faults();
     qmm_status st = e->run(ctx, &c);
@@ -76,12 +79,14 @@ static int pick_gs(int64_t K) {
 static const qmm_dtype k_fdt[3] = {QMM_F32, QMM_F16, QMM_BF16};
 
 /* ---------------------------------------------------------------- amx_int8 */
-static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64_t K) {
+/* ties != 0: token scales 1, weight scales powers of two, no bias — integer-valued outputs
+ * with many exact halfway cases, so the round-to-nearest-even of bf16/f16 outputs is tested. */
+static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64_t K, int ties) {
     const qmm_dtype xt = k_fdt[tu_rand_int(0, 2)];
-    const qmm_dtype yt = tu_rand_int(0, 3) == 3 ? QMM_I32 : k_fdt[tu_rand_int(0, 2)];
+    const qmm_dtype yt = ties ? k_fdt[tu_rand_int(1, 2)] : tu_rand_int(0, 3) == 3 ? QMM_I32 : k_fdt[tu_rand_int(0, 2)];
     const qmm_act act = (qmm_act)tu_rand_int(0, 2);
-    const int gs = pick_gs(K), per_tensor = (int)tu_rand_int(0, 1), has_bias = (int)tu_rand_int(0, 1);
-    const int strided = (int)tu_rand_int(0, 1), scales_in = tu_rand_int(0, 5) == 0;
+    const int gs = pick_gs(K), per_tensor = (int)tu_rand_int(0, 1), has_bias = !ties && tu_rand_int(0, 1);
+    const int strided = (int)tu_rand_int(0, 1), scales_in = ties || tu_rand_int(0, 5) == 0;
     const int64_t K_in = act == QMM_ACT_SWIGLU ? 2 * K : K;
     const int64_t ldx = K_in + (strided ? tu_rand_int(1, 9) : 0), ldy = N + (strided ? tu_rand_int(1, 7) : 0);
     const size_t xs = qmm_dtype_size(xt), ys = qmm_dtype_size(yt);
@@ -90,7 +95,8 @@ static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64
     float *sc = malloc((size_t)N * sizeof(float));
     float *bias = malloc((size_t)N * sizeof(float));
     tu_fill_i8(wq, N * K, tu_rand_int(0, 3) == 0 ? -128 : -127, 127);
-    for (int64_t n = 0; n < N; n++) sc[n] = 1e-3f * (1.0f + (float)tu_rand_int(0, 1000) / 100.0f);
+    for (int64_t n = 0; n < N; n++)
+        sc[n] = ties ? ldexpf(1.0f, (int)tu_rand_int(-2, 0)) : 1e-3f * (1.0f + (float)tu_rand_int(0, 1000) / 100.0f);
     for (int64_t n = 0; n < N; n++) bias[n] = tu_rand_normal();
     qmm_weight_desc d = qmm_weight_desc_default();
     d.name = "amx.test";
@@ -107,10 +113,12 @@ static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64
     void *x = malloc((size_t)(M * ldx) * xs);
     tu_fill_float(x, xt, M * ldx, 2.0f);
     if (M > 2 && tu_rand_int(0, 3) == 0) qmm_store_f(x, xt, ldx + tu_rand_int(0, K_in - 1), 300.0f); /* outlier */
+    if (!ties && !scales_in && M > 3 && tu_rand_int(0, 5) == 0) /* a NaN row: all-NaN output, same bits */
+        qmm_store_f(x, xt, 2 * ldx + tu_rand_int(0, K_in - 1), NAN);
     const size_t ybytes = (size_t)(M * ldy) * ys;
     unsigned char *yref = malloc(ybytes), *y[2];
     float *sref = malloc((size_t)M * sizeof(float)), *s[2], *sin = malloc((size_t)M * sizeof(float));
-    for (int64_t r = 0; r < M; r++) sin[r] = 0.01f + 0.001f * (float)r;
+    for (int64_t r = 0; r < M; r++) sin[r] = ties ? 1.0f : 0.01f + 0.001f * (float)r;
     memset(yref, 0xA5, ybytes);
     qmm_linear_args a = qmm_linear_args_default();
     a.M = M; a.x = x; a.x_dtype = xt; a.ldx = ldx; a.y_dtype = yt; a.ldy = ldy; a.act = act;
@@ -302,13 +310,15 @@ static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
         int64_t N = tu_rand_int(0, 2) == 0 ? tu_rand_int(1, 15) : tu_rand_int(1, 40) * 2 - 1;
         int64_t K = Ks[(M + tu_rand_int(0, nK - 1)) % nK];
         if (g_quick && K > 256) K = 65;
-        int8_case(ei, real, M, N, K);
+        int8_case(ei, real, M, N, K, 0);
     }
-    for (int i = 0; i < nK; i++) int8_case(ei, real, tu_rand_int(1, 40), tu_rand_int(1, 50), Ks[i]);
+    for (int i = 0; i < nK; i++) int8_case(ei, real, tu_rand_int(1, 40), tu_rand_int(1, 50), Ks[i], 0);
+    for (int i = 0; i < 6; i++) int8_case(ei, real, tu_rand_int(8, 40), tu_rand_int(8, 50), i < 3 ? 64 : 256, 1);
     int64_t Mbig = g_quick ? 300 : 4096;
-    int8_case(ei, real, Mbig, 17, 64);
-    int8_case(ei, real, Mbig, 5, 256);
-    int8_case(ei, real, 64, 96, 1001);
+    int8_case(ei, real, Mbig, 17, 64, 0);
+    int8_case(ei, real, Mbig, 5, 256, 0);
+    int8_case(ei, real, 64, 96, 1001, 0);
+    for (int i = 0; i < 3; i++) int8_case(ei, real, tu_rand_int(1, 70), tu_rand_int(150, 260), 64 * tu_rand_int(1, 3), 0); /* several chunks */
     for (int iw = 0; iw < 2; iw++) {
         for (int64_t M = 1; M <= 33; M += g_quick ? 8 : 2) {
             int64_t N = tu_rand_int(0, 2) == 0 ? tu_rand_int(1, 15) : tu_rand_int(1, 40) * 2 - 1;
@@ -318,6 +328,7 @@ static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
         }
         bf16_case(eb, real, Mbig, 17, 64, iw);
         bf16_case(eb, real, 40, 33, 1001, iw);
+        for (int i = 0; i < 2; i++) bf16_case(eb, real, tu_rand_int(1, 70), tu_rand_int(150, 260), 64 * tu_rand_int(1, 3), iw);
     }
 }
 

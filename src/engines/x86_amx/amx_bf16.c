@@ -5,7 +5,8 @@
  *   (a) W8A16 fallback for int8 weights (no int8 engine admits, or a full-precision layer):
  *       a = bf16(T(rotate(T(act(x)))))            as qmm_ref_act_rotate_row, then to bf16
  *       W = the int8 n16k4 packing widened to bf16 INSIDE the kernel (int8 values are exact
- *           in bf16), one 32-column × Kp block per thread at a time — no dequantized copy
+ *           in bf16), one L2-sized chunk of 32-column × Kp panels per thread at a time, reused
+ *           by every M panel — no dequantized copy of the weight
  *       y = out((acc · w_scale[n]) + bias[n])      acc in fp32
  *   (b) bf16 float weights: B tiles straight from w->fp.bf16 (bf16 [Np/16][Kp/2][16][2]: the
  *       AMX-BF16 B tile layout); a = bf16(T(act(x))); y = out(acc + bias[n]).
@@ -53,6 +54,7 @@ typedef struct {
     int64_t Kt, rows_per_task;
     int64_t nblocks, npanels_n, npanels_m;
     int tm, tn;
+    int64_t chunk;      /* N panels per L2 chunk of B (QMM_AMX_L2_B_BYTES of bf16) */
     char *thread_buf;   /* [threads][per_thread]: stage [32][32] f32, then widened B */
     size_t per_thread;
 } bf16_job;
@@ -156,19 +158,18 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t m_lo = j->npanels_m * ti / j->tm, m_hi = j->npanels_m * (ti + 1) / j->tm;
     char *tb = j->thread_buf + (size_t)thread * j->per_thread;
     float *stage = (float *)tb;                      /* [32][32] */
-    uint16_t *wide = (uint16_t *)(tb + 32 * 32 * 4); /* [2][Kp/2][16][2] (int8 weights) */
+    uint16_t *wide = (uint16_t *)(tb + 32 * 32 * 4); /* [2 * chunk][Kp/2][16][2] (int8 weights) */
     const int64_t Kp = j->Ka, bstride = Kp * 16;     /* elements between two column blocks */
-    for (int64_t p = p_lo; p < p_hi; p++) {
-        const int64_t nb = 2 * p;
-        const int two = nb + 1 < j->nblocks;
-        const int64_t n0 = nb * 16, cols = c->N - n0 < 32 ? c->N - n0 : 32;
-        const uint16_t *b0;
-        if (w->is_int8) {
-            widen_block(w->i8.data + nb * Kp * 16, Kp, wide);
-            if (two) widen_block(w->i8.data + (nb + 1) * Kp * 16, Kp, wide + bstride);
-            b0 = wide;
+    for (int64_t pc = p_lo; pc < p_hi; pc += j->chunk) {
+        const int64_t pe = pc + j->chunk < p_hi ? pc + j->chunk : p_hi;
+        const uint16_t *bchunk;
+        if (w->is_int8) { /* widen the chunk's column blocks once; every M panel reuses them */
+            const int64_t nb_end = 2 * pe < j->nblocks ? 2 * pe : j->nblocks;
+            for (int64_t nb = 2 * pc; nb < nb_end; nb++)
+                widen_block(w->i8.data + nb * Kp * 16, Kp, wide + (nb - 2 * pc) * bstride);
+            bchunk = wide;
         } else {
-            b0 = w->fp.bf16 + nb * bstride;
+            bchunk = w->fp.bf16 + 2 * pc * bstride;
         }
         for (int64_t mp = m_lo; mp < m_hi; mp++) {
             const int64_t m0 = mp * 32;
@@ -176,15 +177,21 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
             const int r0 = rows < 16 ? rows : 16, r1 = rows - r0;
             QMM_AMX_SYM(qmm_amx_tiles_config)(r0, r1);
             const uint16_t *a = j->a + m0 * j->Ka;
-            if (r1 && two) kloop(a, j->Ka, b0, bstride, 1, 1);
-            else if (r1) kloop(a, j->Ka, b0, bstride, 1, 0);
-            else if (two) kloop(a, j->Ka, b0, bstride, 0, 1);
-            else kloop(a, j->Ka, b0, bstride, 0, 0);
-            QMM_TILE_STORE(QMM_TC00, stage, 128);
-            if (two) QMM_TILE_STORE(QMM_TC01, stage + 16, 128);
-            if (r1) QMM_TILE_STORE(QMM_TC10, stage + 16 * 32, 128);
-            if (r1 && two) QMM_TILE_STORE(QMM_TC11, stage + 16 * 32 + 16, 128);
-            epilogue(c, stage, m0, rows, n0, cols);
+            for (int64_t p = pc; p < pe; p++) {
+                const int64_t nb = 2 * p;
+                const int two = nb + 1 < j->nblocks;
+                const int64_t n0 = nb * 16, cols = c->N - n0 < 32 ? c->N - n0 : 32;
+                const uint16_t *b0 = bchunk + (nb - 2 * pc) * bstride;
+                if (r1 && two) kloop(a, j->Ka, b0, bstride, 1, 1);
+                else if (r1) kloop(a, j->Ka, b0, bstride, 1, 0);
+                else if (two) kloop(a, j->Ka, b0, bstride, 0, 1);
+                else kloop(a, j->Ka, b0, bstride, 0, 0);
+                QMM_TILE_STORE(QMM_TC00, stage, 128);
+                if (two) QMM_TILE_STORE(QMM_TC01, stage + 16, 128);
+                if (r1) QMM_TILE_STORE(QMM_TC10, stage + 16 * 32, 128);
+                if (r1 && two) QMM_TILE_STORE(QMM_TC11, stage + 16 * 32 + 16, 128);
+                epilogue(c, stage, m0, rows, n0, cols);
+            }
         }
     }
     QMM_AMX_SYM(qmm_amx_tiles_release)();
@@ -208,7 +215,9 @@ static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
     j.Kt = qmm_round_up(c->K, 16);
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_PREPASS, (size_t)nt * (size_t)j.Kt * sizeof(float), &tmp));
     j.tmp = tmp;
-    j.per_thread = 32 * 32 * 4 + (w->is_int8 ? (size_t)j.Ka * 16 * 2 * 2 : 0);
+    j.chunk = QMM_AMX_L2_B_BYTES / (32 * j.Ka * 2);
+    if (j.chunk < 1) j.chunk = 1;
+    j.per_thread = 32 * 32 * 4 + (w->is_int8 ? (size_t)j.chunk * (size_t)j.Ka * 64 : 0);
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, (size_t)nt * j.per_thread, &tbuf));
     j.thread_buf = tbuf;
     /* pre-pass: a few tasks per thread, whole rows each */

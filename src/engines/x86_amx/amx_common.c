@@ -13,6 +13,10 @@
 
 #include <string.h>
 
+#ifdef QMM_AMX_EMULATE
+int64_t qmm_amx_l2_b_bytes_emu = (int64_t)1 << 20;
+#endif
+
 static _Alignas(64) _Thread_local qmm_amx_cfg t_cfg;
 static _Thread_local int t_key = -1; /* r0 * 17 + r1 of the loaded config, -1: released */
 

@@ -39,6 +39,8 @@ long qmm_amx_emu_ops(void);
 /* The emulated engines (test hooks; never in the dispatch table). */
 extern const qmm_engine qmm_engine_amx_int8_emu;
 extern const qmm_engine qmm_engine_amx_bf16_emu;
+/* The L2 budget for B of the emulated engines (default 1 MiB; tests shrink it) */
+extern int64_t qmm_amx_l2_b_bytes_emu;
 /* The small-M crossover of amx_int8 (see amx_int8.c) */
 extern const int qmm_amx_int8_min_m_emu;
 

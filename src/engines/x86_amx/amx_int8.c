@@ -12,8 +12,10 @@
  *
  * Blocking (version 1, see bench/NOTES.md "## amx"): tasks are a static grid over 32-column
  * panels of N (split first, so that for small M each thread streams only its share of the
- * weight) and 32-row panels of M; inside a task the N panel is the outer loop, so one
- * 32 × Kp block of B is reused from L2 by every M panel, with C kept in tiles over the full K.
+ * weight) and 32-row panels of M. Inside a task: for each chunk of N panels (about
+ * QMM_AMX_L2_B_BYTES of B, kept in L2), for each M panel (32 × Kp of A, also from L2 after
+ * its first use), for each N panel of the chunk: the full K with C kept in tiles, then the
+ * fused epilogue. A is read from beyond L2 once per chunk, B once per task.
  * The partition changes nothing in the result (int32 sums are exact).
  *
  * Admission (beside the kernel): qmm_admit_common_int8, then the small-M rule
@@ -54,6 +56,7 @@ typedef struct {
     const float *s;    /* [M] */
     int64_t Kp, nblocks, npanels_n, npanels_m;
     int tm, tn;        /* task grid: tm M ranges × tn N ranges */
+    int64_t chunk;     /* N panels per L2 chunk of B (QMM_AMX_L2_B_BYTES) */
     int32_t *stage;    /* [threads][32][32] int32: the C tiles of one panel */
 } int8_job;
 
@@ -116,26 +119,29 @@ static void int8_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t m_lo = j->npanels_m * ti / j->tm, m_hi = j->npanels_m * (ti + 1) / j->tm;
     int32_t *stage = j->stage + (size_t)thread * 32 * 32;
     const int8_t *wdata = c->w->i8.data;
-    for (int64_t p = p_lo; p < p_hi; p++) {
-        const int64_t nb = 2 * p;
-        const int two = nb + 1 < j->nblocks;
-        const int8_t *b0 = wdata + nb * j->Kp * 16;
-        const int64_t n0 = nb * 16, cols = c->N - n0 < 32 ? c->N - n0 : 32;
+    for (int64_t pc = p_lo; pc < p_hi; pc += j->chunk) {
+        const int64_t pe = pc + j->chunk < p_hi ? pc + j->chunk : p_hi;
         for (int64_t mp = m_lo; mp < m_hi; mp++) {
             const int64_t m0 = mp * 32;
             const int rows = (int)(c->M - m0 < 32 ? c->M - m0 : 32);
             const int r0 = rows < 16 ? rows : 16, r1 = rows - r0;
             QMM_AMX_SYM(qmm_amx_tiles_config)(r0, r1);
             const int8_t *a = j->q + m0 * j->Kp;
-            if (r1 && two) kloop(a, j->Kp, b0, 1, 1);
-            else if (r1) kloop(a, j->Kp, b0, 1, 0);
-            else if (two) kloop(a, j->Kp, b0, 0, 1);
-            else kloop(a, j->Kp, b0, 0, 0);
-            QMM_TILE_STORE(QMM_TC00, stage, 128);
-            if (two) QMM_TILE_STORE(QMM_TC01, stage + 16, 128);
-            if (r1) QMM_TILE_STORE(QMM_TC10, stage + 16 * 32, 128);
-            if (r1 && two) QMM_TILE_STORE(QMM_TC11, stage + 16 * 32 + 16, 128);
-            epilogue(c, stage, m0, rows, n0, cols, j->s);
+            for (int64_t p = pc; p < pe; p++) {
+                const int64_t nb = 2 * p;
+                const int two = nb + 1 < j->nblocks;
+                const int8_t *b0 = wdata + nb * j->Kp * 16;
+                const int64_t n0 = nb * 16, cols = c->N - n0 < 32 ? c->N - n0 : 32;
+                if (r1 && two) kloop(a, j->Kp, b0, 1, 1);
+                else if (r1) kloop(a, j->Kp, b0, 1, 0);
+                else if (two) kloop(a, j->Kp, b0, 0, 1);
+                else kloop(a, j->Kp, b0, 0, 0);
+                QMM_TILE_STORE(QMM_TC00, stage, 128);
+                if (two) QMM_TILE_STORE(QMM_TC01, stage + 16, 128);
+                if (r1) QMM_TILE_STORE(QMM_TC10, stage + 16 * 32, 128);
+                if (r1 && two) QMM_TILE_STORE(QMM_TC11, stage + 16 * 32 + 16, 128);
+                epilogue(c, stage, m0, rows, n0, cols, j->s);
+            }
         }
     }
     QMM_AMX_SYM(qmm_amx_tiles_release)();
@@ -163,6 +169,8 @@ static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
     j.npanels_n = (j.nblocks + 1) / 2;
     j.npanels_m = (M + 31) / 32;
     j.stage = stage;
+    j.chunk = QMM_AMX_L2_B_BYTES / (32 * Kp);
+    if (j.chunk < 1) j.chunk = 1;
     /* split N first (each thread streams only its share of W), then M when N is too narrow */
     j.tn = j.npanels_n < nt ? (int)j.npanels_n : nt;
     j.tm = nt / j.tn;

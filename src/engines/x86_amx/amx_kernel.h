@@ -90,6 +90,16 @@ typedef struct qmm_amx_cfg {
 #define QMM_TDPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
 #endif
 
+/* Bytes of B (32-column panels × Kp) one task keeps hot in L2 while all its M panels pass
+ * (an estimate for 2 MiB L2 per core, not measured). The emulated build makes it a variable
+ * so that tests can shrink it and exercise the chunk loop. */
+#ifdef QMM_AMX_EMULATE
+extern int64_t qmm_amx_l2_b_bytes_emu;
+#define QMM_AMX_L2_B_BYTES qmm_amx_l2_b_bytes_emu
+#else
+#define QMM_AMX_L2_B_BYTES ((int64_t)1 << 20)
+#endif
+
 /* Configures this thread's tiles for an M panel of r0 + r1 rows (1 <= r0 <= 16, 0 <= r1 <=
  * 16, r1 > 0 only if r0 == 16); loads the config only when it differs from the current one. */
 void QMM_AMX_SYM(qmm_amx_tiles_config)(int r0, int r1);
