@@ -20,7 +20,14 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none   # containers without ptra
 export OMPI_MCA_oob_tcp_if_include=lo
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export QMM_NUM_THREADS="${QMM_NUM_THREADS:-1}"
-# Open MPI's own allocations at exit are not qmm's leaks (ASan builds)
+# ASan builds: Open MPI keeps allocations until exit inside components it has dlclose()d, so
+# LeakSanitizer cannot even name them (no suppression matches "<unknown module>"). Leak checking
+# of qmm's own code is done by the single-process tests; here ASan/UBSan still check every
+# memory access. QMM_TP_LEAKS=1 keeps leak checking on (with the suppressions of lsan.supp).
 here=$(cd "$(dirname "$0")" && pwd)
-export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+if [ "${QMM_TP_LEAKS:-0}" = 1 ]; then
+    export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+else
+    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
 exec "$MPIRUN" --oversubscribe --bind-to none -np "$np" "$@"

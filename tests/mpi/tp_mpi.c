@@ -17,11 +17,13 @@
  */
 #include "numerics.h"
 #include "qmm_dist.h"
+#include "qmm_io.h"
 #include "testutil.h"
 
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int g_rank, g_size, g_quick;
 static qmm_comm *g_comm;
@@ -391,6 +393,94 @@ static void test_errors(void) {
     free_layer(&L);
 }
 
+/* ---------------------------------------------------------------- from a checkpoint */
+/* Rank 0 writes a ComfyUI INT8 checkpoint with layers "ck.col" and "ck.row"; every rank opens
+ * it, builds its slices from the mapped file and must match the single-process layer. */
+static void test_checkpoint(qmm_engine_id e) {
+    char path[256];
+    memset(path, 0, sizeof path);
+    const int64_t N = 48, K = 32 * g_size, M = 7;
+    layer L;
+    make_layer(&L, "ck", N, K, 16);
+    int8_t *wq = malloc((size_t)(N * K));
+    for (int64_t n = 0; n < N; n++) memcpy(wq + n * K, L.w + n * L.d.ld, (size_t)K);
+    qmm_status st = QMM_OK;
+    if (g_rank == 0) {
+        snprintf(path, sizeof path, "/tmp/qmm_tp_test_%d_%llu.safetensors", (int)getpid(),
+                 (unsigned long long)tu_seed());
+        char cq[128];
+        size_t cql = qmm_comfy_quant_json(16, cq, sizeof cq);
+        qmm_st_writer *w = NULL;
+        const char *names[2] = {"ck.col", "ck.row"};
+        st = qmm_st_writer_create(path, &w);
+        for (int l = 0; l < 2 && st == QMM_OK; l++) {
+            char nm[64];
+            int64_t sh[2] = {N, K}, shs[1] = {N}, shq[1] = {(int64_t)cql};
+            snprintf(nm, sizeof nm, "%s.weight", names[l]);
+            st = qmm_st_writer_declare(w, nm, QMM_ST_I8, 2, sh);
+            snprintf(nm, sizeof nm, "%s.weight_scale", names[l]);
+            if (st == QMM_OK) st = qmm_st_writer_declare(w, nm, QMM_ST_F32, 1, shs);
+            snprintf(nm, sizeof nm, "%s.comfy_quant", names[l]);
+            if (st == QMM_OK) st = qmm_st_writer_declare(w, nm, QMM_ST_U8, 1, shq);
+        }
+        if (st == QMM_OK) st = qmm_st_writer_begin(w);
+        for (int l = 0; l < 2 && st == QMM_OK; l++) {
+            st = qmm_st_writer_write(w, wq, (size_t)(N * K));
+            if (st == QMM_OK) st = qmm_st_writer_write(w, L.scale, (size_t)N * sizeof(float));
+            if (st == QMM_OK) st = qmm_st_writer_write(w, cq, cql);
+        }
+        if (st == QMM_OK) st = qmm_st_writer_finish(w);
+        qmm_st_writer_destroy(w);
+        TU_CHECK(st == QMM_OK, "writing %s: %s", path, qmm_last_error());
+    }
+    int32_t ok = st == QMM_OK;
+    TU_CHECK_OK(g_comm->broadcast(g_comm, path, sizeof path, 0));
+    TU_CHECK_OK(g_comm->broadcast(g_comm, &ok, sizeof ok, 0));
+    if (!ok) {
+        tu_skip("checkpoint", "rank 0 could not write the file");
+    } else {
+        qmm_model *m = NULL;
+        TU_CHECK_OK(qmm_model_open(path, NULL, &m));
+        for (int l = 0; m && l < 2; l++) {
+            const char *name = l ? "ck.row" : "ck.col";
+            qmm_weight_desc d;
+            void *own = NULL;
+            qmm_weight *wf = NULL;
+            qmm_tp_linear *T = NULL;
+            float *x = malloc((size_t)(M * K) * sizeof(float));
+            uint16_t *y = calloc((size_t)(M * N), 2), *yref = calloc((size_t)(M * N), 2);
+            tu_fill_float(x, QMM_F32, M * K, 1.0f);
+            qmm_tp_options o = qmm_tp_options_default();
+            o.kind = l ? QMM_TP_ROW : QMM_TP_COLUMN;
+            TU_CHECK_OK(qmm_tp_desc_from_model(m, name, &d, &own));
+            TU_CHECK_OK(qmm_tp_linear_create(g_ctx, g_comm, &d, &o, &T));
+            TU_CHECK_OK(qmm_model_create_weight(m, g_ctx, name, &wf));
+            qmm_linear_args a = qmm_linear_args_default();
+            a.M = M;
+            a.x = x;
+            a.y = yref;
+            a.y_dtype = QMM_BF16;
+            a.engine = e;
+            if (wf) TU_CHECK_OK(qmm_linear(g_ctx, wf, &a));
+            a.y = y;
+            if (T) TU_CHECK_OK(qmm_tp_linear_run(T, g_ctx, &a, QMM_TP_X_FULL));
+            check_same(l ? "checkpoint row-parallel" : "checkpoint column-parallel", e, M, N, K, y, yref,
+                       (size_t)(M * N) * 2);
+            qmm_tp_linear_destroy(T);
+            qmm_weight_destroy(wf);
+            qmm_tp_desc_release(own);
+            free(x);
+            free(y);
+            free(yref);
+        }
+        qmm_model_close(m);
+        g_comm->barrier(g_comm);
+        if (g_rank == 0) unlink(path);
+    }
+    free(wq);
+    free_layer(&L);
+}
+
 /* ---------------------------------------------------------------- main */
 /* Does engine e admit a small int8 layer here? (identical answer on every rank) */
 static int engine_runs(qmm_engine_id e, char *why, size_t n) {
@@ -455,6 +545,7 @@ int main(int argc, char **argv) {
             }
         }
         for (int k = 0; k < reps; k++) test_linear(QMM_TP_COLUMN, QMM_ENGINE_AUTO); /* same selection both ways */
+        test_checkpoint(QMM_ENGINE_REF);
         test_errors();
     }
     int rc = tu_finish();
