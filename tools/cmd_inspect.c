@@ -1,11 +1,162 @@
-/* cmd_inspect.c — placeholder: `qmm inspect` is not implemented yet. */
+/*
+ * cmd_inspect.c — `qmm inspect FILE [--json] [--tensors]`: a checkpoint's layers as qmm reads
+ * them (SPEC §3): per layer the kind (int8 / float / unsupported format), dtype, shape, bytes,
+ * quant format, convrot group, weight-scale kind, bias; then totals (int8 bytes against the
+ * bf16 equivalent) and the file's other tensors and metadata. --tensors lists every tensor.
+ * A malformed file prints the reader's error and exits 1.
+ */
 #include "commands.h"
+#include "qmm_io.h"
 
 #include <stdio.h>
+#include <string.h>
+
+static void json_str(const char *s) {
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; p && *p; p++) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+    }
+    putchar('"');
+}
+
+static const char *kind_name(qmm_layer_kind k) {
+    return k == QMM_LAYER_INT8 ? "int8" : k == QMM_LAYER_FLOAT ? "float" : "unsupported";
+}
+
+static const char *scale_kind(const qmm_layer_info *l, char *buf, size_t n) {
+    if (l->kind != QMM_LAYER_INT8) return "-";
+    const qmm_st_tensor *s = l->weight_scale;
+    if (s->ndim == 0) snprintf(buf, n, "per-tensor []");
+    else if (s->ndim == 1) snprintf(buf, n, "%s [%lld]", l->n_scale == 1 ? "per-tensor" : "per-row", (long long)s->shape[0]);
+    else snprintf(buf, n, "per-row [%lld,1]", (long long)s->shape[0]);
+    return buf;
+}
+
+static size_t layer_bytes(const qmm_layer_info *l) {
+    size_t b = 0;
+    if (l->weight) b += l->weight->nbytes;
+    if (l->weight_scale) b += l->weight_scale->nbytes;
+    if (l->bias) b += l->bias->nbytes;
+    return b;
+}
 
 int cmd_inspect(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "qmm inspect: not implemented yet\n");
-    return 1;
+    int json = 0, tensors = 0;
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--tensors")) tensors = 1;
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: qmm inspect FILE.safetensors [--json] [--tensors]\n");
+            return 0;
+        } else if (argv[i][0] == '-') { fprintf(stderr, "qmm inspect: unknown option '%s'\n", argv[i]); return 2; }
+        else if (!path) path = argv[i];
+        else { fprintf(stderr, "qmm inspect: extra argument '%s'\n", argv[i]); return 2; }
+    }
+    if (!path) { fprintf(stderr, "usage: qmm inspect FILE.safetensors [--json] [--tensors]\n"); return 2; }
+    qmm_model_options mo = qmm_model_options_default();
+    mo.allow_unsupported = 1;
+    qmm_model *m;
+    qmm_status st = qmm_model_open(path, &mo, &m);
+    if (st != QMM_OK) {
+        fprintf(stderr, "qmm inspect: %s: %s\n", qmm_status_name(st), qmm_last_error());
+        return 1;
+    }
+    const qmm_st_file *f = qmm_model_file(m);
+    size_t nl = qmm_model_layer_count(m), n_int8 = 0, n_float = 0, n_uns = 0;
+    unsigned long long int8_bytes = 0, int8_bf16_equiv = 0, float_bytes = 0;
+    for (size_t i = 0; i < nl; i++) {
+        const qmm_layer_info *l = qmm_model_layer(m, i);
+        if (l->kind == QMM_LAYER_INT8) {
+            n_int8++;
+            int8_bytes += layer_bytes(l);
+            int8_bf16_equiv += (unsigned long long)(l->N * l->K * 2) + (l->bias ? l->bias->nbytes : 0);
+        } else if (l->kind == QMM_LAYER_FLOAT) {
+            n_float++;
+            float_bytes += layer_bytes(l);
+        } else n_uns++;
+    }
+    if (json) {
+        printf("{\"file\": ");
+        json_str(path);
+        printf(", \"file_bytes\": %zu, \"header_bytes\": %llu, \"tensors\": %zu, \"layers\": [", qmm_st_file_size(f),
+               (unsigned long long)qmm_st_header_size(f), qmm_st_count(f));
+        for (size_t i = 0; i < nl; i++) {
+            const qmm_layer_info *l = qmm_model_layer(m, i);
+            char sk[64];
+            printf("%s{\"name\": ", i ? ", " : "");
+            json_str(l->name);
+            printf(", \"kind\": \"%s\", \"format\": ", kind_name(l->kind));
+            if (l->format) json_str(l->format); else printf("null");
+            printf(", \"dtype\": \"%s\", \"shape\": [%lld, %lld], \"bytes\": %zu, \"convrot_groupsize\": %d, "
+                   "\"scale\": \"%s\", \"bias\": %s, \"full_precision\": %s}",
+                   l->weight ? qmm_st_dtype_name(l->weight->dtype) : "?", (long long)l->N, (long long)l->K,
+                   layer_bytes(l), l->convrot_gs, scale_kind(l, sk, sizeof sk), l->bias ? "true" : "false",
+                   l->full_precision ? "true" : "false");
+        }
+        printf("], \"totals\": {\"int8_layers\": %zu, \"float_layers\": %zu, \"unsupported_layers\": %zu, "
+               "\"int8_bytes\": %llu, \"int8_bf16_equivalent_bytes\": %llu, \"float_layer_bytes\": %llu}, \"metadata\": {",
+               n_int8, n_float, n_uns, int8_bytes, int8_bf16_equiv, float_bytes);
+        for (size_t i = 0; i < qmm_st_metadata_count(f); i++) {
+            const char *k, *v;
+            qmm_st_metadata_at(f, i, &k, &v);
+            printf("%s", i ? ", " : "");
+            json_str(k);
+            printf(": ");
+            json_str(v);
+        }
+        printf("}");
+        if (tensors) {
+            printf(", \"all_tensors\": [");
+            for (size_t i = 0; i < qmm_st_count(f); i++) {
+                const qmm_st_tensor *t = qmm_st_at(f, i);
+                printf("%s{\"name\": ", i ? ", " : "");
+                json_str(t->name);
+                printf(", \"dtype\": \"%s\", \"shape\": [", qmm_st_dtype_name(t->dtype));
+                for (int d = 0; d < t->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)t->shape[d]);
+                printf("], \"data_offsets\": [%llu, %llu]}", (unsigned long long)t->begin, (unsigned long long)t->end);
+            }
+            printf("]");
+        }
+        printf("}\n");
+        qmm_model_close(m);
+        return 0;
+    }
+    printf("%s: %zu bytes, %zu tensors, %zu layers\n", path, qmm_st_file_size(f), qmm_st_count(f), nl);
+    printf("%-48s %-11s %-5s %-16s %12s %-16s %5s %-18s %s\n", "layer", "kind", "dtype", "shape", "bytes", "format",
+           "group", "scale", "bias");
+    for (size_t i = 0; i < nl; i++) {
+        const qmm_layer_info *l = qmm_model_layer(m, i);
+        char shape[48], sk[64];
+        snprintf(shape, sizeof shape, "[%lld, %lld]", (long long)l->N, (long long)l->K);
+        printf("%-48s %-11s %-5s %-16s %12zu %-16s %5d %-18s %s%s\n", l->name, kind_name(l->kind),
+               l->weight ? qmm_st_dtype_name(l->weight->dtype) : "?", shape, layer_bytes(l),
+               l->format ? l->format : "-", l->convrot_gs, scale_kind(l, sk, sizeof sk), l->bias ? "yes" : "no",
+               l->full_precision ? " (full_precision_matrix_mult)" : "");
+    }
+    printf("totals: %zu int8 layers (%.2f MiB; %.2f MiB as bf16, %.2fx smaller), %zu float layers (%.2f MiB), "
+           "%zu in unsupported formats\n",
+           n_int8, int8_bytes / 1048576.0, int8_bf16_equiv / 1048576.0,
+           int8_bytes ? (double)int8_bf16_equiv / (double)int8_bytes : 0.0, n_float, float_bytes / 1048576.0, n_uns);
+    if (qmm_st_metadata_count(f)) {
+        printf("metadata:\n");
+        for (size_t i = 0; i < qmm_st_metadata_count(f); i++) {
+            const char *k, *v;
+            qmm_st_metadata_at(f, i, &k, &v);
+            printf("  %s: %.100s%s\n", k, v, strlen(v) > 100 ? "..." : "");
+        }
+    }
+    if (tensors) {
+        printf("tensors (data order):\n");
+        for (size_t i = 0; i < qmm_st_count(f); i++) {
+            const qmm_st_tensor *t = qmm_st_at(f, i);
+            printf("  %-56s %-8s [", t->name, qmm_st_dtype_name(t->dtype));
+            for (int d = 0; d < t->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)t->shape[d]);
+            printf("] %zu bytes\n", t->nbytes);
+        }
+    }
+    qmm_model_close(m);
+    return 0;
 }
