@@ -1,0 +1,195 @@
+/*
+ * test_checkpoint_cli.c — the `qmm` CLI on checkpoints (registered with the binary's path in
+ * QMM_CLI by tests/cli.cmake; skipped visibly without it):
+ *   - `qmm quantize` writes a checkpoint the library reads (layers int8, groups auto);
+ *   - `qmm inspect --json` and `qmm plan --json` print valid JSON (parsed with json-c) with
+ *     the layers and the summary; `qmm plan --strict` exits 1 when nothing can run on int8
+ *     (QMM_MAX_ISA=none) and 0 without --strict;
+ *   - `qmm run` output equals the library call bit for bit: with --engine ref, with automatic
+ *     dispatch (the same dispatch in both processes), with swiglu on a 3-D bf16 input and an
+ *     f32 output;
+ *   - exit statuses: 1 for a missing layer / malformed file, 2 for usage errors.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "qmm_io.h"
+#include "testutil.h"
+
+#include <json-c/json.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static char g_dir[256];
+static const char *g_cli;
+
+static const char *P(const char *name) {
+    static char buf[8][512];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+/* runs "QMM_CLI args" (printf-style), returns the exit status */
+static int cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int cli(const char *fmt, ...) {
+    char args[2048], cmd[2600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "%s %s", g_cli, args);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+static void make_inputs(void) {
+    enum { N1 = 96, K = 256, N2 = 80 };
+    float *w1 = malloc(N1 * K * 4), b1[N1];
+    uint16_t *w2 = malloc(N2 * K * 2);
+    tu_fill_float(w1, QMM_F32, N1 * K, 0.05f);
+    tu_fill_float(b1, QMM_F32, N1, 0.1f);
+    tu_fill_float(w2, QMM_BF16, N2 * K, 0.05f);
+    qmm_st_tensor t[3] = {
+        {.name = "blk.attn.proj.weight", .dtype = QMM_ST_F32, .ndim = 2, .shape = {N1, K}, .data = w1, .nbytes = N1 * K * 4},
+        {.name = "blk.attn.proj.bias", .dtype = QMM_ST_F32, .ndim = 1, .shape = {N1}, .data = b1, .nbytes = N1 * 4},
+        {.name = "blk.mlp.fc2.weight", .dtype = QMM_ST_BF16, .ndim = 2, .shape = {N2, K}, .data = w2, .nbytes = N2 * K * 2},
+    };
+    TU_CHECK_OK(qmm_st_save(P("float.safetensors"), t, 3, NULL));
+    float *x = malloc(7 * K * 4);
+    uint16_t *x2 = malloc(2 * 3 * 2 * K * 2);
+    tu_fill_float(x, QMM_F32, 7 * K, 1.0f);
+    tu_fill_float(x2, QMM_BF16, 2 * 3 * 2 * K, 1.0f);
+    qmm_st_tensor xt = {.name = "x", .dtype = QMM_ST_F32, .ndim = 2, .shape = {7, K}, .data = x, .nbytes = 7 * K * 4};
+    TU_CHECK_OK(qmm_st_save(P("x.safetensors"), &xt, 1, NULL));
+    qmm_st_tensor xt2[2] = {
+        {.name = "other", .dtype = QMM_ST_F32, .ndim = 1, .shape = {1}, .data = b1, .nbytes = 4},
+        {.name = "hidden", .dtype = QMM_ST_BF16, .ndim = 3, .shape = {2, 3, 2 * K}, .data = x2, .nbytes = 2 * 3 * 2 * K * 2},
+    };
+    TU_CHECK_OK(qmm_st_save(P("x2.safetensors"), xt2, 2, NULL));
+    free(w1);
+    free(w2);
+    free(x);
+    free(x2);
+}
+
+/* y of `qmm run` (tensor "output" in ypath) against the library call */
+static void compare_run(const char *ckpt, const char *layer, const char *xpath, const char *xname, qmm_act act,
+                        qmm_engine_id eng, int out_f32, const char *ypath) {
+    qmm_model *m = NULL;
+    qmm_st_file *xf = NULL, *yf = NULL;
+    qmm_context *ctx = NULL;
+    TU_CHECK_OK(qmm_model_open(ckpt, NULL, &m));
+    TU_CHECK_OK(qmm_st_open(xpath, &xf));
+    TU_CHECK_OK(qmm_st_open(ypath, &yf));
+    TU_CHECK_OK(qmm_context_create(NULL, &ctx));
+    if (!m || !xf || !yf || !ctx) goto out;
+    const qmm_st_tensor *x = qmm_st_get(xf, xname), *yt = qmm_st_get(yf, "output");
+    const qmm_weight *w = NULL;
+    TU_CHECK_OK(qmm_model_weight(m, ctx, layer, &w));
+    if (!TU_CHECK(x && yt && w, "%s: input, output and weight present", layer)) goto out;
+    qmm_weight_info wi;
+    qmm_weight_get_info(w, &wi);
+    int64_t K_in = x->shape[x->ndim - 1], M = x->numel / K_in;
+    qmm_dtype xdt = (qmm_dtype)qmm_st_dtype_to_qmm(x->dtype), ydt = out_f32 ? QMM_F32 : xdt;
+    size_t yb = (size_t)(M * wi.N) * qmm_dtype_size(ydt);
+    void *xd = malloc(x->nbytes), *y = malloc(yb);
+    memcpy(xd, x->data, x->nbytes);
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = M;
+    a.x = xd;
+    a.x_dtype = xdt;
+    a.y = y;
+    a.y_dtype = ydt;
+    a.act = act;
+    a.engine = eng;
+    TU_CHECK_OK(qmm_linear(ctx, w, &a));
+    int shape_ok = yt->ndim == x->ndim && yt->shape[yt->ndim - 1] == wi.N && yt->dtype == qmm_st_dtype_from_qmm(ydt);
+    size_t bad = (size_t)-1;
+    for (size_t i = 0; shape_ok && i < yb && bad == (size_t)-1; i++)
+        if (((const unsigned char *)yt->data)[i] != ((unsigned char *)y)[i]) bad = i / qmm_dtype_size(ydt);
+    TU_CHECK(shape_ok && yt->nbytes == yb && bad == (size_t)-1,
+             "qmm run %s (engine %s, act %s): output differs from the library call: M=%lld N=%lld K=%lld, first bad index %lld",
+             layer, qmm_engine_name(eng), qmm_act_name(act), (long long)M, (long long)wi.N, (long long)wi.K,
+             bad == (size_t)-1 ? -1LL : (long long)bad);
+    free(xd);
+    free(y);
+out:
+    qmm_context_destroy(ctx);
+    qmm_st_close(xf);
+    qmm_st_close(yf);
+    qmm_model_close(m);
+}
+
+int main(int argc, char **argv) {
+    tu_init(argc, argv, "test_checkpoint_cli");
+    g_cli = getenv("QMM_CLI");
+    if (!g_cli || !*g_cli) {
+        tu_skip("qmm CLI", "QMM_CLI is not set (tests/cli.cmake sets it to the built qmm)");
+        return tu_finish();
+    }
+    snprintf(g_dir, sizeof g_dir, "/tmp/qmm_test_cli_XXXXXX");
+    if (!mkdtemp(g_dir)) return 1;
+    make_inputs();
+    const char *q = P("int8.safetensors");
+    char qpath[512];
+    snprintf(qpath, sizeof qpath, "%s", q);
+    TU_CHECK(cli("quantize %s %s --min-size 64 >/dev/null", P("float.safetensors"), qpath) == 0, "qmm quantize");
+
+    TU_CHECK(cli("inspect %s --json --tensors > %s", qpath, P("inspect.json")) == 0, "qmm inspect --json");
+    json_object *j = json_object_from_file(P("inspect.json")), *layers, *v;
+    TU_CHECK(j && json_object_object_get_ex(j, "layers", &layers) && json_object_array_length(layers) == 2,
+             "inspect JSON has 2 layers");
+    if (j && json_object_object_get_ex(j, "totals", &v)) {
+        json_object *n;
+        TU_CHECK(json_object_object_get_ex(v, "int8_layers", &n) && json_object_get_int(n) == 2, "2 int8 layers");
+    }
+    json_object_put(j);
+    TU_CHECK(cli("inspect %s > /dev/null", qpath) == 0, "qmm inspect");
+
+    TU_CHECK(cli("plan %s --tokens 17 --json > %s", qpath, P("plan.json")) == 0, "qmm plan --json");
+    j = json_object_from_file(P("plan.json"));
+    TU_CHECK(j && json_object_object_get_ex(j, "summary", &v) && json_object_object_get_ex(j, "layers", &layers) &&
+                 json_object_array_length(layers) == 2,
+             "plan JSON has the layers and a summary");
+    json_object_put(j);
+    TU_CHECK(cli("plan %s --act swiglu --act-layers '*.fc2' > /dev/null", qpath) == 0, "qmm plan --act-layers");
+    TU_CHECK(system("true") == 0 && cli("plan %s --strict > /dev/null 2>&1", qpath) <= 1, "qmm plan --strict runs");
+    char env_cli[600];
+    snprintf(env_cli, sizeof env_cli, "QMM_MAX_ISA=none %s", g_cli);
+    const char *saved = g_cli;
+    g_cli = env_cli;
+    TU_CHECK(cli("plan %s --strict > /dev/null", qpath) == 1, "qmm plan --strict exits 1 when no int8 engine runs");
+    TU_CHECK(cli("plan %s > /dev/null", qpath) == 0, "qmm plan without --strict exits 0");
+    g_cli = saved;
+
+    TU_CHECK(cli("run %s --layer blk.attn.proj --input %s --output %s --engine ref 2>/dev/null", qpath, P("x.safetensors"),
+                 P("y_ref.safetensors")) == 0, "qmm run --engine ref");
+    compare_run(qpath, "blk.attn.proj", P("x.safetensors"), "x", QMM_ACT_NONE, QMM_ENGINE_REF, 0, P("y_ref.safetensors"));
+    TU_CHECK(cli("run %s --layer blk.attn.proj --input %s --output %s 2>/dev/null", qpath, P("x.safetensors"),
+                 P("y_auto.safetensors")) == 0, "qmm run (auto)");
+    compare_run(qpath, "blk.attn.proj", P("x.safetensors"), "x", QMM_ACT_NONE, QMM_ENGINE_AUTO, 0, P("y_auto.safetensors"));
+    TU_CHECK(cli("run %s --layer blk.mlp.fc2 --input %s --tensor hidden --act swiglu --out-dtype f32 --output %s 2>/dev/null",
+                 qpath, P("x2.safetensors"), P("y_sw.safetensors")) == 0, "qmm run --act swiglu");
+    compare_run(qpath, "blk.mlp.fc2", P("x2.safetensors"), "hidden", QMM_ACT_SWIGLU, QMM_ENGINE_AUTO, 1, P("y_sw.safetensors"));
+
+    TU_CHECK(cli("run %s --layer nope --input %s --output %s 2>/dev/null", qpath, P("x.safetensors"), P("y.safetensors")) == 1,
+             "missing layer exits 1");
+    TU_CHECK(cli("run %s --layer blk.mlp.fc2 --input %s --output %s 2>/dev/null", qpath, P("x2.safetensors"),
+                 P("y.safetensors")) == 1, "two input tensors without --tensor exits 1");
+    TU_CHECK(cli("inspect %s 2>/dev/null", P("x_missing.safetensors")) == 1, "missing file exits 1");
+    FILE *bad = fopen(P("bad.safetensors"), "wb");
+    if (bad) { fwrite("\x10\0\0\0\0\0\0\0{\"a\":", 1, 13, bad); fclose(bad); }
+    TU_CHECK(cli("inspect %s 2>/dev/null", P("bad.safetensors")) == 1, "malformed file exits 1");
+    TU_CHECK(cli("quantize 2>/dev/null") == 2, "quantize without arguments exits 2");
+    TU_CHECK(cli("plan %s --tokens 0 2>/dev/null", qpath) == 2, "plan --tokens 0 exits 2");
+    TU_CHECK(cli("quantize %s %s --convrot 32 2>/dev/null", P("float.safetensors"), P("z.safetensors")) == 2,
+             "quantize --convrot 32 exits 2");
+
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0) printf("# could not remove %s\n", g_dir);
+    return tu_finish();
+}
