@@ -6,7 +6,7 @@
  *   pre-pass     qmm_prepass() → q [M][Kp] int8 (zero padded) + s [M] fp32, in QMM_SCRATCH_ACT;
  *                u8 engines (VPDPBUSD) then flip q in place to a = q + 128 (XOR 0x80);
  *   blocking     task = (MC rows) × (NC output channels); inside a task, for each KC-deep slice
- *                of K: for each 16-channel panel (B slice 16×KC = 8 KiB, stays in L1) for each
+ *                of K (all of K when M <= 32: weight streaming, each panel read once, contiguously): for each 16-channel panel (B slice 16×KC = 8 KiB, stays in L1) for each
  *                MR-row micro tile (A slice MR×KC from the MC×KC block kept in L2) the
  *                microkernel adds its MR×16 int32 sums into the task's C tile (MC×NC int32,
  *                per-thread scratch, L2). Every output element is summed by one task in one
@@ -43,6 +43,7 @@ typedef struct {
     const float *s;         /* [M] */
     int32_t *ctile;         /* [threads][MC][NC] */
     int64_t mt, nt;         /* task grid: row blocks, channel blocks */
+    int64_t kc;             /* K slice depth (bytes of k): QMM_A2_KC, or all of Kp for small M */
     int u8;                 /* A holds q + 128: subtract 128·colsum */
     int mr_max;
     qmm_a2_kernel_fn kern;
@@ -97,14 +98,14 @@ static void qmm_a2_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const qmm_a2_job *j = arg;
     const qmm_call *c = j->c;
     const qmm_weight *w = c->w;
-    const int64_t Kp = w->i8.Kp, Kq = Kp / 4;
+    const int64_t Kp = w->i8.Kp, Kq = Kp / 4, KC = j->kc;
     const int64_t ni = task / j->mt, mi = task % j->mt; /* consecutive tasks share the B block */
     const int64_t m0 = mi * QMM_A2_MC, m1 = m0 + QMM_A2_MC < c->M ? m0 + QMM_A2_MC : c->M;
     const int64_t n0 = ni * QMM_A2_NC;
     const int64_t npan = (n0 + QMM_A2_NC <= w->i8.Np ? QMM_A2_NC : w->i8.Np - n0) / 16;
     int32_t *ct = j->ctile + (int64_t)thread * QMM_A2_MC * QMM_A2_NC; /* [MC][NC] */
-    for (int64_t k0 = 0; k0 < Kp; k0 += QMM_A2_KC) {
-        const int64_t kq0 = k0 / 4, kqn = (k0 + QMM_A2_KC <= Kp ? QMM_A2_KC : Kp - k0) / 4;
+    for (int64_t k0 = 0; k0 < Kp; k0 += KC) {
+        const int64_t kq0 = k0 / 4, kqn = (k0 + KC <= Kp ? KC : Kp - k0) / 4;
         for (int64_t p = 0; p < npan; p++) {
             const int8_t *b = w->i8.data + ((n0 / 16 + p) * Kq + kq0) * 64;
             for (int64_t r = m0; r < m1; r += j->mr_max) {
@@ -156,6 +157,9 @@ static inline qmm_status qmm_a2_run(qmm_context *ctx, const qmm_call *c, qmm_a2_
     j.ctile = tiles;
     j.mt = (M + QMM_A2_MC - 1) / QMM_A2_MC;
     j.nt = (w->i8.Np + QMM_A2_NC - 1) / QMM_A2_NC;
+    /* small M is weight-bandwidth bound: stream each panel's whole K contiguously (the A rows
+     * fit in L1/L2 anyway) instead of hopping between panels every KC bytes */
+    j.kc = M <= 32 ? Kp : QMM_A2_KC;
     j.u8 = u8;
     j.mr_max = mr_max;
     j.kern = kern;
