@@ -21,10 +21,12 @@ typedef struct tp_rec {
 /* Fills status/msg of r from st (and qmm_last_error()). */
 void tp_rec_status(tp_rec *r, qmm_status st);
 
-/* Collective: all-gathers rec (all = comm->size records of scratch). Returns QMM_OK on every
- * rank, or QMM_ERR_DIST on every rank naming the layer, the first failing / disagreeing rank
- * and its reason. what: "create" / "run" for messages. */
-qmm_status tp_agree(qmm_comm *comm, const char *layer, const char *what, const tp_rec *rec, tp_rec *all);
+/* Collective: all-gathers rec (all = comm->size records of scratch; cnt/dsp = comm->size
+ * size_t of scratch, or NULL to allocate them). Returns QMM_OK on every rank, or QMM_ERR_DIST
+ * on every rank naming the layer, the first failing / disagreeing rank and its reason.
+ * what: "create" / "run" for messages. */
+qmm_status tp_agree(qmm_comm *comm, const char *layer, const char *what, const tp_rec *rec, tp_rec *all,
+                    size_t *cnt, size_t *dsp);
 
 /* Deterministic split of [0, width) over `size` ranks into off[0..size]: the explicit split if
  * given (validated), else balanced in units of `unit`. Same result/error on every rank. */

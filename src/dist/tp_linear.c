@@ -52,8 +52,13 @@ void tp_rec_status(tp_rec *r, qmm_status st) {
     else r->msg[0] = 0;
 }
 
-qmm_status tp_agree(qmm_comm *comm, const char *layer, const char *what, const tp_rec *rec, tp_rec *all) {
-    size_t *cnt = malloc((size_t)comm->size * sizeof *cnt), *dsp = malloc((size_t)comm->size * sizeof *dsp);
+qmm_status tp_agree(qmm_comm *comm, const char *layer, const char *what, const tp_rec *rec, tp_rec *all,
+                    size_t *cnt_scratch, size_t *dsp_scratch) {
+    size_t *cnt = cnt_scratch, *dsp = dsp_scratch;
+    if (!cnt || !dsp) {
+        cnt = malloc((size_t)comm->size * sizeof *cnt);
+        dsp = malloc((size_t)comm->size * sizeof *dsp);
+    }
     if (!cnt || !dsp) { /* cannot even agree: the transport will see the missing rank */
         free(cnt);
         free(dsp);
@@ -64,8 +69,10 @@ qmm_status tp_agree(qmm_comm *comm, const char *layer, const char *what, const t
         dsp[r] = (size_t)r * sizeof(tp_rec);
     }
     qmm_status st = comm->allgather(comm, rec, all, cnt, dsp);
-    free(cnt);
-    free(dsp);
+    if (cnt != cnt_scratch) {
+        free(cnt);
+        free(dsp);
+    }
     if (st != QMM_OK) return st;
     for (int r = 0; r < comm->size; r++) {
         const tp_rec *a = &all[r];
@@ -254,7 +261,8 @@ qmm_status qmm_tp_linear_create(qmm_context *ctx, qmm_comm *comm, const qmm_weig
     rec.unit = o.unit;
     rec.split_hash = tp_split_hash(o.split, comm->size);
     tp_rec_status(&rec, st);
-    st = tp_agree(comm, nm, o.kind == QMM_TP_ROW ? "row-parallel create" : "column-parallel create", &rec, L->recs);
+    st = tp_agree(comm, nm, o.kind == QMM_TP_ROW ? "row-parallel create" : "column-parallel create", &rec, L->recs,
+                  L->counts, L->displs);
     if (st != QMM_OK) {
         qmm_tp_linear_destroy(L);
         return st;
@@ -281,7 +289,7 @@ qmm_status qmm_tp_linear_create(qmm_context *ctx, qmm_comm *comm, const qmm_weig
     st = make_local(ctx, L, d);
     memset(rec.msg, 0, sizeof rec.msg);
     tp_rec_status(&rec, st);
-    st = tp_agree(comm, nm, "packing the local slice", &rec, L->recs);
+    st = tp_agree(comm, nm, "packing the local slice", &rec, L->recs, L->counts, L->displs);
     if (st != QMM_OK) {
         qmm_tp_linear_destroy(L);
         return st;
@@ -381,7 +389,7 @@ static qmm_status run_row(qmm_tp_linear *L, qmm_context *ctx, const qmm_linear_a
     tp_rec rec;
     call_rec(&rec, args, flags);
     tp_rec_status(&rec, st);
-    QMM_FORWARD_IF_ERROR(tp_agree(c, L->name, "row-parallel run", &rec, L->recs));
+    QMM_FORWARD_IF_ERROR(tp_agree(c, L->name, "row-parallel run", &rec, L->recs, L->counts, L->displs));
     /* shared per-token scales */
     QMM_FORWARD_IF_ERROR(c->allreduce_max_f32(c, amax, M));
     float *s = amax + M;
@@ -439,7 +447,7 @@ static qmm_status run_column(qmm_tp_linear *L, qmm_context *ctx, const qmm_linea
     tp_rec rec;
     call_rec(&rec, args, flags);
     tp_rec_status(&rec, st);
-    QMM_FORWARD_IF_ERROR(tp_agree(c, L->name, "column-parallel run", &rec, L->recs));
+    QMM_FORWARD_IF_ERROR(tp_agree(c, L->name, "column-parallel run", &rec, L->recs, L->counts, L->displs));
     if (flags & QMM_TP_Y_LOCAL) return QMM_OK;
     /* all-gather in row chunks of at most ~1 GiB in total (MPI counts are int) */
     const int64_t ldy = args->ldy ? args->ldy : L->N, P = L->width;

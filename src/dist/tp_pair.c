@@ -96,7 +96,7 @@ qmm_status qmm_tp_pair_create(qmm_context *ctx, qmm_comm *comm, const qmm_weight
         rec.split_hash = tp_split_hash(opt->split, comm->size);
     }
     tp_rec_status(&rec, st);
-    st = tp_agree(comm, nm, "pair create", &rec, recs);
+    st = tp_agree(comm, nm, "pair create", &rec, recs, NULL, NULL);
     free(recs);
     if (st != QMM_OK) {
         free(p);
