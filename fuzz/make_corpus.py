@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""make_corpus.py — regenerates the small committed seed corpus of the fuzz targets:
+fuzz/corpus/safetensors/ (valid files of every dtype and each malformed class) and
+fuzz/corpus/checkpoint/ (ComfyUI INT8 layers: every scale shape, convrot variants, the
+_quantization_metadata alternative, unsupported formats and each broken-layer class).
+Python standard library only. Usage: python3 fuzz/make_corpus.py (from the repository root)."""
+import json, os, struct
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4,
+         "F64": 8, "I64": 8, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+def build(tensors, metadata=None, raw_header=None, fake_len=None, cut=0, pad=True):
+    """tensors: list of (name, dtype, shape, bytes) → safetensors bytes."""
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dt, shape, b in tensors:
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [len(data), len(data) + len(b)]}
+        data += b
+    h = raw_header if raw_header is not None else json.dumps(header, separators=(",", ":")).encode()
+    if pad and raw_header is None:
+        h += b" " * (-len(h) % 8)
+    out = struct.pack("<Q", fake_len if fake_len is not None else len(h)) + h + data
+    return out[: len(out) - cut] if cut else out
+
+
+def t(name, dt, shape, fill=1):
+    n = 1
+    for s in shape:
+        n *= s
+    return (name, dt, shape, bytes((fill * 7 + i * 13) % 256 for i in range(n * SIZES[dt])))
+
+
+def f32(vals):
+    return struct.pack("<%df" % len(vals), *vals)
+
+
+def layer(L, N, K, cq, scale_shape=None, bias=False, wdt="I8"):
+    out = [t(L + ".weight", wdt, [N, K])]
+    if scale_shape is not None:
+        n = 1
+        for s in scale_shape:
+            n *= s
+        out.append((L + ".weight_scale", "F32", scale_shape, f32([0.01 * (i + 1) for i in range(n)])))
+    if bias:
+        out.append(t(L + ".bias", "F16", [N]))
+    if cq is not None:
+        b = cq if isinstance(cq, bytes) else json.dumps(cq).encode()
+        out.append((L + ".comfy_quant", "U8", [len(b)], b))
+    return out
+
+
+def write(sub, name, blob):
+    d = os.path.join(ROOT, sub)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(blob)
+
+
+def main():
+    S = "safetensors"
+    write(S, "valid_all_dtypes", build([t("t_" + dt.lower(), dt, [2, 3]) for dt in SIZES], {"format": "pt"}))
+    write(S, "valid_scalar_empty", build([t("s", "F32", []), t("e", "F32", [0, 4]), t("v", "I8", [5])]))
+    write(S, "valid_empty_header", build([]))
+    write(S, "valid_unpadded", build([t("a", "U8", [3])], pad=False))
+    write(S, "valid_gap", build([], raw_header=b'{"a":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}}') + b"\0" * 8)
+    write(S, "bad_truncated_5", b"\x10\0\0\0\0")
+    write(S, "bad_truncated_data", build([t("a", "F32", [4, 4])], cut=7))
+    write(S, "bad_header_beyond_file", build([t("a", "F32", [2])], fake_len=1 << 20))
+    write(S, "bad_header_over_limit", build([t("a", "F32", [2])], fake_len=(100 << 20) + 8))
+    write(S, "bad_overlap", build([], raw_header=b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
+                                                 b'"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}') + b"\0" * 8)
+    write(S, "bad_offset_past_end", build([], raw_header=b'{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}') + b"\0" * 8)
+    write(S, "bad_count_mismatch", build([], raw_header=b'{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}') + b"\0" * 8)
+    write(S, "bad_unknown_dtype", build([], raw_header=b'{"a":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}}') + b"\0" * 16)
+    write(S, "bad_json", build([], raw_header=b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}') + b"\0" * 4)
+    write(S, "bad_utf8", build([], raw_header=b'{"\xed\xa0\x80":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}') + b"\0")
+    write(S, "bad_shape_overflow", build([], raw_header=b'{"a":{"dtype":"F64","shape":[4294967296,4294967296,4],'
+                                                        b'"data_offsets":[0,8]}}') + b"\0" * 8)
+    write(S, "bad_metadata_type", build([], raw_header=b'{"__metadata__":{"k":[1]}}'))
+    write(S, "bad_nul_in_header", build([], raw_header=b'{"a\0":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}') + b"\0")
+
+    C = "checkpoint"
+    tw = {"format": "int8_tensorwise"}
+    cr = {"format": "int8_tensorwise", "convrot": True, "convrot_groupsize": 16}
+    write(C, "int8_scale_n1", build(layer("blocks.0.attn.qkv_proj", 16, 32, cr, [16, 1], bias=True)))
+    write(C, "int8_scale_n", build(layer("blocks.0.mlp.fc1", 8, 16, tw, [8])))
+    write(C, "int8_scale_1", build(layer("a.b", 4, 16, {"format": "int8_tensorwise", "params": {"convrot": True,
+                                                                                                "convrot_groupsize": 16}}, [1])))
+    write(C, "int8_scale_scalar", build(layer("x", 4, 256, {"format": "int8_tensorwise", "convrot": True,
+                                                            "full_precision_matrix_mult": True}, [])))
+    write(C, "int8_quant_metadata", build(layer("q", 8, 64, None, [8, 1]),
+                                          {"_quantization_metadata": json.dumps(
+                                              {"format_version": "1.0", "layers": {"q": {"format": "int8_tensorwise",
+                                                                                         "convrot": True,
+                                                                                         "convrot_groupsize": 64}}})}))
+    write(C, "float_layers", build([t("f.weight", "F32", [4, 8]), t("f.bias", "F32", [4]), t("g.weight", "BF16", [4, 8]),
+                                    t("h.weight", "F16", [2, 8]), t("n.weight", "F32", [8])]))
+    write(C, "mixed", build(layer("l0", 16, 64, cr, [16, 1]) + layer("l1", 16, 64, {"format": "nvfp4"}, None, wdt="U8")
+                            + [t("l2.weight", "BF16", [16, 64])]))
+    write(C, "unsupported_float8", build(layer("blocks.0.attn.out_proj", 8, 16, {"format": "float8_e4m3fn"}, [],
+                                               wdt="F8_E4M3")))
+    write(C, "bad_missing_scale", build(layer("a", 4, 16, tw, None)))
+    write(C, "bad_scale_shape", build(layer("a", 4, 16, tw, [4, 2])))
+    write(C, "bad_comfy_quant_not_json", build(layer("a", 4, 16, b'{"format": int8', [4, 1])))
+    write(C, "bad_comfy_quant_array", build(layer("a", 4, 16, b'["int8_tensorwise"]', [4, 1])))
+    write(C, "bad_k_not_multiple", build(layer("a", 4, 24, {"format": "int8_tensorwise", "convrot": True}, [4, 1])))
+    write(C, "bad_group_32", build(layer("a", 4, 64, {"format": "int8_tensorwise", "convrot": True,
+                                                      "convrot_groupsize": 32}, [4, 1])))
+    write(C, "bad_weight_dtype", build(layer("a", 4, 16, tw, [4, 1], wdt="F16")))
+    write(C, "bad_missing_weight", build([(n, d, s, b) for (n, d, s, b) in layer("a", 4, 16, tw, [4, 1])
+                                          if not n.endswith(".weight")]))
+    write(C, "bad_quant_metadata", build(layer("q", 8, 64, None, [8, 1]), {"_quantization_metadata": "{layers"}))
+
+
+if __name__ == "__main__":
+    main()
