@@ -44,7 +44,7 @@ __attribute__((target("avx512f,avx512vnni"))) static double loop_vnni512(int64_t
     }
     __m512i s = c[0];
     for (int i = 1; i < 12; i++) s = _mm512_add_epi32(s, c[i]);
-    g_sink += _mm512_reduce_add_epi32(s);
+    g_sink += _mm_cvtsi128_si32(_mm512_castsi512_si128(s)); /* lane 0: no UB-checked reduction */
     return (double)it * 12 * 64 * 2;
 }
 
@@ -93,7 +93,7 @@ __attribute__((target("avx512f,avx512bf16"))) static double loop_bf16_512(int64_
     }
     __m512 s = c[0];
     for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, c[i]);
-    g_sink += (int64_t)_mm512_reduce_add_ps(s);
+    g_sink += (int64_t)_mm_cvtss_f32(_mm512_castps512_ps128(s));
     return (double)it * 12 * 32 * 2;
 }
 
@@ -106,7 +106,7 @@ __attribute__((target("avx512f"))) static double loop_fma512(int64_t it) {
     }
     __m512 s = c[0];
     for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, c[i]);
-    g_sink += (int64_t)_mm512_reduce_add_ps(s);
+    g_sink += (int64_t)_mm_cvtss_f32(_mm512_castps512_ps128(s));
     return (double)it * 12 * 16 * 2;
 }
 
