@@ -114,8 +114,9 @@ qmm_status tp_split(const char *layer, const char *dim, int64_t width, int64_t u
         memcpy(off, split, (size_t)(size + 1) * sizeof *off);
         return QMM_OK;
     }
-    QMM_RETURN_IF(unit < 1 || width % unit, QMM_ERR_UNSUPPORTED, "layer %s: %s=%lld is not a multiple of the split unit %lld",
-                  layer, dim, (long long)width, (long long)unit);
+    QMM_RETURN_IF(unit < 1 || width % unit, QMM_ERR_UNSUPPORTED,
+                  "layer %s: %s=%lld is not a multiple of the split unit %lld", layer, dim, (long long)width,
+                  (long long)unit);
     int64_t units = width / unit;
     QMM_RETURN_IF(units < size, QMM_ERR_UNSUPPORTED,
                   "layer %s: %s=%lld in units of %lld gives %lld slices for %d ranks (each rank needs one)", layer, dim,
