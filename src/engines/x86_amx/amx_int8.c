@@ -60,9 +60,11 @@ typedef struct {
     int32_t *stage;    /* [threads][32][32] int32: the C tiles of one panel */
 } int8_job;
 
-/* The K loop of one 32 × 32 panel; r1: a second A row block, two: a second B column block. */
+/* The K loop of one 32 × 32 panel; r1: a second A row block, two: a second B column block.
+ * pf, pf_rows: rows of the NEXT A panel to prefetch into L2 along the way (one line per row
+ * per k-chunk), so that the next M panel's first pass does not wait on L3/DRAM. */
 static inline __attribute__((always_inline)) void kloop(const int8_t *a, int64_t Kp, const int8_t *b0, int r1,
-                                                        int two) {
+                                                        int two, const int8_t *pf, int pf_rows) {
     const int8_t *b1 = b0 + Kp * 16;
     const int64_t nk = Kp / 64;
     QMM_TILE_ZERO(QMM_TC00);
@@ -70,6 +72,7 @@ static inline __attribute__((always_inline)) void kloop(const int8_t *a, int64_t
     if (r1) QMM_TILE_ZERO(QMM_TC10);
     if (r1 && two) QMM_TILE_ZERO(QMM_TC11);
     for (int64_t kc = 0; kc < nk; kc++) {
+        for (int r = 0; r < pf_rows; r++) _mm_prefetch((const char *)(pf + r * Kp + kc * 64), _MM_HINT_T1);
         QMM_TILE_LOAD(QMM_TA0, a + kc * 64, Kp);
         QMM_TILE_LOAD(QMM_TB0, b0 + kc * 1024, 64);
         QMM_TDPBSSD(QMM_TC00, QMM_TA0, QMM_TB0);
@@ -127,15 +130,21 @@ static void int8_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
             const int r0 = rows < 16 ? rows : 16, r1 = rows - r0;
             QMM_AMX_SYM(qmm_amx_tiles_config)(r0, r1);
             const int8_t *a = j->q + m0 * j->Kp;
+            /* the next M panel's rows, spread over the chunk's panels */
+            const int64_t next_rows = mp + 1 < m_hi ? (c->M - m0 - 32 < 32 ? c->M - m0 - 32 : 32) : 0;
             for (int64_t p = pc; p < pe; p++) {
+                const int64_t i = p - pc, np = pe - pc;
+                const int64_t pr0 = next_rows * i / np, pr1 = next_rows * (i + 1) / np;
+                const int8_t *pf = a + (32 + pr0) * j->Kp;
+                const int pfn = (int)(pr1 - pr0);
                 const int64_t nb = 2 * p;
                 const int two = nb + 1 < j->nblocks;
                 const int8_t *b0 = wdata + nb * j->Kp * 16;
                 const int64_t n0 = nb * 16, cols = c->N - n0 < 32 ? c->N - n0 : 32;
-                if (r1 && two) kloop(a, j->Kp, b0, 1, 1);
-                else if (r1) kloop(a, j->Kp, b0, 1, 0);
-                else if (two) kloop(a, j->Kp, b0, 0, 1);
-                else kloop(a, j->Kp, b0, 0, 0);
+                if (r1 && two) kloop(a, j->Kp, b0, 1, 1, pf, pfn);
+                else if (r1) kloop(a, j->Kp, b0, 1, 0, pf, pfn);
+                else if (two) kloop(a, j->Kp, b0, 0, 1, pf, pfn);
+                else kloop(a, j->Kp, b0, 0, 0, pf, pfn);
                 QMM_TILE_STORE(QMM_TC00, stage, 128);
                 if (two) QMM_TILE_STORE(QMM_TC01, stage + 16, 128);
                 if (r1) QMM_TILE_STORE(QMM_TC10, stage + 16 * 32, 128);
