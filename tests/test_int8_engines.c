@@ -201,6 +201,13 @@ static void test_engine(qmm_engine_id e, int quick) {
             t.act = k_acts[ai];
             run_case(&t, e);
         }
+    /* full register tiles with K chunks and partial sums (M > 18, N ≥ 64, K > 512) */
+    for (int i = 0; i < 2; i++) {
+        tcase t = random_case(40 + i * 163, 70 + i * 130, 1001);
+        t.gs = 0;
+        t.K = 1001;
+        run_case(&t, e);
+    }
     /* random cases, larger shapes, and M = 4096 with small N */
     for (int i = 0; i < (quick ? 6 : 60); i++) {
         tcase t = random_case(tu_rand_int(1, 300), tu_rand_int(1, 300), 0);
