@@ -17,7 +17,8 @@
  *      out, or ((float)acc · s_r) · w_scale[n] + bias[n] (+0.0f without bias, as the
  *      reference) → f32 / f16 (vcvtps2ph, RNE) / bf16 (integer RNE, NaN kept quiet), masked
  *      stores for the last columns, row stride ldy.
- * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights.
+ * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights;
+ * with M ≤ SMALL_M each 16-column block streams whole (no K chunks), prefetched 1 KiB ahead.
  * No allocation per call beyond the context's scratch arenas.
  */
 #include "numerics.h"
