@@ -285,7 +285,7 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
         const qmm_st_tensor *b = part(f, l->name, ".bias");
         if (b && is_float_st(b->dtype) && b->ndim == 1 && b->shape[0] == l->N) l->bias = b;
     }
-    qsort(m->layers, m->n, sizeof *m->layers, cmp_layer);
+    if (m->n > 1) qsort(m->layers, m->n, sizeof *m->layers, cmp_layer);
     return QMM_OK;
 }
 
