@@ -2,8 +2,8 @@
  * peak.c — register-only peak loops and the DRAM read bandwidth (see peak.h). The library's
  * build flags do not reach bench/, so each per-ISA loop is a function with its own
  * __attribute__((target(...))), called only when qmm_cpu_features() says the CPU has the ISA.
- * Each loop runs 12 independent accumulator chains (more than latency × throughput of every
- * instruction here) on values the compiler cannot hoist, and stores its result to a sink.
+ * Each loop is one asm statement (the compiler can neither spill nor hoist it) with 12
+ * independent accumulators, more than latency × throughput of every instruction here.
  */
 #define _GNU_SOURCE
 #include "peak.h"
@@ -24,6 +24,18 @@ double qmm_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double qmm_process_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 size_t qmm_llc_bytes(void) {
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (l3 > 0) return (size_t)l3;
@@ -32,96 +44,290 @@ size_t qmm_llc_bytes(void) {
 }
 
 static volatile int64_t g_sink;
-#define KEEP(v) __asm__ volatile("" : "+x"(v))
 
-/* ---------------------------------------------------------------- loops: return ops done */
+/* ---------------------------------------------------------------- loops: return ops done
+ * Each is one asm loop (the compiler may neither spill nor hoist): 12 independent
+ * accumulators in registers 0..11, operands in 14/15 (zero: no denormals, no NaN). */
+#define QMM_BENCH_HAVE_AVXVNNI 1
 __attribute__((target("avx512f,avx512vnni"))) static double loop_vnni512(int64_t it) {
-    __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(5), c[12];
-    for (int i = 0; i < 12; i++) c[i] = _mm512_setzero_si512();
-    for (int64_t n = 0; n < it; n++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++) c[i] = _mm512_dpbusd_epi32(c[i], a, b);
-    }
-    __m512i s = c[0];
-    for (int i = 1; i < 12; i++) s = _mm512_add_epi32(s, c[i]);
-    g_sink += _mm_cvtsi128_si32(_mm512_castsi512_si128(s)); /* lane 0: no UB-checked reduction */
+    int64_t n = it;
+    __asm__ volatile(
+            "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
+            "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
+            "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
+            "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
+            "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
+            "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
+            "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
+            "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
+            "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
+            "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
+            "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
+            "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
+            "vpxor %%xmm12, %%xmm12, %%xmm12\n\t"
+            "vpxor %%xmm13, %%xmm13, %%xmm13\n\t"
+            "vpxor %%xmm14, %%xmm14, %%xmm14\n\t"
+            "vpxor %%xmm15, %%xmm15, %%xmm15\n\t"
+            "1:\n\t"
+            "vpdpbusd %%zmm15, %%zmm14, %%zmm0\n\t"
+            "vpdpbusd %%zmm15, %%zmm14, %%zmm1\n\t"
+            "vpdpbusd %%zmm15, %%zmm14, %%zmm2\n\t"
+            "vpdpbusd %%zmm15, %%zmm14, %%zmm3\n\t"
+            "vpdpbusd %%zmm15, %%zmm14, %%zmm4\n\t"
+            "vpdpbusd %%zmm15, %%zmm14, %%zmm5\n\t"
+            "vpdpbusd %%zmm15, %%zmm14, %%zmm6\n\t"
+            "vpdpbusd %%zmm15, %%zmm14, %%zmm7\n\t"
+            "vpdpbusd %%zmm15, %%zmm14, %%zmm8\n\t"
+            "vpdpbusd %%zmm15, %%zmm14, %%zmm9\n\t"
+            "vpdpbusd %%zmm15, %%zmm14, %%zmm10\n\t"
+            "vpdpbusd %%zmm15, %%zmm14, %%zmm11\n\t"
+            "dec %0\n\t"
+            "jnz 1b\n\t"
+            "vzeroupper\n\t"
+            : "+r"(n)
+            :
+            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "cc");
     return (double)it * 12 * 64 * 2;
 }
 
-#if defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
-#define QMM_BENCH_HAVE_AVXVNNI 1
-__attribute__((target("avx2,avxvnni"))) static double loop_vnni256(int64_t it) {
-    __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(5), c[12];
-    for (int i = 0; i < 12; i++) c[i] = _mm256_setzero_si256();
-    for (int64_t n = 0; n < it; n++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++) c[i] = _mm256_dpbusd_avx_epi32(c[i], a, b);
-    }
-    __m256i s = c[0];
-    for (int i = 1; i < 12; i++) s = _mm256_add_epi32(s, c[i]);
-    g_sink += _mm256_extract_epi32(s, 0);
+__attribute__((target("avx2"))) static double loop_vnni256(int64_t it) {
+    int64_t n = it;
+    __asm__ volatile(
+            "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
+            "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
+            "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
+            "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
+            "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
+            "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
+            "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
+            "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
+            "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
+            "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
+            "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
+            "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
+            "vpxor %%xmm12, %%xmm12, %%xmm12\n\t"
+            "vpxor %%xmm13, %%xmm13, %%xmm13\n\t"
+            "vpxor %%xmm14, %%xmm14, %%xmm14\n\t"
+            "vpxor %%xmm15, %%xmm15, %%xmm15\n\t"
+            "1:\n\t"
+            "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm0\n\t"
+            "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm1\n\t"
+            "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm2\n\t"
+            "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm3\n\t"
+            "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm4\n\t"
+            "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm5\n\t"
+            "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm6\n\t"
+            "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm7\n\t"
+            "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm8\n\t"
+            "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm9\n\t"
+            "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm10\n\t"
+            "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm11\n\t"
+            "dec %0\n\t"
+            "jnz 1b\n\t"
+            "vzeroupper\n\t"
+            : "+r"(n)
+            :
+            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "cc");
     return (double)it * 12 * 32 * 2;
 }
-#endif
 
 __attribute__((target("avx2"))) static double loop_avx2_int8(int64_t it) {
-    __m256i a = _mm256_set1_epi8(-3), w[4], ones = _mm256_set1_epi16(1), c[12];
-    for (int i = 0; i < 4; i++) w[i] = _mm256_set1_epi8((char)(5 + i));
-    for (int i = 0; i < 12; i++) c[i] = _mm256_setzero_si256();
-    __m256i mag = _mm256_abs_epi8(a);
-    for (int64_t n = 0; n < it; n++) {
-        KEEP(w[0]); KEEP(w[1]); KEEP(w[2]); KEEP(w[3]);
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++) {
-            __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(w[i & 3], a));
-            c[i] = _mm256_add_epi32(c[i], _mm256_madd_epi16(p, ones));
-        }
-    }
-    __m256i s = c[0];
-    for (int i = 1; i < 12; i++) s = _mm256_add_epi32(s, c[i]);
-    g_sink += _mm256_extract_epi32(s, 0);
+    int64_t n = it;
+    __asm__ volatile(
+            "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
+            "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
+            "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
+            "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
+            "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
+            "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
+            "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
+            "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
+            "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
+            "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
+            "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
+            "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
+            "vpxor %%xmm12, %%xmm12, %%xmm12\n\t"
+            "vpxor %%xmm13, %%xmm13, %%xmm13\n\t"
+            "vpxor %%xmm14, %%xmm14, %%xmm14\n\t"
+            "vpxor %%xmm15, %%xmm15, %%xmm15\n\t"
+            "1:\n\t"
+            "vpsignb %%ymm14, %%ymm15, %%ymm8\n\t"
+            "vpmaddubsw %%ymm8, %%ymm13, %%ymm8\n\t"
+            "vpmaddwd %%ymm12, %%ymm8, %%ymm8\n\t"
+            "vpaddd %%ymm8, %%ymm0, %%ymm0\n\t"
+            "vpsignb %%ymm14, %%ymm15, %%ymm9\n\t"
+            "vpmaddubsw %%ymm9, %%ymm13, %%ymm9\n\t"
+            "vpmaddwd %%ymm12, %%ymm9, %%ymm9\n\t"
+            "vpaddd %%ymm9, %%ymm1, %%ymm1\n\t"
+            "vpsignb %%ymm14, %%ymm15, %%ymm10\n\t"
+            "vpmaddubsw %%ymm10, %%ymm13, %%ymm10\n\t"
+            "vpmaddwd %%ymm12, %%ymm10, %%ymm10\n\t"
+            "vpaddd %%ymm10, %%ymm2, %%ymm2\n\t"
+            "vpsignb %%ymm14, %%ymm15, %%ymm11\n\t"
+            "vpmaddubsw %%ymm11, %%ymm13, %%ymm11\n\t"
+            "vpmaddwd %%ymm12, %%ymm11, %%ymm11\n\t"
+            "vpaddd %%ymm11, %%ymm3, %%ymm3\n\t"
+            "vpsignb %%ymm14, %%ymm15, %%ymm8\n\t"
+            "vpmaddubsw %%ymm8, %%ymm13, %%ymm8\n\t"
+            "vpmaddwd %%ymm12, %%ymm8, %%ymm8\n\t"
+            "vpaddd %%ymm8, %%ymm4, %%ymm4\n\t"
+            "vpsignb %%ymm14, %%ymm15, %%ymm9\n\t"
+            "vpmaddubsw %%ymm9, %%ymm13, %%ymm9\n\t"
+            "vpmaddwd %%ymm12, %%ymm9, %%ymm9\n\t"
+            "vpaddd %%ymm9, %%ymm5, %%ymm5\n\t"
+            "vpsignb %%ymm14, %%ymm15, %%ymm10\n\t"
+            "vpmaddubsw %%ymm10, %%ymm13, %%ymm10\n\t"
+            "vpmaddwd %%ymm12, %%ymm10, %%ymm10\n\t"
+            "vpaddd %%ymm10, %%ymm6, %%ymm6\n\t"
+            "vpsignb %%ymm14, %%ymm15, %%ymm11\n\t"
+            "vpmaddubsw %%ymm11, %%ymm13, %%ymm11\n\t"
+            "vpmaddwd %%ymm12, %%ymm11, %%ymm11\n\t"
+            "vpaddd %%ymm11, %%ymm7, %%ymm7\n\t"
+            "vpsignb %%ymm14, %%ymm15, %%ymm8\n\t"
+            "vpmaddubsw %%ymm8, %%ymm13, %%ymm8\n\t"
+            "vpmaddwd %%ymm12, %%ymm8, %%ymm8\n\t"
+            "vpaddd %%ymm8, %%ymm0, %%ymm0\n\t"
+            "vpsignb %%ymm14, %%ymm15, %%ymm9\n\t"
+            "vpmaddubsw %%ymm9, %%ymm13, %%ymm9\n\t"
+            "vpmaddwd %%ymm12, %%ymm9, %%ymm9\n\t"
+            "vpaddd %%ymm9, %%ymm1, %%ymm1\n\t"
+            "vpsignb %%ymm14, %%ymm15, %%ymm10\n\t"
+            "vpmaddubsw %%ymm10, %%ymm13, %%ymm10\n\t"
+            "vpmaddwd %%ymm12, %%ymm10, %%ymm10\n\t"
+            "vpaddd %%ymm10, %%ymm2, %%ymm2\n\t"
+            "vpsignb %%ymm14, %%ymm15, %%ymm11\n\t"
+            "vpmaddubsw %%ymm11, %%ymm13, %%ymm11\n\t"
+            "vpmaddwd %%ymm12, %%ymm11, %%ymm11\n\t"
+            "vpaddd %%ymm11, %%ymm3, %%ymm3\n\t"
+            "dec %0\n\t"
+            "jnz 1b\n\t"
+            "vzeroupper\n\t"
+            : "+r"(n)
+            :
+            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "cc");
     return (double)it * 12 * 32 * 2;
 }
 
 __attribute__((target("avx512f,avx512bf16"))) static double loop_bf16_512(int64_t it) {
-    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3f80);
-    __m512 c[12];
-    for (int i = 0; i < 12; i++) c[i] = _mm512_setzero_ps();
-    for (int64_t n = 0; n < it; n++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++) c[i] = _mm512_dpbf16_ps(c[i], a, b);
-    }
-    __m512 s = c[0];
-    for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, c[i]);
-    g_sink += (int64_t)_mm_cvtss_f32(_mm512_castps512_ps128(s));
+    int64_t n = it;
+    __asm__ volatile(
+            "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
+            "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
+            "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
+            "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
+            "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
+            "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
+            "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
+            "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
+            "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
+            "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
+            "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
+            "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
+            "vpxor %%xmm12, %%xmm12, %%xmm12\n\t"
+            "vpxor %%xmm13, %%xmm13, %%xmm13\n\t"
+            "vpxor %%xmm14, %%xmm14, %%xmm14\n\t"
+            "vpxor %%xmm15, %%xmm15, %%xmm15\n\t"
+            "1:\n\t"
+            "vdpbf16ps %%zmm15, %%zmm14, %%zmm0\n\t"
+            "vdpbf16ps %%zmm15, %%zmm14, %%zmm1\n\t"
+            "vdpbf16ps %%zmm15, %%zmm14, %%zmm2\n\t"
+            "vdpbf16ps %%zmm15, %%zmm14, %%zmm3\n\t"
+            "vdpbf16ps %%zmm15, %%zmm14, %%zmm4\n\t"
+            "vdpbf16ps %%zmm15, %%zmm14, %%zmm5\n\t"
+            "vdpbf16ps %%zmm15, %%zmm14, %%zmm6\n\t"
+            "vdpbf16ps %%zmm15, %%zmm14, %%zmm7\n\t"
+            "vdpbf16ps %%zmm15, %%zmm14, %%zmm8\n\t"
+            "vdpbf16ps %%zmm15, %%zmm14, %%zmm9\n\t"
+            "vdpbf16ps %%zmm15, %%zmm14, %%zmm10\n\t"
+            "vdpbf16ps %%zmm15, %%zmm14, %%zmm11\n\t"
+            "dec %0\n\t"
+            "jnz 1b\n\t"
+            "vzeroupper\n\t"
+            : "+r"(n)
+            :
+            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "cc");
     return (double)it * 12 * 32 * 2;
 }
 
 __attribute__((target("avx512f"))) static double loop_fma512(int64_t it) {
-    __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1e-9f), c[12];
-    for (int i = 0; i < 12; i++) c[i] = _mm512_setzero_ps();
-    for (int64_t n = 0; n < it; n++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++) c[i] = _mm512_fmadd_ps(a, b, c[i]);
-    }
-    __m512 s = c[0];
-    for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, c[i]);
-    g_sink += (int64_t)_mm_cvtss_f32(_mm512_castps512_ps128(s));
+    int64_t n = it;
+    __asm__ volatile(
+            "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
+            "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
+            "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
+            "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
+            "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
+            "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
+            "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
+            "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
+            "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
+            "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
+            "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
+            "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
+            "vpxor %%xmm12, %%xmm12, %%xmm12\n\t"
+            "vpxor %%xmm13, %%xmm13, %%xmm13\n\t"
+            "vpxor %%xmm14, %%xmm14, %%xmm14\n\t"
+            "vpxor %%xmm15, %%xmm15, %%xmm15\n\t"
+            "1:\n\t"
+            "vfmadd231ps %%zmm15, %%zmm14, %%zmm0\n\t"
+            "vfmadd231ps %%zmm15, %%zmm14, %%zmm1\n\t"
+            "vfmadd231ps %%zmm15, %%zmm14, %%zmm2\n\t"
+            "vfmadd231ps %%zmm15, %%zmm14, %%zmm3\n\t"
+            "vfmadd231ps %%zmm15, %%zmm14, %%zmm4\n\t"
+            "vfmadd231ps %%zmm15, %%zmm14, %%zmm5\n\t"
+            "vfmadd231ps %%zmm15, %%zmm14, %%zmm6\n\t"
+            "vfmadd231ps %%zmm15, %%zmm14, %%zmm7\n\t"
+            "vfmadd231ps %%zmm15, %%zmm14, %%zmm8\n\t"
+            "vfmadd231ps %%zmm15, %%zmm14, %%zmm9\n\t"
+            "vfmadd231ps %%zmm15, %%zmm14, %%zmm10\n\t"
+            "vfmadd231ps %%zmm15, %%zmm14, %%zmm11\n\t"
+            "dec %0\n\t"
+            "jnz 1b\n\t"
+            "vzeroupper\n\t"
+            : "+r"(n)
+            :
+            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "cc");
     return (double)it * 12 * 16 * 2;
 }
 
 __attribute__((target("avx2,fma"))) static double loop_fma256(int64_t it) {
-    __m256 a = _mm256_set1_ps(1.0f), b = _mm256_set1_ps(1e-9f), c[12];
-    for (int i = 0; i < 12; i++) c[i] = _mm256_setzero_ps();
-    for (int64_t n = 0; n < it; n++) {
-#pragma GCC unroll 12
-        for (int i = 0; i < 12; i++) c[i] = _mm256_fmadd_ps(a, b, c[i]);
-    }
-    __m256 s = c[0];
-    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, c[i]);
-    float f[8];
-    _mm256_storeu_ps(f, s);
-    g_sink += (int64_t)f[0];
+    int64_t n = it;
+    __asm__ volatile(
+            "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
+            "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
+            "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
+            "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
+            "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
+            "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
+            "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
+            "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
+            "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
+            "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
+            "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
+            "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
+            "vpxor %%xmm12, %%xmm12, %%xmm12\n\t"
+            "vpxor %%xmm13, %%xmm13, %%xmm13\n\t"
+            "vpxor %%xmm14, %%xmm14, %%xmm14\n\t"
+            "vpxor %%xmm15, %%xmm15, %%xmm15\n\t"
+            "1:\n\t"
+            "vfmadd231ps %%ymm15, %%ymm14, %%ymm0\n\t"
+            "vfmadd231ps %%ymm15, %%ymm14, %%ymm1\n\t"
+            "vfmadd231ps %%ymm15, %%ymm14, %%ymm2\n\t"
+            "vfmadd231ps %%ymm15, %%ymm14, %%ymm3\n\t"
+            "vfmadd231ps %%ymm15, %%ymm14, %%ymm4\n\t"
+            "vfmadd231ps %%ymm15, %%ymm14, %%ymm5\n\t"
+            "vfmadd231ps %%ymm15, %%ymm14, %%ymm6\n\t"
+            "vfmadd231ps %%ymm15, %%ymm14, %%ymm7\n\t"
+            "vfmadd231ps %%ymm15, %%ymm14, %%ymm8\n\t"
+            "vfmadd231ps %%ymm15, %%ymm14, %%ymm9\n\t"
+            "vfmadd231ps %%ymm15, %%ymm14, %%ymm10\n\t"
+            "vfmadd231ps %%ymm15, %%ymm14, %%ymm11\n\t"
+            "dec %0\n\t"
+            "jnz 1b\n\t"
+            "vzeroupper\n\t"
+            : "+r"(n)
+            :
+            : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "cc");
     return (double)it * 12 * 8 * 2;
 }
 
@@ -177,7 +383,7 @@ typedef struct {
     /* peak */
     loop_fn fn;
     int64_t iters;
-    double ops;
+    double ops, cpu;
     /* bandwidth */
     const char *buf;
     size_t bytes;
@@ -207,7 +413,11 @@ static void *worker_main(void *arg) {
     worker *w = arg;
     pin(w->index);
     pthread_barrier_wait(w->bar);
-    if (w->fn) w->ops = w->fn(w->iters);
+    if (w->fn) {
+        double c0 = thread_cpu();
+        w->ops = w->fn(w->iters);
+        w->cpu = thread_cpu() - c0;
+    }
     else g_sink += stream_read(w->buf, w->bytes);
     return NULL;
 }
@@ -284,7 +494,9 @@ const char *qmm_peak_instruction(qmm_engine_id e) {
     }
 }
 
-double qmm_peak_tops(qmm_engine_id e, int threads, double seconds, char *why, size_t why_size) {
+static double peak_run(qmm_engine_id e, int threads, double seconds, char *why, size_t why_size, int by_cpu) {
+    char tmp[QMM_REASON_MAX];
+    if (!why) { why = tmp; why_size = sizeof tmp; }
     loop_fn fn = loop_of(e, why, why_size);
     if (!fn) return 0.0;
     if (threads < 1) threads = 1;
@@ -310,11 +522,23 @@ double qmm_peak_tops(qmm_engine_id e, int threads, double seconds, char *why, si
             ws[i].iters = it;
         }
         double wall = run_workers(ws, threads);
-        double ops = 0;
-        for (int i = 0; i < threads; i++) ops += ws[i].ops;
-        if (ops / wall > best) best = ops / wall;
+        double ops = 0, rate = 0;
+        for (int i = 0; i < threads; i++) {
+            ops += ws[i].ops;
+            rate += ws[i].cpu > 0 ? ws[i].ops / ws[i].cpu : 0;
+        }
+        double v = by_cpu ? rate : ops / wall;
+        if (v > best) best = v;
     }
     return best * 1e-12;
+}
+
+double qmm_peak_tops(qmm_engine_id e, int threads, double seconds, char *why, size_t why_size) {
+    return peak_run(e, threads, seconds, why, why_size, 0);
+}
+
+double qmm_peak_tops_cpu(qmm_engine_id e, int threads, double seconds) {
+    return peak_run(e, threads, seconds, NULL, 0, 1);
 }
 
 double qmm_dram_read_gbps(int threads, size_t bytes, int reps) {

@@ -18,6 +18,10 @@
  *   avx2_int8 VPSIGNB+VPMADDUBSW+VPMADDWD+VPADDD ymm (the exact sequence of that engine) ·
  *   amx_bf16 TDPBF16PS · avx512_bf16 VDPBF16PS zmm · avx512_f32 FMA zmm · avx2_f32 FMA ymm. */
 double qmm_peak_tops(qmm_engine_id e, int threads, double seconds, char *why, size_t why_size);
+/* The same loop judged by CPU time instead of wall time: Σ over threads of ops / thread CPU
+ * seconds (best of 3) — what the threads reach while they run, robust to a machine shared
+ * with other processes (a descheduled thread's time is not counted). 0 if unavailable. */
+double qmm_peak_tops_cpu(qmm_engine_id e, int threads, double seconds);
 const char *qmm_peak_instruction(qmm_engine_id e);
 
 /* DRAM read bandwidth in GB/s (1e9 bytes/s): `threads` pinned threads each stream-read their
@@ -27,7 +31,8 @@ double qmm_dram_read_gbps(int threads, size_t bytes, int reps);
 /* Last-level cache size in bytes (sysconf, 32 MiB if unknown). */
 size_t qmm_llc_bytes(void);
 
-/* Monotonic seconds. */
+/* Monotonic seconds; CPU seconds of this process (all threads). */
 double qmm_now(void);
+double qmm_process_cpu(void);
 
 #endif
