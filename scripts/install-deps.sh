@@ -18,6 +18,10 @@ command -v mpirun >/dev/null || need+=(openmpi-bin)
 command -v mpicc >/dev/null || need+=(libopenmpi-dev)
 [ -e /usr/lib/x86_64-linux-gnu/libasan.so.8 ] || [ -n "$(ls /usr/lib/gcc/*/*/libasan.so 2>/dev/null)" ] || need+=(libasan8)
 
+# optional: the reference Python safetensors for the interop test (skipped visibly without it)
+python3 -c 'import safetensors, numpy' 2>/dev/null || python3 -m pip install --quiet safetensors numpy >/dev/null 2>&1 ||
+  echo "install-deps: optional, not installed: python3 -m pip install safetensors numpy (interop test)"
+
 if [ ${#need[@]} -eq 0 ]; then
   echo "install-deps: everything is installed"
   exit 0
