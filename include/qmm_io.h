@@ -175,6 +175,10 @@ typedef struct qmm_quantize_file_options {
     const char *const *include;  /* NULL-terminated glob lists (fnmatch) on the layer name; */
     const char *const *exclude;  /*   NULL = all / none. An explicit include also admits names the
                                       default skip list (embeddings) would keep float. */
+    size_t chunk_bytes;     /* per-row scales: rows are quantized and written in blocks of about
+                               this many input bytes, each block's input pages released after
+                               (0: 64 MiB). The output does not depend on it. Per-tensor scales
+                               take the whole layer at once. */
     /* progress: called after each tensor with layers done/total and bytes done/total */
     void (*progress)(void *user, int64_t layers_done, int64_t layers_total, uint64_t bytes_done,
                      uint64_t bytes_total);
@@ -188,7 +192,7 @@ int qmm_quantize_file_selects(const qmm_st_file *f, const qmm_st_tensor *t, cons
 /* IN (float checkpoint) → OUT (ComfyUI INT8 checkpoint): each selected float L.weight [N,K]
  * becomes L.weight I8 [N,K], L.weight_scale F32 [N,1] (per-tensor [1]) and L.comfy_quant U8
  * (right after it, in IN's data order); everything else and __metadata__ are carried over
- * unchanged. Streams: memory ≈ one layer. *n_quantized (may be NULL) = layers quantized. */
+ * unchanged. Streams: memory ≈ one block of rows (one layer with --per-tensor). *n_quantized (may be NULL) = layers quantized. */
 qmm_status qmm_quantize_file(const char *in, const char *out, const qmm_quantize_file_options *o,
                              int64_t *n_quantized);
 

@@ -11,6 +11,7 @@
  *       ||e'||_2 = ||e||_2 <= sqrt(g)·s/2   → RMS over the group <= s/2,
  *       |e'_j| <= ||e||_2 · ||H_g[:, j]||_2 = sqrt(g)·s/2   (Cauchy–Schwarz; elementwise bound).
  *     Both are checked with an fp32 slack of 1e-5·amax(row); the worst ratios are printed;
+ *   - quantizing in blocks of rows (chunk_bytes) gives the same bytes;
  *   - an explicit convrot group that does not divide K fails before OUT exists;
  *   - Python's json.dumps gives the same comfy_quant bytes (skipped without safetensors/numpy).
  */
@@ -238,6 +239,17 @@ static void test_quantize(void) {
     size_t n1, n2;
     unsigned char *a = read_all(out, &n1), *b = read_all(out2, &n2);
     TU_CHECK(a && b && n1 == n2 && !memcmp(a, b, n1), "re-writing qmm's file gives identical bytes");
+    free(a);
+    free(b);
+
+    /* blocks of a few rows give the same bytes as whole layers */
+    const char *out5 = tmp_path("int8_blocks.safetensors");
+    qmm_quantize_file_options ob = qmm_quantize_file_options_default();
+    ob.chunk_bytes = (size_t)tu_rand_int(1, 5000);
+    TU_CHECK_OK(qmm_quantize_file(in, out5, &ob, &nq));
+    a = read_all(out, &n1);
+    b = read_all(out5, &n2);
+    TU_CHECK(a && b && n1 == n2 && !memcmp(a, b, n1), "chunk_bytes %zu gives the same file", ob.chunk_bytes);
     free(a);
     free(b);
 

@@ -1,6 +1,9 @@
 /*
  * quantize_file.c — SPEC §2 over a whole checkpoint: a float safetensors file in, a ComfyUI
  * INT8 checkpoint out (contract in qmm_io.h, qmm_quantize_file).
+ * Per-row scales: each layer is quantized and written in blocks of rows (chunk_bytes of input),
+ * each block's mapped input released after, so memory stays about one block; rows are
+ * independent, so the bytes do not depend on the block size.
  *
  * Selection of a tensor `L.weight` (in this order): 2-D F32/F16/BF16; L is not already a
  * quantized layer (no L.comfy_quant / L.weight_scale, not in _quantization_metadata);
@@ -138,12 +141,34 @@ static qmm_status declare_all(const qmm_st_file *f, const qmm_quantize_file_opti
     return QMM_OK;
 }
 
-static qmm_status write_quantized(qmm_st_writer *w, const item *it, const qmm_quantize_file_options *o) {
+/* Quantizes rows [r0, r1) of tensor t (data src) and writes their int8 bytes; scales of those
+ * rows (or the one per-tensor scale) go to sc. */
+static qmm_status quantize_rows(qmm_st_writer *w, const qmm_st_tensor *t, const void *src, int64_t r0, int64_t r1,
+                                int gs, int per_tensor, int8_t *wq, float *sc) {
+    const int64_t K = t->shape[1];
+    const size_t es = (size_t)qmm_st_dtype_bits(t->dtype) / 8;
+    qmm_quant_options qo = {gs, per_tensor};
+    int gs_used = 0;
+    QMM_FORWARD_IF_ERROR(qmm_quantize_weight((const char *)src + (size_t)r0 * (size_t)K * es,
+                                             (qmm_dtype)qmm_st_dtype_to_qmm(t->dtype), r1 - r0, K, K, &qo, wq,
+                                             sc, &gs_used));
+    QMM_RETURN_IF(gs_used != gs, QMM_ERR_INTERNAL, "tensor '%s': quantized with group %d, declared %d", t->name,
+                  gs_used, gs);
+    return qmm_st_writer_write(w, wq, (size_t)(r1 - r0) * (size_t)K);
+}
+
+static qmm_status write_quantized(const qmm_st_file *f, qmm_st_writer *w, const item *it,
+                                  const qmm_quantize_file_options *o) {
     const qmm_st_tensor *t = it->t;
     const int64_t N = t->shape[0], K = t->shape[1];
+    const size_t es = (size_t)qmm_st_dtype_bits(t->dtype) / 8;
     size_t nk;
     QMM_RETURN_IF(!qmm_mul_ok((size_t)N, (size_t)K, &nk), QMM_ERR_UNSUPPORTED, "tensor '%s': too large", t->name);
-    size_t es = (size_t)qmm_st_dtype_bits(t->dtype) / 8;
+    /* rows per block: all of them per-tensor, else about chunk_bytes of input */
+    size_t chunk = o->chunk_bytes ? o->chunk_bytes : ((size_t)64 << 20);
+    int64_t rows = o->per_tensor ? N : (int64_t)(chunk / ((size_t)K * es));
+    if (rows < 1) rows = 1;
+    if (rows > N) rows = N;
     void *copy = NULL;
     const void *src = t->data;
     if ((uintptr_t)src % es) {   /* typed loads need alignment: copy the (rare) unaligned tensor */
@@ -152,18 +177,22 @@ static qmm_status write_quantized(qmm_st_writer *w, const item *it, const qmm_qu
         memcpy(copy, src, t->nbytes);
         src = copy;
     }
-    int8_t *wq = malloc(nk);
+    int8_t *wq = malloc((size_t)rows * (size_t)K);
     float *sc = malloc((size_t)N * sizeof *sc);
     qmm_status st = QMM_OK;
-    if (!wq || !sc) st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "tensor '%s' [%lld, %lld]: out of memory", t->name,
-                                  (long long)N, (long long)K);
-    qmm_quant_options qo = {it->gs, o->per_tensor};
-    int gs_used = 0;
-    if (st == QMM_OK)
-        st = qmm_quantize_weight(src, (qmm_dtype)qmm_st_dtype_to_qmm(t->dtype), N, K, K, &qo, wq, sc, &gs_used);
-    if (st == QMM_OK && gs_used != it->gs)
-        st = qmm_fail(QMM_ERR_INTERNAL, "tensor '%s': quantized with group %d, declared %d", t->name, gs_used, it->gs);
-    if (st == QMM_OK) st = qmm_st_writer_write(w, wq, nk);
+    if (!wq || !sc)
+        st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "tensor '%s' [%lld, %lld]: out of memory", t->name, (long long)N,
+                      (long long)K);
+    for (int64_t r0 = 0; st == QMM_OK && r0 < N; r0 += rows) {
+        int64_t r1 = r0 + rows < N ? r0 + rows : N;
+        st = quantize_rows(w, t, src, r0, r1, it->gs, o->per_tensor, wq, sc + (o->per_tensor ? 0 : r0));
+        if (!copy) {   /* drop the block's input pages from the resident set */
+            qmm_st_tensor part = *t;
+            part.data = (const char *)t->data + (size_t)r0 * (size_t)K * es;
+            part.nbytes = (size_t)(r1 - r0) * (size_t)K * es;
+            qmm_st_release(f, &part);
+        }
+    }
     if (st == QMM_OK) st = qmm_st_writer_write(w, sc, (size_t)(o->per_tensor ? 1 : N) * sizeof *sc);
     if (st == QMM_OK) {
         char json[128];
@@ -196,7 +225,7 @@ qmm_status qmm_quantize_file(const char *in, const char *out, const qmm_quantize
     for (size_t i = 0; st == QMM_OK && i < qmm_st_count(f); i++) {
         const item *it = &items[i];
         if (it->gs >= 0) {
-            st = write_quantized(w, it, &o);
+            st = write_quantized(f, w, it, &o);
             done++;
         } else {
             st = qmm_st_writer_write(w, it->t->data, it->t->nbytes);
