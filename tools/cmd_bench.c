@@ -46,7 +46,7 @@ typedef struct {
 } row;
 
 typedef struct {
-    int threads, repeats, json, quick, no_float;
+    int threads, repeats, json, quick, no_float, full;
     uint32_t engines;       /* bit per engine; 0 = default set */
     double dram_gbps;       /* best of the run */
     size_t dram_bytes;
@@ -59,10 +59,12 @@ typedef struct {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: qmm bench [--shape MxNxK[:swiglu|:gelu][:g16|:g64|:g256]]... [--all] [--engines a,b]\n"
-               "                 [--threads T] [--repeats R] [--json] [--quick] [--no-float] [--dram-mb MB]\n"
+               "                 [--threads T] [--repeats R] [--json] [--quick] [--no-float] [--full] [--dram-mb MB]\n"
                "  default shapes: the issue-3 targets (M=4096 21504x5376 g256, 5376x14336 swiglu;\n"
                "  M=256 5376x5376; M=1 and M=16 28672x5376); --all: every N x K of SPEC 8 at M=256.\n"
-               "  --quick: a tiny shape, short peak loops and bandwidth buffer (smoke test).\n");
+               "  --quick: a tiny shape, short peak loops and bandwidth buffer (smoke test).\n"
+               "  repeats (default 3) shrink to ~6 s per row; a row over 5 s per call reports its first\n"
+               "  call alone (repeats 0) unless --full.\n");
 }
 
 /* xorshift fill: int8 in [-127, 127] (no -128, as qmm's quantizer), fast for 100+ MB */
@@ -161,21 +163,25 @@ static void time_row(bench *b, qmm_context *ctx, qmm_weight **w, int ncopies, qm
         return;
     }
     args->engine = e;
-    double t0 = qmm_now();
+    double c0 = qmm_process_cpu(), t0 = qmm_now();
     qmm_status st = qmm_linear(ctx, w[0], args);
-    double warm = qmm_now() - t0;
+    double warm = qmm_now() - t0, warm_cpu = qmm_process_cpu() - c0;
     if (st != QMM_OK) {
         const char *msg = qmm_last_error(), *p = strstr(msg, "refuses: ");
         snprintf(r->reason, sizeof r->reason, "%s%s", st == QMM_ERR_UNSUPPORTED && p ? "refused: " : "error: ",
                  st == QMM_ERR_UNSUPPORTED && p ? p + 9 : msg);
         return;
     }
+    /* keep the default run short: about 6 s of repeats per row; a row slower than 5 s per call
+     * (the FP32 baseline at M=4096) reports its first call alone (repeats = 0) */
     int reps = b->repeats;
-    if (!b->quick && warm * reps > 4.0) reps = warm > 2.0 ? 1 : (int)(4.0 / warm) > 1 ? (int)(4.0 / warm) : 1;
-    double *ts = malloc(sizeof(double) * (size_t)reps * 2), *cs = ts + reps;
+    if (!b->quick && warm * reps > 6.0) reps = (int)(6.0 / warm) > 1 ? (int)(6.0 / warm) : 1;
+    if (!b->quick && warm > 5.0 && !b->full) reps = 0;
+    double *ts = malloc(sizeof(double) * (size_t)(reps ? reps : 1) * 2), *cs = ts + (reps ? reps : 1);
     if (!ts) { snprintf(r->reason, sizeof r->reason, "error: out of memory"); return; }
+    if (reps == 0) { ts[0] = warm; cs[0] = warm_cpu; }
     for (int i = 0; i < reps; i++) {
-        double c0 = qmm_process_cpu();
+        c0 = qmm_process_cpu();
         t0 = qmm_now();
         st = qmm_linear(ctx, w[(i + 1) % ncopies], args);
         ts[i] = qmm_now() - t0;
@@ -186,10 +192,11 @@ static void time_row(bench *b, qmm_context *ctx, qmm_weight **w, int ncopies, qm
             return;
         }
     }
-    qsort(ts, (size_t)reps, sizeof(double), cmp_double);
-    qsort(cs, (size_t)reps, sizeof(double), cmp_double);
-    double t = reps % 2 ? ts[reps / 2] : 0.5 * (ts[reps / 2 - 1] + ts[reps / 2]);
-    double tc = (reps % 2 ? cs[reps / 2] : 0.5 * (cs[reps / 2 - 1] + cs[reps / 2])) / b->threads;
+    int ns = reps ? reps : 1;
+    qsort(ts, (size_t)ns, sizeof(double), cmp_double);
+    qsort(cs, (size_t)ns, sizeof(double), cmp_double);
+    double t = ns % 2 ? ts[ns / 2] : 0.5 * (ts[ns / 2 - 1] + ts[ns / 2]);
+    double tc = (ns % 2 ? cs[ns / 2] : 0.5 * (cs[ns / 2 - 1] + cs[ns / 2])) / b->threads;
     free(ts);
     r->ok = 1;
     r->repeats = reps;
@@ -421,7 +428,7 @@ static void print_table(const bench *b) {
 int cmd_bench(int argc, char **argv) {
     bench b;
     memset(&b, 0, sizeof b);
-    b.repeats = 5;
+    b.repeats = 3;
     qmm_bench_shape shapes[64];
     size_t n_shapes = 0;
     int all = 0;
@@ -434,6 +441,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--quick")) b.quick = 1;
         else if (!strcmp(a, "--all")) all = 1;
         else if (!strcmp(a, "--no-float")) b.no_float = 1;
+        else if (!strcmp(a, "--full")) b.full = 1;
         else if (!strcmp(a, "--shape") && v) {
             if (n_shapes == 64 || qmm_bench_parse_shape(v, &shapes[n_shapes])) {
                 fprintf(stderr, "qmm bench: bad shape '%s' (MxNxK[:swiglu|:gelu][:gN])\n", v);

@@ -60,6 +60,12 @@ static int use_avx512(const qmm_context *ctx) {
            (ctx->max_isa < 0 || ctx->max_isa >= QMM_ISA_AVX512);
 }
 
+static int use_avx2(const qmm_context *ctx) {
+    const uint32_t need = QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C;
+    return qmm_prepass_row_avx2_ptr && (qmm_cpu_features() & need) == need &&
+           (ctx->max_isa < 0 || ctx->max_isa >= QMM_ISA_AVX2);
+}
+
 static qmm_status run_prepass(qmm_context *ctx, const qmm_call *c, int8_t *q, int64_t ldq, float *s, float *amax,
                               int ref) {
     prepass_job j;
@@ -73,6 +79,10 @@ static qmm_status run_prepass(qmm_context *ctx, const qmm_call *c, int8_t *q, in
     int fast = !ref && use_avx512(ctx);
     j.row = fast ? qmm_prepass_row_avx512_ptr : qmm_prepass_row_ref;
     j.amax_row = fast && qmm_amax_row_avx512_ptr ? qmm_amax_row_avx512_ptr : qmm_amax_row_ref;
+    if (!ref && !fast && use_avx2(ctx)) {
+        j.row = qmm_prepass_row_avx2_ptr;
+        j.amax_row = qmm_amax_row_avx2_ptr ? qmm_amax_row_avx2_ptr : qmm_amax_row_ref;
+    }
     int nt = ctx->n_threads;
     void *tmp;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_PREPASS, (size_t)(nt * j.Kt) * sizeof(float), &tmp));

@@ -3,8 +3,8 @@
  * fused pass per row: input_act → convrot rotation → amax → quantize, writing the A operand
  * q [M][ldq] (row-major int8, columns K..ldq zero) that the VNNI and AMX kernels read directly,
  * and the fp32 per-token scales s [M]. The row kernel is chosen once per call: the AVX-512
- * one when the CPU has it and the ISA cap allows, else the scalar one; both give the same bits
- * (numerics.h).
+ * one when the CPU has it and the ISA cap allows, else the AVX2 one (same conditions), else the
+ * scalar one; all give the same bits (numerics.h).
  */
 #ifndef QMM_PREPASS_H
 #define QMM_PREPASS_H
@@ -25,6 +25,9 @@ float qmm_amax_row_ref(const void *x, qmm_dtype t, int64_t K, qmm_act act, int g
 /* AVX-512 versions (prepass_avx512.c), same bits; NULL-safe selection below. */
 extern const qmm_prepass_row_fn qmm_prepass_row_avx512_ptr;
 extern const qmm_amax_row_fn qmm_amax_row_avx512_ptr;
+/* AVX2 + FMA + F16C versions (prepass_avx2.c), same bits; used when AVX-512 is absent or capped. */
+extern const qmm_prepass_row_fn qmm_prepass_row_avx2_ptr;
+extern const qmm_amax_row_fn qmm_amax_row_avx2_ptr;
 
 /* The whole call, threaded over rows: q [M][ldq], s [M]. ref != 0 forces the scalar kernel. */
 qmm_status qmm_prepass(qmm_context *ctx, const qmm_call *c, int8_t *q, int64_t ldq, float *s, int ref);
