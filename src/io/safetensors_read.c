@@ -301,10 +301,14 @@ qmm_status qmm_st_open(const char *path, qmm_st_file **out) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     QMM_RETURN_IF(fd < 0, QMM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
-        return qmm_fail(QMM_ERR_IO, "%s: %s", path, S_ISREG(sb.st_mode) ? strerror(e) : "not a regular file");
+        return qmm_fail(QMM_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return qmm_fail(QMM_ERR_IO, "%s: not a regular file", path);
     }
     qmm_st_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(path))) {
