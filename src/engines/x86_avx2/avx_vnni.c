@@ -58,10 +58,42 @@ static inline __attribute__((always_inline)) void vnni_tile(const uint8_t *a, in
     }
 }
 
+/* One row (decode, M tails): weight-streaming bound; two accumulator pairs (even / odd k-quads)
+ * so the VPDPBUSD latency chain does not limit the stream. Integer sums: same result. */
+static void vnni_row1(const uint8_t *a, const int8_t *b, int64_t kq, int32_t *c, int first) {
+    __m256i lo0 = _mm256_setzero_si256(), hi0 = lo0, lo1 = lo0, hi1 = lo0;
+    int64_t i = 0;
+    for (; i + 2 <= kq; i += 2) {
+        int32_t v0, v1;
+        memcpy(&v0, a + i * 4, 4);
+        memcpy(&v1, a + i * 4 + 4, 4);
+        __m256i a0 = _mm256_set1_epi32(v0), a1 = _mm256_set1_epi32(v1);
+        lo0 = QMM_DPBUSD(lo0, a0, _mm256_load_si256((const __m256i *)(b + i * 64)));
+        hi0 = QMM_DPBUSD(hi0, a0, _mm256_load_si256((const __m256i *)(b + i * 64 + 32)));
+        lo1 = QMM_DPBUSD(lo1, a1, _mm256_load_si256((const __m256i *)(b + i * 64 + 64)));
+        hi1 = QMM_DPBUSD(hi1, a1, _mm256_load_si256((const __m256i *)(b + i * 64 + 96)));
+    }
+    if (i < kq) {
+        int32_t v0;
+        memcpy(&v0, a + i * 4, 4);
+        __m256i a0 = _mm256_set1_epi32(v0);
+        lo0 = QMM_DPBUSD(lo0, a0, _mm256_load_si256((const __m256i *)(b + i * 64)));
+        hi0 = QMM_DPBUSD(hi0, a0, _mm256_load_si256((const __m256i *)(b + i * 64 + 32)));
+    }
+    lo0 = _mm256_add_epi32(lo0, lo1);
+    hi0 = _mm256_add_epi32(hi0, hi1);
+    if (!first) {
+        lo0 = _mm256_add_epi32(lo0, _mm256_loadu_si256((const __m256i *)c));
+        hi0 = _mm256_add_epi32(hi0, _mm256_loadu_si256((const __m256i *)(c + 8)));
+    }
+    _mm256_storeu_si256((__m256i *)c, lo0);
+    _mm256_storeu_si256((__m256i *)(c + 8), hi0);
+}
+
 static void vnni_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
                         int first) {
     switch (mr) {
-    case 1: vnni_tile(a, lda, b, kq, c, ldc, 1, first); break;
+    case 1: vnni_row1(a, b, kq, c, first); break;
     case 2: vnni_tile(a, lda, b, kq, c, ldc, 2, first); break;
     case 3: vnni_tile(a, lda, b, kq, c, ldc, 3, first); break;
     case 4: vnni_tile(a, lda, b, kq, c, ldc, 4, first); break;
