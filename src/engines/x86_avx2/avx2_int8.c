@@ -19,7 +19,7 @@
 
 static inline __attribute__((always_inline)) void avx2_tile(const uint8_t *a, int64_t lda, const int8_t *b,
                                                               int64_t kq, int32_t *c, int64_t ldc, const int mr,
-                                                              int first) {
+                                                              int first, const int8_t *pf, int64_t pf_kq) {
     __m256i lo[4], hi[4];
     const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 4
@@ -27,6 +27,7 @@ static inline __attribute__((always_inline)) void avx2_tile(const uint8_t *a, in
         if (r < mr) { lo[r] = _mm256_setzero_si256(); hi[r] = _mm256_setzero_si256(); }
     }
     for (int64_t i = 0; i < kq; i++) {
+        if (i < pf_kq) _mm_prefetch((const char *)(pf + i * 64), _MM_HINT_T1);
         __m256i b0 = _mm256_load_si256((const __m256i *)(b + i * 64));
         __m256i b1 = _mm256_load_si256((const __m256i *)(b + i * 64 + 32));
 #pragma GCC unroll 4
@@ -58,12 +59,12 @@ static inline __attribute__((always_inline)) void avx2_tile(const uint8_t *a, in
 }
 
 static void avx2_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
-                        int first) {
+                        int first, const int8_t *pf, int64_t pf_kq) {
     switch (mr) {
-    case 1: avx2_tile(a, lda, b, kq, c, ldc, 1, first); break;
-    case 2: avx2_tile(a, lda, b, kq, c, ldc, 2, first); break;
-    case 3: avx2_tile(a, lda, b, kq, c, ldc, 3, first); break;
-    default: avx2_tile(a, lda, b, kq, c, ldc, 4, first); break;
+    case 1: avx2_tile(a, lda, b, kq, c, ldc, 1, first, pf, pf_kq); break;
+    case 2: avx2_tile(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq); break;
+    case 3: avx2_tile(a, lda, b, kq, c, ldc, 3, first, pf, pf_kq); break;
+    default: avx2_tile(a, lda, b, kq, c, ldc, 4, first, pf, pf_kq); break;
     }
 }
 

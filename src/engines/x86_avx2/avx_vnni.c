@@ -24,13 +24,14 @@
  * after inlining into the switch below, so the accumulators stay in registers). */
 static inline __attribute__((always_inline)) void vnni_tile(const uint8_t *a, int64_t lda, const int8_t *b,
                                                               int64_t kq, int32_t *c, int64_t ldc, const int mr,
-                                                              int first) {
+                                                              int first, const int8_t *pf, int64_t pf_kq) {
     __m256i lo[6], hi[6];
 #pragma GCC unroll 6
     for (int r = 0; r < 6; r++) {
         if (r < mr) { lo[r] = _mm256_setzero_si256(); hi[r] = _mm256_setzero_si256(); }
     }
     for (int64_t i = 0; i < kq; i++) {
+        if (i < pf_kq) _mm_prefetch((const char *)(pf + i * 64), _MM_HINT_T1);
         __m256i b0 = _mm256_load_si256((const __m256i *)(b + i * 64));
         __m256i b1 = _mm256_load_si256((const __m256i *)(b + i * 64 + 32));
 #pragma GCC unroll 6
@@ -60,10 +61,15 @@ static inline __attribute__((always_inline)) void vnni_tile(const uint8_t *a, in
 
 /* One row (decode, M tails): weight-streaming bound; two accumulator pairs (even / odd k-quads)
  * so the VPDPBUSD latency chain does not limit the stream. Integer sums: same result. */
-static void vnni_row1(const uint8_t *a, const int8_t *b, int64_t kq, int32_t *c, int first) {
+static void vnni_row1(const uint8_t *a, const int8_t *b, int64_t kq, int32_t *c, int first, const int8_t *pf,
+                      int64_t pf_kq) {
     __m256i lo0 = _mm256_setzero_si256(), hi0 = lo0, lo1 = lo0, hi1 = lo0;
     int64_t i = 0;
     for (; i + 2 <= kq; i += 2) {
+        if (i < pf_kq) {
+            _mm_prefetch((const char *)(pf + i * 64), _MM_HINT_T1);
+            _mm_prefetch((const char *)(pf + i * 64 + 64), _MM_HINT_T1);
+        }
         int32_t v0, v1;
         memcpy(&v0, a + i * 4, 4);
         memcpy(&v1, a + i * 4 + 4, 4);
@@ -91,14 +97,14 @@ static void vnni_row1(const uint8_t *a, const int8_t *b, int64_t kq, int32_t *c,
 }
 
 static void vnni_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
-                        int first) {
+                        int first, const int8_t *pf, int64_t pf_kq) {
     switch (mr) {
-    case 1: vnni_row1(a, b, kq, c, first); break;
-    case 2: vnni_tile(a, lda, b, kq, c, ldc, 2, first); break;
-    case 3: vnni_tile(a, lda, b, kq, c, ldc, 3, first); break;
-    case 4: vnni_tile(a, lda, b, kq, c, ldc, 4, first); break;
-    case 5: vnni_tile(a, lda, b, kq, c, ldc, 5, first); break;
-    default: vnni_tile(a, lda, b, kq, c, ldc, 6, first); break;
+    case 1: vnni_row1(a, b, kq, c, first, pf, pf_kq); break;
+    case 2: vnni_tile(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq); break;
+    case 3: vnni_tile(a, lda, b, kq, c, ldc, 3, first, pf, pf_kq); break;
+    case 4: vnni_tile(a, lda, b, kq, c, ldc, 4, first, pf, pf_kq); break;
+    case 5: vnni_tile(a, lda, b, kq, c, ldc, 5, first, pf, pf_kq); break;
+    default: vnni_tile(a, lda, b, kq, c, ldc, 6, first, pf, pf_kq); break;
     }
 }
 #endif

@@ -33,9 +33,10 @@ enum { QMM_A2_MC = 96, QMM_A2_NC = 256, QMM_A2_KC = 512 };
 /* The microkernel: C[r][0..16) (+)= Σ_{k in slice} A[r][k] · W[n0 + j][k] for r < mr.
  * a: mr rows at the slice's first k, row stride lda bytes; b: the 16-channel panel at the
  * slice's first k-quad (kq 64-byte rows); c: mr rows of 16 int32, row stride ldc;
- * first: store instead of add. mr in 1..mr_max of the engine. */
+ * first: store instead of add. mr in 1..mr_max of the engine. pf: pf_kq 64-byte rows to
+ * prefetch into L2 meanwhile (the next panel, small M), or pf_kq = 0. */
 typedef void (*qmm_a2_kernel_fn)(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c,
-                                 int64_t ldc, int mr, int first);
+                                 int64_t ldc, int mr, int first, const int8_t *pf, int64_t pf_kq);
 
 typedef struct {
     const qmm_call *c;
@@ -108,9 +109,16 @@ static void qmm_a2_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
         const int64_t kq0 = k0 / 4, kqn = (k0 + KC <= Kp ? KC : Kp - k0) / 4;
         for (int64_t p = 0; p < npan; p++) {
             const int8_t *b = w->i8.data + ((n0 / 16 + p) * Kq + kq0) * 64;
-            for (int64_t r = m0; r < m1; r += j->mr_max) {
+            /* whole-K panels (small M, several row tiles): the tiles of this panel share the
+             * prefetch of the next panel (same task) into L2, so its first tile does not wait on
+             * DRAM; with one tile (M <= 6) the hardware prefetcher's sequential stream is left alone */
+            const int64_t ntile = (m1 - m0 + j->mr_max - 1) / j->mr_max;
+            const int8_t *nb = p + 1 < npan && KC == Kp && ntile > 1 ? b + Kq * 64 : NULL; /* 1 tile: pure stream */
+            for (int64_t r = m0, t = 0; r < m1; r += j->mr_max, t++) {
                 int mr = (int)(m1 - r < j->mr_max ? m1 - r : j->mr_max);
-                j->kern(j->q + r * Kp + k0, Kp, b, kqn, ct + (r - m0) * QMM_A2_NC + p * 16, QMM_A2_NC, mr, k0 == 0);
+                int64_t pf0 = Kq * t / ntile, pf1 = Kq * (t + 1) / ntile;
+                j->kern(j->q + r * Kp + k0, Kp, b, kqn, ct + (r - m0) * QMM_A2_NC + p * 16, QMM_A2_NC, mr, k0 == 0,
+                        nb ? nb + pf0 * 64 : NULL, nb ? pf1 - pf0 : 0);
             }
         }
     }
