@@ -36,7 +36,24 @@ static double thread_cpu(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The last-level cache: sysfs first (what the kernel was told), then sysconf — glibc derives the
+ * latter from CPUID, which some hypervisors fill with the host's total (384 MiB seen on a 32 MiB VM). */
+static size_t sysfs_cache_bytes(int index) {
+    char path[96];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    unsigned long v = 0;
+    char unit = 0;
+    int n = fscanf(f, "%lu%c", &v, &unit);
+    fclose(f);
+    if (n < 1) return 0;
+    return unit == 'K' ? (size_t)v << 10 : unit == 'M' ? (size_t)v << 20 : (size_t)v;
+}
+
 size_t qmm_llc_bytes(void) {
+    size_t s3 = sysfs_cache_bytes(3);
+    if (s3 > 0) return s3;
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (l3 > 0) return (size_t)l3;
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
