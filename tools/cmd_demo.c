@@ -240,8 +240,10 @@ int cmd_demo(int argc, char **argv) {
     if (o.M < 1 || o.repeats < 1 || o.threads < 0) { fprintf(stderr, "qmm demo: bad option value\n"); return 2; }
     if (o.M32 <= 0) o.M32 = o.M < 256 ? o.M : 256;
     if (o.M32 > o.M) o.M32 = o.M;
-    /* --small: hidden 1536 (every width stays a multiple of the convrot group 256) */
-    const int64_t H = o.small ? 1536 : 5376, HD = o.small ? 2048 : 7168, QKV = 2 * H + HD, FF = o.small ? 4096 : 14336;
+    /* SPEC §3: hidden H = 5376, 56 heads x 128 = HD = 7168 for each of q, k, v (qkv_proj is
+     * [3 HD, H] = [21504, 5376]), FFN FF = 14336 (fc1 is [2 FF, H]: gate and up).
+     * --small: 16 heads, hidden 1536 (every width stays a multiple of the convrot group 256). */
+    const int64_t H = o.small ? 1536 : 5376, HD = o.small ? 2048 : 7168, QKV = 3 * HD, FF = o.small ? 4096 : 14336;
     layer L[L_COUNT] = {{QKV, H, QMM_ACT_NONE, {0}}, {H, HD, QMM_ACT_NONE, {0}}, {2 * FF, H, QMM_ACT_NONE, {0}},
                         {H, FF, QMM_ACT_SWIGLU, {0}}};
     qmm_context_options co = qmm_context_options_default();
@@ -311,7 +313,7 @@ int cmd_demo(int argc, char **argv) {
             switch (l) {
             case L_QKV:
             case L_FC1: a.x = p == P_FP32 ? (const void *)xf : (const void *)xb; break;
-            case L_OUT: /* the V third of qkv: columns [2H.., 2H + HD) — a strided input */
+            case L_OUT: /* the V third of qkv: columns [2 HD, 3 HD) — a strided input */
                 a.x = (const char *)buf[p][L_QKV] + (size_t)(QKV - HD) * es;
                 a.ldx = QKV;
                 break;
