@@ -196,12 +196,6 @@ static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
 }
 #endif
 
-#if defined(QMM_AMX_KERNELS)
-#define QMM_AMX_BUILT 1
-#else
-#define QMM_AMX_BUILT 0
-#endif
-
 const qmm_engine QMM_AMX_SYM(qmm_engine_amx_int8) = {
     .id = QMM_ENGINE_AMX_INT8,
     .name = "amx_int8",

@@ -32,6 +32,9 @@
 
 #if defined(QMM_AMX_EMULATE) || !defined(QMM_NO_AMX_BUILD)
 #define QMM_AMX_KERNELS 1
+#define QMM_AMX_BUILT 1 /* the engines' .built */
+#else
+#define QMM_AMX_BUILT 0
 #endif
 
 #ifdef QMM_AMX_EMULATE
