@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN  ?= build-asan
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all deps build asan test test-fast demo bench info fuzz clean
+.PHONY: all deps build asan clang test test-fast demo bench info fuzz clean
 
 all: build
 
@@ -18,9 +18,14 @@ asan: deps
 	cmake -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQMM_SANITIZE=ON -DQMM_WERROR=ON >/dev/null
 	cmake --build $(ASAN) -j$(JOBS)
 
+# clang builds everything too, warnings as errors (gcc and clang must both stay warning-free)
+clang: deps
+	CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DQMM_WERROR=ON >/dev/null
+	cmake --build build-clang -j$(JOBS)
+
 # The README's test command: every test in the release build, then again under ASan+UBSan
-# (smaller shapes there: QMM_TEST_QUICK=1).
-test: build asan
+# (smaller shapes there: QMM_TEST_QUICK=1); the clang build must compile warning-free.
+test: build asan clang
 	cd $(BUILD) && ctest --output-on-failure
 	cd $(ASAN) && QMM_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure
 
@@ -48,4 +53,4 @@ fuzz: deps
 	cd build-fuzz && ./fuzz_checkpoint -max_len=4096 -max_total_time=$(FUZZ_SECONDS) corpus/checkpoint
 
 clean:
-	rm -rf $(BUILD) $(ASAN) build-fuzz
+	rm -rf $(BUILD) $(ASAN) build-clang build-fuzz
