@@ -15,197 +15,23 @@
  *   amax: a row holding a NaN takes the scalar qmm_amax_f32 over tmp (first NaN, as the reference).
  *   pass 2: q = clamp(rne_int(T(a / T(s))), -128, 127), NaN → 0; columns K..qcols zeroed.
  *   Tails (K % 8 without rotation) use the scalar definitions element by element.
+ *   The vector primitives are shared with the float engines' pre-pass: simd_avx2.h.
  */
 #include "numerics.h"
 #include "prepass.h"
+#include "simd_avx2.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-#define RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-
-/* ---------------------------------------------------------------- conversions */
-static inline __m256 f16_to_f32(__m128i h) {
-    __m256i h32 = _mm256_cvtepu16_epi32(h);
-    __m256 f = _mm256_cvtph_ps(h);
-    __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x7c00)), _mm256_set1_epi32(0x7c00));
-    __m256i alt = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x8000)), 16),
-                                  _mm256_or_si256(_mm256_set1_epi32(0x7f800000),
-                                                  _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x3ff)), 13)));
-    return _mm256_blendv_ps(f, _mm256_castsi256_ps(alt), _mm256_castsi256_ps(special));
-}
-
-static inline __m256 load8(const void *x, qmm_dtype t, int64_t k) {
-    if (t == QMM_F32) return _mm256_loadu_ps((const float *)x + k);
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)x + k));
-    if (t == QMM_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    return f16_to_f32(h);
-}
-
-static inline __m256 round_bf16(__m256 v) {
-    __m256i u = _mm256_castps_si256(v);
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
-                                                     _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
-    return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
-}
-
-static inline __m256 round_to(__m256 v, qmm_dtype t) {
-    if (t == QMM_BF16) return round_bf16(v);
-    if (t == QMM_F16) return _mm256_cvtph_ps(_mm256_cvtps_ph(v, RNE));
-    return v;
-}
-
-/* ---------------------------------------------------------------- exp and activations */
-static inline __m256 pow2i(__m256i k) { /* 2^k, k in [-126, 127] */
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
-}
-
-static inline __m256 vexp(__m256 x) {
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), RNE);
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693145751953125f), x);
-    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-1.428606765330187045e-06f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    __m256 z = _mm256_mul_ps(r, r);
-    __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, z, r), _mm256_set1_ps(1.0f));
-    /* lanes outside [LO, HI] (and NaN) are replaced below; clamp n so the exponent math stays sane */
-    __m256 nc = _mm256_min_ps(_mm256_max_ps(n, _mm256_set1_ps(-126.0f)), _mm256_set1_ps(128.0f));
-    __m256i ni = _mm256_cvtps_epi32(nc);
-    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-    y = _mm256_mul_ps(_mm256_mul_ps(y, pow2i(n1)), pow2i(n2));
-    __m256 hi = _mm256_cmp_ps(x, _mm256_set1_ps(QMM_EXP_HI), _CMP_GT_OQ);
-    __m256 lo = _mm256_cmp_ps(x, _mm256_set1_ps(QMM_EXP_LO), _CMP_LT_OQ);
-    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), hi);
-    y = _mm256_blendv_ps(y, _mm256_setzero_ps(), lo);
-    return _mm256_blendv_ps(y, x, nan);
-}
-
-static inline __m256 vneg(__m256 v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.0f)); }
-static inline __m256 vsilu(__m256 g) { return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), vexp(vneg(g)))); }
-static inline __m256 vgelu(__m256 x) {
-    __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-    __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f), _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(0.044715f), x3)));
-    __m256 e = vexp(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u));
-    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-}
-
-/* a[k..k+8) = T(act(x)) */
-static inline __m256 act8(const void *x, qmm_dtype t, int64_t K, qmm_act act, int64_t k) {
-    switch (act) {
-    case QMM_ACT_SWIGLU: {
-        __m256 g = load8(x, t, k), u = load8(x, t, K + k);
-        __m256 sg = round_to(vsilu(g), t);
-        return round_to(_mm256_mul_ps(sg, u), t);
-    }
-    case QMM_ACT_GELU_TANH: return round_to(vgelu(load8(x, t, k)), t);
-    default: return load8(x, t, k);
-    }
-}
-
-/* the scalar definition of one element (tails) */
-static inline float act1(const void *x, qmm_dtype t, int64_t K, qmm_act act, int64_t k) {
-    switch (act) {
-    case QMM_ACT_SWIGLU: {
-        float sg = qmm_round_to(qmm_silu(qmm_load_f(x, t, k)), t);
-        return qmm_round_to(sg * qmm_load_f(x, t, K + k), t);
-    }
-    case QMM_ACT_GELU_TANH: return qmm_round_to(qmm_gelu_tanh(qmm_load_f(x, t, k)), t);
-    default: return qmm_load_f(x, t, k);
-    }
-}
-
-/* ---------------------------------------------------------------- rotation */
-/* stride 1 inside each group of 4 lanes: position i takes y_i */
-static inline __m256 rot_s1(__m256 v) {
-    __m256 x0 = _mm256_permute_ps(v, 0x00), x1 = _mm256_permute_ps(v, 0x55);
-    __m256 x2 = _mm256_permute_ps(v, 0xAA), x3 = _mm256_permute_ps(v, 0xFF);
-    __m256 p = _mm256_add_ps(x0, x1), q = _mm256_sub_ps(x2, x3), r = _mm256_sub_ps(x0, x1), t = _mm256_add_ps(x2, x3);
-    __m256 y = _mm256_add_ps(p, q);
-    y = _mm256_blend_ps(y, _mm256_sub_ps(p, q), 0x22);
-    y = _mm256_blend_ps(y, _mm256_add_ps(r, t), 0x44);
-    return _mm256_blend_ps(y, _mm256_sub_ps(t, r), 0x88);
-}
-/* stride 4 over 16 values held in a (groups 0, 1) and b (groups 2, 3) */
-static inline void rot_s4(__m256 *a, __m256 *b) {
-    __m128 x0 = _mm256_castps256_ps128(*a), x1 = _mm256_extractf128_ps(*a, 1);
-    __m128 x2 = _mm256_castps256_ps128(*b), x3 = _mm256_extractf128_ps(*b, 1);
-    __m128 p = _mm_add_ps(x0, x1), q = _mm_sub_ps(x2, x3), r = _mm_sub_ps(x0, x1), t = _mm_add_ps(x2, x3);
-    *a = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_add_ps(p, q)), _mm_sub_ps(p, q), 1);
-    *b = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_add_ps(r, t)), _mm_sub_ps(t, r), 1);
-}
-/* butterflies at stride s (a multiple of 16) over v[0..g) in place */
-static inline void rot_wide(float *v, int g, int s) {
-    for (int b = 0; b < g; b += 4 * s) {
-        for (int j = 0; j < s; j += 8) {
-            float *p0 = v + b + j, *p1 = p0 + s, *p2 = p1 + s, *p3 = p2 + s;
-            __m256 x0 = _mm256_loadu_ps(p0), x1 = _mm256_loadu_ps(p1), x2 = _mm256_loadu_ps(p2), x3 = _mm256_loadu_ps(p3);
-            __m256 p = _mm256_add_ps(x0, x1), q = _mm256_sub_ps(x2, x3), r = _mm256_sub_ps(x0, x1), t = _mm256_add_ps(x2, x3);
-            _mm256_storeu_ps(p0, _mm256_add_ps(p, q));
-            _mm256_storeu_ps(p1, _mm256_sub_ps(p, q));
-            _mm256_storeu_ps(p2, _mm256_add_ps(r, t));
-            _mm256_storeu_ps(p3, _mm256_sub_ps(t, r));
-        }
-    }
-}
-
-static inline float hmax8(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-    return _mm_cvtss_f32(m);
-}
-
 /* ---------------------------------------------------------------- pass 1: a into tmp, amax */
 static float act_rotate_amax(const void *x, qmm_dtype t, int64_t K, qmm_act act, int gs, float *tmp) {
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    __m256 vmax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
-    int scalar_nan = 0;
-    float smax = 0.0f;
-    if (!gs) {
-        int64_t k = 0;
-        for (; k + 8 <= K; k += 8) {
-            __m256 a = act8(x, t, K, act, k);
-            _mm256_storeu_ps(tmp + k, a);
-            nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
-            vmax = _mm256_max_ps(vmax, _mm256_and_ps(a, absmask));
-        }
-        for (; k < K; k++) {
-            float a = act1(x, t, K, act, k);
-            tmp[k] = a;
-            float v = fabsf(a);
-            if (v != v) scalar_nan = 1;
-            else if (v > smax) smax = v;
-        }
-    } else {
-        const __m256 scale = _mm256_set1_ps(gs == 16 ? 0.25f : gs == 64 ? 0.125f : 0.0625f);
-        for (int64_t base = 0; base < K; base += gs) {
-            float *v = tmp + base;
-            for (int j = 0; j < gs; j += 16) {
-                __m256 a = rot_s1(act8(x, t, K, act, base + j)), b = rot_s1(act8(x, t, K, act, base + j + 8));
-                rot_s4(&a, &b);
-                _mm256_storeu_ps(v + j, a);
-                _mm256_storeu_ps(v + j + 8, b);
-            }
-            if (gs >= 64) rot_wide(v, gs, 16);
-            if (gs >= 256) rot_wide(v, gs, 64);
-            for (int j = 0; j < gs; j += 8) {
-                __m256 a = round_to(_mm256_mul_ps(_mm256_loadu_ps(v + j), scale), t);
-                _mm256_storeu_ps(v + j, a);
-                nan = _mm256_or_ps(nan, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
-                vmax = _mm256_max_ps(vmax, _mm256_and_ps(a, absmask));
-            }
-        }
-    }
-    if (scalar_nan || _mm256_movemask_ps(nan)) return qmm_amax_f32(tmp, K);
-    float m = hmax8(vmax);
-    return smax > m ? smax : m;
+    qmm_y_amax m;
+    qmm_y_amax_init(&m);
+    qmm_y_act_rotate(x, t, K, act, gs, 0, K, tmp, &m);
+    if (m.scalar_nan || _mm256_movemask_ps(m.nan)) return qmm_amax_f32(tmp, K);
+    float v = qmm_y_hmax8(m.vmax);
+    return m.smax > v ? m.smax : v;
 }
 
 /* ---------------------------------------------------------------- the row kernels */
@@ -218,9 +44,9 @@ static void prepass_row_avx2(const void *x, qmm_dtype t, int64_t K, qmm_act act,
     const __m256 lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f);
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
-        __m256 v = round_to(_mm256_div_ps(_mm256_loadu_ps(tmp + k), vs), t);
+        __m256 v = qmm_y_round_to(_mm256_div_ps(_mm256_loadu_ps(tmp + k), vs), t);
         __m256 ok = _mm256_cmp_ps(v, v, _CMP_ORD_Q);
-        v = _mm256_min_ps(_mm256_max_ps(_mm256_round_ps(v, RNE), lo), hi);
+        v = _mm256_min_ps(_mm256_max_ps(_mm256_round_ps(v, QMM_Y_RNE), lo), hi);
         __m256i i = _mm256_and_si256(_mm256_cvtps_epi32(v), _mm256_castps_si256(ok));
         __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
         _mm_storel_epi64((__m128i *)(q + k), _mm_packs_epi16(w16, w16));

@@ -15,163 +15,23 @@
  *   amax: a row holding a NaN takes the scalar qmm_amax_f32 over tmp (first NaN, as the reference).
  *   pass 2: q = clamp(rne_int(T(a / T(s))), -128, 127), NaN → 0; columns K..qcols zeroed.
  *
+ * The vector primitives (conversions, exp, activations, rotation, act + rotation of a row) are
+ * shared with the float engines' pre-pass: simd_avx512.h.
+ *
  * Rows with several NaNs of different payloads: s is NaN in both, its payload follows the first
  * NaN of `a`, which both paths compute with the same operations (operand order is the compiler's).
  */
 #include "numerics.h"
 #include "prepass.h"
+#include "simd_avx512.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-#define RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-
-static inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
-
-/* ---------------------------------------------------------------- conversions */
-static inline __m512 f16_to_f32(__m256i h) {
-    __m512i h32 = _mm512_cvtepu16_epi32(h);
-    __m512 f = _mm512_cvtph_ps(h);
-    __mmask16 special = _mm512_cmpeq_epi32_mask(_mm512_and_si512(h32, _mm512_set1_epi32(0x7c00)),
-                                                _mm512_set1_epi32(0x7c00));
-    __m512i alt = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(h32, _mm512_set1_epi32(0x8000)), 16),
-                                  _mm512_or_si512(_mm512_set1_epi32(0x7f800000),
-                                                  _mm512_slli_epi32(_mm512_and_si512(h32, _mm512_set1_epi32(0x3ff)), 13)));
-    return _mm512_mask_mov_ps(f, special, _mm512_castsi512_ps(alt));
-}
-
-static inline __m512 load16(const void *x, qmm_dtype t, int64_t k, __mmask16 m) {
-    if (t == QMM_F32) return _mm512_maskz_loadu_ps(m, (const float *)x + k);
-    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)x + k);
-    if (t == QMM_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    return f16_to_f32(h);
-}
-
-static inline __m512 round_bf16(__m512 v) {
-    __m512i u = _mm512_castps_si512(v);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
-    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
-}
-
-static inline __m512 round_f16(__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, RNE)); }
-
-static inline __m512 round_to(__m512 v, qmm_dtype t) {
-    if (t == QMM_BF16) return round_bf16(v);
-    if (t == QMM_F16) return round_f16(v);
-    return v;
-}
-
-/* ---------------------------------------------------------------- exp and activations */
-static inline __m512 vexp(__m512 x) {
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), RNE);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187045e-06f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    __m512 z = _mm512_mul_ps(r, r);
-    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, z, r), _mm512_set1_ps(1.0f));
-    y = _mm512_scalef_ps(y, n);
-    __mmask16 hi = _mm512_cmp_ps_mask(x, _mm512_set1_ps(QMM_EXP_HI), _CMP_GT_OQ);
-    __mmask16 lo = _mm512_cmp_ps_mask(x, _mm512_set1_ps(QMM_EXP_LO), _CMP_LT_OQ);
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    y = _mm512_mask_mov_ps(y, hi, _mm512_set1_ps(INFINITY));
-    y = _mm512_mask_mov_ps(y, lo, _mm512_setzero_ps());
-    return _mm512_mask_mov_ps(y, nan, x);
-}
-
-static inline __m512 vneg(__m512 v) { return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u))); }
-
-static inline __m512 vsilu(__m512 g) { return _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), vexp(vneg(g)))); }
-
-static inline __m512 vgelu(__m512 x) {
-    __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-    __m512 u = _mm512_mul_ps(_mm512_set1_ps(0.7978845608028654f), _mm512_add_ps(x, _mm512_mul_ps(_mm512_set1_ps(0.044715f), x3)));
-    __m512 e = vexp(_mm512_mul_ps(_mm512_set1_ps(-2.0f), u));
-    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
-}
-
-/* a[k..k+16) = T(act(x)) (masked lanes read as 0) */
-static inline __m512 act16(const void *x, qmm_dtype t, int64_t K, qmm_act act, int64_t k, __mmask16 m) {
-    switch (act) {
-    case QMM_ACT_SWIGLU: {
-        __m512 g = load16(x, t, k, m), u = load16(x, t, K + k, m);
-        __m512 sg = round_to(vsilu(g), t);
-        return round_to(_mm512_mul_ps(sg, u), t);
-    }
-    case QMM_ACT_GELU_TANH: return round_to(vgelu(load16(x, t, k, m)), t);
-    default: return load16(x, t, k, m);
-    }
-}
-
-/* ---------------------------------------------------------------- rotation */
-/* y0 = p + q, y1 = p - q, y2 = r + t, y3 = t - r with p = x0 + x1, q = x2 - x3, r = x0 - x1, t = x2 + x3,
- * the result of lane position i taken from y_i (masks m1, m2, m3 select positions 1, 2, 3). */
-static inline __m512 bfly_lanes(__m512 x0, __m512 x1, __m512 x2, __m512 x3, __mmask16 m1, __mmask16 m2, __mmask16 m3) {
-    __m512 p = _mm512_add_ps(x0, x1), q = _mm512_sub_ps(x2, x3), r = _mm512_sub_ps(x0, x1), t = _mm512_add_ps(x2, x3);
-    __m512 y = _mm512_add_ps(p, q);
-    y = _mm512_mask_sub_ps(y, m1, p, q);
-    y = _mm512_mask_add_ps(y, m2, r, t);
-    return _mm512_mask_sub_ps(y, m3, t, r);
-}
-static inline __m512 rot_s1(__m512 v) {
-    return bfly_lanes(_mm512_permute_ps(v, 0x00), _mm512_permute_ps(v, 0x55), _mm512_permute_ps(v, 0xAA),
-                      _mm512_permute_ps(v, 0xFF), 0x2222, 0x4444, 0x8888);
-}
-static inline __m512 rot_s4(__m512 v) {
-    return bfly_lanes(_mm512_shuffle_f32x4(v, v, 0x00), _mm512_shuffle_f32x4(v, v, 0x55),
-                      _mm512_shuffle_f32x4(v, v, 0xAA), _mm512_shuffle_f32x4(v, v, 0xFF), 0x00F0, 0x0F00, 0xF000);
-}
-/* butterflies at stride s (a multiple of 16) over v[0..g) in place */
-static inline void rot_wide(float *v, int g, int s) {
-    for (int b = 0; b < g; b += 4 * s) {
-        for (int j = 0; j < s; j += 16) {
-            float *p0 = v + b + j, *p1 = p0 + s, *p2 = p1 + s, *p3 = p2 + s;
-            __m512 x0 = _mm512_loadu_ps(p0), x1 = _mm512_loadu_ps(p1), x2 = _mm512_loadu_ps(p2), x3 = _mm512_loadu_ps(p3);
-            __m512 p = _mm512_add_ps(x0, x1), q = _mm512_sub_ps(x2, x3), r = _mm512_sub_ps(x0, x1), t = _mm512_add_ps(x2, x3);
-            _mm512_storeu_ps(p0, _mm512_add_ps(p, q));
-            _mm512_storeu_ps(p1, _mm512_sub_ps(p, q));
-            _mm512_storeu_ps(p2, _mm512_add_ps(r, t));
-            _mm512_storeu_ps(p3, _mm512_sub_ps(t, r));
-        }
-    }
-}
-
 /* ---------------------------------------------------------------- pass 1: a into tmp, amax */
 static float act_rotate_amax(const void *x, qmm_dtype t, int64_t K, qmm_act act, int gs, float *tmp) {
-    __m512 vmax = _mm512_setzero_ps();
     __mmask16 nan = 0;
-    if (!gs) {
-        for (int64_t k = 0; k < K; k += 16) {
-            __mmask16 m = tail_mask(K - k);
-            __m512 a = act16(x, t, K, act, k, m);
-            _mm512_mask_storeu_ps(tmp + k, m, a);
-            nan |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
-            vmax = _mm512_max_ps(vmax, _mm512_abs_ps(a));
-        }
-    } else {
-        const __m512 scale = _mm512_set1_ps(gs == 16 ? 0.25f : gs == 64 ? 0.125f : 0.0625f);
-        for (int64_t base = 0; base < K; base += gs) {
-            float *v = tmp + base;
-            for (int j = 0; j < gs; j += 16)
-                _mm512_storeu_ps(v + j, rot_s4(rot_s1(act16(x, t, K, act, base + j, 0xffff))));
-            if (gs >= 64) rot_wide(v, gs, 16);
-            if (gs >= 256) rot_wide(v, gs, 64);
-            for (int j = 0; j < gs; j += 16) {
-                __m512 a = round_to(_mm512_mul_ps(_mm512_loadu_ps(v + j), scale), t);
-                _mm512_storeu_ps(v + j, a);
-                nan |= _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
-                vmax = _mm512_max_ps(vmax, _mm512_abs_ps(a));
-            }
-        }
-    }
+    __m512 vmax = qmm_z_act_rotate(x, t, K, act, gs, 0, K, tmp, &nan);
     if (nan) return qmm_amax_f32(tmp, K);
     return _mm512_reduce_max_ps(vmax);
 }
@@ -184,10 +44,10 @@ static void prepass_row_avx512(const void *x, qmm_dtype t, int64_t K, qmm_act ac
     const __m512 vs = _mm512_set1_ps(qmm_round_to(s, t));
     const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
     for (int64_t k = 0; k < K; k += 16) {
-        __mmask16 m = tail_mask(K - k);
-        __m512 v = round_to(_mm512_div_ps(_mm512_maskz_loadu_ps(m, tmp + k), vs), t);
+        __mmask16 m = qmm_z_tail_mask(K - k);
+        __m512 v = qmm_z_round_to(_mm512_div_ps(_mm512_maskz_loadu_ps(m, tmp + k), vs), t);
         __mmask16 ok = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
-        v = _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(v, RNE), lo), hi);
+        v = _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(v, QMM_Z_RNE), lo), hi);
         __m512i i = _mm512_maskz_cvtps_epi32(ok, v);
         _mm512_mask_cvtepi32_storeu_epi8(q + k, m, i);
     }
