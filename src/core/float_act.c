@@ -1,12 +1,64 @@
 /*
- * float_act.c — the float engines' activation pre-pass (act → rotation → f32 or bf16 panels)
- * and their blocked, threaded GEMM driver. Contract and layouts: float_act.h.
+ * float_act.c — the float engines' activation pre-pass (act → rotation → f32 or bf16 panels:
+ * the scalar panel function, the selection of the SIMD ones, the threaded driver) and their
+ * blocked, threaded GEMM driver. Contract and layouts: float_act.h.
  */
 #include "float_act.h"
 
 #include "numerics.h"
 
 #include <string.h>
+
+/* ---------------------------------------------------------------- one A panel */
+size_t qmm_float_act_tmp_floats(int64_t K, int mr) {
+    int64_t ref = qmm_round_up(K, 16), simd = (int64_t)mr * QMM_FACT_KB;
+    return (size_t)(ref > simd ? ref : simd);
+}
+
+void qmm_float_act_pack_rows(const float *tmp, int64_t ldt, int i0, int nrows, int mr, int64_t k0, int64_t k1,
+                             int64_t K, int bf16, void *Ap, int64_t Ka) {
+    for (int i = 0; i < nrows; i++) {
+        const float *t = tmp + (int64_t)i * ldt - k0;
+        const int64_t ii = i0 + i;
+        if (bf16) {
+            uint16_t *A = (uint16_t *)Ap + 2 * ii;
+            for (int64_t k = k0; k < k1; k++) A[(k / 2) * mr * 2 + (k % 2)] = qmm_f32_to_bf16(t[k]);
+            if (k1 == K && Ka > K) A[(K / 2) * mr * 2 + 1] = 0; /* odd K: the last pair's second half */
+        } else {
+            float *A = (float *)Ap + ii;
+            for (int64_t k = k0; k < k1; k++) A[k * mr] = t[k];
+        }
+    }
+}
+
+void qmm_float_act_panel_ref(const qmm_fact_src *src, int rows, int mr, int bf16, void *Ap, int64_t Ka, float *tmp) {
+    const size_t xs = qmm_dtype_size(src->t);
+    for (int i = 0; i < mr; i++) {
+        if (i < rows) {
+            qmm_ref_act_rotate_row((const char *)src->x + (size_t)(i * src->ldx) * xs, src->t, src->K, src->act,
+                                   src->gs, tmp);
+        } else {
+            memset(tmp, 0, (size_t)src->K * sizeof(float));
+        }
+        qmm_float_act_pack_rows(tmp, src->K, i, 1, mr, 0, src->K, src->K, bf16, Ap, Ka);
+    }
+}
+
+static int use_avx512(const qmm_context *ctx) {
+    const uint32_t need = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
+    return (qmm_cpu_features() & need) == need && (ctx->max_isa < 0 || ctx->max_isa >= QMM_ISA_AVX512);
+}
+
+static int use_avx2(const qmm_context *ctx) {
+    const uint32_t need = QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C;
+    return (qmm_cpu_features() & need) == need && (ctx->max_isa < 0 || ctx->max_isa >= QMM_ISA_AVX2);
+}
+
+qmm_fact_panel_fn qmm_float_act_panel_select(const qmm_context *ctx) {
+    if (use_avx512(ctx)) return qmm_float_act_panel_avx512;
+    if (use_avx2(ctx)) return qmm_float_act_panel_avx2;
+    return qmm_float_act_panel_ref;
+}
 
 /* ---------------------------------------------------------------- the A pre-pass */
 typedef struct {
@@ -15,38 +67,27 @@ typedef struct {
     int mr, bf16;
     void *A;
     int64_t Ka;
-    float *tmp;                /* [threads][Kt] */
-    int64_t Kt, rows_per_task;
+    float *tmp;                /* [threads][tmp_floats] */
+    int64_t tmp_floats, panels_per_task;
+    qmm_fact_panel_fn panel;
 } act_job;
 
 static void act_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     (void)n_tasks;
     act_job *j = arg;
     const qmm_call *c = j->c;
-    const int64_t K = c->K, Ka = j->Ka, mr = j->mr;
-    const int gs = c->w->is_int8 ? c->w->convrot_gs : 0;
     const size_t xs = qmm_dtype_size(c->x_dtype);
-    float *tmp = j->tmp + (int64_t)thread * j->Kt;
-    int64_t i0 = task * j->rows_per_task, i1 = i0 + j->rows_per_task;
-    int64_t all = qmm_round_up(j->rows, mr);
-    if (i1 > all) i1 = all;
-    for (int64_t i = i0; i < i1; i++) {
-        int64_t r = j->r0 + i;   /* row of x */
-        int64_t p = i / mr, ii = i % mr;
-        if (i < j->rows) {
-            qmm_ref_act_rotate_row((const char *)c->x + (size_t)(r * c->ldx) * xs, c->x_dtype, K, c->act, gs,
-                                   tmp);
-        } else {
-            memset(tmp, 0, (size_t)K * sizeof(float));
-        }
-        if (j->bf16) {
-            uint16_t *A = (uint16_t *)j->A + p * Ka * mr + 2 * ii;
-            for (int64_t k = 0; k < K; k++) A[(k / 2) * mr * 2 + (k % 2)] = qmm_f32_to_bf16(tmp[k]);
-            if (Ka > K) A[(K / 2) * mr * 2 + 1] = 0; /* odd K: the last pair's second half */
-        } else {
-            float *A = (float *)j->A + p * Ka * mr + ii;
-            for (int64_t k = 0; k < K; k++) A[k * mr] = tmp[k];
-        }
+    const size_t es = j->bf16 ? 2 : 4;
+    float *tmp = j->tmp + (int64_t)thread * j->tmp_floats;
+    qmm_fact_src src = {NULL, c->ldx, c->x_dtype, c->K, c->act, c->w->is_int8 ? c->w->convrot_gs : 0};
+    const int64_t panels = (j->rows + j->mr - 1) / j->mr;
+    int64_t p0 = task * j->panels_per_task, p1 = p0 + j->panels_per_task;
+    if (p1 > panels) p1 = panels;
+    for (int64_t p = p0; p < p1; p++) {
+        int64_t i = p * j->mr;  /* first row of the panel in the chunk */
+        int rows = (int)(j->rows - i < j->mr ? j->rows - i : j->mr);
+        src.x = (const char *)c->x + (size_t)((j->r0 + i) * c->ldx) * xs;
+        j->panel(&src, rows, j->mr, j->bf16, (char *)j->A + (size_t)(p * j->Ka * j->mr) * es, j->Ka, tmp);
     }
 }
 
@@ -61,16 +102,19 @@ qmm_status qmm_float_act_pack(qmm_context *ctx, const qmm_call *c, int64_t r0, i
     j.bf16 = bf16;
     j.A = A;
     j.Ka = Ka;
-    j.Kt = qmm_round_up(c->K, 16);
+    j.tmp_floats = qmm_round_up((int64_t)qmm_float_act_tmp_floats(c->K, mr), 16);
+    j.panel = qmm_float_act_panel_select(ctx);
     int nt = ctx->n_threads;
     void *tmp;
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_PREPASS, (size_t)(nt * j.Kt) * sizeof(float), &tmp));
+    QMM_FORWARD_IF_ERROR(
+        qmm_context_scratch(ctx, QMM_SCRATCH_PREPASS, (size_t)(nt * j.tmp_floats) * sizeof(float), &tmp));
     j.tmp = tmp;
-    int64_t all = qmm_round_up(rows, mr);
+    /* a few tasks per thread, whole panels each; the result does not depend on the split */
+    int64_t panels = (rows + mr - 1) / mr;
     int64_t tasks = (int64_t)nt * 4;
-    if (tasks > all) tasks = all;
-    j.rows_per_task = (all + tasks - 1) / tasks;
-    tasks = (all + j.rows_per_task - 1) / j.rows_per_task;
+    if (tasks > panels) tasks = panels;
+    j.panels_per_task = (panels + tasks - 1) / tasks;
+    tasks = (panels + j.panels_per_task - 1) / j.panels_per_task;
     qmm_pool_run(ctx->pool, tasks, act_task, &j);
     return QMM_OK;
 }
