@@ -37,6 +37,7 @@ enum {
     SMALL_M = 3 * MR, /* up to this M, no K chunks */
     PF_AHEAD = 1024   /* software prefetch distance of the small-M kernels, bytes */
 };
+#define PF_AHEAD_BYTES 1024 /* = PF_AHEAD, as text for the asm */
 
 typedef struct {
     const qmm_call *c;
@@ -46,6 +47,7 @@ typedef struct {
     int64_t Kp, kq;     /* kq: K rounded up to 4, in quads */
     int64_t kcq;        /* K chunk in quads: KC / 4, or all of K for small M */
     int64_t mtasks, ntasks, rows_per_task;
+    int64_t nthreads;
 } vnni_job;
 
 /* ---------------------------------------------------------------- epilogue */
@@ -80,142 +82,110 @@ static inline void store_out(const qmm_call *c, __m512i acc, int64_t r, int64_t 
     }
 }
 
-/* ---------------------------------------------------------------- micro-kernel */
-/* The full 6 × 4 tile, the hot path: all 24 accumulators pinned in zmm0-23 (weights zmm24-27,
- * broadcasts zmm28-29). gcc 12 spills an accumulator array or a set of 24 variables to the stack
- * in this loop, so it is written out. part: 6 rows of NC int32 — loaded unless first, always
- * stored. a: 6 rows lda bytes apart; b: 4 blocks of 64-byte quads ldb bytes apart; nq quads. */
-static void kernel_6x4_asm(const uint8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t nq, int32_t *part,
-                           int64_t first) {
-    _Static_assert(NC == 256, "row offsets below assume NC = 256 int32");
-    const uint8_t *a3 = a + 3 * lda;
-    const int8_t *b3 = b + 3 * ldb;
-    __asm__ volatile(
-        "test %[first], %[first]\n\t"
-        "jz 1f\n\t"
-        "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
-        "vpxord %%zmm1, %%zmm1, %%zmm1\n\t"
-        "vpxord %%zmm2, %%zmm2, %%zmm2\n\t"
-        "vpxord %%zmm3, %%zmm3, %%zmm3\n\t"
-        "vpxord %%zmm4, %%zmm4, %%zmm4\n\t"
-        "vpxord %%zmm5, %%zmm5, %%zmm5\n\t"
-        "vpxord %%zmm6, %%zmm6, %%zmm6\n\t"
-        "vpxord %%zmm7, %%zmm7, %%zmm7\n\t"
-        "vpxord %%zmm8, %%zmm8, %%zmm8\n\t"
-        "vpxord %%zmm9, %%zmm9, %%zmm9\n\t"
-        "vpxord %%zmm10, %%zmm10, %%zmm10\n\t"
-        "vpxord %%zmm11, %%zmm11, %%zmm11\n\t"
-        "vpxord %%zmm12, %%zmm12, %%zmm12\n\t"
-        "vpxord %%zmm13, %%zmm13, %%zmm13\n\t"
-        "vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
-        "vpxord %%zmm15, %%zmm15, %%zmm15\n\t"
-        "vpxord %%zmm16, %%zmm16, %%zmm16\n\t"
-        "vpxord %%zmm17, %%zmm17, %%zmm17\n\t"
-        "vpxord %%zmm18, %%zmm18, %%zmm18\n\t"
-        "vpxord %%zmm19, %%zmm19, %%zmm19\n\t"
-        "vpxord %%zmm20, %%zmm20, %%zmm20\n\t"
-        "vpxord %%zmm21, %%zmm21, %%zmm21\n\t"
-        "vpxord %%zmm22, %%zmm22, %%zmm22\n\t"
-        "vpxord %%zmm23, %%zmm23, %%zmm23\n\t"
-        "jmp 2f\n\t"
-        "1:\n\t"
-        "vmovdqu32 0(%[c]), %%zmm0\n\t"
-        "vmovdqu32 64(%[c]), %%zmm1\n\t"
-        "vmovdqu32 128(%[c]), %%zmm2\n\t"
-        "vmovdqu32 192(%[c]), %%zmm3\n\t"
-        "vmovdqu32 1024(%[c]), %%zmm4\n\t"
-        "vmovdqu32 1088(%[c]), %%zmm5\n\t"
-        "vmovdqu32 1152(%[c]), %%zmm6\n\t"
-        "vmovdqu32 1216(%[c]), %%zmm7\n\t"
-        "vmovdqu32 2048(%[c]), %%zmm8\n\t"
-        "vmovdqu32 2112(%[c]), %%zmm9\n\t"
-        "vmovdqu32 2176(%[c]), %%zmm10\n\t"
-        "vmovdqu32 2240(%[c]), %%zmm11\n\t"
-        "vmovdqu32 3072(%[c]), %%zmm12\n\t"
-        "vmovdqu32 3136(%[c]), %%zmm13\n\t"
-        "vmovdqu32 3200(%[c]), %%zmm14\n\t"
-        "vmovdqu32 3264(%[c]), %%zmm15\n\t"
-        "vmovdqu32 4096(%[c]), %%zmm16\n\t"
-        "vmovdqu32 4160(%[c]), %%zmm17\n\t"
-        "vmovdqu32 4224(%[c]), %%zmm18\n\t"
-        "vmovdqu32 4288(%[c]), %%zmm19\n\t"
-        "vmovdqu32 5120(%[c]), %%zmm20\n\t"
-        "vmovdqu32 5184(%[c]), %%zmm21\n\t"
-        "vmovdqu32 5248(%[c]), %%zmm22\n\t"
-        "vmovdqu32 5312(%[c]), %%zmm23\n\t"
-        "2:\n\t"
-        "test %[nq], %[nq]\n\t"
-        "jz 4f\n\t"
-        "3:\n\t"
-        "vmovdqa32 (%[b]), %%zmm24\n\t"
-        "vmovdqa32 (%[b], %[ldb], 1), %%zmm25\n\t"
-        "vmovdqa32 (%[b], %[ldb], 2), %%zmm26\n\t"
-        "vmovdqa32 (%[b3]), %%zmm27\n\t"
-        "vpbroadcastd (%[a]), %%zmm28\n\t"
-        "vpdpbusd %%zmm24, %%zmm28, %%zmm0\n\t"
-        "vpdpbusd %%zmm25, %%zmm28, %%zmm1\n\t"
-        "vpdpbusd %%zmm26, %%zmm28, %%zmm2\n\t"
-        "vpdpbusd %%zmm27, %%zmm28, %%zmm3\n\t"
-        "vpbroadcastd (%[a], %[lda], 1), %%zmm29\n\t"
-        "vpdpbusd %%zmm24, %%zmm29, %%zmm4\n\t"
-        "vpdpbusd %%zmm25, %%zmm29, %%zmm5\n\t"
-        "vpdpbusd %%zmm26, %%zmm29, %%zmm6\n\t"
-        "vpdpbusd %%zmm27, %%zmm29, %%zmm7\n\t"
-        "vpbroadcastd (%[a], %[lda], 2), %%zmm28\n\t"
-        "vpdpbusd %%zmm24, %%zmm28, %%zmm8\n\t"
-        "vpdpbusd %%zmm25, %%zmm28, %%zmm9\n\t"
-        "vpdpbusd %%zmm26, %%zmm28, %%zmm10\n\t"
-        "vpdpbusd %%zmm27, %%zmm28, %%zmm11\n\t"
-        "vpbroadcastd (%[a3]), %%zmm29\n\t"
-        "vpdpbusd %%zmm24, %%zmm29, %%zmm12\n\t"
-        "vpdpbusd %%zmm25, %%zmm29, %%zmm13\n\t"
-        "vpdpbusd %%zmm26, %%zmm29, %%zmm14\n\t"
-        "vpdpbusd %%zmm27, %%zmm29, %%zmm15\n\t"
-        "vpbroadcastd (%[a3], %[lda], 1), %%zmm28\n\t"
-        "vpdpbusd %%zmm24, %%zmm28, %%zmm16\n\t"
-        "vpdpbusd %%zmm25, %%zmm28, %%zmm17\n\t"
-        "vpdpbusd %%zmm26, %%zmm28, %%zmm18\n\t"
-        "vpdpbusd %%zmm27, %%zmm28, %%zmm19\n\t"
-        "vpbroadcastd (%[a3], %[lda], 2), %%zmm29\n\t"
-        "vpdpbusd %%zmm24, %%zmm29, %%zmm20\n\t"
-        "vpdpbusd %%zmm25, %%zmm29, %%zmm21\n\t"
-        "vpdpbusd %%zmm26, %%zmm29, %%zmm22\n\t"
-        "vpdpbusd %%zmm27, %%zmm29, %%zmm23\n\t"
-        "add $64, %[b]\n\t"
-        "add $64, %[b3]\n\t"
-        "add $4, %[a]\n\t"
-        "add $4, %[a3]\n\t"
-        "dec %[nq]\n\t"
-        "jnz 3b\n\t"
-        "4:\n\t"
-        "vmovdqu32 %%zmm0, 0(%[c])\n\t"
-        "vmovdqu32 %%zmm1, 64(%[c])\n\t"
-        "vmovdqu32 %%zmm2, 128(%[c])\n\t"
-        "vmovdqu32 %%zmm3, 192(%[c])\n\t"
-        "vmovdqu32 %%zmm4, 1024(%[c])\n\t"
-        "vmovdqu32 %%zmm5, 1088(%[c])\n\t"
-        "vmovdqu32 %%zmm6, 1152(%[c])\n\t"
-        "vmovdqu32 %%zmm7, 1216(%[c])\n\t"
-        "vmovdqu32 %%zmm8, 2048(%[c])\n\t"
-        "vmovdqu32 %%zmm9, 2112(%[c])\n\t"
-        "vmovdqu32 %%zmm10, 2176(%[c])\n\t"
-        "vmovdqu32 %%zmm11, 2240(%[c])\n\t"
-        "vmovdqu32 %%zmm12, 3072(%[c])\n\t"
-        "vmovdqu32 %%zmm13, 3136(%[c])\n\t"
-        "vmovdqu32 %%zmm14, 3200(%[c])\n\t"
-        "vmovdqu32 %%zmm15, 3264(%[c])\n\t"
-        "vmovdqu32 %%zmm16, 4096(%[c])\n\t"
-        "vmovdqu32 %%zmm17, 4160(%[c])\n\t"
-        "vmovdqu32 %%zmm18, 4224(%[c])\n\t"
-        "vmovdqu32 %%zmm19, 4288(%[c])\n\t"
-        "vmovdqu32 %%zmm20, 5120(%[c])\n\t"
-        "vmovdqu32 %%zmm21, 5184(%[c])\n\t"
-        "vmovdqu32 %%zmm22, 5248(%[c])\n\t"
-        "vmovdqu32 %%zmm23, 5312(%[c])\n\t"
-        : [a] "+r"(a), [a3] "+r"(a3), [b] "+r"(b), [b3] "+r"(b3), [nq] "+r"(nq)
-        : [lda] "r"(lda), [ldb] "r"(ldb), [c] "r"(part), [first] "r"(first)
-        : "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", "zmm9", "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15", "zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "zmm22", "zmm23", "zmm24", "zmm25", "zmm26", "zmm27", "zmm28", "zmm29", "memory", "cc");
-}
+/* ---------------------------------------------------------------- micro-kernels in asm */
+/* The mr × 4 tiles (mr = 1..6), the hot paths: accumulators pinned in zmm0-23 (row i in
+ * zmm4i..4i+3; weights zmm24-27, broadcasts zmm28-29). gcc 12 spills an accumulator array or a
+ * set of 24 variables to the stack in this loop (and the 4-row tail in C), so they are written
+ * out, one function per mr from the same text. part: mr rows of NC int32 — loaded unless first,
+ * always stored. a: rows lda bytes apart; b: 4 blocks of 64-byte quads ldb bytes apart; nq quads.
+ * Prefetch, per quad iteration:
+ *   PF_NONE;
+ *   PF_STREAM — each of the 4 blocks PF_AHEAD bytes ahead into L1 (one pass over weights that
+ *     come from memory: M ≤ 6);
+ *   PF_NEXT — two lines at pf, pf + 64 into L2, then pf += pfs (pfs ≤ 128 covers every line):
+ *     the driver points it at this pass's share of the next panel, so the weight stream from
+ *     memory runs under the compute of the passes over the current (L2-resident) panel. */
+enum { PF_NONE = 0, PF_STREAM = 1, PF_NEXT = 2 };
+
+#define VS_(x) #x
+#define VS(x) VS_(x)
+#define V_ZERO(r) "vpxord %%zmm" #r ", %%zmm" #r ", %%zmm" #r "\n\t"
+#define V_ZROW(r0, r1, r2, r3) V_ZERO(r0) V_ZERO(r1) V_ZERO(r2) V_ZERO(r3)
+#define V_LROW(i, r0, r1, r2, r3)                              \
+    "vmovdqu32 " #i "*1024(%[c]), %%zmm" #r0 "\n\t"            \
+    "vmovdqu32 " #i "*1024+64(%[c]), %%zmm" #r1 "\n\t"         \
+    "vmovdqu32 " #i "*1024+128(%[c]), %%zmm" #r2 "\n\t"        \
+    "vmovdqu32 " #i "*1024+192(%[c]), %%zmm" #r3 "\n\t"
+#define V_SROW(i, r0, r1, r2, r3)                              \
+    "vmovdqu32 %%zmm" #r0 ", " #i "*1024(%[c])\n\t"            \
+    "vmovdqu32 %%zmm" #r1 ", " #i "*1024+64(%[c])\n\t"         \
+    "vmovdqu32 %%zmm" #r2 ", " #i "*1024+128(%[c])\n\t"        \
+    "vmovdqu32 %%zmm" #r3 ", " #i "*1024+192(%[c])\n\t"
+#define V_DROW(addr, bc, r0, r1, r2, r3)                       \
+    "vpbroadcastd " addr ", %%zmm" #bc "\n\t"                  \
+    "vpdpbusd %%zmm24, %%zmm" #bc ", %%zmm" #r0 "\n\t"         \
+    "vpdpbusd %%zmm25, %%zmm" #bc ", %%zmm" #r1 "\n\t"         \
+    "vpdpbusd %%zmm26, %%zmm" #bc ", %%zmm" #r2 "\n\t"         \
+    "vpdpbusd %%zmm27, %%zmm" #bc ", %%zmm" #r3 "\n\t"
+
+/* per row i: its registers and its broadcast address */
+#define V_ROW0(M) M(0, "(%[a])", 28, 0, 1, 2, 3)
+#define V_ROW1(M) M(1, "(%[a],%[lda],1)", 29, 4, 5, 6, 7)
+#define V_ROW2(M) M(2, "(%[a],%[lda],2)", 28, 8, 9, 10, 11)
+#define V_ROW3(M) M(3, "(%[a3])", 29, 12, 13, 14, 15)
+#define V_ROW4(M) M(4, "(%[a3],%[lda],1)", 28, 16, 17, 18, 19)
+#define V_ROW5(M) M(5, "(%[a3],%[lda],2)", 29, 20, 21, 22, 23)
+#define V_ROWS1(M) V_ROW0(M)
+#define V_ROWS2(M) V_ROWS1(M) V_ROW1(M)
+#define V_ROWS3(M) V_ROWS2(M) V_ROW2(M)
+#define V_ROWS4(M) V_ROWS3(M) V_ROW3(M)
+#define V_ROWS5(M) V_ROWS4(M) V_ROW4(M)
+#define V_ROWS6(M) V_ROWS5(M) V_ROW5(M)
+#define V_M_ZERO(i, addr, bc, r0, r1, r2, r3) V_ZROW(r0, r1, r2, r3)
+#define V_M_LOAD(i, addr, bc, r0, r1, r2, r3) V_LROW(i, r0, r1, r2, r3)
+#define V_M_SAVE(i, addr, bc, r0, r1, r2, r3) V_SROW(i, r0, r1, r2, r3)
+#define V_M_DP(i, addr, bc, r0, r1, r2, r3) V_DROW(addr, bc, r0, r1, r2, r3)
+
+#define V_LOADB                                                \
+    "vmovdqa32 (%[b]), %%zmm24\n\t"                            \
+    "vmovdqa32 (%[b],%[ldb],1), %%zmm25\n\t"                   \
+    "vmovdqa32 (%[b],%[ldb],2), %%zmm26\n\t"                   \
+    "vmovdqa32 (%[b3]), %%zmm27\n\t"
+#define V_STEP "add $64, %[b]\n\tadd $64, %[b3]\n\tadd $4, %[a]\n\tadd $4, %[a3]\n\tdec %[nq]\n\t"
+#define V_PF_STREAM                                                         \
+    "prefetcht0 " VS(PF_AHEAD_BYTES) "(%[b])\n\t"                           \
+    "prefetcht0 " VS(PF_AHEAD_BYTES) "(%[b],%[ldb],1)\n\t"                  \
+    "prefetcht0 " VS(PF_AHEAD_BYTES) "(%[b],%[ldb],2)\n\t"                  \
+    "prefetcht0 " VS(PF_AHEAD_BYTES) "(%[b3])\n\t"
+#define V_PF_NEXT "prefetcht1 (%[pf])\n\tprefetcht1 64(%[pf])\n\tadd %[pfs], %[pf]\n\t"
+
+#define V_KERNEL(MR_)                                                                            \
+    static void kernel_##MR_##x4_asm(const uint8_t *a, int64_t lda, const int8_t *b, int64_t ldb, \
+                                     int64_t nq, int32_t *part, int64_t first, int64_t pfmode,    \
+                                     const int8_t *pf, int64_t pfs) {                             \
+        _Static_assert(NC == 256, "row offsets assume NC = 256 int32");                           \
+        const uint8_t *a3 = a + 3 * lda;                                                          \
+        const int8_t *b3 = b + 3 * ldb;                                                           \
+        __asm__ volatile("cmpq $0, %[first]\n\t"                                                  \
+                         "je 1f\n\t" V_ROWS##MR_(V_M_ZERO) "jmp 2f\n\t"                           \
+                         "1:\n\t" V_ROWS##MR_(V_M_LOAD) "2:\n\t"                                  \
+                         "test %[nq], %[nq]\n\t"                                                  \
+                         "jz 9f\n\t"                                                              \
+                         "cmpq $1, %[mode]\n\t"                                                   \
+                         "je 5f\n\t"                                                              \
+                         "jg 7f\n\t"                                                              \
+                         "3:\n\t" V_LOADB V_ROWS##MR_(V_M_DP) V_STEP "jnz 3b\n\t"                  \
+                         "jmp 9f\n\t"                                                             \
+                         "5:\n\t" V_PF_STREAM V_LOADB V_ROWS##MR_(V_M_DP) V_STEP "jnz 5b\n\t"      \
+                         "jmp 9f\n\t"                                                             \
+                         "7:\n\t" V_PF_NEXT V_LOADB V_ROWS##MR_(V_M_DP) V_STEP "jnz 7b\n\t"        \
+                         "9:\n\t" V_ROWS##MR_(V_M_SAVE)                                           \
+                         : [a] "+r"(a), [a3] "+r"(a3), [b] "+r"(b), [b3] "+r"(b3), [nq] "+r"(nq),  \
+                           [pf] "+r"(pf)                                                          \
+                         : [lda] "r"(lda), [ldb] "r"(ldb), [c] "r"(part), [first] "rm"(first),    \
+                           [mode] "rm"(pfmode), [pfs] "r"(pfs)                                    \
+                         : "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8", \
+                           "zmm9", "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15", "zmm16",  \
+                           "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "zmm22", "zmm23", "zmm24", \
+                           "zmm25", "zmm26", "zmm27", "zmm28", "zmm29", "memory", "cc");          \
+    }
+
+V_KERNEL(1)
+V_KERNEL(2)
+V_KERNEL(3)
+V_KERNEL(4)
+V_KERNEL(5)
+V_KERNEL(6)
 
 /* acc += Σ4 u8(a) · s8(b). Inline asm ties acc to one register: gcc 12's builtin adds two zmm
  * moves per VPDPBUSD in loops, which halves the kernel's issue rate. */
@@ -273,14 +243,21 @@ static inline __attribute__((always_inline)) void kernel(const int mr, const int
 
 #define K_CASE(MR_, NR_) \
     case MR_ * 8 + NR_: kernel(MR_, NR_, j, a, b, nq, part, first, last, r, n); break;
-#define K_ROW(MR_) K_CASE(MR_, 1) K_CASE(MR_, 2) K_CASE(MR_, 3) K_CASE(MR_, 4)
+#define K_ROW(MR_) K_CASE(MR_, 1) K_CASE(MR_, 2) K_CASE(MR_, 3)
 
+typedef void (*asm_kernel_fn)(const uint8_t *, int64_t, const int8_t *, int64_t, int64_t, int32_t *, int64_t, int64_t,
+                              const int8_t *, int64_t);
+static const asm_kernel_fn k_asm[MR + 1] = {NULL, kernel_1x4_asm, kernel_2x4_asm, kernel_3x4_asm,
+                                           kernel_4x4_asm, kernel_5x4_asm, kernel_6x4_asm};
+
+/* rows [r, r+mr) × blocks [nb, nb+nr): the asm tiles for 4 blocks (any mr), the C ones for the
+ * last blocks of N; pfmode/pf/pfs: the asm kernels' prefetch (see above). */
 static void kernel_any(int mr, int nr, const vnni_job *j, const uint8_t *a, const int8_t *b, int64_t nq, int32_t *part,
-                       int first, int last, int64_t r, int64_t n) {
-    if (mr == MR && nr == NRB) {
-        kernel_6x4_asm(a, j->Kp, b, j->Kp * 16, nq, part, first);
+                       int first, int last, int64_t r, int64_t n, int pfmode, const int8_t *pf, int64_t pfs) {
+    if (nr == NRB) {
+        k_asm[mr](a, j->Kp, b, j->Kp * 16, nq, part, first, pfmode, pf, pfs);
         if (last) {
-            for (int i = 0; i < MR; i++)
+            for (int i = 0; i < mr; i++)
                 for (int jj = 0; jj < NRB; jj++)
                     if (n + jj * 16 < j->c->N)
                         store_out(j->c, _mm512_loadu_si512(part + i * NC + jj * 16), r + i, n + jj * 16, j->s[r + i]);
@@ -295,7 +272,6 @@ static void kernel_any(int mr, int nr, const vnni_job *j, const uint8_t *a, cons
 
 /* ---------------------------------------------------------------- the threaded GEMM */
 static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    (void)n_tasks;
     const vnni_job *j = arg;
     const qmm_call *c = j->c;
     const int64_t mt = task / j->ntasks, nt = task % j->ntasks;
@@ -303,16 +279,34 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t nblocks = c->w->i8.Np / 16;
     const int64_t b0 = nt * (NC / 16), b1 = b0 + NC / 16 < nblocks ? b0 + NC / 16 : nblocks;
     int32_t *part = j->part + (int64_t)thread * MC * NC;
+    const int64_t passes = (m1 - m0 + MR - 1) / MR; /* row tiles per panel */
+    const int whole_k = j->kcq == j->kq;
+    const int64_t panel_bytes = NRB * j->Kp * 16;   /* whole K, NRB blocks: contiguous */
     for (int64_t q0 = 0; q0 < j->kq; q0 += j->kcq) {
         const int64_t nq = j->kq - q0 < j->kcq ? j->kq - q0 : j->kcq;
         const int first = q0 == 0, last = q0 + nq >= j->kq;
         for (int64_t nb = b0; nb < b1; nb += NRB) {
             const int nr = (int)(b1 - nb < NRB ? b1 - nb : NRB);
             const int8_t *b = c->w->i8.data + nb * j->Kp * 16 + q0 * 64;
-            for (int64_t r = m0; r < m1; r += MR) {
+            /* small M with several row tiles: they share the prefetch of the next panel this
+             * thread will run (this task's, else its next task's first), one share each */
+            const int8_t *next = NULL;
+            if (whole_k && passes > 1) {
+                if (nb + NRB < b1)
+                    next = c->w->i8.data + (nb + NRB) * j->Kp * 16;
+                else if (task + j->nthreads < n_tasks)
+                    next = c->w->i8.data + ((task + j->nthreads) % j->ntasks) * (NC / 16) * j->Kp * 16;
+            }
+            const int64_t share = (panel_bytes + passes - 1) / passes;
+            int64_t pfs = (share + nq - 1) / nq;
+            if (pfs > 128) pfs = 128;
+            for (int64_t r = m0, i = 0; r < m1; r += MR, i++) {
                 const int mr = (int)(m1 - r < MR ? m1 - r : MR);
+                int mode = PF_NONE;
+                if (next) mode = PF_NEXT;
+                else if (whole_k && passes == 1 && nq > 64) mode = PF_STREAM;
                 kernel_any(mr, nr, j, j->a + r * j->Kp + q0 * 4, b, nq, part + (r - m0) * NC + (nb - b0) * 16, first,
-                           last, r, nb * 16);
+                           last, r, nb * 16, mode, next ? next + i * share : NULL, pfs);
             }
         }
     }
@@ -364,6 +358,7 @@ static qmm_status run(qmm_context *ctx, const qmm_call *c) {
     qmm_pool_run(ctx->pool, tasks, to_u8_task, &j);
 
     j.rows_per_task = MC;
+    j.nthreads = nt;
     /* small M: each weight block is read once, so stream it whole (one sequential stream per
      * block) instead of in K chunks */
     j.kcq = M <= SMALL_M ? j.kq : KC / 4;
