@@ -18,9 +18,14 @@
  *      reference) → f32 / f16 (vcvtps2ph, RNE) / bf16 (integer RNE, NaN kept quiet), masked
  *      stores for the last columns, row stride ldy.
  * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights;
- * with M ≤ SMALL_M each 16-column block streams whole (no K chunks), prefetched 1 KiB ahead.
+ * with M ≤ SMALL_M each 16-column block streams whole (no K chunks): M ≤ 6 one row tile per
+ * panel, prefetched 1 KiB ahead per block; 7 ≤ M ≤ 16 one pass over the weights with all rows in
+ * one register tile (avx512_vnni_small.c: 16 × 1, 12 × 2 or 8 × 3 blocks, on a packed copy of
+ * the rows); 17–18 row tiles of 6 that share an L2 prefetch of the next panel. With K chunks
+ * (M > SMALL_M) the row tiles of a panel prefetch the next weight chunk into L2.
  * No allocation per call beyond the context's scratch arenas.
  */
+#include "avx512_vnni_small.h"
 #include "numerics.h"
 #include "prepass.h"
 #include "qmm_internal.h"
@@ -48,6 +53,8 @@ typedef struct {
     int64_t kcq;        /* K chunk in quads: KC / 4, or all of K for small M */
     int64_t mtasks, ntasks, rows_per_task;
     int64_t nthreads;
+    uint8_t *ap;        /* 7 ≤ M ≤ 16: [kq][wrows][4] the rows packed for the one-pass tiles, else NULL */
+    int wrows, wblocks; /* their tile: rows (8/12/16) × 16-column blocks */
 } vnni_job;
 
 /* ---------------------------------------------------------------- epilogue */
@@ -271,14 +278,35 @@ static void kernel_any(int mr, int nr, const vnni_job *j, const uint8_t *a, cons
 }
 
 /* ---------------------------------------------------------------- the threaded GEMM */
+/* 7 ≤ M ≤ 16: blocks [b0, b1) in one pass per tile (all rows, wblocks blocks); a tile that would
+ * run past the weight's last block falls back to the row tiles. */
+static int small_task(const vnni_job *j, int64_t b0, int64_t b1, int64_t nblocks, int32_t *part) {
+    const qmm_call *c = j->c;
+    int64_t nb = b0;
+    for (; nb < b1 && nb + j->wblocks <= nblocks; nb += j->wblocks) {
+        qmm_vnni_small_kernel(j->wrows, j->ap, c->w->i8.data + nb * j->Kp * 16, j->Kp * 16, j->kq, part);
+        for (int64_t i = 0; i < c->M; i++)
+            for (int jb = 0; jb < j->wblocks && nb + jb < b1; jb++)
+                if ((nb + jb) * 16 < c->N)
+                    store_out(c, _mm512_loadu_si512(part + i * NC + jb * 16), i, (nb + jb) * 16, j->s[i]);
+    }
+    return (int)(nb < b1 ? nb - b0 : -1);
+}
+
 static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const vnni_job *j = arg;
     const qmm_call *c = j->c;
     const int64_t mt = task / j->ntasks, nt = task % j->ntasks;
     const int64_t m0 = mt * j->rows_per_task, m1 = m0 + j->rows_per_task < c->M ? m0 + j->rows_per_task : c->M;
     const int64_t nblocks = c->w->i8.Np / 16;
-    const int64_t b0 = nt * (NC / 16), b1 = b0 + NC / 16 < nblocks ? b0 + NC / 16 : nblocks;
+    int64_t b0 = nt * (NC / 16);
+    const int64_t b1 = b0 + NC / 16 < nblocks ? b0 + NC / 16 : nblocks;
     int32_t *part = j->part + (int64_t)thread * MC * NC;
+    if (j->ap) {
+        const int done = small_task(j, b0, b1, nblocks, part);
+        if (done < 0) return;
+        b0 += done; /* the last blocks of the weight: row tiles below */
+    }
     const int64_t passes = (m1 - m0 + MR - 1) / MR; /* row tiles per panel */
     const int whole_k = j->kcq == j->kq;
     const int64_t panel_bytes = NRB * j->Kp * 16;   /* whole K, NRB blocks: contiguous */
@@ -348,7 +376,12 @@ static void to_u8_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
             __mmask64 m = j->kq * 4 - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (j->kq * 4 - k)) - 1);
             _mm512_mask_storeu_epi8(row + k, m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, row + k), x80));
         }
+        if (j->ap) /* the one-pass tiles' copy: ap [kq][wrows][4] */
+            for (int64_t q = 0; q < j->kq; q++) memcpy(j->ap + (q * j->wrows + r) * 4, row + q * 4, 4);
     }
+    if (j->ap && r1 == j->c->M) /* the tile's padding rows */
+        for (int64_t q = 0; q < j->kq; q++)
+            memset(j->ap + (q * j->wrows + r1) * 4, 0x80, (size_t)(j->wrows - r1) * 4);
 }
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) {
@@ -361,7 +394,10 @@ static qmm_status run(qmm_context *ctx, const qmm_call *c) {
     void *buf, *pbuf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 4, &buf));
     abytes = (size_t)nt * MC * NC * sizeof(int32_t);
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, abytes, &pbuf));
+    const int one_pass = M >= 7 && M <= 16;
+    const int64_t kq = (c->K + 3) / 4;
+    const int wrows = qmm_vnni_small_rows(M);
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, abytes + (one_pass ? (size_t)kq * 64 : 0), &pbuf));
     int8_t *q = buf;                       /* [M][Kp] */
     float *s = (float *)(q + qbytes);      /* [M] (Kp is a multiple of 64: aligned) */
     QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, q, Kp, s, 0));
@@ -373,7 +409,12 @@ static qmm_status run(qmm_context *ctx, const qmm_call *c) {
     j.s = s;
     j.part = pbuf;
     j.Kp = Kp;
-    j.kq = (c->K + 3) / 4;
+    j.kq = kq;
+    if (one_pass) {
+        j.ap = (uint8_t *)pbuf + abytes;
+        j.wrows = wrows;
+        j.wblocks = qmm_vnni_small_blocks(wrows);
+    }
     /* a = q + 128: a few row ranges per thread */
     int64_t tasks = (int64_t)nt * 4 < M ? (int64_t)nt * 4 : M;
     j.rows_per_task = (M + tasks - 1) / tasks;

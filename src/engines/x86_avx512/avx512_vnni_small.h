@@ -1,0 +1,20 @@
+/*
+ * avx512_vnni_small.h — one-pass register tiles of the AVX512-VNNI engine for 7 ≤ M ≤ 16
+ * (avx512_vnni_small.c; used by avx512_vnni.c only). A tile holds `rows` (8, 12 or 16) rows ×
+ * qmm_vnni_small_blocks(rows) 16-column blocks over the whole K.
+ */
+#ifndef QMM_AVX512_VNNI_SMALL_H
+#define QMM_AVX512_VNNI_SMALL_H
+
+#include <stdint.h>
+
+/* The tile height for M rows (M ≤ 16): 8, 12 or 16; rows M.. of the tile are zero padding. */
+int qmm_vnni_small_rows(int64_t M);
+/* 16-column blocks per tile for that height: 3, 2 or 1. */
+int qmm_vnni_small_blocks(int rows);
+/* part[i * 256 + jb * 16 + l] = Σ_q Σ_t ap[q][i][t] · b[jb * ldb + q * 64 + l * 4 + t] for rows
+ * i < rows, blocks jb < blocks, l < 16, over nq quads; u8 × s8, exact int32 (mod 2^32).
+ * ap is [nq][rows][4] u8; b: n16k4 blocks ldb bytes apart, 64-byte aligned. */
+void qmm_vnni_small_kernel(int rows, const uint8_t *ap, const int8_t *b, int64_t ldb, int64_t nq, int32_t *part);
+
+#endif /* QMM_AVX512_VNNI_SMALL_H */
