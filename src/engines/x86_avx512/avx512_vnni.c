@@ -19,10 +19,11 @@
  *      stores for the last columns, row stride ldy.
  * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights;
  * with M ≤ SMALL_M each 16-column block streams whole (no K chunks): M ≤ 6 one row tile per
- * panel, prefetched 1 KiB ahead per block; 7 ≤ M ≤ 16 one pass over the weights with all rows in
- * one register tile (avx512_vnni_small.c: 16 × 1, 12 × 2 or 8 × 3 blocks, on a packed copy of
- * the rows); 17–18 row tiles of 6 that share an L2 prefetch of the next panel. With K chunks
- * (M > SMALL_M) the row tiles of a panel prefetch the next weight chunk into L2.
+ * panel, prefetched 1 KiB ahead per block; 7 ≤ M ≤ 24 one pass over the weights with all rows in
+ * one register tile (avx512_vnni_small.c: 24, 20 or 16 × 1, 12 × 2 or 8 × 3 blocks, on a packed copy
+ * of the rows; the weight's last blocks use the row tiles of 6, which share an L2 prefetch of
+ * the next panel). With K chunks (M > SMALL_M) the row tiles of a panel prefetch the next
+ * weight chunk into L2.
  * No allocation per call beyond the context's scratch arenas.
  */
 #include "avx512_vnni_small.h"
@@ -53,8 +54,8 @@ typedef struct {
     int64_t kcq;        /* K chunk in quads: KC / 4, or all of K for small M */
     int64_t mtasks, ntasks, rows_per_task;
     int64_t nthreads;
-    uint8_t *ap;        /* 7 ≤ M ≤ 16: [kq][wrows][4] the rows packed for the one-pass tiles, else NULL */
-    int wrows, wblocks; /* their tile: rows (8/12/16) × 16-column blocks */
+    uint8_t *ap;        /* 7 ≤ M ≤ 24: [kq][wrows][4] the rows packed for the one-pass tiles, else NULL */
+    int wrows, wblocks; /* their tile: rows (8/12/16/20/24) × 16-column blocks */
 } vnni_job;
 
 /* ---------------------------------------------------------------- epilogue */
@@ -278,7 +279,7 @@ static void kernel_any(int mr, int nr, const vnni_job *j, const uint8_t *a, cons
 }
 
 /* ---------------------------------------------------------------- the threaded GEMM */
-/* 7 ≤ M ≤ 16: blocks [b0, b1) in one pass per tile (all rows, wblocks blocks); a tile that would
+/* 7 ≤ M ≤ 24: blocks [b0, b1) in one pass per tile (all rows, wblocks blocks); a tile that would
  * run past the weight's last block falls back to the row tiles. */
 static int small_task(const vnni_job *j, int64_t b0, int64_t b1, int64_t nblocks, int32_t *part) {
     const qmm_call *c = j->c;
@@ -394,10 +395,11 @@ static qmm_status run(qmm_context *ctx, const qmm_call *c) {
     void *buf, *pbuf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 4, &buf));
     abytes = (size_t)nt * MC * NC * sizeof(int32_t);
-    const int one_pass = M >= 7 && M <= 16;
+    const int one_pass = M >= 7 && M <= 24;
     const int64_t kq = (c->K + 3) / 4;
     const int wrows = qmm_vnni_small_rows(M);
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, abytes + (one_pass ? (size_t)kq * 64 : 0), &pbuf));
+    QMM_FORWARD_IF_ERROR(
+        qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, abytes + (one_pass ? (size_t)kq * wrows * 4 : 0), &pbuf));
     int8_t *q = buf;                       /* [M][Kp] */
     float *s = (float *)(q + qbytes);      /* [M] (Kp is a multiple of 64: aligned) */
     QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, q, Kp, s, 0));

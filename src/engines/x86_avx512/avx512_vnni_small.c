@@ -1,10 +1,11 @@
 /*
- * avx512_vnni_small.c — the one-pass kernels of the AVX512-VNNI engine for 7 ≤ M ≤ 16 rows
+ * avx512_vnni_small.c — the one-pass kernels of the AVX512-VNNI engine for 7 ≤ M ≤ 24 rows
  * (see avx512_vnni_small.h): all the rows of the call in one register tile, so each weight byte
  * is read once, in one sequential stream per 16-column block, prefetched PF_n bytes ahead into
  * L1 (the M = 1 kernel's pattern, with more lines in flight).
  *
  *   tile    accumulators        per 4 k: weight loads, broadcasts, VPDPBUSD
+ *   24 × 1  zmm0-23             1, 24, 24 (20 × 1: zmm0-19, 1, 20, 20)
  *   16 × 1  zmm0-15             1, 16, 16
  *   12 × 2  zmm0-23 (row i: 2i) 2, 12, 24
  *    8 × 3  zmm0-23 (row i: 3i) 3,  8, 24
@@ -44,6 +45,8 @@
 #define ROWS16(M)                                                                                 \
     M(0, 0) M(1, 1) M(2, 2) M(3, 3) M(4, 4) M(5, 5) M(6, 6) M(7, 7) M(8, 8) M(9, 9) M(10, 10)      \
     M(11, 11) M(12, 12) M(13, 13) M(14, 14) M(15, 15)
+#define ROWS20(M) ROWS16(M) M(16, 16) M(17, 17) M(18, 18) M(19, 19)
+#define ROWS24(M) ROWS20(M) M(20, 20) M(21, 21) M(22, 22) M(23, 23)
 #define ROWS12(M)                                                                                 \
     M(0, 0, 1) M(1, 2, 3) M(2, 4, 5) M(3, 6, 7) M(4, 8, 9) M(5, 10, 11) M(6, 12, 13) M(7, 14, 15) \
     M(8, 16, 17) M(9, 18, 19) M(10, 20, 21) M(11, 22, 23)
@@ -77,17 +80,21 @@
                            "zmm25", "zmm26", "zmm28", "memory", "cc");                                \
     }
 
+S_KERNEL(kernel_24x1, ROWS24, 1, 96)
+S_KERNEL(kernel_20x1, ROWS20, 1, 80)
 S_KERNEL(kernel_16x1, ROWS16, 1, 64)
 S_KERNEL(kernel_12x2, ROWS12, 2, 48)
 S_KERNEL(kernel_8x3, ROWS8, 3, 32)
 
-int qmm_vnni_small_rows(int64_t M) { return M <= 8 ? 8 : M <= 12 ? 12 : 16; }
+int qmm_vnni_small_rows(int64_t M) { return M <= 8 ? 8 : M <= 12 ? 12 : M <= 16 ? 16 : M <= 20 ? 20 : 24; }
 int qmm_vnni_small_blocks(int rows) { return rows == 8 ? 3 : rows == 12 ? 2 : 1; }
 
 void qmm_vnni_small_kernel(int rows, const uint8_t *ap, const int8_t *b, int64_t ldb, int64_t nq, int32_t *part) {
     switch (rows) {
     case 8: kernel_8x3(ap, b, ldb, nq, part); break;
     case 12: kernel_12x2(ap, b, ldb, nq, part); break;
-    default: kernel_16x1(ap, b, ldb, nq, part); break;
+    case 16: kernel_16x1(ap, b, ldb, nq, part); break;
+    case 20: kernel_20x1(ap, b, ldb, nq, part); break;
+    default: kernel_24x1(ap, b, ldb, nq, part); break;
     }
 }

@@ -1,6 +1,6 @@
 /*
- * avx512_vnni_small.h — one-pass register tiles of the AVX512-VNNI engine for 7 ≤ M ≤ 16
- * (avx512_vnni_small.c; used by avx512_vnni.c only). A tile holds `rows` (8, 12 or 16) rows ×
+ * avx512_vnni_small.h — one-pass register tiles of the AVX512-VNNI engine for 7 ≤ M ≤ 24
+ * (avx512_vnni_small.c; used by avx512_vnni.c only). A tile holds `rows` (8, 12, 16, 20 or 24) rows ×
  * qmm_vnni_small_blocks(rows) 16-column blocks over the whole K.
  */
 #ifndef QMM_AVX512_VNNI_SMALL_H
@@ -8,9 +8,9 @@
 
 #include <stdint.h>
 
-/* The tile height for M rows (M ≤ 16): 8, 12 or 16; rows M.. of the tile are zero padding. */
+/* The tile height for M rows (M ≤ 24): 8, 12, 16, 20 or 24; rows M.. are padding. */
 int qmm_vnni_small_rows(int64_t M);
-/* 16-column blocks per tile for that height: 3, 2 or 1. */
+/* 16-column blocks per tile for that height: 3 (8 rows), 2 (12), else 1. */
 int qmm_vnni_small_blocks(int rows);
 /* part[i * 256 + jb * 16 + l] = Σ_q Σ_t ap[q][i][t] · b[jb * ldb + q * 64 + l * 4 + t] for rows
  * i < rows, blocks jb < blocks, l < 16, over nq quads; u8 × s8, exact int32 (mod 2^32).
