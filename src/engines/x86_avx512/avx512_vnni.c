@@ -18,8 +18,8 @@
  *      reference) → f32 / f16 (vcvtps2ph, RNE) / bf16 (integer RNE, NaN kept quiet), masked
  *      stores for the last columns, row stride ldy.
  * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights;
- * with M ≤ SMALL_M each 16-column block streams whole (no K chunks): M ≤ 6 one row tile per
- * panel, prefetched 1 KiB ahead per block; 7 ≤ M ≤ 24 one pass over the weights with all rows in
+ * M ≤ 6: one row tile per panel over the whole K, prefetched 1 KiB ahead per block;
+ * 7 ≤ M ≤ 24 (also beyond SMALL_M = 18, the whole-K limit of the row tiles): one pass over the weights with all rows in
  * one register tile (avx512_vnni_small.c: 24, 20 or 16 × 1, 12 × 2 or 8 × 3 blocks, on a packed copy
  * of the rows; the weight's last blocks use the row tiles of 6, which share an L2 prefetch of
  * the next panel). With K chunks (M > SMALL_M) no software prefetch (a burst of prefetches of
