@@ -51,6 +51,8 @@ static inline bool qmm_mul_ok(size_t a, size_t b, size_t *out) {
     *out = a * b;
     return true;
 }
+/* The largest weight accepted (N·K elements): refused as too large before any allocation. */
+#define QMM_MAX_WEIGHT_ELEMS ((int64_t)1 << 36)
 static inline int64_t qmm_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /* ---------------------------------------------------------------- threads (pool.c) */

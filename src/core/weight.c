@@ -36,16 +36,28 @@ void qmm_weight_destroy(qmm_weight *w) {
 
 static const char *wname(const char *name) { return name && *name ? name : "(unnamed)"; }
 
-static qmm_status weight_common(const char *name, int64_t N, int64_t K, int64_t ld, const void *bias,
-                                qmm_dtype bias_dtype, qmm_weight **out) {
-    const char *nm = wname(name);
+/* Shape limits of every weight entry point, checked before anything is allocated or read:
+ * N, K >= 1; each <= 2^31; N·K <= QMM_MAX_WEIGHT_ELEMS; ld (0 = K) >= K and N·ld·es fits int64. */
+static qmm_status check_shape(const char *nm, int64_t N, int64_t K, int64_t ld, size_t es) {
     QMM_RETURN_IF(N <= 0 || K <= 0, QMM_ERR_INVALID_ARGUMENT, "weight %s: shape [%lld, %lld] (needs N, K >= 1)",
                   nm, (long long)N, (long long)K);
     QMM_RETURN_IF(N > ((int64_t)1 << 31) || K > ((int64_t)1 << 31), QMM_ERR_UNSUPPORTED,
                   "weight %s: shape [%lld, %lld] too large (each dimension <= 2^31)", nm, (long long)N,
                   (long long)K);
+    QMM_RETURN_IF(N > QMM_MAX_WEIGHT_ELEMS / K, QMM_ERR_UNSUPPORTED,
+                  "weight %s: shape [%lld, %lld] too large (N*K <= 2^36 elements)", nm, (long long)N, (long long)K);
     QMM_RETURN_IF(ld != 0 && ld < K, QMM_ERR_INVALID_ARGUMENT, "weight %s: row stride %lld < K=%lld", nm,
                   (long long)ld, (long long)K);
+    QMM_RETURN_IF(ld > INT64_MAX / N / (int64_t)es, QMM_ERR_UNSUPPORTED,
+                  "weight %s [%lld, %lld]: row stride %lld too large (N*ld bytes overflow)", nm, (long long)N,
+                  (long long)K, (long long)ld);
+    return QMM_OK;
+}
+
+static qmm_status weight_common(const char *name, int64_t N, int64_t K, int64_t ld, size_t es, const void *bias,
+                                qmm_dtype bias_dtype, qmm_weight **out) {
+    const char *nm = wname(name);
+    QMM_FORWARD_IF_ERROR(check_shape(nm, N, K, ld, es));
     QMM_RETURN_IF(bias && !is_float(bias_dtype), QMM_ERR_UNSUPPORTED,
                   "weight %s: bias dtype %s (needs f32, f16 or bf16)", nm, qmm_dtype_name(bias_dtype));
     qmm_weight *w = calloc(1, sizeof *w);
@@ -87,7 +99,7 @@ qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *d, qm
                   "weight %s [%lld, %lld]: K=%lld is not a multiple of the convrot group %d", nm,
                   (long long)d->N, (long long)d->K, (long long)d->K, d->convrot_gs);
     qmm_weight *w;
-    QMM_FORWARD_IF_ERROR(weight_common(d->name, d->N, d->K, d->ld, d->bias, d->bias_dtype, &w));
+    QMM_FORWARD_IF_ERROR(weight_common(d->name, d->N, d->K, d->ld, 1, d->bias, d->bias_dtype, &w));
     const int64_t N = d->N, K = d->K, ld = d->ld ? d->ld : d->K;
     w->is_int8 = 1;
     w->convrot_gs = d->convrot_gs;
@@ -139,7 +151,7 @@ qmm_status qmm_weight_create_float(qmm_context *ctx, const char *name, const voi
     QMM_RETURN_IF(!is_float(wt), QMM_ERR_UNSUPPORTED, "weight %s: dtype %s (float weights are f32, f16 or bf16)",
                   nm, qmm_dtype_name(wt));
     qmm_weight *w;
-    QMM_FORWARD_IF_ERROR(weight_common(name, N, K, ld, bias, bias_dtype, &w));
+    QMM_FORWARD_IF_ERROR(weight_common(name, N, K, ld, qmm_dtype_size(wt), bias, bias_dtype, &w));
     if (!ld) ld = K;
     w->is_int8 = 0;
     w->fdtype = wt == QMM_BF16 ? QMM_BF16 : QMM_F32;
@@ -201,13 +213,10 @@ qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K
                                const qmm_quant_options *opt, int8_t *wq, float *scales, int *gs_used) {
     QMM_RETURN_IF(!w || !wq || !scales, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_weight: %s is NULL",
                   !w ? "w" : !wq ? "wq" : "scales");
-    QMM_RETURN_IF(N <= 0 || K <= 0, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_weight: shape [%lld, %lld]",
-                  (long long)N, (long long)K);
     QMM_RETURN_IF(!is_float(wt), QMM_ERR_UNSUPPORTED, "qmm_quantize_weight: dtype %s (needs f32, f16 or bf16)",
                   qmm_dtype_name(wt));
+    QMM_FORWARD_IF_ERROR(check_shape("(qmm_quantize_weight)", N, K, ld, qmm_dtype_size(wt)));
     if (!ld) ld = K;
-    QMM_RETURN_IF(ld < K, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_weight: row stride %lld < K=%lld",
-                  (long long)ld, (long long)K);
     int gs = opt ? opt->convrot_gs : 0;
     int per_tensor = opt ? opt->per_tensor : 0;
     if (gs < 0) {
@@ -250,8 +259,7 @@ qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K
 qmm_status qmm_dequantize_weight(const int8_t *wq, int64_t N, int64_t K, const float *scales, int64_t n_scale,
                                  int gs, float *out) {
     QMM_RETURN_IF(!wq || !scales || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_dequantize_weight: NULL argument");
-    QMM_RETURN_IF(N <= 0 || K <= 0, QMM_ERR_INVALID_ARGUMENT, "qmm_dequantize_weight: shape [%lld, %lld]",
-                  (long long)N, (long long)K);
+    QMM_FORWARD_IF_ERROR(check_shape("(qmm_dequantize_weight)", N, K, 0, sizeof(float)));
     QMM_RETURN_IF(n_scale != 1 && n_scale != N, QMM_ERR_INVALID_ARGUMENT,
                   "qmm_dequantize_weight: %lld scales for N=%lld", (long long)n_scale, (long long)N);
     QMM_RETURN_IF(!valid_gs(gs) || (gs && K % gs), QMM_ERR_UNSUPPORTED,
@@ -269,8 +277,10 @@ qmm_status qmm_weight_quantize(qmm_context *ctx, const char *name, const void *w
                                qmm_dtype bias_dtype, qmm_weight **out) {
     QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_weight_quantize: out is NULL");
     *out = NULL;
-    QMM_RETURN_IF(N <= 0 || K <= 0, QMM_ERR_INVALID_ARGUMENT, "weight %s: shape [%lld, %lld]", wname(name),
-                  (long long)N, (long long)K);
+    QMM_RETURN_IF(!ctx || !wf, QMM_ERR_INVALID_ARGUMENT, "weight %s: %s is NULL", wname(name), !ctx ? "ctx" : "w");
+    QMM_RETURN_IF(!is_float(wt), QMM_ERR_UNSUPPORTED, "weight %s: dtype %s (needs f32, f16 or bf16)", wname(name),
+                  qmm_dtype_name(wt));
+    QMM_FORWARD_IF_ERROR(check_shape(wname(name), N, K, ld, qmm_dtype_size(wt)));
     size_t bytes;
     QMM_RETURN_IF(!qmm_mul_ok((size_t)N, (size_t)K, &bytes), QMM_ERR_UNSUPPORTED, "weight %s: too large", wname(name));
     int8_t *wq = malloc(bytes);
