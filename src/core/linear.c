@@ -63,6 +63,13 @@ static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int n
                   (long long)c->ldx, (long long)c->K_in);
     QMM_RETURN_IF(c->ldy < w->N, QMM_ERR_INVALID_ARGUMENT, "layer %s: out row stride %lld < N=%lld", nm,
                   (long long)c->ldy, (long long)w->N);
+    /* byte offsets of the last row of x and y, and the int8 engines' q [M][Kp] + s [M] scratch,
+     * must fit int64: refused before any engine allocates */
+    const int64_t xs = (int64_t)qmm_dtype_size(a->x_dtype), ys = (int64_t)qmm_dtype_size(a->y_dtype);
+    const int64_t qrow = w->is_int8 ? w->i8.Kp + 4 : (int64_t)sizeof(float) * c->K_in;
+    QMM_RETURN_IF(a->M > INT64_MAX / c->ldx / xs || a->M > INT64_MAX / c->ldy / ys || a->M > INT64_MAX / qrow,
+                  QMM_ERR_UNSUPPORTED, "layer %s [%lld, %lld]: M=%lld rows with ldx=%lld, ldy=%lld too large (byte sizes overflow)",
+                  nm, (long long)w->N, (long long)w->K, (long long)a->M, (long long)c->ldx, (long long)c->ldy);
     if (need_buffers) {
         QMM_RETURN_IF(!a->x, QMM_ERR_INVALID_ARGUMENT, "layer %s: x is NULL", nm);
         QMM_RETURN_IF(!a->y, QMM_ERR_INVALID_ARGUMENT, "layer %s: y is NULL", nm);
@@ -145,6 +152,8 @@ qmm_status qmm_plan(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args
 size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size) {
     char tmp[64];
     if (!buf) size = 0;
+    if (size) buf[0] = 0;
+    if (!p) return 0;
     size_t len = 0;
 #define APPEND(...)                                                                     \
     do {                                                                                \
@@ -155,8 +164,8 @@ size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size) {
     else APPEND("engine: %s%s%s\n", qmm_engine_name(p->engine), p->is_fallback ? " (fallback)" : "",
                 p->status == QMM_ERR_FALLBACK_REFUSED ? " — refused: strict policy" : "");
     for (int id = 1; id < QMM_ENGINE_COUNT; id++)
-        APPEND("  %-12s %s%s\n", qmm_engine_name((qmm_engine_id)id), p->admitted[id] ? "admits" : "refuses: ",
-               p->admitted[id] ? "" : p->reason[id]);
+        APPEND("  %-12s %s%.*s\n", qmm_engine_name((qmm_engine_id)id), p->admitted[id] ? "admits" : "refuses: ",
+               QMM_REASON_MAX, p->admitted[id] ? "" : p->reason[id]);
 #undef APPEND
     return len;
 }
@@ -225,6 +234,7 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
 
 qmm_status qmm_activation_amax(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args, float *amax) {
     QMM_RETURN_IF(!ctx || !amax, QMM_ERR_INVALID_ARGUMENT, "qmm_activation_amax: %s is NULL", !ctx ? "ctx" : "amax");
+    QMM_RETURN_IF(!args, QMM_ERR_INVALID_ARGUMENT, "qmm_activation_amax: args is NULL");
     qmm_call c;
     qmm_linear_args a = *args;
     if (!a.y) a.y = amax; /* y is not written */
@@ -263,6 +273,9 @@ qmm_status qmm_linear_epilogue(qmm_context *ctx, const qmm_weight *w, int64_t M,
     QMM_RETURN_IF(ldacc < w->N || ldy < w->N, QMM_ERR_INVALID_ARGUMENT, "layer %s: epilogue strides < N=%lld",
                   w->name, (long long)w->N);
     QMM_RETURN_IF(!is_float(yt), QMM_ERR_UNSUPPORTED, "layer %s: epilogue out dtype %s", w->name, qmm_dtype_name(yt));
+    QMM_RETURN_IF(M > INT64_MAX / ldacc / 4 || M > INT64_MAX / ldy / (int64_t)qmm_dtype_size(yt), QMM_ERR_UNSUPPORTED,
+                  "layer %s: epilogue M=%lld with ldacc=%lld, ldy=%lld too large (byte sizes overflow)", w->name,
+                  (long long)M, (long long)ldacc, (long long)ldy);
     QMM_RETURN_IF(!w->is_int8, QMM_ERR_UNSUPPORTED, "layer %s: epilogue is for int8 weights", w->name);
     epi_job j = {w, acc, ldacc, M, 0, s, y, yt, ldy};
     int64_t tasks = ctx->n_threads * 4 < M ? ctx->n_threads * 4 : M;
