@@ -60,6 +60,10 @@ static int in_quant_metadata(const qmm_st_file *f, const char *L) {
 
 int qmm_quantize_file_selects(const qmm_st_file *f, const qmm_st_tensor *t, const qmm_quantize_file_options *opt,
                               char *why, size_t n) {
+    if (!f || !t || !t->name) {
+        if (why && n) snprintf(why, n, "NULL argument");
+        return 0;
+    }
     qmm_quantize_file_options o = opt ? *opt : qmm_quantize_file_options_default();
     char L[1024], tmp[1100];
     size_t len = strlen(t->name);
@@ -210,6 +214,9 @@ qmm_status qmm_quantize_file(const char *in, const char *out, const qmm_quantize
     QMM_RETURN_IF(!in || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_file: NULL path");
     qmm_quantize_file_options o = opt ? *opt : qmm_quantize_file_options_default();
     if (n_quantized) *n_quantized = 0;
+    QMM_RETURN_IF(o.convrot != -1 && o.convrot != 0 && o.convrot != 16 && o.convrot != 64 && o.convrot != 256,
+                  QMM_ERR_UNSUPPORTED, "qmm_quantize_file %s: convrot group %d (needs -1 auto, 0, 16, 64 or 256)", in,
+                  o.convrot);
     qmm_st_file *f;
     QMM_FORWARD_IF_ERROR(qmm_st_open(in, &f));
     item *items = calloc(qmm_st_count(f) ? qmm_st_count(f) : 1, sizeof *items);
