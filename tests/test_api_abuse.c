@@ -458,6 +458,39 @@ static void test_weight_outlives_context(qmm_context *ctx) {
     qmm_weight_destroy(w);
 }
 
+/* K beyond the exact-int32 limit (131071): every int8 engine refuses with the reason; the
+ * reference (by name) still runs, summing mod 2^32 without undefined behaviour */
+static void test_deep_k(qmm_context *ctx) {
+    const int64_t K = 131072;
+    int8_t *wq = malloc((size_t)K);
+    float *x = malloc((size_t)K * sizeof(float));
+    float sc = 0.5f, y = 0.0f;
+    if (!wq || !x) { free(wq); free(x); TU_CHECK(0, "out of memory"); return; }
+    memset(wq, -128, (size_t)K);
+    for (int64_t k = 0; k < K; k++) x[k] = -1.0f;
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.name = "deep"; d.N = 1; d.K = K; d.data = wq; d.scale = &sc; d.n_scale = 1;
+    qmm_weight *w = NULL;
+    TU_CHECK_OK(qmm_weight_create_int8(ctx, &d, &w));
+    if (w) {
+        qmm_linear_args a = qmm_linear_args_default();
+        a.M = 1; a.x = x; a.y = &y;
+        qmm_plan_info p;
+        TU_CHECK_OK(qmm_plan(ctx, w, &a, &p));
+        for (int e = QMM_ENGINE_AMX_INT8; e <= QMM_ENGINE_AVX2_INT8; e++)
+            TU_CHECK(!p.admitted[e], "K=%lld: int8 engine %s admits (int32 could overflow)", (long long)K,
+                     qmm_engine_name((qmm_engine_id)e));
+        if (qmm_engine_available(QMM_ENGINE_AVX512_VNNI, NULL, 0))
+            TU_CHECK(strstr(p.reason[QMM_ENGINE_AVX512_VNNI], "overflow") != NULL, "reason '%s'",
+                     p.reason[QMM_ENGINE_AVX512_VNNI]);
+        a.engine = QMM_ENGINE_REF;
+        TU_CHECK_OK(qmm_linear(ctx, w, &a));
+        qmm_weight_destroy(w);
+    }
+    free(wq);
+    free(x);
+}
+
 /* ---------------------------------------------------------------- files */
 static void test_io(qmm_context *ctx) {
     qmm_st_file *f = (qmm_st_file *)(uintptr_t)1;
@@ -669,6 +702,7 @@ int main(int argc, char **argv) {
         test_weights(ctx);
         test_linear(ctx, ctx2);
         test_weight_outlives_context(ctx);
+        test_deep_k(ctx);
         test_io(ctx);
 #ifdef QMM_WITH_MPI
         test_dist(ctx);

@@ -186,7 +186,10 @@ int qmm_env_max_isa(void);   /* QMM_MAX_ISA parsed, -1 if unset/unknown */
 /* Availability on this machine under a cap (hardware, OS permission, build, cap, disabled). */
 int qmm_engine_usable(const qmm_engine *e, int max_isa, uint32_t disabled, char *why, size_t n);
 
-/* The common admission checks every int8 engine shares (dtypes, act/K_in, gs, y dtype).
+/* The deepest K an int8 engine runs: 128 * 128 * K must fit an int32 accumulator exactly
+ * (activations reach -128; weights not from qmm's quantizer may hold -128). */
+#define QMM_MAX_INT8_K 131071
+/* The common admission checks every int8 engine shares (dtypes, act/K_in, gs, y dtype, K limit).
  * Engines call it first, then add their own. */
 const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n);
 const char *qmm_admit_common_float(const qmm_call *c, char *why, size_t n);

@@ -119,6 +119,11 @@ const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n) {
         snprintf(why, n, "K=%lld is not a multiple of the convrot group %d", (long long)w->K, w->convrot_gs);
         return why;
     }
+    if (w->K > QMM_MAX_INT8_K) {
+        snprintf(why, n, "K=%lld > %d: exact int32 accumulators could overflow (|q*w| <= 128*128 per k)",
+                 (long long)w->K, QMM_MAX_INT8_K);
+        return why;
+    }
     return NULL;
 }
 

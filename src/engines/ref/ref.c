@@ -36,9 +36,12 @@ static qmm_status ref_run_int8(qmm_context *ctx, const qmm_call *c) {
     size_t es = qmm_dtype_size(c->y_dtype);
     for (int64_t r = 0; r < M; r++) {
         for (int64_t n = 0; n < N; n++) {
-            int32_t sum = 0;
-            for (int64_t k = 0; k < K; k++) sum += (int32_t)q[r * Kp + k] * (int32_t)qmm_packed_i8_at(&w->i8, n, k);
-            acc[n] = sum;
+            /* summed mod 2^32 (defined behaviour), as the VNNI instructions do; exact when
+             * K <= QMM_MAX_INT8_K, the limit the fast engines admit */
+            uint32_t sum = 0;
+            for (int64_t k = 0; k < K; k++)
+                sum += (uint32_t)((int32_t)q[r * Kp + k] * (int32_t)qmm_packed_i8_at(&w->i8, n, k));
+            acc[n] = (int32_t)sum;
         }
         qmm_epilogue_block_ref(w, acc, N, 1, 0, N, &s[r], (char *)c->y + (size_t)(r * c->ldy) * es, c->y_dtype,
                                c->ldy);
