@@ -3,8 +3,10 @@
  * arena of its calls and the counters. Options not given come from the environment:
  * QMM_NUM_THREADS, QMM_MAX_ISA, QMM_VERBOSE=dispatch.
  */
+#define _GNU_SOURCE
 #include "qmm_internal.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,6 +31,12 @@ qmm_status qmm_context_create(const qmm_context_options *opt, qmm_context **out)
                   QMM_ERR_INVALID_ARGUMENT, "qmm_context_create: fallback policy %d unknown", (int)o.fallback);
     QMM_RETURN_IF(o.max_isa < -1 || o.max_isa > QMM_ISA_MAX, QMM_ERR_INVALID_ARGUMENT,
                   "qmm_context_create: max_isa=%d (needs -1..%d)", o.max_isa, QMM_ISA_MAX);
+    QMM_RETURN_IF(o.pin_threads && o.cpu_list && o.n_threads == 0, QMM_ERR_INVALID_ARGUMENT,
+                  "qmm_context_create: cpu_list given with n_threads=0 (it needs n_threads entries)");
+    if (o.pin_threads && o.cpu_list)
+        for (int i = 0; i < o.n_threads; i++)
+            QMM_RETURN_IF(o.cpu_list[i] < 0 || o.cpu_list[i] >= CPU_SETSIZE, QMM_ERR_INVALID_ARGUMENT,
+                          "qmm_context_create: cpu_list[%d]=%d (needs 0..%d)", i, o.cpu_list[i], CPU_SETSIZE - 1);
     int n = o.n_threads;
     if (n == 0) {
         const char *s = getenv("QMM_NUM_THREADS");
