@@ -155,8 +155,9 @@ typedef struct qmm_context_options {
     qmm_fallback_policy fallback;
     int max_isa;                 /* -1: QMM_MAX_ISA or no cap; else a qmm_isa */
     int verbose;                 /* -1: from QMM_VERBOSE (=dispatch); 0 off; 1 dispatch log */
-    int pin_threads;             /* 1: pin worker i to cpu_list[i] (or CPU i if cpu_list NULL) */
-    const int *cpu_list;         /* n_threads entries, or NULL; copied */
+    int pin_threads;             /* 1: pin worker i to cpu_list[i] (or CPU i if cpu_list NULL);
+                                    worker 0 is the thread calling qmm_context_create */
+    const int *cpu_list;         /* n_threads (> 0) entries in 0..CPU_SETSIZE-1, or NULL; copied */
     uint32_t disabled_engines;   /* bit (1u << qmm_engine_id): never choose this engine */
 } qmm_context_options;
 qmm_context_options qmm_context_options_default(void);
@@ -195,6 +196,10 @@ typedef struct qmm_weight_desc {
                                  (full_precision_matrix_mult): run W8A16 on a float engine */
 } qmm_weight_desc;
 qmm_weight_desc qmm_weight_desc_default(void);
+/* Shape limits of every weight function: N, K >= 1 (else INVALID_ARGUMENT); each <= 2^31,
+ * N·K <= 2^36 elements and N·ld bytes within int64 (else QMM_ERR_UNSUPPORTED "too large"),
+ * refused before anything is allocated. The int8 engines run K <= 131071 (exact int32
+ * accumulators); a deeper layer goes to the float fallback. */
 qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *desc, qmm_weight **out);
 
 /* SPEC §2: quantize a float matrix into int8 + scales. */
@@ -259,7 +264,9 @@ typedef struct qmm_linear_args {
 qmm_linear_args qmm_linear_args_default(void);
 
 /* y = epilogue(engine(quantize(rotate(act(x)))) · Wᵀ) per SPEC §1; for a float weight,
- * y = act(x) · Wᵀ + bias on a float engine. */
+ * y = act(x) · Wᵀ + bias on a float engine. M whose byte sizes (M·ldx, M·ldy, the quantized
+ * activations M·Kp) overflow int64 is refused with QMM_ERR_UNSUPPORTED. Thread safety: one call
+ * at a time per context (see the top of this file); w may be shared. */
 qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args);
 
 /* SPEC §6 building blocks for row-parallel layers: the per-row amax of act(x) after rotation,
