@@ -227,7 +227,16 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
         }
     }
     st = e->run(ctx, &c);
-    if (st != QMM_OK) { ctx->counters.errors++; return st; }
+    if (st != QMM_OK) {
+        ctx->counters.errors++;
+        if (!strstr(qmm_last_error(), w->name)) { /* e.g. a scratch allocation: name the layer */
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", qmm_last_error());
+            return qmm_fail(st, "layer %s [%lld, %lld] M=%lld on %s: %s", w->name, (long long)w->N, (long long)w->K,
+                            (long long)c.M, e->name, msg);
+        }
+        return st;
+    }
     count(ctx, e->id, fallback);
     return QMM_OK;
 }
@@ -266,7 +275,8 @@ static void epi_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
 
 qmm_status qmm_linear_epilogue(qmm_context *ctx, const qmm_weight *w, int64_t M, const int32_t *acc, int64_t ldacc,
                                const float *s, void *y, qmm_dtype yt, int64_t ldy) {
-    QMM_RETURN_IF(!ctx || !w || !acc || !s || !y, QMM_ERR_INVALID_ARGUMENT, "qmm_linear_epilogue: NULL argument");
+    QMM_RETURN_IF(!ctx || !w || !acc || !s || !y, QMM_ERR_INVALID_ARGUMENT, "qmm_linear_epilogue: %s is NULL",
+                  !ctx ? "ctx" : !w ? "weight" : !acc ? "acc" : !s ? "token_scales" : "y");
     QMM_RETURN_IF(M <= 0, QMM_ERR_INVALID_ARGUMENT, "layer %s: epilogue M=%lld", w->name, (long long)M);
     if (!ldacc) ldacc = w->N;
     if (!ldy) ldy = w->N;

@@ -258,7 +258,8 @@ qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K
 
 qmm_status qmm_dequantize_weight(const int8_t *wq, int64_t N, int64_t K, const float *scales, int64_t n_scale,
                                  int gs, float *out) {
-    QMM_RETURN_IF(!wq || !scales || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_dequantize_weight: NULL argument");
+    QMM_RETURN_IF(!wq || !scales || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_dequantize_weight: %s is NULL",
+                  !wq ? "wq" : !scales ? "scales" : "out");
     QMM_FORWARD_IF_ERROR(check_shape("(qmm_dequantize_weight)", N, K, 0, sizeof(float)));
     QMM_RETURN_IF(n_scale != 1 && n_scale != N, QMM_ERR_INVALID_ARGUMENT,
                   "qmm_dequantize_weight: %lld scales for N=%lld", (long long)n_scale, (long long)N);
