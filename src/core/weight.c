@@ -121,17 +121,17 @@ qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *d, qm
     const int64_t Kq = w->i8.Kp / 4;
     int neg128 = 0;
     for (int64_t n = 0; n < w->i8.Np; n++) {
-        int32_t sum = 0;
+        uint32_t sum = 0; /* mod 2^32 (K up to 2^31 would overflow int32); exact for admitted K */
         if (n < N) {
             const int8_t *row = d->data + n * ld;
             int8_t *dst = w->i8.data + (n / 16) * Kq * 64 + (n % 16) * 4;
             for (int64_t k = 0; k < K; k++) {
                 dst[(k / 4) * 64 + (k % 4)] = row[k];
-                sum += row[k];
+                sum += (uint32_t)(int32_t)row[k];
                 neg128 |= row[k] == -128;
             }
         }
-        w->i8.colsum[n] = sum;
+        w->i8.colsum[n] = (int32_t)sum;
     }
     w->has_neg128 = neg128;
     for (int64_t n = 0; n < N; n++) w->scale[n] = d->scale[d->n_scale == 1 ? 0 : n];
