@@ -158,7 +158,8 @@ typedef struct qmm_context_options {
     int pin_threads;             /* 1: pin worker i to cpu_list[i] (or CPU i if cpu_list NULL);
                                     worker 0 is the thread calling qmm_context_create */
     const int *cpu_list;         /* n_threads (> 0) entries in 0..CPU_SETSIZE-1, or NULL; copied */
-    uint32_t disabled_engines;   /* bit (1u << qmm_engine_id): never choose this engine */
+    uint32_t disabled_engines;   /* bit (1u << qmm_engine_id): dispatch (AUTO) never chooses this
+                                    engine; an engine asked for by name still runs */
 } qmm_context_options;
 qmm_context_options qmm_context_options_default(void);
 

@@ -275,6 +275,13 @@ qmm_status qmm_tp_linear_create(qmm_context *ctx, qmm_comm *comm, const qmm_weig
     const int g = d->convrot_gs;
     int64_t unit = o.unit > 0 ? o.unit : (o.kind == QMM_TP_ROW && g ? g : 1);
     st = tp_split(nm, o.kind == QMM_TP_ROW ? "K" : "N", L->width, unit, o.split, comm->size, L->off);
+    /* the int32 partials are summed across ranks: the FULL K must fit the int32 accumulator, as it
+     * must for one process (whose int8 engines refuse K > QMM_MAX_INT8_K and fall back to float) */
+    if (st == QMM_OK && o.kind == QMM_TP_ROW && d->K > QMM_MAX_INT8_K)
+        st = qmm_fail(QMM_ERR_UNSUPPORTED,
+                      "layer %s [%lld, %lld]: row-parallel K=%lld > %d overflows the int32 partial sums (run it "
+                      "column-parallel, or on one process where it falls back to a float engine)",
+                      nm, (long long)d->N, (long long)d->K, (long long)d->K, QMM_MAX_INT8_K);
     for (int r = 0; st == QMM_OK && o.kind == QMM_TP_ROW && g && r < comm->size; r++)
         if (L->off[r] % g || L->off[r + 1] % g)
             st = qmm_fail(QMM_ERR_UNSUPPORTED,

@@ -8,7 +8,8 @@
  *     explicit splits, convrot, swiglu/gelu, full or local x, every dtype;
  *   - the MLP pair (fc1 [gate; up] → swiglu → fc2) and the attention pair (qkv → core →
  *     out_proj);
- *   - errors: a misaligned convrot split, a mismatched shape or shard on one rank, a different M
+ *   - errors: a misaligned convrot split, a row-parallel K too deep for int32 partial sums, a
+ *     mismatched shape or shard on one rank, a different M
  *     on one rank, a local failure on one rank — every rank gets the error, nobody hangs, and the
  *     communicator still works afterwards.
  * Engines: the reference (by name) always; each int8 engine that admits the layers; AUTO for
@@ -369,6 +370,24 @@ static void test_errors(void) {
                "rank 1");
     qmm_tp_linear_destroy(T);
     T = NULL;
+    /* 4b. a K whose full int32 partial sums could overflow: refused on every rank at create, before
+     *     any packing (one process would refuse it for every int8 engine and fall back to float) */
+    {
+        int64_t Kbig = 131072 + 16 * R;
+        int8_t *wbig = calloc((size_t)Kbig, 1);
+        float sc = 1.0f;
+        qmm_weight_desc db = qmm_weight_desc_default();
+        db.name = "err.deepk";
+        db.N = 1;
+        db.K = Kbig;
+        db.data = wbig;
+        db.scale = &sc;
+        db.n_scale = 1;
+        expect_all("row-parallel K > int32-safe depth", qmm_tp_linear_create(g_ctx, g_comm, &db, &o, &T),
+                   QMM_ERR_UNSUPPORTED, "overflows the int32 partial sums");
+        TU_CHECK(T == NULL, "no handle after a refused deep-K create");
+        free(wbig);
+    }
     /* 5. run-time: a different M on rank 0, then x = NULL on the last rank */
     TU_CHECK_OK(qmm_tp_linear_create(g_ctx, g_comm, &L.d, &o, &T));
     if (T) {
