@@ -14,7 +14,7 @@
 void qmm_tp_desc_release(void *owned) { free(owned); }
 
 qmm_status qmm_tp_desc_from_model(const qmm_model *m, const char *layer, qmm_weight_desc *desc, void **owned) {
-    QMM_RETURN_IF(!m || !layer || !desc || !owned, QMM_ERR_INVALID_ARGUMENT, "qmm_tp_desc_from_model: NULL argument");
+    QMM_RETURN_IF(!m || !layer || !desc || !owned, QMM_ERR_INVALID_ARGUMENT, "qmm_tp_desc_from_model: %s is NULL", !m ? "model" : !layer ? "layer name" : !desc ? "desc" : "owned");
     *owned = NULL;
     const qmm_layer_info *li = NULL;
     QMM_FORWARD_IF_ERROR(qmm_model_find(m, layer, &li));

@@ -343,7 +343,7 @@ static size_t layer_index(const qmm_model *m, const char *name) {
 }
 
 qmm_status qmm_model_find(const qmm_model *m, const char *layer, const qmm_layer_info **out) {
-    QMM_RETURN_IF(!m || !layer || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_model_find: NULL argument");
+    QMM_RETURN_IF(!m || !layer || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_model_find: %s is NULL", !m ? "model" : !layer ? "layer name" : "out");
     size_t i = layer_index(m, layer);
     *out = i == (size_t)-1 ? NULL : &m->layers[i];
     QMM_RETURN_IF(!*out, QMM_ERR_NOT_FOUND, "%s: no layer named '%s' (%zu layers)", m->f->path, layer, m->n);
@@ -416,7 +416,7 @@ qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const c
 qmm_status qmm_model_weight(qmm_model *m, qmm_context *ctx, const char *layer, const qmm_weight **out) {
     QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_model_weight: out is NULL");
     *out = NULL;
-    QMM_RETURN_IF(!m || !layer, QMM_ERR_INVALID_ARGUMENT, "qmm_model_weight: NULL argument");
+    QMM_RETURN_IF(!m || !layer, QMM_ERR_INVALID_ARGUMENT, "qmm_model_weight: %s is NULL", !m ? "model" : "layer name");
     size_t i = layer_index(m, layer);
     QMM_RETURN_IF(i == (size_t)-1, QMM_ERR_NOT_FOUND, "%s: no layer named '%s' (%zu layers)", m->f->path, layer,
                   m->n);

@@ -351,7 +351,7 @@ const qmm_st_tensor *qmm_st_get(const qmm_st_file *f, const char *name) {
 }
 
 qmm_status qmm_st_find(const qmm_st_file *f, const char *name, const qmm_st_tensor **out) {
-    QMM_RETURN_IF(!f || !name || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_st_find: NULL argument");
+    QMM_RETURN_IF(!f || !name || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_st_find: %s is NULL", !f ? "file" : !name ? "tensor name" : "out");
     *out = qmm_st_get(f, name);
     QMM_RETURN_IF(!*out, QMM_ERR_NOT_FOUND, "%s: no tensor named '%s'", f->path, name);
     return QMM_OK;

@@ -86,7 +86,7 @@ qmm_status qmm_st_writer_create(const char *path, qmm_st_writer **out) {
 static bool name_ok(const char *s) { return qmm_utf8_valid((const unsigned char *)s, strlen(s), NULL); }
 
 qmm_status qmm_st_writer_set_metadata(qmm_st_writer *w, const char *key, const char *value) {
-    QMM_RETURN_IF(!w || !key || !value, QMM_ERR_INVALID_ARGUMENT, "qmm_st_writer_set_metadata: NULL argument");
+    QMM_RETURN_IF(!w || !key || !value, QMM_ERR_INVALID_ARGUMENT, "qmm_st_writer_set_metadata: %s is NULL", !w ? "writer" : !key ? "key" : "value");
     QMM_RETURN_IF(w->stage != 0, QMM_ERR_INVALID_ARGUMENT, "%s: metadata '%s' set after the header was written",
                   w->path, key);
     QMM_RETURN_IF(!name_ok(key) || !name_ok(value), QMM_ERR_INVALID_ARGUMENT, "%s: metadata '%s' is not UTF-8",
@@ -121,7 +121,7 @@ qmm_status qmm_st_writer_set_metadata(qmm_st_writer *w, const char *key, const c
 qmm_status qmm_st_writer_declare(qmm_st_writer *w, const char *name, qmm_st_dtype dtype, int ndim,
                                  const int64_t *shape) {
     QMM_RETURN_IF(!w || !name || (ndim > 0 && !shape), QMM_ERR_INVALID_ARGUMENT,
-                  "qmm_st_writer_declare: NULL argument");
+                  "qmm_st_writer_declare: %s is NULL", !w ? "writer" : !name ? "tensor name" : "shape");
     QMM_RETURN_IF(w->stage != 0, QMM_ERR_INVALID_ARGUMENT, "%s: tensor '%s' declared after the header was written",
                   w->path, name);
     QMM_RETURN_IF(!strcmp(name, "__metadata__") || !name_ok(name), QMM_ERR_INVALID_ARGUMENT,
@@ -240,7 +240,7 @@ qmm_status qmm_st_writer_begin(qmm_st_writer *w) {
 }
 
 qmm_status qmm_st_writer_write(qmm_st_writer *w, const void *data, size_t nbytes) {
-    QMM_RETURN_IF(!w || (!data && nbytes), QMM_ERR_INVALID_ARGUMENT, "qmm_st_writer_write: NULL argument");
+    QMM_RETURN_IF(!w || (!data && nbytes), QMM_ERR_INVALID_ARGUMENT, "qmm_st_writer_write: %s is NULL", !w ? "writer" : "data");
     QMM_RETURN_IF(w->stage != 1, QMM_ERR_INVALID_ARGUMENT, "%s: write outside the data phase", w->path);
     while (nbytes > 0) {
         QMM_RETURN_IF(w->cur >= w->n, QMM_ERR_INVALID_ARGUMENT, "%s: %zu bytes written past the last tensor",
