@@ -121,20 +121,6 @@ static int64_t k_for(int gs) {
     return ks[tu_rand_int(0, (int64_t)(sizeof ks / sizeof ks[0]) - 1)];
 }
 
-static void store_bits(void *x, qmm_dtype t, int64_t i, uint32_t bits) {
-    if (t == QMM_F32) ((uint32_t *)x)[i] = bits;
-    else ((uint16_t *)x)[i] = (uint16_t)bits;
-}
-static int is_nonfinite_bits(qmm_dtype t, uint32_t b) {
-    if (t == QMM_F32) return (b & 0x7f800000u) == 0x7f800000u;
-    if (t == QMM_BF16) return (b & 0x7f80u) == 0x7f80u;
-    return (b & 0x7c00u) == 0x7c00u;
-}
-static int is_nan_bits(qmm_dtype t, uint32_t b) {
-    if (t == QMM_F32) return (b & 0x7fffffffu) > 0x7f800000u;
-    if (t == QMM_BF16) return (b & 0x7fffu) > 0x7f80u;
-    return (b & 0x7fffu) > 0x7c00u;
-}
 
 /* random panels: normal values at many scales, or random bits (per row at most one non-finite
  * value, and a NaN only without act and rotation: two NaN payloads meeting — an input NaN and one
@@ -164,9 +150,9 @@ static void random_panels(void) {
                 for (int64_t k = 0; k < ldx; k++) {
                     uint32_t b = (uint32_t)tu_rand_u64();
                     if (t != QMM_F32) b &= 0xffffu;
-                    if (is_nonfinite_bits(t, b) && (nonfinite++ || (is_nan_bits(t, b) && (act || gs))))
+                    if (tu_is_nonfinite_bits(t, b) && (nonfinite++ || (tu_is_nan_bits(t, b) && (act || gs))))
                         b &= t == QMM_F32 ? 0x807fffffu : t == QMM_F16 ? 0x83ffu : 0x807fu;
-                    store_bits(xr, t, k, b);
+                    tu_store_bits(xr, t, k, b);
                 }
             }
         }
@@ -186,11 +172,11 @@ static void all_codes(void) {
                 int row = (row0 + i) % 1024, nan_seen = 0;
                 for (int j = 0; j < 64; j++) {
                     uint16_t c = (uint16_t)(row * 64 + j);
-                    if (is_nan_bits(t, c) && (row % 16 || nan_seen++)) c = 0;
+                    if (tu_is_nan_bits(t, c) && (row % 16 || nan_seen++)) c = 0;
                     if (row % 16 == 0 && (c & 0x7fffu) == (t == QMM_F16 ? 0x7c00u : 0x7f80u)) c = 0;
                     x[i][j] = c;
                     x[i][64 + j] = (uint16_t)tu_rand_u64(); /* swiglu "up" half */
-                    if (is_nan_bits(t, x[i][64 + j])) x[i][64 + j] = 0x3c00;
+                    if (tu_is_nan_bits(t, x[i][64 + j])) x[i][64 + j] = 0x3c00;
                 }
             }
             for (int a = 0; a < 3; a++)

@@ -98,3 +98,20 @@ double tu_ulp(double v, qmm_dtype t) {
     if (t == QMM_F16 && u < ldexp(1, -24)) u = ldexp(1, -24);
     return u;
 }
+
+void tu_store_bits(void *x, qmm_dtype t, int64_t i, uint32_t bits) {
+    if (t == QMM_F32) ((uint32_t *)x)[i] = bits;
+    else ((uint16_t *)x)[i] = (uint16_t)bits;
+}
+
+int tu_is_nonfinite_bits(qmm_dtype t, uint32_t b) {
+    if (t == QMM_F32) return (b & 0x7f800000u) == 0x7f800000u;
+    if (t == QMM_BF16) return (b & 0x7f80u) == 0x7f80u;
+    return (b & 0x7c00u) == 0x7c00u;
+}
+
+int tu_is_nan_bits(qmm_dtype t, uint32_t b) {
+    if (t == QMM_F32) return (b & 0x7fffffffu) > 0x7f800000u;
+    if (t == QMM_BF16) return (b & 0x7fffu) > 0x7f80u;
+    return (b & 0x7fffu) > 0x7c00u;
+}

@@ -39,6 +39,11 @@ void tu_note(const char *fmt, ...)
 #endif
     ;
 
+/* raw bit patterns of f32 (32 bits) / f16 / bf16 (16 bits) elements, for hostile inputs */
+void tu_store_bits(void *x, qmm_dtype t, int64_t i, uint32_t bits);
+int  tu_is_nonfinite_bits(qmm_dtype t, uint32_t bits);
+int  tu_is_nan_bits(qmm_dtype t, uint32_t bits);
+
 /* bytes of an output element for comparisons */
 float tu_load(const void *p, qmm_dtype t, int64_t i);
 /* 1 ulp of dtype t at magnitude |v| */
