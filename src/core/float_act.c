@@ -201,15 +201,34 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     j->epi(c, C, g->nr, rlast - rfirst, j->r0 + rfirst, n0, ncols);
 }
 
-/* rows per chunk: bounds the A scratch and keeps a chunk's kc-slice of A in L2 */
+/* Rows per chunk. The chunk's packed A is re-read by every column task (N / nr times), so it
+ * must stay in the last-level cache: at most QMM_FLOAT_MC rows (bounds the C tile of a task and
+ * the scratch) and at most QMM_FLOAT_A_BYTES of A (3/8 of the 32 MiB L3 measured on; bench/NOTES.md
+ * "float engines" version 3: 384 rows × K = 14336 in f32 = 22 MB fell out of L3 and ran at
+ * 46-55 % of the FMA peak; 16 MiB chunks 66-78 %, 12 MiB 77-80 %, 8 MiB 76-83 %). Large chunks amortize the B block (widened or
+ * copied once per task and k-block), so the chunks are as large as allowed and of equal size.
+ * Results do not depend on the chunking (each output element is its own chain over k). */
 #define QMM_FLOAT_MC 384
+#define QMM_FLOAT_A_BYTES ((int64_t)12 << 20)
+
+static int64_t chunk_rows(int64_t M, int64_t Ka, size_t es, int mr) {
+    int64_t row_bytes = Ka * (int64_t)es;
+    if (row_bytes < 1) row_bytes = 1;
+    int64_t cap = QMM_FLOAT_A_BYTES / row_bytes / mr * mr;
+    const int64_t mc_max = qmm_round_up(QMM_FLOAT_MC, mr);
+    if (cap > mc_max) cap = mc_max;
+    if (cap < mr) cap = mr;
+    if (M <= cap) return qmm_round_up(M, mr);
+    const int64_t chunks = (M + cap - 1) / cap;
+    return qmm_round_up((M + chunks - 1) / chunks, mr); /* <= cap: cap is a multiple of mr */
+}
 
 qmm_status qmm_float_gemm(qmm_context *ctx, const qmm_call *c, const qmm_fgemm *g) {
     const int64_t M = c->M, N = c->N, K = c->K;
     const int nt = ctx->n_threads;
     const int64_t Ka = g->bf16 ? qmm_round_up(K, 2) : K;
-    const int64_t mc = c->M < QMM_FLOAT_MC ? qmm_round_up(M, g->mr) : qmm_round_up(QMM_FLOAT_MC, g->mr);
     const size_t es = g->bf16 ? 2 : 4;
+    const int64_t mc = chunk_rows(M, Ka, es, g->mr);
     size_t abytes;
     QMM_RETURN_IF(!qmm_mul_ok((size_t)mc * (size_t)Ka, es, &abytes), QMM_ERR_UNSUPPORTED,
                   "layer %s: K=%lld too large for the float engines", c->w->name, (long long)K);
