@@ -203,10 +203,11 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
 
 /* Rows per chunk. The chunk's packed A is re-read by every column task (N / nr times), so it
  * must stay in the last-level cache: at most QMM_FLOAT_MC rows (bounds the C tile of a task and
- * the scratch) and at most QMM_FLOAT_A_BYTES of A (3/8 of the 32 MiB L3 measured on; bench/NOTES.md
- * "float engines" version 3: 384 rows × K = 14336 in f32 = 22 MB fell out of L3 and ran at
- * 46-55 % of the FMA peak; 16 MiB chunks 66-78 %, 12 MiB 77-80 %, 8 MiB 76-83 %). Large chunks amortize the B block (widened or
- * copied once per task and k-block), so the chunks are as large as allowed and of equal size.
+ * the scratch) and at most QMM_FLOAT_A_BYTES of A (3/8 of the 32 MiB L3 it was tuned on;
+ * bench/NOTES.md "float engines" version 3: 384 rows × K = 14336 in f32 = 22 MB fell out of L3
+ * and ran at 46-55 % of the FMA peak; 16 MiB chunks 66-78 %, 12 MiB 77-80 %, 8 MiB 76-83 %).
+ * Large chunks amortize the B block (widened or copied once per task and k-block, and f32
+ * weights re-streamed once per chunk), so the chunks are as large as allowed and of equal size.
  * Results do not depend on the chunking (each output element is its own chain over k). */
 #define QMM_FLOAT_MC 384
 #define QMM_FLOAT_A_BYTES ((int64_t)12 << 20)

@@ -18,7 +18,8 @@
  * so that element (panel p, k, row i) of either kind lives at p·Ka·mr + k·mr (+ i, or + 2i for a
  * pair). Rows past M and k past K are zero. A panel's kc-slice is contiguous.
  *
- * The driver: M is processed in chunks of up to mc rows (prepared by a threaded pre-pass),
+ * The driver: M is processed in equal chunks of up to mc rows (≤ 384, and fewer at large K so
+ * that a chunk's packed A stays in the last-level cache; prepared by a threaded pre-pass),
  * then tasks = (column block of nr columns) × (group of panels), run on ctx->pool with a static
  * partition. Each task widens/copies its B block (kc × nr, zero columns past Np) with prep_b,
  * runs the kernel over its panels accumulating in an fp32 tile C[rows][nr], and applies the
