@@ -261,6 +261,24 @@ int main(int argc, char **argv) {
             }
         }
     }
+    /* deep K: the driver bounds the packed-A chunk (M rows × K) by bytes, so at K = 20011 an
+     * M of 300 runs in several K-limited chunks — the path large real layers take */
+    if (!quick) {
+        for (int kind = 0; kind <= 2; kind += 2) {
+            wcase wc;
+            memset(&wc, 0, sizeof wc);
+            wc.K = 20011;
+            wc.N = 70;
+            wc.kind = kind;
+            wc.has_bias = 1;
+            wc.bias_dtype = QMM_F32;
+            if (!make_weight(ctx1, &wc)) { wcase_free(&wc); continue; }
+            for (int i = 0; i < N_ENG; i++)
+                if (avail[i]) run_case(ctx1, ctx2, &wc, 401, k_engines[i]); /* > 314 bf16 / 157 f32 rows */
+            if (avail[1] && avail[2]) same_bits_f32(ctx2, &wc, 300);
+            wcase_free(&wc);
+        }
+    }
     for (int i = 0; i < N_ENG; i++)
         if (avail[i]) tu_note("%s: worst |error| / tolerance %.3g", qmm_engine_name(k_engines[i]),
                               g_worst[k_engines[i]]);
