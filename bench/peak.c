@@ -60,6 +60,24 @@ size_t qmm_llc_bytes(void) {
     return l2 > (32l << 20) ? (size_t)l2 : (size_t)32 << 20;
 }
 
+/* zero registers 0..15 (accumulators and the all-zero operands) before each loop */
+#define ZERO_XMM0_15 "vpxor %%xmm0, %%xmm0, %%xmm0\n\t" \
+    "vpxor %%xmm1, %%xmm1, %%xmm1\n\t" \
+    "vpxor %%xmm2, %%xmm2, %%xmm2\n\t" \
+    "vpxor %%xmm3, %%xmm3, %%xmm3\n\t" \
+    "vpxor %%xmm4, %%xmm4, %%xmm4\n\t" \
+    "vpxor %%xmm5, %%xmm5, %%xmm5\n\t" \
+    "vpxor %%xmm6, %%xmm6, %%xmm6\n\t" \
+    "vpxor %%xmm7, %%xmm7, %%xmm7\n\t" \
+    "vpxor %%xmm8, %%xmm8, %%xmm8\n\t" \
+    "vpxor %%xmm9, %%xmm9, %%xmm9\n\t" \
+    "vpxor %%xmm10, %%xmm10, %%xmm10\n\t" \
+    "vpxor %%xmm11, %%xmm11, %%xmm11\n\t" \
+    "vpxor %%xmm12, %%xmm12, %%xmm12\n\t" \
+    "vpxor %%xmm13, %%xmm13, %%xmm13\n\t" \
+    "vpxor %%xmm14, %%xmm14, %%xmm14\n\t" \
+    "vpxor %%xmm15, %%xmm15, %%xmm15\n\t"
+
 static volatile int64_t g_sink;
 
 /* ---------------------------------------------------------------- loops: return ops done
@@ -69,22 +87,7 @@ static volatile int64_t g_sink;
 __attribute__((target("avx512f,avx512vnni"))) static double loop_vnni512(int64_t it) {
     int64_t n = it;
     __asm__ volatile(
-            "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
-            "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
-            "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
-            "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
-            "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
-            "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
-            "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
-            "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
-            "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
-            "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
-            "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
-            "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
-            "vpxor %%xmm12, %%xmm12, %%xmm12\n\t"
-            "vpxor %%xmm13, %%xmm13, %%xmm13\n\t"
-            "vpxor %%xmm14, %%xmm14, %%xmm14\n\t"
-            "vpxor %%xmm15, %%xmm15, %%xmm15\n\t"
+            ZERO_XMM0_15
             "1:\n\t"
             "vpdpbusd %%zmm15, %%zmm14, %%zmm0\n\t"
             "vpdpbusd %%zmm15, %%zmm14, %%zmm1\n\t"
@@ -110,22 +113,7 @@ __attribute__((target("avx512f,avx512vnni"))) static double loop_vnni512(int64_t
 __attribute__((target("avx2"))) static double loop_vnni256(int64_t it) {
     int64_t n = it;
     __asm__ volatile(
-            "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
-            "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
-            "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
-            "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
-            "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
-            "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
-            "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
-            "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
-            "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
-            "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
-            "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
-            "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
-            "vpxor %%xmm12, %%xmm12, %%xmm12\n\t"
-            "vpxor %%xmm13, %%xmm13, %%xmm13\n\t"
-            "vpxor %%xmm14, %%xmm14, %%xmm14\n\t"
-            "vpxor %%xmm15, %%xmm15, %%xmm15\n\t"
+            ZERO_XMM0_15
             "1:\n\t"
             "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm0\n\t"
             "%{vex%} vpdpbusd %%ymm15, %%ymm14, %%ymm1\n\t"
@@ -151,22 +139,7 @@ __attribute__((target("avx2"))) static double loop_vnni256(int64_t it) {
 __attribute__((target("avx2"))) static double loop_avx2_int8(int64_t it) {
     int64_t n = it;
     __asm__ volatile(
-            "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
-            "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
-            "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
-            "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
-            "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
-            "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
-            "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
-            "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
-            "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
-            "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
-            "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
-            "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
-            "vpxor %%xmm12, %%xmm12, %%xmm12\n\t"
-            "vpxor %%xmm13, %%xmm13, %%xmm13\n\t"
-            "vpxor %%xmm14, %%xmm14, %%xmm14\n\t"
-            "vpxor %%xmm15, %%xmm15, %%xmm15\n\t"
+            ZERO_XMM0_15
             "1:\n\t"
             "vpsignb %%ymm14, %%ymm15, %%ymm8\n\t"
             "vpmaddubsw %%ymm8, %%ymm13, %%ymm8\n\t"
@@ -228,22 +201,7 @@ __attribute__((target("avx2"))) static double loop_avx2_int8(int64_t it) {
 __attribute__((target("avx512f,avx512bf16"))) static double loop_bf16_512(int64_t it) {
     int64_t n = it;
     __asm__ volatile(
-            "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
-            "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
-            "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
-            "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
-            "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
-            "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
-            "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
-            "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
-            "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
-            "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
-            "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
-            "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
-            "vpxor %%xmm12, %%xmm12, %%xmm12\n\t"
-            "vpxor %%xmm13, %%xmm13, %%xmm13\n\t"
-            "vpxor %%xmm14, %%xmm14, %%xmm14\n\t"
-            "vpxor %%xmm15, %%xmm15, %%xmm15\n\t"
+            ZERO_XMM0_15
             "1:\n\t"
             "vdpbf16ps %%zmm15, %%zmm14, %%zmm0\n\t"
             "vdpbf16ps %%zmm15, %%zmm14, %%zmm1\n\t"
@@ -269,22 +227,7 @@ __attribute__((target("avx512f,avx512bf16"))) static double loop_bf16_512(int64_
 __attribute__((target("avx512f"))) static double loop_fma512(int64_t it) {
     int64_t n = it;
     __asm__ volatile(
-            "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
-            "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
-            "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
-            "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
-            "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
-            "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
-            "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
-            "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
-            "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
-            "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
-            "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
-            "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
-            "vpxor %%xmm12, %%xmm12, %%xmm12\n\t"
-            "vpxor %%xmm13, %%xmm13, %%xmm13\n\t"
-            "vpxor %%xmm14, %%xmm14, %%xmm14\n\t"
-            "vpxor %%xmm15, %%xmm15, %%xmm15\n\t"
+            ZERO_XMM0_15
             "1:\n\t"
             "vfmadd231ps %%zmm15, %%zmm14, %%zmm0\n\t"
             "vfmadd231ps %%zmm15, %%zmm14, %%zmm1\n\t"
@@ -310,22 +253,7 @@ __attribute__((target("avx512f"))) static double loop_fma512(int64_t it) {
 __attribute__((target("avx2,fma"))) static double loop_fma256(int64_t it) {
     int64_t n = it;
     __asm__ volatile(
-            "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
-            "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
-            "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
-            "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
-            "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
-            "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
-            "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
-            "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
-            "vpxor %%xmm8, %%xmm8, %%xmm8\n\t"
-            "vpxor %%xmm9, %%xmm9, %%xmm9\n\t"
-            "vpxor %%xmm10, %%xmm10, %%xmm10\n\t"
-            "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
-            "vpxor %%xmm12, %%xmm12, %%xmm12\n\t"
-            "vpxor %%xmm13, %%xmm13, %%xmm13\n\t"
-            "vpxor %%xmm14, %%xmm14, %%xmm14\n\t"
-            "vpxor %%xmm15, %%xmm15, %%xmm15\n\t"
+            ZERO_XMM0_15
             "1:\n\t"
             "vfmadd231ps %%ymm15, %%ymm14, %%ymm0\n\t"
             "vfmadd231ps %%ymm15, %%ymm14, %%ymm1\n\t"
