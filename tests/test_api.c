@@ -208,6 +208,48 @@ static void test_plan_and_counters(void) {
     qmm_context_destroy(ctx);
 }
 
+/* The longest "no engine admits it" message: a 127-byte layer name and every engine refusing.
+ * Every engine's name and its whole reason (as qmm_plan gives it) must be in the message: on
+ * AMX machines the reasons are longest, and a fixed 512-byte buffer once cut the end off. */
+static void test_longest_message(void) {
+    char name[200];
+    memset(name, 'L', sizeof name);
+    name[199] = 0;
+    int8_t w[16 * 64];
+    float sc = 0.01f;
+    tu_fill_i8(w, 16 * 64, -127, 127);
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.name = name; d.N = 16; d.K = 64; d.data = w; d.scale = &sc; d.n_scale = 1;
+    const int caps[2] = {QMM_ISA_NONE, -1};
+    for (int ci = 0; ci < 2; ci++) {
+        qmm_context_options o = qmm_context_options_default();
+        o.max_isa = caps[ci];
+        if (caps[ci] == -1) o.disabled_engines = ~0u; /* no cap: every engine disabled for dispatch */
+        qmm_context *ctx;
+        qmm_weight *wt;
+        TU_CHECK_OK(qmm_context_create(&o, &ctx));
+        TU_CHECK_OK(qmm_weight_create_int8(ctx, &d, &wt));
+        float x[64] = {0}, y[16];
+        qmm_linear_args a = qmm_linear_args_default();
+        a.M = 1; a.x = x; a.y = y;
+        qmm_plan_info p;
+        TU_CHECK_OK(qmm_plan(ctx, wt, &a, &p));
+        qmm_status st = qmm_linear(ctx, wt, &a);
+        const char *msg = qmm_last_error();
+        TU_CHECK(st == QMM_ERR_NO_ENGINE, "cap %d: %s (%s)", caps[ci], qmm_status_name(st), msg);
+        TU_CHECK(strstr(msg, "LLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLL"), "the layer name: %s", msg);
+        for (int e = QMM_ENGINE_AMX_INT8; e < QMM_ENGINE_COUNT; e++) {
+            TU_CHECK(!p.admitted[e], "cap %d: %s admitted", caps[ci], qmm_engine_name((qmm_engine_id)e));
+            TU_CHECK(strstr(msg, qmm_engine_name((qmm_engine_id)e)) && strstr(msg, p.reason[e]),
+                     "cap %d: the message lost %s's reason '%s': %s", caps[ci], qmm_engine_name((qmm_engine_id)e),
+                     p.reason[e], msg);
+        }
+        tu_note("longest message (%zu bytes): %s", strlen(msg), msg);
+        qmm_weight_destroy(wt);
+        qmm_context_destroy(ctx);
+    }
+}
+
 /* QMM_MAX_ISA and QMM_VERBOSE=dispatch are read at context creation; the log goes to stderr. */
 static void test_environment(void) {
     setenv("QMM_MAX_ISA", "avx2", 1);
@@ -268,6 +310,7 @@ int main(int argc, char **argv) {
     test_bad_input(ctx);
     qmm_context_destroy(ctx);
     test_plan_and_counters();
+    test_longest_message();
     test_environment();
     return tu_finish();
 }

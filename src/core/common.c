@@ -41,7 +41,9 @@ const char *qmm_act_name(qmm_act a) {
     return "unknown";
 }
 
-static _Thread_local char g_last_error[512];
+/* Sized for the longest message the library writes: a layer name (128), its shape and M, and
+ * every engine's name with its full reason (qmm_linear's "no engine admits it"). */
+static _Thread_local char g_last_error[256 + QMM_ENGINE_COUNT * (QMM_REASON_MAX + 32)];
 
 qmm_status qmm_fail(qmm_status st, const char *fmt, ...) {
     va_list ap;

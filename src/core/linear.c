@@ -127,16 +127,31 @@ static void plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p) {
                                                                           : QMM_OK;
 }
 
-/* "amx_int8: no AMX; avx512_vnni: ..." for the engines of one kind */
-static void reasons_text(const qmm_plan_info *p, int int8_only, char *buf, size_t n) {
+/* "amx_int8, amx_bf16: no AMX; avx512_vnni: ..." for the refusing engines (of one kind when
+ * int8_only): engines with the same reason are listed together so that a reason shared by all
+ * (an ISA cap, say) is written once. buf holds QMM_REASONS_TEXT_MAX bytes: every engine's name and
+ * its own reason always fit, so the message never loses its end. */
+#define QMM_REASONS_TEXT_MAX (QMM_ENGINE_COUNT * (QMM_REASON_MAX + 32))
+static void reasons_text(const qmm_plan_info *p, int int8_only, char buf[QMM_REASONS_TEXT_MAX]) {
+    const size_t n = QMM_REASONS_TEXT_MAX;
     size_t len = 0;
+    int done[QMM_ENGINE_COUNT] = {0};
     buf[0] = 0;
-    for (int id = QMM_ENGINE_AMX_INT8; id < QMM_ENGINE_COUNT && len < n; id++) {
-        if (int8_only && !qmm_engine_is_int8((qmm_engine_id)id)) continue;
-        if (p->admitted[id]) continue;
-        int k = snprintf(buf + len, n - len, "%s%s: %s", len ? "; " : "", qmm_engine_name((qmm_engine_id)id),
-                         p->reason[id]);
-        if (k < 0) break;
+    for (int id = QMM_ENGINE_AMX_INT8; id < QMM_ENGINE_COUNT; id++) {
+        if (done[id] || p->admitted[id] || (int8_only && !qmm_engine_is_int8((qmm_engine_id)id))) continue;
+        int k = snprintf(buf + len, n - len, "%s%s", len ? "; " : "", qmm_engine_name((qmm_engine_id)id));
+        if (k < 0 || (size_t)k >= n - len) break;
+        len += (size_t)k;
+        for (int j = id + 1; j < QMM_ENGINE_COUNT; j++) {
+            if (p->admitted[j] || (int8_only && !qmm_engine_is_int8((qmm_engine_id)j))) continue;
+            if (strcmp(p->reason[j], p->reason[id]) != 0) continue;
+            done[j] = 1;
+            k = snprintf(buf + len, n - len, ", %s", qmm_engine_name((qmm_engine_id)j));
+            if (k < 0 || (size_t)k >= n - len) break;
+            len += (size_t)k;
+        }
+        k = snprintf(buf + len, n - len, ": %.*s", QMM_REASON_MAX, p->reason[id]);
+        if (k < 0 || (size_t)k >= n - len) break;
         len += (size_t)k;
     }
 }
@@ -201,8 +216,8 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
         qmm_plan_info p;
         plan_call(ctx, &c, &p);
         if (p.status != QMM_OK) {
-            char reasons[1024];
-            reasons_text(&p, p.status == QMM_ERR_FALLBACK_REFUSED, reasons, sizeof reasons);
+            char reasons[QMM_REASONS_TEXT_MAX];
+            reasons_text(&p, p.status == QMM_ERR_FALLBACK_REFUSED, reasons);
             ctx->counters.errors++;
             if (p.status == QMM_ERR_FALLBACK_REFUSED)
                 return qmm_fail(QMM_ERR_FALLBACK_REFUSED,
@@ -216,8 +231,8 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
         if (fallback) {
             qmm_weight *mw = (qmm_weight *)w; /* the once-flag is the weight's only mutable state */
             if (ctx->verbose && atomic_exchange(&mw->fallback_logged, 1) == 0) {
-                char reasons[1024];
-                reasons_text(&p, 1, reasons, sizeof reasons);
+                char reasons[QMM_REASONS_TEXT_MAX];
+                reasons_text(&p, 1, reasons);
                 qmm_log(ctx, "fallback: layer %s [%lld, %lld] runs W8A16 on %s: %s", w->name, (long long)w->N,
                         (long long)w->K, e->name, reasons);
             }
@@ -230,7 +245,7 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
     if (st != QMM_OK) {
         ctx->counters.errors++;
         if (!strstr(qmm_last_error(), w->name)) { /* e.g. a scratch allocation: name the layer */
-            char msg[512];
+            char msg[256 + QMM_ENGINE_COUNT * (QMM_REASON_MAX + 32)];
             snprintf(msg, sizeof msg, "%s", qmm_last_error());
             return qmm_fail(st, "layer %s [%lld, %lld] M=%lld on %s: %s", w->name, (long long)w->N, (long long)w->K,
                             (long long)c.M, e->name, msg);
