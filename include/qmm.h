@@ -83,7 +83,11 @@ size_t      qmm_dtype_size(qmm_dtype t);  /* bytes per element, 0 if unknown */
 typedef enum qmm_act {
     QMM_ACT_NONE = 0,
     QMM_ACT_SWIGLU = 1,     /* K_in = 2K: a = T(T(silu(gate)) * up), gate = x[:, :K], up = x[:, K:] */
-    QMM_ACT_GELU_TANH = 2   /* a = T(gelu_tanh(float(x))) */
+    QMM_ACT_GELU_TANH = 2,  /* a = T(gelu_tanh(float(x))) */
+    QMM_ACT_RMS_NORM = 3,   /* a = T(x · rsqrt(mean(x²) + eps) · w): needs act_weight [K], act_eps */
+    QMM_ACT_SITU = 4,       /* K_in = 2K, x = [hidden | gate]:
+                               a = T(4·tanh(gate/4)·sigmoid(gate) · 25·tanh(hidden/25)) (SPEC §1a) */
+    QMM_ACT_COUNT = 5
 } qmm_act;
 const char *qmm_act_name(qmm_act a);
 
@@ -244,6 +248,13 @@ typedef struct qmm_weight_info {
 void qmm_weight_get_info(const qmm_weight *w, qmm_weight_info *out);
 
 /* ---------------------------------------------------------------- the linear call */
+/* How the int32 accumulators become outputs (SPEC §1 step 5 and §1a). */
+typedef enum qmm_epilogue {
+    QMM_EPILOGUE_FUSED = 0,   /* y = T_out(((float)acc · s_r) · w_scale[n] + bias[n]): one rounding */
+    QMM_EPILOGUE_KITCHEN = 1  /* comfy-kitchen's eager numerics: y = T_out((float)acc · (s_r · w_scale[n]))
+                                 then, with a bias, y = T_out(y + T_out(bias[n])) */
+} qmm_epilogue;
+
 typedef struct qmm_linear_args {
     int64_t M;                /* tokens (rows of x and y), >= 1 */
     const void *x;            /* [M, ldx] of x_dtype; row width K_in = K (2K for swiglu) */
@@ -261,6 +272,21 @@ typedef struct qmm_linear_args {
     float *token_scales;
     const float *token_scales_in;
     qmm_engine_id engine;     /* AUTO, or a named engine (REF for tests) */
+
+    /* --- the comfy-kitchen extensions (SPEC §1a); all optional, zero = off --- */
+    const void *act_weight;   /* QMM_ACT_RMS_NORM: K values of act_weight_dtype (rounded to x's dtype) */
+    qmm_dtype act_weight_dtype;
+    float act_eps;            /* QMM_ACT_RMS_NORM: eps */
+    /* Modulation (kitchen int8_linear_modulated): K values m of x_dtype; after the activation,
+     * before the rotation: a = T(a · T(1 + m[k])). */
+    const void *modulation;
+    qmm_epilogue epilogue;    /* QMM_EPILOGUE_FUSED (SPEC §1 step 5) or QMM_EPILOGUE_KITCHEN (§1a) */
+    /* Residual (kitchen int8_linear's residual + residual_scale): y = T(residual + rs[n] · y),
+     * residual [M, ldr] and residual_scale [N] of y_dtype (float outputs only). residual may
+     * alias y (same pointer and stride: an in-place residual add). */
+    const void *residual;
+    int64_t ldr;              /* elements; 0 = N */
+    const void *residual_scale;
 } qmm_linear_args;
 qmm_linear_args qmm_linear_args_default(void);
 
@@ -269,6 +295,8 @@ qmm_linear_args qmm_linear_args_default(void);
  * activations M·Kp) overflow int64 is refused with QMM_ERR_UNSUPPORTED. Thread safety: one call
  * at a time per context (see the top of this file); w may be shared. */
 qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args);
+/* The engine that ran the last successful qmm_linear on ctx (AUTO if none yet). */
+qmm_engine_id qmm_last_engine(const qmm_context *ctx);
 
 /* SPEC §6 building blocks for row-parallel layers: the per-row amax of act(x) after rotation,
  * rounded to x's dtype (M floats, before the /127); and the epilogue alone on int32

@@ -37,6 +37,9 @@ const char *qmm_act_name(qmm_act a) {
     case QMM_ACT_NONE: return "none";
     case QMM_ACT_SWIGLU: return "swiglu";
     case QMM_ACT_GELU_TANH: return "gelu_tanh";
+    case QMM_ACT_RMS_NORM: return "rms_norm";
+    case QMM_ACT_SITU: return "situ";
+    case QMM_ACT_COUNT: break;
     }
     return "unknown";
 }

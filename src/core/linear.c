@@ -33,18 +33,19 @@ static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int n
     c->N = w->N;
     c->K = w->K;
     c->act = a->act;
-    QMM_RETURN_IF(a->act != QMM_ACT_NONE && a->act != QMM_ACT_SWIGLU && a->act != QMM_ACT_GELU_TANH,
-                  QMM_ERR_INVALID_ARGUMENT, "layer %s: input_act %d unknown", nm, (int)a->act);
-    c->K_in = a->act == QMM_ACT_SWIGLU ? 2 * w->K : w->K;
+    QMM_RETURN_IF((unsigned)a->act >= QMM_ACT_COUNT, QMM_ERR_INVALID_ARGUMENT, "layer %s: input_act %d unknown", nm,
+                  (int)a->act);
+    const int paired = a->act == QMM_ACT_SWIGLU || a->act == QMM_ACT_SITU;
+    c->K_in = paired ? 2 * w->K : w->K;
     QMM_RETURN_IF(a->M <= 0, QMM_ERR_INVALID_ARGUMENT, "layer %s [%lld, %lld]: M=%lld tokens (needs >= 1)", nm,
                   (long long)w->N, (long long)w->K, (long long)a->M);
     if (a->x_cols) {
-        QMM_RETURN_IF(a->act == QMM_ACT_SWIGLU && a->x_cols % 2, QMM_ERR_INVALID_ARGUMENT,
-                      "layer %s: swiglu input width %lld is odd (gate and up halves need 2K)", nm,
+        QMM_RETURN_IF(paired && a->x_cols % 2, QMM_ERR_INVALID_ARGUMENT,
+                      "layer %s: %s input width %lld is odd (the two halves need 2K)", nm, qmm_act_name(a->act),
                       (long long)a->x_cols);
         QMM_RETURN_IF(a->x_cols != c->K_in, QMM_ERR_INVALID_ARGUMENT,
                       "layer %s [%lld, %lld]: x has %lld columns, %s needs %lld", nm, (long long)w->N,
-                      (long long)w->K, (long long)a->x_cols, a->act == QMM_ACT_SWIGLU ? "swiglu (2K)" : "K",
+                      (long long)w->K, (long long)a->x_cols, a->act == QMM_ACT_SWIGLU ? "swiglu (2K)" : paired ? "situ (2K)" : "K",
                       (long long)c->K_in);
     }
     QMM_RETURN_IF(!is_float(a->x_dtype), QMM_ERR_UNSUPPORTED, "layer %s: x dtype %s (needs f32, f16 or bf16)", nm,
@@ -76,6 +77,37 @@ static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int n
     }
     c->token_scales = a->token_scales;
     c->token_scales_in = a->token_scales_in;
+
+    /* SPEC §1a extensions */
+    QMM_RETURN_IF(a->act == QMM_ACT_RMS_NORM && need_buffers && !a->act_weight, QMM_ERR_INVALID_ARGUMENT,
+                  "layer %s: input_act rms_norm needs act_weight (%lld values)", nm, (long long)w->K);
+    QMM_RETURN_IF(a->act == QMM_ACT_RMS_NORM && !is_float(a->act_weight_dtype), QMM_ERR_UNSUPPORTED,
+                  "layer %s: rms_norm weight dtype %s (needs f32, f16 or bf16)", nm,
+                  qmm_dtype_name(a->act_weight_dtype));
+    QMM_RETURN_IF(a->act == QMM_ACT_RMS_NORM && !(a->act_eps >= 0.0f && a->act_eps <= 3.4e38f),
+                  QMM_ERR_INVALID_ARGUMENT, "layer %s: rms_norm eps %g (needs a finite value >= 0)", nm,
+                  (double)a->act_eps);
+    c->act_weight = a->act == QMM_ACT_RMS_NORM ? a->act_weight : NULL;
+    c->act_weight_dtype = a->act_weight_dtype;
+    c->act_eps = a->act_eps;
+    c->modulation = a->modulation;
+    QMM_RETURN_IF(a->epilogue != QMM_EPILOGUE_FUSED && a->epilogue != QMM_EPILOGUE_KITCHEN, QMM_ERR_INVALID_ARGUMENT,
+                  "layer %s: epilogue %d unknown", nm, (int)a->epilogue);
+    c->epilogue = a->epilogue;
+    if (a->residual) {
+        QMM_RETURN_IF(!is_float(a->y_dtype), QMM_ERR_UNSUPPORTED,
+                      "layer %s: a residual needs a float output (out dtype %s)", nm, qmm_dtype_name(a->y_dtype));
+        QMM_RETURN_IF(!a->residual_scale, QMM_ERR_INVALID_ARGUMENT, "layer %s: residual without residual_scale",
+                      nm);
+        c->ldr = a->ldr ? a->ldr : w->N;
+        QMM_RETURN_IF(c->ldr < w->N, QMM_ERR_INVALID_ARGUMENT, "layer %s: residual row stride %lld < N=%lld", nm,
+                      (long long)c->ldr, (long long)w->N);
+        QMM_RETURN_IF(a->M > INT64_MAX / c->ldr / ys, QMM_ERR_UNSUPPORTED,
+                      "layer %s: M=%lld rows with ldr=%lld too large (byte sizes overflow)", nm, (long long)a->M,
+                      (long long)c->ldr);
+        c->residual = a->residual;
+        c->residual_scale = a->residual_scale;
+    }
     return QMM_OK;
 }
 
@@ -185,7 +217,10 @@ size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size) {
     return len;
 }
 
+qmm_engine_id qmm_last_engine(const qmm_context *ctx) { return ctx ? ctx->last_engine : QMM_ENGINE_AUTO; }
+
 static void count(qmm_context *ctx, qmm_engine_id id, int fallback) {
+    ctx->last_engine = id;
     ctx->counters.calls[id]++;
     if (fallback) ctx->counters.fallbacks++;
 }

@@ -78,6 +78,7 @@ struct qmm_context {
     void *scratch[QMM_SCRATCH_SLOTS];
     size_t scratch_bytes[QMM_SCRATCH_SLOTS];
     qmm_counters counters;
+    qmm_engine_id last_engine;   /* the engine of the last successful qmm_linear */
 };
 /* Returns a 64-byte aligned scratch block of at least `bytes` (reused across calls). Slots are
  * independent: QMM_SCRATCH_ACT (quantized activations q + scales), QMM_SCRATCH_PREPASS (per-thread
@@ -149,6 +150,12 @@ typedef struct qmm_call {
     float *token_scales;            /* optional out [M] */
     const float *token_scales_in;   /* optional in [M] */
     int fallback;                   /* int8 weight run by a float engine (W8A16) */
+    /* SPEC §1a extensions (qmm_linear_args): rms_norm weight, modulation, epilogue, residual */
+    const void *act_weight; qmm_dtype act_weight_dtype; float act_eps;
+    const void *modulation;         /* [K] of x_dtype, or NULL */
+    qmm_epilogue epilogue;
+    const void *residual; int64_t ldr; /* [M, ldr] of y_dtype, or NULL */
+    const void *residual_scale;     /* [N] of y_dtype */
 } qmm_call;
 
 typedef enum qmm_engine_kind { QMM_KIND_REF = 0, QMM_KIND_INT8 = 1, QMM_KIND_FLOAT = 2 } qmm_engine_kind;
