@@ -8,7 +8,8 @@
  *   - K ∈ {1, 16, 63, 64, 65, 256, 1000+odd}, M ∈ 1..33 and 4096 (small N), N odd and N < 16,
  *     ldx > K_in, ldy > N, every x dtype, out dtype, input_act and convrot group (16/64/256 with
  *     K a multiple), per-tensor and per-row scales, with/without bias (of each dtype), zero / NaN /
- *     Inf rows, and weights holding -128 (an engine may refuse those: then it must say why).
+ *     Inf rows, and weights holding -128 (an engine may refuse those: then it must say why);
+ *   - both epilogues (fused, kitchen) and the residual (its own buffer, or in place in y).
  * An unavailable engine prints "skipped: <engine>: <why>". QMM_TEST_QUICK=1: fewer, smaller cases.
  * A failing case prints M×N×K, engine, dtype/act/gs and the first bad index.
  */
@@ -31,17 +32,20 @@ typedef struct {
     int per_tensor, bias, neg128, special_rows;
     qmm_dtype bias_t;
     int64_t ldx_pad, ldy_pad;
+    int kitchen;          /* QMM_EPILOGUE_KITCHEN */
+    int residual;         /* 0 none, 1 its own buffer, 2 in place (residual = y) */
 } tcase;
 
 static qmm_context *g_ctx[3]; /* [1]: 1 thread, [2]: 2 threads */
 static int g_refusals, g_cases;
 
 static void describe(const tcase *t, qmm_engine_id e, char *buf, size_t n) {
-    snprintf(buf, n, "%s M×N×K=%lldx%lldx%lld x %s out %s act %s gs %d %s-scale bias %s%s ldx+%lld ldy+%lld",
+    snprintf(buf, n, "%s M×N×K=%lldx%lldx%lld x %s out %s act %s gs %d %s-scale bias %s%s ldx+%lld ldy+%lld%s%s",
              qmm_engine_name(e), (long long)t->M, (long long)t->N, (long long)t->K, qmm_dtype_name(t->xt),
              qmm_dtype_name(t->yt), qmm_act_name(t->act), t->gs, t->per_tensor ? "tensor" : "row",
              t->bias ? qmm_dtype_name(t->bias_t) : "none", t->neg128 ? " W has -128" : "", (long long)t->ldx_pad,
-             (long long)t->ldy_pad);
+             (long long)t->ldy_pad, t->kitchen ? " kitchen epilogue" : "",
+             t->residual == 1 ? " residual" : t->residual == 2 ? " residual in place" : "");
 }
 
 /* Runs engine e (1 and 2 threads) and the reference on case t; compares everything. */
@@ -83,7 +87,13 @@ static void run_case(const tcase *t, qmm_engine_id e) {
     size_t ybytes = (size_t)(M * ldy) * ys;
     unsigned char *y0 = malloc(ybytes), *y1 = malloc(ybytes);
     float *s0 = malloc((size_t)M * 4), *s1 = malloc((size_t)M * 4);
+    /* residual [M, ldy] and residual_scale [N] of the output dtype (float outputs) */
+    const int res = t->yt == QMM_I32 ? 0 : t->residual;
+    unsigned char *rbuf = malloc(ybytes), *rscale = malloc((size_t)N * 4);
+    tu_fill_float(rbuf, t->yt == QMM_I32 ? QMM_F32 : t->yt, M * ldy, 3.0f);
+    tu_fill_float(rscale, t->yt == QMM_I32 ? QMM_F32 : t->yt, N, 1.0f);
     memset(y0, 0xA5, ybytes);
+    if (res == 2) memcpy(y0, rbuf, ybytes);
     qmm_linear_args a = qmm_linear_args_default();
     a.M = M;
     a.x = x;
@@ -92,6 +102,12 @@ static void run_case(const tcase *t, qmm_engine_id e) {
     a.y_dtype = t->yt;
     a.ldy = ldy;
     a.act = t->act;
+    a.epilogue = t->kitchen ? QMM_EPILOGUE_KITCHEN : QMM_EPILOGUE_FUSED;
+    if (res) {
+        a.residual = res == 2 ? (const void *)y0 : rbuf;
+        a.ldr = ldy;
+        a.residual_scale = rscale;
+    }
     a.engine = QMM_ENGINE_REF;
     a.y = y0;
     a.token_scales = s0;
@@ -99,6 +115,10 @@ static void run_case(const tcase *t, qmm_engine_id e) {
     g_cases++;
     for (int th = 1; th <= 2 && w; th++) {
         memset(y1, 0xA5, ybytes);
+        if (res == 2) {
+            memcpy(y1, rbuf, ybytes);
+            a.residual = y1;
+        }
         memset(s1, 0, (size_t)M * 4);
         a.engine = e;
         a.y = y1;
@@ -139,6 +159,8 @@ static void run_case(const tcase *t, qmm_engine_id e) {
     free(y1);
     free(s0);
     free(s1);
+    free(rbuf);
+    free(rscale);
 }
 
 static const int64_t k_K[] = {1, 16, 63, 64, 65, 256, 1001};
@@ -164,6 +186,8 @@ static tcase random_case(int64_t M, int64_t N, int64_t K) {
     t.special_rows = tu_rand_int(0, 5) == 0;
     t.ldx_pad = tu_rand_int(0, 2) ? 0 : tu_rand_int(1, 9);
     t.ldy_pad = tu_rand_int(0, 2) ? 0 : tu_rand_int(1, 9);
+    t.kitchen = (int)tu_rand_int(0, 1);
+    t.residual = tu_rand_int(0, 3) ? 0 : (int)tu_rand_int(1, 2);
     return t;
 }
 

@@ -303,13 +303,10 @@ qmm_status qmm_activation_amax(qmm_context *ctx, const qmm_weight *w, const qmm_
 }
 
 typedef struct {
-    const qmm_weight *w;
+    const qmm_call *c;
     const int32_t *acc;
-    int64_t ldacc, M, rows_per_task;
+    int64_t ldacc, rows_per_task;
     const float *s;
-    void *y;
-    qmm_dtype yt;
-    int64_t ldy;
 } epi_job;
 
 static void epi_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
@@ -317,10 +314,8 @@ static void epi_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     (void)thread;
     epi_job *j = arg;
     int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
-    if (r1 > j->M) r1 = j->M;
-    size_t es = qmm_dtype_size(j->yt);
-    qmm_epilogue_block_ref(j->w, j->acc + r0 * j->ldacc, j->ldacc, r1 - r0, 0, j->w->N, j->s + r0,
-                           (char *)j->y + (size_t)(r0 * j->ldy) * es, j->yt, j->ldy);
+    if (r1 > j->c->M) r1 = j->c->M;
+    qmm_epilogue_block_ref(j->c, j->acc + r0 * j->ldacc, j->ldacc, r0, r1 - r0, 0, j->c->N, j->s + r0);
 }
 
 qmm_status qmm_linear_epilogue(qmm_context *ctx, const qmm_weight *w, int64_t M, const int32_t *acc, int64_t ldacc,
@@ -337,7 +332,10 @@ qmm_status qmm_linear_epilogue(qmm_context *ctx, const qmm_weight *w, int64_t M,
                   "layer %s: epilogue M=%lld with ldacc=%lld, ldy=%lld too large (byte sizes overflow)", w->name,
                   (long long)M, (long long)ldacc, (long long)ldy);
     QMM_RETURN_IF(!w->is_int8, QMM_ERR_UNSUPPORTED, "layer %s: epilogue is for int8 weights", w->name);
-    epi_job j = {w, acc, ldacc, M, 0, s, y, yt, ldy};
+    qmm_call c;
+    memset(&c, 0, sizeof c);
+    c.w = w; c.M = M; c.N = w->N; c.K = w->K; c.y = y; c.y_dtype = yt; c.ldy = ldy;
+    epi_job j = {&c, acc, ldacc, 0, s};
     int64_t tasks = ctx->n_threads * 4 < M ? ctx->n_threads * 4 : M;
     j.rows_per_task = (M + tasks - 1) / tasks;
     tasks = (M + j.rows_per_task - 1) / j.rows_per_task;

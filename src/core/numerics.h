@@ -18,8 +18,13 @@
  *   quantization  amax propagates NaN; s = amax/127 in fp32, max(s, 1e-30) (NaN stays NaN);
  *                 q = clamp(rne_int(T(a / T(s))), -128, 127), with NaN → 0 (so a row holding
  *                 NaN or Inf gets a non-finite scale and an all-NaN output row).
- *   epilogue      y = out(((float)acc * s_r) * w_scale[n] + bias[n]) — three fp32 operations in
- *                 this order, no FMA contraction (the library builds with -ffp-contract=off).
+ *   epilogue      fused (SPEC §1 step 5): y = out(((float)acc * s_r) * w_scale[n] + bias[n]) — three
+ *                 fp32 operations in this order, no FMA contraction (the library builds with
+ *                 -ffp-contract=off);
+ *                 kitchen (SPEC §1a): y = out((float)acc * (s_r * w_scale[n])), then with a bias
+ *                 y = out(y + out(bias[n]));
+ *                 residual (either form): y = out(fmaf(y, residual_scale[n], residual[r][n])) —
+ *                 torch.addcmul in the output dtype (exact product for bf16/f16, one fma for f32).
  */
 #ifndef QMM_NUMERICS_H
 #define QMM_NUMERICS_H
@@ -116,5 +121,7 @@ static inline float qmm_epilogue_f(int32_t acc, float s_r, float ws, float b) {
     t = t * ws;
     return t + b;
 }
+/* kitchen form, before the bias: (float)acc * (s_r * ws) */
+static inline float qmm_epilogue_kitchen_f(int32_t acc, float s_r, float ws) { return (float)acc * (s_r * ws); }
 
 #endif /* QMM_NUMERICS_H */

@@ -33,10 +33,15 @@ extern const qmm_amax_row_fn qmm_amax_row_avx2_ptr;
 qmm_status qmm_prepass(qmm_context *ctx, const qmm_call *c, int8_t *q, int64_t ldq, float *s, int ref);
 qmm_status qmm_prepass_amax(qmm_context *ctx, const qmm_call *c, float *amax, int ref);
 
-/* The epilogue on a block of accumulators: rows [0, rows) × cols [n0, n0 + cols) of the
- * output, acc [rows][ldacc] holding those columns from index 0; s: rows scales. Scalar; the
- * SIMD engines fuse their own version with the same operation order. I32 output copies acc. */
-void qmm_epilogue_block_ref(const qmm_weight *w, const int32_t *acc, int64_t ldacc, int64_t rows,
-                            int64_t n0, int64_t cols, const float *s, void *y, qmm_dtype yt, int64_t ldy);
+/* The int8 epilogue of one output y[r][n] of call c (numerics.h: fused or kitchen form by
+ * c->epilogue, bias, residual; I32 output stores acc). acc: the exact sum Σ q·w. The vector forms
+ * (simd_avx512.h qmm_z_epilogue16, simd_avx2.h qmm_y_epilogue8) give the same bits. */
+void qmm_epilogue_store_ref(const qmm_call *c, int32_t acc, int64_t r, int64_t n, float s_r);
+
+/* The epilogue on a block of accumulators: rows [r0, r0 + rows) × cols [n0, n0 + cols) of the
+ * output of c, acc [rows][ldacc] holding those columns from index 0; s: the scales of rows
+ * r0... Scalar (qmm_epilogue_store_ref per element). */
+void qmm_epilogue_block_ref(const qmm_call *c, const int32_t *acc, int64_t ldacc, int64_t r0, int64_t rows,
+                            int64_t n0, int64_t cols, const float *s);
 
 #endif /* QMM_PREPASS_H */

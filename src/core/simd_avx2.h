@@ -14,6 +14,8 @@
  *                     lane, 4 across the halves of two ymm, 16 and 64 across ymm
  *   qmm_y_act_rotate  qmm_ref_act_rotate_row on the k range [k0, k1) of one row, written to
  *                     a[0 .. k1 - k0), with the running max |a| and NaN flags for the amax.
+ *   qmm_y_store8      8 f32 lanes stored as f32 / f16 / bf16 (RNE, NaN quiet)
+ *   qmm_y_epilogue8   the int8 epilogue of 8 outputs of a call: qmm_epilogue_store_ref (prepass.c)
  */
 #ifndef QMM_SIMD_AVX2_H
 #define QMM_SIMD_AVX2_H
@@ -224,6 +226,44 @@ static inline void qmm_y_act_rotate(const void *x, qmm_dtype t, int64_t K, qmm_a
     }
     m->vmax = vmax;
     m->nan = nan;
+}
+
+/* ---------------------------------------------------------------- output */
+static inline void qmm_y_store8(void *y, qmm_dtype t, __m256 v) {
+    if (t == QMM_F32) {
+        _mm256_storeu_ps(y, v);
+    } else if (t == QMM_F16) {
+        _mm_storeu_si128((__m128i *)y, _mm256_cvtps_ph(v, QMM_Y_RNE));
+    } else {
+        __m256i r = _mm256_srli_epi32(_mm256_castps_si256(qmm_y_round_bf16(v)), 16);
+        r = _mm256_packus_epi32(r, r);         /* per 128-bit lane: [0..3,0..3 | 4..7,4..7] */
+        r = _mm256_permute4x64_epi64(r, 0x08); /* lanes 0, 2 → low 128 bits */
+        _mm_storeu_si128((__m128i *)y, _mm256_castsi256_si128(r));
+    }
+}
+
+/* The int8 epilogue of outputs y[r][n .. n+8) of call c from the exact sums acc, the same
+ * operations as qmm_epilogue_store_ref: fused or kitchen form, bias, residual. */
+static inline void qmm_y_epilogue8(const qmm_call *c, __m256i acc, int64_t r, int64_t n, float s_r) {
+    const qmm_weight *w = c->w;
+    const qmm_dtype yt = c->y_dtype;
+    if (yt == QMM_I32) {
+        _mm256_storeu_si256((__m256i *)((int32_t *)c->y + r * c->ldy + n), acc);
+        return;
+    }
+    __m256 v = _mm256_cvtepi32_ps(acc);
+    const __m256 ws = _mm256_loadu_ps(w->scale + n);
+    if (c->epilogue == QMM_EPILOGUE_KITCHEN) {
+        v = _mm256_mul_ps(v, _mm256_mul_ps(_mm256_set1_ps(s_r), ws));
+        if (w->bias) v = _mm256_add_ps(qmm_y_round_to(v, yt), qmm_y_round_to(_mm256_loadu_ps(w->bias + n), yt));
+    } else {
+        v = _mm256_mul_ps(_mm256_mul_ps(v, _mm256_set1_ps(s_r)), ws);
+        v = _mm256_add_ps(v, w->bias ? _mm256_loadu_ps(w->bias + n) : _mm256_setzero_ps());
+    }
+    if (c->residual)
+        v = _mm256_fmadd_ps(qmm_y_round_to(v, yt), qmm_y_load8(c->residual_scale, yt, n),
+                            qmm_y_load8(c->residual, yt, r * c->ldr + n));
+    qmm_y_store8((char *)c->y + (size_t)(r * c->ldy + n) * qmm_dtype_size(yt), yt, v);
 }
 
 #endif /* QMM_SIMD_AVX2_H */

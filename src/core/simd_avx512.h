@@ -15,6 +15,8 @@
  *                     broadcast + masked butterflies, 16 and 64 across zmms
  *   qmm_z_act_rotate  qmm_ref_act_rotate_row on the k range [k0, k1) of one row, written to
  *                     a[0 .. k1 - k0), with the running max |a| and NaN mask for the amax.
+ *   qmm_z_store16     16 f32 lanes stored as f32 / f16 / bf16 (RNE, NaN quiet), masked
+ *   qmm_z_epilogue16  the int8 epilogue of 16 outputs of a call: qmm_epilogue_store_ref (prepass.c)
  */
 #ifndef QMM_SIMD_AVX512_H
 #define QMM_SIMD_AVX512_H
@@ -179,6 +181,42 @@ static inline __m512 qmm_z_act_rotate(const void *x, qmm_dtype t, int64_t K, qmm
     }
     *nan |= n;
     return vmax;
+}
+
+/* ---------------------------------------------------------------- output */
+static inline void qmm_z_store16(void *y, qmm_dtype t, __mmask16 m, __m512 v) {
+    if (t == QMM_F32) {
+        _mm512_mask_storeu_ps(y, m, v);
+    } else if (t == QMM_F16) {
+        _mm256_mask_storeu_epi16(y, m, _mm512_cvtps_ph(v, QMM_Z_RNE));
+    } else {
+        __m512i r = _mm512_srli_epi32(_mm512_castps_si512(qmm_z_round_bf16(v)), 16);
+        _mm256_mask_storeu_epi16(y, m, _mm512_cvtepi32_epi16(r));
+    }
+}
+
+/* The int8 epilogue of outputs y[r][n .. n+16) (lanes in m) of call c from the exact sums acc,
+ * the same operations as qmm_epilogue_store_ref: fused or kitchen form, bias, residual. */
+static inline void qmm_z_epilogue16(const qmm_call *c, __m512i acc, int64_t r, int64_t n, float s_r, __mmask16 m) {
+    const qmm_weight *w = c->w;
+    const qmm_dtype yt = c->y_dtype;
+    if (yt == QMM_I32) {
+        _mm512_mask_storeu_epi32((int32_t *)c->y + r * c->ldy + n, m, acc);
+        return;
+    }
+    __m512 v = _mm512_cvtepi32_ps(acc);
+    const __m512 ws = _mm512_maskz_loadu_ps(m, w->scale + n);
+    if (c->epilogue == QMM_EPILOGUE_KITCHEN) {
+        v = _mm512_mul_ps(v, _mm512_mul_ps(_mm512_set1_ps(s_r), ws));
+        if (w->bias) v = _mm512_add_ps(qmm_z_round_to(v, yt), qmm_z_round_to(_mm512_maskz_loadu_ps(m, w->bias + n), yt));
+    } else {
+        v = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(s_r)), ws);
+        v = _mm512_add_ps(v, w->bias ? _mm512_maskz_loadu_ps(m, w->bias + n) : _mm512_setzero_ps());
+    }
+    if (c->residual)
+        v = _mm512_fmadd_ps(qmm_z_round_to(v, yt), qmm_z_load16(c->residual_scale, yt, n, m),
+                            qmm_z_load16(c->residual, yt, r * c->ldr + n, m));
+    qmm_z_store16((char *)c->y + (size_t)(r * c->ldy + n) * qmm_dtype_size(yt), yt, m, v);
 }
 
 #endif /* QMM_SIMD_AVX512_H */

@@ -33,7 +33,6 @@ static qmm_status ref_run_int8(qmm_context *ctx, const qmm_call *c) {
     float *s = (float *)(q + M * Kp);    /* [M] */
     int32_t *acc = accbuf;               /* [N], one row at a time */
     QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, q, Kp, s, 1));
-    size_t es = qmm_dtype_size(c->y_dtype);
     for (int64_t r = 0; r < M; r++) {
         for (int64_t n = 0; n < N; n++) {
             /* summed mod 2^32 (defined behaviour), as the VNNI instructions do; exact when
@@ -43,8 +42,7 @@ static qmm_status ref_run_int8(qmm_context *ctx, const qmm_call *c) {
                 sum += (uint32_t)((int32_t)q[r * Kp + k] * (int32_t)qmm_packed_i8_at(&w->i8, n, k));
             acc[n] = (int32_t)sum;
         }
-        qmm_epilogue_block_ref(w, acc, N, 1, 0, N, &s[r], (char *)c->y + (size_t)(r * c->ldy) * es, c->y_dtype,
-                               c->ldy);
+        qmm_epilogue_block_ref(c, acc, N, r, 1, 0, N, &s[r]);
         if (c->token_scales) c->token_scales[r] = s[r];
     }
     return QMM_OK;

@@ -29,6 +29,7 @@
 #include "amx_kernel.h"
 #include "numerics.h"
 #include "prepass.h"
+#include "simd_avx512.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -89,28 +90,12 @@ static inline __attribute__((always_inline)) void kloop(const int8_t *a, int64_t
 }
 
 /* The fused epilogue of one panel: stage [rows][32] int32 → y rows [m0, m0+rows), columns
- * [n0, n0+cols). Same operations, in the same order, as qmm_epilogue_f. */
+ * [n0, n0+cols): qmm_z_epilogue16 (simd_avx512.h), the reference's operations. */
 static void epilogue(const qmm_call *c, const int32_t *stage, int64_t m0, int rows, int64_t n0, int64_t cols,
                      const float *s) {
-    const qmm_weight *w = c->w;
-    const size_t es = qmm_dtype_size(c->y_dtype);
-    for (int r = 0; r < rows; r++) {
-        char *yrow = (char *)c->y + (size_t)((m0 + r) * c->ldy) * es;
-        const __m512 sr = _mm512_set1_ps(s[m0 + r]);
-        for (int64_t j = 0; j < cols; j += 16) {
-            const __mmask16 m = qmm_amx_mask(cols - j);
-            const __m512i acc = _mm512_loadu_si512(stage + r * 32 + j);
-            const int64_t n = n0 + j;
-            if (c->y_dtype == QMM_I32) {
-                _mm512_mask_storeu_epi32(yrow + (size_t)n * 4, m, acc);
-                continue;
-            }
-            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), sr);
-            v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w->scale + n));
-            v = _mm512_add_ps(v, w->bias ? _mm512_maskz_loadu_ps(m, w->bias + n) : _mm512_setzero_ps());
-            qmm_amx_store16(yrow + (size_t)n * es, c->y_dtype, m, v);
-        }
-    }
+    for (int r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j += 16)
+            qmm_z_epilogue16(c, _mm512_loadu_si512(stage + r * 32 + j), m0 + r, n0 + j, s[m0 + r], qmm_amx_mask(cols - j));
 }
 
 static void int8_task(int64_t task, int64_t n_tasks, int thread, void *arg) {

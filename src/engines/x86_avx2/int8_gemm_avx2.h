@@ -12,11 +12,9 @@
  *                per-thread scratch, L2). Every output element is summed by one task in one
  *                fixed k order, so the bits do not depend on the thread count;
  *   threads      qmm_pool_run over the task grid (task i on thread i % n: static partition);
- *   epilogue     acc (− 128·colsum[n] for u8 A) → ((float)acc · s_r) · w_scale[n] + bias[n]
- *                (bias 0.0f when absent), three separate fp32 vector operations in the order of
- *                qmm_epilogue_f, then RNE to bf16 (NaN → quiet, as qmm_f32_to_bf16), to f16
- *                (VCVTPS2PH, RNE, same results as qmm_f32_to_f16) or f32; I32 stores acc.
- *                Columns past the last multiple of 8 use the scalar definition.
+ *   epilogue     acc (− 128·colsum[n] for u8 A) → qmm_y_epilogue8 (simd_avx2.h: fused or kitchen
+ *                form, bias, residual, RNE to the output dtype), the reference's operations;
+ *                columns past the last multiple of 8 use the scalar qmm_epilogue_store_ref.
  */
 #ifndef QMM_INT8_GEMM_AVX2_H
 #define QMM_INT8_GEMM_AVX2_H
@@ -24,6 +22,7 @@
 #include "numerics.h"
 #include "prepass.h"
 #include "qmm_internal.h"
+#include "simd_avx2.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -50,48 +49,19 @@ typedef struct {
     qmm_a2_kernel_fn kern;
 } qmm_a2_job;
 
-/* 8 fp32 → 8 bf16, exactly qmm_f32_to_bf16 per lane. */
-static inline __m128i qmm_a2_f32_to_bf16(__m256 v) {
-    __m256i u = _mm256_castps_si256(v);
-    __m256i ax = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-    __m256i isnan = _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(0x7f800000));
-    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i rnd = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    __m256i qn = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-    __m256i r = _mm256_blendv_epi8(rnd, qn, isnan);
-    r = _mm256_packus_epi32(r, r);                 /* per 128-bit lane: [0..3,0..3 | 4..7,4..7] */
-    r = _mm256_permute4x64_epi64(r, 0x08);         /* lanes 0, 2 → low 128 bits */
-    return _mm256_castsi256_si128(r);
-}
-
-/* Epilogue of one output row: acc[0..cols) are columns n0.. of row r (scale sr). */
-static inline void qmm_a2_epilogue_row(const qmm_weight *w, const int32_t *acc, int64_t n0, int64_t cols, int u8,
-                                       float sr, void *yrow, qmm_dtype yt) {
-    const int32_t *cs = w->i8.colsum + n0;
-    const float *ws = w->scale + n0;
-    const float *bs = w->bias ? w->bias + n0 : NULL;
-    const __m256 vs = _mm256_set1_ps(sr);
+/* Epilogue of one output row r: acc[0..cols) are columns n0.. (− 128·colsum for u8 A), then
+ * qmm_y_epilogue8 (simd_avx2.h) per 8 columns and qmm_epilogue_store_ref for the last ones. */
+static inline void qmm_a2_epilogue_row(const qmm_call *c, const int32_t *acc, int64_t r, int64_t n0, int64_t cols,
+                                       int u8, float sr) {
+    const int32_t *cs = c->w->i8.colsum + n0;
     const __m256i c128 = _mm256_set1_epi32(u8 ? 128 : 0);
     int64_t j = 0;
     for (; j + 8 <= cols; j += 8) {
         __m256i a = _mm256_loadu_si256((const __m256i *)(acc + j));
         a = _mm256_sub_epi32(a, _mm256_mullo_epi32(c128, _mm256_loadu_si256((const __m256i *)(cs + j))));
-        if (yt == QMM_I32) {
-            _mm256_storeu_si256((__m256i *)((int32_t *)yrow + n0 + j), a);
-            continue;
-        }
-        __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(a), vs);
-        t = _mm256_mul_ps(t, _mm256_loadu_ps(ws + j));
-        t = _mm256_add_ps(t, bs ? _mm256_loadu_ps(bs + j) : _mm256_setzero_ps());
-        if (yt == QMM_F32) _mm256_storeu_ps((float *)yrow + n0 + j, t);
-        else if (yt == QMM_BF16) _mm_storeu_si128((__m128i *)((uint16_t *)yrow + n0 + j), qmm_a2_f32_to_bf16(t));
-        else _mm_storeu_si128((__m128i *)((uint16_t *)yrow + n0 + j), _mm256_cvtps_ph(t, _MM_FROUND_TO_NEAREST_INT));
+        qmm_y_epilogue8(c, a, r, n0 + j, sr);
     }
-    for (; j < cols; j++) {
-        int32_t a = acc[j] - (u8 ? 128 * cs[j] : 0);
-        if (yt == QMM_I32) ((int32_t *)yrow)[n0 + j] = a;
-        else qmm_store_f(yrow, yt, n0 + j, qmm_epilogue_f(a, sr, ws[j], bs ? bs[j] : 0.0f));
-    }
+    for (; j < cols; j++) qmm_epilogue_store_ref(c, acc[j] - (u8 ? 128 * cs[j] : 0), r, n0 + j, sr);
 }
 
 static void qmm_a2_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
@@ -123,10 +93,7 @@ static void qmm_a2_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
         }
     }
     const int64_t cols = (n0 + QMM_A2_NC <= c->N ? QMM_A2_NC : c->N - n0);
-    const size_t ys = c->y_dtype == QMM_I32 ? 4 : qmm_dtype_size(c->y_dtype);
-    for (int64_t r = m0; r < m1; r++)
-        qmm_a2_epilogue_row(w, ct + (r - m0) * QMM_A2_NC, n0, cols, j->u8, j->s[r],
-                            (char *)c->y + (size_t)(r * c->ldy) * ys, c->y_dtype);
+    for (int64_t r = m0; r < m1; r++) qmm_a2_epilogue_row(c, ct + (r - m0) * QMM_A2_NC, r, n0, cols, j->u8, j->s[r]);
 }
 
 static void qmm_a2_xor_task(int64_t task, int64_t n_tasks, int thread, void *arg) {

@@ -30,6 +30,7 @@
 #include "numerics.h"
 #include "prepass.h"
 #include "qmm_internal.h"
+#include "simd_avx512.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -60,34 +61,8 @@ typedef struct {
 
 /* ---------------------------------------------------------------- epilogue */
 static inline void store_out(const qmm_call *c, __m512i acc, int64_t r, int64_t n, float s_r) {
-    const qmm_weight *w = c->w;
-    int64_t left = c->N - n;
-    __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-    acc = _mm512_sub_epi32(acc, _mm512_slli_epi32(_mm512_load_si512(w->i8.colsum + n), 7));
-    if (c->y_dtype == QMM_I32) {
-        _mm512_mask_storeu_epi32((int32_t *)c->y + r * c->ldy + n, m, acc);
-        return;
-    }
-    __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_set1_ps(s_r));
-    t = _mm512_mul_ps(t, _mm512_maskz_loadu_ps(m, w->scale + n));
-    t = _mm512_add_ps(t, w->bias ? _mm512_maskz_loadu_ps(m, w->bias + n) : _mm512_setzero_ps());
-    switch (c->y_dtype) {
-    case QMM_F16:
-        _mm256_mask_storeu_epi16((uint16_t *)c->y + r * c->ldy + n, m,
-                                 _mm512_cvtps_ph(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        break;
-    case QMM_BF16: {
-        __m512i u = _mm512_castps_si512(t);
-        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                _mm512_set1_epi32(0x7f800000));
-        __m512i rr = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                                          _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-        rr = _mm512_mask_mov_epi32(rr, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
-        _mm256_mask_storeu_epi16((uint16_t *)c->y + r * c->ldy + n, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(rr, 16)));
-        break;
-    }
-    default: _mm512_mask_storeu_ps((float *)c->y + r * c->ldy + n, m, t); break;
-    }
+    acc = _mm512_sub_epi32(acc, _mm512_slli_epi32(_mm512_load_si512(c->w->i8.colsum + n), 7));
+    qmm_z_epilogue16(c, acc, r, n, s_r, qmm_z_tail_mask(c->N - n));
 }
 
 /* ---------------------------------------------------------------- micro-kernels in asm */
