@@ -9,7 +9,8 @@
  *     ldx > K_in, ldy > N, every x dtype, out dtype, input_act and convrot group (16/64/256 with
  *     K a multiple), per-tensor and per-row scales, with/without bias (of each dtype), zero / NaN /
  *     Inf rows, and weights holding -128 (an engine may refuse those: then it must say why);
- *   - both epilogues (fused, kitchen) and the residual (its own buffer, or in place in y).
+ *   - both epilogues (fused, kitchen), the residual (its own buffer, or in place in y), the
+ *     kitchen input acts rms_norm and situ and the modulation.
  * An unavailable engine prints "skipped: <engine>: <why>". QMM_TEST_QUICK=1: fewer, smaller cases.
  * A failing case prints M×N×K, engine, dtype/act/gs and the first bad index.
  */
@@ -22,7 +23,7 @@
 
 static const qmm_dtype k_xt[3] = {QMM_F32, QMM_F16, QMM_BF16};
 static const qmm_dtype k_yt[4] = {QMM_I32, QMM_F32, QMM_F16, QMM_BF16};
-static const qmm_act k_acts[3] = {QMM_ACT_NONE, QMM_ACT_SWIGLU, QMM_ACT_GELU_TANH};
+static const qmm_act k_acts[5] = {QMM_ACT_NONE, QMM_ACT_SWIGLU, QMM_ACT_GELU_TANH, QMM_ACT_RMS_NORM, QMM_ACT_SITU};
 
 typedef struct {
     int64_t M, N, K;
@@ -34,6 +35,7 @@ typedef struct {
     int64_t ldx_pad, ldy_pad;
     int kitchen;          /* QMM_EPILOGUE_KITCHEN */
     int residual;         /* 0 none, 1 its own buffer, 2 in place (residual = y) */
+    int modulation;       /* a = T(a · T(1 + m)) */
 } tcase;
 
 static qmm_context *g_ctx[3]; /* [1]: 1 thread, [2]: 2 threads */
@@ -46,13 +48,15 @@ static void describe(const tcase *t, qmm_engine_id e, char *buf, size_t n) {
              t->bias ? qmm_dtype_name(t->bias_t) : "none", t->neg128 ? " W has -128" : "", (long long)t->ldx_pad,
              (long long)t->ldy_pad, t->kitchen ? " kitchen epilogue" : "",
              t->residual == 1 ? " residual" : t->residual == 2 ? " residual in place" : "");
+    if (t->modulation) snprintf(buf + strlen(buf), n - strlen(buf), " modulated");
 }
 
 /* Runs engine e (1 and 2 threads) and the reference on case t; compares everything. */
 static void run_case(const tcase *t, qmm_engine_id e) {
     char what[256];
     describe(t, e, what, sizeof what);
-    const int64_t M = t->M, N = t->N, K = t->K, Kin = t->act == QMM_ACT_SWIGLU ? 2 * K : K;
+    const int64_t M = t->M, N = t->N, K = t->K,
+                  Kin = t->act == QMM_ACT_SWIGLU || t->act == QMM_ACT_SITU ? 2 * K : K;
     const int64_t ldx = Kin + t->ldx_pad, ldy = N + t->ldy_pad;
     int8_t *wq = malloc((size_t)(N * K));
     tu_fill_i8(wq, N * K, -127, 127);
@@ -103,6 +107,15 @@ static void run_case(const tcase *t, qmm_engine_id e) {
     a.ldy = ldy;
     a.act = t->act;
     a.epilogue = t->kitchen ? QMM_EPILOGUE_KITCHEN : QMM_EPILOGUE_FUSED;
+    /* rms_norm weight (any float dtype) and the modulation (x's dtype) */
+    float *aw = malloc((size_t)K * 4);
+    void *mod = malloc((size_t)K * 4);
+    tu_fill_float(aw, QMM_F32, K, 2.0f);
+    tu_fill_float(mod, t->xt, K, 0.5f);
+    a.act_weight = aw;
+    a.act_weight_dtype = QMM_F32;
+    a.act_eps = 1e-6f;
+    a.modulation = t->modulation ? mod : NULL;
     if (res) {
         a.residual = res == 2 ? (const void *)y0 : rbuf;
         a.ldr = ldy;
@@ -161,6 +174,8 @@ static void run_case(const tcase *t, qmm_engine_id e) {
     free(s1);
     free(rbuf);
     free(rscale);
+    free(aw);
+    free(mod);
 }
 
 static const int64_t k_K[] = {1, 16, 63, 64, 65, 256, 1001};
@@ -171,7 +186,7 @@ static tcase random_case(int64_t M, int64_t N, int64_t K) {
     memset(&t, 0, sizeof t);
     t.M = M;
     t.N = N;
-    t.act = k_acts[tu_rand_int(0, 2)];
+    t.act = k_acts[tu_rand_int(0, 4)];
     t.xt = k_xt[tu_rand_int(0, 2)];
     t.yt = k_yt[tu_rand_int(0, 3)];
     static const int gss[4] = {0, 16, 64, 256};
@@ -188,6 +203,7 @@ static tcase random_case(int64_t M, int64_t N, int64_t K) {
     t.ldy_pad = tu_rand_int(0, 2) ? 0 : tu_rand_int(1, 9);
     t.kitchen = (int)tu_rand_int(0, 1);
     t.residual = tu_rand_int(0, 3) ? 0 : (int)tu_rand_int(1, 2);
+    t.modulation = tu_rand_int(0, 5) == 0;
     return t;
 }
 
@@ -206,7 +222,7 @@ static void test_engine(qmm_engine_id e, int quick) {
     /* M = 1..33, every K of the list in turn, every act, every dtype */
     for (int64_t M = 1; M <= 33; M += quick ? 4 : 1) {
         tcase t = random_case(M, random_n(), k_K[M % 7]);
-        t.act = k_acts[M % 3];
+        t.act = k_acts[M % 5];
         t.yt = k_yt[M % 4];
         run_case(&t, e);
     }
@@ -222,7 +238,7 @@ static void test_engine(qmm_engine_id e, int quick) {
         }
     /* each convrot group with each act */
     for (int g = 16; g <= 256; g *= 4)
-        for (int ai = 0; ai < 3; ai++) {
+        for (int ai = 0; ai < 5; ai++) {
             tcase t = random_case(tu_rand_int(1, 40), random_n(), g * tu_rand_int(1, 3));
             t.gs = g;
             t.act = k_acts[ai];

@@ -8,6 +8,7 @@
 #include "prepass.h"
 #include "qmm_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -225,6 +226,34 @@ static void count(qmm_context *ctx, qmm_engine_id id, int fallback) {
     if (fallback) ctx->counters.fallbacks++;
 }
 
+/* y = T(fmaf(y, residual_scale[n], residual[r][n])) over the output (numerics.h): the residual of
+ * the engines whose epilogue does not fuse it (float engines, the reference's float path). */
+typedef struct { const qmm_call *c; int64_t rows_per_task; } res_job;
+
+static void residual_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    (void)n_tasks;
+    (void)thread;
+    const res_job *j = arg;
+    const qmm_call *c = j->c;
+    int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
+    if (r1 > c->M) r1 = c->M;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t n = 0; n < c->N; n++) {
+            float y = qmm_load_f(c->y, c->y_dtype, r * c->ldy + n);
+            float v = fmaf(y, qmm_load_f(c->residual_scale, c->y_dtype, n), qmm_load_f(c->residual, c->y_dtype, r * c->ldr + n));
+            qmm_store_f(c->y, c->y_dtype, r * c->ldy + n, v);
+        }
+}
+
+static qmm_status residual_pass(qmm_context *ctx, const qmm_call *c) {
+    res_job j = {c, 0};
+    int64_t tasks = (int64_t)ctx->n_threads * 4 < c->M ? (int64_t)ctx->n_threads * 4 : c->M;
+    j.rows_per_task = (c->M + tasks - 1) / tasks;
+    tasks = (c->M + j.rows_per_task - 1) / j.rows_per_task;
+    qmm_pool_run(ctx->pool, tasks, residual_task, &j);
+    return QMM_OK;
+}
+
 qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args) {
     QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_linear: ctx is NULL");
     qmm_call c;
@@ -276,7 +305,10 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
                     (long long)c.M, e->name);
         }
     }
-    st = e->run(ctx, &c);
+    st = qmm_input_stage(ctx, &c);
+    if (st == QMM_OK) st = e->run(ctx, &c);
+    /* the int8 path fuses the residual into its epilogue; the float path adds it after */
+    if (st == QMM_OK && c.residual && !(w->is_int8 && e->kind != QMM_KIND_FLOAT)) st = residual_pass(ctx, &c);
     if (st != QMM_OK) {
         ctx->counters.errors++;
         if (!strstr(qmm_last_error(), w->name)) { /* e.g. a scratch allocation: name the layer */
@@ -299,6 +331,7 @@ qmm_status qmm_activation_amax(qmm_context *ctx, const qmm_weight *w, const qmm_
     if (!a.y) a.y = amax; /* y is not written */
     QMM_FORWARD_IF_ERROR(make_call(w, &a, 1, &c));
     QMM_RETURN_IF(!w->is_int8, QMM_ERR_UNSUPPORTED, "layer %s: amax is for int8 weights", w->name);
+    QMM_FORWARD_IF_ERROR(qmm_input_stage(ctx, &c));
     return qmm_prepass_amax(ctx, &c, amax, args->engine == QMM_ENGINE_REF);
 }
 

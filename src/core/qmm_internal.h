@@ -66,7 +66,7 @@ int        qmm_pool_threads(const qmm_pool *p);
 void       qmm_pool_run(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, void *arg);
 
 /* ---------------------------------------------------------------- context */
-enum { QMM_SCRATCH_ACT = 0, QMM_SCRATCH_PREPASS = 1, QMM_SCRATCH_ENGINE = 2, QMM_SCRATCH_SLOTS = 4 };
+enum { QMM_SCRATCH_ACT = 0, QMM_SCRATCH_PREPASS = 1, QMM_SCRATCH_ENGINE = 2, QMM_SCRATCH_STAGE = 3, QMM_SCRATCH_SLOTS = 4 };
 struct qmm_context {
     int n_threads;
     qmm_fallback_policy fallback;
@@ -82,7 +82,8 @@ struct qmm_context {
 };
 /* Returns a 64-byte aligned scratch block of at least `bytes` (reused across calls). Slots are
  * independent: QMM_SCRATCH_ACT (quantized activations q + scales), QMM_SCRATCH_PREPASS (per-thread
- * rows of the pre-pass), QMM_SCRATCH_ENGINE (an engine's own: partial sums, packed A, ...). */
+ * rows of the pre-pass), QMM_SCRATCH_ENGINE (an engine's own: partial sums, packed A, ...),
+ * QMM_SCRATCH_STAGE (the kitchen input stage's output, input_stage.c). */
 qmm_status qmm_context_scratch(qmm_context *ctx, int slot, size_t bytes, void **out);
 
 /* ---------------------------------------------------------------- weights */
@@ -200,6 +201,13 @@ int qmm_engine_usable(const qmm_engine *e, int max_isa, uint32_t disabled, char 
  * Engines call it first, then add their own. */
 const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n);
 const char *qmm_admit_common_float(const qmm_call *c, char *why, size_t n);
+
+/* ---------------------------------------------------------------- kitchen input stage (input_stage.c) */
+/* Does the call carry rms_norm, situ or a modulation? */
+int qmm_input_stage_needed(const qmm_call *c);
+/* If needed: materializes a = modulate(act(x)) [M][K] of x's dtype in QMM_SCRATCH_STAGE and
+ * rewrites c to read it (act none, no modulation). */
+qmm_status qmm_input_stage(qmm_context *ctx, qmm_call *c);
 
 /* ---------------------------------------------------------------- logging */
 void qmm_log(const qmm_context *ctx, const char *fmt, ...)

@@ -119,8 +119,6 @@ const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n) {
         snprintf(why, n, "K=%lld is not a multiple of the convrot group %d", (long long)w->K, w->convrot_gs);
         return why;
     }
-    if (c->act == QMM_ACT_RMS_NORM || c->act == QMM_ACT_SITU) return "input_act not implemented yet";
-    if (c->modulation) return "kitchen extensions not implemented yet";
     if (w->K > QMM_MAX_INT8_K) {
         snprintf(why, n, "K=%lld > %d: exact int32 accumulators could overflow (|q*w| <= 128*128 per k)",
                  (long long)w->K, QMM_MAX_INT8_K);
@@ -139,7 +137,5 @@ const char *qmm_admit_common_float(const qmm_call *c, char *why, size_t n) {
         return why;
     }
     if (c->token_scales_in) return "shared token scales (tensor parallel) need an int8 engine";
-    if (c->act == QMM_ACT_RMS_NORM || c->act == QMM_ACT_SITU) return "input_act not implemented yet";
-    if (c->modulation || c->residual) return "kitchen extensions not implemented yet";
     return NULL;
 }

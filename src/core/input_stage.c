@@ -1,0 +1,122 @@
+/*
+ * input_stage.c — the comfy-kitchen input transforms (SPEC §1a) that the engines' fused pre-pass
+ * does not carry: the input acts rms_norm and situ, and the modulation a = T(a · T(1 + m[k]))
+ * (with any act). qmm_input_stage() materializes
+ *
+ *     a [M][K] of x's dtype T = modulate(act(x))      (each value rounded to T, as torch does)
+ *
+ * in the context's QMM_SCRATCH_STAGE arena, threaded over rows, and rewrites the call to read
+ * it with act none and no modulation. Every engine (int8, float, ref) then sees the same values,
+ * so the result's bits do not depend on the engine. Definitions, per row, in x's dtype T:
+ *
+ *   rms_norm   ms = (float)(Σ_k x[k]² / K) summed in double; r = 1 / sqrtf(ms + eps);
+ *              a[k] = T((x[k] · r) · T(w[k]))               (torch: rms_norm in T's opmath f32)
+ *   situ       x = [hidden | gate]; every step rounded to T as the kitchen's eager code does:
+ *              gated = T(T(T(tanh(T(gate / 4))) · 4) · T(sigmoid(gate)))
+ *              a = T(T(T(tanh(T(hidden / 25))) · 25) · gated), sigmoid(g) = 1 / (1 + exp(-g))
+ *   swiglu, gelu_tanh (only with a modulation): qmm_ref_act_rotate_row's definitions (numerics.h)
+ *   modulation a = T(a · T(1 + m[k])), m: K values of T
+ *
+ * tanh/exp are libm's here (one function for all engines, so engines agree bit for bit); torch
+ * evaluates them with its own vector library, so against torch these acts agree within a bound
+ * (1 ulp of T before quantization), not bit for bit.
+ */
+#include "numerics.h"
+#include "prepass.h"
+#include "qmm_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+int qmm_input_stage_needed(const qmm_call *c) {
+    return c->act == QMM_ACT_RMS_NORM || c->act == QMM_ACT_SITU || c->modulation != NULL;
+}
+
+/* One row: x (K_in values of T) → a (K floats, each representable in T). */
+static void stage_row(const qmm_call *c, const void *x, float *a) {
+    const qmm_dtype t = c->x_dtype;
+    const int64_t K = c->K;
+    switch (c->act) {
+    case QMM_ACT_RMS_NORM: {
+        double ss = 0.0;
+        for (int64_t k = 0; k < K; k++) {
+            double v = qmm_load_f(x, t, k);
+            ss += v * v;
+        }
+        float ms = (float)(ss / (double)K);
+        float r = 1.0f / sqrtf(ms + c->act_eps);
+        for (int64_t k = 0; k < K; k++) {
+            float w = qmm_round_to(qmm_load_f(c->act_weight, c->act_weight_dtype, k), t);
+            a[k] = qmm_round_to((qmm_load_f(x, t, k) * r) * w, t);
+        }
+        break;
+    }
+    case QMM_ACT_SITU:
+        for (int64_t k = 0; k < K; k++) {
+            float h = qmm_load_f(x, t, k), g = qmm_load_f(x, t, K + k);
+            float tg = qmm_round_to(tanhf(qmm_round_to(g / 4.0f, t)), t);
+            float sg = qmm_round_to(1.0f / (1.0f + expf(-g)), t);
+            float gated = qmm_round_to(qmm_round_to(tg * 4.0f, t) * sg, t);
+            float th = qmm_round_to(tanhf(qmm_round_to(h / 25.0f, t)), t);
+            a[k] = qmm_round_to(qmm_round_to(th * 25.0f, t) * gated, t);
+        }
+        break;
+    default: /* none, swiglu, gelu_tanh: the engines' own definitions, without rotation */
+        qmm_ref_act_rotate_row(x, t, K, c->act, 0, a);
+        break;
+    }
+    if (c->modulation)
+        for (int64_t k = 0; k < K; k++) {
+            float m = qmm_round_to(1.0f + qmm_load_f(c->modulation, t, k), t);
+            a[k] = qmm_round_to(a[k] * m, t);
+        }
+}
+
+typedef struct {
+    const qmm_call *c;
+    void *out;            /* [M][K] of T */
+    float *tmp;           /* [threads][K] */
+    int64_t rows_per_task;
+} stage_job;
+
+static void stage_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    (void)n_tasks;
+    const stage_job *j = arg;
+    const qmm_call *c = j->c;
+    const size_t es = qmm_dtype_size(c->x_dtype);
+    float *a = j->tmp + (int64_t)thread * c->K;
+    int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
+    if (r1 > c->M) r1 = c->M;
+    for (int64_t r = r0; r < r1; r++) {
+        stage_row(c, (const char *)c->x + (size_t)(r * c->ldx) * es, a);
+        void *o = (char *)j->out + (size_t)(r * c->K) * es;
+        for (int64_t k = 0; k < c->K; k++) qmm_store_f(o, c->x_dtype, k, a[k]);
+    }
+}
+
+qmm_status qmm_input_stage(qmm_context *ctx, qmm_call *c) {
+    if (!qmm_input_stage_needed(c)) return QMM_OK;
+    const size_t es = qmm_dtype_size(c->x_dtype);
+    size_t out_bytes, tmp_bytes;
+    if (!qmm_mul_ok((size_t)c->M, (size_t)c->K * es, &out_bytes) ||
+        !qmm_mul_ok((size_t)ctx->n_threads, (size_t)c->K * sizeof(float), &tmp_bytes) ||
+        out_bytes > SIZE_MAX - tmp_bytes - 64)
+        return qmm_fail(QMM_ERR_UNSUPPORTED, "layer %s: M=%lld rows of the %s input stage too large", c->w->name,
+                        (long long)c->M, qmm_act_name(c->act));
+    void *buf;
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_STAGE, qmm_round_up((int64_t)out_bytes, 64) + tmp_bytes,
+                                             &buf));
+    stage_job j = {c, buf, (float *)((char *)buf + qmm_round_up((int64_t)out_bytes, 64)), 0};
+    int64_t tasks = (int64_t)ctx->n_threads * 4;
+    if (tasks > c->M) tasks = c->M;
+    j.rows_per_task = (c->M + tasks - 1) / tasks;
+    tasks = (c->M + j.rows_per_task - 1) / j.rows_per_task;
+    qmm_pool_run(ctx->pool, tasks, stage_task, &j);
+    c->x = buf;
+    c->ldx = c->K;
+    c->K_in = c->K;
+    c->act = QMM_ACT_NONE;
+    c->act_weight = NULL;
+    c->modulation = NULL;
+    return QMM_OK;
+}
