@@ -156,6 +156,19 @@ static void test_quantize_edges(void) {
     TU_CHECK(isinf(si), "row with Inf: scale %g, want Inf", si);
     qmm_ref_quantize_row(ia, 3, QMM_F32, si, q);
     TU_CHECK(q[0] == 0 && q[1] == 0, "row with Inf: q = %d %d, want 0", q[0], q[1]);
+    /* f16 row with a scale that rounds to 0 in f16 (amax 1e-6 → s ≈ 7.9e-9 < 2^-25): the kitchen
+     * divides by f16's smallest normal instead, so the row quantizes to 0 (not ±127 from a / 0) */
+    {
+        float tiny[3] = {qmm_round_to(1e-6f, QMM_F16), qmm_round_to(-5e-7f, QMM_F16), 0.0f};
+        float st = qmm_scale_of(qmm_amax_f32(tiny, 3));
+        TU_CHECK(qmm_round_to(st, QMM_F16) == 0.0f && qmm_quant_divisor(st, QMM_F16) == 6.103515625e-05f,
+                 "f16 tiny scale: T(s) = %g, divisor %g", (double)qmm_round_to(st, QMM_F16),
+                 (double)qmm_quant_divisor(st, QMM_F16));
+        qmm_ref_quantize_row(tiny, 3, QMM_F16, st, q);
+        TU_CHECK(q[0] == 0 && q[1] == 0 && q[2] == 0, "f16 tiny scale: q = %d %d %d, want 0", q[0], q[1], q[2]);
+        qmm_ref_quantize_row(tiny, 3, QMM_BF16, st, q); /* bf16 keeps the scale: full range */
+        TU_CHECK(q[0] == 127, "bf16 tiny scale: q[0] = %d, want 127", q[0]);
+    }
     /* weights: never -128, even for a row whose most negative value is the amax */
     int N = 7, K = 64;
     float *w = malloc(sizeof(float) * (size_t)(N * K));

@@ -98,7 +98,7 @@ float qmm_amax_f32(const float *a, int64_t K) {
 }
 
 void qmm_ref_quantize_row(const float *a, int64_t K, qmm_dtype t, float s, int8_t *q) {
-    float sT = qmm_round_to(s, t);
+    float sT = qmm_quant_divisor(s, t);
     for (int64_t k = 0; k < K; k++) {
         float v = qmm_round_to(a[k] / sT, t);
         if (v != v) { q[k] = 0; continue; }

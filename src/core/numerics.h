@@ -16,7 +16,8 @@
  *                 y0 = p + q, y1 = p - q, y2 = r + t, y3 = t - r;
  *                 then × 1/sqrt(g) (exact: 1/4, 1/8, 1/16), then rounded to T.
  *   quantization  amax propagates NaN; s = amax/127 in fp32, max(s, 1e-30) (NaN stays NaN);
- *                 q = clamp(rne_int(T(a / T(s))), -128, 127), with NaN → 0 (so a row holding
+ *                 q = clamp(rne_int(T(a / T(s))), -128, 127), with NaN → 0; T(s) that underflows
+ *                 to 0 (f16) is replaced by T's smallest normal (qmm_quant_divisor) (so a row holding
  *                 NaN or Inf gets a non-finite scale and an all-NaN output row).
  *   epilogue      fused (SPEC §1 step 5): y = out(((float)acc * s_r) * w_scale[n] + bias[n]) — three
  *                 fp32 operations in this order, no FMA contraction (the library builds with
@@ -108,6 +109,15 @@ void qmm_ref_act_rotate_row(const void *x, qmm_dtype t, int64_t K, qmm_act act, 
 float qmm_amax_f32(const float *a, int64_t K);
 /* s → q: q[k] = clamp(rne_int(T(a[k] / T(s))), -128, 127), NaN → 0. */
 void qmm_ref_quantize_row(const float *a, int64_t K, qmm_dtype t, float s, int8_t *q);
+
+/* The divisor of the quantization: T(s), or the smallest normal of T when T(s) underflows to 0
+ * (f16 scales below 2^-25: amax below about 3.8e-6) — the kitchen's rule (SPEC §1a): such rows
+ * quantize to 0. */
+static inline float qmm_quant_divisor(float s, qmm_dtype t) {
+    float sT = qmm_round_to(s, t);
+    if (sT == 0.0f) sT = t == QMM_F16 ? 6.103515625e-05f : 1.17549435e-38f;
+    return sT;
+}
 
 static inline float qmm_scale_of(float amax) {
     float s = amax / 127.0f;

@@ -39,7 +39,7 @@ static void prepass_row_avx2(const void *x, qmm_dtype t, int64_t K, qmm_act act,
                              int64_t qcols, float *s_out, float *tmp) {
     float amax = act_rotate_amax(x, t, K, act, gs, tmp);
     float s = s_in ? *s_in : qmm_scale_of(amax);
-    const float sT = qmm_round_to(s, t);
+    const float sT = qmm_quant_divisor(s, t);
     const __m256 vs = _mm256_set1_ps(sT);
     const __m256 lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f);
     int64_t k = 0;

@@ -41,7 +41,7 @@ static void prepass_row_avx512(const void *x, qmm_dtype t, int64_t K, qmm_act ac
                                int64_t qcols, float *s_out, float *tmp) {
     float amax = act_rotate_amax(x, t, K, act, gs, tmp);
     float s = s_in ? *s_in : qmm_scale_of(amax);
-    const __m512 vs = _mm512_set1_ps(qmm_round_to(s, t));
+    const __m512 vs = _mm512_set1_ps(qmm_quant_divisor(s, t));
     const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
     for (int64_t k = 0; k < K; k += 16) {
         __mmask16 m = qmm_z_tail_mask(K - k);
