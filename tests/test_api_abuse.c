@@ -170,7 +170,7 @@ static void test_weights(qmm_context *ctx) {
     b = d; b.ld = -K;
     EXPECT(qmm_weight_create_int8(ctx, &b, &w), QMM_ERR_INVALID_ARGUMENT, "stride");
     /* convrot groups */
-    static const int bad_gs[] = {1, 4, 32, 128, 512, -16, 7};
+    static const int bad_gs[] = {1, 2, 32, 128, 512, -16, 7, 262144}; /* not powers of 4 from 4 to 65536 */
     for (size_t i = 0; i < sizeof bad_gs / sizeof bad_gs[0]; i++) {
         b = d; b.convrot_gs = bad_gs[i];
         EXPECT(qmm_weight_create_int8(ctx, &b, &w), QMM_ERR_UNSUPPORTED, "group");

@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
                 wc.has_bias = (int)tu_rand_int(0, 1);
                 wc.bias_dtype = k_fdt[tu_rand_int(0, 2)];
                 if (kind == 0) {
-                    int g = (int)(tu_rand_int(0, 3) == 0 ? 0 : (int[]){16, 64, 256}[tu_rand_int(0, 2)]);
+                    int g = (int)(tu_rand_int(0, 3) == 0 ? 0 : (int[]){4, 16, 64, 256, 1024}[tu_rand_int(0, 4)]);
                     wc.gs = g && wc.K % g == 0 ? g : (wc.K % 16 == 0 && rep ? 16 : 0);
                 }
                 if (!make_weight(ctx1, &wc)) { wcase_free(&wc); continue; }

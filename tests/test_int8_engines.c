@@ -189,8 +189,8 @@ static tcase random_case(int64_t M, int64_t N, int64_t K) {
     t.act = k_acts[tu_rand_int(0, 4)];
     t.xt = k_xt[tu_rand_int(0, 2)];
     t.yt = k_yt[tu_rand_int(0, 3)];
-    static const int gss[4] = {0, 16, 64, 256};
-    t.gs = gss[tu_rand_int(0, 3)];
+    static const int gss[6] = {0, 16, 64, 256, 4, 1024};
+    t.gs = gss[tu_rand_int(0, 5)];
     if (K <= 0) K = k_K[tu_rand_int(0, 6)];
     if (t.gs && K % t.gs) K = t.gs * tu_rand_int(1, 4);
     t.K = K;
@@ -237,7 +237,7 @@ static void test_engine(qmm_engine_id e, int quick) {
             run_case(&t, e);
         }
     /* each convrot group with each act */
-    for (int g = 16; g <= 256; g *= 4)
+    for (int g = 4; g <= 1024; g *= 4)
         for (int ai = 0; ai < 5; ai++) {
             tcase t = random_case(tu_rand_int(1, 40), random_n(), g * tu_rand_int(1, 3));
             t.gs = g;

@@ -18,7 +18,7 @@
 
 static const qmm_dtype k_dtypes[3] = {QMM_F32, QMM_F16, QMM_BF16};
 static const qmm_act k_acts[3] = {QMM_ACT_NONE, QMM_ACT_SWIGLU, QMM_ACT_GELU_TANH};
-static const int k_gs[4] = {0, 16, 64, 256};
+static const int k_gs[6] = {0, 16, 64, 256, 4, 1024}; /* the first 4 in the exhaustive sweeps */
 
 static int g_quick;
 static int g_cases;
@@ -64,7 +64,7 @@ static void random_rows(void) {
     for (int i = 0; i < n; i++) {
         qmm_dtype t = k_dtypes[tu_rand_int(0, 2)];
         qmm_act act = k_acts[tu_rand_int(0, 2)];
-        int gs = k_gs[tu_rand_int(0, 3)];
+        int gs = k_gs[tu_rand_int(0, 5)];
         int64_t K = k_for(gs), Kin = act == QMM_ACT_SWIGLU ? 2 * K : K;
         size_t es = qmm_dtype_size(t);
         void *x = malloc((size_t)Kin * es);

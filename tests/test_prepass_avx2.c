@@ -65,14 +65,14 @@ int main(int argc, char **argv) {
     }
     const int quick = getenv("QMM_TEST_QUICK") != NULL;
     const qmm_dtype dts[3] = {QMM_F32, QMM_F16, QMM_BF16};
-    const int gss[4] = {0, 16, 64, 256};
+    const int gss[6] = {0, 4, 16, 64, 256, 1024};
     int cases = 0, failed = 0;
     for (int ti = 0; ti < 3; ti++)
         for (int act = 0; act < 3; act++)
-            for (int gi = 0; gi < 4; gi++)
+            for (int gi = 0; gi < 6; gi++)
                 for (int rep = 0; rep < (quick ? 3 : 12); rep++) {
                     int gs = gss[gi];
-                    int64_t K = gs ? gs * tu_rand_int(1, 6) : tu_rand_int(1, 300);
+                    int64_t K = gs ? gs * tu_rand_int(1, gs > 256 ? 2 : 6) : tu_rand_int(1, 300);
                     if (rep == 0 && !gs) K = tu_rand_int(1, 7); /* all tail */
                     cases++;
                     failed += !check_row(dts[ti], K, (qmm_act)act, gs, rep % 3 == 2, rep % 4 == 1);

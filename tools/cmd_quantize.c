@@ -1,5 +1,5 @@
 /*
- * cmd_quantize.c — `qmm quantize IN OUT [--convrot auto|off|16|64|256] [--per-tensor]
+ * cmd_quantize.c — `qmm quantize IN OUT [--convrot auto|off|G] [--per-tensor]
  * [--min-size N] [--include GLOB]... [--exclude GLOB]...`: a float (F32/F16/BF16) safetensors
  * checkpoint → a ComfyUI INT8 checkpoint (SPEC §2, §3) through qmm_quantize_file, which streams
  * one layer at a time. A progress bar (layers, bytes, ETA) is drawn on stderr only when stderr
@@ -7,6 +7,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "commands.h"
+#include "numerics.h"
 #include "qmm_io.h"
 
 #include <stdio.h>
@@ -18,7 +19,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: qmm quantize IN.safetensors OUT.safetensors [options]\n"
-            "  --convrot auto|off|16|64|256  rotation group (auto: largest of 256/64/16 dividing K; default auto)\n"
+            "  --convrot auto|off|G          rotation group G, a power of 4 (auto: largest of 256/64/16 dividing K;\n"
+            "                                default auto)\n"
             "  --per-tensor                  one weight scale per layer (default: one per output row)\n"
             "  --min-size N                  keep layers with min(N, K) < N in float (default 256)\n"
             "  --include GLOB                only layers whose name matches (repeatable; also admits embeddings)\n"
@@ -65,8 +67,8 @@ int cmd_quantize(int argc, char **argv) {
             const char *v = argv[++i];
             if (!strcmp(v, "auto")) o.convrot = -1;
             else if (!strcmp(v, "off") || !strcmp(v, "0")) o.convrot = 0;
-            else if (!strcmp(v, "16") || !strcmp(v, "64") || !strcmp(v, "256")) o.convrot = atoi(v);
-            else { fprintf(stderr, "qmm quantize: --convrot %s (auto, off, 16, 64 or 256)\n", v); goto done; }
+            else if (qmm_convrot_gs_valid(atoi(v)) && strspn(v, "0123456789") == strlen(v)) o.convrot = atoi(v);
+            else { fprintf(stderr, "qmm quantize: --convrot %s (auto, off or a power of 4: 4, 16, 64, 256, 1024...)\n", v); goto done; }
         } else if (!strcmp(a, "--min-size") && has) {
             char *end;
             long long v = strtoll(argv[++i], &end, 10);

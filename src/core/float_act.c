@@ -104,6 +104,8 @@ qmm_status qmm_float_act_pack(qmm_context *ctx, const qmm_call *c, int64_t r0, i
     j.Ka = Ka;
     j.tmp_floats = qmm_round_up((int64_t)qmm_float_act_tmp_floats(c->K, mr), 16);
     j.panel = qmm_float_act_panel_select(ctx);
+    /* the SIMD panels work in chunks of QMM_FACT_KB k values: larger groups take the scalar one */
+    if (c->w->is_int8 && c->w->convrot_gs > QMM_FACT_KB) j.panel = qmm_float_act_panel_ref;
     int nt = ctx->n_threads;
     void *tmp;
     QMM_FORWARD_IF_ERROR(

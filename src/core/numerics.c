@@ -46,7 +46,7 @@ float qmm_expf(float x) {
 }
 
 void qmm_rotate_f32(float *a, int64_t K, int g) {
-    const float scale = g == 16 ? 0.25f : g == 64 ? 0.125f : 0.0625f;
+    const float scale = qmm_convrot_scale(g);
     for (int64_t base = 0; base < K; base += g) {
         float *v = a + base;
         for (int s = 1; s < g; s *= 4) {

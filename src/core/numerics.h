@@ -98,7 +98,21 @@ static inline float qmm_gelu_tanh(float x) {
 }
 
 /* ---------------------------------------------------------------- rotation */
-/* In place on a[0..K) (K % g == 0): each group of g ← group · H_g, in fp32 (no rounding). */
+/* The ConvRot group sizes: the powers of 4 from 4 up to QMM_MAX_CONVROT_GS (SPEC §1a). */
+#define QMM_MAX_CONVROT_GS 65536
+static inline int qmm_convrot_gs_valid(int g) {
+    if (g < 4 || g > QMM_MAX_CONVROT_GS) return 0;
+    while (g > 1 && g % 4 == 0) g /= 4;
+    return g == 1;
+}
+/* 1/sqrt(g) for a power of 4: 2^-log4(g), exact */
+static inline float qmm_convrot_scale(int g) {
+    float s = 1.0f;
+    for (int i = 1; i < g; i *= 4) s *= 0.5f;
+    return s;
+}
+/* In place on a[0..K) (K % g == 0): each group of g ← group · H_g, in fp32 (no rounding):
+ * radix-4 butterflies at strides 1, 4, 16, ... < g, then × 1/sqrt(g). */
 void qmm_rotate_f32(float *a, int64_t K, int g);
 
 /* ---------------------------------------------------------------- the activation pre-pass */

@@ -203,8 +203,27 @@ static inline void qmm_y_act_rotate(const void *x, qmm_dtype t, int64_t K, qmm_a
             if (f != f) m->scalar_nan = 1;
             else if (f > m->smax) m->smax = f;
         }
+    } else if (gs == 4) { /* one stage: two groups per ymm, the last group in scalar */
+        int64_t k = k0;
+        for (; k + 8 <= k1; k += 8) {
+            __m256 v = qmm_y_round_to(_mm256_mul_ps(qmm_y_rot_s1(qmm_y_act8(x, t, K, act, k)), _mm256_set1_ps(0.5f)), t);
+            _mm256_storeu_ps(a + (k - k0), v);
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            vmax = _mm256_max_ps(vmax, _mm256_and_ps(v, absmask));
+        }
+        for (; k < k1; k += 4) {
+            float *v = a + (k - k0);
+            for (int i = 0; i < 4; i++) v[i] = qmm_y_act1(x, t, K, act, k + i);
+            qmm_rotate_f32(v, 4, 4);
+            for (int i = 0; i < 4; i++) {
+                v[i] = qmm_round_to(v[i], t);
+                float f = fabsf(v[i]);
+                if (f != f) m->scalar_nan = 1;
+                else if (f > m->smax) m->smax = f;
+            }
+        }
     } else {
-        const __m256 scale = _mm256_set1_ps(gs == 16 ? 0.25f : gs == 64 ? 0.125f : 0.0625f);
+        const __m256 scale = _mm256_set1_ps(qmm_convrot_scale(gs));
         for (int64_t base = k0; base < k1; base += gs) {
             float *v = a + (base - k0);
             for (int j = 0; j < gs; j += 16) {
@@ -214,8 +233,7 @@ static inline void qmm_y_act_rotate(const void *x, qmm_dtype t, int64_t K, qmm_a
                 _mm256_storeu_ps(v + j, p);
                 _mm256_storeu_ps(v + j + 8, q);
             }
-            if (gs >= 64) qmm_y_rot_wide(v, gs, 16);
-            if (gs >= 256) qmm_y_rot_wide(v, gs, 64);
+            for (int s = 16; s < gs; s *= 4) qmm_y_rot_wide(v, gs, s);
             for (int j = 0; j < gs; j += 8) {
                 __m256 w = qmm_y_round_to(_mm256_mul_ps(_mm256_loadu_ps(v + j), scale), t);
                 _mm256_storeu_ps(v + j, w);

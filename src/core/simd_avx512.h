@@ -163,14 +163,22 @@ static inline __m512 qmm_z_act_rotate(const void *x, qmm_dtype t, int64_t K, qmm
             n |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
             vmax = _mm512_max_ps(vmax, _mm512_abs_ps(v));
         }
+    } else if (gs == 4) { /* one stage, 4 groups per zmm; the tail mask covers whole groups */
+        const __m512 scale = _mm512_set1_ps(0.5f);
+        for (int64_t k = k0; k < k1; k += 16) {
+            __mmask16 m = qmm_z_tail_mask(k1 - k);
+            __m512 v = qmm_z_round_to(_mm512_mul_ps(qmm_z_rot_s1(qmm_z_act16(x, t, K, act, k, m)), scale), t);
+            _mm512_mask_storeu_ps(a + (k - k0), m, v);
+            n |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q); /* masked lanes are 0 */
+            vmax = _mm512_max_ps(vmax, _mm512_abs_ps(v));
+        }
     } else {
-        const __m512 scale = _mm512_set1_ps(gs == 16 ? 0.25f : gs == 64 ? 0.125f : 0.0625f);
+        const __m512 scale = _mm512_set1_ps(qmm_convrot_scale(gs));
         for (int64_t base = k0; base < k1; base += gs) {
             float *v = a + (base - k0);
             for (int j = 0; j < gs; j += 16)
                 _mm512_storeu_ps(v + j, qmm_z_rot_s4(qmm_z_rot_s1(qmm_z_act16(x, t, K, act, base + j, 0xffff))));
-            if (gs >= 64) qmm_z_rot_wide(v, gs, 16);
-            if (gs >= 256) qmm_z_rot_wide(v, gs, 64);
+            for (int s = 16; s < gs; s *= 4) qmm_z_rot_wide(v, gs, s);
             for (int j = 0; j < gs; j += 16) {
                 __m512 w = qmm_z_round_to(_mm512_mul_ps(_mm512_loadu_ps(v + j), scale), t);
                 _mm512_storeu_ps(v + j, w);

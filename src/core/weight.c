@@ -19,7 +19,7 @@ qmm_weight_desc qmm_weight_desc_default(void) {
     return d;
 }
 
-static int valid_gs(int g) { return g == 0 || g == 16 || g == 64 || g == 256; }
+static int valid_gs(int g) { return g == 0 || qmm_convrot_gs_valid(g); }
 static int is_float(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
 
 void qmm_weight_destroy(qmm_weight *w) {
@@ -94,7 +94,7 @@ qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *d, qm
                   "weight %s [%lld, %lld]: %lld scales (needs 1 or N=%lld)", nm, (long long)d->N,
                   (long long)d->K, (long long)d->n_scale, (long long)d->N);
     QMM_RETURN_IF(!valid_gs(d->convrot_gs), QMM_ERR_UNSUPPORTED,
-                  "weight %s: convrot group size %d (needs 0, 16, 64 or 256)", nm, d->convrot_gs);
+                  "weight %s: convrot group size %d (needs 0 or a power of 4 from 4 to 65536)", nm, d->convrot_gs);
     QMM_RETURN_IF(d->convrot_gs && d->K % d->convrot_gs != 0, QMM_ERR_UNSUPPORTED,
                   "weight %s [%lld, %lld]: K=%lld is not a multiple of the convrot group %d", nm,
                   (long long)d->N, (long long)d->K, (long long)d->K, d->convrot_gs);
@@ -222,7 +222,7 @@ qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K
     if (gs < 0) {
         gs = auto_gs(K);
     } else {
-        QMM_RETURN_IF(!valid_gs(gs), QMM_ERR_UNSUPPORTED, "qmm_quantize_weight: convrot group %d (needs 16, 64, 256)", gs);
+        QMM_RETURN_IF(!valid_gs(gs), QMM_ERR_UNSUPPORTED, "qmm_quantize_weight: convrot group %d (needs a power of 4 from 4 to 65536)", gs);
         QMM_RETURN_IF(gs && K % gs, QMM_ERR_UNSUPPORTED,
                       "qmm_quantize_weight: K=%lld is not a multiple of the convrot group %d", (long long)K, gs);
     }

@@ -15,6 +15,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "io_internal.h"
+#include "numerics.h"
 #include "qmm_internal.h"
 
 #include <json-c/json.h>
@@ -180,8 +181,9 @@ static qmm_status read_quant_layer(qmm_model *m, qmm_layer_info *l, json_object 
                           "%s: layer %s: \"convrot_groupsize\" is not an integer", P, L);
             g = json_object_get_int64(jg);
         }
-        QMM_RETURN_IF(g != 16 && g != 64 && g != 256, QMM_ERR_UNSUPPORTED,
-                      "%s: layer %s: convrot group size %lld is not supported (16, 64 or 256)", P, L, (long long)g);
+        QMM_RETURN_IF(g < 4 || g > QMM_MAX_CONVROT_GS || !qmm_convrot_gs_valid((int)g), QMM_ERR_UNSUPPORTED,
+                      "%s: layer %s: convrot group size %lld is not supported (a power of 4 from 4 to %d)", P, L,
+                      (long long)g, QMM_MAX_CONVROT_GS);
         l->convrot_gs = (int)g;
     }
     const qmm_st_tensor *w = l->weight, *s = l->weight_scale, *b = l->bias;

@@ -16,6 +16,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "io_internal.h"
+#include "numerics.h"
 #include "qmm_internal.h"
 
 #include <fnmatch.h>
@@ -126,8 +127,8 @@ static qmm_status declare_all(const qmm_st_file *f, const qmm_quantize_file_opti
         const int64_t N = t->shape[0], K = t->shape[1];
         size_t ln = strlen(t->name) - 7;
         int gs = group_for(o->convrot, K);
-        QMM_RETURN_IF(gs != 0 && gs != 16 && gs != 64 && gs != 256, QMM_ERR_INVALID_ARGUMENT,
-                      "convrot group %d (needs auto, off, 16, 64 or 256)", gs);
+        QMM_RETURN_IF(gs != 0 && !qmm_convrot_gs_valid(gs), QMM_ERR_INVALID_ARGUMENT,
+                      "convrot group %d (needs auto, off or a power of 4 from 4 to %d)", gs, QMM_MAX_CONVROT_GS);
         QMM_RETURN_IF(gs && K % gs, QMM_ERR_UNSUPPORTED,
                       "%s: layer %.*s [%lld, %lld]: K=%lld is not a multiple of the convrot group %d (use --convrot auto, "
                       "or --exclude it)", P, (int)ln, t->name, (long long)N, (long long)K, (long long)K, gs);
@@ -214,9 +215,9 @@ qmm_status qmm_quantize_file(const char *in, const char *out, const qmm_quantize
     QMM_RETURN_IF(!in || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_file: NULL path");
     qmm_quantize_file_options o = opt ? *opt : qmm_quantize_file_options_default();
     if (n_quantized) *n_quantized = 0;
-    QMM_RETURN_IF(o.convrot != -1 && o.convrot != 0 && o.convrot != 16 && o.convrot != 64 && o.convrot != 256,
-                  QMM_ERR_UNSUPPORTED, "qmm_quantize_file %s: convrot group %d (needs -1 auto, 0, 16, 64 or 256)", in,
-                  o.convrot);
+    QMM_RETURN_IF(o.convrot != -1 && o.convrot != 0 && !qmm_convrot_gs_valid(o.convrot), QMM_ERR_UNSUPPORTED,
+                  "qmm_quantize_file %s: convrot group %d (needs -1 auto, 0 or a power of 4 from 4 to %d)", in,
+                  o.convrot, QMM_MAX_CONVROT_GS);
     qmm_st_file *f;
     QMM_FORWARD_IF_ERROR(qmm_st_open(in, &f));
     item *items = calloc(qmm_st_count(f) ? qmm_st_count(f) : 1, sizeof *items);
