@@ -1,0 +1,152 @@
+"""qmm._lib — the ctypes mirror of include/qmm.h: loads libqmm.so and declares its structs and
+functions exactly as the header does (field order, C types). Nothing here needs torch.
+
+Where the library comes from, first match wins:
+  1. $QMM_LIBRARY (a path to libqmm.so);
+  2. libqmm.so inside this package (what `pip install .` puts there);
+  3. build/libqmm.so of the source tree this file sits in (running from a checkout).
+
+ctypes releases the GIL for the duration of every foreign call, so a long qmm_linear never
+blocks other Python threads.
+"""
+import ctypes
+import os
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int, c_int8, c_int32,
+                    c_int64, c_size_t, c_uint, c_uint32, c_uint64, c_void_p)
+
+# ---------------------------------------------------------------- enums (pinned in qmm.h)
+STATUS_NAMES = ["QMM_OK", "QMM_ERR_INVALID_ARGUMENT", "QMM_ERR_UNSUPPORTED", "QMM_ERR_NO_ENGINE",
+                "QMM_ERR_FALLBACK_REFUSED", "QMM_ERR_UNSUPPORTED_HARDWARE",
+                "QMM_ERR_OUT_OF_MEMORY", "QMM_ERR_IO", "QMM_ERR_FORMAT", "QMM_ERR_NOT_FOUND",
+                "QMM_ERR_DIST", "QMM_ERR_INTERNAL"]
+OK, ERR_INVALID_ARGUMENT, ERR_UNSUPPORTED, ERR_NO_ENGINE, ERR_FALLBACK_REFUSED = 0, 1, 2, 3, 4
+
+F32, F16, BF16, I8, U8, I32 = 0, 1, 2, 3, 4, 5
+ACT_NONE, ACT_SWIGLU, ACT_GELU_TANH, ACT_RMS_NORM, ACT_SITU = 0, 1, 2, 3, 4
+EPILOGUE_FUSED, EPILOGUE_KITCHEN = 0, 1
+ENGINE_AUTO, ENGINE_REF = 0, 1
+ENGINE_COUNT = 10
+FALLBACK_ALLOW, FALLBACK_STRICT = 0, 1
+REASON_MAX = 160
+
+
+# ---------------------------------------------------------------- structs (same order as qmm.h)
+class ContextOptions(Structure):
+    _fields_ = [("n_threads", c_int), ("fallback", c_int), ("max_isa", c_int), ("verbose", c_int),
+                ("pin_threads", c_int), ("cpu_list", POINTER(c_int)),
+                ("disabled_engines", c_uint32)]
+
+
+class Counters(Structure):
+    _fields_ = [("calls", c_uint64 * ENGINE_COUNT), ("fallbacks", c_uint64), ("errors", c_uint64)]
+
+
+class WeightDesc(Structure):
+    _fields_ = [("name", c_char_p), ("N", c_int64), ("K", c_int64), ("data", c_void_p),
+                ("ld", c_int64), ("scale", c_void_p), ("n_scale", c_int64), ("bias", c_void_p),
+                ("bias_dtype", c_int), ("convrot_gs", c_int), ("full_precision", c_int)]
+
+
+class WeightInfo(Structure):
+    _fields_ = [("name", c_char_p), ("N", c_int64), ("K", c_int64), ("is_int8", c_int),
+                ("dtype", c_int), ("convrot_gs", c_int), ("per_tensor_scale", c_int),
+                ("has_bias", c_int), ("full_precision", c_int), ("packed_bytes", c_size_t)]
+
+
+class QuantOptions(Structure):
+    _fields_ = [("convrot_gs", c_int), ("per_tensor", c_int)]
+
+
+class LinearArgs(Structure):
+    _fields_ = [("M", c_int64), ("x", c_void_p), ("x_dtype", c_int), ("ldx", c_int64),
+                ("y", c_void_p), ("y_dtype", c_int), ("ldy", c_int64), ("act", c_int),
+                ("x_cols", c_int64), ("token_scales", c_void_p), ("token_scales_in", c_void_p),
+                ("engine", c_int),
+                # the comfy-kitchen extensions (SPEC §1a)
+                ("act_weight", c_void_p), ("act_weight_dtype", c_int), ("act_eps", c_float),
+                ("modulation", c_void_p), ("epilogue", c_int), ("residual", c_void_p),
+                ("ldr", c_int64), ("residual_scale", c_void_p)]
+
+
+class PlanInfo(Structure):
+    _fields_ = [("engine", c_int), ("is_fallback", c_int), ("status", c_int),
+                ("admitted", c_int * ENGINE_COUNT),
+                ("reason", (c_char * REASON_MAX) * ENGINE_COUNT)]
+
+
+def _find_library():
+    env = os.environ.get("QMM_LIBRARY")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    packaged = os.path.join(here, "libqmm.so")
+    if os.path.exists(packaged):
+        return packaged
+    tree = os.path.normpath(os.path.join(here, "..", "..", "build", "libqmm.so"))
+    if os.path.exists(tree):
+        return tree
+    raise OSError("qmm: libqmm.so not found (set QMM_LIBRARY, `pip install .`, or `make build` "
+                  "in the source tree); looked in %s and %s" % (packaged, tree))
+
+
+PATH = _find_library()
+lib = ctypes.CDLL(PATH)
+
+
+def _fn(name, restype, *argtypes, optional=False):
+    f = getattr(lib, name, None)
+    if f is None:
+        if optional:
+            return None
+        raise OSError("qmm: %s lacks %s (library older than this package?)" % (PATH, name))
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+qmm_version_string = _fn("qmm_version_string", c_char_p)
+qmm_version_number = _fn("qmm_version_number", c_uint)
+qmm_status_name = _fn("qmm_status_name", c_char_p, c_int)
+qmm_last_error = _fn("qmm_last_error", c_char_p)
+qmm_dtype_name = _fn("qmm_dtype_name", c_char_p, c_int)
+qmm_act_name = _fn("qmm_act_name", c_char_p, c_int)
+qmm_engine_name = _fn("qmm_engine_name", c_char_p, c_int)
+qmm_engine_from_name = _fn("qmm_engine_from_name", c_int, c_char_p)
+qmm_engine_is_int8 = _fn("qmm_engine_is_int8", c_int, c_int)
+qmm_isa_name = _fn("qmm_isa_name", c_char_p, c_int)
+qmm_cpu_features = _fn("qmm_cpu_features", c_uint32)
+qmm_cpu_feature_name = _fn("qmm_cpu_feature_name", c_char_p, c_uint32)
+qmm_cpu_brand = _fn("qmm_cpu_brand", c_char_p)
+qmm_engine_available = _fn("qmm_engine_available", c_int, c_int, c_char_p, c_size_t)
+
+qmm_context_options_default = _fn("qmm_context_options_default", ContextOptions)
+qmm_context_create = _fn("qmm_context_create", c_int, POINTER(ContextOptions), POINTER(c_void_p))
+qmm_context_destroy = _fn("qmm_context_destroy", None, c_void_p)
+qmm_context_threads = _fn("qmm_context_threads", c_int, c_void_p)
+qmm_context_max_isa = _fn("qmm_context_max_isa", c_int, c_void_p)
+qmm_get_counters = _fn("qmm_get_counters", None, c_void_p, POINTER(Counters))
+qmm_reset_counters = _fn("qmm_reset_counters", None, c_void_p)
+
+qmm_weight_desc_default = _fn("qmm_weight_desc_default", WeightDesc)
+qmm_weight_create_int8 = _fn("qmm_weight_create_int8", c_int, c_void_p, POINTER(WeightDesc),
+                             POINTER(c_void_p))
+qmm_quantize_weight = _fn("qmm_quantize_weight", c_int, c_void_p, c_int, c_int64, c_int64, c_int64,
+                          POINTER(QuantOptions), c_void_p, c_void_p, POINTER(c_int))
+qmm_dequantize_weight = _fn("qmm_dequantize_weight", c_int, c_void_p, c_int64, c_int64, c_void_p,
+                            c_int64, c_int, c_void_p)
+qmm_weight_create_float = _fn("qmm_weight_create_float", c_int, c_void_p, c_char_p, c_void_p, c_int,
+                              c_int64, c_int64, c_int64, c_void_p, c_int, POINTER(c_void_p))
+qmm_weight_destroy = _fn("qmm_weight_destroy", None, c_void_p)
+qmm_weight_get_info = _fn("qmm_weight_get_info", None, c_void_p, POINTER(WeightInfo))
+
+qmm_linear_args_default = _fn("qmm_linear_args_default", LinearArgs)
+qmm_linear = _fn("qmm_linear", c_int, c_void_p, c_void_p, POINTER(LinearArgs))
+qmm_last_engine = _fn("qmm_last_engine", c_int, c_void_p)
+qmm_plan = _fn("qmm_plan", c_int, c_void_p, c_void_p, POINTER(LinearArgs), POINTER(PlanInfo))
+qmm_plan_format = _fn("qmm_plan_format", c_size_t, POINTER(PlanInfo), c_char_p, c_size_t)
+
+# Kitchen-exact per-row quantization (the kitchen's quantize_* functions); newer libraries only.
+qmm_quantize_rows = _fn("qmm_quantize_rows", c_int, c_void_p, c_void_p, c_int, c_int64, c_int64,
+                        c_int64, c_int, c_void_p, c_void_p, c_int64, c_void_p, optional=True)
+
+__all__ = ["lib", "PATH", "c_int8", "c_int32", "c_float"]
