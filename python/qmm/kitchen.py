@@ -127,10 +127,11 @@ def _probe_one(feature):
     else:
         extra = feature
     N = 16
+    ctx = qmm.Context(n_threads=1)   # its own context: the caller's counters stay untouched
     w8 = torch.ones((N, K), dtype=torch.int8)
     sc = torch.full((N,), 0.5, dtype=torch.float32)
     w = qmm.Weight.int8(w8.data_ptr(), N, K, sc.data_ptr(), N, convrot_gs=gs,
-                        name="probe(%s)" % feature)
+                        name="probe(%s)" % feature, ctx=ctx)
     kin = 2 * K if act in _PAIR_ACTS else K
     x = torch.linspace(-1, 1, kin, dtype=torch.bfloat16).reshape(1, kin)
     y = torch.empty((1, N), dtype=torch.bfloat16)
@@ -149,11 +150,11 @@ def _probe_one(feature):
         r = torch.ones((1, N), dtype=torch.bfloat16)
         keep.append(r)
         a.residual, a.residual_scale = r.data_ptr(), r.data_ptr()
-    p = qmm.plan(w, args=a)
+    p = qmm.plan(w, args=a, ctx=ctx)
     if p.status != "QMM_OK" or p.is_fallback:
         return "no int8 engine runs it: " + "; ".join("%s: %s" % kv for kv in p.reasons.items()
                                                       if kv[0] != "ref")
-    w.linear(a)
+    w.linear(a, ctx=ctx)
     return None
 
 

@@ -1,0 +1,94 @@
+"""The ctypes binding itself: info, errors (QmmError with status name and qmm_last_error()),
+plans, counters, last_engine, one context per thread."""
+import ctypes
+import threading
+
+import pytest
+import torch
+
+import qmm
+
+
+def _weight(N=32, K=64, gs=0, name="t.fc"):
+    w = torch.randint(-127, 128, (N, K), dtype=torch.int8)
+    s = torch.rand(N) * 0.01 + 1e-3
+    return qmm.Weight.int8(w.data_ptr(), N, K, s.data_ptr(), N, convrot_gs=gs, name=name), w, s
+
+
+def test_info_lists_engines_and_features():
+    i = qmm.info()
+    assert i["version"] == "0.1.0"
+    assert "avx512_vnni" in i["engines"] and "ref" in i["engines"]
+    for name, e in i["engines"].items():
+        assert e["available"] or e["why"], name   # every unavailable engine says why
+    assert i["threads"] >= 1
+
+
+def test_error_carries_status_and_message():
+    w8 = torch.zeros((4, 6), dtype=torch.int8)
+    s = torch.ones(4)
+    with pytest.raises(qmm.QmmError) as e:
+        qmm.Weight.int8(w8.data_ptr(), 4, 6, s.data_ptr(), 4, convrot_gs=16, name="bad.layer")
+    assert e.value.status_name == "QMM_ERR_UNSUPPORTED"
+    assert "bad.layer" in e.value.message and "16" in e.value.message
+    with pytest.raises(qmm.QmmError) as e:
+        qmm.Weight.int8(None, 4, 6, s.data_ptr(), 4)
+    assert e.value.status_name == "QMM_ERR_INVALID_ARGUMENT"
+
+
+def test_plan_counters_last_engine():
+    w, w8, s = _weight()
+    p = qmm.plan(w, M=7, x_dtype="bf16")
+    assert p.status == "QMM_OK" and not p.is_fallback
+    assert p.engine in qmm.int8_engines_available()
+    assert p.reasons["ref"]                      # the reference only runs by name
+    assert "engine: %s" % p.engine in p.text
+    qmm.reset_counters()
+    x = torch.randn(7, 64, dtype=torch.bfloat16)
+    y = torch.empty(7, 32, dtype=torch.bfloat16)
+    a = qmm.linear_args(7, "bf16")
+    a.x, a.y = x.data_ptr(), y.data_ptr()
+    w.linear(a)
+    c = qmm.counters()
+    assert c["calls"] == {p.engine: 1} and c["fallbacks"] == 0 and c["errors"] == 0
+    assert qmm.last_engine() == p.engine
+    a.y = None
+    with pytest.raises(qmm.QmmError) as e:
+        w.linear(a)
+    assert "y is NULL" in e.value.message
+    assert qmm.counters()["errors"] == 1
+
+
+def test_one_context_per_thread():
+    seen = []
+
+    def work():
+        seen.append(qmm.context().ptr)
+        seen.append(qmm.context().ptr)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert seen[0] == seen[1]                    # stable within a thread
+    assert seen[0] != qmm.context().ptr          # another thread, another context
+
+
+def test_weight_info_and_close():
+    w, _, _ = _weight(N=48, K=128, gs=64, name="blocks.0.fc1")
+    i = w.info()
+    assert (i["N"], i["K"], i["convrot_gs"], i["name"]) == (48, 128, 64, "blocks.0.fc1")
+    assert i["packed_bytes"] >= 48 * 128
+    w.close()
+    w.close()                                    # idempotent
+    assert w.ptr is None
+
+
+def test_struct_layout_matches_header():
+    # the defaults the library returns, read through our struct mirrors
+    a = qmm._lib.qmm_linear_args_default()
+    assert a.M == 0 and a.engine == 0 and a.epilogue == 0 and a.residual is None
+    d = qmm._lib.qmm_weight_desc_default()
+    assert d.bias_dtype == qmm._lib.F32 and d.convrot_gs == 0 and d.n_scale in (0, 1)
+    o = qmm._lib.qmm_context_options_default()
+    assert o.max_isa == -1 and o.verbose == -1 and o.disabled_engines == 0
+    assert ctypes.sizeof(qmm._lib.PlanInfo) == 4 * 3 + 4 * 10 + 160 * 10

@@ -1,0 +1,118 @@
+"""Routing: with the backend registered, the kitchen's own entry points on CPU tensors run on
+qmm (its counters move, zero fallbacks); a call qmm declines runs on eager, and the reason is
+in the kitchen's dispatch log (logger comfy_kitchen.dispatch)."""
+import logging
+
+import torch
+
+import comfy_kitchen as ck
+from comfy_kitchen.registry import registry
+from comfy_kitchen.tensor.base import QuantizedTensor
+from comfy_kitchen.tensor.int8 import TensorWiseINT8Layout
+
+import qmm
+
+
+def _layer(N=64, K=256):
+    w = torch.randint(-127, 128, (N, K), dtype=torch.int8)
+    s = torch.rand(N, 1) * 0.01 + 1e-3
+    return w, s
+
+
+def test_registered_first_for_cpu(kitchen):
+    assert registry._priority[0] == "qmm"
+    assert kitchen.is_registered()
+    caps = ck.list_backends()["qmm"]["capabilities"]
+    for f in ("int8_linear", "int8_linear_modulated", "int8_linear_rms_modulated",
+              "dequantize_int8_convrot_weight"):
+        assert f in caps
+
+
+def test_public_int8_linear_runs_on_qmm(kitchen):
+    w, s = _layer()
+    x = torch.randn(2, 9, 256, dtype=torch.bfloat16)
+    qmm.reset_counters()
+    y = ck.int8_linear(x, w, s, None, torch.bfloat16)
+    y2 = torch.ops.comfy_kitchen.int8_linear(x, w, s, None, 2, False, 256)
+    c = qmm.counters()
+    assert sum(c["calls"].values()) == 2 and c["fallbacks"] == 0 and c["errors"] == 0
+    assert set(c["calls"]) <= set(qmm.int8_engines_available())
+    assert y.shape == (2, 9, 64) and torch.equal(y, y2)
+
+
+def test_comfyui_int8_layer_runs_on_qmm(kitchen):
+    # what ComfyUI does: F.linear with a TensorWiseINT8Layout weight, convrot g = 64
+    w, s = _layer(96, 512)
+    params = TensorWiseINT8Layout.Params(scale=s, orig_dtype=torch.bfloat16, orig_shape=(96, 512),
+                                         convrot=True, convrot_groupsize=64)
+    qt = QuantizedTensor(w, "TensorWiseINT8Layout", params)
+    x = torch.randn(1, 33, 512, dtype=torch.bfloat16)
+    bias = torch.randn(96, dtype=torch.bfloat16)
+    qmm.reset_counters()
+    y = torch.nn.functional.linear(x, qt, bias)
+    y_act = TensorWiseINT8Layout.linear_input_act(qt, torch.randn(1, 33, 1024).bfloat16(),
+                                                  input_act="swiglu")
+    c = qmm.counters()
+    assert sum(c["calls"].values()) == 2 and c["fallbacks"] == 0
+    with ck.use_backend("eager"):
+        ye = torch.nn.functional.linear(x, qt, bias)
+    assert torch.equal(y, ye) and y_act.shape == (1, 33, 96)
+
+
+def test_declined_call_goes_to_eager_with_reason_logged(kitchen, caplog):
+    w, s = _layer()
+    wt = w.t().contiguous().t()            # same values, column stride 64: qmm declines it
+    x = torch.randn(5, 256, dtype=torch.bfloat16)
+    kitchen.reset_declines()
+    qmm.reset_counters()
+    with caplog.at_level(logging.DEBUG, logger="comfy_kitchen.dispatch"):
+        y = ck.int8_linear(x, wt, s, None, torch.bfloat16)
+    assert sum(qmm.counters()["calls"].values()) == 0
+    text = caplog.text
+    assert "Backend qmm declines int8_linear (weight: needs a 2-D [N, K] int8 tensor with unit " \
+           "column stride" in text
+    assert "Backend eager selected for int8_linear" in text
+    assert any("weight" in r for (_, r) in kitchen.declines())
+    with ck.use_backend("eager"):
+        assert torch.equal(y, ck.int8_linear(x, w, s, None, torch.bfloat16))
+
+
+def test_layer_no_int8_engine_admits_is_declined(kitchen, caplog):
+    # K beyond the int8 engines' exact-accumulator limit: qmm would run it W8A16 (a fallback),
+    # so the kitchen's eager backend gets it, with qmm's own reasons in the log
+    N, K = 8, 131072
+    w = torch.randint(-127, 128, (N, K), dtype=torch.int8)
+    s = torch.rand(N) * 1e-4
+    x = torch.randn(1, K, dtype=torch.bfloat16)
+    qmm.reset_counters()
+    with caplog.at_level(logging.DEBUG, logger="comfy_kitchen.dispatch"):
+        y = ck.int8_linear(x, w, s, None, torch.bfloat16)
+    assert qmm.counters()["calls"] == {} and qmm.counters()["fallbacks"] == 0
+    assert "no int8 engine admits [8, 131072]" in caplog.text
+    assert y.shape == (1, N)
+
+
+def test_decline_logged_at_info_once(kitchen, caplog):
+    w, s = _layer()
+    x = torch.randn(3, 256, dtype=torch.bfloat16, requires_grad=True)
+    kitchen.reset_declines()
+    with caplog.at_level(logging.INFO, logger="comfy_kitchen.dispatch"):
+        for _ in range(3):
+            ck.int8_linear(x, w, s, None, torch.bfloat16)
+    infos = [r for r in caplog.records if "qmm declines" in r.getMessage()]
+    assert len(infos) == 1 and "autograd" in infos[0].getMessage()
+    assert list(kitchen.declines().values()) == [3]
+
+
+def test_unregister_and_register_again(kitchen):
+    w, s = _layer()
+    x = torch.randn(2, 256, dtype=torch.bfloat16)
+    kitchen.unregister()
+    try:
+        qmm.reset_counters()
+        ck.int8_linear(x, w, s, None, torch.bfloat16)
+        assert qmm.counters()["calls"] == {}
+    finally:
+        kitchen.register()
+    ck.int8_linear(x, w, s, None, torch.bfloat16)
+    assert sum(qmm.counters()["calls"].values()) == 1
