@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN  ?= build-asan
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all deps build asan clang test test-fast demo bench info fuzz clean
+.PHONY: all deps build asan clang test test-fast test-python demo bench info fuzz clean
 
 all: build
 
@@ -24,13 +24,18 @@ clang: deps
 	cmake --build build-clang -j$(JOBS)
 
 # The README's test command: every test in the release build, then again under ASan+UBSan
-# (smaller shapes there: QMM_TEST_QUICK=1); the clang build must compile warning-free.
+# (smaller shapes there: QMM_TEST_QUICK=1); the clang build must compile warning-free; then the
+# Python package and its comfy-kitchen backend (scripts/test-python.sh: venv, pip install ., pytest).
 test: build asan clang
 	cd $(BUILD) && ctest --output-on-failure
 	cd $(ASAN) && QMM_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure
+	BUILD=$(BUILD) bash scripts/test-python.sh
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure
+
+test-python: build
+	BUILD=$(BUILD) bash scripts/test-python.sh
 
 demo: build
 	./$(BUILD)/qmm demo

@@ -5,6 +5,7 @@
 #   clang                          libFuzzer fuzz targets (the corpus replays without it)
 #   libjson-c-dev                  the safetensors JSON header and comfy_quant JSON (maintained parser)
 #   openmpi-bin, libopenmpi-dev    tensor parallelism over MPI (qmm builds without it; TP is then absent)
+#   python3, python3-venv          the Python package's venv (scripts/test-python.sh)
 set -euo pipefail
 
 need=()
@@ -16,6 +17,8 @@ command -v clang >/dev/null || need+=(clang)
 pkg-config --exists json-c 2>/dev/null || need+=(libjson-c-dev)
 command -v mpirun >/dev/null || need+=(openmpi-bin)
 command -v mpicc >/dev/null || need+=(libopenmpi-dev)
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 [ -e /usr/lib/x86_64-linux-gnu/libasan.so.8 ] || [ -n "$(ls /usr/lib/gcc/*/*/libasan.so 2>/dev/null)" ] || need+=(libasan8)
 
 # optional: the reference Python safetensors for the interop test (skipped visibly without it)
