@@ -23,6 +23,8 @@ tensor being freed drops it.
 """
 import ctypes
 import logging
+import os
+import tempfile
 import threading
 import weakref
 
@@ -160,11 +162,12 @@ def _probe_one(feature):
 
 # ---------------------------------------------------------------- packed weights, cached
 class _Entry:
-    __slots__ = ("weight", "sig", "gs", "scale", "bias", "nbytes")
+    __slots__ = ("weight", "sig", "gs", "scale", "bias", "nbytes", "spilled")
 
-    def __init__(self, weight, sig, gs, scale, bias):
+    def __init__(self, weight, sig, gs, scale, bias, spilled=False):
         self.weight, self.sig, self.gs, self.scale, self.bias = weight, sig, gs, scale, bias
         self.nbytes = weight.info()["packed_bytes"]
+        self.spilled = spilled
 
 
 class WeightCache:
@@ -176,10 +179,12 @@ class WeightCache:
     its entry (weakref.finalize), so the cache holds at most one entry per live weight tensor.
     Thread-safe."""
 
-    def __init__(self):
+    def __init__(self, spill_dir=None):
         self._lock = threading.Lock()
         self._d = {}
         self.packs = 0      # qmm weights created (a test of "packed once" counts these)
+        self.spill_dir = spill_dir
+        self.spilled_bytes = 0
 
     @staticmethod
     def _sig(w):
@@ -208,7 +213,11 @@ class WeightCache:
                             bias=b.data_ptr() if b is not None else None,
                             bias_dtype=_QDT[b.dtype] if b is not None else L.F32,
                             convrot_gs=gs, name="int8[%d,%d]" % (N, K))
-        e = _Entry(w, sig, gs, scale, b)
+        spilled = old is not None and old.spilled and old.sig[0] == sig[0]  # already file-backed
+        if self.spill_dir and not spilled:
+            spilled = self._spill(weight)
+            sig = self._sig(weight)
+        e = _Entry(w, sig, gs, scale, b, spilled)
         with self._lock:
             prev = self._d.get(key)
             self._d[key] = e
@@ -218,6 +227,32 @@ class WeightCache:
         elif prev is not e:
             prev.weight.close()
         return w
+
+    def _spill(self, weight):
+        """Make the packed copy the only resident one: the int8 tensor's bytes move to a file
+        in spill_dir (unlinked at once: it lives as long as the mapping) mapped back as the
+        tensor's storage (shared, so writes reach it). Reading the tensor (a LoRA merge,
+        dequantize, saving) faults its pages in from the page cache or the disk, writes work
+        as before, and the process keeps no anonymous copy. Only a tensor that owns its whole
+        storage alone (no other view, offset 0, contiguous, >= 1 MiB) is moved."""
+        n = weight.numel()
+        st = weight.untyped_storage()
+        use_count = getattr(torch._C, "_storage_Use_Count", None)
+        if n < (1 << 20) or not weight.is_contiguous() or weight.storage_offset() != 0 or \
+                st.nbytes() != n or use_count is None or use_count(st._cdata) > 2:
+            return False
+        del st
+        fd, path = tempfile.mkstemp(prefix="qmm-int8-", dir=self.spill_dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(memoryview(weight.detach().numpy()).cast("B"))
+            mapped = torch.UntypedStorage.from_file(path, shared=True, nbytes=n)
+        finally:
+            os.unlink(path)
+        with torch.no_grad():
+            weight.set_(mapped, 0, weight.shape, weight.stride())
+        self.spilled_bytes += n
+        return True
 
     def _drop(self, key):
         with self._lock:
@@ -674,13 +709,18 @@ def _constraints():
 _reg_lock = threading.Lock()
 
 
-def register(first=True):
+def register(first=True, spill_dir=None):
     """Add backend "qmm" to the kitchen registry with the capabilities and constraints above
     (device cpu only) and, with first=True, put it first in the kitchen's priority list, so
     that CPU calls try qmm before eager and every declined call still reaches eager.
-    Idempotent (also undoes unregister()). Returns the capability names."""
+    Idempotent (also undoes unregister()). Returns the capability names.
+
+    spill_dir (or $QMM_KITCHEN_SPILL_DIR): after packing a weight, move the int8 tensor's own
+    bytes to an unlinked file there (a disk, not tmpfs) mapped back in, so that the packed copy
+    is the only resident one (WeightCache._spill); None keeps both copies resident."""
     import sys
     with _reg_lock:
+        cache.spill_dir = spill_dir or os.environ.get("QMM_KITCHEN_SPILL_DIR") or None
         caps = _constraints()
         registry.register(BACKEND, sys.modules[__name__], caps)
         registry.enable(BACKEND)

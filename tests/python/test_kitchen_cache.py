@@ -95,3 +95,39 @@ def test_cache_bounded_by_live_weights(kitchen):
     del ws, w
     gc.collect()
     assert len(kitchen.cache) == base
+
+
+def test_spill_leaves_the_packed_copy_the_only_resident_one(kitchen, tmp_path):
+    # register(spill_dir=...): after packing, the int8 tensor's bytes live in an unlinked file
+    # mapped back in; the values read back unchanged, writes still work and repack
+    N, K = 8192, 8192                       # 64 MiB of int8
+    x = torch.randn(3, K, dtype=torch.bfloat16)
+    s = torch.rand(N, 1) * 1e-4
+    kitchen.cache.spill_dir = str(tmp_path)
+    try:
+        gc.collect()
+        rss0 = _rss_kib()
+        w = torch.randint(-127, 128, (N, K), dtype=torch.int8)
+        ref = w[::97].clone()
+        spilled0 = kitchen.cache.spilled_bytes
+        y = ck.int8_linear(x, w, s, None, torch.bfloat16)
+        grown = (_rss_kib() - rss0) * 1024 / (N * K)
+        print("resident after pack with spill: %.2fx the int8 bytes" % grown)
+        assert kitchen.cache.spilled_bytes - spilled0 == N * K
+        assert list(tmp_path.iterdir()) == []            # unlinked: nothing left on disk
+        assert torch.equal(w[::97], ref)                 # reads back the same values
+        assert grown < 1.25
+        assert torch.equal(y, _eager(x, w, s, None, torch.bfloat16))
+        w[0].fill_(3)                                    # a write through the mapping
+        y2 = ck.int8_linear(x, w, s, None, torch.bfloat16)
+        assert torch.equal(y2, _eager(x, w, s, None, torch.bfloat16))
+        assert kitchen.cache.spilled_bytes - spilled0 == N * K   # repacked, not moved again
+        # a tensor whose storage has another view is not moved (the view would not follow)
+        w2 = torch.randint(-127, 128, (1024, 2048), dtype=torch.int8)
+        view = w2.view(-1)
+        before = kitchen.cache.spilled_bytes
+        ck.int8_linear(torch.randn(1, 2048, dtype=torch.bfloat16), w2, s[:1024], None,
+                       torch.bfloat16)
+        assert kitchen.cache.spilled_bytes == before and view.data_ptr() == w2.data_ptr()
+    finally:
+        kitchen.cache.spill_dir = None

@@ -1,0 +1,169 @@
+"""python -m qmm.bench_kitchen — one video-DiT block (qmm.dit, SPEC §8 shapes) end to end in
+torch, four ways, on the same CPU threads:
+
+    eager   ComfyUI INT8 layers (ConvRot g=256) through comfy-kitchen's eager backend
+    qmm     the same layers through comfy-kitchen with the qmm backend registered
+    bf16    torch bf16 linears (F.linear)
+    fp32    torch fp32, everything (activations too)
+
+Each path runs in its own process (clean peak RSS): weights are made from a fixed seed (INT8
+weights directly as int8 + per-row scales: timing does not depend on their values), one
+warm-up block, then --reps timed blocks. Printed per path and token count: the median time
+per block, the speedups, the peak RSS, the resident memory of the weights after the first
+block against their int8 bytes, and the share of time spent outside the four linears
+(attention, norms, modulation, residual glue).
+
+    python -m qmm.bench_kitchen                 # 1024 and 4096 tokens, 2 threads, 3 reps
+    python -m qmm.bench_kitchen --quick         # 1024 tokens, 2 reps (a few minutes)
+    python -m qmm.bench_kitchen --spill /var/tmp   # qmm path: packed copy the only resident one
+Not a test: no thresholds; the numbers go to bench/NOTES.md and the README.
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+PATHS = ("eager", "qmm", "bf16", "fp32")
+
+
+def _rss_mib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def _one(path, tokens, threads, reps, width, spill):
+    import torch
+    torch.set_num_threads(threads)
+    import contextlib
+
+    import comfy_kitchen as ck
+
+    import qmm
+    import qmm.kitchen
+    from qmm import dit
+    qmm.configure(n_threads=threads)
+    hidden, heads, head_dim, ffn = width
+    shapes = dit.shapes(hidden, heads, head_dim, ffn)
+    g = torch.Generator().manual_seed(1)
+    rss0 = _rss_mib()
+    int8_bytes = sum(N * K for N, K in shapes.values())
+    layers = {}
+    for name, (N, K) in shapes.items():
+        if path in ("eager", "qmm"):
+            q = torch.randint(-127, 128, (N, K), dtype=torch.int8, generator=g)
+            s = torch.full((N, 1), 1.0 / (127 * K ** 0.5)) * (1 + torch.rand(N, 1, generator=g))
+            layers[name] = dit.KitchenInt8Linear(q, s, None, True, 256)
+        else:
+            dt = torch.bfloat16 if path == "bf16" else torch.float32
+            layers[name] = dit.TorchLinear((torch.randn(N, K, generator=g) / K ** 0.5).to(dt))
+    rss_weights = _rss_mib() - rss0
+    ctx = contextlib.nullcontext()
+    if path == "qmm":
+        qmm.kitchen.register(spill_dir=spill)
+    elif path == "eager":
+        ctx = ck.use_backend("eager")
+    dt = torch.float32 if path == "fp32" else torch.bfloat16
+    block = dit.Block(layers, hidden, heads, head_dim, dt)
+    x = torch.randn(1, tokens, hidden, generator=g).to(dt)
+    with ctx, torch.inference_mode():
+        block(x[:, :1])        # one token: packs the qmm weights, allocates next to nothing
+        rss_after = _rss_mib() - rss0
+        block(x)               # warm-up
+        times, lin = [], []
+        for _ in range(reps):
+            block.timer.linear_s = 0.0
+            t = time.perf_counter()
+            y = block(x)
+            times.append(time.perf_counter() - t)
+            lin.append(block.timer.linear_s)
+    out = {"path": path, "tokens": tokens, "threads": threads, "times_s": times,
+           "median_s": statistics.median(times),
+           "outside_linears": statistics.median([1 - a / b for a, b in zip(lin, times)]),
+           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+           "weights_rss_mib": rss_weights, "resident_after_block_mib": rss_after,
+           "spilled_mib": qmm.kitchen.cache.spilled_bytes / 2 ** 20,
+           "int8_mib": int8_bytes / 2 ** 20, "finite": bool(torch.isfinite(y).all())}
+    if path == "qmm":
+        c = qmm.counters()
+        out["engines"] = c["calls"]
+        out["fallbacks"] = c["fallbacks"]
+        out["packed_mib"] = qmm.kitchen.cache.packed_bytes() / 2 ** 20
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m qmm.bench_kitchen", description=__doc__.split(
+        "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1024 tokens, 2 reps")
+    ap.add_argument("--tokens", default=None, help="comma-separated token counts (1024,4096)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--paths", default=",".join(PATHS))
+    ap.add_argument("--small", action="store_true", help="hidden 1536 instead of 5376 (a check "
+                    "of the harness, not the SPEC shapes)")
+    ap.add_argument("--spill", default=None, help="qmm path: move each packed int8 tensor's "
+                    "bytes to an unlinked file in DIR (qmm.kitchen.register(spill_dir=DIR))")
+    ap.add_argument("--json", action="store_true", help="one JSON object per path and size")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    width = (1536, 16, 128, 4096) if a.small else (5376, 56, 128, 14336)
+    tokens = [int(t) for t in (a.tokens or ("1024" if a.quick else "1024,4096")).split(",")]
+    reps = a.reps or (2 if a.quick else 3)
+    if a.one:
+        print(json.dumps(_one(a.one, tokens[0], a.threads, reps, width, a.spill)))
+        return 0
+    import qmm
+    info = qmm.info()
+    print("qmm %s on %s (%s); %d threads; block hidden %d, %d heads x %d, FFN %d (SwiGLU), "
+          "ConvRot g=256" % (info["version"], info["cpu"], ", ".join(
+              qmm.int8_engines_available()), a.threads, *width))
+    rows = []
+    for T in tokens:
+        for p in a.paths.split(","):
+            cmd = [sys.executable, "-m", "qmm.bench_kitchen", "--one", p, "--tokens", str(T),
+                   "--threads", str(a.threads), "--reps", str(reps)] + \
+                  (["--small"] if a.small else []) + (["--spill", a.spill] if a.spill else [])
+            r = subprocess.run(cmd, capture_output=True, text=True,
+                               env=dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
+            if r.returncode != 0:
+                print("path %s, %d tokens failed:\n%s" % (p, T, r.stderr[-2000:]), file=sys.stderr)
+                return 1
+            res = json.loads(r.stdout.strip().splitlines()[-1])
+            rows.append(res)
+            if a.json:
+                print(json.dumps(res))
+            else:
+                print("  ran %-5s %5d tokens: %.3f s" % (p, T, res["median_s"]), flush=True)
+    if not a.json:
+        print()
+        print("| tokens | path | median / block | vs eager INT8 | vs torch bf16 | vs fp32 | "
+              "outside linears | peak RSS | weights resident |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for T in tokens:
+            by = {r["path"]: r for r in rows if r["tokens"] == T}
+            for p, r in by.items():
+                def sp(ref):
+                    return "%.2fx" % (by[ref]["median_s"] / r["median_s"]) if ref in by else "-"
+                wr = r["resident_after_block_mib"]
+                extra = " (%.2fx int8)" % (wr / r["int8_mib"]) if p in ("eager", "qmm") else ""
+                print("| %d | %s | %.3f s | %s | %s | %s | %.0f%% | %.0f MiB | %.0f MiB%s |" % (
+                    T, {"eager": "kitchen eager INT8", "qmm": "kitchen + qmm INT8",
+                        "bf16": "torch bf16", "fp32": "torch fp32"}[p], r["median_s"],
+                    sp("eager"), sp("bf16"), sp("fp32"), 100 * r["outside_linears"],
+                    r["peak_rss_mib"], wr, extra))
+        q = [r for r in rows if r["path"] == "qmm"]
+        if q:
+            print("\nqmm engines: %s, fallbacks %d; packed weights %.0f MiB for %.0f MiB of int8" % (
+                q[0]["engines"], q[0]["fallbacks"], q[0]["packed_mib"], q[0]["int8_mib"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
