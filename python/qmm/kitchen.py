@@ -447,9 +447,8 @@ def _rule_linear(func):
     def rule(kw):
         x, weight, ws = kw.get("x"), kw.get("weight"), kw.get("weight_scale")
         bias = kw.get("bias")
-        if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor) or \
-                not isinstance(ws, torch.Tensor):
-            return _decline(func, "x", "x, weight and weight_scale must be tensors")
+        if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
+            return _decline(func, "x", "x and weight must be tensors")
         if x.requires_grad and torch.is_grad_enabled():
             return _decline(func, "x", "autograd: qmm runs inference only")
         if x.dim() < 1 or x.numel() == 0:
@@ -458,7 +457,10 @@ def _rule_linear(func):
             return _decline(func, "weight", "needs a 2-D [N, K] int8 tensor with unit column "
                             "stride, got shape %s stride %s" % (list(weight.shape), weight.stride()))
         N, K = weight.shape
-        if ws.numel() not in (1, N) or ws.dtype not in _FLOATS or not _cpu(ws):
+        partial = ws is None
+        # a probe without weight_scale (the kitchen's _has_native_fusion asks "would a native
+        # backend take this?" with x, weight and the fused operands only) is judged on those
+        if not partial and (ws.numel() not in (1, N) or ws.dtype not in _FLOATS or not _cpu(ws)):
             return _decline(func, "weight_scale", "needs 1 or N=%d float values on the cpu, got "
                             "%s %s" % (N, list(ws.shape), ws.dtype))
         if bias is not None and (bias.numel() != N or not _cpu(bias)):
@@ -491,8 +493,9 @@ def _rule_linear(func):
             if func == "int8_linear_rms_modulated" and aw.dtype != x.dtype:
                 return _decline(func, "norm_weight", "dtype %s differs from x's %s (torch's "
                                 "rms_norm then promotes)" % (aw.dtype, x.dtype))
-            if not isinstance(eps, (int, float)) or isinstance(eps, bool) or \
-                    not (0.0 <= eps < 3.4e38):
+            if (eps is not None or not partial) and (
+                    not isinstance(eps, (int, float)) or isinstance(eps, bool) or
+                    not (0.0 <= eps < 3.4e38)):
                 return _decline(func, "input_act_eps", "needs a finite number >= 0, got %r" % (eps,))
         if func != "int8_linear":
             m = kw.get("modulation_scale")
@@ -530,6 +533,8 @@ def _rule_linear(func):
             if why:
                 return _decline(func, "convrot_groupsize", why)
             gs = g
+        if partial:
+            return ValidationResult.ok()
         # what qmm itself says: pack (once, cached) and plan this call
         try:
             w = cache.get(weight, ws, bias, gs)

@@ -116,3 +116,23 @@ def test_unregister_and_register_again(kitchen):
         kitchen.register()
     ck.int8_linear(x, w, s, None, torch.bfloat16)
     assert sum(qmm.counters()["calls"].values()) == 1
+
+
+def test_fused_rms_modulated_layout_path_runs_on_qmm(kitchen):
+    # ComfyUI's TensorWiseINT8Layout.fused_rms_modulated first asks the registry whether a
+    # native backend would take int8_linear_rms_modulated (kwargs without weight_scale), then
+    # calls it: with qmm registered the answer is qmm, and the call runs there
+    from comfy_kitchen.tensor.int8 import _has_native_fusion
+    w, s = _layer(64, 256)
+    params = TensorWiseINT8Layout.Params(scale=s, orig_dtype=torch.bfloat16, orig_shape=(64, 256),
+                                         convrot=True, convrot_groupsize=16)
+    qt = QuantizedTensor(w, "TensorWiseINT8Layout", params)
+    x = torch.randn(1, 12, 256, dtype=torch.bfloat16)
+    nw = (torch.rand(256) + 0.5).bfloat16()
+    mod = (torch.randn(256) * 0.2).bfloat16()
+    assert _has_native_fusion("int8_linear_rms_modulated", {
+        "x": x, "norm_weight": nw, "modulation_scale": mod, "weight": w, "out_dtype": x.dtype})
+    qmm.reset_counters()
+    y = TensorWiseINT8Layout.fused_rms_modulated(x, qt, None, nw, 1e-6, mod)
+    assert y is not NotImplemented and y.shape == (1, 12, 64)
+    assert sum(qmm.counters()["calls"].values()) == 1
