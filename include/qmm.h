@@ -308,6 +308,16 @@ qmm_status qmm_linear_epilogue(qmm_context *ctx, const qmm_weight *w, int64_t M,
                                const int32_t *acc, int64_t ldacc, const float *token_scales,
                                void *y, qmm_dtype y_dtype, int64_t ldy);
 
+/* The activation quantizer alone (SPEC §1 steps 2–3, kitchen-exact): each row of x [M, ldx] of
+ * x_dtype (F32/F16/BF16, K values) is rotated with H_g when convrot_gs != 0 (a power of 4
+ * dividing K; the result rounded to x_dtype), then quantized per row: q [M, ldq] int8 (K values,
+ * columns K..ldq zero) and scales_out [M] fp32. scales_in: NULL to compute each row's scale, or
+ * M given scales (one scale repeated = the kitchen's quantize_int8_tensorwise). These are the
+ * kitchen's quantize_int8_rowwise / quantize_and_rotate_rowwise / quantize_int8_convrot_weight. */
+qmm_status qmm_quantize_rows(qmm_context *ctx, const void *x, qmm_dtype x_dtype, int64_t M, int64_t K,
+                             int64_t ldx, int convrot_gs, const float *scales_in, int8_t *q, int64_t ldq,
+                             float *scales_out);
+
 /* ---------------------------------------------------------------- plan: what would run */
 #define QMM_REASON_MAX 160
 typedef struct qmm_plan_info {

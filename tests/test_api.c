@@ -7,6 +7,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "qmm.h"
+#include "numerics.h"
 #include "testutil.h"
 
 #include <stdlib.h>
@@ -250,6 +251,55 @@ static void test_longest_message(void) {
     }
 }
 
+/* qmm_quantize_rows: every row equals the reference definitions (rotation in x's dtype, scale,
+ * kitchen-exact quantization), with computed and with given scales; bad arguments say why. */
+static void test_quantize_rows(void) {
+    qmm_context *ctx;
+    TU_CHECK_OK(qmm_context_create(NULL, &ctx));
+    const qmm_dtype dts[3] = {QMM_F32, QMM_F16, QMM_BF16};
+    const int gss[4] = {0, 4, 16, 1024};
+    for (int di = 0; di < 3; di++)
+        for (int gi = 0; gi < 4; gi++) {
+            const int64_t M = tu_rand_int(1, 9), K = gss[gi] ? gss[gi] * tu_rand_int(1, 2) : tu_rand_int(1, 300);
+            const int64_t ldx = K + tu_rand_int(0, 3), ldq = K + tu_rand_int(0, 5);
+            void *x = malloc((size_t)(M * ldx) * 4);
+            tu_fill_float(x, dts[di], M * ldx, 4.0f);
+            int8_t *q = malloc((size_t)(M * ldq)), *qr = malloc((size_t)K);
+            float *s = malloc((size_t)M * 4), *a = malloc((size_t)K * 4);
+            for (int given = 0; given < 2; given++) {
+                float sin[9];
+                for (int64_t r = 0; r < M; r++) sin[r] = 0.01f * (float)(r + 1);
+                TU_CHECK_OK(qmm_quantize_rows(ctx, x, dts[di], M, K, ldx, gss[gi], given ? sin : NULL, q, ldq, s));
+                for (int64_t r = 0; r < M; r++) {
+                    qmm_ref_act_rotate_row((const char *)x + (size_t)(r * ldx) * qmm_dtype_size(dts[di]), dts[di], K,
+                                           QMM_ACT_NONE, gss[gi], a);
+                    float sr = given ? sin[r] : qmm_scale_of(qmm_amax_f32(a, K));
+                    qmm_ref_quantize_row(a, K, dts[di], sr, qr);
+                    int zeros = 1;
+                    for (int64_t k = K; k < ldq; k++) zeros &= q[r * ldq + k] == 0;
+                    TU_CHECK(memcmp(q + r * ldq, qr, (size_t)K) == 0 && zeros &&
+                                 qmm_f32_bits(s[r]) == qmm_f32_bits(sr),
+                             "quantize_rows %s gs %d K=%lld row %lld given=%d: differs from the reference",
+                             qmm_dtype_name(dts[di]), gss[gi], (long long)K, (long long)r, given);
+                }
+            }
+            free(x); free(q); free(qr); free(s); free(a);
+        }
+    float x1[64] = {0}, s1[1];
+    int8_t q1[64];
+    TU_CHECK(qmm_quantize_rows(ctx, x1, QMM_F32, 1, 64, 0, 32, NULL, q1, 0, s1) == QMM_ERR_UNSUPPORTED &&
+                 strstr(qmm_last_error(), "convrot group 32"), "group 32: %s", qmm_last_error());
+    TU_CHECK(qmm_quantize_rows(ctx, x1, QMM_F32, 1, 64, 0, 256, NULL, q1, 0, s1) == QMM_ERR_UNSUPPORTED,
+             "group 256 does not divide K=64: %s", qmm_last_error());
+    TU_CHECK(qmm_quantize_rows(ctx, NULL, QMM_F32, 1, 64, 0, 0, NULL, q1, 0, s1) == QMM_ERR_INVALID_ARGUMENT &&
+                 strstr(qmm_last_error(), "x is NULL"), "NULL x: %s", qmm_last_error());
+    TU_CHECK(qmm_quantize_rows(ctx, x1, QMM_I8, 1, 64, 0, 0, NULL, q1, 0, s1) == QMM_ERR_UNSUPPORTED, "i8 x: %s",
+             qmm_last_error());
+    TU_CHECK(qmm_quantize_rows(ctx, x1, QMM_F32, 1, 64, 0, 0, NULL, q1, 32, s1) == QMM_ERR_INVALID_ARGUMENT,
+             "ldq < K: %s", qmm_last_error());
+    qmm_context_destroy(ctx);
+}
+
 /* QMM_MAX_ISA and QMM_VERBOSE=dispatch are read at context creation; the log goes to stderr. */
 static void test_environment(void) {
     setenv("QMM_MAX_ISA", "avx2", 1);
@@ -311,6 +361,7 @@ int main(int argc, char **argv) {
     qmm_context_destroy(ctx);
     test_plan_and_counters();
     test_longest_message();
+    test_quantize_rows();
     test_environment();
     return tu_finish();
 }

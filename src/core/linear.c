@@ -335,6 +335,36 @@ qmm_status qmm_activation_amax(qmm_context *ctx, const qmm_weight *w, const qmm_
     return qmm_prepass_amax(ctx, &c, amax, args->engine == QMM_ENGINE_REF);
 }
 
+qmm_status qmm_quantize_rows(qmm_context *ctx, const void *x, qmm_dtype x_dtype, int64_t M, int64_t K, int64_t ldx,
+                             int convrot_gs, const float *scales_in, int8_t *q, int64_t ldq, float *scales_out) {
+    QMM_RETURN_IF(!ctx || !x || !q || !scales_out, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_rows: %s is NULL",
+                  !ctx ? "ctx" : !x ? "x" : !q ? "q" : "scales_out");
+    QMM_RETURN_IF(M <= 0 || K <= 0, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_rows: M=%lld, K=%lld (need >= 1)",
+                  (long long)M, (long long)K);
+    QMM_RETURN_IF(!is_float(x_dtype), QMM_ERR_UNSUPPORTED, "qmm_quantize_rows: x dtype %s (needs f32, f16 or bf16)",
+                  qmm_dtype_name(x_dtype));
+    if (!ldx) ldx = K;
+    if (!ldq) ldq = K;
+    QMM_RETURN_IF(ldx < K || ldq < K, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_rows: strides ldx=%lld, ldq=%lld < K=%lld",
+                  (long long)ldx, (long long)ldq, (long long)K);
+    QMM_RETURN_IF(K > INT32_MAX || M > INT64_MAX / ldx / (int64_t)qmm_dtype_size(x_dtype) || M > INT64_MAX / ldq,
+                  QMM_ERR_UNSUPPORTED, "qmm_quantize_rows: [%lld, %lld] with ldx=%lld, ldq=%lld too large", (long long)M,
+                  (long long)K, (long long)ldx, (long long)ldq);
+    QMM_RETURN_IF(convrot_gs && (!qmm_convrot_gs_valid(convrot_gs) || K % convrot_gs), QMM_ERR_UNSUPPORTED,
+                  "qmm_quantize_rows: convrot group %d for K=%lld (needs a power of 4 from 4 to %d dividing K)",
+                  convrot_gs, (long long)K, QMM_MAX_CONVROT_GS);
+    qmm_weight w;  /* the pre-pass reads the name, K and the group of a weight */
+    memset(&w, 0, sizeof w);
+    snprintf(w.name, sizeof w.name, "quantize_rows");
+    w.K = K;
+    w.convrot_gs = convrot_gs;
+    qmm_call c;
+    memset(&c, 0, sizeof c);
+    c.w = &w; c.M = M; c.K = K; c.K_in = K; c.x = x; c.x_dtype = x_dtype; c.ldx = ldx;
+    c.token_scales_in = scales_in;
+    return qmm_prepass(ctx, &c, q, ldq, scales_out, 0);
+}
+
 typedef struct {
     const qmm_call *c;
     const int32_t *acc;
