@@ -280,7 +280,9 @@ typedef struct qmm_linear_args {
     /* Modulation (kitchen int8_linear_modulated): K values m of x_dtype; after the activation,
      * before the rotation: a = T(a · T(1 + m[k])). */
     const void *modulation;
-    qmm_epilogue epilogue;    /* QMM_EPILOGUE_FUSED (SPEC §1 step 5) or QMM_EPILOGUE_KITCHEN (§1a) */
+    qmm_epilogue epilogue;    /* QMM_EPILOGUE_FUSED (SPEC §1 step 5) or QMM_EPILOGUE_KITCHEN (§1a); the
+                                 int8 engines honour it, the float engines (W8A16, float weights)
+                                 compute in fp32 and round once either way */
     /* Residual (kitchen int8_linear's residual + residual_scale): y = T(residual + rs[n] · y),
      * residual [M, ldr] and residual_scale [N] of y_dtype (float outputs only). residual may
      * alias y (same pointer and stride: an in-place residual add). */

@@ -254,6 +254,19 @@ static qmm_status residual_pass(qmm_context *ctx, const qmm_call *c) {
     return QMM_OK;
 }
 
+static qmm_status residual_copy_if_overlapping(qmm_context *ctx, qmm_call *c) {
+    const size_t es = qmm_dtype_size(c->y_dtype);
+    const char *r0 = c->residual, *r1 = r0 + (size_t)((c->M - 1) * c->ldr + c->N) * es;
+    const char *y0 = c->y, *y1 = y0 + (size_t)((c->M - 1) * c->ldy + c->N) * es;
+    if (r1 <= y0 || y1 <= r0) return QMM_OK;
+    void *buf;
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_RESIDUAL, (size_t)(c->M * c->N) * es, &buf));
+    for (int64_t r = 0; r < c->M; r++) memcpy((char *)buf + (size_t)(r * c->N) * es, r0 + (size_t)(r * c->ldr) * es, (size_t)c->N * es);
+    c->residual = buf;
+    c->ldr = c->N;
+    return QMM_OK;
+}
+
 qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args) {
     QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_linear: ctx is NULL");
     qmm_call c;
@@ -306,9 +319,12 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
         }
     }
     st = qmm_input_stage(ctx, &c);
+    /* the int8 path fuses the residual into its epilogue (element by element, so residual may be
+     * y); the float path adds it after writing y, from a copy when the two overlap */
+    const int residual_after = c.residual && !(w->is_int8 && e->kind != QMM_KIND_FLOAT);
+    if (st == QMM_OK && residual_after) st = residual_copy_if_overlapping(ctx, &c);
     if (st == QMM_OK) st = e->run(ctx, &c);
-    /* the int8 path fuses the residual into its epilogue; the float path adds it after */
-    if (st == QMM_OK && c.residual && !(w->is_int8 && e->kind != QMM_KIND_FLOAT)) st = residual_pass(ctx, &c);
+    if (st == QMM_OK && residual_after) st = residual_pass(ctx, &c);
     if (st != QMM_OK) {
         ctx->counters.errors++;
         if (!strstr(qmm_last_error(), w->name)) { /* e.g. a scratch allocation: name the layer */
