@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN  ?= build-asan
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all deps build asan clang test test-fast demo bench info fuzz clean
+.PHONY: all deps build asan clang test test-fast demo bench info install fuzz clean
 
 all: build
 
@@ -40,6 +40,11 @@ bench: build
 
 info: build
 	./$(BUILD)/qmm info
+
+# headers, libqmm (static + shared), the qmm CLI, qmm.pc and the CMake package under PREFIX
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # libFuzzer targets (clang) on copies of the committed corpus, FUZZ_SECONDS each (docs/FUZZING.md)
 FUZZ_SECONDS ?= 60
