@@ -196,7 +196,7 @@ typedef struct qmm_weight_desc {
     int64_t n_scale;          /* 1 (per-tensor) or N (per output row) */
     const void *bias;         /* optional N values of bias_dtype */
     qmm_dtype bias_dtype;     /* F32, F16 or BF16 */
-    int convrot_gs;           /* 0, 16, 64 or 256 (K % g == 0) */
+    int convrot_gs;           /* 0, or a power of 4 from 4 to 65536 dividing K (SPEC §1a) */
     int full_precision;       /* 1: the checkpoint asks for full precision matmul
                                  (full_precision_matrix_mult): run W8A16 on a float engine */
 } qmm_weight_desc;
@@ -209,7 +209,7 @@ qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *desc,
 
 /* SPEC §2: quantize a float matrix into int8 + scales. */
 typedef struct qmm_quant_options {
-    int convrot_gs;   /* 0 none; -1 auto (largest of 256, 64, 16 dividing K); or 16/64/256 */
+    int convrot_gs;   /* 0 none; -1 auto (largest of 256, 64, 16 dividing K); or a power of 4 */
     int per_tensor;   /* 1: one scale for the whole matrix; 0: one per row */
 } qmm_quant_options;
 /* w [N, ld] of w_dtype (F32/F16/BF16) → wq [N, K] int8 in [-127, 127] (row stride K), scales
