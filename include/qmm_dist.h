@@ -66,6 +66,15 @@ struct qmm_comm {
 qmm_status qmm_comm_create_mpi(const void *mpi_comm, qmm_comm **out);
 void       qmm_comm_destroy(qmm_comm *c); /* NULL-safe; calls c->destroy */
 
+/* Collective: do all ranks pass the same n values (names[i] names vals[i] in messages)? Returns
+ * QMM_OK on every rank, or QMM_ERR_DIST on every rank whose message names `what`, the first value
+ * that differs and every rank's value of it (also when ranks pass different n, or a rank passes
+ * invalid arguments). Call it before a sequence of collectives that the values drive (iteration
+ * counts, M, engine, seed...), so a disagreement is an error instead of a hang. n <= QMM_AGREE_MAX;
+ * strings can be agreed on through a hash. */
+#define QMM_AGREE_MAX 32
+qmm_status qmm_comm_agree_i64(qmm_comm *c, const char *what, int n, const char *const *names, const int64_t *vals);
+
 /* ---------------------------------------------------------------- tensor-parallel layers */
 typedef enum qmm_tp_kind {
     QMM_TP_COLUMN = 0,   /* split N (output rows of W) */

@@ -388,6 +388,54 @@ static void test_errors(void) {
         TU_CHECK(T == NULL, "no handle after a refused deep-K create");
         free(wbig);
     }
+    /* 4c. shapes beyond qmm_weight_create_int8's limits, refused on every rank before anything is
+     *     allocated or read (a column layer of 2 parts once malloc'd rows*K bytes, which wrapped) */
+    {
+        int8_t wsmall[64];
+        float sc = 1.0f;
+        memset(wsmall, 1, sizeof wsmall);
+        qmm_weight_desc dh = qmm_weight_desc_default();
+        dh.name = "err.huge";
+        dh.data = wsmall;
+        dh.scale = &sc;
+        dh.n_scale = 1;
+        qmm_tp_options oc = qmm_tp_options_default();
+        oc.parts = 2;
+        const struct { int64_t N, K, ld; const char *what, *msg; } huge[] = {
+            {16, (int64_t)1 << 62, 0, "K = 2^62, 2 parts", "too large"},
+            {64, (int64_t)1 << 31, 0, "N*K = 2^37", "2^36"},
+            {(int64_t)1 << 32, 2, 0, "N = 2^32", "2^31"},
+            {2, 16, INT64_MAX / 2 + 1, "row stride near 2^62", "row stride"},
+        };
+        for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+            dh.N = huge[i].N * R;
+            dh.K = huge[i].K;
+            dh.ld = huge[i].ld;
+            expect_all(huge[i].what, qmm_tp_linear_create(g_ctx, g_comm, &dh, &oc, &T), QMM_ERR_DIST, huge[i].msg);
+            TU_CHECK(T == NULL, "no handle after a refused huge shape (%s)", huge[i].what);
+            qmm_tp_linear_destroy(T);
+            T = NULL;
+        }
+    }
+    /* 4d. ranks must agree on the values that drive collectives (qmm_comm_agree_i64) */
+    {
+        static const char *const nm[3] = {"iters", "M", "engine"};
+        int64_t v[3] = {3, 8, 1};
+        expect_all("agree: same values", qmm_comm_agree_i64(g_comm, "t", 3, nm, v), QMM_OK, NULL);
+        v[1] = g_rank == R - 1 ? 9 : 8;
+        char want[64];
+        snprintf(want, sizeof want, "rank %d: 9", R - 1);
+        expect_all("agree: M differs on the last rank", qmm_comm_agree_i64(g_comm, "t", 3, nm, v), QMM_ERR_DIST,
+                   "ranks disagree on M");
+        TU_CHECK(strstr(qmm_last_error(), want) && strstr(qmm_last_error(), "rank 0: 8"),
+                 "agree: the message lists every rank's value: %s", qmm_last_error());
+        v[1] = 8;
+        expect_all("agree: a different count on rank 0", qmm_comm_agree_i64(g_comm, "t", g_rank ? 3 : 2, nm, v),
+                   QMM_ERR_DIST, "values");
+        expect_all("agree: invalid n on the last rank",
+                   qmm_comm_agree_i64(g_comm, "t", g_rank == R - 1 ? QMM_AGREE_MAX + 1 : 3, nm, v), QMM_ERR_DIST,
+                   "invalid arguments");
+    }
     /* 5. run-time: a different M on rank 0, then x = NULL on the last rank */
     TU_CHECK_OK(qmm_tp_linear_create(g_ctx, g_comm, &L.d, &o, &T));
     if (T) {
@@ -403,7 +451,11 @@ static void test_errors(void) {
         a.M = M;
         a.x = g_rank == R - 1 ? NULL : x;
         expect_all("x NULL on the last rank", qmm_tp_linear_run(T, g_ctx, &a, QMM_TP_X_FULL), QMM_ERR_DIST, "rank");
-        a.x = x; /* and the communicator is still in step */
+        a.x = x;
+        a.M = (int64_t)1 << 62; /* buffer sizes would overflow: refused on every rank before any exchange */
+        expect_all("M = 2^62 row-parallel", qmm_tp_linear_run(T, g_ctx, &a, QMM_TP_X_FULL), QMM_ERR_DIST,
+                   "too many");
+        a.M = M; /* and the communicator is still in step */
         TU_CHECK_OK(qmm_tp_linear_run(T, g_ctx, &a, QMM_TP_X_FULL));
         free(x);
         free(y);
