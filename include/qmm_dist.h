@@ -93,13 +93,20 @@ typedef struct qmm_tp_options {
     /* optional explicit split: size+1 offsets 0 = o[0] < o[1] < ... < o[size] = width (per
      * part width for column, K for row); rank r takes [o[r], o[r+1]). NULL: balanced. */
     const int64_t *split;
+    /* 1: skip the weight fingerprint agreement of create (see qmm_tp_linear_create). Every rank
+     * must pass the same value. */
+    int no_fingerprint;
 } qmm_tp_options;
 qmm_tp_options qmm_tp_options_default(void); /* column, 1 part, automatic unit, no split */
 
 typedef struct qmm_tp_linear qmm_tp_linear;
 
 /* Collective. full describes the FULL weight [N, K] (data [N, ld], scale 1 or N values, bias N
- * values); every rank passes the same shapes (checked). Only this rank's slice is read. */
+ * values); every rank passes the same shapes (checked) and the same weight: a 64-bit fingerprint
+ * of the full layer (shape, every scale, the bias, and the first/middle/last 32 bytes of up to 64
+ * rows spread over N) is agreed on, and a rank handed a different weight (another checkpoint or
+ * seed of the same shapes) makes create fail with QMM_ERR_DIST on every rank, naming the layer.
+ * Apart from that sample (a few pages), only this rank's slice of the data is read. */
 qmm_status qmm_tp_linear_create(qmm_context *ctx, qmm_comm *comm, const qmm_weight_desc *full,
                                 const qmm_tp_options *opt, qmm_tp_linear **out);
 void qmm_tp_linear_destroy(qmm_tp_linear *L);
@@ -143,6 +150,7 @@ typedef struct qmm_tp_pair_options {
     const int64_t *split;    /* optional explicit split of F (size+1 offsets) */
     qmm_tp_core_fn core;     /* attention core (NULL for the MLP) */
     void *core_user;
+    int no_fingerprint;      /* 1: skip the weight fingerprint agreement (qmm_tp_options) */
 } qmm_tp_pair_options;
 
 typedef struct qmm_tp_pair qmm_tp_pair;

@@ -90,8 +90,39 @@ qmm_status tp_agree(qmm_comm *comm, const char *layer, const char *what, const t
         TP_SAME(kind) TP_SAME(parts) TP_SAME(N) TP_SAME(K) TP_SAME(gs) TP_SAME(per_channel) TP_SAME(has_bias)
         TP_SAME(unit) TP_SAME(split_hash) TP_SAME(M) TP_SAME(x_dtype) TP_SAME(y_dtype) TP_SAME(act) TP_SAME(flags)
 #undef TP_SAME
+        if (a->fingerprint != z->fingerprint && (!a->fingerprint || !z->fingerprint))
+            return qmm_fail(QMM_ERR_DIST, "layer %s: %s: rank %d %s the weight fingerprint check and rank 0 %s (set "
+                            "no_fingerprint the same way on every rank)", layer, what, r,
+                            a->fingerprint ? "runs" : "skips", z->fingerprint ? "runs" : "skips");
+        if (a->fingerprint != z->fingerprint)
+            return qmm_fail(QMM_ERR_DIST, "layer %s: %s: rank %d was handed a different weight than rank 0 (same shape, "
+                            "but the fingerprint of scales, bias and sampled weight bytes is %016llx vs %016llx): "
+                            "ranks loaded different checkpoints or seeds", layer, what, r,
+                            (unsigned long long)a->fingerprint, (unsigned long long)z->fingerprint);
     }
     return QMM_OK;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+int64_t tp_fingerprint(const qmm_weight_desc *d) {
+    const int fb = d->bias_dtype == QMM_F32 || d->bias_dtype == QMM_F16 || d->bias_dtype == QMM_BF16;
+    const int64_t ld = d->ld ? d->ld : d->K;
+    const int64_t head[5] = {d->N, d->K, d->n_scale, d->convrot_gs, d->bias ? (int64_t)d->bias_dtype : -1};
+    uint64_t h = fnv(1469598103934665603ull, head, sizeof head);
+    h = fnv(h, d->scale, (size_t)d->n_scale * sizeof(float));
+    if (d->bias && fb) h = fnv(h, d->bias, (size_t)d->N * qmm_dtype_size(d->bias_dtype));
+    const int64_t rows = d->N < 64 ? d->N : 64, span = d->K < 32 ? d->K : 32;
+    const int64_t at[3] = {0, (d->K - span) / 2, d->K - span};
+    for (int64_t i = 0; i < rows; i++) {
+        const int64_t n = rows > 1 ? i * (d->N - 1) / (rows - 1) : 0;
+        for (int j = 0; j < 3; j++) h = fnv(h, d->data + n * ld + at[j], (size_t)span);
+    }
+    return (int64_t)(h >> 1) | 1;
 }
 
 int64_t tp_split_hash(const int64_t *split, int size) {
@@ -272,6 +303,7 @@ qmm_status qmm_tp_linear_create(qmm_context *ctx, qmm_comm *comm, const qmm_weig
         rec.gs = d->convrot_gs;
         rec.per_channel = d->n_scale != 1;
         rec.has_bias = d->bias != NULL;
+        rec.fingerprint = o.no_fingerprint ? 0 : tp_fingerprint(d);
     }
     rec.kind = o.kind;
     rec.parts = o.parts;

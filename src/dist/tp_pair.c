@@ -119,6 +119,7 @@ qmm_status qmm_tp_pair_create(qmm_context *ctx, qmm_comm *comm, const qmm_weight
     o2.kind = QMM_TP_ROW;
     o2.unit = unit;
     o2.split = opt->split;
+    o1.no_fingerprint = o2.no_fingerprint = opt->no_fingerprint;
     st = qmm_tp_linear_create(ctx, comm, first, &o1, &p->first);
     if (st == QMM_OK) st = qmm_tp_linear_create(ctx, comm, second, &o2, &p->second);
     if (st != QMM_OK) {

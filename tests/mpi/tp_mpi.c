@@ -332,7 +332,7 @@ static void expect_all(const char *what, qmm_status st, qmm_status want, const c
     float f[2] = {(float)st, -(float)st};
     TU_CHECK_OK(g_comm->allreduce_max_f32(g_comm, f, 2));
     TU_CHECK(f[0] == -f[1], "rank %d: %s: ranks returned different statuses", g_rank, what);
-    if (g_rank == 0 && st == want) tu_note("%s -> %s: %s", what, qmm_status_name(st), m);
+    if (g_rank == 0 && st == want) tu_note("%s -> %s%s%s", what, qmm_status_name(st), st ? ": " : "", st ? m : "");
 }
 
 static void test_errors(void) {
@@ -464,7 +464,115 @@ static void test_errors(void) {
     free_layer(&L);
 }
 
+/* ---------------------------------------------------------------- weights that differ across ranks */
+/* Every rank builds the same layer from the seed; then the last rank's copy is changed in one
+ * place (a scale, a sampled weight byte, the bias, the whole seed): create must fail on every
+ * rank with QMM_ERR_DIST naming the layer, unless every rank turns the fingerprint off. */
+static void test_fingerprint(void) {
+    const int R = g_size, last = g_rank == R - 1;
+    layer L;
+    make_layer(&L, "fp.layer", 12 * R, 48, 16);
+    if (!L.bias) { /* this test wants a bias to change */
+        L.bias = malloc((size_t)L.d.N * qmm_dtype_size(L.d.bias_dtype));
+        tu_fill_float(L.bias, L.d.bias_dtype, L.d.N, 1.0f);
+        L.d.bias = L.bias;
+    }
+    const size_t bs = (size_t)L.d.N * qmm_dtype_size(L.d.bias_dtype);
+    float *scale2 = malloc((size_t)L.d.N * sizeof(float));
+    int8_t *w2 = malloc((size_t)(L.d.N * L.d.ld));
+    unsigned char *bias2 = malloc(bs);
+    for (int kind = 0; kind < 2; kind++) {
+        qmm_tp_options o = qmm_tp_options_default();
+        o.kind = kind ? QMM_TP_ROW : QMM_TP_COLUMN;
+        qmm_tp_linear *T = NULL;
+        TU_CHECK_OK(qmm_tp_linear_create(g_ctx, g_comm, &L.d, &o, &T)); /* the same weight everywhere */
+        qmm_tp_linear_destroy(T);
+        T = NULL;
+        for (int change = 0; change < 3; change++) {
+            qmm_weight_desc d = L.d;
+            memcpy(scale2, L.scale, (size_t)L.d.N * sizeof(float));
+            memcpy(w2, L.w, (size_t)(L.d.N * L.d.ld));
+            memcpy(bias2, L.bias, bs);
+            d.scale = scale2;
+            d.data = w2;
+            d.bias = bias2;
+            const char *what = change == 0 ? "a different scale on the last rank"
+                             : change == 1 ? "a different (sampled) weight byte on the last rank"
+                                           : "a different bias on the last rank";
+            if (last && change == 0) scale2[d.n_scale - 1] *= 2.0f;
+            if (last && change == 1) w2[(d.N - 1) * d.ld + d.K - 1] ^= 0x55; /* the last row's last byte */
+            if (last && change == 2) bias2[bs - 1] ^= 0x01;
+            expect_all(what, qmm_tp_linear_create(g_ctx, g_comm, &d, &o, &T), QMM_ERR_DIST, "different weight");
+            TU_CHECK(T == NULL && strstr(qmm_last_error(), "fp.layer"), "%s: no handle, the layer named: %s", what,
+                     qmm_last_error());
+            qmm_tp_linear_destroy(T);
+            T = NULL;
+            o.no_fingerprint = 1; /* turned off on every rank: created (the caller's choice) */
+            expect_all("the same change with no_fingerprint", qmm_tp_linear_create(g_ctx, g_comm, &d, &o, &T), QMM_OK,
+                       NULL);
+            qmm_tp_linear_destroy(T);
+            T = NULL;
+            o.no_fingerprint = last; /* off on one rank only: refused */
+            expect_all("no_fingerprint on one rank", qmm_tp_linear_create(g_ctx, g_comm, &L.d, &o, &T), QMM_ERR_DIST,
+                       "fingerprint check");
+            qmm_tp_linear_destroy(T);
+            T = NULL;
+            o.no_fingerprint = 0;
+        }
+    }
+    /* a pair whose ranks were seeded differently: the first layer is already refused */
+    {
+        layer A, B;
+        make_layer(&A, "fp.fc1", 2 * 8 * R, 32, 0);
+        make_layer(&B, "fp.fc2", 24, 8 * R, 0);
+        if (last) tu_fill_i8(A.w, A.d.N * A.d.ld, -127, 127), A.scale[0] += 1.0f; /* another seed's weights */
+        qmm_tp_pair_options po;
+        memset(&po, 0, sizeof po);
+        po.act = QMM_ACT_SWIGLU;
+        po.parts = 2;
+        qmm_tp_pair *P = NULL;
+        expect_all("pair seeded differently on the last rank", qmm_tp_pair_create(g_ctx, g_comm, &A.d, &B.d, &po, &P),
+                   QMM_ERR_DIST, "layer fp.fc1");
+        TU_CHECK(P == NULL, "no pair after a fingerprint mismatch");
+        qmm_tp_pair_destroy(P);
+        free_layer(&A);
+        free_layer(&B);
+    }
+    free(scale2);
+    free(w2);
+    free(bias2);
+    free_layer(&L);
+}
+
 /* ---------------------------------------------------------------- from a checkpoint */
+/* A ComfyUI INT8 checkpoint with the layers "ck.col" and "ck.row", both wq [N, K] with scales. */
+static qmm_status write_checkpoint(const char *path, const int8_t *wq, const float *scale, int64_t N, int64_t K) {
+    char cq[128];
+    size_t cql = qmm_comfy_quant_json(16, cq, sizeof cq);
+    qmm_st_writer *w = NULL;
+    const char *names[2] = {"ck.col", "ck.row"};
+    qmm_status st = qmm_st_writer_create(path, &w);
+    for (int l = 0; l < 2 && st == QMM_OK; l++) {
+        char nm[64];
+        int64_t sh[2] = {N, K}, shs[1] = {N}, shq[1] = {(int64_t)cql};
+        snprintf(nm, sizeof nm, "%s.weight", names[l]);
+        st = qmm_st_writer_declare(w, nm, QMM_ST_I8, 2, sh);
+        snprintf(nm, sizeof nm, "%s.weight_scale", names[l]);
+        if (st == QMM_OK) st = qmm_st_writer_declare(w, nm, QMM_ST_F32, 1, shs);
+        snprintf(nm, sizeof nm, "%s.comfy_quant", names[l]);
+        if (st == QMM_OK) st = qmm_st_writer_declare(w, nm, QMM_ST_U8, 1, shq);
+    }
+    if (st == QMM_OK) st = qmm_st_writer_begin(w);
+    for (int l = 0; l < 2 && st == QMM_OK; l++) {
+        st = qmm_st_writer_write(w, wq, (size_t)(N * K));
+        if (st == QMM_OK) st = qmm_st_writer_write(w, scale, (size_t)N * sizeof(float));
+        if (st == QMM_OK) st = qmm_st_writer_write(w, cq, cql);
+    }
+    if (st == QMM_OK) st = qmm_st_writer_finish(w);
+    qmm_st_writer_destroy(w);
+    return st;
+}
+
 /* Rank 0 writes a ComfyUI INT8 checkpoint with layers "ck.col" and "ck.row"; every rank opens
  * it, builds its slices from the mapped file and must match the single-process layer. */
 static void test_checkpoint(qmm_engine_id e) {
@@ -479,29 +587,7 @@ static void test_checkpoint(qmm_engine_id e) {
     if (g_rank == 0) {
         snprintf(path, sizeof path, "/tmp/qmm_tp_test_%d_%llu.safetensors", (int)getpid(),
                  (unsigned long long)tu_seed());
-        char cq[128];
-        size_t cql = qmm_comfy_quant_json(16, cq, sizeof cq);
-        qmm_st_writer *w = NULL;
-        const char *names[2] = {"ck.col", "ck.row"};
-        st = qmm_st_writer_create(path, &w);
-        for (int l = 0; l < 2 && st == QMM_OK; l++) {
-            char nm[64];
-            int64_t sh[2] = {N, K}, shs[1] = {N}, shq[1] = {(int64_t)cql};
-            snprintf(nm, sizeof nm, "%s.weight", names[l]);
-            st = qmm_st_writer_declare(w, nm, QMM_ST_I8, 2, sh);
-            snprintf(nm, sizeof nm, "%s.weight_scale", names[l]);
-            if (st == QMM_OK) st = qmm_st_writer_declare(w, nm, QMM_ST_F32, 1, shs);
-            snprintf(nm, sizeof nm, "%s.comfy_quant", names[l]);
-            if (st == QMM_OK) st = qmm_st_writer_declare(w, nm, QMM_ST_U8, 1, shq);
-        }
-        if (st == QMM_OK) st = qmm_st_writer_begin(w);
-        for (int l = 0; l < 2 && st == QMM_OK; l++) {
-            st = qmm_st_writer_write(w, wq, (size_t)(N * K));
-            if (st == QMM_OK) st = qmm_st_writer_write(w, L.scale, (size_t)N * sizeof(float));
-            if (st == QMM_OK) st = qmm_st_writer_write(w, cq, cql);
-        }
-        if (st == QMM_OK) st = qmm_st_writer_finish(w);
-        qmm_st_writer_destroy(w);
+        st = write_checkpoint(path, wq, L.scale, N, K);
         TU_CHECK(st == QMM_OK, "writing %s: %s", path, qmm_last_error());
     }
     int32_t ok = st == QMM_OK;
@@ -547,6 +633,35 @@ static void test_checkpoint(qmm_engine_id e) {
         qmm_model_close(m);
         g_comm->barrier(g_comm);
         if (g_rank == 0) unlink(path);
+    }
+    /* each rank its own checkpoint of the same shapes, the last rank's quantized differently (its
+     * scales halved): every rank's create refuses it, naming the layer */
+    {
+        char mine[256];
+        snprintf(mine, sizeof mine, "/tmp/qmm_tp_fp_%d_%d_%llu.safetensors", (int)getpid(), g_rank,
+                 (unsigned long long)tu_seed());
+        float *sc = malloc((size_t)N * sizeof(float));
+        for (int64_t n = 0; n < N; n++) sc[n] = g_rank == g_size - 1 ? L.scale[n] * 0.5f : L.scale[n];
+        qmm_status wst = write_checkpoint(mine, wq, sc, N, K);
+        TU_CHECK(wst == QMM_OK, "writing %s: %s", mine, qmm_last_error());
+        qmm_model *m = NULL;
+        qmm_weight_desc d = qmm_weight_desc_default();
+        void *own = NULL;
+        qmm_status st2 = wst == QMM_OK ? qmm_model_open(mine, NULL, &m) : wst;
+        if (st2 == QMM_OK) st2 = qmm_tp_desc_from_model(m, "ck.col", &d, &own);
+        qmm_tp_linear *T = NULL;
+        qmm_tp_options o = qmm_tp_options_default();
+        if (st2 != QMM_OK) d.data = NULL; /* take part in the create anyway: it fails on every rank */
+        expect_all("checkpoints that differ across ranks", qmm_tp_linear_create(g_ctx, g_comm, &d, &o, &T),
+                   QMM_ERR_DIST, st2 == QMM_OK ? "layer ck.col: column-parallel create: rank" : NULL);
+        if (st2 == QMM_OK && g_size > 1)
+            TU_CHECK(strstr(qmm_last_error(), "different weight"), "the checkpoint mismatch is named: %s",
+                     qmm_last_error());
+        qmm_tp_linear_destroy(T);
+        qmm_tp_desc_release(own);
+        qmm_model_close(m);
+        unlink(mine);
+        free(sc);
     }
     free(wq);
     free_layer(&L);
@@ -618,6 +733,7 @@ int main(int argc, char **argv) {
         for (int k = 0; k < reps; k++) test_linear(QMM_TP_COLUMN, QMM_ENGINE_AUTO); /* same selection both ways */
         test_checkpoint(QMM_ENGINE_REF);
         test_errors();
+        test_fingerprint();
     }
     int rc = tu_finish();
     qmm_context_destroy(g_ctx);
