@@ -3,7 +3,9 @@
  * (from a seed, the same on every rank) or loads it from a ComfyUI INT8 checkpoint (each rank
  * reads only its slice), runs it split across the ranks and once on rank 0 alone with the same
  * engine, and prints each rank's slice and median time, the single-process time and whether
- * the outputs are bit-identical. Exit 0 when identical, 1 otherwise or on error, 2 on usage.
+ * the outputs are bit-identical (a NaN matches any NaN: payloads are unspecified). Exit 0 when
+ * identical, 1 otherwise or on error, 2 on usage. Every rank must be given the same options (all
+ * but --threads and --model's path): they are agreed on before the first collective.
  * Built without MPI it says so and exits 1.
  */
 #include "commands.h"
@@ -26,6 +28,7 @@ int cmd_tp(int argc, char **argv) {
 #include "qmm_io.h"
 
 #include <errno.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -440,9 +443,13 @@ int cmd_tp(int argc, char **argv) {
     if (!all_ok(st, rank, "single-process run")) goto done;
     /* compare every rank's split output with rank 0's single-process output */
     if (!all_ok(comm->broadcast(comm, j.yref, (size_t)ny, 0), rank, "broadcast")) goto done;
+    /* the first differing element: bits, except that a NaN matches any NaN (NaN payloads and signs
+     * are unspecified: engines may return the bias's NaN or the default one) */
     long long diff = -1;
-    for (size_t i = 0; i < (size_t)ny; i++)
-        if (((unsigned char *)j.y)[i] != ((unsigned char *)j.yref)[i]) { diff = (long long)i; break; }
+    for (int64_t i = 0; i < ny / es && diff < 0; i++)
+        if (memcmp((const char *)j.y + i * es, (const char *)j.yref + i * es, (size_t)es) &&
+            !(isnan(qmm_load_f(j.y, o.t, i)) && isnan(qmm_load_f(j.yref, o.t, i))))
+            diff = (long long)i;
     double *times = rank == 0 ? calloc((size_t)size, sizeof *times) : NULL;
     long long *diffs = rank == 0 ? calloc((size_t)size, sizeof *diffs) : NULL;
     MPI_Gather(&t_split, 1, MPI_DOUBLE, times, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -467,7 +474,7 @@ int cmd_tp(int argc, char **argv) {
         printf("  one process (rank 0): median %.3f ms (%d iters)\n", t_one * 1e3, o.iters);
         printf("bit-identical: %s\n", all_same ? "yes" : "NO");
         for (int r = 0; r < size && !all_same; r++)
-            if (diffs[r] >= 0) printf("  rank %d: first differing byte %lld\n", r, diffs[r]);
+            if (diffs[r] >= 0) printf("  rank %d: first differing element %lld\n", r, diffs[r]);
     }
     free(times);
     free(diffs);

@@ -21,6 +21,7 @@
 #include "qmm_io.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,14 +33,6 @@ static qmm_context *g_ctx;
 
 static const qmm_dtype k_float[] = {QMM_F32, QMM_F16, QMM_BF16};
 static qmm_dtype rand_float_dtype(void) { return k_float[tu_rand_int(0, 2)]; }
-
-/* the first byte index where a and b differ, -1 if none */
-static int64_t first_diff(const void *a, const void *b, size_t n) {
-    const unsigned char *x = a, *y = b;
-    for (size_t i = 0; i < n; i++)
-        if (x[i] != y[i]) return (int64_t)i;
-    return -1;
-}
 
 /* A random full int8 layer; buffers owned by the caller through free_layer. */
 typedef struct layer {
@@ -111,10 +104,11 @@ static void test_comm(void) {
 }
 
 /* ---------------------------------------------------------------- one layer, split vs one process */
+/* n elements of dtype t: the same bits, NaN matching any NaN (tu_same_elem) */
 static void check_same(const char *what, qmm_engine_id e, int64_t M, int64_t N, int64_t K, const void *y,
-                       const void *yref, size_t bytes) {
-    int64_t i = first_diff(y, yref, bytes);
-    TU_CHECK(i < 0, "rank %d/%d %s: %lldx%lldx%lld engine %s: split result differs from one process at byte %lld",
+                       const void *yref, qmm_dtype t, int64_t n) {
+    int64_t i = tu_first_diff(y, yref, t, n);
+    TU_CHECK(i < 0, "rank %d/%d %s: %lldx%lldx%lld engine %s: split result differs from one process at element %lld",
              g_rank, g_size, what, (long long)M, (long long)N, (long long)K, qmm_engine_name(e), (long long)i);
 }
 
@@ -155,6 +149,13 @@ static void test_linear(qmm_tp_kind kind, qmm_engine_id e) {
     }
     layer L;
     make_layer(&L, kind == QMM_TP_ROW ? "test.row" : "test.col", N, K, gs);
+    if (tu_rand_int(0, 3) == 0) { /* a row holding Inf and NaN biases with a payload: NaN as NaN (SPEC §7) */
+        qmm_store_f(x, xt, (M - 1) * ldx + tu_rand_int(0, kin - 1), INFINITY);
+        if (L.bias)
+            for (int64_t n = 0; n < N; n += 2)
+                tu_store_bits(L.bias, L.d.bias_dtype, n,
+                              L.d.bias_dtype == QMM_F32 ? 0x7fcde000u : L.d.bias_dtype == QMM_F16 ? 0x7e6fu : 0x7fcdu);
+    }
     /* one process */
     qmm_weight *wf = NULL;
     TU_CHECK_OK(qmm_weight_create_int8(g_ctx, &L.d, &wf));
@@ -217,8 +218,8 @@ static void test_linear(qmm_tp_kind kind, qmm_engine_id e) {
                      kind == QMM_TP_ROW ? "row" : "column", parts, gs, qmm_act_name(act), qmm_dtype_name(xt),
                      qmm_dtype_name(yt), explicit_split ? " explicit-split" : "",
                      flags & QMM_TP_X_FULL ? " x-full" : "");
-            check_same(what, e, M, N, K, y, yref, ybytes);
-            check_same("token scales", e, M, N, K, s, sref, (size_t)M * sizeof(float));
+            check_same(what, e, M, N, K, y, yref, yt, M * N);
+            check_same("token scales", e, M, N, K, s, sref, QMM_F32, M);
         }
         if (xl != x) free(xl);
     }
@@ -308,7 +309,7 @@ static void test_pair(int attention, qmm_engine_id e) {
             char what[96];
             snprintf(what, sizeof what, "%s pair F=%lld gs=%d/%d x=%s mid=%s y=%s", attention ? "attention" : "mlp",
                      (long long)F, gs1, gs2, qmm_dtype_name(xt), qmm_dtype_name(mt), qmm_dtype_name(yt));
-            check_same(what, e, M, N2, F, y, yref, (size_t)(M * N2) * ys);
+            check_same(what, e, M, N2, F, y, yref, yt, M * N2);
         }
     }
     qmm_tp_pair_destroy(P);
@@ -621,8 +622,8 @@ static void test_checkpoint(qmm_engine_id e) {
             if (wf) TU_CHECK_OK(qmm_linear(g_ctx, wf, &a));
             a.y = y;
             if (T) TU_CHECK_OK(qmm_tp_linear_run(T, g_ctx, &a, QMM_TP_X_FULL));
-            check_same(l ? "checkpoint row-parallel" : "checkpoint column-parallel", e, M, N, K, y, yref,
-                       (size_t)(M * N) * 2);
+            check_same(l ? "checkpoint row-parallel" : "checkpoint column-parallel", e, M, N, K, y, yref, QMM_BF16,
+                       M * N);
             qmm_tp_linear_destroy(T);
             qmm_weight_destroy(wf);
             qmm_tp_desc_release(own);
