@@ -7,6 +7,7 @@
  * (payloads and signs are unspecified, SPEC §7). An engine may refuse a layer
  * (QMM_ERR_UNSUPPORTED with a reason, e.g. weights holding -128); any other difference prints
  * the case and aborts. Replayed on fuzz/corpus/engines/ by fuzz/replay.c in the normal tests.
+ * QMM_FUZZ_ENGINES=avx512_vnni,avx2_int8 limits the comparison to the engines named.
  *
  * Input layout (missing bytes read as 0):
  *   h0  N = 1 + h0 % 40
@@ -82,6 +83,16 @@ static int64_t first_diff(const void *a, const void *b, qmm_dtype t, int64_t n) 
 
 static qmm_context *g_ctx;
 
+/* QMM_FUZZ_ENGINES=name,name,...: compare only these engines (default: every available one) */
+static int wanted(qmm_engine_id e) {
+    const char *list = getenv("QMM_FUZZ_ENGINES"), *nm = qmm_engine_name(e);
+    if (!list || !*list) return 1;
+    const size_t n = strlen(nm);
+    for (const char *p = list; (p = strstr(p, nm)); p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return 1;
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!g_ctx) {
         qmm_context_options o = qmm_context_options_default();
@@ -146,7 +157,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(y0, 0xA5, ybytes);
     if (qmm_linear(g_ctx, wt, &a) == QMM_OK) {
         for (int e = QMM_ENGINE_AMX_INT8; e <= QMM_ENGINE_AVX2_INT8; e++) {
-            if (!qmm_engine_available((qmm_engine_id)e, NULL, 0)) continue;
+            if (!qmm_engine_available((qmm_engine_id)e, NULL, 0) || !wanted((qmm_engine_id)e)) continue;
             memset(y1, 0xA5, ybytes);
             memset(s1, 0, (size_t)M * sizeof(float));
             a.engine = (qmm_engine_id)e;
