@@ -106,7 +106,8 @@ typedef struct qmm_tp_linear qmm_tp_linear;
  * of the full layer (shape, every scale, the bias, and the first/middle/last 32 bytes of up to 64
  * rows spread over N) is agreed on, and a rank handed a different weight (another checkpoint or
  * seed of the same shapes) makes create fail with QMM_ERR_DIST on every rank, naming the layer.
- * Apart from that sample (a few pages), only this rank's slice of the data is read. */
+ * Apart from that sample (at most 192 spans of 32 bytes), only this rank's slice of the data is
+ * read. */
 qmm_status qmm_tp_linear_create(qmm_context *ctx, qmm_comm *comm, const qmm_weight_desc *full,
                                 const qmm_tp_options *opt, qmm_tp_linear **out);
 void qmm_tp_linear_destroy(qmm_tp_linear *L);

@@ -38,9 +38,10 @@ int64_t tp_split_hash(const int64_t *split, int size);
 /* A cheap 64-bit fingerprint (never 0) of the FULL layer every rank is handed: N, K, the scale
  * layout and every scale's bits, convrot group, the bias dtype and bytes, and a sample of the
  * int8 data — up to 64 rows spread over N, in each the first, middle and last (up to) 32 bytes
- * — at positions that depend only on the shape, so every rank reads the same bytes (a few
- * pages beyond its own slice). Equal on every rank that loaded the same layer; checkpoints or
- * seeds that differ give different scales (and sampled bytes), so a mismatch is found at create. */
+ * — at positions that depend only on the shape, so every rank reads the same bytes (at most
+ * 192 spans of 32 bytes beyond its own slice). Equal on every rank that loaded the same layer;
+ * checkpoints or seeds that differ give different scales (and sampled bytes), so a mismatch is
+ * found at create. */
 int64_t tp_fingerprint(const qmm_weight_desc *d);
 
 /* qmm_tp_linear_run with a failure that happened before the call on this rank (prior !=
