@@ -64,7 +64,9 @@ typedef struct qmm_st_tensor {
 } qmm_st_tensor;
 
 typedef struct qmm_st_file qmm_st_file;
-/* Opens and validates a file (mmap, read-only). */
+/* Opens and validates a file (mmap, read-only). Only a regular file: a FIFO, device, socket or
+ * folder is QMM_ERR_IO naming the path and what it is, found without blocking (a FIFO with no
+ * writer does not hang the open). */
 qmm_status qmm_st_open(const char *path, qmm_st_file **out);
 /* Same on bytes in memory (not copied: they must outlive the handle). For tests and fuzzing. */
 qmm_status qmm_st_open_memory(const void *bytes, size_t size, qmm_st_file **out);

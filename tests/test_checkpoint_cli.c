@@ -8,7 +8,8 @@
  *   - `qmm run` output equals the library call bit for bit: with --engine ref, with automatic
  *     dispatch (the same dispatch in both processes), with swiglu on a 3-D bf16 input and an
  *     f32 output;
- *   - exit statuses: 1 for a missing layer / malformed file, 2 for usage errors.
+ *   - exit statuses: 1 for a missing layer / malformed file, 2 for usage errors;
+ *   - a FIFO as checkpoint, input or quantize source exits 1 at once (timeout-bounded).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "qmm_io.h"
@@ -19,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 static char g_dir[256];
 static const char *g_cli;
@@ -123,6 +126,29 @@ out:
     qmm_model_close(m);
 }
 
+/* A FIFO given as any file argument: exit 1 at once, never a hang (timeout(1) bounds each call:
+ * a hang exits 124 and fails the check). */
+static void test_fifo(const char *ckpt) {
+    const char *fifo = P("fifo.safetensors");
+    if (mkfifo(fifo, 0600) != 0) {
+        tu_skip("CLI on a FIFO", "mkfifo failed");
+        return;
+    }
+    char saved[600], env_cli[700];
+    snprintf(saved, sizeof saved, "%s", g_cli);
+    snprintf(env_cli, sizeof env_cli, "timeout 10 %s", saved);
+    g_cli = env_cli;
+    TU_CHECK(cli("inspect %s 2>/dev/null", fifo) == 1, "inspect FIFO exits 1");
+    TU_CHECK(cli("plan %s 2>/dev/null", fifo) == 1, "plan FIFO exits 1");
+    TU_CHECK(cli("quantize %s %s 2>/dev/null", fifo, P("fifo_out.safetensors")) == 1, "quantize FIFO exits 1");
+    TU_CHECK(cli("run %s --layer blk.attn.proj --input %s --output %s 2>/dev/null", ckpt, fifo, P("fifo_y.safetensors")) == 1,
+             "run --input FIFO exits 1");
+    TU_CHECK(cli("run %s --layer blk.attn.proj --input %s --output %s 2>/dev/null", fifo, P("x.safetensors"),
+                 P("fifo_y.safetensors")) == 1, "run on a FIFO checkpoint exits 1");
+    g_cli = getenv("QMM_CLI");
+    unlink(fifo);
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_checkpoint_cli");
     g_cli = getenv("QMM_CLI");
@@ -187,6 +213,8 @@ int main(int argc, char **argv) {
     TU_CHECK(cli("plan %s --tokens 0 2>/dev/null", qpath) == 2, "plan --tokens 0 exits 2");
     TU_CHECK(cli("quantize %s %s --convrot 32 2>/dev/null", P("float.safetensors"), P("z.safetensors")) == 2,
              "quantize --convrot 32 exits 2");
+
+    test_fifo(qpath);
 
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -8,6 +8,7 @@
  *     leaves neither the file nor its temporary;
  *   - every malformed class returns QMM_ERR_FORMAT (missing file QMM_ERR_IO, missing tensor
  *     QMM_ERR_NOT_FOUND) without crashing;
+ *   - a FIFO (no writer) and a device are QMM_ERR_IO at once, naming the path (alarm-bounded);
  *   - the reference Python implementation (safetensors + numpy) reads qmm's file and qmm reads
  *     Python's (skipped visibly when python3 cannot import them).
  */
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char g_dir[256];
@@ -248,6 +250,26 @@ static void test_malformed(void) {
     free(p);
 }
 
+/* Not regular files: refused with QMM_ERR_IO naming the path, and a FIFO with no writer must not
+ * block the open (alarm: a hang kills the test with SIGALRM instead of hanging it). */
+static void test_special_files(void) {
+    const char *fifo = tmp_path("fifo.safetensors");
+    if (mkfifo(fifo, 0600) != 0) {
+        tu_skip("FIFO", "mkfifo failed");
+        return;
+    }
+    alarm(20);
+    qmm_st_file *f = (qmm_st_file *)1;
+    qmm_status st = qmm_st_open(fifo, &f);
+    alarm(0);
+    TU_CHECK(st == QMM_ERR_IO && f == NULL, "FIFO -> IO without blocking: %s", qmm_status_name(st));
+    TU_CHECK(strstr(qmm_last_error(), fifo) && strstr(qmm_last_error(), "FIFO"), "message names the path and the FIFO: %s",
+             qmm_last_error());
+    st = qmm_st_open("/dev/null", &f);
+    TU_CHECK(st == QMM_ERR_IO && strstr(qmm_last_error(), "character device"), "/dev/null -> IO: %s", qmm_last_error());
+    unlink(fifo);
+}
+
 static int have_python(void) {
     return system("python3 -c 'import safetensors.numpy, numpy' >/dev/null 2>&1") == 0;
 }
@@ -304,6 +326,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(g_dir)) { printf("cannot create a temp dir\n"); return 1; }
     test_roundtrip();
     test_malformed();
+    test_special_files();
     test_python();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

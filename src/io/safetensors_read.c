@@ -298,7 +298,9 @@ qmm_status qmm_st_open(const char *path, qmm_st_file **out) {
     QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_st_open: out is NULL");
     *out = NULL;
     QMM_RETURN_IF(!path, QMM_ERR_INVALID_ARGUMENT, "qmm_st_open: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; the
+     * type is checked on the open descriptor, so no other file can take its place after. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     QMM_RETURN_IF(fd < 0, QMM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
@@ -308,7 +310,10 @@ qmm_status qmm_st_open(const char *path, qmm_st_file **out) {
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return qmm_fail(QMM_ERR_IO, "%s: not a regular file", path);
+        return qmm_fail(QMM_ERR_IO, "%s: not a regular file (%s)", path,
+                        S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                        : S_ISCHR(sb.st_mode) ? "a character device" : S_ISBLK(sb.st_mode) ? "a block device"
+                        : S_ISSOCK(sb.st_mode) ? "a socket" : "not a plain file");
     }
     qmm_st_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(path))) {
