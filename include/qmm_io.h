@@ -123,7 +123,7 @@ typedef enum qmm_layer_kind {
 } qmm_layer_kind;
 
 typedef struct qmm_layer_info {
-    const char *name;            /* "blocks.0.attn.qkv_proj" */
+    const char *name;            /* "blocks.0.attn.qkv_proj"; any length the header holds */
     qmm_layer_kind kind;
     const char *format;          /* "int8_tensorwise", "nvfp4", ...; NULL for float layers */
     const char *source;          /* "comfy_quant", "_quantization_metadata" or NULL */

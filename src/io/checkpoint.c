@@ -60,11 +60,20 @@ static int ends_with(const char *s, const char *suf) {
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-static const qmm_st_tensor *part(const qmm_st_file *f, const char *layer, const char *suffix) {
-    char name[1024];
-    int n = snprintf(name, sizeof name, "%s%s", layer, suffix);
-    if (n < 0 || (size_t)n >= sizeof name) return NULL;
-    return qmm_st_get(f, name);
+/* The tensor LAYER+SUFFIX, or NULL. Names of any length (up to the header's) are looked up:
+ * *oom is set when the name cannot be built. */
+static const qmm_st_tensor *part(const qmm_st_file *f, const char *layer, const char *suffix, int *oom) {
+    char small[256], *name = small;
+    size_t a = strlen(layer), b = strlen(suffix);
+    if (a + b + 1 > sizeof small && !(name = malloc(a + b + 1))) {
+        *oom = 1;
+        return NULL;
+    }
+    memcpy(name, layer, a);
+    memcpy(name + a, suffix, b + 1);
+    const qmm_st_tensor *t = qmm_st_get(f, name);
+    if (name != small) free(name);
+    return t;
 }
 
 static qmm_layer_info *find_layer(qmm_model *m, const char *name) {
@@ -152,9 +161,11 @@ static qmm_status read_quant_layer(qmm_model *m, qmm_layer_info *l, json_object 
                   "%s: layer %s: %s has no \"format\" string", P, L, src);
     l->format = strdup(json_object_get_string(jf));
     QMM_RETURN_IF(!l->format, QMM_ERR_OUT_OF_MEMORY, "out of memory");
-    l->weight = part(f, L, ".weight");
-    l->weight_scale = part(f, L, ".weight_scale");
-    l->bias = part(f, L, ".bias");
+    int oom = 0;
+    l->weight = part(f, L, ".weight", &oom);
+    l->weight_scale = part(f, L, ".weight_scale", &oom);
+    l->bias = part(f, L, ".bias", &oom);
+    QMM_RETURN_IF(oom, QMM_ERR_OUT_OF_MEMORY, "%s: layer %.200s: out of memory", P, L);
     if (strcmp(l->format, "int8_tensorwise") != 0) {
         QMM_RETURN_IF(!o->allow_unsupported, QMM_ERR_UNSUPPORTED,
                       "%s: layer %s: format %.60s is not supported (qmm runs int8_tensorwise)", P, L, l->format);
@@ -229,8 +240,8 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
         qmm_layer_info *l;
         QMM_FORWARD_IF_ERROR(add_layer(m, t->name, ln, &l));
         l->comfy_quant = t;
-        char what[1100];
-        snprintf(what, sizeof what, "layer %s: comfy_quant", l->name);
+        char what[300];
+        snprintf(what, sizeof what, "layer %.200s%s: comfy_quant", l->name, strlen(l->name) > 200 ? "..." : "");
         qmm_status st;
         json_object *cfg = parse_json(t->data, t->nbytes, what, P, &st);
         if (!cfg) return st;
@@ -282,7 +293,9 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
         l->weight = t;
         l->N = t->shape[0];
         l->K = t->shape[1];
-        const qmm_st_tensor *b = part(f, l->name, ".bias");
+        int oom = 0;
+        const qmm_st_tensor *b = part(f, l->name, ".bias", &oom);
+        QMM_RETURN_IF(oom, QMM_ERR_OUT_OF_MEMORY, "%s: layer %.200s: out of memory", P, l->name);
         if (b && is_float_st(b->dtype) && b->ndim == 1 && b->shape[0] == l->N) l->bias = b;
     }
     if (m->n > 1) qsort(m->layers, m->n, sizeof *m->layers, cmp_layer);

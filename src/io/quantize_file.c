@@ -38,12 +38,32 @@ static int any_match(const char *const *globs, const char *s) {
     return 0;
 }
 
-static int skipped_by_default(const char *L) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", L);
-    for (char *save = NULL, *c = strtok_r(buf, ".", &save); c; c = strtok_r(NULL, ".", &save))
-        if (strstr(c, "embed") || strstr(c, "norm")) return 1;
+/* Does s[0..n) contain needle? */
+static int span_has(const char *s, size_t n, const char *needle) {
+    size_t k = strlen(needle);
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(s + i, needle, k)) return 1;
     return 0;
+}
+
+static int skipped_by_default(const char *L) {
+    for (const char *c = L;;) {
+        const char *dot = strchr(c, '.');
+        size_t n = dot ? (size_t)(dot - c) : strlen(c);
+        if (span_has(c, n, "embed") || span_has(c, n, "norm")) return 1;
+        if (!dot) return 0;
+        c = dot + 1;
+    }
+}
+
+/* L + suffix, or NULL (out of memory); the caller frees. */
+static char *cat(const char *L, size_t ln, const char *suffix) {
+    size_t b = strlen(suffix);
+    char *s = malloc(ln + b + 1);
+    if (!s) return NULL;
+    memcpy(s, L, ln);
+    memcpy(s + ln, suffix, b + 1);
+    return s;
 }
 
 static int is_float_st(qmm_st_dtype t) { return t == QMM_ST_F32 || t == QMM_ST_F16 || t == QMM_ST_BF16; }
@@ -65,18 +85,17 @@ int qmm_quantize_file_selects(const qmm_st_file *f, const qmm_st_tensor *t, cons
         return 0;
     }
     qmm_quantize_file_options o = opt ? *opt : qmm_quantize_file_options_default();
-    char L[1024], tmp[1100];
+    char tmp[100], *L = NULL, *cq = NULL, *ws = NULL;
     size_t len = strlen(t->name);
     const char *r = NULL;
-    if (len < 7 || strcmp(t->name + len - 7, ".weight") != 0 || len - 7 >= sizeof L) r = "not a .weight tensor";
+    if (len < 7 || strcmp(t->name + len - 7, ".weight") != 0) r = "not a .weight tensor";
     else if (t->ndim != 2 || !is_float_st(t->dtype)) r = "not a 2-D float tensor";
     if (r) goto no;
-    memcpy(L, t->name, len - 7);
-    L[len - 7] = 0;
-    snprintf(tmp, sizeof tmp, "%s.comfy_quant", L);
-    int quant = qmm_st_get(f, tmp) != NULL;
-    snprintf(tmp, sizeof tmp, "%s.weight_scale", L);
-    quant |= qmm_st_get(f, tmp) != NULL;
+    L = cat(t->name, len - 7, "");
+    cq = cat(t->name, len - 7, ".comfy_quant");
+    ws = cat(t->name, len - 7, ".weight_scale");
+    if (!L || !cq || !ws) { r = "out of memory"; goto no; }
+    int quant = qmm_st_get(f, cq) != NULL || qmm_st_get(f, ws) != NULL;
     if (quant || in_quant_metadata(f, L)) { r = "already a quantized layer"; goto no; }
     if (any_match(o.exclude, L)) { r = "excluded"; goto no; }
     if (o.include && *o.include) {
@@ -88,13 +107,19 @@ int qmm_quantize_file_selects(const qmm_st_file *f, const qmm_st_tensor *t, cons
     int64_t mn = t->shape[0] < t->shape[1] ? t->shape[0] : t->shape[1];
     if (mn < o.min_size) {
         snprintf(tmp, sizeof tmp, "min(N, K) = %lld < %lld", (long long)mn, (long long)o.min_size);
-        if (why && n) snprintf(why, n, "%s", tmp);
-        return 0;
+        r = tmp;
+        goto no;
     }
     if (why && n) why[0] = 0;
+    free(L);
+    free(cq);
+    free(ws);
     return 1;
 no:
     if (why && n) snprintf(why, n, "%s", r);
+    free(L);
+    free(cq);
+    free(ws);
     return 0;
 }
 
@@ -132,14 +157,17 @@ static qmm_status declare_all(const qmm_st_file *f, const qmm_quantize_file_opti
                       "%s: layer %.*s [%lld, %lld]: K=%lld is not a multiple of the convrot group %d (use --convrot auto, "
                       "or --exclude it)", P, (int)ln, t->name, (long long)N, (long long)K, (long long)K, gs);
         items[i].gs = gs;
-        char name[1100], json[128];
+        char json[128];
         size_t jl = qmm_comfy_quant_json(gs, json, sizeof json);
         int64_t sshape[2] = {o->per_tensor ? 1 : N, 1}, jshape[1] = {(int64_t)jl};
         QMM_FORWARD_IF_ERROR(qmm_st_writer_declare(w, t->name, QMM_ST_I8, 2, t->shape));
-        snprintf(name, sizeof name, "%.*s.weight_scale", (int)ln, t->name);
-        QMM_FORWARD_IF_ERROR(qmm_st_writer_declare(w, name, QMM_ST_F32, o->per_tensor ? 1 : 2, sshape));
-        snprintf(name, sizeof name, "%.*s.comfy_quant", (int)ln, t->name);
-        QMM_FORWARD_IF_ERROR(qmm_st_writer_declare(w, name, QMM_ST_U8, 1, jshape));
+        char *ws = cat(t->name, ln, ".weight_scale"), *cq = cat(t->name, ln, ".comfy_quant");
+        qmm_status st = ws && cq ? QMM_OK : qmm_fail(QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", P);
+        if (st == QMM_OK) st = qmm_st_writer_declare(w, ws, QMM_ST_F32, o->per_tensor ? 1 : 2, sshape);
+        if (st == QMM_OK) st = qmm_st_writer_declare(w, cq, QMM_ST_U8, 1, jshape);
+        free(ws);
+        free(cq);
+        QMM_FORWARD_IF_ERROR(st);
         ++*n_layers;
     }
     return QMM_OK;

@@ -1,0 +1,132 @@
+/*
+ * test_checkpoint_hardening.c — checkpoints built to break the reader (issue 13):
+ *   - long_names: layer names of 1 100 to 60 000 bytes open, are found, keep their bias, pack,
+ *     and `quantize` quantizes them;
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "qmm_io.h"
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char g_dir[256];
+static qmm_context *g_ctx;
+
+static const char *tmp_path(const char *name) {   /* 4 live paths at most */
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+typedef struct tdef {
+    const char *name;
+    qmm_st_dtype dtype;
+    int ndim;
+    int64_t shape[2];
+    const void *data;
+} tdef;
+
+static size_t tdef_bytes(const tdef *t) {
+    size_t n = (size_t)qmm_st_dtype_bits(t->dtype) / 8;
+    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+    return n;
+}
+
+/* writes the tensors (in this order) and one optional metadata entry */
+static void write_ckpt(const char *path, const tdef *t, size_t n, const char *mkey, const char *mval) {
+    qmm_st_writer *w;
+    TU_CHECK_OK(qmm_st_writer_create(path, &w));
+    if (!w) return;
+    if (mkey) TU_CHECK_OK(qmm_st_writer_set_metadata(w, mkey, mval));
+    for (size_t i = 0; i < n; i++) TU_CHECK_OK(qmm_st_writer_declare(w, t[i].name, t[i].dtype, t[i].ndim, t[i].shape));
+    TU_CHECK_OK(qmm_st_writer_begin(w));
+    for (size_t i = 0; i < n; i++) TU_CHECK_OK(qmm_st_writer_write(w, t[i].data, tdef_bytes(&t[i])));
+    TU_CHECK_OK(qmm_st_writer_finish(w));
+    qmm_st_writer_destroy(w);
+}
+
+static char *repeat_name(size_t len, char c, const char *suffix) {
+    size_t s = strlen(suffix);
+    char *p = malloc(len + s + 1);
+    memset(p, c, len);
+    memcpy(p + len, suffix, s + 1);
+    return p;
+}
+
+/* ---------------------------------------------------------------- long names */
+static void test_long_names(void) {
+    const size_t lens[] = {1100, 5000, 60000};
+    enum { N = 16, K = 64 };
+    static int8_t wq[N * K];
+    static float sc[N], wf[N * K], bias[N];
+    tu_fill_i8(wq, N * K, -127, 127);
+    tu_fill_float(wf, QMM_F32, N * K, 0.1f);
+    tu_fill_float(bias, QMM_F32, N, 0.1f);
+    for (int i = 0; i < N; i++) sc[i] = 0.01f;
+    const char *cq = "{\"format\": \"int8_tensorwise\"}";
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        char *qL = repeat_name(lens[li], 'q', ""), *fL = repeat_name(lens[li], 'f', "");
+        char *n1 = repeat_name(lens[li], 'q', ".weight"), *n2 = repeat_name(lens[li], 'q', ".weight_scale"),
+             *n3 = repeat_name(lens[li], 'q', ".comfy_quant"), *n4 = repeat_name(lens[li], 'f', ".weight"),
+             *n5 = repeat_name(lens[li], 'f', ".bias");
+        tdef t[] = {
+            {n1, QMM_ST_I8, 2, {N, K}, wq},
+            {n2, QMM_ST_F32, 1, {N}, sc},
+            {n3, QMM_ST_U8, 1, {(int64_t)strlen(cq)}, cq},
+            {n4, QMM_ST_F32, 2, {N, K}, wf},
+            {n5, QMM_ST_F32, 1, {N}, bias},
+        };
+        const char *p = tmp_path("long.safetensors");
+        write_ckpt(p, t, 5, NULL, NULL);
+        qmm_model *m = NULL;
+        TU_CHECK_OK(qmm_model_open(p, NULL, &m));
+        const qmm_layer_info *lq = NULL, *lf = NULL;
+        if (m) {
+            TU_CHECK_OK(qmm_model_find(m, qL, &lq));
+            TU_CHECK_OK(qmm_model_find(m, fL, &lf));
+        }
+        TU_CHECK(lq && lq->kind == QMM_LAYER_INT8 && lq->weight_scale, "%zu-byte int8 layer name", lens[li]);
+        TU_CHECK(lf && lf->kind == QMM_LAYER_FLOAT && lf->bias, "%zu-byte float layer name keeps its bias", lens[li]);
+        if (m) TU_CHECK_OK(qmm_model_load_all(m, g_ctx));
+        qmm_model_close(m);
+
+        /* quantize: the float layer (selected by an include glob) becomes int8 */
+        const char *in = tmp_path("long_float.safetensors"), *out = tmp_path("long_int8.safetensors");
+        write_ckpt(in, t + 3, 2, NULL, NULL);
+        qmm_quantize_file_options o = qmm_quantize_file_options_default();
+        const char *inc[] = {"f*", NULL};
+        o.include = inc;
+        o.min_size = 1;
+        int64_t nq = -1;
+        TU_CHECK_OK(qmm_quantize_file(in, out, &o, &nq));
+        TU_CHECK(nq == 1, "%zu-byte name: quantized %lld layers (want 1)", lens[li], (long long)nq);
+        m = NULL;
+        TU_CHECK_OK(qmm_model_open(out, NULL, &m));
+        lf = NULL;
+        if (m) TU_CHECK_OK(qmm_model_find(m, fL, &lf));
+        TU_CHECK(lf && lf->kind == QMM_LAYER_INT8 && lf->bias, "%zu-byte name: quantized layer reads back int8 with bias",
+                 lens[li]);
+        qmm_model_close(m);
+        free(qL); free(fL); free(n1); free(n2); free(n3); free(n4); free(n5);
+    }
+}
+
+int main(int argc, char **argv) {
+    tu_init(argc, argv, "test_checkpoint_hardening");
+    snprintf(g_dir, sizeof g_dir, "/tmp/qmm_test_hard_XXXXXX");
+    if (!mkdtemp(g_dir)) return 1;
+    qmm_context_options o = qmm_context_options_default();
+    o.n_threads = 2;
+    TU_CHECK_OK(qmm_context_create(&o, &g_ctx));
+    test_long_names();
+    qmm_context_destroy(g_ctx);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0) printf("# could not remove %s\n", g_dir);
+    return tu_finish();
+}
