@@ -9,7 +9,8 @@
  *                        QMM_ST_MAX_HEADER, header not UTF-8, invalid JSON, unknown dtype, bad
  *                        shape, byte count != shape × dtype, ranges past the end or overlapping;
  *                        a checkpoint layer with a missing/misshaped weight_scale, a comfy_quant
- *                        that is not a JSON object, a bad convrot group
+ *                        that is not a JSON object, a bad convrot group, a bias (int8 or float
+ *                        layer) that is not F32/F16/BF16 [N]
  *   QMM_ERR_NOT_FOUND    a named tensor/layer is not in the file/model
  *   QMM_ERR_UNSUPPORTED  well-formed but not runnable by qmm: a quant format other than
  *                        int8_tensorwise (float8_e4m3fn, nvfp4, mxfp8, ...), named with its layer

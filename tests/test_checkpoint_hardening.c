@@ -2,6 +2,8 @@
  * test_checkpoint_hardening.c — checkpoints built to break the reader (issue 13):
  *   - long_names: layer names of 1 100 to 60 000 bytes open, are found, keep their bias, pack,
  *     and `quantize` quantizes them;
+ *   - float_bias_length: a float layer whose L.bias is not F32/F16/BF16 [N] fails the open
+ *     (QMM_ERR_FORMAT naming the bias) and `quantize` (no output);
  */
 #define _POSIX_C_SOURCE 200809L
 #include "qmm_io.h"
@@ -116,6 +118,40 @@ static void test_long_names(void) {
     }
 }
 
+/* ---------------------------------------------------------------- float bias length */
+static void test_float_bias_length(void) {
+    enum { N = 16, K = 64 };
+    static float wf[N * K], bias[2 * N];
+    static int8_t bi8[N];
+    tu_fill_float(wf, QMM_F32, N * K, 0.1f);
+    tu_fill_float(bias, QMM_F32, 2 * N, 0.1f);
+    const struct { const char *what; qmm_st_dtype dt; int ndim; int64_t s0, s1; const void *data; } cases[] = {
+        {"bias [N-1]", QMM_ST_F32, 1, N - 1, 0, bias},
+        {"bias [N+1]", QMM_ST_F32, 1, N + 1, 0, bias},
+        {"bias [N, 1]", QMM_ST_F32, 2, N, 1, bias},
+        {"bias I8 [N]", QMM_ST_I8, 1, N, 0, bi8},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tdef t[] = {
+            {"blk.proj.weight", QMM_ST_F32, 2, {N, K}, wf},
+            {"blk.proj.bias", cases[c].dt, cases[c].ndim, {cases[c].s0, cases[c].s1}, cases[c].data},
+        };
+        const char *p = tmp_path("fbias.safetensors");
+        write_ckpt(p, t, 2, NULL, NULL);
+        qmm_model *m = (qmm_model *)1;
+        qmm_status st = qmm_model_open(p, NULL, &m);
+        TU_CHECK(st == QMM_ERR_FORMAT && !m && strstr(qmm_last_error(), "blk.proj.bias"),
+                 "float layer with %s refused at open: %s: %s", cases[c].what, qmm_status_name(st), qmm_last_error());
+        qmm_quantize_file_options o = qmm_quantize_file_options_default();
+        o.min_size = 1;
+        const char *out = tmp_path("fbias_q.safetensors");
+        st = qmm_quantize_file(p, out, &o, NULL);
+        TU_CHECK(st == QMM_ERR_FORMAT && strstr(qmm_last_error(), "blk.proj") && access(out, F_OK) != 0,
+                 "quantize of a float layer with %s refused, no output: %s: %s", cases[c].what, qmm_status_name(st),
+                 qmm_last_error());
+    }
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_checkpoint_hardening");
     snprintf(g_dir, sizeof g_dir, "/tmp/qmm_test_hard_XXXXXX");
@@ -124,6 +160,7 @@ int main(int argc, char **argv) {
     o.n_threads = 2;
     TU_CHECK_OK(qmm_context_create(&o, &g_ctx));
     test_long_names();
+    test_float_bias_length();
     qmm_context_destroy(g_ctx);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

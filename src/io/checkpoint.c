@@ -10,7 +10,8 @@
  * format "int8_tensorwise": L.weight I8 [N, K]; L.weight_scale F32 [N,1], [N], [1] or [];
  * L.bias optional F32/F16/BF16 [N]; K % g == 0. Any other format is QMM_ERR_UNSUPPORTED naming
  * layer and format (or, with allow_unsupported, a listed QMM_LAYER_UNSUPPORTED layer).
- * A float layer: a 2-D F32/F16/BF16 L.weight without a quant marker (bias absent or [N]).
+ * A float layer: a 2-D F32/F16/BF16 L.weight without a quant marker; L.bias absent or
+ * F32/F16/BF16 [N] (any other L.bias is QMM_ERR_FORMAT: it is never silently dropped).
  * Every layer is validated at open; a failed open returns nothing.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -296,7 +297,11 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
         int oom = 0;
         const qmm_st_tensor *b = part(f, l->name, ".bias", &oom);
         QMM_RETURN_IF(oom, QMM_ERR_OUT_OF_MEMORY, "%s: layer %.200s: out of memory", P, l->name);
-        if (b && is_float_st(b->dtype) && b->ndim == 1 && b->shape[0] == l->N) l->bias = b;
+        QMM_RETURN_IF(b && (!is_float_st(b->dtype) || b->ndim != 1 || b->shape[0] != l->N), QMM_ERR_FORMAT,
+                      "%s: layer %s: %s.bias is %s %d-D with %lld values (the float layer [%lld, %lld] needs "
+                      "F32/F16/BF16 [%lld])", P, l->name, l->name, qmm_st_dtype_name(b->dtype), b->ndim,
+                      (long long)b->numel, (long long)l->N, (long long)l->K, (long long)l->N);
+        l->bias = b;
     }
     if (m->n > 1) qsort(m->layers, m->n, sizeof *m->layers, cmp_layer);
     return QMM_OK;

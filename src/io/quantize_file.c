@@ -10,7 +10,8 @@
  * not excluded (--exclude); if include globs are given, L matches one; else L has no
  * dot-separated component containing "embed" or "norm" (embeddings and norms stay float by
  * default); min(N, K) >= min_size. Globs are fnmatch(3) patterns on L (not on L.weight).
- * Output order: the input's data order; a quantized L.weight is followed by L.weight_scale and
+ * A selected layer whose L.bias is not F32/F16/BF16 [N] is QMM_ERR_FORMAT (qmm could not open
+ * the result). Output order: the input's data order; a quantized L.weight is followed by L.weight_scale and
  * L.comfy_quant. The convrot group is chosen per layer before the output file is created, so a
  * bad explicit group fails without touching OUT.
  */
@@ -150,6 +151,14 @@ static qmm_status declare_all(const qmm_st_file *f, const qmm_quantize_file_opti
         }
         const int64_t N = t->shape[0], K = t->shape[1];
         size_t ln = strlen(t->name) - 7;
+        char *bn = cat(t->name, ln, ".bias");
+        QMM_RETURN_IF(!bn, QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", P);
+        const qmm_st_tensor *b = qmm_st_get(f, bn);
+        free(bn);
+        QMM_RETURN_IF(b && (!is_float_st(b->dtype) || b->ndim != 1 || b->shape[0] != N), QMM_ERR_FORMAT,
+                      "%s: layer %.*s [%lld, %lld]: its bias is %s %d-D with %lld values (needs F32/F16/BF16 [%lld])",
+                      P, (int)ln, t->name, (long long)N, (long long)K, qmm_st_dtype_name(b->dtype), b->ndim,
+                      (long long)b->numel, (long long)N);
         int gs = group_for(o->convrot, K);
         QMM_RETURN_IF(gs != 0 && gs != 16 && gs != 64 && gs != 256, QMM_ERR_INVALID_ARGUMENT,
                       "convrot group %d (needs auto, off, 16, 64 or 256)", gs);
