@@ -4,6 +4,8 @@
  *     and `quantize` quantizes them;
  *   - float_bias_length: a float layer whose L.bias is not F32/F16/BF16 [N] fails the open
  *     (QMM_ERR_FORMAT naming the bias) and `quantize` (no output);
+ *   - many_layers: 20 001 layers (comfy_quant, _quantization_metadata, float) open with the right
+ *     kinds and the float ones quantize (times printed, not checked);
  */
 #define _POSIX_C_SOURCE 200809L
 #include "qmm_io.h"
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static char g_dir[256];
@@ -152,6 +155,87 @@ static void test_float_bias_length(void) {
     }
 }
 
+/* ---------------------------------------------------------------- many layers */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* n layers, a third each: a comfy_quant tensor, a _quantization_metadata entry, float. The open
+ * must find every one with its kind; then the float ones are quantized (the metadata parse and
+ * the layer lookups used to be per tensor: quadratic). Times are printed, not checked. */
+static void test_many_layers(int n) {
+    enum { K = 16 };
+    static int8_t wq[K];
+    static float wf[K], sc[1] = {0.01f};
+    tu_fill_i8(wq, K, -127, 127);
+    tu_fill_float(wf, QMM_F32, K, 0.1f);
+    const char *cq = "{\"format\": \"int8_tensorwise\"}";
+    size_t mcap = (size_t)n * 64 + 64, ml = 0;
+    char *meta = malloc(mcap);
+    ml += (size_t)snprintf(meta + ml, mcap - ml, "{\"format_version\": \"1.0\", \"layers\": {");
+    for (int i = 1, first = 1; i < n; i += 3, first = 0)
+        ml += (size_t)snprintf(meta + ml, mcap - ml, "%s\"blocks.%d.fc\": {\"format\": \"int8_tensorwise\"}",
+                               first ? "" : ", ", i);
+    snprintf(meta + ml, mcap - ml, "}}");
+    const char *p = tmp_path("many.safetensors");
+    double t0 = now_s();
+    qmm_st_writer *w;
+    TU_CHECK_OK(qmm_st_writer_create(p, &w));
+    if (!w) { free(meta); return; }
+    TU_CHECK_OK(qmm_st_writer_set_metadata(w, "_quantization_metadata", meta));
+    int64_t s2[2] = {1, K}, s1[1] = {1}, sj[1] = {(int64_t)strlen(cq)};
+    char name[64];
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "blocks.%d.fc.weight", i);
+        bad |= qmm_st_writer_declare(w, name, i % 3 == 2 ? QMM_ST_F32 : QMM_ST_I8, 2, s2) != QMM_OK;
+        if (i % 3 == 2) continue;
+        snprintf(name, sizeof name, "blocks.%d.fc.weight_scale", i);
+        bad |= qmm_st_writer_declare(w, name, QMM_ST_F32, 1, s1) != QMM_OK;
+        snprintf(name, sizeof name, "blocks.%d.fc.comfy_quant", i);
+        if (i % 3 == 0) bad |= qmm_st_writer_declare(w, name, QMM_ST_U8, 1, sj) != QMM_OK;
+    }
+    bad |= qmm_st_writer_begin(w) != QMM_OK;
+    for (int i = 0; i < n; i++) {
+        bad |= qmm_st_writer_write(w, i % 3 == 2 ? (const void *)wf : (const void *)wq, i % 3 == 2 ? sizeof wf : sizeof wq) != QMM_OK;
+        if (i % 3 != 2) bad |= qmm_st_writer_write(w, sc, sizeof sc) != QMM_OK;
+        if (i % 3 == 0) bad |= qmm_st_writer_write(w, cq, strlen(cq)) != QMM_OK;
+    }
+    bad |= qmm_st_writer_finish(w) != QMM_OK;
+    qmm_st_writer_destroy(w);
+    free(meta);
+    TU_CHECK(!bad, "%d layers written: %s", n, qmm_last_error());
+    double t1 = now_s();
+    qmm_model *m = NULL;
+    TU_CHECK_OK(qmm_model_open(p, NULL, &m));
+    double t2 = now_s();
+    if (m) {
+        TU_CHECK(qmm_model_layer_count(m) == (size_t)n, "%d layers found, want %d", (int)qmm_model_layer_count(m), n);
+        int wrong = -1;
+        for (int i = 0; i < n && wrong < 0; i++) {
+            snprintf(name, sizeof name, "blocks.%d.fc", i);
+            const qmm_layer_info *l = NULL;
+            qmm_model_find(m, name, &l);
+            const char *src = i % 3 == 0 ? "comfy_quant" : i % 3 == 1 ? "_quantization_metadata" : NULL;
+            int ok = l && l->kind == (i % 3 == 2 ? QMM_LAYER_FLOAT : QMM_LAYER_INT8) &&
+                     (src ? l->source && !strcmp(l->source, src) : l->source == NULL);
+            if (!ok) wrong = i;
+        }
+        TU_CHECK(wrong < 0, "%d layers: layer %d has the wrong kind or source", n, wrong);
+        qmm_model_close(m);
+    }
+    double t3 = now_s();
+    qmm_quantize_file_options o = qmm_quantize_file_options_default();
+    o.min_size = 1;
+    int64_t nq = -1;
+    TU_CHECK_OK(qmm_quantize_file(p, tmp_path("many_q.safetensors"), &o, &nq));
+    TU_CHECK(nq == n / 3, "quantized %lld of %d layers (want the %d float ones)", (long long)nq, n, n / 3);
+    double t4 = now_s();
+    tu_note("%d layers: write %.2f s, open %.2f s, quantize %.2f s", n, t1 - t0, t2 - t1, t4 - t3);
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_checkpoint_hardening");
     snprintf(g_dir, sizeof g_dir, "/tmp/qmm_test_hard_XXXXXX");
@@ -161,6 +245,7 @@ int main(int argc, char **argv) {
     TU_CHECK_OK(qmm_context_create(&o, &g_ctx));
     test_long_names();
     test_float_bias_length();
+    test_many_layers(getenv("QMM_TEST_QUICK") ? 6000 : 20001);
     qmm_context_destroy(g_ctx);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

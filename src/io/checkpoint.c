@@ -77,10 +77,19 @@ static const qmm_st_tensor *part(const qmm_st_file *f, const char *layer, const 
     return t;
 }
 
-static qmm_layer_info *find_layer(qmm_model *m, const char *name) {
-    for (size_t i = 0; i < m->n; i++)
-        if (!strcmp(m->layers[i].name, name)) return &m->layers[i];
-    return NULL;
+/* Is a layer named name[0..len) among layers[0..n) (sorted by name)? Binary search. */
+static int has_layer(const qmm_layer_info *layers, size_t n, const char *name, size_t len) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const char *x = layers[mid].name;
+        int c = strncmp(x, name, len);
+        if (c == 0) c = x[len] != 0;   /* x has name as a proper prefix: x sorts after */
+        if (c == 0) return 1;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return 0;
 }
 
 static qmm_status add_layer(qmm_model *m, const char *name, size_t name_len, qmm_layer_info **out) {
@@ -223,10 +232,13 @@ static qmm_status read_quant_layer(qmm_model *m, qmm_layer_info *l, json_object 
     return QMM_OK;
 }
 
+
 static int cmp_layer(const void *a, const void *b) {
     return strcmp(((const qmm_layer_info *)a)->name, ((const qmm_layer_info *)b)->name);
 }
 
+/* Layers are found by binary search over the ones read so far (kept sorted between steps):
+ * opening is O(n log n) in the number of tensors. */
 static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
     const qmm_st_file *f = m->f;
     const char *P = f->path;
@@ -251,6 +263,8 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
         QMM_FORWARD_IF_ERROR(st);
     }
     /* 2. the file-level alternative */
+    if (m->n > 1) qsort(m->layers, m->n, sizeof *m->layers, cmp_layer);
+    const size_t n_tensor_quant = m->n;
     const char *qm = qmm_st_metadata_get(f, "_quantization_metadata");
     if (qm) {
         qmm_status st;
@@ -262,7 +276,7 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
             return qmm_fail(QMM_ERR_FORMAT, "%s: _quantization_metadata has no \"layers\" object", P);
         }
         json_object_object_foreach(layers, key, cfg) {
-            if (find_layer(m, key)) continue;  /* its comfy_quant tensor wins */
+            if (has_layer(m->layers, n_tensor_quant, key, strlen(key))) continue;  /* its comfy_quant tensor wins */
             if (!json_object_is_type(cfg, json_type_object)) {
                 json_object_put(root);
                 return qmm_fail(QMM_ERR_FORMAT, "%s: _quantization_metadata: layer %.200s is not an object", P, key);
@@ -278,16 +292,14 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
         json_object_put(root);
     }
     /* 3. float layers: 2-D float L.weight without a quant marker */
-    size_t n_quant = m->n;
+    if (m->n > 1) qsort(m->layers, m->n, sizeof *m->layers, cmp_layer);
+    const size_t n_quant = m->n;
     for (size_t i = 0; o->float_layers && i < qmm_st_count(f); i++) {
         const qmm_st_tensor *t = qmm_st_at(f, i);
         if (!ends_with(t->name, ".weight") || t->ndim != 2 || !is_float_st(t->dtype)) continue;
         if (t->shape[0] < 1 || t->shape[1] < 1) continue;
         size_t ln = strlen(t->name) - strlen(".weight");
-        int marked = 0;
-        for (size_t j = 0; j < n_quant && !marked; j++)
-            marked = strlen(m->layers[j].name) == ln && !strncmp(m->layers[j].name, t->name, ln);
-        if (marked) continue;
+        if (has_layer(m->layers, n_quant, t->name, ln)) continue;
         qmm_layer_info *l;
         QMM_FORWARD_IF_ERROR(add_layer(m, t->name, ln, &l));
         l->kind = QMM_LAYER_FLOAT;

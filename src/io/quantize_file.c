@@ -69,22 +69,50 @@ static char *cat(const char *L, size_t ln, const char *suffix) {
 
 static int is_float_st(qmm_st_dtype t) { return t == QMM_ST_F32 || t == QMM_ST_F16 || t == QMM_ST_BF16; }
 
-static int in_quant_metadata(const qmm_st_file *f, const char *L) {
-    const char *qm = qmm_st_metadata_get(f, "_quantization_metadata");
-    if (!qm) return 0;
-    json_object *root = json_tokener_parse(qm), *layers, *v;
-    int found = root && json_object_object_get_ex(root, "layers", &layers) &&
-                json_object_is_type(layers, json_type_object) && json_object_object_get_ex(layers, L, &v);
-    json_object_put(root);
-    return found;
+/* The layer names of __metadata__["_quantization_metadata"]["layers"], sorted: parsed once per
+ * file (a per-tensor parse made quantizing quadratic in the layer count). A metadata entry that
+ * is not such JSON names no layer (the model reader reports it). */
+typedef struct qnames { char **v; size_t n; } qnames;
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void qnames_free(qnames *q) {
+    for (size_t i = 0; i < q->n; i++) free(q->v[i]);
+    free(q->v);
+    q->v = NULL;
+    q->n = 0;
 }
 
-int qmm_quantize_file_selects(const qmm_st_file *f, const qmm_st_tensor *t, const qmm_quantize_file_options *opt,
-                              char *why, size_t n) {
-    if (!f || !t || !t->name) {
-        if (why && n) snprintf(why, n, "NULL argument");
-        return 0;
+static qmm_status qnames_load(const qmm_st_file *f, qnames *q) {
+    q->v = NULL;
+    q->n = 0;
+    const char *qm = qmm_st_metadata_get(f, "_quantization_metadata");
+    if (!qm) return QMM_OK;
+    json_object *root = json_tokener_parse(qm), *layers;
+    qmm_status st = QMM_OK;
+    if (root && json_object_object_get_ex(root, "layers", &layers) && json_object_is_type(layers, json_type_object)) {
+        size_t n = (size_t)json_object_object_length(layers);
+        q->v = calloc(n ? n : 1, sizeof *q->v);
+        if (!q->v) st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", qmm_st_path(f));
+        json_object_object_foreach(layers, key, val) {
+            (void)val;
+            if (st != QMM_OK) break;
+            if (!(q->v[q->n] = strdup(key))) st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", qmm_st_path(f));
+            else q->n++;
+        }
+        if (q->n > 1) qsort(q->v, q->n, sizeof *q->v, cmp_str);
     }
+    json_object_put(root);
+    if (st != QMM_OK) qnames_free(q);
+    return st;
+}
+
+static int qnames_has(const qnames *q, const char *L) {
+    return q->n && bsearch(&L, q->v, q->n, sizeof *q->v, cmp_str) != NULL;
+}
+
+static int selects(const qmm_st_file *f, const qmm_st_tensor *t, const qmm_quantize_file_options *opt,
+                   const qnames *qn, char *why, size_t n) {
     qmm_quantize_file_options o = opt ? *opt : qmm_quantize_file_options_default();
     char tmp[100], *L = NULL, *cq = NULL, *ws = NULL;
     size_t len = strlen(t->name);
@@ -97,7 +125,7 @@ int qmm_quantize_file_selects(const qmm_st_file *f, const qmm_st_tensor *t, cons
     ws = cat(t->name, len - 7, ".weight_scale");
     if (!L || !cq || !ws) { r = "out of memory"; goto no; }
     int quant = qmm_st_get(f, cq) != NULL || qmm_st_get(f, ws) != NULL;
-    if (quant || in_quant_metadata(f, L)) { r = "already a quantized layer"; goto no; }
+    if (quant || qnames_has(qn, L)) { r = "already a quantized layer"; goto no; }
     if (any_match(o.exclude, L)) { r = "excluded"; goto no; }
     if (o.include && *o.include) {
         if (!any_match(o.include, L)) { r = "not included"; goto no; }
@@ -124,6 +152,22 @@ no:
     return 0;
 }
 
+int qmm_quantize_file_selects(const qmm_st_file *f, const qmm_st_tensor *t, const qmm_quantize_file_options *opt,
+                              char *why, size_t n) {
+    if (!f || !t || !t->name) {
+        if (why && n) snprintf(why, n, "NULL argument");
+        return 0;
+    }
+    qnames qn;
+    if (qnames_load(f, &qn) != QMM_OK) {
+        if (why && n) snprintf(why, n, "out of memory");
+        return 0;
+    }
+    int r = selects(f, t, opt, &qn, why, n);
+    qnames_free(&qn);
+    return r;
+}
+
 static int group_for(int convrot, int64_t K) {
     if (convrot < 0) return K % 256 == 0 ? 256 : K % 64 == 0 ? 64 : K % 16 == 0 ? 16 : 0;
     return convrot;
@@ -132,8 +176,8 @@ static int group_for(int convrot, int64_t K) {
 /* One output item per input tensor: quantized (gs >= 0) or copied (gs == -1). */
 typedef struct item { const qmm_st_tensor *t; int gs; } item;
 
-static qmm_status declare_all(const qmm_st_file *f, const qmm_quantize_file_options *o, item *items,
-                              qmm_st_writer *w, int64_t *n_layers) {
+static qmm_status declare_all(const qmm_st_file *f, const qmm_quantize_file_options *o, const qnames *qn,
+                              item *items, qmm_st_writer *w, int64_t *n_layers) {
     const char *P = qmm_st_path(f);
     for (size_t i = 0; i < qmm_st_metadata_count(f); i++) {
         const char *k, *v;
@@ -145,7 +189,7 @@ static qmm_status declare_all(const qmm_st_file *f, const qmm_quantize_file_opti
         const qmm_st_tensor *t = qmm_st_at(f, i);
         items[i].t = t;
         items[i].gs = -1;
-        if (!qmm_quantize_file_selects(f, t, o, NULL, 0)) {
+        if (!selects(f, t, o, qn, NULL, 0)) {
             QMM_FORWARD_IF_ERROR(qmm_st_writer_declare(w, t->name, t->dtype, t->ndim, t->shape));
             continue;
         }
@@ -261,8 +305,11 @@ qmm_status qmm_quantize_file(const char *in, const char *out, const qmm_quantize
     qmm_status st = items ? QMM_OK : qmm_fail(QMM_ERR_OUT_OF_MEMORY, "out of memory");
     int64_t layers = 0, done = 0;
     /* every layer's group is decided while declaring: a failure there leaves OUT untouched */
+    qnames qn = {NULL, 0};
+    if (st == QMM_OK) st = qnames_load(f, &qn);
     if (st == QMM_OK) st = qmm_st_writer_create(out, &w);
-    if (st == QMM_OK) st = declare_all(f, &o, items, w, &layers);
+    if (st == QMM_OK) st = declare_all(f, &o, &qn, items, w, &layers);
+    qnames_free(&qn);
     if (st == QMM_OK) st = qmm_st_writer_begin(w);
     uint64_t bytes_total = 0, bytes_done = 0;
     for (size_t i = 0; i < qmm_st_count(f); i++) bytes_total += qmm_st_at(f, i)->nbytes;

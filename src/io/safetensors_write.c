@@ -37,7 +37,39 @@ struct qmm_st_writer {
     uint64_t data_size;
     size_t cur;              /* tensor being written */
     uint64_t cur_done;       /* its bytes written so far */
+    size_t *slot;            /* [n_slot] open-addressing set of declared names: index + 1, 0 empty */
+    size_t n_slot;           /* a power of two, at least 2n */
 };
+
+static size_t name_hash(const char *s) {   /* FNV-1a */
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* The slot of name: the one holding it, or the empty one where it goes. */
+static size_t *name_slot(const qmm_st_writer *w, const char *name) {
+    size_t i = name_hash(name) & (w->n_slot - 1);
+    while (w->slot[i] && strcmp(w->t[w->slot[i] - 1].name, name) != 0) i = (i + 1) & (w->n_slot - 1);
+    return &w->slot[i];
+}
+
+/* Room for one more name in the set (rehashes at half full). */
+static bool name_set_grow(qmm_st_writer *w) {
+    if (2 * (w->n + 1) <= w->n_slot) return true;
+    size_t ns = w->n_slot ? 2 * w->n_slot : 128;
+    size_t *old = w->slot, old_n = w->n_slot;
+    w->slot = calloc(ns, sizeof *w->slot);
+    if (!w->slot) {
+        w->slot = old;
+        return false;
+    }
+    w->n_slot = ns;
+    for (size_t i = 0; i < old_n; i++)
+        if (old[i]) *name_slot(w, w->t[old[i] - 1].name) = old[i];
+    free(old);
+    return true;
+}
 
 void qmm_st_writer_destroy(qmm_st_writer *w) {
     if (!w) return;
@@ -49,6 +81,7 @@ void qmm_st_writer_destroy(qmm_st_writer *w) {
         free(w->meta[i].value);
     }
     free(w->t);
+    free(w->slot);
     free(w->meta);
     free(w->path);
     free(w->tmp);
@@ -130,9 +163,8 @@ qmm_status qmm_st_writer_declare(qmm_st_writer *w, const char *name, qmm_st_dtyp
                   w->path, name, (int)dtype);
     QMM_RETURN_IF(ndim < 0 || ndim > QMM_ST_MAX_DIMS, QMM_ERR_INVALID_ARGUMENT, "%s: tensor '%s': %d dimensions",
                   w->path, name, ndim);
-    for (size_t i = 0; i < w->n; i++)
-        QMM_RETURN_IF(!strcmp(w->t[i].name, name), QMM_ERR_INVALID_ARGUMENT, "%s: tensor '%s' declared twice",
-                      w->path, name);
+    QMM_RETURN_IF(!name_set_grow(w), QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", w->path);
+    QMM_RETURN_IF(*name_slot(w, name) != 0, QMM_ERR_INVALID_ARGUMENT, "%s: tensor '%s' declared twice", w->path, name);
     uint64_t numel = 1;
     for (int i = 0; i < ndim; i++) {
         QMM_RETURN_IF(shape[i] < 0 || (shape[i] && numel > (uint64_t)INT64_MAX / (uint64_t)shape[i]),
@@ -163,6 +195,7 @@ qmm_status qmm_st_writer_declare(qmm_st_writer *w, const char *name, qmm_st_dtyp
     t->end = w->data_size + nbytes;
     w->data_size = t->end;
     w->n++;
+    *name_slot(w, name) = w->n;
     return QMM_OK;
 }
 
