@@ -1,5 +1,6 @@
 /*
  * test_checkpoint_hardening.c — checkpoints built to break the reader (issue 13):
+ *   - corpus: the committed fuzz/corpus/checkpoint files: bad_* refused, the others open;
  *   - long_names: layer names of 1 100 to 60 000 bytes open, are found, keep their bias, pack,
  *     and `quantize` quantizes them;
  *   - float_bias_length: a float layer whose L.bias is not F32/F16/BF16 [N] fails the open
@@ -11,6 +12,7 @@
 #include "qmm_io.h"
 #include "testutil.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +238,35 @@ static void test_many_layers(int n) {
     tu_note("%d layers: write %.2f s, open %.2f s, quantize %.2f s", n, t1 - t0, t2 - t1, t4 - t3);
 }
 
+/* ---------------------------------------------------------------- committed corpus */
+/* fuzz/corpus/checkpoint (beside this file's folder): bad_* files fail the open, the others open. */
+static void test_corpus(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", __FILE__);
+    char *slash = strrchr(dir, '/');
+    if (!slash) { tu_skip("corpus", "source path unknown"); return; }
+    snprintf(slash, sizeof dir - (size_t)(slash - dir), "/../fuzz/corpus/checkpoint");
+    DIR *d = opendir(dir);
+    if (!d) { tu_skip("corpus", "fuzz/corpus/checkpoint not found beside tests/"); return; }
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.' || !strncmp(e->d_name, "regress_", 8)) continue;
+        int bad = !strncmp(e->d_name, "bad_", 4);
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        qmm_model_options o = qmm_model_options_default();
+        o.allow_unsupported = 1;
+        qmm_model *m = NULL;
+        qmm_status st = qmm_model_open(path, &o, &m);
+        TU_CHECK(bad ? st != QMM_OK : st == QMM_OK, "corpus %s: %s (%s)", e->d_name, qmm_status_name(st),
+                 st ? qmm_last_error() : "");
+        qmm_model_close(m);
+        n++;
+    }
+    closedir(d);
+    TU_CHECK(n >= 15, "%d corpus files checked", n);
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_checkpoint_hardening");
     snprintf(g_dir, sizeof g_dir, "/tmp/qmm_test_hard_XXXXXX");
@@ -243,6 +274,7 @@ int main(int argc, char **argv) {
     qmm_context_options o = qmm_context_options_default();
     o.n_threads = 2;
     TU_CHECK_OK(qmm_context_create(&o, &g_ctx));
+    test_corpus();
     test_long_names();
     test_float_bias_length();
     test_many_layers(getenv("QMM_TEST_QUICK") ? 6000 : 20001);

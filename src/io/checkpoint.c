@@ -135,6 +135,10 @@ static json_object *parse_json(const char *s, size_t n, const char *what, const 
                        o || e == json_tokener_success ? "" : json_tokener_error_desc(e));
         return NULL;
     }
+    if ((*st = qmm_json_check_strict(s, end, path, what)) != QMM_OK) {   /* duplicate keys, lone surrogates */
+        json_object_put(o);
+        return NULL;
+    }
     return o;
 }
 

@@ -3,7 +3,9 @@
  * validates all of it before handing out zero-copy tensor views:
  *   - at least 8 bytes; header length (u64 LE) <= QMM_ST_MAX_HEADER and <= file size - 8;
  *   - header bytes: no NUL, valid UTF-8, one JSON object (json-c, strict mode) followed only
- *     by whitespace (writers pad with spaces);
+ *     by whitespace (writers pad with spaces); as the reference reader (serde_json): no key twice
+ *     in any object (a tensor name, "__metadata__", a field), no lone surrogate escape, no
+ *     U+0000 in a name or key (qmm_json_check_strict), no U+0000 in a dtype or metadata value;
  *   - "__metadata__": an object of string values;
  *   - every other key: {"dtype": known name, "shape": [ints >= 0] (<= QMM_ST_MAX_DIMS),
  *     "data_offsets": [begin, end]} with begin <= end <= data size, numel·bits/8 computed
@@ -104,8 +106,9 @@ static qmm_status parse_tensor(const qmm_st_file *f, const char *name, json_obje
     QMM_RETURN_IF(!json_object_object_get_ex(v, "dtype", &jd) || !json_object_is_type(jd, json_type_string),
                   QMM_ERR_FORMAT, "%s: tensor '%s': missing or non-string \"dtype\"", P, name);
     int dt = dtype_from_name(json_object_get_string(jd));
-    QMM_RETURN_IF(dt < 0, QMM_ERR_FORMAT, "%s: tensor '%s': unknown dtype \"%.40s\"", P, name,
-                  json_object_get_string(jd));
+    QMM_RETURN_IF(dt < 0 || (size_t)json_object_get_string_len(jd) != strlen(json_object_get_string(jd)),
+                  QMM_ERR_FORMAT, "%s: tensor '%s': unknown dtype \"%.40s%s\"", P, name, json_object_get_string(jd),
+                  dt < 0 ? "" : "\\u0000...");
     t->dtype = (qmm_st_dtype)dt;
     QMM_RETURN_IF(!json_object_object_get_ex(v, "shape", &js) || !json_object_is_type(js, json_type_array),
                   QMM_ERR_FORMAT, "%s: tensor '%s': missing or non-array \"shape\"", P, name);
@@ -171,6 +174,9 @@ static qmm_status parse_metadata(qmm_st_file *f, json_object *v) {
     json_object_object_foreach(v, key, val) {
         QMM_RETURN_IF(!json_object_is_type(val, json_type_string), QMM_ERR_FORMAT,
                       "%s: __metadata__ \"%.80s\": value is not a string", f->path, key);
+        QMM_RETURN_IF((size_t)json_object_get_string_len(val) != strlen(json_object_get_string(val)), QMM_ERR_FORMAT,
+                      "%s: __metadata__ \"%.80s\": value contains U+0000 (qmm keeps metadata as C strings)", f->path,
+                      key);
         qmm_st_meta *m = &f->meta[f->n_meta++];
         m->key = strdup(key);
         m->value = strdup(json_object_get_string(val));
@@ -225,6 +231,8 @@ static qmm_status parse_header(qmm_st_file *f) {
         st = qmm_fail(QMM_ERR_FORMAT, "%s: header is not a JSON object", P);
         goto out;
     }
+    st = qmm_json_check_strict(h, end, P, "header");
+    if (st) goto out;
     size_t n = (size_t)json_object_object_length(root);
     f->t = calloc(n ? n : 1, sizeof *f->t);
     if (!f->t) { st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", P); goto out; }
@@ -254,7 +262,7 @@ static qmm_status parse_header(qmm_st_file *f) {
         }
         if (!last || b->end > last->end) last = b;
     }
-    /* by-name index; duplicate names cannot occur (json-c keeps one value per key) */
+    /* by-name index; names are unique (qmm_json_check_strict refused duplicate keys) */
     name_idx *ni = malloc((f->n ? f->n : 1) * sizeof *ni);
     f->by_name = malloc((f->n ? f->n : 1) * sizeof *f->by_name);
     if (!ni || !f->by_name) {
