@@ -9,7 +9,9 @@
  *     dispatch (the same dispatch in both processes), with swiglu on a 3-D bf16 input and an
  *     f32 output;
  *   - exit statuses: 1 for a missing layer / malformed file, 2 for usage errors;
- *   - a FIFO as checkpoint, input or quantize source exits 1 at once (timeout-bounded).
+ *   - a FIFO as checkpoint, input or quantize source exits 1 at once (timeout-bounded);
+ *   - an output that is the same file as an input (also through a symbolic link) is refused
+ *     with exit 1 and the input untouched, unless --force.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "qmm_io.h"
@@ -149,6 +151,35 @@ static void test_fifo(const char *ckpt) {
     unlink(fifo);
 }
 
+static int same_bytes(const char *a, const char *b) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+    return system(cmd) == 0;
+}
+
+/* An output that is the same file as an input is refused (exit 1, the input untouched) unless
+ * --force; a symbolic link to the input counts as the same file. */
+static void test_output_over_input(const char *ckpt) {
+    char cmd[1600];
+    const char *fl = P("float.safetensors"), *fl_copy = P("float_copy.safetensors"), *ck_copy = P("ckpt_copy.safetensors"),
+               *x_copy = P("x_copy.safetensors"), *link = P("float_link.safetensors");
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && cp '%s' '%s' && cp '%s' '%s' && ln -sf '%s' '%s'", fl, fl_copy, ckpt, ck_copy,
+             P("x.safetensors"), x_copy, fl_copy, link);
+    if (!TU_CHECK(system(cmd) == 0, "copies for the output-over-input checks")) return;
+    TU_CHECK(cli("quantize %s %s --min-size 64 >/dev/null 2>&1", fl_copy, fl_copy) == 1 && same_bytes(fl, fl_copy),
+             "quantize IN IN refused, IN untouched");
+    TU_CHECK(cli("quantize %s %s --min-size 64 >/dev/null 2>&1", fl_copy, link) == 1 && same_bytes(fl, fl_copy),
+             "quantize IN LINK-TO-IN refused");
+    TU_CHECK(cli("run %s --layer blk.attn.proj --input %s --output %s 2>/dev/null", ck_copy, x_copy, ck_copy) == 1 &&
+                 same_bytes(ckpt, ck_copy), "run --output CHECKPOINT refused, checkpoint untouched");
+    TU_CHECK(cli("run %s --layer blk.attn.proj --input %s --output %s 2>/dev/null", ck_copy, x_copy, x_copy) == 1 &&
+                 same_bytes(P("x.safetensors"), x_copy), "run --output INPUT refused, input untouched");
+    TU_CHECK(cli("run %s --layer blk.attn.proj --input %s --output %s --force 2>/dev/null", ck_copy, x_copy, x_copy) == 0 &&
+                 !same_bytes(P("x.safetensors"), x_copy), "run --output INPUT --force replaces it");
+    TU_CHECK(cli("quantize %s %s --min-size 64 --force >/dev/null 2>&1", fl_copy, fl_copy) == 0 && !same_bytes(fl, fl_copy),
+             "quantize IN IN --force replaces it");
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_checkpoint_cli");
     g_cli = getenv("QMM_CLI");
@@ -215,6 +246,7 @@ int main(int argc, char **argv) {
              "quantize --convrot 32 exits 2");
 
     test_fifo(qpath);
+    test_output_over_input(qpath);
 
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
