@@ -95,8 +95,11 @@ void qmm_st_release(const qmm_st_file *f, const qmm_st_tensor *t);
  * Two phases: declare every tensor (name, dtype, shape) and the metadata, then qmm_st_writer_begin
  * writes the header, then the data of each tensor is streamed in the declared order (any number
  * of qmm_st_writer_write calls per tensor), then qmm_st_writer_finish fsyncs and renames the
- * temporary file (PATH.tmp.XXXXXX in the same folder) onto PATH. Destroying an unfinished writer
- * removes the temporary file: an interrupted run never leaves a broken PATH.
+ * temporary file onto PATH. Destroying an unfinished writer removes the temporary file: an
+ * interrupted run never leaves a broken PATH.
+ * The temporary file is PATH.qmm-tmp.<pid>.XXXXXX in PATH's folder (pid: the writing process,
+ * XXXXXX: mkstemp's letters): a process killed outright (SIGKILL, power loss) leaves one, and a
+ * file of that pattern whose pid is not running is safe to delete.
  * The file: 8-byte little-endian header length; the header JSON, compact, with "__metadata__"
  * first (keys in the order they were set) then the tensors in declared order, each
  * {"dtype":..,"shape":[..],"data_offsets":[b,e]}, data packed back to back in declared order;
@@ -112,6 +115,12 @@ qmm_status qmm_st_writer_begin(qmm_st_writer *w);
 qmm_status qmm_st_writer_write(qmm_st_writer *w, const void *data, size_t nbytes);
 qmm_status qmm_st_writer_finish(qmm_st_writer *w);
 void qmm_st_writer_destroy(qmm_st_writer *w);   /* NULL-safe; aborts an unfinished file */
+
+/* Removes (unlink) the temporary file of every unfinished writer of this process, for a signal
+ * handler that is about to end the process (SIGINT/SIGTERM/SIGHUP): async-signal-safe — no
+ * allocation, no locks. The writers stay valid but their files are gone (finish then fails).
+ * Up to 32 writers at once are tracked (paths < 4096 bytes). */
+void qmm_st_remove_temporaries(void);
 
 /* One call: write `n` tensors (data in the views) and the metadata of `meta_from` (may be NULL). */
 qmm_status qmm_st_save(const char *path, const qmm_st_tensor *tensors, size_t n, const qmm_st_file *meta_from);

@@ -11,7 +11,9 @@
  *   - exit statuses: 1 for a missing layer / malformed file, 2 for usage errors;
  *   - a FIFO as checkpoint, input or quantize source exits 1 at once (timeout-bounded);
  *   - an output that is the same file as an input (also through a symbolic link) is refused
- *     with exit 1 and the input untouched, unless --force.
+ *     with exit 1 and the input untouched, unless --force;
+ *   - SIGINT/SIGTERM/SIGHUP during quantize (of a 64 MB file, sent once its temporary file
+ *     exists) and ulimit -f during quantize or run leave no temporary file.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "qmm_io.h"
@@ -22,8 +24,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char g_dir[256];
@@ -151,6 +157,87 @@ static void test_fifo(const char *ckpt) {
     unlink(fifo);
 }
 
+/* entries of the test folder whose name starts with prefix and contains "tmp" */
+static int count_tmp(const char *prefix) {
+    DIR *d = opendir(g_dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += !strncmp(e->d_name, prefix, strlen(prefix)) && strstr(e->d_name + strlen(prefix), "tmp") != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+/* SIGINT / SIGTERM / SIGHUP while `qmm quantize` writes: the process dies of the signal and leaves
+ * neither OUT nor OUT.qmm-tmp.*; a file size limit (ulimit -f) during quantize or run: exit 1, no
+ * temporary file. The signal is sent once the temporary file exists (polled, bounded). */
+static void test_signals(void) {
+    enum { N = 2048, K = 4096 };
+    float *w = malloc((size_t)N * K * 4);
+    if (!w) return;
+    for (size_t i = 0; i < (size_t)N * K; i++) w[i] = (float)((int)(i * 2654435761u % 2001) - 1000) * 1e-4f;
+    qmm_st_tensor t[2] = {
+        {.name = "a.fc.weight", .dtype = QMM_ST_F32, .ndim = 2, .shape = {N, K}, .data = w, .nbytes = (size_t)N * K * 4},
+        {.name = "b.fc.weight", .dtype = QMM_ST_F32, .ndim = 2, .shape = {N, K}, .data = w, .nbytes = (size_t)N * K * 4},
+    };
+    const char *big = P("big.safetensors");
+    char bigp[512];
+    snprintf(bigp, sizeof bigp, "%s", big);
+    TU_CHECK_OK(qmm_st_save(bigp, t, 2, NULL));
+    free(w);
+    const char *cli_path = getenv("QMM_CLI");
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        char out[512];
+        snprintf(out, sizeof out, "%s", P("out_sig.safetensors"));
+        pid_t pid = fork();
+        if (pid == 0) {
+            int dn = open("/dev/null", O_WRONLY);
+            dup2(dn, 1);
+            dup2(dn, 2);
+            execl(cli_path, cli_path, "quantize", bigp, out, "--min-size", "64", (char *)NULL);
+            _exit(127);
+        }
+        int seen = 0, status = 0, done = 0;
+        for (int k = 0; k < 60000 && !seen && !done; k++) {   /* up to 60 s */
+            seen = count_tmp("out_sig.safetensors.") > 0;
+            if (!seen) {
+                done = waitpid(pid, &status, WNOHANG) == pid;
+                nanosleep(&(struct timespec){0, 1000000}, NULL);
+            }
+        }
+        if (seen) {
+            kill(pid, sigs[i]);
+            waitpid(pid, &status, 0);
+        } else if (!done) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+        }
+        TU_CHECK(seen, "signal %d: the temporary file of a running quantize was seen", sigs[i]);
+        TU_CHECK(seen && WIFSIGNALED(status) && WTERMSIG(status) == sigs[i], "signal %d: quantize died of it (status %#x)",
+                 sigs[i], status);
+        TU_CHECK(count_tmp("out_sig.safetensors.") == 0 && access(out, F_OK) != 0,
+                 "signal %d: no temporary file and no output left", sigs[i]);
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "rm -f %s/out_sig.safetensors*", g_dir);
+        if (system(cmd) != 0) tu_note("could not clean %s", g_dir);
+    }
+    /* ulimit -f (512-byte blocks in sh): the write fails, exit 1, nothing left */
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "ulimit -f 16; exec %s quantize %s %s --min-size 64 >/dev/null 2>%s", cli_path, bigp,
+             P("out_fsz.safetensors"), P("fsz.err"));
+    int rc = system(cmd);
+    TU_CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "quantize over ulimit -f exits 1 (status %#x)", rc);
+    TU_CHECK(count_tmp("out_fsz.safetensors.") == 0 && access(P("out_fsz.safetensors"), F_OK) != 0,
+             "quantize over ulimit -f leaves no temporary file");
+    snprintf(cmd, sizeof cmd, "ulimit -f 1; exec %s run %s --layer blk.attn.proj --input %s --output %s >/dev/null 2>&1",
+             cli_path, P("int8.safetensors"), P("x.safetensors"), P("y_fsz.safetensors"));
+    rc = system(cmd);
+    TU_CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "run over ulimit -f exits 1 (status %#x)", rc);
+    TU_CHECK(count_tmp("y_fsz.safetensors.") == 0 && access(P("y_fsz.safetensors"), F_OK) != 0,
+             "run over ulimit -f leaves no temporary file");
+    unlink(bigp);
+}
+
 static int same_bytes(const char *a, const char *b) {
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
@@ -247,6 +334,7 @@ int main(int argc, char **argv) {
 
     test_fifo(qpath);
     test_output_over_input(qpath);
+    test_signals();
 
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -5,7 +5,8 @@
  *     with spaces to a multiple of 8;
  *   - re-writing a file qmm wrote (data order, metadata order) gives identical bytes;
  *   - the streaming writer: chunked writes, wrong byte counts refused, an unfinished writer
- *     leaves neither the file nor its temporary;
+ *     leaves neither the file nor its temporary (PATH.qmm-tmp.<pid>.XXXXXX), nor does
+ *     qmm_st_remove_temporaries (the CLI's signal handler) leave it;
  *   - every malformed class returns QMM_ERR_FORMAT (missing file QMM_ERR_IO, missing tensor
  *     QMM_ERR_NOT_FOUND) without crashing;
  *   - what json-c accepts but the reference reader refuses (duplicate keys, lone surrogates,
@@ -175,6 +176,20 @@ static void test_roundtrip(void) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", g_dir);
     TU_CHECK(system(cmd) != 0, "no temporary files left in %s", g_dir);
+
+    /* the temporary file is named PATH.qmm-tmp.<pid>.XXXXXX; qmm_st_remove_temporaries (what the
+     * CLI's signal handler calls) removes it, and the writer then fails cleanly */
+    TU_CHECK_OK(qmm_st_writer_create(p3, &w));
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q '^never.safetensors.qmm-tmp.%ld.......$'", g_dir, (long)getpid());
+    TU_CHECK(system(cmd) == 0, "temporary file named never.safetensors.qmm-tmp.<pid>.XXXXXX");
+    qmm_st_remove_temporaries();
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", g_dir);
+    TU_CHECK(system(cmd) != 0, "qmm_st_remove_temporaries removed it");
+    TU_CHECK_OK(qmm_st_writer_declare(w, "x", QMM_ST_F32, 1, sh));
+    TU_CHECK_OK(qmm_st_writer_begin(w));
+    TU_CHECK_OK(qmm_st_writer_write(w, four, 16));
+    TU_CHECK(qmm_st_writer_finish(w) == QMM_ERR_IO && access(p3, F_OK) != 0, "finish after the removal: IO, no file");
+    qmm_st_writer_destroy(w);
 }
 
 typedef struct bad_case {

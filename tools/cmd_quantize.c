@@ -97,6 +97,7 @@ int cmd_quantize(int argc, char **argv) {
         o.progress_user = &b;
     }
     int64_t n = 0;
+    cli_guard_temporaries();   /* a signal or ulimit -f leaves no OUT.qmm-tmp.* behind */
     qmm_status st = qmm_quantize_file(in, out, &o, &n);
     if (st != QMM_OK) {
         fprintf(stderr, "qmm quantize: %s: %s\n", qmm_status_name(st), qmm_last_error());

@@ -149,6 +149,7 @@ int cmd_run(int argc, char **argv) {
     yt.data = y;
     yt.nbytes = (size_t)(M * wi.N) * qmm_dtype_size(ydt);
     qmm_st_writer *wr = NULL;
+    cli_guard_temporaries();   /* a signal or ulimit -f leaves no Y.qmm-tmp.* behind */
     st = qmm_st_writer_create(out, &wr);
     if (st == QMM_OK) st = qmm_st_writer_set_metadata(wr, "qmm_layer", layer);
     if (st == QMM_OK) st = qmm_st_writer_set_metadata(wr, "qmm_engine", qmm_engine_name(ran));

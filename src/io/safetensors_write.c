@@ -1,7 +1,8 @@
 /*
  * safetensors_write.c — the streamed safetensors writer (contract in qmm_io.h): declare
  * tensors and metadata, write the header, stream each tensor's bytes in declared order, then
- * fsync + rename a temporary file (PATH.tmp.XXXXXX, same folder) onto PATH. The header is
+ * fsync + rename a temporary file (PATH.qmm-tmp.<pid>.XXXXXX, same folder) onto PATH; the
+ * temporary paths of unfinished writers are kept in fixed slots for qmm_st_remove_temporaries. The header is
  * compact JSON ("__metadata__" first, then tensors in declared order) padded with spaces to a
  * multiple of 8, as the reference Python/Rust implementation writes it; same declarations →
  * same bytes.
@@ -12,6 +13,7 @@
 #include "qmm_internal.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,7 @@ struct qmm_st_writer {
     uint64_t data_size;
     size_t cur;              /* tensor being written */
     uint64_t cur_done;       /* its bytes written so far */
+    int tmp_slot;            /* its g_tmp slot (-1: none) */
     size_t *slot;            /* [n_slot] open-addressing set of declared names: index + 1, 0 empty */
     size_t n_slot;           /* a power of two, at least 2n */
 };
@@ -71,10 +74,44 @@ static bool name_set_grow(qmm_st_writer *w) {
     return true;
 }
 
+/* ---------------------------------------------------------------- live temporary files
+ * Fixed slots holding the paths of the unfinished writers' temporary files, so that a signal
+ * handler can remove them (qmm_st_remove_temporaries): no allocation, no locks, the path bytes
+ * never freed while a slot is live. state: 0 free, 1 being filled or emptied, 2 live. */
+enum { TMP_SLOTS = 32, TMP_PATH_MAX = 4096 };
+static struct {
+    _Atomic int state;
+    char path[TMP_PATH_MAX];
+} g_tmp[TMP_SLOTS];
+
+static int tmp_register(const char *path) {
+    size_t n = strlen(path);
+    if (n >= TMP_PATH_MAX) return -1;
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        int free_state = 0;
+        if (atomic_compare_exchange_strong(&g_tmp[i].state, &free_state, 1)) {
+            memcpy(g_tmp[i].path, path, n + 1);
+            atomic_store(&g_tmp[i].state, 2);
+            return i;
+        }
+    }
+    return -1;   /* more than TMP_SLOTS writers at once: this one is not removed on a signal */
+}
+
+static void tmp_unregister(int slot) {
+    if (slot >= 0) atomic_store(&g_tmp[slot].state, 0);
+}
+
+void qmm_st_remove_temporaries(void) {
+    for (int i = 0; i < TMP_SLOTS; i++)
+        if (atomic_load(&g_tmp[i].state) == 2) unlink(g_tmp[i].path);
+}
+
 void qmm_st_writer_destroy(qmm_st_writer *w) {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
     if (w->stage != 2 && w->tmp) unlink(w->tmp);
+    tmp_unregister(w->tmp_slot);
     for (size_t i = 0; i < w->n; i++) free(w->t[i].name);
     for (size_t i = 0; i < w->n_meta; i++) {
         free(w->meta[i].key);
@@ -95,16 +132,17 @@ qmm_status qmm_st_writer_create(const char *path, qmm_st_writer **out) {
     qmm_st_writer *w = calloc(1, sizeof *w);
     QMM_RETURN_IF(!w, QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     w->fd = -1;
+    w->tmp_slot = -1;
     size_t n = strlen(path);
     w->path = strdup(path);
-    w->tmp = malloc(n + 16);
+    w->tmp = malloc(n + 48);
     if (!w->path || !w->tmp) {
         qmm_st_writer_destroy(w);
         return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     }
-    memcpy(w->tmp, path, n);
-    memcpy(w->tmp + n, ".tmp.XXXXXX", 12);
+    snprintf(w->tmp, n + 48, "%s.qmm-tmp.%ld.XXXXXX", path, (long)getpid());
     w->fd = mkstemp(w->tmp);
+    if (w->fd >= 0) w->tmp_slot = tmp_register(w->tmp);
     if (w->fd < 0) {
         int e = errno;
         free(w->tmp);
@@ -315,6 +353,8 @@ qmm_status qmm_st_writer_finish(qmm_st_writer *w) {
         return qmm_fail(QMM_ERR_IO, "cannot rename %s to %s: %s", w->tmp, w->path, strerror(errno));
     }
     w->stage = 2;
+    tmp_unregister(w->tmp_slot);
+    w->tmp_slot = -1;
     return QMM_OK;
 }
 
