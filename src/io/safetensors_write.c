@@ -84,18 +84,29 @@ static struct {
     char path[TMP_PATH_MAX];
 } g_tmp[TMP_SLOTS];
 
-static int tmp_register(const char *path) {
-    size_t n = strlen(path);
-    if (n >= TMP_PATH_MAX) return -1;
-    for (int i = 0; i < TMP_SLOTS; i++) {
+/* mkstemp(templ) with the file's name live in a slot from the moment it exists: mkstemp works on
+ * the slot's own copy of the template (a handler may unlink a candidate name that failed; names
+ * carry this process's pid, so only this process's temporaries can match). *slot = -1 when no
+ * slot is free (more than TMP_SLOTS writers at once: that file is not removed on a signal). */
+static int mkstemp_registered(char *templ, int *slot) {
+    size_t n = strlen(templ);
+    *slot = -1;
+    for (int i = 0; n < TMP_PATH_MAX && i < TMP_SLOTS; i++) {
         int free_state = 0;
         if (atomic_compare_exchange_strong(&g_tmp[i].state, &free_state, 1)) {
-            memcpy(g_tmp[i].path, path, n + 1);
+            memcpy(g_tmp[i].path, templ, n + 1);
             atomic_store(&g_tmp[i].state, 2);
-            return i;
+            int fd = mkstemp(g_tmp[i].path);
+            if (fd < 0) {
+                atomic_store(&g_tmp[i].state, 0);
+                return fd;
+            }
+            memcpy(templ, g_tmp[i].path, n + 1);
+            *slot = i;
+            return fd;
         }
     }
-    return -1;   /* more than TMP_SLOTS writers at once: this one is not removed on a signal */
+    return mkstemp(templ);
 }
 
 static void tmp_unregister(int slot) {
@@ -141,8 +152,7 @@ qmm_status qmm_st_writer_create(const char *path, qmm_st_writer **out) {
         return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     }
     snprintf(w->tmp, n + 48, "%s.qmm-tmp.%ld.XXXXXX", path, (long)getpid());
-    w->fd = mkstemp(w->tmp);
-    if (w->fd >= 0) w->tmp_slot = tmp_register(w->tmp);
+    w->fd = mkstemp_registered(w->tmp, &w->tmp_slot);
     if (w->fd < 0) {
         int e = errno;
         free(w->tmp);
