@@ -52,7 +52,10 @@ qmm_st_dtype qmm_st_dtype_from_qmm(qmm_dtype t);
 
 /* A view of one tensor of an open file. data points into the mapping (zero-copy); it is only
  * as aligned as the file makes it (qmm's writer and Python's keep offsets as they are: copy
- * before typed access if ((uintptr_t)data % element size) != 0). */
+ * before typed access if ((uintptr_t)data % element size) != 0).
+ * A file truncated after it was opened: reading data directly then raises SIGBUS (the process
+ * dies); qmm_st_read returns QMM_ERR_IO instead, and qmm itself (model weights, quantize, the
+ * CLI) reads mapped bytes only through it. */
 typedef struct qmm_st_tensor {
     const char *name;
     qmm_st_dtype dtype;
@@ -80,6 +83,12 @@ const qmm_st_tensor *qmm_st_at(const qmm_st_file *f, size_t i);
 const qmm_st_tensor *qmm_st_get(const qmm_st_file *f, const char *name);
 /* Same, as a status: QMM_ERR_NOT_FOUND naming the file and the tensor. */
 qmm_status qmm_st_find(const qmm_st_file *f, const char *name, const qmm_st_tensor **out);
+/* Copies bytes [offset, offset + n) of tensor t into dst. For a mapped file that shrank after it
+ * was opened (truncated, or rewritten in place by `cp`), QMM_ERR_IO naming file and tensor instead
+ * of a SIGBUS: on first use qmm installs a SIGBUS handler that acts only on faults inside these
+ * copies and hands every other SIGBUS to the action installed before it (the default ends the
+ * process as before). Bytes rewritten in place without a size change are read as they are now. */
+qmm_status qmm_st_read(const qmm_st_file *f, const qmm_st_tensor *t, uint64_t offset, size_t n, void *dst);
 /* __metadata__ entries in header order; get returns NULL if the key is absent. */
 size_t qmm_st_metadata_count(const qmm_st_file *f);
 void qmm_st_metadata_at(const qmm_st_file *f, size_t i, const char **key, const char **value);
@@ -164,9 +173,11 @@ const qmm_st_file *qmm_model_file(const qmm_model *m);
 size_t qmm_model_layer_count(const qmm_model *m);
 const qmm_layer_info *qmm_model_layer(const qmm_model *m, size_t i);    /* sorted by name */
 qmm_status qmm_model_find(const qmm_model *m, const char *layer, const qmm_layer_info **out);
-/* The packed weight of a layer (int8: qmm_weight_create_int8 from the mapped bytes, with its
- * bias and convrot; float: qmm_weight_create_float). Packed on first request and cached in the
- * model (owned by it: do not destroy). Reads only that layer's bytes. Not thread-safe for the
+/* The packed weight of a layer (int8: qmm_weight_create_int8, with its bias and convrot; float:
+ * qmm_weight_create_float). Packed on first request and cached in the model (owned by it: do not
+ * destroy). Reads only that layer's bytes, copied out of the mapping with qmm_st_read (a file
+ * truncated since the open is QMM_ERR_IO); once packed, a layer no longer reads the file, so
+ * after qmm_model_load_all later changes to the file cannot affect the model. Not thread-safe for the
  * first request of a layer; after qmm_model_load_all the model may be shared across threads. */
 qmm_status qmm_model_weight(qmm_model *m, qmm_context *ctx, const char *layer, const qmm_weight **out);
 qmm_status qmm_model_load_all(qmm_model *m, qmm_context *ctx);

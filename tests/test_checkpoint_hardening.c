@@ -5,6 +5,8 @@
  *     and `quantize` quantizes them;
  *   - float_bias_length: a float layer whose L.bias is not F32/F16/BF16 [N] fails the open
  *     (QMM_ERR_FORMAT naming the bias) and `quantize` (no output);
+ *   - truncated_underneath: a mapped checkpoint cut short after open (before a layer is packed,
+ *     during quantize, under qmm_st_read) gives QMM_ERR_IO, not SIGBUS; quantize leaves nothing;
  *   - many_layers: 20 001 layers (comfy_quant, _quantization_metadata, float) open with the right
  *     kinds and the float ones quantize (times printed, not checked);
  */
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -238,6 +241,111 @@ static void test_many_layers(int n) {
     tu_note("%d layers: write %.2f s, open %.2f s, quantize %.2f s", n, t1 - t0, t2 - t1, t4 - t3);
 }
 
+/* ---------------------------------------------------------------- truncated underneath */
+/* Each case runs in a child: before the fix a SIGBUS ended it (the parent sees the signal). */
+static const char *g_trunc_path;
+static int g_trunc_after;   /* progress calls before the truncation */
+static void truncate_in_progress(void *u, int64_t ld, int64_t lt, uint64_t bd, uint64_t bt) {
+    (void)u; (void)ld; (void)lt; (void)bd; (void)bt;
+    if (--g_trunc_after == 0 && truncate(g_trunc_path, 4096) != 0) printf("# truncate failed\n");
+}
+
+static int child_model(const char *p) {
+    qmm_model *m = NULL;
+    if (qmm_model_open(p, NULL, &m) != QMM_OK) return 10;
+    if (truncate(p, 4096) != 0) return 11;
+    const qmm_weight *w;
+    qmm_status a = qmm_model_weight(m, g_ctx, "big", &w);
+    int a_ok = a == QMM_ERR_IO && strstr(qmm_last_error(), "shrank") != NULL;
+    qmm_status b = qmm_model_weight(m, g_ctx, "fl", &w);
+    int b_ok = b == QMM_ERR_IO && strstr(qmm_last_error(), "shrank") != NULL;
+    printf("# truncated model: int8 layer %s, float layer %s: %s\n", qmm_status_name(a), qmm_status_name(b), qmm_last_error());
+    qmm_model_close(m);
+    return a_ok && b_ok ? 0 : 12;
+}
+
+static int child_quantize(const char *in, const char *out) {
+    qmm_quantize_file_options o = qmm_quantize_file_options_default();
+    g_trunc_path = in;
+    g_trunc_after = 1;
+    o.progress = truncate_in_progress;
+    o.min_size = 1;
+    qmm_status st = qmm_quantize_file(in, out, &o, NULL);
+    printf("# quantize of an input truncated after its first tensor: %s: %s\n", qmm_status_name(st), qmm_last_error());
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", g_dir);
+    int tmp_left = system(cmd) == 0;
+    return st == QMM_ERR_IO && access(out, F_OK) != 0 && !tmp_left ? 0 : 13;
+}
+
+static int child_st_read(const char *p) {
+    qmm_st_file *f = NULL;
+    if (qmm_st_open(p, &f) != QMM_OK) return 14;
+    if (truncate(p, 4096) != 0) return 15;
+    const qmm_st_tensor *t = qmm_st_get(f, "big.weight");
+    void *buf = t ? malloc(t->nbytes) : NULL;
+    qmm_status st = buf ? qmm_st_read(f, t, 0, t->nbytes, buf) : QMM_ERR_OUT_OF_MEMORY;
+    qmm_status st2 = buf ? qmm_st_read(f, t, 0, 16, buf) : QMM_ERR_OUT_OF_MEMORY;   /* bytes still in the file */
+    free(buf);
+    qmm_st_close(f);
+    return st == QMM_ERR_IO && st2 == QMM_OK ? 0 : 16;
+}
+
+static void run_child(const char *what, int (*fn)(const char *, const char *), const char *a, const char *b) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int rc = fn(a, b);
+        fflush(stdout);
+        _exit(rc);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    TU_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: %s %d", what,
+             WIFSIGNALED(status) ? "died of signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
+static int c_model(const char *a, const char *b) { (void)b; return child_model(a); }
+static int c_quantize(const char *a, const char *b) { return child_quantize(a, b); }
+static int c_st_read(const char *a, const char *b) { (void)b; return child_st_read(a); }
+
+static void write_trunc_ckpt(const char *p, const void *wq, const float *sc, const float *wf) {
+    const char *cq = "{\"format\": \"int8_tensorwise\"}";
+    tdef t[] = {
+        {"big.comfy_quant", QMM_ST_U8, 1, {(int64_t)strlen(cq)}, cq},
+        {"big.weight_scale", QMM_ST_F32, 1, {64}, sc},
+        {"big.weight", QMM_ST_I8, 2, {64, 8192}, wq},
+        {"fl.weight", QMM_ST_F32, 2, {64, 2048}, wf},
+    };
+    write_ckpt(p, t, 4, NULL, NULL);
+}
+
+static void test_truncated_underneath(void) {
+    int8_t *wq = calloc(64 * 8192, 1);
+    float *wf = calloc(64 * 2048, 4), sc[64];
+    for (int i = 0; i < 64; i++) sc[i] = 0.01f;
+    for (int i = 0; i < 64 * 2048; i++) wf[i] = (float)(i % 17) * 0.01f;
+    const char *p = tmp_path("trunc.safetensors");
+    char path[512];
+    snprintf(path, sizeof path, "%s", p);
+    write_trunc_ckpt(path, wq, sc, wf);
+    run_child("packing layers of a checkpoint truncated after open: QMM_ERR_IO", c_model, path, NULL);
+    write_trunc_ckpt(path, wq, sc, wf);
+    run_child("qmm_st_read past the new end: QMM_ERR_IO, before it: OK", c_st_read, path, NULL);
+    /* quantize: three float layers, the input cut after the first is written */
+    tdef in[] = {
+        {"a.weight", QMM_ST_F32, 2, {64, 2048}, wf},
+        {"b.weight", QMM_ST_F32, 2, {64, 2048}, wf},
+        {"c.weight", QMM_ST_F32, 2, {64, 2048}, wf},
+    };
+    write_ckpt(path, in, 3, NULL, NULL);
+    char out[512];
+    snprintf(out, sizeof out, "%s", tmp_path("trunc_q.safetensors"));
+    run_child("quantize of an input truncated underneath: QMM_ERR_IO, no output, no temporary", c_quantize, path, out);
+    free(wq);
+    free(wf);
+}
+
 /* ---------------------------------------------------------------- committed corpus */
 /* fuzz/corpus/checkpoint (beside this file's folder): bad_* files fail the open, the others open. */
 static void test_corpus(void) {
@@ -277,6 +385,7 @@ int main(int argc, char **argv) {
     test_corpus();
     test_long_names();
     test_float_bias_length();
+    test_truncated_underneath();
     test_many_layers(getenv("QMM_TEST_QUICK") ? 6000 : 20001);
     qmm_context_destroy(g_ctx);
     char cmd[400];

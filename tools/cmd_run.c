@@ -108,14 +108,12 @@ int cmd_run(int argc, char **argv) {
     qmm_weight_info wi;
     qmm_weight_get_info(w, &wi);
     qmm_dtype ydt = out_dt >= 0 ? (qmm_dtype)out_dt : (qmm_dtype)xdt;
-    size_t es = qmm_dtype_size((qmm_dtype)xdt);
-    const void *xd = x->data;
-    if ((uintptr_t)xd % es) { /* typed loads need alignment */
-        xcopy = malloc(x->nbytes);
-        if (!xcopy) { fprintf(stderr, "qmm run: out of memory\n"); goto done; }
-        memcpy(xcopy, xd, x->nbytes);
-        xd = xcopy;
-    }
+    /* copied out of the mapping (aligned; a file truncated underneath is an error, not SIGBUS) */
+    xcopy = malloc(x->nbytes);
+    if (!xcopy) { fprintf(stderr, "qmm run: out of memory\n"); goto done; }
+    st = qmm_st_read(xf, x, 0, x->nbytes, xcopy);
+    if (st != QMM_OK) { rc = fail(in, st); goto done; }
+    const void *xd = xcopy;
     y = malloc((size_t)(M * wi.N) * qmm_dtype_size(ydt));
     if (!y) { fprintf(stderr, "qmm run: out of memory\n"); goto done; }
     qmm_linear_args a = qmm_linear_args_default();

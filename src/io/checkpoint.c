@@ -259,8 +259,12 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
         l->comfy_quant = t;
         char what[300];
         snprintf(what, sizeof what, "layer %.200s%s: comfy_quant", l->name, strlen(l->name) > 200 ? "..." : "");
-        qmm_status st;
-        json_object *cfg = parse_json(t->data, t->nbytes, what, P, &st);
+        QMM_RETURN_IF(t->nbytes > (1u << 24), QMM_ERR_FORMAT, "%s: %s is not JSON (%zu bytes)", P, what, t->nbytes);
+        char *text = malloc(t->nbytes ? t->nbytes : 1);
+        QMM_RETURN_IF(!text, QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", P);
+        qmm_status st = qmm_st_read(f, t, 0, t->nbytes, text);
+        json_object *cfg = st == QMM_OK ? parse_json(text, t->nbytes, what, P, &st) : NULL;
+        free(text);
         if (!cfg) return st;
         st = read_quant_layer(m, l, cfg, "comfy_quant", o);
         json_object_put(cfg);
@@ -384,17 +388,18 @@ qmm_status qmm_model_find(const qmm_model *m, const char *layer, const qmm_layer
     return QMM_OK;
 }
 
-/* A copy of a view's bytes when its data is not aligned for typed access (else NULL + *p = data). */
-static qmm_status aligned_view(const qmm_st_tensor *t, const void **p, void **copy) {
-    size_t es = (size_t)qmm_st_dtype_bits(t->dtype) / 8;
-    *copy = NULL;
-    *p = t->data;
-    if (es <= 1 || (uintptr_t)t->data % es == 0) return QMM_OK;
-    *copy = malloc(t->nbytes ? t->nbytes : 1);
-    QMM_RETURN_IF(!*copy, QMM_ERR_OUT_OF_MEMORY, "tensor '%s': out of memory", t->name);
-    memcpy(*copy, t->data, t->nbytes);
-    *p = *copy;
-    return QMM_OK;
+/* A malloc'd copy of a tensor's bytes (aligned for typed access), read with qmm_st_read: a file
+ * truncated underneath is QMM_ERR_IO, not SIGBUS. */
+static qmm_status read_copy(const qmm_st_file *f, const qmm_st_tensor *t, void **out) {
+    *out = malloc(t->nbytes ? t->nbytes : 1);
+    QMM_RETURN_IF(!*out, QMM_ERR_OUT_OF_MEMORY, "%s: tensor '%.200s' (%zu bytes): out of memory", f->path, t->name,
+                  t->nbytes);
+    qmm_status st = qmm_st_read(f, t, 0, t->nbytes, *out);
+    if (st != QMM_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const char *layer, qmm_weight **out) {
@@ -406,26 +411,18 @@ qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const c
     QMM_RETURN_IF(l->kind == QMM_LAYER_UNSUPPORTED, QMM_ERR_UNSUPPORTED,
                   "%s: layer %s: format %.60s is not supported (qmm runs int8_tensorwise)", m->f->path, l->name,
                   l->format);
-    const void *bias = NULL;
-    void *bias_copy = NULL, *w_copy = NULL;
-    qmm_dtype bias_dt = QMM_F32;
-    if (l->bias) {
-        QMM_FORWARD_IF_ERROR(aligned_view(l->bias, &bias, &bias_copy));
-        bias_dt = (qmm_dtype)qmm_st_dtype_to_qmm(l->bias->dtype);
-    }
-    qmm_status st;
-    if (l->kind == QMM_LAYER_INT8) {
-        float *scale = malloc((size_t)l->n_scale * sizeof *scale);
-        if (!scale) {
-            free(bias_copy);
-            return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "layer %s: out of memory", l->name);
-        }
-        memcpy(scale, l->weight_scale->data, (size_t)l->n_scale * sizeof *scale);
+    /* every byte is copied out of the mapping first (qmm_st_read), then packed */
+    void *bias = NULL, *scale = NULL, *wd = NULL;
+    qmm_dtype bias_dt = l->bias ? (qmm_dtype)qmm_st_dtype_to_qmm(l->bias->dtype) : QMM_F32;
+    qmm_status st = l->bias ? read_copy(m->f, l->bias, &bias) : QMM_OK;
+    if (st == QMM_OK && l->kind == QMM_LAYER_INT8) st = read_copy(m->f, l->weight_scale, &scale);
+    if (st == QMM_OK) st = read_copy(m->f, l->weight, &wd);
+    if (st == QMM_OK && l->kind == QMM_LAYER_INT8) {
         qmm_weight_desc d = qmm_weight_desc_default();
         d.name = l->name;
         d.N = l->N;
         d.K = l->K;
-        d.data = l->weight->data;
+        d.data = wd;
         d.ld = l->K;
         d.scale = scale;
         d.n_scale = l->n_scale;
@@ -434,16 +431,13 @@ qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const c
         d.convrot_gs = l->convrot_gs;
         d.full_precision = l->full_precision;
         st = qmm_weight_create_int8(ctx, &d, out);
-        free(scale);
-    } else {
-        const void *wd;
-        st = aligned_view(l->weight, &wd, &w_copy);
-        if (st == QMM_OK)
-            st = qmm_weight_create_float(ctx, l->name, wd, (qmm_dtype)qmm_st_dtype_to_qmm(l->weight->dtype), l->N,
-                                         l->K, l->K, bias, bias_dt, out);
+    } else if (st == QMM_OK) {
+        st = qmm_weight_create_float(ctx, l->name, wd, (qmm_dtype)qmm_st_dtype_to_qmm(l->weight->dtype), l->N, l->K,
+                                     l->K, bias, bias_dt, out);
     }
-    free(bias_copy);
-    free(w_copy);
+    free(bias);
+    free(scale);
+    free(wd);
     return st;
 }
 

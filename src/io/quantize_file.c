@@ -226,57 +226,50 @@ static qmm_status declare_all(const qmm_st_file *f, const qmm_quantize_file_opti
     return QMM_OK;
 }
 
-/* Quantizes rows [r0, r1) of tensor t (data src) and writes their int8 bytes; scales of those
- * rows (or the one per-tensor scale) go to sc. */
-static qmm_status quantize_rows(qmm_st_writer *w, const qmm_st_tensor *t, const void *src, int64_t r0, int64_t r1,
-                                int gs, int per_tensor, int8_t *wq, float *sc) {
+/* Quantizes the rows of tensor t in blk (nrows rows, copied out of the file) and writes their int8
+ * bytes; their scales (or the one per-tensor scale) go to sc. */
+static qmm_status quantize_block(qmm_st_writer *w, const qmm_st_tensor *t, const void *blk, int64_t nrows, int gs,
+                                 int per_tensor, int8_t *wq, float *sc) {
     const int64_t K = t->shape[1];
-    const size_t es = (size_t)qmm_st_dtype_bits(t->dtype) / 8;
     qmm_quant_options qo = {gs, per_tensor};
     int gs_used = 0;
-    QMM_FORWARD_IF_ERROR(qmm_quantize_weight((const char *)src + (size_t)r0 * (size_t)K * es,
-                                             (qmm_dtype)qmm_st_dtype_to_qmm(t->dtype), r1 - r0, K, K, &qo, wq,
-                                             sc, &gs_used));
+    QMM_FORWARD_IF_ERROR(qmm_quantize_weight(blk, (qmm_dtype)qmm_st_dtype_to_qmm(t->dtype), nrows, K, K, &qo, wq, sc,
+                                             &gs_used));
     QMM_RETURN_IF(gs_used != gs, QMM_ERR_INTERNAL, "tensor '%s': quantized with group %d, declared %d", t->name,
                   gs_used, gs);
-    return qmm_st_writer_write(w, wq, (size_t)(r1 - r0) * (size_t)K);
+    return qmm_st_writer_write(w, wq, (size_t)nrows * (size_t)K);
 }
 
 static qmm_status write_quantized(const qmm_st_file *f, qmm_st_writer *w, const item *it,
                                   const qmm_quantize_file_options *o) {
     const qmm_st_tensor *t = it->t;
     const int64_t N = t->shape[0], K = t->shape[1];
-    const size_t es = (size_t)qmm_st_dtype_bits(t->dtype) / 8;
+    const size_t es = (size_t)qmm_st_dtype_bits(t->dtype) / 8, row_bytes = (size_t)K * es;
     size_t nk;
     QMM_RETURN_IF(!qmm_mul_ok((size_t)N, (size_t)K, &nk), QMM_ERR_UNSUPPORTED, "tensor '%s': too large", t->name);
     /* rows per block: all of them per-tensor, else about chunk_bytes of input */
     size_t chunk = o->chunk_bytes ? o->chunk_bytes : ((size_t)64 << 20);
-    int64_t rows = o->per_tensor ? N : (int64_t)(chunk / ((size_t)K * es));
+    int64_t rows = o->per_tensor ? N : (int64_t)(chunk / row_bytes);
     if (rows < 1) rows = 1;
     if (rows > N) rows = N;
-    void *copy = NULL;
-    const void *src = t->data;
-    if ((uintptr_t)src % es) {   /* typed loads need alignment: copy the (rare) unaligned tensor */
-        copy = malloc(t->nbytes);
-        QMM_RETURN_IF(!copy, QMM_ERR_OUT_OF_MEMORY, "tensor '%s': out of memory", t->name);
-        memcpy(copy, src, t->nbytes);
-        src = copy;
-    }
+    /* each block is copied out of the mapping (qmm_st_read: a file truncated underneath is an
+     * error, not SIGBUS) into an aligned buffer, then its pages are released */
+    void *blk = malloc((size_t)rows * row_bytes);
     int8_t *wq = malloc((size_t)rows * (size_t)K);
     float *sc = malloc((size_t)N * sizeof *sc);
     qmm_status st = QMM_OK;
-    if (!wq || !sc)
+    if (!blk || !wq || !sc)
         st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "tensor '%s' [%lld, %lld]: out of memory", t->name, (long long)N,
                       (long long)K);
     for (int64_t r0 = 0; st == QMM_OK && r0 < N; r0 += rows) {
         int64_t r1 = r0 + rows < N ? r0 + rows : N;
-        st = quantize_rows(w, t, src, r0, r1, it->gs, o->per_tensor, wq, sc + (o->per_tensor ? 0 : r0));
-        if (!copy) {   /* drop the block's input pages from the resident set */
-            qmm_st_tensor part = *t;
-            part.data = (const char *)t->data + (size_t)r0 * (size_t)K * es;
-            part.nbytes = (size_t)(r1 - r0) * (size_t)K * es;
-            qmm_st_release(f, &part);
-        }
+        qmm_st_tensor part = *t;
+        part.data = (const char *)t->data + (size_t)r0 * row_bytes;
+        part.nbytes = (size_t)(r1 - r0) * row_bytes;
+        st = qmm_st_read(f, t, (uint64_t)r0 * row_bytes, part.nbytes, blk);
+        qmm_st_release(f, &part);   /* drop the block's input pages from the resident set */
+        if (st == QMM_OK)
+            st = quantize_block(w, t, blk, r1 - r0, it->gs, o->per_tensor, wq, sc + (o->per_tensor ? 0 : r0));
     }
     if (st == QMM_OK) st = qmm_st_writer_write(w, sc, (size_t)(o->per_tensor ? 1 : N) * sizeof *sc);
     if (st == QMM_OK) {
@@ -284,10 +277,21 @@ static qmm_status write_quantized(const qmm_st_file *f, qmm_st_writer *w, const 
         size_t jl = qmm_comfy_quant_json(it->gs, json, sizeof json);
         st = qmm_st_writer_write(w, json, jl);
     }
+    free(blk);
     free(wq);
     free(sc);
-    free(copy);
     return st;
+}
+
+/* A tensor carried over unchanged, copied out of the mapping in pieces of at most 16 MiB. */
+static qmm_status write_copied(const qmm_st_file *f, qmm_st_writer *w, const qmm_st_tensor *t, void *buf,
+                               size_t buf_bytes) {
+    for (size_t off = 0; off < t->nbytes; off += buf_bytes) {
+        size_t k = t->nbytes - off < buf_bytes ? t->nbytes - off : buf_bytes;
+        QMM_FORWARD_IF_ERROR(qmm_st_read(f, t, off, k, buf));
+        QMM_FORWARD_IF_ERROR(qmm_st_writer_write(w, buf, k));
+    }
+    return QMM_OK;
 }
 
 qmm_status qmm_quantize_file(const char *in, const char *out, const qmm_quantize_file_options *opt,
@@ -313,13 +317,16 @@ qmm_status qmm_quantize_file(const char *in, const char *out, const qmm_quantize
     if (st == QMM_OK) st = qmm_st_writer_begin(w);
     uint64_t bytes_total = 0, bytes_done = 0;
     for (size_t i = 0; i < qmm_st_count(f); i++) bytes_total += qmm_st_at(f, i)->nbytes;
+    const size_t buf_bytes = (size_t)16 << 20;
+    void *buf = st == QMM_OK ? malloc(buf_bytes) : NULL;
+    if (st == QMM_OK && !buf) st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "out of memory");
     for (size_t i = 0; st == QMM_OK && i < qmm_st_count(f); i++) {
         const item *it = &items[i];
         if (it->gs >= 0) {
             st = write_quantized(f, w, it, &o);
             done++;
         } else {
-            st = qmm_st_writer_write(w, it->t->data, it->t->nbytes);
+            st = write_copied(f, w, it->t, buf, buf_bytes);
         }
         qmm_st_release(f, it->t);
         bytes_done += it->t->nbytes;
@@ -327,6 +334,7 @@ qmm_status qmm_quantize_file(const char *in, const char *out, const qmm_quantize
     }
     if (st == QMM_OK) st = qmm_st_writer_finish(w);
     qmm_st_writer_destroy(w);
+    free(buf);
     free(items);
     qmm_st_close(f);
     if (st == QMM_OK && n_quantized) *n_quantized = done;

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -185,12 +186,13 @@ static qmm_status parse_metadata(qmm_st_file *f, json_object *v) {
     return QMM_OK;
 }
 
-static qmm_status parse_header(qmm_st_file *f) {
+/* head: the file's first bytes (8 + the header), a copy for mapped files. */
+static qmm_status parse_header(qmm_st_file *f, const unsigned char *head) {
     const char *P = f->path;
     QMM_RETURN_IF(f->size < 8, QMM_ERR_FORMAT, "%s: truncated: %zu bytes (a safetensors file has at least 8)", P,
                   f->size);
     uint64_t hl = 0;
-    for (int i = 7; i >= 0; i--) hl = (hl << 8) | f->base[i];
+    for (int i = 7; i >= 0; i--) hl = (hl << 8) | head[i];
     QMM_RETURN_IF(hl > QMM_ST_MAX_HEADER, QMM_ERR_FORMAT, "%s: header length %llu over the limit of %u bytes", P,
                   (unsigned long long)hl, QMM_ST_MAX_HEADER);
     QMM_RETURN_IF(hl > f->size - 8, QMM_ERR_FORMAT,
@@ -201,7 +203,7 @@ static qmm_status parse_header(qmm_st_file *f) {
     f->header_len = hl;
     f->data = f->base + 8 + hl;
     const uint64_t data_size = (uint64_t)f->size - 8 - hl;
-    const char *h = (const char *)f->base + 8;
+    const char *h = (const char *)head + 8;
     QMM_RETURN_IF(memchr(h, 0, (size_t)hl) != NULL, QMM_ERR_FORMAT, "%s: header contains a NUL byte at %zu", P,
                   (size_t)((const char *)memchr(h, 0, (size_t)hl) - h));
     size_t bad;
@@ -280,7 +282,24 @@ out:
 }
 
 static qmm_status finish_open(qmm_st_file *f, qmm_st_file **out) {
-    qmm_status st = parse_header(f);
+    /* a mapped file's header is parsed from a copy made by qmm_mapped_copy: a file cut short
+     * after the mmap is an error, not a SIGBUS inside json-c */
+    const unsigned char *head = f->base;
+    unsigned char *copy = NULL;
+    qmm_status st = QMM_OK;
+    if (f->mapped && f->size >= 8) {
+        unsigned char len8[8];
+        st = qmm_mapped_copy(len8, f->base, 8, f->path, "header length");
+        uint64_t hl = 0;
+        for (int i = 7; st == QMM_OK && i >= 0; i--) hl = (hl << 8) | len8[i];
+        size_t take = 8 + (size_t)(hl < QMM_ST_MAX_HEADER ? hl : QMM_ST_MAX_HEADER);
+        if (take > f->size) take = f->size;
+        if (st == QMM_OK && !(copy = malloc(take))) st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", f->path);
+        if (st == QMM_OK) st = qmm_mapped_copy(copy, f->base, take, f->path, "header");
+        head = copy;
+    }
+    if (st == QMM_OK) st = parse_header(f, head);
+    free(copy);
     if (st != QMM_OK) {
         qmm_st_close(f);
         return st;
@@ -345,6 +364,22 @@ qmm_status qmm_st_open(const char *path, qmm_st_file **out) {
     }
     close(fd);
     return finish_open(f, out);
+}
+
+qmm_status qmm_st_read(const qmm_st_file *f, const qmm_st_tensor *t, uint64_t offset, size_t n, void *dst) {
+    QMM_RETURN_IF(!f || !t || (!dst && n), QMM_ERR_INVALID_ARGUMENT, "qmm_st_read: %s is NULL",
+                  !f ? "file" : !t ? "tensor" : "dst");
+    QMM_RETURN_IF(offset > t->nbytes || n > t->nbytes - offset, QMM_ERR_INVALID_ARGUMENT,
+                  "%s: tensor '%.200s': bytes [%llu, +%zu) outside its %zu", f->path, t->name,
+                  (unsigned long long)offset, n, t->nbytes);
+    const unsigned char *src = (const unsigned char *)t->data + offset;
+    if (!f->mapped) {
+        if (n) memcpy(dst, src, n);
+        return QMM_OK;
+    }
+    char what[240];
+    snprintf(what, sizeof what, "tensor '%.200s'", t->name);
+    return qmm_mapped_copy(dst, src, n, f->path, what);
 }
 
 size_t qmm_st_count(const qmm_st_file *f) { return f ? f->n : 0; }
