@@ -10,7 +10,9 @@
  *                        shape, byte count != shape × dtype, ranges past the end or overlapping;
  *                        a checkpoint layer with a missing/misshaped weight_scale, a comfy_quant
  *                        that is not a JSON object, a bad convrot group, a bias (int8 or float
- *                        layer) that is not F32/F16/BF16 [N]
+ *                        layer) that is not F32/F16/BF16 [N]; when a layer is packed
+ *                        (qmm_model_check_layer): a weight scale that is NaN/±Inf/±0/negative/
+ *                        denormal or a bias that is not finite; quantize: a row holding NaN/Inf
  *   QMM_ERR_NOT_FOUND    a named tensor/layer is not in the file/model
  *   QMM_ERR_UNSUPPORTED  well-formed but not runnable by qmm: a quant format other than
  *                        int8_tensorwise (float8_e4m3fn, nvfp4, mxfp8, ...), named with its layer
@@ -181,6 +183,14 @@ qmm_status qmm_model_find(const qmm_model *m, const char *layer, const qmm_layer
  * first request of a layer; after qmm_model_load_all the model may be shared across threads. */
 qmm_status qmm_model_weight(qmm_model *m, qmm_context *ctx, const char *layer, const qmm_weight **out);
 qmm_status qmm_model_load_all(qmm_model *m, qmm_context *ctx);
+/* The numbers of a layer, checked before it is packed (qmm_model_weight and
+ * qmm_model_create_weight run this check and fail with its status): every weight_scale value must
+ * be a positive normal float (NaN, ±Inf, ±0, negative and denormal scales are refused: they give
+ * all-NaN/Inf/0 or sign-flipped rows), every bias value finite. QMM_ERR_FORMAT naming the layer,
+ * the tensor and the first bad row; QMM_OK for an unsupported layer (nothing is read). Refusing
+ * rather than warning: a checkpoint with such a layer is broken, and running it gives silent
+ * garbage. Reads only the small scale and bias tensors (qmm inspect reports every layer with it). */
+qmm_status qmm_model_check_layer(const qmm_model *m, const char *layer);
 /* A new weight the caller owns and destroys (the cache is not used). */
 qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const char *layer, qmm_weight **out);
 

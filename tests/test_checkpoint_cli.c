@@ -13,7 +13,8 @@
  *   - an output that is the same file as an input (also through a symbolic link) is refused
  *     with exit 1 and the input untouched, unless --force;
  *   - SIGINT/SIGTERM/SIGHUP during quantize (of a 64 MB file, sent once its temporary file
- *     exists) and ulimit -f during quantize or run leave no temporary file.
+ *     exists) and ulimit -f during quantize or run leave no temporary file;
+ *   - a NaN weight scale: inspect lists the layer and row (text, JSON), plan says it cannot run.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "qmm_io.h"
@@ -238,6 +239,51 @@ static void test_signals(void) {
     unlink(bigp);
 }
 
+/* A layer whose weight scale of row 3 is NaN: inspect lists it (text and JSON "problem") and
+ * still exits 0; plan says it cannot run; run exits 1. */
+static void test_inspect_bad_numbers(void) {
+    enum { N = 8, K = 64 };
+    int8_t wq[N * K];
+    float sc[N];
+    tu_fill_i8(wq, N * K, -127, 127);
+    for (int i = 0; i < N; i++) sc[i] = 0.01f;
+    uint32_t nan_bits = 0x7fc00000u;
+    memcpy(&sc[3], &nan_bits, 4);
+    const char *cq = "{\"format\": \"int8_tensorwise\"}";
+    qmm_st_tensor t[3] = {
+        {.name = "blk.bad.weight", .dtype = QMM_ST_I8, .ndim = 2, .shape = {N, K}, .data = wq, .nbytes = N * K},
+        {.name = "blk.bad.weight_scale", .dtype = QMM_ST_F32, .ndim = 1, .shape = {N}, .data = sc, .nbytes = sizeof sc},
+        {.name = "blk.bad.comfy_quant", .dtype = QMM_ST_U8, .ndim = 1, .shape = {(int64_t)strlen(cq)}, .data = cq,
+         .nbytes = strlen(cq)},
+    };
+    char ck[512];
+    snprintf(ck, sizeof ck, "%s", P("badscale.safetensors"));
+    TU_CHECK_OK(qmm_st_save(ck, t, 3, NULL));
+    TU_CHECK(cli("inspect %s --json > %s", ck, P("bad.json")) == 0, "inspect of a NaN-scale checkpoint exits 0");
+    json_object *j = json_object_from_file(P("bad.json")), *layers, *l0, *prob, *tot, *nb;
+    int ok = j && json_object_object_get_ex(j, "layers", &layers) && (l0 = json_object_array_get_idx(layers, 0)) &&
+             json_object_object_get_ex(l0, "problem", &prob) && json_object_is_type(prob, json_type_string) &&
+             strstr(json_object_get_string(prob), "row 3") && strstr(json_object_get_string(prob), "NaN");
+    TU_CHECK(ok, "inspect --json: the layer's problem names row 3 and NaN");
+    TU_CHECK(j && json_object_object_get_ex(j, "totals", &tot) && json_object_object_get_ex(tot, "bad_layers", &nb) &&
+                 json_object_get_int(nb) == 1, "inspect --json: totals.bad_layers = 1");
+    json_object_put(j);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "%s inspect %s | grep -q 'BAD NUMBERS'", g_cli, ck);
+    TU_CHECK(system(cmd) == 0, "inspect lists the layer under BAD NUMBERS");
+    snprintf(cmd, sizeof cmd, "%s plan %s | grep -q 'blk.bad.*cannot run.*row 3'", g_cli, ck);
+    TU_CHECK(system(cmd) == 0, "plan: the layer cannot run, naming row 3");
+    float x[2 * K];
+    tu_fill_float(x, QMM_F32, 2 * K, 1.0f);
+    qmm_st_tensor xt = {.name = "x", .dtype = QMM_ST_F32, .ndim = 2, .shape = {2, K}, .data = x, .nbytes = sizeof x};
+    char xp[512];
+    snprintf(xp, sizeof xp, "%s", P("x64.safetensors"));
+    TU_CHECK_OK(qmm_st_save(xp, &xt, 1, NULL));
+    snprintf(cmd, sizeof cmd, "%s run %s --layer blk.bad --input %s --output %s 2>&1 | grep -q 'row 3'", g_cli, ck, xp,
+             P("y_bad.safetensors"));
+    TU_CHECK(system(cmd) == 0 && access(P("y_bad.safetensors"), F_OK) != 0, "run of the layer fails naming row 3");
+}
+
 static int same_bytes(const char *a, const char *b) {
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
@@ -335,6 +381,7 @@ int main(int argc, char **argv) {
     test_fifo(qpath);
     test_output_over_input(qpath);
     test_signals();
+    test_inspect_bad_numbers();
 
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -7,6 +7,10 @@
  *     (QMM_ERR_FORMAT naming the bias) and `quantize` (no output);
  *   - truncated_underneath: a mapped checkpoint cut short after open (before a layer is packed,
  *     during quantize, under qmm_st_read) gives QMM_ERR_IO, not SIGBUS; quantize leaves nothing;
+ *   - bad_numbers: weight scales NaN/±Inf/±0/negative/denormal (per row and per tensor) and
+ *     non-finite biases (F32/F16/BF16, int8 and float layers) open but refuse to pack, naming
+ *     layer and row; quantize refuses NaN/Inf weights (naming tensor and row) and quantizes finite
+ *     rows near FLT_MAX to finite scales, bit-equal to the rows scaled by 2^-64;
  *   - many_layers: 20 001 layers (comfy_quant, _quantization_metadata, float) open with the right
  *     kinds and the float ones quantize (times printed, not checked);
  */
@@ -15,6 +19,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,6 +351,154 @@ static void test_truncated_underneath(void) {
     free(wf);
 }
 
+/* ---------------------------------------------------------------- bad numbers */
+static float f32_of_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* Scales that are not positive normal floats and non-finite biases: the model opens (the header
+ * is fine) but the layer refuses to pack, naming layer and row; quantize refuses NaN/Inf rows and
+ * quantizes finite rows near FLT_MAX without overflow (same bits as the row scaled by 2^-64). */
+static void test_bad_numbers(void) {
+    enum { N = 8, K = 64 };
+    static int8_t wq[N * K];
+    static float wf[N * K];
+    tu_fill_i8(wq, N * K, -127, 127);
+    tu_fill_float(wf, QMM_F32, N * K, 0.1f);
+    const char *cq = "{\"format\": \"int8_tensorwise\"}";
+    const struct { const char *what; float v; } bad_scales[] = {
+        {"NaN", f32_of_bits(0x7fc00000u)}, {"+Inf", f32_of_bits(0x7f800000u)}, {"-Inf", f32_of_bits(0xff800000u)},
+        {"zero", 0.0f}, {"-0", -0.0f}, {"negative", -0.01f}, {"denormal", f32_of_bits(0x00000123u)},
+    };
+    for (size_t c = 0; c < sizeof bad_scales / sizeof bad_scales[0]; c++)
+        for (int per_tensor = 0; per_tensor < 2; per_tensor++) {
+            float sc[N];
+            for (int i = 0; i < N; i++) sc[i] = 0.01f;
+            sc[per_tensor ? 0 : 3] = bad_scales[c].v;
+            tdef t[] = {
+                {"blk.q.weight", QMM_ST_I8, 2, {N, K}, wq},
+                {"blk.q.weight_scale", QMM_ST_F32, 1, {per_tensor ? 1 : N}, sc},
+                {"blk.q.comfy_quant", QMM_ST_U8, 1, {(int64_t)strlen(cq)}, cq},
+            };
+            const char *p = tmp_path("badscale.safetensors");
+            write_ckpt(p, t, 3, NULL, NULL);
+            qmm_model *m = NULL;
+            TU_CHECK_OK(qmm_model_open(p, NULL, &m));
+            if (!m) continue;
+            const qmm_weight *w = (const qmm_weight *)1;
+            qmm_status st = qmm_model_weight(m, g_ctx, "blk.q", &w);
+            char want[64];
+            snprintf(want, sizeof want, "%s", per_tensor ? "per-tensor weight_scale" : "weight_scale of row 3");
+            TU_CHECK(st == QMM_ERR_FORMAT && !w && strstr(qmm_last_error(), "blk.q") && strstr(qmm_last_error(), want) &&
+                         strstr(qmm_last_error(), bad_scales[c].what),
+                     "%s %s scale refused at load: %s: %s", per_tensor ? "per-tensor" : "row-3", bad_scales[c].what,
+                     qmm_status_name(st), qmm_last_error());
+            TU_CHECK(qmm_model_check_layer(m, "blk.q") == QMM_ERR_FORMAT, "check_layer reports the %s scale",
+                     bad_scales[c].what);
+            qmm_model_close(m);
+        }
+    /* non-finite biases (F32 NaN, F16 NaN, BF16 -Inf) on int8 and float layers */
+    const struct { qmm_st_dtype dt; uint32_t bits; const char *what; } bad_bias[] = {
+        {QMM_ST_F32, 0x7fc00000u, "NaN"}, {QMM_ST_F16, 0x7e00u, "NaN"}, {QMM_ST_BF16, 0xff80u, "-Inf"},
+    };
+    for (size_t c = 0; c < sizeof bad_bias / sizeof bad_bias[0]; c++) {
+        float sc[N], bias32[N];
+        uint16_t bias16[N];
+        for (int i = 0; i < N; i++) { sc[i] = 0.01f; bias32[i] = 0.5f; bias16[i] = bad_bias[c].dt == QMM_ST_F16 ? 0x3800 : 0x3f00; }
+        if (bad_bias[c].dt == QMM_ST_F32) memcpy(&bias32[5], &bad_bias[c].bits, 4);
+        else bias16[5] = (uint16_t)bad_bias[c].bits;
+        const void *b = bad_bias[c].dt == QMM_ST_F32 ? (const void *)bias32 : (const void *)bias16;
+        tdef t[] = {
+            {"q.weight", QMM_ST_I8, 2, {N, K}, wq},
+            {"q.weight_scale", QMM_ST_F32, 2, {N, 1}, sc},
+            {"q.bias", bad_bias[c].dt, 1, {N}, b},
+            {"q.comfy_quant", QMM_ST_U8, 1, {(int64_t)strlen(cq)}, cq},
+            {"f.weight", QMM_ST_F32, 2, {N, K}, wf},
+            {"f.bias", bad_bias[c].dt, 1, {N}, b},
+        };
+        const char *p = tmp_path("badbias.safetensors");
+        write_ckpt(p, t, 6, NULL, NULL);
+        qmm_model *m = NULL;
+        TU_CHECK_OK(qmm_model_open(p, NULL, &m));
+        if (!m) continue;
+        const char *layers[] = {"q", "f"};
+        for (int i = 0; i < 2; i++) {
+            const qmm_weight *w;
+            qmm_status st = qmm_model_weight(m, g_ctx, layers[i], &w);
+            TU_CHECK(st == QMM_ERR_FORMAT && strstr(qmm_last_error(), "bias of row 5") && strstr(qmm_last_error(), bad_bias[c].what),
+                     "layer %s with a %s %s bias refused at load: %s", layers[i], qmm_st_dtype_name(bad_bias[c].dt),
+                     bad_bias[c].what, qmm_last_error());
+        }
+        qmm_model_close(m);
+    }
+
+    /* quantize: a NaN or Inf weight is refused naming layer and row; no output */
+    const struct { uint32_t bits; const char *what; } bad_w[] = {{0x7fc00000u, "NaN"}, {0xff800000u, "-Inf"}};
+    for (int per_tensor = 0; per_tensor < 2; per_tensor++)
+        for (size_t c = 0; c < 2; c++) {
+            float *x = malloc(sizeof wf);
+            memcpy(x, wf, sizeof wf);
+            memcpy(&x[7 * K + 11], &bad_w[c].bits, 4);
+            tdef t[] = {{"blk.fc.weight", QMM_ST_F32, 2, {N, K}, x}};
+            const char *in = tmp_path("nan_in.safetensors"), *out = tmp_path("nan_out.safetensors");
+            write_ckpt(in, t, 1, NULL, NULL);
+            qmm_quantize_file_options o = qmm_quantize_file_options_default();
+            o.min_size = 1;
+            o.per_tensor = per_tensor;
+            qmm_status st = qmm_quantize_file(in, out, &o, NULL);
+            TU_CHECK(st == QMM_ERR_FORMAT && strstr(qmm_last_error(), "blk.fc.weight") && strstr(qmm_last_error(), "row 7") &&
+                         strstr(qmm_last_error(), bad_w[c].what) && access(out, F_OK) != 0,
+                     "quantize refuses a %s weight (per_tensor %d): %s", bad_w[c].what, per_tensor, qmm_last_error());
+            free(x);
+        }
+
+    /* quantize: finite rows near FLT_MAX (rotation on, per row and per tensor) give finite scales and
+     * the bits of the same rows scaled by 2^-64 with the scale scaled back; ordinary rows are untouched */
+    for (int per_tensor = 0; per_tensor < 2; per_tensor++) {
+        float *x = malloc(sizeof wf);
+        memcpy(x, wf, sizeof wf);
+        for (int k = 0; k < K; k++) {
+            x[2 * K + k] = (k % 3 ? 1.0f : -1.0f) * 3.4e38f * ((float)(k + 1) / (float)K);   /* row 2: huge */
+            x[5 * K + k] = k == 9 ? 3.4028235e38f : x[5 * K + k];                          /* row 5: one FLT_MAX */
+        }
+        tdef t[] = {{"blk.big.weight", QMM_ST_F32, 2, {N, K}, x}};
+        const char *in = tmp_path("big_in.safetensors"), *out = tmp_path("big_out.safetensors");
+        write_ckpt(in, t, 1, NULL, NULL);
+        qmm_quantize_file_options o = qmm_quantize_file_options_default();
+        o.min_size = 1;
+        o.per_tensor = per_tensor;
+        TU_CHECK_OK(qmm_quantize_file(in, out, &o, NULL));
+        qmm_st_file *f = NULL;
+        TU_CHECK_OK(qmm_st_open(out, &f));
+        const qmm_st_tensor *qw = f ? qmm_st_get(f, "blk.big.weight") : NULL, *qs = f ? qmm_st_get(f, "blk.big.weight_scale") : NULL;
+        if (TU_CHECK(qw && qs, "quantized tensors present")) {
+            int ns = per_tensor ? 1 : N;
+            float got_s[N];
+            memcpy(got_s, qs->data, (size_t)ns * 4);
+            /* the reference: each huge row (or, per tensor, the whole tensor) scaled by 2^-64 */
+            float *down = malloc(sizeof wf), want_s[N];
+            int8_t want_q[N * K];
+            int gs = 0;
+            qmm_quant_options qo = {-1, per_tensor};
+            for (int r = 0; r < N; r++)
+                for (int k = 0; k < K; k++)
+                    down[r * K + k] = x[r * K + k] * (per_tensor || r == 2 || r == 5 ? 0x1p-64f : 1.0f);
+            TU_CHECK_OK(qmm_quantize_weight(down, QMM_F32, N, K, K, &qo, want_q, want_s, &gs));
+            int finite = 1, same_s = 1;
+            for (int r = 0; r < ns; r++) {
+                float ws = want_s[r] * (per_tensor || r == 2 || r == 5 ? 0x1p64f : 1.0f);
+                finite &= isfinite(got_s[r]) && got_s[r] > 0;
+                same_s &= memcmp(&ws, &got_s[r], 4) == 0;
+            }
+            TU_CHECK(finite, "per_tensor %d: scales of rows near FLT_MAX are finite (row 2: %g)", per_tensor,
+                     (double)got_s[per_tensor ? 0 : 2]);
+            TU_CHECK(same_s && !memcmp(qw->data, want_q, sizeof want_q),
+                     "per_tensor %d: bits equal the rows scaled by 2^-64 (scale scaled back)", per_tensor);
+            free(down);
+        }
+        qmm_st_close(f);
+        free(x);
+    }
+}
+
 /* ---------------------------------------------------------------- committed corpus */
 /* fuzz/corpus/checkpoint (beside this file's folder): bad_* files fail the open, the others open. */
 static void test_corpus(void) {
@@ -386,6 +539,7 @@ int main(int argc, char **argv) {
     test_long_names();
     test_float_bias_length();
     test_truncated_underneath();
+    test_bad_numbers();
     test_many_layers(getenv("QMM_TEST_QUICK") ? 6000 : 20001);
     qmm_context_destroy(g_ctx);
     char cmd[400];

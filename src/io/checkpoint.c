@@ -12,13 +12,19 @@
  * layer and format (or, with allow_unsupported, a listed QMM_LAYER_UNSUPPORTED layer).
  * A float layer: a 2-D F32/F16/BF16 L.weight without a quant marker; L.bias absent or
  * F32/F16/BF16 [N] (any other L.bias is QMM_ERR_FORMAT: it is never silently dropped).
- * Every layer is validated at open; a failed open returns nothing.
+ * Every layer is validated at open; a failed open returns nothing. The values of a layer's
+ * weight_scale and bias are checked when it is packed (qmm_model_check_layer): a scale that is
+ * NaN, ±Inf, ±0, negative or denormal, or a NaN/±Inf bias, is QMM_ERR_FORMAT naming layer and row.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "io_internal.h"
 #include "qmm_internal.h"
 
+#include "numerics.h"
+
+#include <float.h>
 #include <json-c/json.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -402,6 +408,53 @@ static qmm_status read_copy(const qmm_st_file *f, const qmm_st_tensor *t, void *
     return st;
 }
 
+/* Why scale s cannot scale a row (NULL: it can): a scale is a positive, normal, finite float. */
+static const char *bad_scale(float s) {
+    if (s != s) return "NaN";
+    if (isinf(s)) return s > 0 ? "+Inf" : "-Inf";
+    if (s == 0.0f) return signbit(s) ? "-0" : "zero";
+    if (s < 0.0f) return "negative";
+    if (s < FLT_MIN) return "denormal";
+    return NULL;
+}
+
+/* The values of a layer checked (scale: n_scale F32 values, aligned; bias: the bias tensor's
+ * bytes, aligned; either may be NULL): QMM_ERR_FORMAT naming layer, tensor, row and value. */
+static qmm_status check_values(const qmm_model *m, const qmm_layer_info *l, const float *scale, const void *bias) {
+    const char *P = m->f->path, *L = l->name;
+    for (int64_t r = 0; scale && r < l->n_scale; r++) {
+        const char *why = bad_scale(scale[r]);
+        if (!why) continue;
+        if (l->n_scale == 1)
+            return qmm_fail(QMM_ERR_FORMAT, "%s: layer %s: the per-tensor weight_scale is %s (%g): a scale must be a "
+                            "positive normal float", P, L, why, (double)scale[r]);
+        return qmm_fail(QMM_ERR_FORMAT, "%s: layer %s: weight_scale of row %lld is %s (%g): a scale must be a positive "
+                        "normal float", P, L, (long long)r, why, (double)scale[r]);
+    }
+    if (bias) {
+        qmm_dtype bt = (qmm_dtype)qmm_st_dtype_to_qmm(l->bias->dtype);
+        for (int64_t r = 0; r < l->N; r++) {
+            float v = qmm_load_f(bias, bt, r);
+            QMM_RETURN_IF(!isfinite(v), QMM_ERR_FORMAT, "%s: layer %s: bias of row %lld is %s", P, L, (long long)r,
+                          v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf");
+        }
+    }
+    return QMM_OK;
+}
+
+qmm_status qmm_model_check_layer(const qmm_model *m, const char *layer) {
+    const qmm_layer_info *l;
+    QMM_FORWARD_IF_ERROR(qmm_model_find(m, layer, &l));
+    if (l->kind == QMM_LAYER_UNSUPPORTED) return QMM_OK;
+    void *scale = NULL, *bias = NULL;
+    qmm_status st = l->bias ? read_copy(m->f, l->bias, &bias) : QMM_OK;
+    if (st == QMM_OK && l->kind == QMM_LAYER_INT8) st = read_copy(m->f, l->weight_scale, &scale);
+    if (st == QMM_OK) st = check_values(m, l, scale, bias);
+    free(scale);
+    free(bias);
+    return st;
+}
+
 qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const char *layer, qmm_weight **out) {
     QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_model_create_weight: out is NULL");
     *out = NULL;
@@ -416,6 +469,7 @@ qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const c
     qmm_dtype bias_dt = l->bias ? (qmm_dtype)qmm_st_dtype_to_qmm(l->bias->dtype) : QMM_F32;
     qmm_status st = l->bias ? read_copy(m->f, l->bias, &bias) : QMM_OK;
     if (st == QMM_OK && l->kind == QMM_LAYER_INT8) st = read_copy(m->f, l->weight_scale, &scale);
+    if (st == QMM_OK) st = check_values(m, l, scale, bias);
     if (st == QMM_OK) st = read_copy(m->f, l->weight, &wd);
     if (st == QMM_OK && l->kind == QMM_LAYER_INT8) {
         qmm_weight_desc d = qmm_weight_desc_default();
