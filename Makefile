@@ -3,7 +3,7 @@ BUILD ?= build
 ASAN  ?= build-asan
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all deps build asan clang test test-fast test-python demo bench info fuzz clean
+.PHONY: all deps build asan clang test test-fast test-python demo bench info install fuzz clean
 
 all: build
 
@@ -46,16 +46,23 @@ bench: build
 info: build
 	./$(BUILD)/qmm info
 
+# headers, libqmm (static + shared), the qmm CLI, qmm.pc and the CMake package under PREFIX
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
 # libFuzzer targets (clang) on copies of the committed corpus, FUZZ_SECONDS each (docs/FUZZING.md)
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	CC=clang cmake -S . -B build-fuzz -DQMM_FUZZ=ON -DQMM_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build build-fuzz -j$(JOBS) --target fuzz_safetensors fuzz_checkpoint
-	mkdir -p build-fuzz/corpus/safetensors build-fuzz/corpus/checkpoint
+	cmake --build build-fuzz -j$(JOBS) --target fuzz_safetensors fuzz_checkpoint fuzz_engines
+	mkdir -p build-fuzz/corpus/safetensors build-fuzz/corpus/checkpoint build-fuzz/corpus/engines
 	cp fuzz/corpus/safetensors/* fuzz/corpus/checkpoint/* build-fuzz/corpus/safetensors/
 	cp fuzz/corpus/checkpoint/* build-fuzz/corpus/checkpoint/
+	cp fuzz/corpus/engines/* build-fuzz/corpus/engines/
 	cd build-fuzz && ./fuzz_safetensors -max_len=4096 -max_total_time=$(FUZZ_SECONDS) corpus/safetensors
 	cd build-fuzz && ./fuzz_checkpoint -max_len=4096 -max_total_time=$(FUZZ_SECONDS) corpus/checkpoint
+	cd build-fuzz && ./fuzz_engines -max_len=8192 -max_total_time=$(FUZZ_SECONDS) corpus/engines
 
 clean:
 	rm -rf $(BUILD) $(ASAN) build-clang build-fuzz

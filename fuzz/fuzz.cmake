@@ -1,15 +1,22 @@
 # fuzz.cmake — the fuzz targets (included by CMakeLists.txt).
 # Always: fuzz_replay_<target> runs LLVMFuzzerTestOneInput over the committed corpus
-# fuzz/corpus/{safetensors,checkpoint}/ as a normal CTest test (under ASan/UBSan in the sanitizer build).
+# fuzz/corpus/{safetensors,checkpoint}/ (fuzz_engines: fuzz/corpus/engines/) as a normal CTest test
+# (under ASan/UBSan in the sanitizer build).
 # With -DQMM_FUZZ=ON and clang: libFuzzer executables fuzz_<target>, with the library
 # instrumented for coverage (-fsanitize=fuzzer-no-link). See docs/FUZZING.md.
 option(QMM_FUZZ "Build libFuzzer targets (needs clang)" OFF)
-set(QMM_FUZZ_TARGETS safetensors checkpoint)
+# fuzz_engines (differential: every int8 engine against ref) replays fuzz/corpus/engines/.
+set(QMM_FUZZ_TARGETS safetensors checkpoint engines)
 foreach(t ${QMM_FUZZ_TARGETS})
   add_executable(fuzz_replay_${t} fuzz/replay.c fuzz/fuzz_${t}.c)
   target_link_libraries(fuzz_replay_${t} PRIVATE qmm_static)
-  add_test(NAME fuzz_corpus_${t} COMMAND fuzz_replay_${t} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/safetensors
-                                         ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/checkpoint)
+  target_include_directories(fuzz_replay_${t} PRIVATE src/core)
+  if(t STREQUAL "engines")
+    set(dirs ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/engines)
+  else()
+    set(dirs ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/safetensors ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/checkpoint)
+  endif()
+  add_test(NAME fuzz_corpus_${t} COMMAND fuzz_replay_${t} ${dirs})
   set_tests_properties(fuzz_corpus_${t} PROPERTIES TIMEOUT 300)
 endforeach()
 if(QMM_FUZZ)
@@ -20,6 +27,7 @@ if(QMM_FUZZ)
       target_compile_options(fuzz_${t} PRIVATE -fsanitize=fuzzer)
       target_link_options(fuzz_${t} PRIVATE -fsanitize=fuzzer)
       target_link_libraries(fuzz_${t} PRIVATE qmm_static)
+      target_include_directories(fuzz_${t} PRIVATE src/core)
     endforeach()
   else()
     message(WARNING "QMM_FUZZ=ON needs clang (CC=clang); building only the corpus replay tests")

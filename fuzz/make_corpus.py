@@ -81,6 +81,22 @@ def main():
                                                         b'"data_offsets":[0,8]}}') + b"\0" * 8)
     write(S, "bad_metadata_type", build([], raw_header=b'{"__metadata__":{"k":[1]}}'))
     write(S, "bad_nul_in_header", build([], raw_header=b'{"a\0":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}') + b"\0")
+    # what json-c accepts and the reference reader (serde_json) refuses: duplicate keys, lone
+    # surrogates; and U+0000 where qmm's C strings would cut the text short
+    U8 = b'{"dtype":"U8","shape":[1],"data_offsets":[0,1]}'
+    write(S, "bad_duplicate_tensor", build([], raw_header=b'{"a":' + U8 + b',"a":' + U8 + b'}') + b"\0")
+    write(S, "bad_duplicate_tensor_escaped", build([], raw_header=b'{"a":' + U8 + b',"\\u0061":' + U8 + b'}') + b"\0")
+    write(S, "bad_duplicate_metadata", build([], raw_header=b'{"__metadata__":{"x":"1"},"__metadata__":{"y":"2"},"a":'
+                                                           + U8 + b'}') + b"\0")
+    write(S, "bad_duplicate_field", build([], raw_header=b'{"a":{"dtype":"U8","dtype":"U8","shape":[1],'
+                                                        b'"data_offsets":[0,1]}}') + b"\0")
+    write(S, "bad_dtype_nul", build([], raw_header=b'{"a":{"dtype":"F32\\u0000junk","shape":[1],"data_offsets":[0,4]}}')
+          + b"\0" * 4)
+    write(S, "bad_name_nul", build([], raw_header=b'{"a\\u0000b":' + U8 + b'}') + b"\0")
+    write(S, "bad_lone_low_surrogate", build([], raw_header=b'{"\\udc00":' + U8 + b'}') + b"\0")
+    write(S, "bad_lone_high_surrogate", build([], raw_header=b'{"\\ud800x":' + U8 + b'}') + b"\0")
+    write(S, "bad_metadata_value_nul", build([], raw_header=b'{"__metadata__":{"k":"a\\u0000b"},"a":' + U8 + b'}') + b"\0")
+    write(S, "valid_surrogate_pair", build([], raw_header=b'{"\\ud83d\\ude00":' + U8 + b'}') + b"\0")
 
     C = "checkpoint"
     tw = {"format": "int8_tensorwise"}
@@ -113,6 +129,8 @@ def main():
     write(C, "bad_missing_weight", build([(n, d, s, b) for (n, d, s, b) in layer("a", 4, 16, tw, [4, 1])
                                           if not n.endswith(".weight")]))
     write(C, "bad_quant_metadata", build(layer("q", 8, 64, None, [8, 1]), {"_quantization_metadata": "{layers"}))
+    write(C, "bad_comfy_quant_duplicate_key", build(layer("a", 4, 16, b'{"format": "nvfp4", "format": "int8_tensorwise"}',
+                                                          [4, 1])))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 /*
  * qmm.h — the public API of libqmm: INT8 (W8A8) linear layers of transformer models on the
  * CPU's integer matrix engine (AMX-INT8, AVX512-VNNI, AVX-VNNI, AVX2), with a counted,
- * same-device float fallback and nothing silent. The numerical contract is SPEC.md §1–§7.
+ * same-device float fallback and nothing silent. The numerical contract is docs/SPEC.md §1–§9.
  *
  * The model of use (select once, execute many times):
  *
@@ -196,7 +196,7 @@ typedef struct qmm_weight_desc {
     int64_t n_scale;          /* 1 (per-tensor) or N (per output row) */
     const void *bias;         /* optional N values of bias_dtype */
     qmm_dtype bias_dtype;     /* F32, F16 or BF16 */
-    int convrot_gs;           /* 0, 16, 64 or 256 (K % g == 0) */
+    int convrot_gs;           /* 0, or a power of 4 from 4 to 65536 dividing K (SPEC §1a) */
     int full_precision;       /* 1: the checkpoint asks for full precision matmul
                                  (full_precision_matrix_mult): run W8A16 on a float engine */
 } qmm_weight_desc;
@@ -209,7 +209,7 @@ qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *desc,
 
 /* SPEC §2: quantize a float matrix into int8 + scales. */
 typedef struct qmm_quant_options {
-    int convrot_gs;   /* 0 none; -1 auto (largest of 256, 64, 16 dividing K); or 16/64/256 */
+    int convrot_gs;   /* 0 none; -1 auto (largest of 256, 64, 16 dividing K); or a power of 4 */
     int per_tensor;   /* 1: one scale for the whole matrix; 0: one per row */
 } qmm_quant_options;
 /* w [N, ld] of w_dtype (F32/F16/BF16) → wq [N, K] int8 in [-127, 127] (row stride K), scales
@@ -280,7 +280,9 @@ typedef struct qmm_linear_args {
     /* Modulation (kitchen int8_linear_modulated): K values m of x_dtype; after the activation,
      * before the rotation: a = T(a · T(1 + m[k])). */
     const void *modulation;
-    qmm_epilogue epilogue;    /* QMM_EPILOGUE_FUSED (SPEC §1 step 5) or QMM_EPILOGUE_KITCHEN (§1a) */
+    qmm_epilogue epilogue;    /* QMM_EPILOGUE_FUSED (SPEC §1 step 5) or QMM_EPILOGUE_KITCHEN (§1a); the
+                                 int8 engines honour it, the float engines (W8A16, float weights)
+                                 compute in fp32 and round once either way */
     /* Residual (kitchen int8_linear's residual + residual_scale): y = T(residual + rs[n] · y),
      * residual [M, ldr] and residual_scale [N] of y_dtype (float outputs only). residual may
      * alias y (same pointer and stride: an in-place residual add). */
@@ -307,6 +309,16 @@ float      qmm_scale_from_amax(float amax); /* max(amax / 127, 1e-30) */
 qmm_status qmm_linear_epilogue(qmm_context *ctx, const qmm_weight *w, int64_t M,
                                const int32_t *acc, int64_t ldacc, const float *token_scales,
                                void *y, qmm_dtype y_dtype, int64_t ldy);
+
+/* The activation quantizer alone (SPEC §1 steps 2–3, kitchen-exact): each row of x [M, ldx] of
+ * x_dtype (F32/F16/BF16, K values) is rotated with H_g when convrot_gs != 0 (a power of 4
+ * dividing K; the result rounded to x_dtype), then quantized per row: q [M, ldq] int8 (K values,
+ * columns K..ldq zero) and scales_out [M] fp32. scales_in: NULL to compute each row's scale, or
+ * M given scales (one scale repeated = the kitchen's quantize_int8_tensorwise). These are the
+ * kitchen's quantize_int8_rowwise / quantize_and_rotate_rowwise / quantize_int8_convrot_weight. */
+qmm_status qmm_quantize_rows(qmm_context *ctx, const void *x, qmm_dtype x_dtype, int64_t M, int64_t K,
+                             int64_t ldx, int convrot_gs, const float *scales_in, int8_t *q, int64_t ldq,
+                             float *scales_out);
 
 /* ---------------------------------------------------------------- plan: what would run */
 #define QMM_REASON_MAX 160

@@ -66,6 +66,15 @@ struct qmm_comm {
 qmm_status qmm_comm_create_mpi(const void *mpi_comm, qmm_comm **out);
 void       qmm_comm_destroy(qmm_comm *c); /* NULL-safe; calls c->destroy */
 
+/* Collective: do all ranks pass the same n values (names[i] names vals[i] in messages)? Returns
+ * QMM_OK on every rank, or QMM_ERR_DIST on every rank whose message names `what`, the first value
+ * that differs and every rank's value of it (also when ranks pass different n, or a rank passes
+ * invalid arguments). Call it before a sequence of collectives that the values drive (iteration
+ * counts, M, engine, seed...), so a disagreement is an error instead of a hang. n <= QMM_AGREE_MAX;
+ * strings can be agreed on through a hash. */
+#define QMM_AGREE_MAX 32
+qmm_status qmm_comm_agree_i64(qmm_comm *c, const char *what, int n, const char *const *names, const int64_t *vals);
+
 /* ---------------------------------------------------------------- tensor-parallel layers */
 typedef enum qmm_tp_kind {
     QMM_TP_COLUMN = 0,   /* split N (output rows of W) */
@@ -84,13 +93,21 @@ typedef struct qmm_tp_options {
     /* optional explicit split: size+1 offsets 0 = o[0] < o[1] < ... < o[size] = width (per
      * part width for column, K for row); rank r takes [o[r], o[r+1]). NULL: balanced. */
     const int64_t *split;
+    /* 1: skip the weight fingerprint agreement of create (see qmm_tp_linear_create). Every rank
+     * must pass the same value. */
+    int no_fingerprint;
 } qmm_tp_options;
 qmm_tp_options qmm_tp_options_default(void); /* column, 1 part, automatic unit, no split */
 
 typedef struct qmm_tp_linear qmm_tp_linear;
 
 /* Collective. full describes the FULL weight [N, K] (data [N, ld], scale 1 or N values, bias N
- * values); every rank passes the same shapes (checked). Only this rank's slice is read. */
+ * values); every rank passes the same shapes (checked) and the same weight: a 64-bit fingerprint
+ * of the full layer (shape, every scale, the bias, and the first/middle/last 32 bytes of up to 64
+ * rows spread over N) is agreed on, and a rank handed a different weight (another checkpoint or
+ * seed of the same shapes) makes create fail with QMM_ERR_DIST on every rank, naming the layer.
+ * Apart from that sample (at most 192 spans of 32 bytes), only this rank's slice of the data is
+ * read. */
 qmm_status qmm_tp_linear_create(qmm_context *ctx, qmm_comm *comm, const qmm_weight_desc *full,
                                 const qmm_tp_options *opt, qmm_tp_linear **out);
 void qmm_tp_linear_destroy(qmm_tp_linear *L);
@@ -134,6 +151,7 @@ typedef struct qmm_tp_pair_options {
     const int64_t *split;    /* optional explicit split of F (size+1 offsets) */
     qmm_tp_core_fn core;     /* attention core (NULL for the MLP) */
     void *core_user;
+    int no_fingerprint;      /* 1: skip the weight fingerprint agreement (qmm_tp_options) */
 } qmm_tp_pair_options;
 
 typedef struct qmm_tp_pair qmm_tp_pair;

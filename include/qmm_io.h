@@ -9,7 +9,10 @@
  *                        QMM_ST_MAX_HEADER, header not UTF-8, invalid JSON, unknown dtype, bad
  *                        shape, byte count != shape × dtype, ranges past the end or overlapping;
  *                        a checkpoint layer with a missing/misshaped weight_scale, a comfy_quant
- *                        that is not a JSON object, a bad convrot group
+ *                        that is not a JSON object, a bad convrot group, a bias (int8 or float
+ *                        layer) that is not F32/F16/BF16 [N]; when a layer is packed
+ *                        (qmm_model_check_layer): a weight scale that is NaN/±Inf/±0/negative/
+ *                        denormal or a bias that is not finite; quantize: a row holding NaN/Inf
  *   QMM_ERR_NOT_FOUND    a named tensor/layer is not in the file/model
  *   QMM_ERR_UNSUPPORTED  well-formed but not runnable by qmm: a quant format other than
  *                        int8_tensorwise (float8_e4m3fn, nvfp4, mxfp8, ...), named with its layer
@@ -51,7 +54,10 @@ qmm_st_dtype qmm_st_dtype_from_qmm(qmm_dtype t);
 
 /* A view of one tensor of an open file. data points into the mapping (zero-copy); it is only
  * as aligned as the file makes it (qmm's writer and Python's keep offsets as they are: copy
- * before typed access if ((uintptr_t)data % element size) != 0). */
+ * before typed access if ((uintptr_t)data % element size) != 0).
+ * A file truncated after it was opened: reading data directly then raises SIGBUS (the process
+ * dies); qmm_st_read returns QMM_ERR_IO instead, and qmm itself (model weights, quantize, the
+ * CLI) reads mapped bytes only through it. */
 typedef struct qmm_st_tensor {
     const char *name;
     qmm_st_dtype dtype;
@@ -64,7 +70,9 @@ typedef struct qmm_st_tensor {
 } qmm_st_tensor;
 
 typedef struct qmm_st_file qmm_st_file;
-/* Opens and validates a file (mmap, read-only). */
+/* Opens and validates a file (mmap, read-only). Only a regular file: a FIFO, device, socket or
+ * folder is QMM_ERR_IO naming the path and what it is, found without blocking (a FIFO with no
+ * writer does not hang the open). */
 qmm_status qmm_st_open(const char *path, qmm_st_file **out);
 /* Same on bytes in memory (not copied: they must outlive the handle). For tests and fuzzing. */
 qmm_status qmm_st_open_memory(const void *bytes, size_t size, qmm_st_file **out);
@@ -77,6 +85,12 @@ const qmm_st_tensor *qmm_st_at(const qmm_st_file *f, size_t i);
 const qmm_st_tensor *qmm_st_get(const qmm_st_file *f, const char *name);
 /* Same, as a status: QMM_ERR_NOT_FOUND naming the file and the tensor. */
 qmm_status qmm_st_find(const qmm_st_file *f, const char *name, const qmm_st_tensor **out);
+/* Copies bytes [offset, offset + n) of tensor t into dst. For a mapped file that shrank after it
+ * was opened (truncated, or rewritten in place by `cp`), QMM_ERR_IO naming file and tensor instead
+ * of a SIGBUS: on first use qmm installs a SIGBUS handler that acts only on faults inside these
+ * copies and hands every other SIGBUS to the action installed before it (the default ends the
+ * process as before). Bytes rewritten in place without a size change are read as they are now. */
+qmm_status qmm_st_read(const qmm_st_file *f, const qmm_st_tensor *t, uint64_t offset, size_t n, void *dst);
 /* __metadata__ entries in header order; get returns NULL if the key is absent. */
 size_t qmm_st_metadata_count(const qmm_st_file *f);
 void qmm_st_metadata_at(const qmm_st_file *f, size_t i, const char **key, const char **value);
@@ -92,8 +106,11 @@ void qmm_st_release(const qmm_st_file *f, const qmm_st_tensor *t);
  * Two phases: declare every tensor (name, dtype, shape) and the metadata, then qmm_st_writer_begin
  * writes the header, then the data of each tensor is streamed in the declared order (any number
  * of qmm_st_writer_write calls per tensor), then qmm_st_writer_finish fsyncs and renames the
- * temporary file (PATH.tmp.XXXXXX in the same folder) onto PATH. Destroying an unfinished writer
- * removes the temporary file: an interrupted run never leaves a broken PATH.
+ * temporary file onto PATH. Destroying an unfinished writer removes the temporary file: an
+ * interrupted run never leaves a broken PATH.
+ * The temporary file is PATH.qmm-tmp.<pid>.XXXXXX in PATH's folder (pid: the writing process,
+ * XXXXXX: mkstemp's letters): a process killed outright (SIGKILL, power loss) leaves one, and a
+ * file of that pattern whose pid is not running is safe to delete.
  * The file: 8-byte little-endian header length; the header JSON, compact, with "__metadata__"
  * first (keys in the order they were set) then the tensors in declared order, each
  * {"dtype":..,"shape":[..],"data_offsets":[b,e]}, data packed back to back in declared order;
@@ -110,6 +127,12 @@ qmm_status qmm_st_writer_write(qmm_st_writer *w, const void *data, size_t nbytes
 qmm_status qmm_st_writer_finish(qmm_st_writer *w);
 void qmm_st_writer_destroy(qmm_st_writer *w);   /* NULL-safe; aborts an unfinished file */
 
+/* Removes (unlink) the temporary file of every unfinished writer of this process, for a signal
+ * handler that is about to end the process (SIGINT/SIGTERM/SIGHUP): async-signal-safe — no
+ * allocation, no locks. The writers stay valid but their files are gone (finish then fails).
+ * Up to 32 writers at once are tracked (paths < 4096 bytes). */
+void qmm_st_remove_temporaries(void);
+
 /* One call: write `n` tensors (data in the views) and the metadata of `meta_from` (may be NULL). */
 qmm_status qmm_st_save(const char *path, const qmm_st_tensor *tensors, size_t n, const qmm_st_file *meta_from);
 
@@ -121,7 +144,7 @@ typedef enum qmm_layer_kind {
 } qmm_layer_kind;
 
 typedef struct qmm_layer_info {
-    const char *name;            /* "blocks.0.attn.qkv_proj" */
+    const char *name;            /* "blocks.0.attn.qkv_proj"; any length the header holds */
     qmm_layer_kind kind;
     const char *format;          /* "int8_tensorwise", "nvfp4", ...; NULL for float layers */
     const char *source;          /* "comfy_quant", "_quantization_metadata" or NULL */
@@ -152,12 +175,22 @@ const qmm_st_file *qmm_model_file(const qmm_model *m);
 size_t qmm_model_layer_count(const qmm_model *m);
 const qmm_layer_info *qmm_model_layer(const qmm_model *m, size_t i);    /* sorted by name */
 qmm_status qmm_model_find(const qmm_model *m, const char *layer, const qmm_layer_info **out);
-/* The packed weight of a layer (int8: qmm_weight_create_int8 from the mapped bytes, with its
- * bias and convrot; float: qmm_weight_create_float). Packed on first request and cached in the
- * model (owned by it: do not destroy). Reads only that layer's bytes. Not thread-safe for the
+/* The packed weight of a layer (int8: qmm_weight_create_int8, with its bias and convrot; float:
+ * qmm_weight_create_float). Packed on first request and cached in the model (owned by it: do not
+ * destroy). Reads only that layer's bytes, copied out of the mapping with qmm_st_read (a file
+ * truncated since the open is QMM_ERR_IO); once packed, a layer no longer reads the file, so
+ * after qmm_model_load_all later changes to the file cannot affect the model. Not thread-safe for the
  * first request of a layer; after qmm_model_load_all the model may be shared across threads. */
 qmm_status qmm_model_weight(qmm_model *m, qmm_context *ctx, const char *layer, const qmm_weight **out);
 qmm_status qmm_model_load_all(qmm_model *m, qmm_context *ctx);
+/* The numbers of a layer, checked before it is packed (qmm_model_weight and
+ * qmm_model_create_weight run this check and fail with its status): every weight_scale value must
+ * be a positive normal float (NaN, ±Inf, ±0, negative and denormal scales are refused: they give
+ * all-NaN/Inf/0 or sign-flipped rows), every bias value finite. QMM_ERR_FORMAT naming the layer,
+ * the tensor and the first bad row; QMM_OK for an unsupported layer (nothing is read). Refusing
+ * rather than warning: a checkpoint with such a layer is broken, and running it gives silent
+ * garbage. Reads only the small scale and bias tensors (qmm inspect reports every layer with it). */
+qmm_status qmm_model_check_layer(const qmm_model *m, const char *layer);
 /* A new weight the caller owns and destroys (the cache is not used). */
 qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const char *layer, qmm_weight **out);
 

@@ -137,7 +137,7 @@ static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64
                  qmm_status_name(st), qmm_last_error());
         int64_t bad = -1;
         for (int64_t i = 0; i < M * ldy && bad < 0; i++)
-            if (memcmp(yref + i * ys, y[t] + i * ys, ys)) bad = i;
+            if (!tu_same_elem(yref, y[t], yt, i)) bad = i; /* bits, NaN as NaN (SPEC §7) */
         TU_CHECK(bad < 0,
                  "%s %d thr M×N×K=%lld×%lld×%lld x=%s y=%s act=%s gs=%d %s bias=%d ldx=%lld ldy=%lld: first bad "
                  "index %lld (row %lld col %lld): %g vs ref %g",
@@ -145,7 +145,7 @@ static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64
                  act_name(act), gs, per_tensor ? "per-tensor" : "per-row", has_bias, (long long)ldx, (long long)ldy,
                  (long long)bad, (long long)(bad / ldy), (long long)(bad % ldy),
                  bad >= 0 ? tu_load(y[t], yt, bad) : 0.0, bad >= 0 ? tu_load(yref, yt, bad) : 0.0);
-        TU_CHECK(memcmp(sref, s[t], (size_t)M * sizeof(float)) == 0, "%s %d thr M×N×K=%lld×%lld×%lld: token scales differ",
+        TU_CHECK(tu_first_diff(sref, s[t], QMM_F32, M) < 0, "%s %d thr M×N×K=%lld×%lld×%lld: token scales differ",
                  e->name, t + 1, (long long)M, (long long)N, (long long)K);
     }
     TU_CHECK(memcmp(y[0], y[1], ybytes) == 0, "%s M×N×K=%lld×%lld×%lld: 1 and 2 threads differ", e->name,

@@ -53,12 +53,10 @@ static qmm_status run_engine(qmm_context *ctx, const qmm_weight *w, const tcase 
     return qmm_linear(ctx, w, &a);
 }
 
-/* First differing element of two (M, ldy) outputs, or -1. Compares whole rows incl. padding. */
-static int64_t first_diff(const void *a, const void *b, int64_t M, int64_t ldy, size_t es) {
-    const unsigned char *p = a, *q = b;
-    for (int64_t i = 0; i < M * ldy; i++)
-        if (memcmp(p + (size_t)i * es, q + (size_t)i * es, es)) return i;
-    return -1;
+/* First differing element of two (M, ldy) outputs of dtype t, or -1. Compares whole rows incl.
+ * padding; bits, NaN as NaN (tu_same_elem, SPEC §7). */
+static int64_t first_diff(const void *a, const void *b, int64_t M, int64_t ldy, qmm_dtype t) {
+    return tu_first_diff(a, b, t, M * ldy);
 }
 
 static int run_case(qmm_context *c1, qmm_context *c2, qmm_engine_id e, const tcase *t) {
@@ -123,15 +121,15 @@ static int run_case(qmm_context *c1, qmm_context *c2, qmm_engine_id e, const tca
         }
         for (int i = 1; i < 3 && ok; i++) {
             const char *th = i == 1 ? "1 thread" : "2 threads";
-            int64_t bad = first_diff(acc[0], acc[i], M, ldy, 4);
+            int64_t bad = first_diff(acc[0], acc[i], M, ldy, QMM_I32);
             ok &= TU_CHECK(bad < 0, "%s: engine %s (%s): acc[%lld][%lld] = %d, reference %d", d, qmm_engine_name(e), th,
                            (long long)(bad / ldy), (long long)(bad % ldy), bad < 0 ? 0 : acc[i][bad],
                            bad < 0 ? 0 : acc[0][bad]);
-            bad = first_diff(y[0], y[i], M, ldy, ys);
+            bad = first_diff(y[0], y[i], M, ldy, t->Y);
             ok &= TU_CHECK(bad < 0, "%s: engine %s (%s): y[%lld][%lld] = %.9g, reference %.9g (bits differ)", d,
                            qmm_engine_name(e), th, (long long)(bad / ldy), (long long)(bad % ldy),
                            bad < 0 ? 0.0 : (double)tu_load(y[i], t->Y, bad), bad < 0 ? 0.0 : (double)tu_load(y[0], t->Y, bad));
-            bad = first_diff(ts[0], ts[i], M, 1, 4);
+            bad = first_diff(ts[0], ts[i], M, 1, QMM_F32);
             ok &= TU_CHECK(bad < 0, "%s: engine %s (%s): token scale[%lld] = %g, reference %g", d, qmm_engine_name(e),
                            th, (long long)bad, bad < 0 ? 0.0 : ts[i][bad], bad < 0 ? 0.0 : ts[0][bad]);
         }

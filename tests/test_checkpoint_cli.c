@@ -8,7 +8,13 @@
  *   - `qmm run` output equals the library call bit for bit: with --engine ref, with automatic
  *     dispatch (the same dispatch in both processes), with swiglu on a 3-D bf16 input and an
  *     f32 output;
- *   - exit statuses: 1 for a missing layer / malformed file, 2 for usage errors.
+ *   - exit statuses: 1 for a missing layer / malformed file, 2 for usage errors;
+ *   - a FIFO as checkpoint, input or quantize source exits 1 at once (timeout-bounded);
+ *   - an output that is the same file as an input (also through a symbolic link) is refused
+ *     with exit 1 and the input untouched, unless --force;
+ *   - SIGINT/SIGTERM/SIGHUP during quantize (of a 64 MB file, sent once its temporary file
+ *     exists) and ulimit -f during quantize or run leave no temporary file;
+ *   - a NaN weight scale: inspect lists the layer and row (text, JSON), plan says it cannot run.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "qmm_io.h"
@@ -19,7 +25,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 static char g_dir[256];
 static const char *g_cli;
@@ -123,6 +135,184 @@ out:
     qmm_model_close(m);
 }
 
+/* A FIFO given as any file argument: exit 1 at once, never a hang (timeout(1) bounds each call:
+ * a hang exits 124 and fails the check). */
+static void test_fifo(const char *ckpt) {
+    const char *fifo = P("fifo.safetensors");
+    if (mkfifo(fifo, 0600) != 0) {
+        tu_skip("CLI on a FIFO", "mkfifo failed");
+        return;
+    }
+    char saved[600], env_cli[700];
+    snprintf(saved, sizeof saved, "%s", g_cli);
+    snprintf(env_cli, sizeof env_cli, "timeout 10 %s", saved);
+    g_cli = env_cli;
+    TU_CHECK(cli("inspect %s 2>/dev/null", fifo) == 1, "inspect FIFO exits 1");
+    TU_CHECK(cli("plan %s 2>/dev/null", fifo) == 1, "plan FIFO exits 1");
+    TU_CHECK(cli("quantize %s %s 2>/dev/null", fifo, P("fifo_out.safetensors")) == 1, "quantize FIFO exits 1");
+    TU_CHECK(cli("run %s --layer blk.attn.proj --input %s --output %s 2>/dev/null", ckpt, fifo, P("fifo_y.safetensors")) == 1,
+             "run --input FIFO exits 1");
+    TU_CHECK(cli("run %s --layer blk.attn.proj --input %s --output %s 2>/dev/null", fifo, P("x.safetensors"),
+                 P("fifo_y.safetensors")) == 1, "run on a FIFO checkpoint exits 1");
+    g_cli = getenv("QMM_CLI");
+    unlink(fifo);
+}
+
+/* entries of the test folder whose name starts with prefix and contains "tmp" */
+static int count_tmp(const char *prefix) {
+    DIR *d = opendir(g_dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += !strncmp(e->d_name, prefix, strlen(prefix)) && strstr(e->d_name + strlen(prefix), "tmp") != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+/* SIGINT / SIGTERM / SIGHUP while `qmm quantize` writes: the process dies of the signal and leaves
+ * neither OUT nor OUT.qmm-tmp.*; a file size limit (ulimit -f) during quantize or run: exit 1, no
+ * temporary file. The signal is sent once the temporary file exists (polled, bounded). */
+static void test_signals(void) {
+    enum { N = 2048, K = 4096 };
+    float *w = malloc((size_t)N * K * 4);
+    if (!w) return;
+    for (size_t i = 0; i < (size_t)N * K; i++) w[i] = (float)((int)(i * 2654435761u % 2001) - 1000) * 1e-4f;
+    qmm_st_tensor t[2] = {
+        {.name = "a.fc.weight", .dtype = QMM_ST_F32, .ndim = 2, .shape = {N, K}, .data = w, .nbytes = (size_t)N * K * 4},
+        {.name = "b.fc.weight", .dtype = QMM_ST_F32, .ndim = 2, .shape = {N, K}, .data = w, .nbytes = (size_t)N * K * 4},
+    };
+    const char *big = P("big.safetensors");
+    char bigp[512];
+    snprintf(bigp, sizeof bigp, "%s", big);
+    TU_CHECK_OK(qmm_st_save(bigp, t, 2, NULL));
+    free(w);
+    const char *cli_path = getenv("QMM_CLI");
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        char out[512];
+        snprintf(out, sizeof out, "%s", P("out_sig.safetensors"));
+        pid_t pid = fork();
+        if (pid == 0) {
+            int dn = open("/dev/null", O_WRONLY);
+            dup2(dn, 1);
+            dup2(dn, 2);
+            execl(cli_path, cli_path, "quantize", bigp, out, "--min-size", "64", (char *)NULL);
+            _exit(127);
+        }
+        int seen = 0, status = 0, done = 0;
+        for (int k = 0; k < 60000 && !seen && !done; k++) {   /* up to 60 s */
+            seen = count_tmp("out_sig.safetensors.") > 0;
+            if (!seen) {
+                done = waitpid(pid, &status, WNOHANG) == pid;
+                nanosleep(&(struct timespec){0, 1000000}, NULL);
+            }
+        }
+        if (seen) {
+            kill(pid, sigs[i]);
+            waitpid(pid, &status, 0);
+        } else if (!done) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+        }
+        TU_CHECK(seen, "signal %d: the temporary file of a running quantize was seen", sigs[i]);
+        TU_CHECK(seen && WIFSIGNALED(status) && WTERMSIG(status) == sigs[i], "signal %d: quantize died of it (status %#x)",
+                 sigs[i], status);
+        TU_CHECK(count_tmp("out_sig.safetensors.") == 0 && access(out, F_OK) != 0,
+                 "signal %d: no temporary file and no output left", sigs[i]);
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "rm -f %s/out_sig.safetensors*", g_dir);
+        if (system(cmd) != 0) tu_note("could not clean %s", g_dir);
+    }
+    /* ulimit -f (512-byte blocks in sh): the write fails, exit 1, nothing left */
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "ulimit -f 16; exec %s quantize %s %s --min-size 64 >/dev/null 2>%s", cli_path, bigp,
+             P("out_fsz.safetensors"), P("fsz.err"));
+    int rc = system(cmd);
+    TU_CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "quantize over ulimit -f exits 1 (status %#x)", rc);
+    TU_CHECK(count_tmp("out_fsz.safetensors.") == 0 && access(P("out_fsz.safetensors"), F_OK) != 0,
+             "quantize over ulimit -f leaves no temporary file");
+    snprintf(cmd, sizeof cmd, "ulimit -f 1; exec %s run %s --layer blk.attn.proj --input %s --output %s >/dev/null 2>&1",
+             cli_path, P("int8.safetensors"), P("x.safetensors"), P("y_fsz.safetensors"));
+    rc = system(cmd);
+    TU_CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "run over ulimit -f exits 1 (status %#x)", rc);
+    TU_CHECK(count_tmp("y_fsz.safetensors.") == 0 && access(P("y_fsz.safetensors"), F_OK) != 0,
+             "run over ulimit -f leaves no temporary file");
+    unlink(bigp);
+}
+
+/* A layer whose weight scale of row 3 is NaN: inspect lists it (text and JSON "problem") and
+ * still exits 0; plan says it cannot run; run exits 1. */
+static void test_inspect_bad_numbers(void) {
+    enum { N = 8, K = 64 };
+    int8_t wq[N * K];
+    float sc[N];
+    tu_fill_i8(wq, N * K, -127, 127);
+    for (int i = 0; i < N; i++) sc[i] = 0.01f;
+    uint32_t nan_bits = 0x7fc00000u;
+    memcpy(&sc[3], &nan_bits, 4);
+    const char *cq = "{\"format\": \"int8_tensorwise\"}";
+    qmm_st_tensor t[3] = {
+        {.name = "blk.bad.weight", .dtype = QMM_ST_I8, .ndim = 2, .shape = {N, K}, .data = wq, .nbytes = N * K},
+        {.name = "blk.bad.weight_scale", .dtype = QMM_ST_F32, .ndim = 1, .shape = {N}, .data = sc, .nbytes = sizeof sc},
+        {.name = "blk.bad.comfy_quant", .dtype = QMM_ST_U8, .ndim = 1, .shape = {(int64_t)strlen(cq)}, .data = cq,
+         .nbytes = strlen(cq)},
+    };
+    char ck[512];
+    snprintf(ck, sizeof ck, "%s", P("badscale.safetensors"));
+    TU_CHECK_OK(qmm_st_save(ck, t, 3, NULL));
+    TU_CHECK(cli("inspect %s --json > %s", ck, P("bad.json")) == 0, "inspect of a NaN-scale checkpoint exits 0");
+    json_object *j = json_object_from_file(P("bad.json")), *layers, *l0, *prob, *tot, *nb;
+    int ok = j && json_object_object_get_ex(j, "layers", &layers) && (l0 = json_object_array_get_idx(layers, 0)) &&
+             json_object_object_get_ex(l0, "problem", &prob) && json_object_is_type(prob, json_type_string) &&
+             strstr(json_object_get_string(prob), "row 3") && strstr(json_object_get_string(prob), "NaN");
+    TU_CHECK(ok, "inspect --json: the layer's problem names row 3 and NaN");
+    TU_CHECK(j && json_object_object_get_ex(j, "totals", &tot) && json_object_object_get_ex(tot, "bad_layers", &nb) &&
+                 json_object_get_int(nb) == 1, "inspect --json: totals.bad_layers = 1");
+    json_object_put(j);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "%s inspect %s | grep -q 'BAD NUMBERS'", g_cli, ck);
+    TU_CHECK(system(cmd) == 0, "inspect lists the layer under BAD NUMBERS");
+    snprintf(cmd, sizeof cmd, "%s plan %s | grep -q 'blk.bad.*cannot run.*row 3'", g_cli, ck);
+    TU_CHECK(system(cmd) == 0, "plan: the layer cannot run, naming row 3");
+    float x[2 * K];
+    tu_fill_float(x, QMM_F32, 2 * K, 1.0f);
+    qmm_st_tensor xt = {.name = "x", .dtype = QMM_ST_F32, .ndim = 2, .shape = {2, K}, .data = x, .nbytes = sizeof x};
+    char xp[512];
+    snprintf(xp, sizeof xp, "%s", P("x64.safetensors"));
+    TU_CHECK_OK(qmm_st_save(xp, &xt, 1, NULL));
+    snprintf(cmd, sizeof cmd, "%s run %s --layer blk.bad --input %s --output %s 2>&1 | grep -q 'row 3'", g_cli, ck, xp,
+             P("y_bad.safetensors"));
+    TU_CHECK(system(cmd) == 0 && access(P("y_bad.safetensors"), F_OK) != 0, "run of the layer fails naming row 3");
+}
+
+static int same_bytes(const char *a, const char *b) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+    return system(cmd) == 0;
+}
+
+/* An output that is the same file as an input is refused (exit 1, the input untouched) unless
+ * --force; a symbolic link to the input counts as the same file. */
+static void test_output_over_input(const char *ckpt) {
+    char cmd[1600];
+    const char *fl = P("float.safetensors"), *fl_copy = P("float_copy.safetensors"), *ck_copy = P("ckpt_copy.safetensors"),
+               *x_copy = P("x_copy.safetensors"), *link = P("float_link.safetensors");
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && cp '%s' '%s' && cp '%s' '%s' && ln -sf '%s' '%s'", fl, fl_copy, ckpt, ck_copy,
+             P("x.safetensors"), x_copy, fl_copy, link);
+    if (!TU_CHECK(system(cmd) == 0, "copies for the output-over-input checks")) return;
+    TU_CHECK(cli("quantize %s %s --min-size 64 >/dev/null 2>&1", fl_copy, fl_copy) == 1 && same_bytes(fl, fl_copy),
+             "quantize IN IN refused, IN untouched");
+    TU_CHECK(cli("quantize %s %s --min-size 64 >/dev/null 2>&1", fl_copy, link) == 1 && same_bytes(fl, fl_copy),
+             "quantize IN LINK-TO-IN refused");
+    TU_CHECK(cli("run %s --layer blk.attn.proj --input %s --output %s 2>/dev/null", ck_copy, x_copy, ck_copy) == 1 &&
+                 same_bytes(ckpt, ck_copy), "run --output CHECKPOINT refused, checkpoint untouched");
+    TU_CHECK(cli("run %s --layer blk.attn.proj --input %s --output %s 2>/dev/null", ck_copy, x_copy, x_copy) == 1 &&
+                 same_bytes(P("x.safetensors"), x_copy), "run --output INPUT refused, input untouched");
+    TU_CHECK(cli("run %s --layer blk.attn.proj --input %s --output %s --force 2>/dev/null", ck_copy, x_copy, x_copy) == 0 &&
+                 !same_bytes(P("x.safetensors"), x_copy), "run --output INPUT --force replaces it");
+    TU_CHECK(cli("quantize %s %s --min-size 64 --force >/dev/null 2>&1", fl_copy, fl_copy) == 0 && !same_bytes(fl, fl_copy),
+             "quantize IN IN --force replaces it");
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_checkpoint_cli");
     g_cli = getenv("QMM_CLI");
@@ -187,6 +377,11 @@ int main(int argc, char **argv) {
     TU_CHECK(cli("plan %s --tokens 0 2>/dev/null", qpath) == 2, "plan --tokens 0 exits 2");
     TU_CHECK(cli("quantize %s %s --convrot 32 2>/dev/null", P("float.safetensors"), P("z.safetensors")) == 2,
              "quantize --convrot 32 exits 2");
+
+    test_fifo(qpath);
+    test_output_over_input(qpath);
+    test_signals();
+    test_inspect_bad_numbers();
 
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -31,6 +31,7 @@ typedef struct {
     qmm_act act;
     qmm_dtype xt, yt;
     int per_tensor, bias, neg128, special_rows;
+    int inf_row_nan_bias; /* row 0 holds +Inf (its scale is Inf), every other bias is a NaN with a payload */
     qmm_dtype bias_t;
     int64_t ldx_pad, ldy_pad;
     int kitchen;          /* QMM_EPILOGUE_KITCHEN */
@@ -87,6 +88,11 @@ static void run_case(const tcase *t, qmm_engine_id e) {
         qmm_store_f(x, t->xt, r * ldx + tu_rand_int(0, K - 1), t->act == QMM_ACT_NONE ? INFINITY : NAN);
         r = tu_rand_int(0, M - 1);
         qmm_store_f(x, t->xt, r * ldx + tu_rand_int(0, K - 1), NAN);
+    }
+    if (t->inf_row_nan_bias) {
+        qmm_store_f(x, t->xt, tu_rand_int(0, Kin - 1), INFINITY);
+        for (int64_t n = 0; n < N; n += 2)
+            tu_store_bits(bias, t->bias_t, n, t->bias_t == QMM_F32 ? 0x7fcde000u : t->bias_t == QMM_F16 ? 0x7e6fu : 0x7fcdu);
     }
     size_t ybytes = (size_t)(M * ldy) * ys;
     unsigned char *y0 = malloc(ybytes), *y1 = malloc(ybytes);
@@ -149,7 +155,7 @@ static void run_case(const tcase *t, qmm_engine_id e) {
             break;
         int64_t bad = -1;
         for (int64_t i = 0; i < M * ldy && bad < 0; i++)
-            if (memcmp(y0 + i * ys, y1 + i * ys, ys) != 0) bad = i;
+            if (!tu_same_elem(y0, y1, t->yt, i)) bad = i; /* bits, NaN as NaN (SPEC §7) */
         if (bad >= 0) {
             TU_CHECK(0, "%s, %d thread(s): output differs at row %lld col %lld%s: ref %.9g engine %.9g", what, th,
                      (long long)(bad / ldy), (long long)(bad % ldy), bad % ldy >= N ? " (stride gap written)" : "",
@@ -159,7 +165,7 @@ static void run_case(const tcase *t, qmm_engine_id e) {
         }
         int64_t sbad = -1;
         for (int64_t r = 0; r < M && sbad < 0; r++)
-            if (qmm_f32_bits(s0[r]) != qmm_f32_bits(s1[r])) sbad = r;
+            if (!tu_same_elem(s0, s1, QMM_F32, r)) sbad = r;
         TU_CHECK(sbad < 0, "%s, %d thread(s): token scale differs at row %lld: ref %08x engine %08x", what, th,
                  (long long)sbad, sbad >= 0 ? qmm_f32_bits(s0[sbad]) : 0, sbad >= 0 ? qmm_f32_bits(s1[sbad]) : 0);
     }
@@ -260,6 +266,21 @@ static void test_engine(qmm_engine_id e, int quick) {
         tcase t = random_case(quick ? 1024 : 4096, tu_rand_int(1, 24), i ? 1001 : 0);
         run_case(&t, e);
     }
+    /* issue 13: a row whose scale is Inf and NaN biases with a payload — the output is NaN there on
+     * every engine, but its payload/sign is unspecified (SPEC §7): compared as NaN, the rest bit for
+     * bit. Every float out dtype, M = 1 (single-row kernels) and M >= 8 (tiles). */
+    for (int yi = 1; yi < 4; yi++)
+        for (int64_t M = 1; M <= 16; M += 7) {
+            tcase t = random_case(M, random_n(), 0);
+            t.act = QMM_ACT_NONE;
+            t.yt = k_yt[yi];
+            t.bias = 1;
+            t.bias_t = k_xt[tu_rand_int(0, 2)];
+            t.neg128 = 0;
+            t.special_rows = 0;
+            t.inf_row_nan_bias = 1;
+            run_case(&t, e);
+        }
     /* weights holding -128, every dtype pair */
     for (int yi = 0; yi < 4; yi++) {
         tcase t = random_case(tu_rand_int(1, 33), random_n(), 0);
@@ -270,8 +291,31 @@ static void test_engine(qmm_engine_id e, int quick) {
     tu_note("%s: %d cases", qmm_engine_name(e), g_cases - before);
 }
 
+/* the comparison itself: NaN matches any NaN, nothing else is loosened */
+static void test_same_elem(void) {
+    const float f[] = {0.0f, -0.0f, 1.0f, 0x1.000002p0f, INFINITY, -INFINITY, NAN, -NAN};
+    float a[1], b[1];
+    int ok = 1;
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 8; j++) {
+            a[0] = f[i];
+            b[0] = f[j];
+            ok &= tu_same_elem(a, b, QMM_F32, 0) == (i == j || (i >= 6 && j >= 6));
+        }
+    uint32_t p = 0x7fcde000u, q = 0xffc00000u, r = 0x7f800001u;
+    ok &= tu_same_elem(&p, &q, QMM_F32, 0) && tu_same_elem(&p, &r, QMM_F32, 0);
+    ok &= !tu_same_elem(&p, &q, QMM_I32, 0); /* int32 accumulators: bits only */
+    uint16_t h[4] = {0x7e6f, 0xfe00, 0x7c00, 0x8000}, g[1] = {0x0000};
+    ok &= tu_same_elem(h, h + 1, QMM_F16, 0) && !tu_same_elem(h + 2, h + 1, QMM_F16, 0) &&
+          !tu_same_elem(h + 3, g, QMM_F16, 0);
+    uint16_t bb[3] = {0x7fcd, 0xffc0, 0x7f80};
+    ok &= tu_same_elem(bb, bb + 1, QMM_BF16, 0) && !tu_same_elem(bb, bb + 2, QMM_BF16, 0);
+    TU_CHECK(ok, "tu_same_elem: NaN == NaN of any payload/sign; ±0, ±Inf, 1 ulp and int32 bits still differ");
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_int8_engines");
+    test_same_elem();
     int quick = getenv("QMM_TEST_QUICK") != NULL;
     for (int th = 1; th <= 2; th++) {
         qmm_context_options o = qmm_context_options_default();
@@ -285,6 +329,7 @@ int main(int argc, char **argv) {
     }
     for (int e = QMM_ENGINE_AMX_INT8; e <= QMM_ENGINE_AVX2_INT8; e++) test_engine((qmm_engine_id)e, quick);
     if (g_refusals) tu_note("%d runs refused weights holding -128 (with a reason)", g_refusals);
+    tu_note("%lld NaN outputs matched as NaN with other payload/sign bits", (long long)tu_nan_matched());
     qmm_context_destroy(g_ctx[1]);
     qmm_context_destroy(g_ctx[2]);
     return tu_finish();

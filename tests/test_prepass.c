@@ -6,6 +6,9 @@
  *   - random bit patterns (denormals, Inf, at most one NaN per row),
  *   - every f16 and every bf16 code (1024 rows of 64 consecutive codes, NaN codes kept in a few rows),
  *   - edge rows: all zero, one NaN, ±Inf, exact half steps, -128 reachable.
+ * And the kitchen input stage's AVX-512 row (input_stage_avx512.c) against its scalar row
+ * (qmm_input_stage_row_ref): rms_norm, situ, every act with and without the modulation, every
+ * dtype, random K (tails), random values and random bit patterns — identical bytes.
  * A failing case prints dtype/act/gs/K, the first bad index and both values.
  */
 #include "numerics.h"
@@ -149,6 +152,55 @@ static void edge_rows(void) {
     }
 }
 
+/* the input stage rows: scalar vs AVX-512 */
+static void input_stage_rows(void) {
+    if (!qmm_input_stage_row_avx512_ptr) {
+        tu_skip("input_stage_avx512", "not built");
+        return;
+    }
+    const qmm_act acts[5] = {QMM_ACT_NONE, QMM_ACT_SWIGLU, QMM_ACT_GELU_TANH, QMM_ACT_RMS_NORM, QMM_ACT_SITU};
+    for (int rep = 0; rep < (g_quick ? 60 : 400); rep++) {
+        qmm_weight w;
+        memset(&w, 0, sizeof w);
+        qmm_call c;
+        memset(&c, 0, sizeof c);
+        c.w = &w;
+        c.x_dtype = k_dtypes[rep % 3];
+        c.act = acts[(rep / 3) % 5];
+        c.K = rep % 7 == 0 ? tu_rand_int(1, 17) : tu_rand_int(1, 700);
+        const int64_t Kin = c.act == QMM_ACT_SWIGLU || c.act == QMM_ACT_SITU ? 2 * c.K : c.K;
+        c.act_weight_dtype = k_dtypes[tu_rand_int(0, 2)];
+        c.act_eps = tu_rand_int(0, 1) ? 1e-6f : 0.0f;
+        void *x = malloc((size_t)Kin * 4), *aw = malloc((size_t)c.K * 4), *mod = malloc((size_t)c.K * 4);
+        const size_t es = qmm_dtype_size(c.x_dtype);
+        if (rep % 5 == 4) { /* random bit patterns: denormals, Inf, NaN */
+            tu_fill_i8(x, (int64_t)(Kin * (int64_t)es), -128, 127);
+        } else {
+            tu_fill_float(x, c.x_dtype, Kin, rep % 5 == 0 ? 30.0f : 1.0f);
+        }
+        tu_fill_float(aw, c.act_weight_dtype, c.K, 2.0f);
+        tu_fill_float(mod, c.x_dtype, c.K, 0.5f);
+        c.act_weight = aw;
+        c.modulation = rep % 2 ? mod : NULL;
+        void *o0 = malloc((size_t)c.K * es), *o1 = malloc((size_t)c.K * es);
+        float *tmp = qmm_aligned_alloc((size_t)qmm_round_up(c.K, 16) * 4);
+        qmm_input_stage_row_ref(&c, x, o0, tmp);
+        qmm_input_stage_row_avx512_ptr(&c, x, o1, tmp);
+        int64_t bad = -1;
+        for (int64_t k = 0; k < c.K && bad < 0; k++) {
+            float v0 = tu_load(o0, c.x_dtype, k), v1 = tu_load(o1, c.x_dtype, k);
+            if (memcmp((char *)o0 + k * es, (char *)o1 + k * es, es) && !(v0 != v0 && v1 != v1)) bad = k;
+        }
+        g_cases++;
+        TU_CHECK(bad < 0, "input stage avx512 vs ref: dtype %s act %s%s K=%lld: first bad index %lld: ref %.9g avx512 %.9g",
+                 qmm_dtype_name(c.x_dtype), qmm_act_name(c.act), c.modulation ? " modulated" : "", (long long)c.K,
+                 (long long)bad, bad >= 0 ? (double)tu_load(o0, c.x_dtype, bad) : 0.0,
+                 bad >= 0 ? (double)tu_load(o1, c.x_dtype, bad) : 0.0);
+        free(x); free(aw); free(mod); free(o0); free(o1);
+        qmm_aligned_free(tmp);
+    }
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_prepass");
     g_quick = getenv("QMM_TEST_QUICK") != NULL;
@@ -166,6 +218,7 @@ int main(int argc, char **argv) {
     edge_rows();
     all_codes();
     random_rows();
+    input_stage_rows();
     tu_note("%d rows compared", g_cases);
     return tu_finish();
 }

@@ -1,6 +1,6 @@
 /*
  * test_reference.c — the reference engine's whole pipeline (SPEC §1) against an independent,
- * straightforward fp64 computation written here from the SPEC text: act in double (libm exp),
+ * straightforward fp64 computation written here from the SPEC §1 text: act in double (libm exp),
  * the rotation as an explicit product with the Kronecker-built H_g, kitchen-exact quantization,
  * then y = a_rot · (Wq · w_scale)ᵀ + bias in double. Random shapes including M = 1, K = g, odd N,
  * strided rows, every x/out dtype and input_act, per-tensor/per-row scales, bias or not.

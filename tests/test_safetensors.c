@@ -5,9 +5,14 @@
  *     with spaces to a multiple of 8;
  *   - re-writing a file qmm wrote (data order, metadata order) gives identical bytes;
  *   - the streaming writer: chunked writes, wrong byte counts refused, an unfinished writer
- *     leaves neither the file nor its temporary;
+ *     leaves neither the file nor its temporary (PATH.qmm-tmp.<pid>.XXXXXX), nor does
+ *     qmm_st_remove_temporaries (the CLI's signal handler) leave it;
  *   - every malformed class returns QMM_ERR_FORMAT (missing file QMM_ERR_IO, missing tensor
  *     QMM_ERR_NOT_FOUND) without crashing;
+ *   - what json-c accepts but the reference reader refuses (duplicate keys, lone surrogates,
+ *     U+0000 in a name or dtype) is QMM_ERR_FORMAT naming the key; a surrogate pair is accepted;
+ *   - the committed fuzz corpus: bad_* files refused, valid_* files opened;
+ *   - a FIFO (no writer) and a device are QMM_ERR_IO at once, naming the path (alarm-bounded);
  *   - the reference Python implementation (safetensors + numpy) reads qmm's file and qmm reads
  *     Python's (skipped visibly when python3 cannot import them).
  */
@@ -15,9 +20,11 @@
 #include "qmm_io.h"
 #include "testutil.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char g_dir[256];
@@ -169,6 +176,20 @@ static void test_roundtrip(void) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", g_dir);
     TU_CHECK(system(cmd) != 0, "no temporary files left in %s", g_dir);
+
+    /* the temporary file is named PATH.qmm-tmp.<pid>.XXXXXX; qmm_st_remove_temporaries (what the
+     * CLI's signal handler calls) removes it, and the writer then fails cleanly */
+    TU_CHECK_OK(qmm_st_writer_create(p3, &w));
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q '^never.safetensors.qmm-tmp.%ld.......$'", g_dir, (long)getpid());
+    TU_CHECK(system(cmd) == 0, "temporary file named never.safetensors.qmm-tmp.<pid>.XXXXXX");
+    qmm_st_remove_temporaries();
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", g_dir);
+    TU_CHECK(system(cmd) != 0, "qmm_st_remove_temporaries removed it");
+    TU_CHECK_OK(qmm_st_writer_declare(w, "x", QMM_ST_F32, 1, sh));
+    TU_CHECK_OK(qmm_st_writer_begin(w));
+    TU_CHECK_OK(qmm_st_writer_write(w, four, 16));
+    TU_CHECK(qmm_st_writer_finish(w) == QMM_ERR_IO && access(p3, F_OK) != 0, "finish after the removal: IO, no file");
+    qmm_st_writer_destroy(w);
 }
 
 typedef struct bad_case {
@@ -204,6 +225,22 @@ static void test_malformed(void) {
         {"header length over the limit", "{}      ", 0, (uint64_t)QMM_ST_MAX_HEADER + 8, 0},
         {"truncated data", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 16, 0, 5},
         {"truncated header", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 16, 0, 30},
+        /* what json-c accepts and the reference reader (serde_json) refuses */
+        {"duplicate tensor key", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                                 "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, 0, 0},
+        {"duplicate tensor key (escaped)", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                                           "\"\\u0061\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", 2, 0, 0},
+        {"duplicate __metadata__", "{\"__metadata__\":{\"x\":\"1\"},\"__metadata__\":{\"y\":\"2\"},"
+                                   "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, 0, 0},
+        {"duplicate field", "{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, 0, 0},
+        {"dtype with U+0000", "{\"a\":{\"dtype\":\"F32\\u0000junk\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, 0, 0},
+        {"name with U+0000", "{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, 0, 0},
+        {"lone low surrogate", "{\"\\udc00\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, 0, 0},
+        {"lone high surrogate", "{\"\\ud800x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, 0, 0},
+        {"high surrogate then a non-surrogate escape",
+         "{\"\\ud800\\u0041\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, 0, 0},
+        {"lone surrogate in a metadata value", "{\"__metadata__\":{\"k\":\"\\udfff\"}}", 0, 0, 0},
+        {"metadata value with U+0000", "{\"__metadata__\":{\"k\":\"a\\u0000b\"}}", 0, 0, 0},
     };
     unsigned char data[64] = {0};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -246,6 +283,78 @@ static void test_malformed(void) {
     TU_CHECK(qmm_st_count(f) == 0, "empty file has no tensors");
     qmm_st_close(f);
     free(p);
+    /* accepted: a surrogate pair (one character), escapes that decode to distinct names */
+    p = make_file("{\"\\ud83d\\ude00\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                  "\"a\\n\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]},"
+                  "\"a\\\\n\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[2,3]}}", data, 3, 0, &n);
+    TU_CHECK_OK(qmm_st_open_memory(p, n, &f));
+    TU_CHECK(f && qmm_st_get(f, "\xf0\x9f\x98\x80") && qmm_st_get(f, "a\n") && qmm_st_get(f, "a\\n"),
+             "surrogate pair and escaped names decode");
+    qmm_st_close(f);
+    free(p);
+    /* the messages name the duplicate key and the surrogate */
+    p = make_file("{\"blocks.3.w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                  "\"blocks.3.w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", data, 1, 0, &n);
+    qmm_st_open_memory(p, n, &f);
+    TU_CHECK(strstr(qmm_last_error(), "\"blocks.3.w\" appears more than once") != NULL, "duplicate named: %s",
+             qmm_last_error());
+    free(p);
+    p = make_file("{\"x\\udc00\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", data, 1, 0, &n);
+    qmm_st_open_memory(p, n, &f);
+    TU_CHECK(strstr(qmm_last_error(), "lone surrogate escape \\udc00") != NULL, "lone surrogate named: %s",
+             qmm_last_error());
+    free(p);
+}
+
+/* The committed fuzz corpus (fuzz/corpus/safetensors, beside this file's folder): every bad_*
+ * file is refused with QMM_ERR_FORMAT, every valid_* file opens. */
+static void test_corpus(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", __FILE__);
+    char *slash = strrchr(dir, '/');
+    if (!slash) { tu_skip("corpus", "source path unknown"); return; }
+    snprintf(slash, sizeof dir - (size_t)(slash - dir), "/../fuzz/corpus/safetensors");
+    DIR *d = opendir(dir);
+    if (!d) { tu_skip("corpus", "fuzz/corpus/safetensors not found beside tests/"); return; }
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        int bad = !strncmp(e->d_name, "bad_", 4), valid = !strncmp(e->d_name, "valid_", 6);
+        if (!bad && !valid) continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        size_t len;
+        unsigned char *p = read_all(path, &len);
+        if (!p) continue;
+        qmm_st_file *f = NULL;
+        qmm_status st = qmm_st_open_memory(p, len, &f);
+        TU_CHECK(bad ? st == QMM_ERR_FORMAT : st == QMM_OK, "corpus %s: %s (%s)", e->d_name, qmm_status_name(st),
+                 st ? qmm_last_error() : "");
+        qmm_st_close(f);
+        free(p);
+        n++;
+    }
+    closedir(d);
+    TU_CHECK(n >= 20, "%d corpus files checked", n);
+}
+
+/* Not regular files: refused with QMM_ERR_IO naming the path, and a FIFO with no writer must not
+ * block the open (alarm: a hang kills the test with SIGALRM instead of hanging it). */
+static void test_special_files(void) {
+    const char *fifo = tmp_path("fifo.safetensors");
+    if (mkfifo(fifo, 0600) != 0) {
+        tu_skip("FIFO", "mkfifo failed");
+        return;
+    }
+    alarm(20);
+    qmm_st_file *f = (qmm_st_file *)1;
+    qmm_status st = qmm_st_open(fifo, &f);
+    alarm(0);
+    TU_CHECK(st == QMM_ERR_IO && f == NULL, "FIFO -> IO without blocking: %s", qmm_status_name(st));
+    TU_CHECK(strstr(qmm_last_error(), fifo) && strstr(qmm_last_error(), "FIFO"), "message names the path and the FIFO: %s",
+             qmm_last_error());
+    st = qmm_st_open("/dev/null", &f);
+    TU_CHECK(st == QMM_ERR_IO && strstr(qmm_last_error(), "character device"), "/dev/null -> IO: %s", qmm_last_error());
+    unlink(fifo);
 }
 
 static int have_python(void) {
@@ -304,6 +413,8 @@ int main(int argc, char **argv) {
     if (!mkdtemp(g_dir)) { printf("cannot create a temp dir\n"); return 1; }
     test_roundtrip();
     test_malformed();
+    test_special_files();
+    test_corpus();
     test_python();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

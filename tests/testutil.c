@@ -12,6 +12,7 @@
 static uint64_t g_seed, g_state;
 static int g_pass, g_fail, g_skip;
 static const char *g_name;
+static int64_t g_nan_matched; /* NaN elements of different bits matched by tu_same_elem */
 
 void tu_init(int argc, char **argv, const char *name) {
     g_name = name;
@@ -115,3 +116,36 @@ int tu_is_nan_bits(qmm_dtype t, uint32_t b) {
     if (t == QMM_BF16) return (b & 0x7fffu) > 0x7f80u;
     return (b & 0x7fffu) > 0x7c00u;
 }
+
+/* NaN payloads and signs are unspecified (SPEC §7): any NaN equals any NaN; everything else,
+ * including ±0 and ±Inf, must match bit for bit. I32 and other dtypes: bits only. */
+int tu_same_elem(const void *a, const void *b, qmm_dtype t, int64_t i) {
+    const size_t es = qmm_dtype_size(t);
+    const unsigned char *p = (const unsigned char *)a + (size_t)i * es, *q = (const unsigned char *)b + (size_t)i * es;
+    if (!memcmp(p, q, es)) return 1;
+    if (t != QMM_F32 && t != QMM_F16 && t != QMM_BF16) return 0;
+    uint32_t x = 0, y = 0;
+    if (t == QMM_F32) {
+        memcpy(&x, p, 4);
+        memcpy(&y, q, 4);
+    } else {
+        uint16_t u, v;
+        memcpy(&u, p, 2);
+        memcpy(&v, q, 2);
+        x = u;
+        y = v;
+    }
+    if (tu_is_nan_bits(t, x) && tu_is_nan_bits(t, y)) {
+        g_nan_matched++;
+        return 1;
+    }
+    return 0;
+}
+
+int64_t tu_first_diff(const void *a, const void *b, qmm_dtype t, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!tu_same_elem(a, b, t, i)) return i;
+    return -1;
+}
+
+int64_t tu_nan_matched(void) { return g_nan_matched; }

@@ -44,6 +44,15 @@ void tu_store_bits(void *x, qmm_dtype t, int64_t i, uint32_t bits);
 int  tu_is_nonfinite_bits(qmm_dtype t, uint32_t bits);
 int  tu_is_nan_bits(qmm_dtype t, uint32_t bits);
 
+/* Output comparisons between engines (or processes): element i of a and b (dtype t) is the same
+ * when the bits are, or when t is a float dtype and both are NaN (NaN payloads and signs are
+ * unspecified, SPEC §7). ±0, ±Inf and every other value must match bit for bit; I32 always.
+ * tu_first_diff: the first of n elements that is not the same, or -1. tu_nan_matched: how many
+ * NaN elements with different bits were matched so far (for a note). */
+int     tu_same_elem(const void *a, const void *b, qmm_dtype t, int64_t i);
+int64_t tu_first_diff(const void *a, const void *b, qmm_dtype t, int64_t n);
+int64_t tu_nan_matched(void);
+
 /* bytes of an output element for comparisons */
 float tu_load(const void *p, qmm_dtype t, int64_t i);
 /* 1 ulp of dtype t at magnitude |v| */

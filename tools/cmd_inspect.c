@@ -3,12 +3,17 @@
  * them (SPEC §3): per layer the kind (int8 / float / unsupported format), dtype, shape, bytes,
  * quant format, convrot group, weight-scale kind, bias; then totals (int8 bytes against the
  * bf16 equivalent) and the file's other tensors and metadata. --tensors lists every tensor.
+ * Layers whose numbers would refuse to load (qmm_model_check_layer: a NaN/Inf/0/negative/denormal
+ * weight scale, a non-finite bias) are listed under "BAD NUMBERS" with layer and row (JSON: each
+ * layer's "problem", null when fine; totals.bad_layers); inspect still exits 0.
  * A malformed file prints the reader's error and exits 1.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "commands.h"
 #include "qmm_io.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void json_str(const char *s) {
@@ -65,7 +70,19 @@ int cmd_inspect(int argc, char **argv) {
         return 1;
     }
     const qmm_st_file *f = qmm_model_file(m);
-    size_t nl = qmm_model_layer_count(m), n_int8 = 0, n_float = 0, n_uns = 0;
+    size_t nl = qmm_model_layer_count(m), n_int8 = 0, n_float = 0, n_uns = 0, n_bad = 0;
+    /* the numbers of each layer (scales, bias): what would refuse to load, and why */
+    char **problem = calloc(nl ? nl : 1, sizeof *problem);
+    if (!problem) {
+        fprintf(stderr, "qmm inspect: out of memory\n");
+        qmm_model_close(m);
+        return 1;
+    }
+    for (size_t i = 0; i < nl; i++)
+        if (qmm_model_check_layer(m, qmm_model_layer(m, i)->name) != QMM_OK) {
+            problem[i] = strdup(qmm_last_error());
+            n_bad++;
+        }
     unsigned long long int8_bytes = 0, int8_bf16_equiv = 0, float_bytes = 0;
     for (size_t i = 0; i < nl; i++) {
         const qmm_layer_info *l = qmm_model_layer(m, i);
@@ -91,14 +108,17 @@ int cmd_inspect(int argc, char **argv) {
             printf(", \"kind\": \"%s\", \"format\": ", kind_name(l->kind));
             if (l->format) json_str(l->format); else printf("null");
             printf(", \"dtype\": \"%s\", \"shape\": [%lld, %lld], \"bytes\": %zu, \"convrot_groupsize\": %d, "
-                   "\"scale\": \"%s\", \"bias\": %s, \"full_precision\": %s}",
+                   "\"scale\": \"%s\", \"bias\": %s, \"full_precision\": %s, \"problem\": ",
                    l->weight ? qmm_st_dtype_name(l->weight->dtype) : "?", (long long)l->N, (long long)l->K,
                    layer_bytes(l), l->convrot_gs, scale_kind(l, sk, sizeof sk), l->bias ? "true" : "false",
                    l->full_precision ? "true" : "false");
+            if (problem[i]) json_str(problem[i]); else printf("null");
+            printf("}");
         }
         printf("], \"totals\": {\"int8_layers\": %zu, \"float_layers\": %zu, \"unsupported_layers\": %zu, "
-               "\"int8_bytes\": %llu, \"int8_bf16_equivalent_bytes\": %llu, \"float_layer_bytes\": %llu}, \"metadata\": {",
-               n_int8, n_float, n_uns, int8_bytes, int8_bf16_equiv, float_bytes);
+               "\"bad_layers\": %zu, \"int8_bytes\": %llu, \"int8_bf16_equivalent_bytes\": %llu, "
+               "\"float_layer_bytes\": %llu}, \"metadata\": {",
+               n_int8, n_float, n_uns, n_bad, int8_bytes, int8_bf16_equiv, float_bytes);
         for (size_t i = 0; i < qmm_st_metadata_count(f); i++) {
             const char *k, *v;
             qmm_st_metadata_at(f, i, &k, &v);
@@ -121,8 +141,7 @@ int cmd_inspect(int argc, char **argv) {
             printf("]");
         }
         printf("}\n");
-        qmm_model_close(m);
-        return 0;
+        goto done;
     }
     printf("%s: %zu bytes, %zu tensors, %zu layers\n", path, qmm_st_file_size(f), qmm_st_count(f), nl);
     printf("%-48s %-11s %-5s %-16s %12s %-16s %5s %-18s %s\n", "layer", "kind", "dtype", "shape", "bytes", "format",
@@ -140,6 +159,11 @@ int cmd_inspect(int argc, char **argv) {
            "%zu in unsupported formats\n",
            n_int8, int8_bytes / 1048576.0, int8_bf16_equiv / 1048576.0,
            int8_bytes ? (double)int8_bf16_equiv / (double)int8_bytes : 0.0, n_float, float_bytes / 1048576.0, n_uns);
+    if (n_bad) {
+        printf("BAD NUMBERS: %zu layer%s refuse to load:\n", n_bad, n_bad == 1 ? "" : "s");
+        for (size_t i = 0; i < nl; i++)
+            if (problem[i]) printf("  %s\n", problem[i]);
+    }
     if (qmm_st_metadata_count(f)) {
         printf("metadata:\n");
         for (size_t i = 0; i < qmm_st_metadata_count(f); i++) {
@@ -157,6 +181,9 @@ int cmd_inspect(int argc, char **argv) {
             printf("] %zu bytes\n", t->nbytes);
         }
     }
+done:
+    for (size_t i = 0; i < nl; i++) free(problem[i]);
+    free(problem);
     qmm_model_close(m);
     return 0;
 }

@@ -1,11 +1,12 @@
 /*
  * cmd_quantize.c — `qmm quantize IN OUT [--convrot auto|off|G] [--per-tensor]
- * [--min-size N] [--include GLOB]... [--exclude GLOB]...`: a float (F32/F16/BF16) safetensors
+ * [--min-size N] [--include GLOB]... [--exclude GLOB]... [--force]`: a float (F32/F16/BF16) safetensors
  * checkpoint → a ComfyUI INT8 checkpoint (SPEC §2, §3) through qmm_quantize_file, which streams
  * one layer at a time. A progress bar (layers, bytes, ETA) is drawn on stderr only when stderr
- * is a terminal. Exit 0 ok, 1 failure, 2 usage.
+ * is a terminal. OUT the same file as IN is refused unless --force. Exit 0 ok, 1 failure, 2 usage.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "cli_files.h"
 #include "commands.h"
 #include "numerics.h"
 #include "qmm_io.h"
@@ -25,6 +26,7 @@ static void usage(FILE *f) {
             "  --min-size N                  keep layers with min(N, K) < N in float (default 256)\n"
             "  --include GLOB                only layers whose name matches (repeatable; also admits embeddings)\n"
             "  --exclude GLOB                never these layers (repeatable)\n"
+            "  --force                       write OUT even when it is the same file as IN\n"
             "Layers are L for each 2-D float tensor L.weight; embeddings and norms stay float by default.\n"
             "Writes L.weight I8 [N,K], L.weight_scale F32 [N,1], L.comfy_quant (JSON as json.dumps writes it);\n"
             "everything else and __metadata__ are copied unchanged.\n");
@@ -56,13 +58,14 @@ int cmd_quantize(int argc, char **argv) {
     qmm_quantize_file_options o = qmm_quantize_file_options_default();
     const char *in = NULL, *out = NULL;
     const char **inc = calloc((size_t)argc + 1, sizeof *inc), **exc = calloc((size_t)argc + 1, sizeof *exc);
-    int ni = 0, ne = 0, rc = 2;
+    int ni = 0, ne = 0, rc = 2, force = 0;
     if (!inc || !exc) { fprintf(stderr, "qmm quantize: out of memory\n"); rc = 1; goto done; }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); rc = 0; goto done; }
         else if (!strcmp(a, "--per-tensor")) o.per_tensor = 1;
+        else if (!strcmp(a, "--force")) force = 1;
         else if (!strcmp(a, "--convrot") && has) {
             const char *v = argv[++i];
             if (!strcmp(v, "auto")) o.convrot = -1;
@@ -82,6 +85,12 @@ int cmd_quantize(int argc, char **argv) {
         else { fprintf(stderr, "qmm quantize: extra argument '%s'\n", a); goto done; }
     }
     if (!in || !out) { usage(stderr); goto done; }
+    if (!force && cli_same_file(in, out)) {
+        fprintf(stderr, "qmm quantize: %s is the same file as %s: refusing to replace the input (--force to do it)\n",
+                out, in);
+        rc = 1;
+        goto done;
+    }
     o.include = ni ? inc : NULL;
     o.exclude = ne ? exc : NULL;
     bar b = {now_s()};
@@ -90,6 +99,7 @@ int cmd_quantize(int argc, char **argv) {
         o.progress_user = &b;
     }
     int64_t n = 0;
+    cli_guard_temporaries();   /* a signal or ulimit -f leaves no OUT.qmm-tmp.* behind */
     qmm_status st = qmm_quantize_file(in, out, &o, &n);
     if (st != QMM_OK) {
         fprintf(stderr, "qmm quantize: %s: %s\n", qmm_status_name(st), qmm_last_error());

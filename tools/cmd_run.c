@@ -1,14 +1,16 @@
 /*
  * cmd_run.c — `qmm run FILE --layer NAME --input X.safetensors --output Y.safetensors
  * [--tensor NAME] [--act none|swiglu|gelu_tanh] [--engine NAME] [--out-dtype f32|f16|bf16]
- * [--threads N]`: runs one layer of a checkpoint (int8 or float) on an input tensor and writes
+ * [--threads N] [--force]`: runs one layer of a checkpoint (int8 or float) on an input tensor and writes
  * the result — the smallest way to compare qmm with another framework.
  * Input: the only tensor of X (or --tensor NAME), F32/F16/BF16, shape [..., K_in] (rows = the
  * product of the leading dimensions; 1-D is one row). Output: tensor "output" of shape
  * [..., N], dtype --out-dtype (default: the input's), with __metadata__ {"qmm_layer", "qmm_engine"}.
- * The engine that ran is printed on stderr. Exit 0 ok, 1 failure, 2 usage.
+ * The engine that ran is printed on stderr. An output that is the same file as FILE or X is
+ * refused unless --force. Exit 0 ok, 1 failure, 2 usage.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "cli_files.h"
 #include "commands.h"
 #include "qmm_io.h"
 
@@ -19,7 +21,8 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: qmm run FILE.safetensors --layer NAME --input X.safetensors --output Y.safetensors\n"
                "               [--tensor NAME] [--act none|swiglu|gelu_tanh] [--engine NAME] [--out-dtype f32|f16|bf16]\n"
-               "               [--threads N]\n");
+               "               [--threads N] [--force]\n"
+               "--force: write the output even when it is the same file as FILE or X\n");
 }
 
 static int fail(const char *what, qmm_status st) {
@@ -31,7 +34,7 @@ int cmd_run(int argc, char **argv) {
     const char *path = NULL, *layer = NULL, *in = NULL, *out = NULL, *tname = NULL;
     qmm_act act = QMM_ACT_NONE;
     qmm_engine_id eng = QMM_ENGINE_AUTO;
-    int out_dt = -1, threads = 0;
+    int out_dt = -1, threads = 0, force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -40,6 +43,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--input") && has) in = argv[++i];
         else if (!strcmp(a, "--output") && has) out = argv[++i];
         else if (!strcmp(a, "--tensor") && has) tname = argv[++i];
+        else if (!strcmp(a, "--force")) force = 1;
         else if (!strcmp(a, "--threads") && has) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--act") && has) {
             const char *v = argv[++i];
@@ -59,6 +63,11 @@ int cmd_run(int argc, char **argv) {
         else { fprintf(stderr, "qmm run: extra argument '%s'\n", a); return 2; }
     }
     if (!path || !layer || !in || !out) { usage(stderr); return 2; }
+    if (!force && (cli_same_file(path, out) || cli_same_file(in, out))) {
+        fprintf(stderr, "qmm run: --output %s is the same file as %s: refusing to replace it (--force to do it)\n", out,
+                cli_same_file(path, out) ? path : in);
+        return 1;
+    }
 
     int rc = 1;
     qmm_model *m = NULL;
@@ -99,14 +108,12 @@ int cmd_run(int argc, char **argv) {
     qmm_weight_info wi;
     qmm_weight_get_info(w, &wi);
     qmm_dtype ydt = out_dt >= 0 ? (qmm_dtype)out_dt : (qmm_dtype)xdt;
-    size_t es = qmm_dtype_size((qmm_dtype)xdt);
-    const void *xd = x->data;
-    if ((uintptr_t)xd % es) { /* typed loads need alignment */
-        xcopy = malloc(x->nbytes);
-        if (!xcopy) { fprintf(stderr, "qmm run: out of memory\n"); goto done; }
-        memcpy(xcopy, xd, x->nbytes);
-        xd = xcopy;
-    }
+    /* copied out of the mapping (aligned; a file truncated underneath is an error, not SIGBUS) */
+    xcopy = malloc(x->nbytes);
+    if (!xcopy) { fprintf(stderr, "qmm run: out of memory\n"); goto done; }
+    st = qmm_st_read(xf, x, 0, x->nbytes, xcopy);
+    if (st != QMM_OK) { rc = fail(in, st); goto done; }
+    const void *xd = xcopy;
     y = malloc((size_t)(M * wi.N) * qmm_dtype_size(ydt));
     if (!y) { fprintf(stderr, "qmm run: out of memory\n"); goto done; }
     qmm_linear_args a = qmm_linear_args_default();
@@ -140,6 +147,7 @@ int cmd_run(int argc, char **argv) {
     yt.data = y;
     yt.nbytes = (size_t)(M * wi.N) * qmm_dtype_size(ydt);
     qmm_st_writer *wr = NULL;
+    cli_guard_temporaries();   /* a signal or ulimit -f leaves no Y.qmm-tmp.* behind */
     st = qmm_st_writer_create(out, &wr);
     if (st == QMM_OK) st = qmm_st_writer_set_metadata(wr, "qmm_layer", layer);
     if (st == QMM_OK) st = qmm_st_writer_set_metadata(wr, "qmm_engine", qmm_engine_name(ran));

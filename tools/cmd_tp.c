@@ -3,7 +3,9 @@
  * (from a seed, the same on every rank) or loads it from a ComfyUI INT8 checkpoint (each rank
  * reads only its slice), runs it split across the ranks and once on rank 0 alone with the same
  * engine, and prints each rank's slice and median time, the single-process time and whether
- * the outputs are bit-identical. Exit 0 when identical, 1 otherwise or on error, 2 on usage.
+ * the outputs are bit-identical (a NaN matches any NaN: payloads are unspecified). Exit 0 when
+ * identical, 1 otherwise or on error, 2 on usage. Every rank must be given the same options (all
+ * but --threads and --model's path): they are agreed on before the first collective.
  * Built without MPI it says so and exits 1.
  */
 #include "commands.h"
@@ -25,7 +27,10 @@ int cmd_tp(int argc, char **argv) {
 #include "qmm_dist.h"
 #include "qmm_io.h"
 
+#include <errno.h>
+#include <math.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,7 +65,7 @@ static float runif(rng *r) { return (float)((double)(rnext(r) >> 11) / 900719925
 
 /* a random int8 layer [N, K] (owned buffers in *mem) */
 static void gen_layer(rng *r, const char *name, int64_t N, int64_t K, int gs, qmm_weight_desc *d, void **mem) {
-    int8_t *w = malloc((size_t)(N * K));
+    int8_t *w = malloc((size_t)N * (size_t)K); /* N*K <= 2^36: layer_fits */
     float *s = malloc((size_t)N * sizeof(float));
     if (!w || !s) {
         free(w);
@@ -110,40 +115,134 @@ typedef struct opts {
     qmm_engine_id engine;
 } opts;
 
+/* a whole decimal/hex/octal number in [lo, hi] (strtoll + errno + end), else a message and 0 */
+static int num(const char *opt, const char *v, int64_t lo, int64_t hi, int64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 0);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "qmm tp: %s %s: needs a whole number in [%lld, %lld]\n", opt, v, (long long)lo, (long long)hi);
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+/* the CLI's limits: each dimension as qmm_weight_create_int8's (<= 2^31) */
+#define DIM_MAX ((int64_t)1 << 31)
+
+/* 0: run, 1: --help, 2: usage error (printed, naming the option) */
 static int parse(int argc, char **argv, opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
-        if (!v) return 2;
+        if (!v) {
+            fprintf(stderr, "qmm tp: %s needs a value\n", a);
+            return 2;
+        }
         i++;
+        int64_t x = 0;
+        int ok = 1;
         if (!strcmp(a, "--layer")) o->layer = v;
-        else if (!strcmp(a, "--M")) o->M = atoll(v);
-        else if (!strcmp(a, "--K")) o->K = atoll(v);
-        else if (!strcmp(a, "--N")) o->N = atoll(v);
-        else if (!strcmp(a, "--F")) o->F = atoll(v);
-        else if (!strcmp(a, "--head")) o->head = atoll(v);
-        else if (!strcmp(a, "--gs")) o->gs = atoi(v);
-        else if (!strcmp(a, "--threads")) o->threads = atoi(v);
-        else if (!strcmp(a, "--iters")) o->iters = atoi(v);
-        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 0);
-        else if (!strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "--M")) ok = num(a, v, 1, DIM_MAX, &o->M);
+        else if (!strcmp(a, "--K")) ok = num(a, v, 1, DIM_MAX, &o->K);
+        else if (!strcmp(a, "--N")) ok = num(a, v, 1, DIM_MAX, &o->N);
+        else if (!strcmp(a, "--F")) ok = num(a, v, 1, DIM_MAX, &o->F);
+        else if (!strcmp(a, "--head")) ok = num(a, v, 1, DIM_MAX, &o->head);
+        else if (!strcmp(a, "--gs")) ok = num(a, v, 0, 1 << 16, &x), o->gs = (int)x;
+        else if (!strcmp(a, "--threads")) ok = num(a, v, 0, 4096, &x), o->threads = (int)x;
+        else if (!strcmp(a, "--iters")) ok = num(a, v, 1, 1000000, &x), o->iters = (int)x;
+        else if (!strcmp(a, "--seed")) {
+            char *end = NULL;
+            errno = 0;
+            o->seed = strtoull(v, &end, 0);
+            if (errno || end == v || *end || strchr(v, '-')) {
+                fprintf(stderr, "qmm tp: --seed %s: needs a whole number in [0, 2^64)\n", v);
+                ok = 0;
+            }
+        } else if (!strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "--first")) o->first = v;
         else if (!strcmp(a, "--second")) o->second = v;
         else if (!strcmp(a, "--dtype")) {
             if (!strcmp(v, "bf16")) o->t = QMM_BF16;
             else if (!strcmp(v, "f16")) o->t = QMM_F16;
             else if (!strcmp(v, "f32")) o->t = QMM_F32;
-            else return 2;
+            else ok = 0, fprintf(stderr, "qmm tp: --dtype %s: bf16, f16 or f32\n", v);
         } else if (!strcmp(a, "--engine")) {
             o->engine = qmm_engine_from_name(v);
-            if (o->engine == QMM_ENGINE_COUNT) return 2;
-        } else return 2;
+            if (o->engine == QMM_ENGINE_COUNT) ok = 0, fprintf(stderr, "qmm tp: --engine %s: unknown\n", v);
+        } else {
+            fprintf(stderr, "qmm tp: unknown option %s\n", a);
+            return 2;
+        }
+        if (!ok) return 2;
     }
-    if (strcmp(o->layer, "column") && strcmp(o->layer, "row") && strcmp(o->layer, "mlp") && strcmp(o->layer, "attn"))
+    if (strcmp(o->layer, "column") && strcmp(o->layer, "row") && strcmp(o->layer, "mlp") && strcmp(o->layer, "attn")) {
+        fprintf(stderr, "qmm tp: --layer %s: column, row, mlp or attn\n", o->layer);
         return 2;
-    if (o->M < 1 || o->K < 1 || o->N < 1 || o->F < 1 || o->head < 1 || o->iters < 1) return 2;
-    if (o->model && !o->first) return 2;
+    }
+    if (o->model && !o->first) {
+        fprintf(stderr, "qmm tp: --model needs --first\n");
+        return 2;
+    }
     return 0;
+}
+
+/* a * b * c when it stays <= 2^62 (every byte count and element count here), else -1 */
+static int64_t mul3(int64_t a, int64_t b, int64_t c) {
+    const int64_t lim = (int64_t)1 << 62;
+    if (a < 0 || b < 0 || c < 0) return -1;
+    if (a && b > lim / a) return -1;
+    if (a * b != 0 && c > lim / (a * b)) return -1;
+    return a * b * c;
+}
+
+/* a seeded layer [N, K] within qmm_weight_create_int8's limits (N*K <= 2^36), else a message */
+static int layer_fits(const char *what, int64_t N, int64_t K) {
+    int64_t e = mul3(N, K, 1);
+    if (e >= 0 && e <= ((int64_t)1 << 36)) return 1;
+    fprintf(stderr, "qmm tp: %s [%lld, %lld] too large (N*K <= 2^36 elements)\n", what, (long long)N, (long long)K);
+    return 0;
+}
+
+static int64_t layer_id(const char *l) {
+    static const char *const k[] = {"column", "row", "mlp", "attn"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(l, k[i])) return i;
+    return -1;
+}
+
+static int64_t hash_str(const char *s) { /* FNV-1a, 0 for NULL: strings agreed on by hash */
+    if (!s) return 0;
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (int64_t)(h >> 1);
+}
+
+/* Collective, before any other: every rank must run the same command line, except --threads
+ * (per rank) and --model's path (per host; the checkpoint's content is checked at create by
+ * the weight fingerprints). usage: 0 ok, 1 --help, 2 usage error on this rank. */
+static qmm_status agree_options(qmm_comm *comm, const opts *o, int usage) {
+    static const char *const names[] = {"a valid command line (0 ok, 1 --help, 2 usage error)",
+                                        "--layer (0 column, 1 row, 2 mlp, 3 attn)", "--M", "--K",
+                                        "--N", "--F", "--head", "--gs", "--dtype", "--engine", "--iters", "--seed",
+                                        "--model (given or not)", "--first (hash)", "--second (hash)"};
+    const int64_t vals[] = {usage,
+                            layer_id(o->layer),
+                            o->M,
+                            o->K,
+                            o->N,
+                            o->F,
+                            o->head,
+                            o->gs,
+                            (int64_t)o->t,
+                            (int64_t)o->engine,
+                            o->iters,
+                            (int64_t)o->seed,
+                            o->model != NULL,
+                            hash_str(o->first),
+                            hash_str(o->second)};
+    return qmm_comm_agree_i64(comm, "qmm tp options", (int)(sizeof vals / sizeof vals[0]), names, vals);
 }
 
 /* everything one run needs; the split and the single-process versions share x and y shapes */
@@ -220,7 +319,10 @@ static int all_ok(qmm_status st, int rank, const char *what) {
 int cmd_tp(int argc, char **argv) {
     opts o = {"mlp", NULL, NULL, NULL, 256, 1024, 1024, 2048, 128, 0, 0, 5, 1, QMM_BF16, QMM_ENGINE_AUTO};
     int pr = parse(argc, argv, &o);
-    if (pr) {
+    /* under a launcher a rank with a usage error (or --help) still meets the others in the option
+     * agreement, so they stop with an error instead of waiting for it */
+    const int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE");
+    if (pr && !launched) {
         usage(pr == 1 ? stdout : stderr);
         return pr == 1 ? 0 : 2;
     }
@@ -244,6 +346,14 @@ int cmd_tp(int argc, char **argv) {
         return 1;
     }
     const int rank = comm->rank, size = comm->size;
+    st = agree_options(comm, &o, pr);
+    if (st != QMM_OK || pr) { /* the same verdict on every rank */
+        if (st != QMM_OK && rank == 0) fprintf(stderr, "qmm tp: %s: %s\n", qmm_status_name(st), qmm_last_error());
+        if (st == QMM_OK && rank == 0) usage(pr == 1 ? stdout : stderr);
+        qmm_comm_destroy(comm);
+        MPI_Finalize();
+        return st != QMM_OK ? 1 : pr == 1 ? 0 : 2;
+    }
     qmm_context_options co = qmm_context_options_default();
     co.n_threads = o.threads > 0 ? o.threads : getenv("QMM_NUM_THREADS") ? 0 : 1;
     st = qmm_context_create(&co, &ctx);
@@ -261,13 +371,16 @@ int cmd_tp(int argc, char **argv) {
         }
     } else if (st == QMM_OK) {
         rng r = {o.seed * 0x9E3779B97F4A7C15ull + 7};
-        if (j.pair) {
+        const int64_t rows1 = j.pair ? (j.attn ? 3 : 2) * o.F : o.N;
+        if (!layer_fits("first layer", rows1, o.K) || (j.pair && !layer_fits("second layer", o.N, o.F)))
+            st = QMM_ERR_UNSUPPORTED;
+        else if (j.pair) {
             gen_layer(&r, j.attn ? "attn.qkv" : "mlp.fc1", (j.attn ? 3 : 2) * o.F, o.K, o.gs, &j.d1, mem);
             gen_layer(&r, j.attn ? "attn.out_proj" : "mlp.fc2", o.N, o.F, o.gs, &j.d2, mem + 2);
         } else {
             gen_layer(&r, strcmp(o.layer, "row") ? "column" : "row", o.N, o.K, o.gs, &j.d1, mem);
         }
-        if (!mem[0] || (j.pair && !mem[2])) st = QMM_ERR_OUT_OF_MEMORY;
+        if (st == QMM_OK && (!mem[0] || (j.pair && !mem[2]))) st = QMM_ERR_OUT_OF_MEMORY;
     }
     if (!all_ok(st, rank, "setup")) goto done;
     if (j.pair) {
@@ -292,21 +405,30 @@ int cmd_tp(int argc, char **argv) {
         if (rank == 0) fprintf(stderr, "qmm tp: %s: %s\n", qmm_status_name(st), qmm_last_error());
         goto done;
     }
-    const size_t es = qmm_dtype_size(o.t);
-    j.x = malloc((size_t)(o.M * j.K_in) * es);
-    j.y = malloc((size_t)(o.M * j.N_out) * es);
-    j.yref = malloc((size_t)(o.M * j.N_out) * es);
+    const int64_t es = (int64_t)qmm_dtype_size(o.t);
+    /* byte counts of x, y and the single-process intermediates (the same on every rank) */
+    const int64_t nx = mul3(o.M, j.K_in, es), ny = mul3(o.M, j.N_out, es), nmid = mul3(o.M, j.d1.N, es),
+                  ncore = mul3(o.M, j.F, es);
+    if (nx < 0 || ny < 0 || nmid < 0 || ncore < 0) {
+        if (rank == 0)
+            fprintf(stderr, "qmm tp: --M %lld tokens with these layers: buffer sizes overflow (at most 2^62 bytes)\n",
+                    (long long)o.M);
+        goto done;
+    }
+    j.x = malloc((size_t)nx);
+    j.y = malloc((size_t)ny);
+    j.yref = malloc((size_t)ny);
     st = j.x && j.y && j.yref ? QMM_OK : QMM_ERR_OUT_OF_MEMORY;
     if (st == QMM_OK) {
         rng r = {o.seed * 31 + 5};
-        for (int64_t i = 0; i < o.M * j.K_in; i++) qmm_store_f(j.x, o.t, i, runif(&r));
+        for (int64_t i = 0; i < nx / es; i++) qmm_store_f(j.x, o.t, i, runif(&r));
     }
     if (st == QMM_OK && rank == 0) { /* the single-process weights */
         st = qmm_weight_create_int8(ctx, &j.d1, &j.w1);
         if (st == QMM_OK && j.pair) {
             st = qmm_weight_create_int8(ctx, &j.d2, &j.w2);
-            j.mid = malloc((size_t)(o.M * j.d1.N) * es);
-            j.core = malloc((size_t)(o.M * j.F) * es);
+            j.mid = malloc((size_t)nmid);
+            j.core = malloc((size_t)ncore);
             if (st == QMM_OK && (!j.mid || !j.core)) st = QMM_ERR_OUT_OF_MEMORY;
         }
     }
@@ -320,10 +442,14 @@ int cmd_tp(int argc, char **argv) {
     if (rank == 0) st = timed(run_single, &j, ctx, 0, &t_one);
     if (!all_ok(st, rank, "single-process run")) goto done;
     /* compare every rank's split output with rank 0's single-process output */
-    if (!all_ok(comm->broadcast(comm, j.yref, (size_t)(o.M * j.N_out) * es, 0), rank, "broadcast")) goto done;
+    if (!all_ok(comm->broadcast(comm, j.yref, (size_t)ny, 0), rank, "broadcast")) goto done;
+    /* the first differing element: bits, except that a NaN matches any NaN (NaN payloads and signs
+     * are unspecified: engines may return the bias's NaN or the default one) */
     long long diff = -1;
-    for (size_t i = 0; i < (size_t)(o.M * j.N_out) * es; i++)
-        if (((unsigned char *)j.y)[i] != ((unsigned char *)j.yref)[i]) { diff = (long long)i; break; }
+    for (int64_t i = 0; i < ny / es && diff < 0; i++)
+        if (memcmp((const char *)j.y + i * es, (const char *)j.yref + i * es, (size_t)es) &&
+            !(isnan(qmm_load_f(j.y, o.t, i)) && isnan(qmm_load_f(j.yref, o.t, i))))
+            diff = (long long)i;
     double *times = rank == 0 ? calloc((size_t)size, sizeof *times) : NULL;
     long long *diffs = rank == 0 ? calloc((size_t)size, sizeof *diffs) : NULL;
     MPI_Gather(&t_split, 1, MPI_DOUBLE, times, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -348,7 +474,7 @@ int cmd_tp(int argc, char **argv) {
         printf("  one process (rank 0): median %.3f ms (%d iters)\n", t_one * 1e3, o.iters);
         printf("bit-identical: %s\n", all_same ? "yes" : "NO");
         for (int r = 0; r < size && !all_same; r++)
-            if (diffs[r] >= 0) printf("  rank %d: first differing byte %lld\n", r, diffs[r]);
+            if (diffs[r] >= 0) printf("  rank %d: first differing element %lld\n", r, diffs[r]);
     }
     free(times);
     free(diffs);

@@ -22,17 +22,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-static inline __m256i bf16_rne(__m512 v) {
-    __m512i u = _mm512_castps_si512(v);
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-    r = _mm512_srli_epi32(r, 16);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-    return _mm512_cvtepi32_epi16(r);
-}
-
 void qmm_float_epilogue_avx512(const qmm_call *c, const float *C, int64_t ldc, int64_t rows, int64_t r0, int64_t n0,
                                int64_t ncols) {
     const qmm_weight *w = c->w;
@@ -46,18 +35,7 @@ void qmm_float_epilogue_avx512(const qmm_call *c, const float *C, int64_t ldc, i
             if (w->is_int8) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w->scale + n0 + j));
             if (w->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, w->bias + n0 + j));
             else v = _mm512_add_ps(v, _mm512_setzero_ps());
-            switch (c->y_dtype) {
-            case QMM_BF16:
-                _mm256_mask_storeu_epi16((uint16_t *)c->y + yrow + j, m, bf16_rne(v));
-                break;
-            case QMM_F16:
-                _mm256_mask_storeu_epi16((uint16_t *)c->y + yrow + j, m,
-                                         _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-                break;
-            default:
-                _mm512_mask_storeu_ps((float *)c->y + yrow + j, m, v);
-                break;
-            }
+            qmm_z_store16((char *)c->y + (size_t)(yrow + j) * qmm_dtype_size(c->y_dtype), c->y_dtype, m, v);
         }
     }
 }

@@ -9,17 +9,18 @@
  * it with act none and no modulation. Every engine (int8, float, ref) then sees the same values,
  * so the result's bits do not depend on the engine. Definitions, per row, in x's dtype T:
  *
- *   rms_norm   ms = (float)(Σ_k x[k]² / K) summed in double; r = 1 / sqrtf(ms + eps);
+ *   rms_norm   ms = qmm_sumsq16(x) / K in fp32 (16 lanes, a fixed fold); r = 1 / sqrtf(ms + eps);
  *              a[k] = T((x[k] · r) · T(w[k]))               (torch: rms_norm in T's opmath f32)
  *   situ       x = [hidden | gate]; every step rounded to T as the kitchen's eager code does:
  *              gated = T(T(T(tanh(T(gate / 4))) · 4) · T(sigmoid(gate)))
- *              a = T(T(T(tanh(T(hidden / 25))) · 25) · gated), sigmoid(g) = 1 / (1 + exp(-g))
+ *              a = T(T(T(tanh(T(hidden / 25))) · 25) · gated)   (qmm_tanh, qmm_sigmoid: numerics.h)
  *   swiglu, gelu_tanh (only with a modulation): qmm_ref_act_rotate_row's definitions (numerics.h)
  *   modulation a = T(a · T(1 + m[k])), m: K values of T
  *
- * tanh/exp are libm's here (one function for all engines, so engines agree bit for bit); torch
- * evaluates them with its own vector library, so against torch these acts agree within a bound
- * (1 ulp of T before quantization), not bit for bit.
+ * The row function is the AVX-512 one (input_stage_avx512.c) where the CPU and the ISA cap allow,
+ * else the scalar one here; both give the same bits. tanh/sigmoid use qmm's exp and the rms sum
+ * a fixed lane order; torch uses its own vector library and reduction order, so against torch
+ * these acts agree within a bound (one ulp of T before quantization), not bit for bit.
  */
 #include "numerics.h"
 #include "prepass.h"
@@ -32,19 +33,18 @@ int qmm_input_stage_needed(const qmm_call *c) {
     return c->act == QMM_ACT_RMS_NORM || c->act == QMM_ACT_SITU || c->modulation != NULL;
 }
 
-/* One row: x (K_in values of T) → a (K floats, each representable in T). */
-static void stage_row(const qmm_call *c, const void *x, float *a) {
+float qmm_rms_norm_factor(const qmm_call *c, float sumsq) {
+    float ms = sumsq / (float)c->K;
+    return 1.0f / sqrtf(ms + c->act_eps);
+}
+
+void qmm_input_stage_row_ref(const qmm_call *c, const void *x, void *out, float *tmp) {
     const qmm_dtype t = c->x_dtype;
     const int64_t K = c->K;
+    float *a = tmp;
     switch (c->act) {
     case QMM_ACT_RMS_NORM: {
-        double ss = 0.0;
-        for (int64_t k = 0; k < K; k++) {
-            double v = qmm_load_f(x, t, k);
-            ss += v * v;
-        }
-        float ms = (float)(ss / (double)K);
-        float r = 1.0f / sqrtf(ms + c->act_eps);
+        const float r = qmm_rms_norm_factor(c, qmm_sumsq16(x, t, K));
         for (int64_t k = 0; k < K; k++) {
             float w = qmm_round_to(qmm_load_f(c->act_weight, c->act_weight_dtype, k), t);
             a[k] = qmm_round_to((qmm_load_f(x, t, k) * r) * w, t);
@@ -54,10 +54,10 @@ static void stage_row(const qmm_call *c, const void *x, float *a) {
     case QMM_ACT_SITU:
         for (int64_t k = 0; k < K; k++) {
             float h = qmm_load_f(x, t, k), g = qmm_load_f(x, t, K + k);
-            float tg = qmm_round_to(tanhf(qmm_round_to(g / 4.0f, t)), t);
-            float sg = qmm_round_to(1.0f / (1.0f + expf(-g)), t);
+            float tg = qmm_round_to(qmm_tanh(qmm_round_to(g / 4.0f, t)), t);
+            float sg = qmm_round_to(qmm_sigmoid(g), t);
             float gated = qmm_round_to(qmm_round_to(tg * 4.0f, t) * sg, t);
-            float th = qmm_round_to(tanhf(qmm_round_to(h / 25.0f, t)), t);
+            float th = qmm_round_to(qmm_tanh(qmm_round_to(h / 25.0f, t)), t);
             a[k] = qmm_round_to(qmm_round_to(th * 25.0f, t) * gated, t);
         }
         break;
@@ -70,6 +70,7 @@ static void stage_row(const qmm_call *c, const void *x, float *a) {
             float m = qmm_round_to(1.0f + qmm_load_f(c->modulation, t, k), t);
             a[k] = qmm_round_to(a[k] * m, t);
         }
+    for (int64_t k = 0; k < K; k++) qmm_store_f(out, t, k, a[k]);
 }
 
 typedef struct {
@@ -77,6 +78,7 @@ typedef struct {
     void *out;            /* [M][K] of T */
     float *tmp;           /* [threads][K] */
     int64_t rows_per_task;
+    qmm_input_stage_row_fn row;
 } stage_job;
 
 static void stage_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
@@ -87,11 +89,16 @@ static void stage_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     float *a = j->tmp + (int64_t)thread * c->K;
     int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     if (r1 > c->M) r1 = c->M;
-    for (int64_t r = r0; r < r1; r++) {
-        stage_row(c, (const char *)c->x + (size_t)(r * c->ldx) * es, a);
-        void *o = (char *)j->out + (size_t)(r * c->K) * es;
-        for (int64_t k = 0; k < c->K; k++) qmm_store_f(o, c->x_dtype, k, a[k]);
-    }
+    for (int64_t r = r0; r < r1; r++)
+        j->row(c, (const char *)c->x + (size_t)(r * c->ldx) * es, (char *)j->out + (size_t)(r * c->K) * es, a);
+}
+
+qmm_input_stage_row_fn qmm_input_stage_row_select(const qmm_context *ctx) {
+    const uint32_t need = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
+    if (qmm_input_stage_row_avx512_ptr && (qmm_cpu_features() & need) == need &&
+        (ctx->max_isa < 0 || ctx->max_isa >= QMM_ISA_AVX512))
+        return qmm_input_stage_row_avx512_ptr;
+    return qmm_input_stage_row_ref;
 }
 
 qmm_status qmm_input_stage(qmm_context *ctx, qmm_call *c) {
@@ -106,7 +113,8 @@ qmm_status qmm_input_stage(qmm_context *ctx, qmm_call *c) {
     void *buf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_STAGE, qmm_round_up((int64_t)out_bytes, 64) + tmp_bytes,
                                              &buf));
-    stage_job j = {c, buf, (float *)((char *)buf + qmm_round_up((int64_t)out_bytes, 64)), 0};
+    stage_job j = {c, buf, (float *)((char *)buf + qmm_round_up((int64_t)out_bytes, 64)), 0,
+                   qmm_input_stage_row_select(ctx)};
     int64_t tasks = (int64_t)ctx->n_threads * 4;
     if (tasks > c->M) tasks = c->M;
     j.rows_per_task = (c->M + tasks - 1) / tasks;

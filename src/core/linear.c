@@ -254,6 +254,19 @@ static qmm_status residual_pass(qmm_context *ctx, const qmm_call *c) {
     return QMM_OK;
 }
 
+static qmm_status residual_copy_if_overlapping(qmm_context *ctx, qmm_call *c) {
+    const size_t es = qmm_dtype_size(c->y_dtype);
+    const char *r0 = c->residual, *r1 = r0 + (size_t)((c->M - 1) * c->ldr + c->N) * es;
+    const char *y0 = c->y, *y1 = y0 + (size_t)((c->M - 1) * c->ldy + c->N) * es;
+    if (r1 <= y0 || y1 <= r0) return QMM_OK;
+    void *buf;
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_RESIDUAL, (size_t)(c->M * c->N) * es, &buf));
+    for (int64_t r = 0; r < c->M; r++) memcpy((char *)buf + (size_t)(r * c->N) * es, r0 + (size_t)(r * c->ldr) * es, (size_t)c->N * es);
+    c->residual = buf;
+    c->ldr = c->N;
+    return QMM_OK;
+}
+
 qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args) {
     QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_linear: ctx is NULL");
     qmm_call c;
@@ -306,9 +319,12 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
         }
     }
     st = qmm_input_stage(ctx, &c);
+    /* the int8 path fuses the residual into its epilogue (element by element, so residual may be
+     * y); the float path adds it after writing y, from a copy when the two overlap */
+    const int residual_after = c.residual && !(w->is_int8 && e->kind != QMM_KIND_FLOAT);
+    if (st == QMM_OK && residual_after) st = residual_copy_if_overlapping(ctx, &c);
     if (st == QMM_OK) st = e->run(ctx, &c);
-    /* the int8 path fuses the residual into its epilogue; the float path adds it after */
-    if (st == QMM_OK && c.residual && !(w->is_int8 && e->kind != QMM_KIND_FLOAT)) st = residual_pass(ctx, &c);
+    if (st == QMM_OK && residual_after) st = residual_pass(ctx, &c);
     if (st != QMM_OK) {
         ctx->counters.errors++;
         if (!strstr(qmm_last_error(), w->name)) { /* e.g. a scratch allocation: name the layer */
@@ -333,6 +349,36 @@ qmm_status qmm_activation_amax(qmm_context *ctx, const qmm_weight *w, const qmm_
     QMM_RETURN_IF(!w->is_int8, QMM_ERR_UNSUPPORTED, "layer %s: amax is for int8 weights", w->name);
     QMM_FORWARD_IF_ERROR(qmm_input_stage(ctx, &c));
     return qmm_prepass_amax(ctx, &c, amax, args->engine == QMM_ENGINE_REF);
+}
+
+qmm_status qmm_quantize_rows(qmm_context *ctx, const void *x, qmm_dtype x_dtype, int64_t M, int64_t K, int64_t ldx,
+                             int convrot_gs, const float *scales_in, int8_t *q, int64_t ldq, float *scales_out) {
+    QMM_RETURN_IF(!ctx || !x || !q || !scales_out, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_rows: %s is NULL",
+                  !ctx ? "ctx" : !x ? "x" : !q ? "q" : "scales_out");
+    QMM_RETURN_IF(M <= 0 || K <= 0, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_rows: M=%lld, K=%lld (need >= 1)",
+                  (long long)M, (long long)K);
+    QMM_RETURN_IF(!is_float(x_dtype), QMM_ERR_UNSUPPORTED, "qmm_quantize_rows: x dtype %s (needs f32, f16 or bf16)",
+                  qmm_dtype_name(x_dtype));
+    if (!ldx) ldx = K;
+    if (!ldq) ldq = K;
+    QMM_RETURN_IF(ldx < K || ldq < K, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_rows: strides ldx=%lld, ldq=%lld < K=%lld",
+                  (long long)ldx, (long long)ldq, (long long)K);
+    QMM_RETURN_IF(K > INT32_MAX || M > INT64_MAX / ldx / (int64_t)qmm_dtype_size(x_dtype) || M > INT64_MAX / ldq,
+                  QMM_ERR_UNSUPPORTED, "qmm_quantize_rows: [%lld, %lld] with ldx=%lld, ldq=%lld too large", (long long)M,
+                  (long long)K, (long long)ldx, (long long)ldq);
+    QMM_RETURN_IF(convrot_gs && (!qmm_convrot_gs_valid(convrot_gs) || K % convrot_gs), QMM_ERR_UNSUPPORTED,
+                  "qmm_quantize_rows: convrot group %d for K=%lld (needs a power of 4 from 4 to %d dividing K)",
+                  convrot_gs, (long long)K, QMM_MAX_CONVROT_GS);
+    qmm_weight w;  /* the pre-pass reads the name, K and the group of a weight */
+    memset(&w, 0, sizeof w);
+    snprintf(w.name, sizeof w.name, "quantize_rows");
+    w.K = K;
+    w.convrot_gs = convrot_gs;
+    qmm_call c;
+    memset(&c, 0, sizeof c);
+    c.w = &w; c.M = M; c.K = K; c.K_in = K; c.x = x; c.x_dtype = x_dtype; c.ldx = ldx;
+    c.token_scales_in = scales_in;
+    return qmm_prepass(ctx, &c, q, ldq, scales_out, 0);
 }
 
 typedef struct {

@@ -45,6 +45,17 @@ float qmm_expf(float x) {
     return ldexpf(y, (int)n);
 }
 
+float qmm_sumsq16(const void *x, qmm_dtype t, int64_t K) {
+    float acc[16] = {0};
+    for (int64_t k = 0; k < K; k++) {
+        float v = qmm_load_f(x, t, k);
+        acc[k % 16] = acc[k % 16] + v * v;
+    }
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) acc[i] = acc[i] + acc[i + w];
+    return acc[0];
+}
+
 void qmm_rotate_f32(float *a, int64_t K, int g) {
     const float scale = qmm_convrot_scale(g);
     for (int64_t base = 0; base < K; base += g) {

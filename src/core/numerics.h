@@ -97,6 +97,28 @@ static inline float qmm_gelu_tanh(float x) {
     return x / (1.0f + qmm_expf(-2.0f * u));
 }
 
+/* The kitchen input acts (SPEC §1a, input_stage.c), in forms the vector paths reproduce:
+ *   sigmoid(g) = 1 / (1 + exp(-g));
+ *   tanh(x)    = x + x·p·(c3 + p·(c5 + p·(c7 + p·c9))), p = x², for |x| < 1/8 (Taylor, < 1e-9
+ *                relative), else sign(x)·(1 − 2 / (exp(2|x|) + 1)); NaN stays NaN. */
+static inline float qmm_sigmoid(float g) { return 1.0f / (1.0f + qmm_expf(-g)); }
+static inline float qmm_tanh(float x) {
+    float ax = fabsf(x);
+    if (ax < 0.125f) {
+        float p = x * x;
+        float t = p * 0.021869488536155203f;          /* 62/2835 */
+        t = p * (-0.05396825396825397f + t);          /* -17/315 */
+        t = p * (0.13333333333333333f + t);           /* 2/15 */
+        t = p * (-0.3333333333333333f + t);           /* -1/3 */
+        return x + x * t;
+    }
+    float r = 1.0f - 2.0f / (qmm_expf(2.0f * ax) + 1.0f);
+    return x < 0.0f ? -r : r;                         /* NaN: ax < 0.125 false, r NaN, x < 0 false */
+}
+/* Σ_k x[k]² of K values of dtype t in fp32, in 16 lanes (lane i sums k ≡ i mod 16 in order) then
+ * lanes folded i + 8, i + 4, i + 2, i + 1 — the order of a zmm accumulator (rms_norm's mean). */
+float qmm_sumsq16(const void *x, qmm_dtype t, int64_t K);
+
 /* ---------------------------------------------------------------- rotation */
 /* The ConvRot group sizes: the powers of 4 from 4 up to QMM_MAX_CONVROT_GS (SPEC §1a). */
 #define QMM_MAX_CONVROT_GS 65536

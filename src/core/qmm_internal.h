@@ -66,7 +66,10 @@ int        qmm_pool_threads(const qmm_pool *p);
 void       qmm_pool_run(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, void *arg);
 
 /* ---------------------------------------------------------------- context */
-enum { QMM_SCRATCH_ACT = 0, QMM_SCRATCH_PREPASS = 1, QMM_SCRATCH_ENGINE = 2, QMM_SCRATCH_STAGE = 3, QMM_SCRATCH_SLOTS = 4 };
+enum {
+    QMM_SCRATCH_ACT = 0, QMM_SCRATCH_PREPASS = 1, QMM_SCRATCH_ENGINE = 2, QMM_SCRATCH_STAGE = 3,
+    QMM_SCRATCH_RESIDUAL = 4, QMM_SCRATCH_SLOTS = 5
+};
 struct qmm_context {
     int n_threads;
     qmm_fallback_policy fallback;
@@ -83,7 +86,8 @@ struct qmm_context {
 /* Returns a 64-byte aligned scratch block of at least `bytes` (reused across calls). Slots are
  * independent: QMM_SCRATCH_ACT (quantized activations q + scales), QMM_SCRATCH_PREPASS (per-thread
  * rows of the pre-pass), QMM_SCRATCH_ENGINE (an engine's own: partial sums, packed A, ...),
- * QMM_SCRATCH_STAGE (the kitchen input stage's output, input_stage.c). */
+ * QMM_SCRATCH_STAGE (the kitchen input stage's output, input_stage.c), QMM_SCRATCH_RESIDUAL (a
+ * copy of a residual that overlaps y, for the float path, which adds it after writing y). */
 qmm_status qmm_context_scratch(qmm_context *ctx, int slot, size_t bytes, void **out);
 
 /* ---------------------------------------------------------------- weights */
@@ -208,6 +212,14 @@ int qmm_input_stage_needed(const qmm_call *c);
 /* If needed: materializes a = modulate(act(x)) [M][K] of x's dtype in QMM_SCRATCH_STAGE and
  * rewrites c to read it (act none, no modulation). */
 qmm_status qmm_input_stage(qmm_context *ctx, qmm_call *c);
+/* One row: x (K_in values of T) → out (K values of T); tmp: K floats. The AVX-512 version
+ * (input_stage_avx512.c, NULL when not built) gives the same bits as the scalar one. */
+typedef void (*qmm_input_stage_row_fn)(const qmm_call *c, const void *x, void *out, float *tmp);
+void qmm_input_stage_row_ref(const qmm_call *c, const void *x, void *out, float *tmp);
+extern const qmm_input_stage_row_fn qmm_input_stage_row_avx512_ptr;
+qmm_input_stage_row_fn qmm_input_stage_row_select(const qmm_context *ctx);
+/* rms_norm's 1 / sqrtf(sumsq / K + eps) */
+float qmm_rms_norm_factor(const qmm_call *c, float sumsq);
 
 /* ---------------------------------------------------------------- logging */
 void qmm_log(const qmm_context *ctx, const char *fmt, ...)

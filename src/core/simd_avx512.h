@@ -100,6 +100,25 @@ static inline __m512 qmm_z_gelu(__m512 x) {
     return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
 
+static inline __m512 qmm_z_sigmoid(__m512 g) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    return _mm512_div_ps(one, _mm512_add_ps(one, qmm_z_exp(qmm_z_neg(g))));
+}
+/* qmm_tanh (numerics.h) lane by lane */
+static inline __m512 qmm_z_tanh(__m512 x) {
+    const __m512 one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
+    __m512 ax = _mm512_abs_ps(x);
+    __m512 p = _mm512_mul_ps(x, x);
+    __m512 t = _mm512_mul_ps(p, _mm512_set1_ps(0.021869488536155203f));
+    t = _mm512_mul_ps(p, _mm512_add_ps(_mm512_set1_ps(-0.05396825396825397f), t));
+    t = _mm512_mul_ps(p, _mm512_add_ps(_mm512_set1_ps(0.13333333333333333f), t));
+    t = _mm512_mul_ps(p, _mm512_add_ps(_mm512_set1_ps(-0.3333333333333333f), t));
+    __m512 small = _mm512_add_ps(x, _mm512_mul_ps(x, t));
+    __m512 r = _mm512_sub_ps(one, _mm512_div_ps(two, _mm512_add_ps(qmm_z_exp(_mm512_mul_ps(two, ax)), one)));
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), qmm_z_neg(r));
+    return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.125f), _CMP_LT_OQ), small);
+}
+
 /* a[k..k+16) = T(act(x)) (masked lanes read as 0) */
 static inline __m512 qmm_z_act16(const void *x, qmm_dtype t, int64_t K, qmm_act act, int64_t k, __mmask16 m) {
     switch (act) {

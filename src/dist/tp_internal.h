@@ -15,6 +15,7 @@ typedef struct tp_rec {
     int32_t status;          /* this rank's local status so far (QMM_OK or the error) */
     int32_t kind, parts, gs, per_channel, has_bias, x_dtype, y_dtype, act, flags;
     int64_t N, K, M, unit, split_hash;
+    int64_t fingerprint;     /* create: tp_fingerprint of the full layer (0: not checked) */
     char msg[200];           /* this rank's error message when status != QMM_OK */
 } tp_rec;
 
@@ -33,6 +34,15 @@ qmm_status tp_agree(qmm_comm *comm, const char *layer, const char *what, const t
 qmm_status tp_split(const char *layer, const char *dim, int64_t width, int64_t unit, const int64_t *split, int size,
                     int64_t *off);
 int64_t tp_split_hash(const int64_t *split, int size);
+
+/* A cheap 64-bit fingerprint (never 0) of the FULL layer every rank is handed: N, K, the scale
+ * layout and every scale's bits, convrot group, the bias dtype and bytes, and a sample of the
+ * int8 data — up to 64 rows spread over N, in each the first, middle and last (up to) 32 bytes
+ * — at positions that depend only on the shape, so every rank reads the same bytes (at most
+ * 192 spans of 32 bytes beyond its own slice). Equal on every rank that loaded the same layer;
+ * checkpoints or seeds that differ give different scales (and sampled bytes), so a mismatch is
+ * found at create. */
+int64_t tp_fingerprint(const qmm_weight_desc *d);
 
 /* qmm_tp_linear_run with a failure that happened before the call on this rank (prior !=
  * QMM_OK: the rank does no local work but takes part in every collective). */

@@ -90,8 +90,39 @@ qmm_status tp_agree(qmm_comm *comm, const char *layer, const char *what, const t
         TP_SAME(kind) TP_SAME(parts) TP_SAME(N) TP_SAME(K) TP_SAME(gs) TP_SAME(per_channel) TP_SAME(has_bias)
         TP_SAME(unit) TP_SAME(split_hash) TP_SAME(M) TP_SAME(x_dtype) TP_SAME(y_dtype) TP_SAME(act) TP_SAME(flags)
 #undef TP_SAME
+        if (a->fingerprint != z->fingerprint && (!a->fingerprint || !z->fingerprint))
+            return qmm_fail(QMM_ERR_DIST, "layer %s: %s: rank %d %s the weight fingerprint check and rank 0 %s (set "
+                            "no_fingerprint the same way on every rank)", layer, what, r,
+                            a->fingerprint ? "runs" : "skips", z->fingerprint ? "runs" : "skips");
+        if (a->fingerprint != z->fingerprint)
+            return qmm_fail(QMM_ERR_DIST, "layer %s: %s: rank %d was handed a different weight than rank 0 (same shape, "
+                            "but the fingerprint of scales, bias and sampled weight bytes is %016llx vs %016llx): "
+                            "ranks loaded different checkpoints or seeds", layer, what, r,
+                            (unsigned long long)a->fingerprint, (unsigned long long)z->fingerprint);
     }
     return QMM_OK;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+int64_t tp_fingerprint(const qmm_weight_desc *d) {
+    const int fb = d->bias_dtype == QMM_F32 || d->bias_dtype == QMM_F16 || d->bias_dtype == QMM_BF16;
+    const int64_t ld = d->ld ? d->ld : d->K;
+    const int64_t head[5] = {d->N, d->K, d->n_scale, d->convrot_gs, d->bias ? (int64_t)d->bias_dtype : -1};
+    uint64_t h = fnv(1469598103934665603ull, head, sizeof head);
+    h = fnv(h, d->scale, (size_t)d->n_scale * sizeof(float));
+    if (d->bias && fb) h = fnv(h, d->bias, (size_t)d->N * qmm_dtype_size(d->bias_dtype));
+    const int64_t rows = d->N < 64 ? d->N : 64, span = d->K < 32 ? d->K : 32;
+    const int64_t at[3] = {0, (d->K - span) / 2, d->K - span};
+    for (int64_t i = 0; i < rows; i++) {
+        const int64_t n = rows > 1 ? i * (d->N - 1) / (rows - 1) : 0;
+        for (int j = 0; j < 3; j++) h = fnv(h, d->data + n * ld + at[j], (size_t)span);
+    }
+    return (int64_t)(h >> 1) | 1;
 }
 
 int64_t tp_split_hash(const int64_t *split, int size) {
@@ -152,6 +183,17 @@ static qmm_status check_local(const qmm_weight_desc *d, const qmm_tp_options *o,
     QMM_RETURN_IF(!d, QMM_ERR_INVALID_ARGUMENT, "tensor parallel: weight desc is NULL");
     QMM_RETURN_IF(d->N <= 0 || d->K <= 0, QMM_ERR_INVALID_ARGUMENT, "layer %s: shape [%lld, %lld]", nm,
                   (long long)d->N, (long long)d->K);
+    /* the limits of qmm_weight_create_int8, on the FULL shape, before anything is allocated or
+     * read (the local slice and the gathered rows of several parts are sized from them) */
+    QMM_RETURN_IF(d->N > ((int64_t)1 << 31) || d->K > ((int64_t)1 << 31), QMM_ERR_UNSUPPORTED,
+                  "layer %s: shape [%lld, %lld] too large (each dimension <= 2^31)", nm, (long long)d->N,
+                  (long long)d->K);
+    QMM_RETURN_IF(d->N > QMM_MAX_WEIGHT_ELEMS / d->K, QMM_ERR_UNSUPPORTED,
+                  "layer %s: shape [%lld, %lld] too large (N*K <= 2^36 elements)", nm, (long long)d->N,
+                  (long long)d->K);
+    QMM_RETURN_IF(d->ld > INT64_MAX / d->N, QMM_ERR_UNSUPPORTED,
+                  "layer %s [%lld, %lld]: row stride %lld too large (N*ld bytes overflow)", nm, (long long)d->N,
+                  (long long)d->K, (long long)d->ld);
     QMM_RETURN_IF(!d->data || !d->scale, QMM_ERR_INVALID_ARGUMENT, "layer %s: %s is NULL", nm,
                   !d->data ? "data" : "scale");
     QMM_RETURN_IF(d->ld && d->ld < d->K, QMM_ERR_INVALID_ARGUMENT, "layer %s: row stride %lld < K=%lld", nm,
@@ -195,12 +237,17 @@ static qmm_status make_local(qmm_context *ctx, qmm_tp_linear *L, const qmm_weigh
         return qmm_weight_create_int8(ctx, &w, &L->local);
     }
     /* several parts: gather rows [p*P + lo, p*P + hi) of each part (create copies them again) */
-    size_t bs = d->bias ? qmm_dtype_size(d->bias_dtype) : 0;
-    int8_t *data = malloc((size_t)rows * (size_t)d->K);
-    float *scale = malloc((size_t)rows * sizeof(float));
-    char *bias = bs ? malloc((size_t)rows * bs) : NULL;
+    size_t bs = d->bias ? qmm_dtype_size(d->bias_dtype) : 0, nd = 0, nb = 0;
+    /* rows <= N and N*K <= QMM_MAX_WEIGHT_ELEMS (check_local): the products fit; checked anyway */
+    const int sized = qmm_mul_ok((size_t)rows, (size_t)d->K, &nd) && qmm_mul_ok((size_t)rows, bs ? bs : 1, &nb);
+    int8_t *data = sized ? malloc(nd) : NULL;
+    float *scale = sized ? malloc((size_t)rows * sizeof(float)) : NULL;
+    char *bias = sized && bs ? malloc(nb) : NULL;
     qmm_status st = QMM_OK;
-    if (!data || !scale || (bs && !bias)) {
+    if (!sized) {
+        st = qmm_fail(QMM_ERR_UNSUPPORTED, "layer %s: local slice of %lld rows x K=%lld too large", L->name,
+                      (long long)rows, (long long)d->K);
+    } else if (!data || !scale || (bs && !bias)) {
         st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "layer %s: out of memory for the local slice", L->name);
     } else {
         for (int p = 0; p < L->parts; p++)
@@ -256,6 +303,7 @@ qmm_status qmm_tp_linear_create(qmm_context *ctx, qmm_comm *comm, const qmm_weig
         rec.gs = d->convrot_gs;
         rec.per_channel = d->n_scale != 1;
         rec.has_bias = d->bias != NULL;
+        rec.fingerprint = o.no_fingerprint ? 0 : tp_fingerprint(d);
     }
     rec.kind = o.kind;
     rec.parts = o.parts;
@@ -322,6 +370,14 @@ void qmm_tp_linear_get_info(const qmm_tp_linear *L, qmm_tp_linear_info *out) {
 /* ---------------------------------------------------------------- run */
 static int is_float_t(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
 
+/* Do M rows of `width` elements of `es` bytes (plus `extra` elements) fit a size_t byte count
+ * that is also below 2^62? Every per-call buffer is sized by such a product. */
+static int rows_fit(int64_t M, int64_t width, size_t es, size_t extra) {
+    size_t n = 0, b = 0;
+    return M > 0 && width >= 0 && qmm_mul_ok((size_t)M, (size_t)width, &n) && n <= SIZE_MAX - extra &&
+           qmm_mul_ok(n + extra, es, &b) && b <= ((size_t)1 << 62);
+}
+
 static void call_rec(tp_rec *rec, const qmm_linear_args *a, unsigned flags) {
     memset(rec, 0, sizeof *rec);
     if (a) {
@@ -344,6 +400,9 @@ static qmm_status run_row(qmm_tp_linear *L, qmm_context *ctx, const qmm_linear_a
     if (st == QMM_OK) {
         la = *args;
         if (M <= 0) st = qmm_fail(QMM_ERR_INVALID_ARGUMENT, "layer %s: M=%lld tokens", L->name, (long long)M);
+        else if (!rows_fit(M, N, sizeof(int32_t), (size_t)c->size) || !rows_fit(M, 4 * L->K, sizeof(float), 0))
+            st = qmm_fail(QMM_ERR_UNSUPPORTED, "layer %s [%lld, %lld]: M=%lld tokens too many (buffer sizes overflow)",
+                          L->name, (long long)N, (long long)L->K, (long long)M);
         else if (!args->x || !args->y) st = qmm_fail(QMM_ERR_INVALID_ARGUMENT, "layer %s: x or y is NULL", L->name);
         else if (!is_float_t(args->y_dtype) || !is_float_t(args->x_dtype))
             st = qmm_fail(QMM_ERR_UNSUPPORTED, "layer %s: row-parallel x/y dtypes %s/%s (need f32, f16 or bf16)",
@@ -438,6 +497,9 @@ static qmm_status run_column(qmm_tp_linear *L, qmm_context *ctx, const qmm_linea
     if (st == QMM_OK) {
         la = *args;
         if (M <= 0) st = qmm_fail(QMM_ERR_INVALID_ARGUMENT, "layer %s: M=%lld tokens", L->name, (long long)M);
+        else if (!rows_fit(M, L->N, es, 0))
+            st = qmm_fail(QMM_ERR_UNSUPPORTED, "layer %s [%lld, %lld]: M=%lld tokens too many (buffer sizes overflow)",
+                          L->name, (long long)L->N, (long long)L->K, (long long)M);
         else if (!args->y) st = qmm_fail(QMM_ERR_INVALID_ARGUMENT, "layer %s: y is NULL", L->name);
         else if (!is_float_t(args->y_dtype))
             st = qmm_fail(QMM_ERR_UNSUPPORTED, "layer %s: column-parallel out dtype %s (needs f32, f16 or bf16)",

@@ -61,7 +61,7 @@ static qmm_status check_local(const qmm_weight_desc *a, const qmm_weight_desc *b
                   "pair %s: without swiglu the pair needs a core function (attention)", nm);
     QMM_RETURN_IF(o->act != QMM_ACT_SWIGLU && o->act != QMM_ACT_NONE, QMM_ERR_UNSUPPORTED,
                   "pair %s: act %s between the layers (swiglu or a core)", nm, qmm_act_name(o->act));
-    QMM_RETURN_IF(a->N != (int64_t)o->parts * b->K, QMM_ERR_INVALID_ARGUMENT,
+    QMM_RETURN_IF(b->K <= 0 || a->N % o->parts || a->N / o->parts != b->K, QMM_ERR_INVALID_ARGUMENT,
                   "pair %s: first layer N=%lld must be %d x the second's K=%lld", nm, (long long)a->N, o->parts,
                   (long long)b->K);
     QMM_RETURN_IF(o->unit < 0, QMM_ERR_INVALID_ARGUMENT, "pair %s: unit %lld", nm, (long long)o->unit);
@@ -119,6 +119,7 @@ qmm_status qmm_tp_pair_create(qmm_context *ctx, qmm_comm *comm, const qmm_weight
     o2.kind = QMM_TP_ROW;
     o2.unit = unit;
     o2.split = opt->split;
+    o1.no_fingerprint = o2.no_fingerprint = opt->no_fingerprint;
     st = qmm_tp_linear_create(ctx, comm, first, &o1, &p->first);
     if (st == QMM_OK) st = qmm_tp_linear_create(ctx, comm, second, &o2, &p->second);
     if (st != QMM_OK) {
@@ -150,6 +151,9 @@ qmm_status qmm_tp_pair_run(qmm_tp_pair *p, qmm_context *ctx, int64_t M, const vo
                       qmm_dtype_name(mid_dtype));
     else if (M <= 0)
         st = qmm_fail(QMM_ERR_INVALID_ARGUMENT, "pair %s: M=%lld tokens", p->name, (long long)M);
+    else if ((uint64_t)M > ((uint64_t)1 << 62) / (uint64_t)(wmid > 0 ? wmid : 1) / ms)
+        st = qmm_fail(QMM_ERR_UNSUPPORTED, "pair %s: M=%lld tokens too many (buffer sizes overflow)", p->name,
+                      (long long)M);
     else
         st = tp_grow(&p->mid, &p->mid_bytes, (size_t)M * (size_t)wmid * ms);
     qmm_linear_args a1 = qmm_linear_args_default();

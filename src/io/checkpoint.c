@@ -10,15 +10,22 @@
  * format "int8_tensorwise": L.weight I8 [N, K]; L.weight_scale F32 [N,1], [N], [1] or [];
  * L.bias optional F32/F16/BF16 [N]; K % g == 0. Any other format is QMM_ERR_UNSUPPORTED naming
  * layer and format (or, with allow_unsupported, a listed QMM_LAYER_UNSUPPORTED layer).
- * A float layer: a 2-D F32/F16/BF16 L.weight without a quant marker (bias absent or [N]).
- * Every layer is validated at open; a failed open returns nothing.
+ * A float layer: a 2-D F32/F16/BF16 L.weight without a quant marker; L.bias absent or
+ * F32/F16/BF16 [N] (any other L.bias is QMM_ERR_FORMAT: it is never silently dropped).
+ * Every layer is validated at open; a failed open returns nothing. The values of a layer's
+ * weight_scale and bias are checked when it is packed (qmm_model_check_layer): a scale that is
+ * NaN, ±Inf, ±0, negative or denormal, or a NaN/±Inf bias, is QMM_ERR_FORMAT naming layer and row.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "io_internal.h"
 #include "numerics.h"
 #include "qmm_internal.h"
 
+#include "numerics.h"
+
+#include <float.h>
 #include <json-c/json.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,17 +68,35 @@ static int ends_with(const char *s, const char *suf) {
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-static const qmm_st_tensor *part(const qmm_st_file *f, const char *layer, const char *suffix) {
-    char name[1024];
-    int n = snprintf(name, sizeof name, "%s%s", layer, suffix);
-    if (n < 0 || (size_t)n >= sizeof name) return NULL;
-    return qmm_st_get(f, name);
+/* The tensor LAYER+SUFFIX, or NULL. Names of any length (up to the header's) are looked up:
+ * *oom is set when the name cannot be built. */
+static const qmm_st_tensor *part(const qmm_st_file *f, const char *layer, const char *suffix, int *oom) {
+    char small[256], *name = small;
+    size_t a = strlen(layer), b = strlen(suffix);
+    if (a + b + 1 > sizeof small && !(name = malloc(a + b + 1))) {
+        *oom = 1;
+        return NULL;
+    }
+    memcpy(name, layer, a);
+    memcpy(name + a, suffix, b + 1);
+    const qmm_st_tensor *t = qmm_st_get(f, name);
+    if (name != small) free(name);
+    return t;
 }
 
-static qmm_layer_info *find_layer(qmm_model *m, const char *name) {
-    for (size_t i = 0; i < m->n; i++)
-        if (!strcmp(m->layers[i].name, name)) return &m->layers[i];
-    return NULL;
+/* Is a layer named name[0..len) among layers[0..n) (sorted by name)? Binary search. */
+static int has_layer(const qmm_layer_info *layers, size_t n, const char *name, size_t len) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const char *x = layers[mid].name;
+        int c = strncmp(x, name, len);
+        if (c == 0) c = x[len] != 0;   /* x has name as a proper prefix: x sorts after */
+        if (c == 0) return 1;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return 0;
 }
 
 static qmm_status add_layer(qmm_model *m, const char *name, size_t name_len, qmm_layer_info **out) {
@@ -117,6 +142,10 @@ static json_object *parse_json(const char *s, size_t n, const char *what, const 
                        o || e == json_tokener_success ? "" : json_tokener_error_desc(e));
         return NULL;
     }
+    if ((*st = qmm_json_check_strict(s, end, path, what)) != QMM_OK) {   /* duplicate keys, lone surrogates */
+        json_object_put(o);
+        return NULL;
+    }
     return o;
 }
 
@@ -153,9 +182,11 @@ static qmm_status read_quant_layer(qmm_model *m, qmm_layer_info *l, json_object 
                   "%s: layer %s: %s has no \"format\" string", P, L, src);
     l->format = strdup(json_object_get_string(jf));
     QMM_RETURN_IF(!l->format, QMM_ERR_OUT_OF_MEMORY, "out of memory");
-    l->weight = part(f, L, ".weight");
-    l->weight_scale = part(f, L, ".weight_scale");
-    l->bias = part(f, L, ".bias");
+    int oom = 0;
+    l->weight = part(f, L, ".weight", &oom);
+    l->weight_scale = part(f, L, ".weight_scale", &oom);
+    l->bias = part(f, L, ".bias", &oom);
+    QMM_RETURN_IF(oom, QMM_ERR_OUT_OF_MEMORY, "%s: layer %.200s: out of memory", P, L);
     if (strcmp(l->format, "int8_tensorwise") != 0) {
         QMM_RETURN_IF(!o->allow_unsupported, QMM_ERR_UNSUPPORTED,
                       "%s: layer %s: format %.60s is not supported (qmm runs int8_tensorwise)", P, L, l->format);
@@ -213,10 +244,13 @@ static qmm_status read_quant_layer(qmm_model *m, qmm_layer_info *l, json_object 
     return QMM_OK;
 }
 
+
 static int cmp_layer(const void *a, const void *b) {
     return strcmp(((const qmm_layer_info *)a)->name, ((const qmm_layer_info *)b)->name);
 }
 
+/* Layers are found by binary search over the ones read so far (kept sorted between steps):
+ * opening is O(n log n) in the number of tensors. */
 static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
     const qmm_st_file *f = m->f;
     const char *P = f->path;
@@ -231,16 +265,22 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
         qmm_layer_info *l;
         QMM_FORWARD_IF_ERROR(add_layer(m, t->name, ln, &l));
         l->comfy_quant = t;
-        char what[1100];
-        snprintf(what, sizeof what, "layer %s: comfy_quant", l->name);
-        qmm_status st;
-        json_object *cfg = parse_json(t->data, t->nbytes, what, P, &st);
+        char what[300];
+        snprintf(what, sizeof what, "layer %.200s%s: comfy_quant", l->name, strlen(l->name) > 200 ? "..." : "");
+        QMM_RETURN_IF(t->nbytes > (1u << 24), QMM_ERR_FORMAT, "%s: %s is not JSON (%zu bytes)", P, what, t->nbytes);
+        char *text = malloc(t->nbytes ? t->nbytes : 1);
+        QMM_RETURN_IF(!text, QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", P);
+        qmm_status st = qmm_st_read(f, t, 0, t->nbytes, text);
+        json_object *cfg = st == QMM_OK ? parse_json(text, t->nbytes, what, P, &st) : NULL;
+        free(text);
         if (!cfg) return st;
         st = read_quant_layer(m, l, cfg, "comfy_quant", o);
         json_object_put(cfg);
         QMM_FORWARD_IF_ERROR(st);
     }
     /* 2. the file-level alternative */
+    if (m->n > 1) qsort(m->layers, m->n, sizeof *m->layers, cmp_layer);
+    const size_t n_tensor_quant = m->n;
     const char *qm = qmm_st_metadata_get(f, "_quantization_metadata");
     if (qm) {
         qmm_status st;
@@ -252,7 +292,7 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
             return qmm_fail(QMM_ERR_FORMAT, "%s: _quantization_metadata has no \"layers\" object", P);
         }
         json_object_object_foreach(layers, key, cfg) {
-            if (find_layer(m, key)) continue;  /* its comfy_quant tensor wins */
+            if (has_layer(m->layers, n_tensor_quant, key, strlen(key))) continue;  /* its comfy_quant tensor wins */
             if (!json_object_is_type(cfg, json_type_object)) {
                 json_object_put(root);
                 return qmm_fail(QMM_ERR_FORMAT, "%s: _quantization_metadata: layer %.200s is not an object", P, key);
@@ -268,24 +308,28 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
         json_object_put(root);
     }
     /* 3. float layers: 2-D float L.weight without a quant marker */
-    size_t n_quant = m->n;
+    if (m->n > 1) qsort(m->layers, m->n, sizeof *m->layers, cmp_layer);
+    const size_t n_quant = m->n;
     for (size_t i = 0; o->float_layers && i < qmm_st_count(f); i++) {
         const qmm_st_tensor *t = qmm_st_at(f, i);
         if (!ends_with(t->name, ".weight") || t->ndim != 2 || !is_float_st(t->dtype)) continue;
         if (t->shape[0] < 1 || t->shape[1] < 1) continue;
         size_t ln = strlen(t->name) - strlen(".weight");
-        int marked = 0;
-        for (size_t j = 0; j < n_quant && !marked; j++)
-            marked = strlen(m->layers[j].name) == ln && !strncmp(m->layers[j].name, t->name, ln);
-        if (marked) continue;
+        if (has_layer(m->layers, n_quant, t->name, ln)) continue;
         qmm_layer_info *l;
         QMM_FORWARD_IF_ERROR(add_layer(m, t->name, ln, &l));
         l->kind = QMM_LAYER_FLOAT;
         l->weight = t;
         l->N = t->shape[0];
         l->K = t->shape[1];
-        const qmm_st_tensor *b = part(f, l->name, ".bias");
-        if (b && is_float_st(b->dtype) && b->ndim == 1 && b->shape[0] == l->N) l->bias = b;
+        int oom = 0;
+        const qmm_st_tensor *b = part(f, l->name, ".bias", &oom);
+        QMM_RETURN_IF(oom, QMM_ERR_OUT_OF_MEMORY, "%s: layer %.200s: out of memory", P, l->name);
+        QMM_RETURN_IF(b && (!is_float_st(b->dtype) || b->ndim != 1 || b->shape[0] != l->N), QMM_ERR_FORMAT,
+                      "%s: layer %s: %s.bias is %s %d-D with %lld values (the float layer [%lld, %lld] needs "
+                      "F32/F16/BF16 [%lld])", P, l->name, l->name, qmm_st_dtype_name(b->dtype), b->ndim,
+                      (long long)b->numel, (long long)l->N, (long long)l->K, (long long)l->N);
+        l->bias = b;
     }
     if (m->n > 1) qsort(m->layers, m->n, sizeof *m->layers, cmp_layer);
     return QMM_OK;
@@ -352,17 +396,65 @@ qmm_status qmm_model_find(const qmm_model *m, const char *layer, const qmm_layer
     return QMM_OK;
 }
 
-/* A copy of a view's bytes when its data is not aligned for typed access (else NULL + *p = data). */
-static qmm_status aligned_view(const qmm_st_tensor *t, const void **p, void **copy) {
-    size_t es = (size_t)qmm_st_dtype_bits(t->dtype) / 8;
-    *copy = NULL;
-    *p = t->data;
-    if (es <= 1 || (uintptr_t)t->data % es == 0) return QMM_OK;
-    *copy = malloc(t->nbytes ? t->nbytes : 1);
-    QMM_RETURN_IF(!*copy, QMM_ERR_OUT_OF_MEMORY, "tensor '%s': out of memory", t->name);
-    memcpy(*copy, t->data, t->nbytes);
-    *p = *copy;
+/* A malloc'd copy of a tensor's bytes (aligned for typed access), read with qmm_st_read: a file
+ * truncated underneath is QMM_ERR_IO, not SIGBUS. */
+static qmm_status read_copy(const qmm_st_file *f, const qmm_st_tensor *t, void **out) {
+    *out = malloc(t->nbytes ? t->nbytes : 1);
+    QMM_RETURN_IF(!*out, QMM_ERR_OUT_OF_MEMORY, "%s: tensor '%.200s' (%zu bytes): out of memory", f->path, t->name,
+                  t->nbytes);
+    qmm_status st = qmm_st_read(f, t, 0, t->nbytes, *out);
+    if (st != QMM_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* Why scale s cannot scale a row (NULL: it can): a scale is a positive, normal, finite float. */
+static const char *bad_scale(float s) {
+    if (s != s) return "NaN";
+    if (isinf(s)) return s > 0 ? "+Inf" : "-Inf";
+    if (s == 0.0f) return signbit(s) ? "-0" : "zero";
+    if (s < 0.0f) return "negative";
+    if (s < FLT_MIN) return "denormal";
+    return NULL;
+}
+
+/* The values of a layer checked (scale: n_scale F32 values, aligned; bias: the bias tensor's
+ * bytes, aligned; either may be NULL): QMM_ERR_FORMAT naming layer, tensor, row and value. */
+static qmm_status check_values(const qmm_model *m, const qmm_layer_info *l, const float *scale, const void *bias) {
+    const char *P = m->f->path, *L = l->name;
+    for (int64_t r = 0; scale && r < l->n_scale; r++) {
+        const char *why = bad_scale(scale[r]);
+        if (!why) continue;
+        if (l->n_scale == 1)
+            return qmm_fail(QMM_ERR_FORMAT, "%s: layer %s: the per-tensor weight_scale is %s (%g): a scale must be a "
+                            "positive normal float", P, L, why, (double)scale[r]);
+        return qmm_fail(QMM_ERR_FORMAT, "%s: layer %s: weight_scale of row %lld is %s (%g): a scale must be a positive "
+                        "normal float", P, L, (long long)r, why, (double)scale[r]);
+    }
+    if (bias) {
+        qmm_dtype bt = (qmm_dtype)qmm_st_dtype_to_qmm(l->bias->dtype);
+        for (int64_t r = 0; r < l->N; r++) {
+            float v = qmm_load_f(bias, bt, r);
+            QMM_RETURN_IF(!isfinite(v), QMM_ERR_FORMAT, "%s: layer %s: bias of row %lld is %s", P, L, (long long)r,
+                          v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf");
+        }
+    }
     return QMM_OK;
+}
+
+qmm_status qmm_model_check_layer(const qmm_model *m, const char *layer) {
+    const qmm_layer_info *l;
+    QMM_FORWARD_IF_ERROR(qmm_model_find(m, layer, &l));
+    if (l->kind == QMM_LAYER_UNSUPPORTED) return QMM_OK;
+    void *scale = NULL, *bias = NULL;
+    qmm_status st = l->bias ? read_copy(m->f, l->bias, &bias) : QMM_OK;
+    if (st == QMM_OK && l->kind == QMM_LAYER_INT8) st = read_copy(m->f, l->weight_scale, &scale);
+    if (st == QMM_OK) st = check_values(m, l, scale, bias);
+    free(scale);
+    free(bias);
+    return st;
 }
 
 qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const char *layer, qmm_weight **out) {
@@ -374,26 +466,19 @@ qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const c
     QMM_RETURN_IF(l->kind == QMM_LAYER_UNSUPPORTED, QMM_ERR_UNSUPPORTED,
                   "%s: layer %s: format %.60s is not supported (qmm runs int8_tensorwise)", m->f->path, l->name,
                   l->format);
-    const void *bias = NULL;
-    void *bias_copy = NULL, *w_copy = NULL;
-    qmm_dtype bias_dt = QMM_F32;
-    if (l->bias) {
-        QMM_FORWARD_IF_ERROR(aligned_view(l->bias, &bias, &bias_copy));
-        bias_dt = (qmm_dtype)qmm_st_dtype_to_qmm(l->bias->dtype);
-    }
-    qmm_status st;
-    if (l->kind == QMM_LAYER_INT8) {
-        float *scale = malloc((size_t)l->n_scale * sizeof *scale);
-        if (!scale) {
-            free(bias_copy);
-            return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "layer %s: out of memory", l->name);
-        }
-        memcpy(scale, l->weight_scale->data, (size_t)l->n_scale * sizeof *scale);
+    /* every byte is copied out of the mapping first (qmm_st_read), then packed */
+    void *bias = NULL, *scale = NULL, *wd = NULL;
+    qmm_dtype bias_dt = l->bias ? (qmm_dtype)qmm_st_dtype_to_qmm(l->bias->dtype) : QMM_F32;
+    qmm_status st = l->bias ? read_copy(m->f, l->bias, &bias) : QMM_OK;
+    if (st == QMM_OK && l->kind == QMM_LAYER_INT8) st = read_copy(m->f, l->weight_scale, &scale);
+    if (st == QMM_OK) st = check_values(m, l, scale, bias);
+    if (st == QMM_OK) st = read_copy(m->f, l->weight, &wd);
+    if (st == QMM_OK && l->kind == QMM_LAYER_INT8) {
         qmm_weight_desc d = qmm_weight_desc_default();
         d.name = l->name;
         d.N = l->N;
         d.K = l->K;
-        d.data = l->weight->data;
+        d.data = wd;
         d.ld = l->K;
         d.scale = scale;
         d.n_scale = l->n_scale;
@@ -402,16 +487,13 @@ qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const c
         d.convrot_gs = l->convrot_gs;
         d.full_precision = l->full_precision;
         st = qmm_weight_create_int8(ctx, &d, out);
-        free(scale);
-    } else {
-        const void *wd;
-        st = aligned_view(l->weight, &wd, &w_copy);
-        if (st == QMM_OK)
-            st = qmm_weight_create_float(ctx, l->name, wd, (qmm_dtype)qmm_st_dtype_to_qmm(l->weight->dtype), l->N,
-                                         l->K, l->K, bias, bias_dt, out);
+    } else if (st == QMM_OK) {
+        st = qmm_weight_create_float(ctx, l->name, wd, (qmm_dtype)qmm_st_dtype_to_qmm(l->weight->dtype), l->N, l->K,
+                                     l->K, bias, bias_dt, out);
     }
-    free(bias_copy);
-    free(w_copy);
+    free(bias);
+    free(scale);
+    free(wd);
     return st;
 }
 

@@ -32,6 +32,15 @@ void qmm_buf_free(qmm_buf *b);
  * offset of the first bad byte. */
 bool qmm_utf8_valid(const unsigned char *s, size_t n, size_t *bad_at);
 
+/* JSON that json-c accepted, checked for what the reference safetensors reader (serde_json)
+ * rejects and json-c does not: a key twice in one object, a lone surrogate escape, U+0000 in a
+ * key. QMM_ERR_FORMAT "PATH: WHAT: ..." naming the key or byte. (json_strict.c) */
+qmm_status qmm_json_check_strict(const char *s, size_t n, const char *path, const char *what);
+
+/* memcpy(dst, src, n) from a file mapping; a SIGBUS during it (the file shrank underneath) is
+ * QMM_ERR_IO "PATH: WHAT: ..." instead of the end of the process. (mapped_read.c) */
+qmm_status qmm_mapped_copy(void *dst, const void *src, size_t n, const char *path, const char *what);
+
 /* ---------------------------------------------------------------- open file */
 typedef struct qmm_st_meta { char *key, *value; } qmm_st_meta;
 struct qmm_st_file {

@@ -3,7 +3,9 @@
  * validates all of it before handing out zero-copy tensor views:
  *   - at least 8 bytes; header length (u64 LE) <= QMM_ST_MAX_HEADER and <= file size - 8;
  *   - header bytes: no NUL, valid UTF-8, one JSON object (json-c, strict mode) followed only
- *     by whitespace (writers pad with spaces);
+ *     by whitespace (writers pad with spaces); as the reference reader (serde_json): no key twice
+ *     in any object (a tensor name, "__metadata__", a field), no lone surrogate escape, no
+ *     U+0000 in a name or key (qmm_json_check_strict), no U+0000 in a dtype or metadata value;
  *   - "__metadata__": an object of string values;
  *   - every other key: {"dtype": known name, "shape": [ints >= 0] (<= QMM_ST_MAX_DIMS),
  *     "data_offsets": [begin, end]} with begin <= end <= data size, numel·bits/8 computed
@@ -19,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -104,8 +107,9 @@ static qmm_status parse_tensor(const qmm_st_file *f, const char *name, json_obje
     QMM_RETURN_IF(!json_object_object_get_ex(v, "dtype", &jd) || !json_object_is_type(jd, json_type_string),
                   QMM_ERR_FORMAT, "%s: tensor '%s': missing or non-string \"dtype\"", P, name);
     int dt = dtype_from_name(json_object_get_string(jd));
-    QMM_RETURN_IF(dt < 0, QMM_ERR_FORMAT, "%s: tensor '%s': unknown dtype \"%.40s\"", P, name,
-                  json_object_get_string(jd));
+    QMM_RETURN_IF(dt < 0 || (size_t)json_object_get_string_len(jd) != strlen(json_object_get_string(jd)),
+                  QMM_ERR_FORMAT, "%s: tensor '%s': unknown dtype \"%.40s%s\"", P, name, json_object_get_string(jd),
+                  dt < 0 ? "" : "\\u0000...");
     t->dtype = (qmm_st_dtype)dt;
     QMM_RETURN_IF(!json_object_object_get_ex(v, "shape", &js) || !json_object_is_type(js, json_type_array),
                   QMM_ERR_FORMAT, "%s: tensor '%s': missing or non-array \"shape\"", P, name);
@@ -171,6 +175,9 @@ static qmm_status parse_metadata(qmm_st_file *f, json_object *v) {
     json_object_object_foreach(v, key, val) {
         QMM_RETURN_IF(!json_object_is_type(val, json_type_string), QMM_ERR_FORMAT,
                       "%s: __metadata__ \"%.80s\": value is not a string", f->path, key);
+        QMM_RETURN_IF((size_t)json_object_get_string_len(val) != strlen(json_object_get_string(val)), QMM_ERR_FORMAT,
+                      "%s: __metadata__ \"%.80s\": value contains U+0000 (qmm keeps metadata as C strings)", f->path,
+                      key);
         qmm_st_meta *m = &f->meta[f->n_meta++];
         m->key = strdup(key);
         m->value = strdup(json_object_get_string(val));
@@ -179,12 +186,13 @@ static qmm_status parse_metadata(qmm_st_file *f, json_object *v) {
     return QMM_OK;
 }
 
-static qmm_status parse_header(qmm_st_file *f) {
+/* head: the file's first bytes (8 + the header), a copy for mapped files. */
+static qmm_status parse_header(qmm_st_file *f, const unsigned char *head) {
     const char *P = f->path;
     QMM_RETURN_IF(f->size < 8, QMM_ERR_FORMAT, "%s: truncated: %zu bytes (a safetensors file has at least 8)", P,
                   f->size);
     uint64_t hl = 0;
-    for (int i = 7; i >= 0; i--) hl = (hl << 8) | f->base[i];
+    for (int i = 7; i >= 0; i--) hl = (hl << 8) | head[i];
     QMM_RETURN_IF(hl > QMM_ST_MAX_HEADER, QMM_ERR_FORMAT, "%s: header length %llu over the limit of %u bytes", P,
                   (unsigned long long)hl, QMM_ST_MAX_HEADER);
     QMM_RETURN_IF(hl > f->size - 8, QMM_ERR_FORMAT,
@@ -195,7 +203,7 @@ static qmm_status parse_header(qmm_st_file *f) {
     f->header_len = hl;
     f->data = f->base + 8 + hl;
     const uint64_t data_size = (uint64_t)f->size - 8 - hl;
-    const char *h = (const char *)f->base + 8;
+    const char *h = (const char *)head + 8;
     QMM_RETURN_IF(memchr(h, 0, (size_t)hl) != NULL, QMM_ERR_FORMAT, "%s: header contains a NUL byte at %zu", P,
                   (size_t)((const char *)memchr(h, 0, (size_t)hl) - h));
     size_t bad;
@@ -225,6 +233,8 @@ static qmm_status parse_header(qmm_st_file *f) {
         st = qmm_fail(QMM_ERR_FORMAT, "%s: header is not a JSON object", P);
         goto out;
     }
+    st = qmm_json_check_strict(h, end, P, "header");
+    if (st) goto out;
     size_t n = (size_t)json_object_object_length(root);
     f->t = calloc(n ? n : 1, sizeof *f->t);
     if (!f->t) { st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", P); goto out; }
@@ -254,7 +264,7 @@ static qmm_status parse_header(qmm_st_file *f) {
         }
         if (!last || b->end > last->end) last = b;
     }
-    /* by-name index; duplicate names cannot occur (json-c keeps one value per key) */
+    /* by-name index; names are unique (qmm_json_check_strict refused duplicate keys) */
     name_idx *ni = malloc((f->n ? f->n : 1) * sizeof *ni);
     f->by_name = malloc((f->n ? f->n : 1) * sizeof *f->by_name);
     if (!ni || !f->by_name) {
@@ -272,7 +282,24 @@ out:
 }
 
 static qmm_status finish_open(qmm_st_file *f, qmm_st_file **out) {
-    qmm_status st = parse_header(f);
+    /* a mapped file's header is parsed from a copy made by qmm_mapped_copy: a file cut short
+     * after the mmap is an error, not a SIGBUS inside json-c */
+    const unsigned char *head = f->base;
+    unsigned char *copy = NULL;
+    qmm_status st = QMM_OK;
+    if (f->mapped && f->size >= 8) {
+        unsigned char len8[8];
+        st = qmm_mapped_copy(len8, f->base, 8, f->path, "header length");
+        uint64_t hl = 0;
+        for (int i = 7; st == QMM_OK && i >= 0; i--) hl = (hl << 8) | len8[i];
+        size_t take = 8 + (size_t)(hl < QMM_ST_MAX_HEADER ? hl : QMM_ST_MAX_HEADER);
+        if (take > f->size) take = f->size;
+        if (st == QMM_OK && !(copy = malloc(take))) st = qmm_fail(QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", f->path);
+        if (st == QMM_OK) st = qmm_mapped_copy(copy, f->base, take, f->path, "header");
+        head = copy;
+    }
+    if (st == QMM_OK) st = parse_header(f, head);
+    free(copy);
     if (st != QMM_OK) {
         qmm_st_close(f);
         return st;
@@ -298,7 +325,9 @@ qmm_status qmm_st_open(const char *path, qmm_st_file **out) {
     QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_st_open: out is NULL");
     *out = NULL;
     QMM_RETURN_IF(!path, QMM_ERR_INVALID_ARGUMENT, "qmm_st_open: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; the
+     * type is checked on the open descriptor, so no other file can take its place after. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     QMM_RETURN_IF(fd < 0, QMM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
@@ -308,7 +337,10 @@ qmm_status qmm_st_open(const char *path, qmm_st_file **out) {
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return qmm_fail(QMM_ERR_IO, "%s: not a regular file", path);
+        return qmm_fail(QMM_ERR_IO, "%s: not a regular file (%s)", path,
+                        S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                        : S_ISCHR(sb.st_mode) ? "a character device" : S_ISBLK(sb.st_mode) ? "a block device"
+                        : S_ISSOCK(sb.st_mode) ? "a socket" : "not a plain file");
     }
     qmm_st_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(path))) {
@@ -332,6 +364,22 @@ qmm_status qmm_st_open(const char *path, qmm_st_file **out) {
     }
     close(fd);
     return finish_open(f, out);
+}
+
+qmm_status qmm_st_read(const qmm_st_file *f, const qmm_st_tensor *t, uint64_t offset, size_t n, void *dst) {
+    QMM_RETURN_IF(!f || !t || (!dst && n), QMM_ERR_INVALID_ARGUMENT, "qmm_st_read: %s is NULL",
+                  !f ? "file" : !t ? "tensor" : "dst");
+    QMM_RETURN_IF(offset > t->nbytes || n > t->nbytes - offset, QMM_ERR_INVALID_ARGUMENT,
+                  "%s: tensor '%.200s': bytes [%llu, +%zu) outside its %zu", f->path, t->name,
+                  (unsigned long long)offset, n, t->nbytes);
+    const unsigned char *src = (const unsigned char *)t->data + offset;
+    if (!f->mapped) {
+        if (n) memcpy(dst, src, n);
+        return QMM_OK;
+    }
+    char what[240];
+    snprintf(what, sizeof what, "tensor '%.200s'", t->name);
+    return qmm_mapped_copy(dst, src, n, f->path, what);
 }
 
 size_t qmm_st_count(const qmm_st_file *f) { return f ? f->n : 0; }

@@ -1,7 +1,8 @@
 /*
  * safetensors_write.c — the streamed safetensors writer (contract in qmm_io.h): declare
  * tensors and metadata, write the header, stream each tensor's bytes in declared order, then
- * fsync + rename a temporary file (PATH.tmp.XXXXXX, same folder) onto PATH. The header is
+ * fsync + rename a temporary file (PATH.qmm-tmp.<pid>.XXXXXX, same folder) onto PATH; the
+ * temporary paths of unfinished writers are kept in fixed slots for qmm_st_remove_temporaries. The header is
  * compact JSON ("__metadata__" first, then tensors in declared order) padded with spaces to a
  * multiple of 8, as the reference Python/Rust implementation writes it; same declarations →
  * same bytes.
@@ -12,6 +13,7 @@
 #include "qmm_internal.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,18 +39,97 @@ struct qmm_st_writer {
     uint64_t data_size;
     size_t cur;              /* tensor being written */
     uint64_t cur_done;       /* its bytes written so far */
+    int tmp_slot;            /* its g_tmp slot (-1: none) */
+    size_t *slot;            /* [n_slot] open-addressing set of declared names: index + 1, 0 empty */
+    size_t n_slot;           /* a power of two, at least 2n */
 };
+
+static size_t name_hash(const char *s) {   /* FNV-1a */
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* The slot of name: the one holding it, or the empty one where it goes. */
+static size_t *name_slot(const qmm_st_writer *w, const char *name) {
+    size_t i = name_hash(name) & (w->n_slot - 1);
+    while (w->slot[i] && strcmp(w->t[w->slot[i] - 1].name, name) != 0) i = (i + 1) & (w->n_slot - 1);
+    return &w->slot[i];
+}
+
+/* Room for one more name in the set (rehashes at half full). */
+static bool name_set_grow(qmm_st_writer *w) {
+    if (2 * (w->n + 1) <= w->n_slot) return true;
+    size_t ns = w->n_slot ? 2 * w->n_slot : 128;
+    size_t *old = w->slot, old_n = w->n_slot;
+    w->slot = calloc(ns, sizeof *w->slot);
+    if (!w->slot) {
+        w->slot = old;
+        return false;
+    }
+    w->n_slot = ns;
+    for (size_t i = 0; i < old_n; i++)
+        if (old[i]) *name_slot(w, w->t[old[i] - 1].name) = old[i];
+    free(old);
+    return true;
+}
+
+/* ---------------------------------------------------------------- live temporary files
+ * Fixed slots holding the paths of the unfinished writers' temporary files, so that a signal
+ * handler can remove them (qmm_st_remove_temporaries): no allocation, no locks, the path bytes
+ * never freed while a slot is live. state: 0 free, 1 being filled or emptied, 2 live. */
+enum { TMP_SLOTS = 32, TMP_PATH_MAX = 4096 };
+static struct {
+    _Atomic int state;
+    char path[TMP_PATH_MAX];
+} g_tmp[TMP_SLOTS];
+
+/* mkstemp(templ) with the file's name live in a slot from the moment it exists: mkstemp works on
+ * the slot's own copy of the template (a handler may unlink a candidate name that failed; names
+ * carry this process's pid, so only this process's temporaries can match). *slot = -1 when no
+ * slot is free (more than TMP_SLOTS writers at once: that file is not removed on a signal). */
+static int mkstemp_registered(char *templ, int *slot) {
+    size_t n = strlen(templ);
+    *slot = -1;
+    for (int i = 0; n < TMP_PATH_MAX && i < TMP_SLOTS; i++) {
+        int free_state = 0;
+        if (atomic_compare_exchange_strong(&g_tmp[i].state, &free_state, 1)) {
+            memcpy(g_tmp[i].path, templ, n + 1);
+            atomic_store(&g_tmp[i].state, 2);
+            int fd = mkstemp(g_tmp[i].path);
+            if (fd < 0) {
+                atomic_store(&g_tmp[i].state, 0);
+                return fd;
+            }
+            memcpy(templ, g_tmp[i].path, n + 1);
+            *slot = i;
+            return fd;
+        }
+    }
+    return mkstemp(templ);
+}
+
+static void tmp_unregister(int slot) {
+    if (slot >= 0) atomic_store(&g_tmp[slot].state, 0);
+}
+
+void qmm_st_remove_temporaries(void) {
+    for (int i = 0; i < TMP_SLOTS; i++)
+        if (atomic_load(&g_tmp[i].state) == 2) unlink(g_tmp[i].path);
+}
 
 void qmm_st_writer_destroy(qmm_st_writer *w) {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
     if (w->stage != 2 && w->tmp) unlink(w->tmp);
+    tmp_unregister(w->tmp_slot);
     for (size_t i = 0; i < w->n; i++) free(w->t[i].name);
     for (size_t i = 0; i < w->n_meta; i++) {
         free(w->meta[i].key);
         free(w->meta[i].value);
     }
     free(w->t);
+    free(w->slot);
     free(w->meta);
     free(w->path);
     free(w->tmp);
@@ -62,16 +143,16 @@ qmm_status qmm_st_writer_create(const char *path, qmm_st_writer **out) {
     qmm_st_writer *w = calloc(1, sizeof *w);
     QMM_RETURN_IF(!w, QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     w->fd = -1;
+    w->tmp_slot = -1;
     size_t n = strlen(path);
     w->path = strdup(path);
-    w->tmp = malloc(n + 16);
+    w->tmp = malloc(n + 48);
     if (!w->path || !w->tmp) {
         qmm_st_writer_destroy(w);
         return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     }
-    memcpy(w->tmp, path, n);
-    memcpy(w->tmp + n, ".tmp.XXXXXX", 12);
-    w->fd = mkstemp(w->tmp);
+    snprintf(w->tmp, n + 48, "%s.qmm-tmp.%ld.XXXXXX", path, (long)getpid());
+    w->fd = mkstemp_registered(w->tmp, &w->tmp_slot);
     if (w->fd < 0) {
         int e = errno;
         free(w->tmp);
@@ -130,9 +211,8 @@ qmm_status qmm_st_writer_declare(qmm_st_writer *w, const char *name, qmm_st_dtyp
                   w->path, name, (int)dtype);
     QMM_RETURN_IF(ndim < 0 || ndim > QMM_ST_MAX_DIMS, QMM_ERR_INVALID_ARGUMENT, "%s: tensor '%s': %d dimensions",
                   w->path, name, ndim);
-    for (size_t i = 0; i < w->n; i++)
-        QMM_RETURN_IF(!strcmp(w->t[i].name, name), QMM_ERR_INVALID_ARGUMENT, "%s: tensor '%s' declared twice",
-                      w->path, name);
+    QMM_RETURN_IF(!name_set_grow(w), QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", w->path);
+    QMM_RETURN_IF(*name_slot(w, name) != 0, QMM_ERR_INVALID_ARGUMENT, "%s: tensor '%s' declared twice", w->path, name);
     uint64_t numel = 1;
     for (int i = 0; i < ndim; i++) {
         QMM_RETURN_IF(shape[i] < 0 || (shape[i] && numel > (uint64_t)INT64_MAX / (uint64_t)shape[i]),
@@ -163,6 +243,7 @@ qmm_status qmm_st_writer_declare(qmm_st_writer *w, const char *name, qmm_st_dtyp
     t->end = w->data_size + nbytes;
     w->data_size = t->end;
     w->n++;
+    *name_slot(w, name) = w->n;
     return QMM_OK;
 }
 
@@ -282,6 +363,8 @@ qmm_status qmm_st_writer_finish(qmm_st_writer *w) {
         return qmm_fail(QMM_ERR_IO, "cannot rename %s to %s: %s", w->tmp, w->path, strerror(errno));
     }
     w->stage = 2;
+    tmp_unregister(w->tmp_slot);
+    w->tmp_slot = -1;
     return QMM_OK;
 }
 

@@ -3,6 +3,8 @@
 # CTest (tests/tp.cmake): oversubscribed (more ranks than cores is fine), root-safe, shared
 # memory + loopback only (no network), one QMM_SEED for every rank (printed by each), one
 # thread per rank unless QMM_NUM_THREADS says otherwise. Exit 77 (skip) if mpirun is missing.
+# run_mpi.sh --mpmd -np 1 PROG ARGS : -np 1 PROG OTHER-ARGS — the same environment, mpirun's
+# MPMD form (ranks started with different command lines).
 np=$1
 shift
 MPIRUN=${QMM_MPIEXEC:-mpirun}
@@ -29,5 +31,8 @@ if [ "${QMM_TP_LEAKS:-0}" = 1 ]; then
     export LSAN_OPTIONS="suppressions=$here/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 else
     export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
+if [ "$np" = --mpmd ]; then
+    exec "$MPIRUN" --oversubscribe --bind-to none "$@"
 fi
 exec "$MPIRUN" --oversubscribe --bind-to none -np "$np" "$@"

@@ -21,6 +21,7 @@
 #include "qmm_io.h"
 #include "testutil.h"
 
+#include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,14 +33,6 @@ static qmm_context *g_ctx;
 
 static const qmm_dtype k_float[] = {QMM_F32, QMM_F16, QMM_BF16};
 static qmm_dtype rand_float_dtype(void) { return k_float[tu_rand_int(0, 2)]; }
-
-/* the first byte index where a and b differ, -1 if none */
-static int64_t first_diff(const void *a, const void *b, size_t n) {
-    const unsigned char *x = a, *y = b;
-    for (size_t i = 0; i < n; i++)
-        if (x[i] != y[i]) return (int64_t)i;
-    return -1;
-}
 
 /* A random full int8 layer; buffers owned by the caller through free_layer. */
 typedef struct layer {
@@ -111,10 +104,11 @@ static void test_comm(void) {
 }
 
 /* ---------------------------------------------------------------- one layer, split vs one process */
+/* n elements of dtype t: the same bits, NaN matching any NaN (tu_same_elem) */
 static void check_same(const char *what, qmm_engine_id e, int64_t M, int64_t N, int64_t K, const void *y,
-                       const void *yref, size_t bytes) {
-    int64_t i = first_diff(y, yref, bytes);
-    TU_CHECK(i < 0, "rank %d/%d %s: %lldx%lldx%lld engine %s: split result differs from one process at byte %lld",
+                       const void *yref, qmm_dtype t, int64_t n) {
+    int64_t i = tu_first_diff(y, yref, t, n);
+    TU_CHECK(i < 0, "rank %d/%d %s: %lldx%lldx%lld engine %s: split result differs from one process at element %lld",
              g_rank, g_size, what, (long long)M, (long long)N, (long long)K, qmm_engine_name(e), (long long)i);
 }
 
@@ -155,6 +149,13 @@ static void test_linear(qmm_tp_kind kind, qmm_engine_id e) {
     }
     layer L;
     make_layer(&L, kind == QMM_TP_ROW ? "test.row" : "test.col", N, K, gs);
+    if (tu_rand_int(0, 3) == 0) { /* a row holding Inf and NaN biases with a payload: NaN as NaN (SPEC §7) */
+        qmm_store_f(x, xt, (M - 1) * ldx + tu_rand_int(0, kin - 1), INFINITY);
+        if (L.bias)
+            for (int64_t n = 0; n < N; n += 2)
+                tu_store_bits(L.bias, L.d.bias_dtype, n,
+                              L.d.bias_dtype == QMM_F32 ? 0x7fcde000u : L.d.bias_dtype == QMM_F16 ? 0x7e6fu : 0x7fcdu);
+    }
     /* one process */
     qmm_weight *wf = NULL;
     TU_CHECK_OK(qmm_weight_create_int8(g_ctx, &L.d, &wf));
@@ -217,8 +218,8 @@ static void test_linear(qmm_tp_kind kind, qmm_engine_id e) {
                      kind == QMM_TP_ROW ? "row" : "column", parts, gs, qmm_act_name(act), qmm_dtype_name(xt),
                      qmm_dtype_name(yt), explicit_split ? " explicit-split" : "",
                      flags & QMM_TP_X_FULL ? " x-full" : "");
-            check_same(what, e, M, N, K, y, yref, ybytes);
-            check_same("token scales", e, M, N, K, s, sref, (size_t)M * sizeof(float));
+            check_same(what, e, M, N, K, y, yref, yt, M * N);
+            check_same("token scales", e, M, N, K, s, sref, QMM_F32, M);
         }
         if (xl != x) free(xl);
     }
@@ -308,7 +309,7 @@ static void test_pair(int attention, qmm_engine_id e) {
             char what[96];
             snprintf(what, sizeof what, "%s pair F=%lld gs=%d/%d x=%s mid=%s y=%s", attention ? "attention" : "mlp",
                      (long long)F, gs1, gs2, qmm_dtype_name(xt), qmm_dtype_name(mt), qmm_dtype_name(yt));
-            check_same(what, e, M, N2, F, y, yref, (size_t)(M * N2) * ys);
+            check_same(what, e, M, N2, F, y, yref, yt, M * N2);
         }
     }
     qmm_tp_pair_destroy(P);
@@ -332,7 +333,7 @@ static void expect_all(const char *what, qmm_status st, qmm_status want, const c
     float f[2] = {(float)st, -(float)st};
     TU_CHECK_OK(g_comm->allreduce_max_f32(g_comm, f, 2));
     TU_CHECK(f[0] == -f[1], "rank %d: %s: ranks returned different statuses", g_rank, what);
-    if (g_rank == 0 && st == want) tu_note("%s -> %s: %s", what, qmm_status_name(st), m);
+    if (g_rank == 0 && st == want) tu_note("%s -> %s%s%s", what, qmm_status_name(st), st ? ": " : "", st ? m : "");
 }
 
 static void test_errors(void) {
@@ -388,6 +389,54 @@ static void test_errors(void) {
         TU_CHECK(T == NULL, "no handle after a refused deep-K create");
         free(wbig);
     }
+    /* 4c. shapes beyond qmm_weight_create_int8's limits, refused on every rank before anything is
+     *     allocated or read (a column layer of 2 parts once malloc'd rows*K bytes, which wrapped) */
+    {
+        int8_t wsmall[64];
+        float sc = 1.0f;
+        memset(wsmall, 1, sizeof wsmall);
+        qmm_weight_desc dh = qmm_weight_desc_default();
+        dh.name = "err.huge";
+        dh.data = wsmall;
+        dh.scale = &sc;
+        dh.n_scale = 1;
+        qmm_tp_options oc = qmm_tp_options_default();
+        oc.parts = 2;
+        const struct { int64_t N, K, ld; const char *what, *msg; } huge[] = {
+            {16, (int64_t)1 << 62, 0, "K = 2^62, 2 parts", "too large"},
+            {64, (int64_t)1 << 31, 0, "N*K = 2^37", "2^36"},
+            {(int64_t)1 << 32, 2, 0, "N = 2^32", "2^31"},
+            {2, 16, INT64_MAX / 2 + 1, "row stride near 2^62", "row stride"},
+        };
+        for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+            dh.N = huge[i].N * R;
+            dh.K = huge[i].K;
+            dh.ld = huge[i].ld;
+            expect_all(huge[i].what, qmm_tp_linear_create(g_ctx, g_comm, &dh, &oc, &T), QMM_ERR_DIST, huge[i].msg);
+            TU_CHECK(T == NULL, "no handle after a refused huge shape (%s)", huge[i].what);
+            qmm_tp_linear_destroy(T);
+            T = NULL;
+        }
+    }
+    /* 4d. ranks must agree on the values that drive collectives (qmm_comm_agree_i64) */
+    {
+        static const char *const nm[3] = {"iters", "M", "engine"};
+        int64_t v[3] = {3, 8, 1};
+        expect_all("agree: same values", qmm_comm_agree_i64(g_comm, "t", 3, nm, v), QMM_OK, NULL);
+        v[1] = g_rank == R - 1 ? 9 : 8;
+        char want[64];
+        snprintf(want, sizeof want, "rank %d: 9", R - 1);
+        expect_all("agree: M differs on the last rank", qmm_comm_agree_i64(g_comm, "t", 3, nm, v), QMM_ERR_DIST,
+                   "ranks disagree on M");
+        TU_CHECK(strstr(qmm_last_error(), want) && strstr(qmm_last_error(), "rank 0: 8"),
+                 "agree: the message lists every rank's value: %s", qmm_last_error());
+        v[1] = 8;
+        expect_all("agree: a different count on rank 0", qmm_comm_agree_i64(g_comm, "t", g_rank ? 3 : 2, nm, v),
+                   QMM_ERR_DIST, "values");
+        expect_all("agree: invalid n on the last rank",
+                   qmm_comm_agree_i64(g_comm, "t", g_rank == R - 1 ? QMM_AGREE_MAX + 1 : 3, nm, v), QMM_ERR_DIST,
+                   "invalid arguments");
+    }
     /* 5. run-time: a different M on rank 0, then x = NULL on the last rank */
     TU_CHECK_OK(qmm_tp_linear_create(g_ctx, g_comm, &L.d, &o, &T));
     if (T) {
@@ -403,7 +452,11 @@ static void test_errors(void) {
         a.M = M;
         a.x = g_rank == R - 1 ? NULL : x;
         expect_all("x NULL on the last rank", qmm_tp_linear_run(T, g_ctx, &a, QMM_TP_X_FULL), QMM_ERR_DIST, "rank");
-        a.x = x; /* and the communicator is still in step */
+        a.x = x;
+        a.M = (int64_t)1 << 62; /* buffer sizes would overflow: refused on every rank before any exchange */
+        expect_all("M = 2^62 row-parallel", qmm_tp_linear_run(T, g_ctx, &a, QMM_TP_X_FULL), QMM_ERR_DIST,
+                   "too many");
+        a.M = M; /* and the communicator is still in step */
         TU_CHECK_OK(qmm_tp_linear_run(T, g_ctx, &a, QMM_TP_X_FULL));
         free(x);
         free(y);
@@ -412,7 +465,115 @@ static void test_errors(void) {
     free_layer(&L);
 }
 
+/* ---------------------------------------------------------------- weights that differ across ranks */
+/* Every rank builds the same layer from the seed; then the last rank's copy is changed in one
+ * place (a scale, a sampled weight byte, the bias, the whole seed): create must fail on every
+ * rank with QMM_ERR_DIST naming the layer, unless every rank turns the fingerprint off. */
+static void test_fingerprint(void) {
+    const int R = g_size, last = g_rank == R - 1;
+    layer L;
+    make_layer(&L, "fp.layer", 12 * R, 48, 16);
+    if (!L.bias) { /* this test wants a bias to change */
+        L.bias = malloc((size_t)L.d.N * qmm_dtype_size(L.d.bias_dtype));
+        tu_fill_float(L.bias, L.d.bias_dtype, L.d.N, 1.0f);
+        L.d.bias = L.bias;
+    }
+    const size_t bs = (size_t)L.d.N * qmm_dtype_size(L.d.bias_dtype);
+    float *scale2 = malloc((size_t)L.d.N * sizeof(float));
+    int8_t *w2 = malloc((size_t)(L.d.N * L.d.ld));
+    unsigned char *bias2 = malloc(bs);
+    for (int kind = 0; kind < 2; kind++) {
+        qmm_tp_options o = qmm_tp_options_default();
+        o.kind = kind ? QMM_TP_ROW : QMM_TP_COLUMN;
+        qmm_tp_linear *T = NULL;
+        TU_CHECK_OK(qmm_tp_linear_create(g_ctx, g_comm, &L.d, &o, &T)); /* the same weight everywhere */
+        qmm_tp_linear_destroy(T);
+        T = NULL;
+        for (int change = 0; change < 3; change++) {
+            qmm_weight_desc d = L.d;
+            memcpy(scale2, L.scale, (size_t)L.d.N * sizeof(float));
+            memcpy(w2, L.w, (size_t)(L.d.N * L.d.ld));
+            memcpy(bias2, L.bias, bs);
+            d.scale = scale2;
+            d.data = w2;
+            d.bias = bias2;
+            const char *what = change == 0 ? "a different scale on the last rank"
+                             : change == 1 ? "a different (sampled) weight byte on the last rank"
+                                           : "a different bias on the last rank";
+            if (last && change == 0) scale2[d.n_scale - 1] *= 2.0f;
+            if (last && change == 1) w2[(d.N - 1) * d.ld + d.K - 1] ^= 0x55; /* the last row's last byte */
+            if (last && change == 2) bias2[bs - 1] ^= 0x01;
+            expect_all(what, qmm_tp_linear_create(g_ctx, g_comm, &d, &o, &T), QMM_ERR_DIST, "different weight");
+            TU_CHECK(T == NULL && strstr(qmm_last_error(), "fp.layer"), "%s: no handle, the layer named: %s", what,
+                     qmm_last_error());
+            qmm_tp_linear_destroy(T);
+            T = NULL;
+            o.no_fingerprint = 1; /* turned off on every rank: created (the caller's choice) */
+            expect_all("the same change with no_fingerprint", qmm_tp_linear_create(g_ctx, g_comm, &d, &o, &T), QMM_OK,
+                       NULL);
+            qmm_tp_linear_destroy(T);
+            T = NULL;
+            o.no_fingerprint = last; /* off on one rank only: refused */
+            expect_all("no_fingerprint on one rank", qmm_tp_linear_create(g_ctx, g_comm, &L.d, &o, &T), QMM_ERR_DIST,
+                       "fingerprint check");
+            qmm_tp_linear_destroy(T);
+            T = NULL;
+            o.no_fingerprint = 0;
+        }
+    }
+    /* a pair whose ranks were seeded differently: the first layer is already refused */
+    {
+        layer A, B;
+        make_layer(&A, "fp.fc1", 2 * 8 * R, 32, 0);
+        make_layer(&B, "fp.fc2", 24, 8 * R, 0);
+        if (last) tu_fill_i8(A.w, A.d.N * A.d.ld, -127, 127), A.scale[0] += 1.0f; /* another seed's weights */
+        qmm_tp_pair_options po;
+        memset(&po, 0, sizeof po);
+        po.act = QMM_ACT_SWIGLU;
+        po.parts = 2;
+        qmm_tp_pair *P = NULL;
+        expect_all("pair seeded differently on the last rank", qmm_tp_pair_create(g_ctx, g_comm, &A.d, &B.d, &po, &P),
+                   QMM_ERR_DIST, "layer fp.fc1");
+        TU_CHECK(P == NULL, "no pair after a fingerprint mismatch");
+        qmm_tp_pair_destroy(P);
+        free_layer(&A);
+        free_layer(&B);
+    }
+    free(scale2);
+    free(w2);
+    free(bias2);
+    free_layer(&L);
+}
+
 /* ---------------------------------------------------------------- from a checkpoint */
+/* A ComfyUI INT8 checkpoint with the layers "ck.col" and "ck.row", both wq [N, K] with scales. */
+static qmm_status write_checkpoint(const char *path, const int8_t *wq, const float *scale, int64_t N, int64_t K) {
+    char cq[128];
+    size_t cql = qmm_comfy_quant_json(16, cq, sizeof cq);
+    qmm_st_writer *w = NULL;
+    const char *names[2] = {"ck.col", "ck.row"};
+    qmm_status st = qmm_st_writer_create(path, &w);
+    for (int l = 0; l < 2 && st == QMM_OK; l++) {
+        char nm[64];
+        int64_t sh[2] = {N, K}, shs[1] = {N}, shq[1] = {(int64_t)cql};
+        snprintf(nm, sizeof nm, "%s.weight", names[l]);
+        st = qmm_st_writer_declare(w, nm, QMM_ST_I8, 2, sh);
+        snprintf(nm, sizeof nm, "%s.weight_scale", names[l]);
+        if (st == QMM_OK) st = qmm_st_writer_declare(w, nm, QMM_ST_F32, 1, shs);
+        snprintf(nm, sizeof nm, "%s.comfy_quant", names[l]);
+        if (st == QMM_OK) st = qmm_st_writer_declare(w, nm, QMM_ST_U8, 1, shq);
+    }
+    if (st == QMM_OK) st = qmm_st_writer_begin(w);
+    for (int l = 0; l < 2 && st == QMM_OK; l++) {
+        st = qmm_st_writer_write(w, wq, (size_t)(N * K));
+        if (st == QMM_OK) st = qmm_st_writer_write(w, scale, (size_t)N * sizeof(float));
+        if (st == QMM_OK) st = qmm_st_writer_write(w, cq, cql);
+    }
+    if (st == QMM_OK) st = qmm_st_writer_finish(w);
+    qmm_st_writer_destroy(w);
+    return st;
+}
+
 /* Rank 0 writes a ComfyUI INT8 checkpoint with layers "ck.col" and "ck.row"; every rank opens
  * it, builds its slices from the mapped file and must match the single-process layer. */
 static void test_checkpoint(qmm_engine_id e) {
@@ -427,29 +588,7 @@ static void test_checkpoint(qmm_engine_id e) {
     if (g_rank == 0) {
         snprintf(path, sizeof path, "/tmp/qmm_tp_test_%d_%llu.safetensors", (int)getpid(),
                  (unsigned long long)tu_seed());
-        char cq[128];
-        size_t cql = qmm_comfy_quant_json(16, cq, sizeof cq);
-        qmm_st_writer *w = NULL;
-        const char *names[2] = {"ck.col", "ck.row"};
-        st = qmm_st_writer_create(path, &w);
-        for (int l = 0; l < 2 && st == QMM_OK; l++) {
-            char nm[64];
-            int64_t sh[2] = {N, K}, shs[1] = {N}, shq[1] = {(int64_t)cql};
-            snprintf(nm, sizeof nm, "%s.weight", names[l]);
-            st = qmm_st_writer_declare(w, nm, QMM_ST_I8, 2, sh);
-            snprintf(nm, sizeof nm, "%s.weight_scale", names[l]);
-            if (st == QMM_OK) st = qmm_st_writer_declare(w, nm, QMM_ST_F32, 1, shs);
-            snprintf(nm, sizeof nm, "%s.comfy_quant", names[l]);
-            if (st == QMM_OK) st = qmm_st_writer_declare(w, nm, QMM_ST_U8, 1, shq);
-        }
-        if (st == QMM_OK) st = qmm_st_writer_begin(w);
-        for (int l = 0; l < 2 && st == QMM_OK; l++) {
-            st = qmm_st_writer_write(w, wq, (size_t)(N * K));
-            if (st == QMM_OK) st = qmm_st_writer_write(w, L.scale, (size_t)N * sizeof(float));
-            if (st == QMM_OK) st = qmm_st_writer_write(w, cq, cql);
-        }
-        if (st == QMM_OK) st = qmm_st_writer_finish(w);
-        qmm_st_writer_destroy(w);
+        st = write_checkpoint(path, wq, L.scale, N, K);
         TU_CHECK(st == QMM_OK, "writing %s: %s", path, qmm_last_error());
     }
     int32_t ok = st == QMM_OK;
@@ -483,8 +622,8 @@ static void test_checkpoint(qmm_engine_id e) {
             if (wf) TU_CHECK_OK(qmm_linear(g_ctx, wf, &a));
             a.y = y;
             if (T) TU_CHECK_OK(qmm_tp_linear_run(T, g_ctx, &a, QMM_TP_X_FULL));
-            check_same(l ? "checkpoint row-parallel" : "checkpoint column-parallel", e, M, N, K, y, yref,
-                       (size_t)(M * N) * 2);
+            check_same(l ? "checkpoint row-parallel" : "checkpoint column-parallel", e, M, N, K, y, yref, QMM_BF16,
+                       M * N);
             qmm_tp_linear_destroy(T);
             qmm_weight_destroy(wf);
             qmm_tp_desc_release(own);
@@ -495,6 +634,35 @@ static void test_checkpoint(qmm_engine_id e) {
         qmm_model_close(m);
         g_comm->barrier(g_comm);
         if (g_rank == 0) unlink(path);
+    }
+    /* each rank its own checkpoint of the same shapes, the last rank's quantized differently (its
+     * scales halved): every rank's create refuses it, naming the layer */
+    {
+        char mine[256];
+        snprintf(mine, sizeof mine, "/tmp/qmm_tp_fp_%d_%d_%llu.safetensors", (int)getpid(), g_rank,
+                 (unsigned long long)tu_seed());
+        float *sc = malloc((size_t)N * sizeof(float));
+        for (int64_t n = 0; n < N; n++) sc[n] = g_rank == g_size - 1 ? L.scale[n] * 0.5f : L.scale[n];
+        qmm_status wst = write_checkpoint(mine, wq, sc, N, K);
+        TU_CHECK(wst == QMM_OK, "writing %s: %s", mine, qmm_last_error());
+        qmm_model *m = NULL;
+        qmm_weight_desc d = qmm_weight_desc_default();
+        void *own = NULL;
+        qmm_status st2 = wst == QMM_OK ? qmm_model_open(mine, NULL, &m) : wst;
+        if (st2 == QMM_OK) st2 = qmm_tp_desc_from_model(m, "ck.col", &d, &own);
+        qmm_tp_linear *T = NULL;
+        qmm_tp_options o = qmm_tp_options_default();
+        if (st2 != QMM_OK) d.data = NULL; /* take part in the create anyway: it fails on every rank */
+        expect_all("checkpoints that differ across ranks", qmm_tp_linear_create(g_ctx, g_comm, &d, &o, &T),
+                   QMM_ERR_DIST, st2 == QMM_OK ? "layer ck.col: column-parallel create: rank" : NULL);
+        if (st2 == QMM_OK && g_size > 1)
+            TU_CHECK(strstr(qmm_last_error(), "different weight"), "the checkpoint mismatch is named: %s",
+                     qmm_last_error());
+        qmm_tp_linear_destroy(T);
+        qmm_tp_desc_release(own);
+        qmm_model_close(m);
+        unlink(mine);
+        free(sc);
     }
     free(wq);
     free_layer(&L);
@@ -566,6 +734,7 @@ int main(int argc, char **argv) {
         for (int k = 0; k < reps; k++) test_linear(QMM_TP_COLUMN, QMM_ENGINE_AUTO); /* same selection both ways */
         test_checkpoint(QMM_ENGINE_REF);
         test_errors();
+        test_fingerprint();
     }
     int rc = tu_finish();
     qmm_context_destroy(g_ctx);

@@ -77,7 +77,10 @@ static const char *admit(const qmm_call *c, char *why, size_t n) {
     return NULL;
 }
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_a2_run(ctx, c, avx2_kernel, 4, 0); }
+static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, avx2_kernel); }
+static const qmm_i8_engine k_avx2_int8 = QMM_A2_ENGINE(0, 4, tile);
+
+static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_int8_gemm(ctx, c, &k_avx2_int8); }
 
 const qmm_engine qmm_engine_avx2_int8 = {
     .id = QMM_ENGINE_AVX2_INT8,

@@ -113,9 +113,14 @@ static const char *admit(const qmm_call *c, char *why, size_t n) {
     return qmm_admit_common_int8(c, why, n);
 }
 
+#ifdef QMM_HAVE_AVXVNNI_BUILD
+static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, vnni_kernel); }
+static const qmm_i8_engine k_avx_vnni = QMM_A2_ENGINE(1, 6, tile);
+#endif
+
 static qmm_status run(qmm_context *ctx, const qmm_call *c) {
 #ifdef QMM_HAVE_AVXVNNI_BUILD
-    return qmm_a2_run(ctx, c, vnni_kernel, 6, 1);
+    return qmm_int8_gemm(ctx, c, &k_avx_vnni);
 #else
     (void)ctx;
     return qmm_fail(QMM_ERR_INTERNAL, "layer %s: engine avx_vnni was not built", c->w->name);

@@ -1,25 +1,22 @@
 /*
- * int8_gemm_avx2.h — the blocked, threaded int8 GEMM driver and the fused AVX2 epilogue shared
- * by the two 256-bit int8 engines (avx_vnni.c, avx2_int8.c). Included only by files compiled
- * with the AVX2 flags. Each engine supplies one microkernel; everything else lives here.
+ * int8_gemm_avx2.h — what the two 256-bit int8 engines (avx_vnni.c, avx2_int8.c) share on top of
+ * the core int8 driver (int8_gemm.h): their micro-kernel signature, the blocking, the tile
+ * adapter and the fused AVX2 epilogue. Included only by files compiled with the AVX2 flags.
  *
- *   pre-pass     qmm_prepass() → q [M][Kp] int8 (zero padded) + s [M] fp32, in QMM_SCRATCH_ACT;
- *                u8 engines (VPDPBUSD) then flip q in place to a = q + 128 (XOR 0x80);
- *   blocking     task = (MC rows) × (NC output channels); inside a task, for each KC-deep slice
- *                of K (all of K when M <= 32: weight streaming, each panel read once, contiguously): for each 16-channel panel (B slice 16×KC = 8 KiB, stays in L1) for each
- *                MR-row micro tile (A slice MR×KC from the MC×KC block kept in L2) the
- *                microkernel adds its MR×16 int32 sums into the task's C tile (MC×NC int32,
- *                per-thread scratch, L2). Every output element is summed by one task in one
- *                fixed k order, so the bits do not depend on the thread count;
- *   threads      qmm_pool_run over the task grid (task i on thread i % n: static partition);
- *   epilogue     acc (− 128·colsum[n] for u8 A) → qmm_y_epilogue8 (simd_avx2.h: fused or kitchen
- *                form, bias, residual, RNE to the output dtype), the reference's operations;
- *                columns past the last multiple of 8 use the scalar qmm_epilogue_store_ref.
+ *   tile         one 16-column block of mr rows per call (nrb = 1): the engine's kernel adds
+ *                its mr × 16 int32 sums into the driver's partials, prefetching its share of the
+ *                next panel into L2 for whole-K small M;
+ *   blocking     MC × NC tasks, KC-deep chunks (all of K when M <= 32: weight streaming);
+ *   epilogue     on the last chunk, acc (− 128·colsum[n] for u8 A) → qmm_y_epilogue8
+ *                (simd_avx2.h: fused or kitchen form, bias, residual, RNE to the output dtype),
+ *                the reference's operations; columns past the last multiple of 8 use the scalar
+ *                qmm_epilogue_store_ref.
  */
 #ifndef QMM_INT8_GEMM_AVX2_H
 #define QMM_INT8_GEMM_AVX2_H
 
 #include "numerics.h"
+#include "int8_gemm.h"
 #include "prepass.h"
 #include "qmm_internal.h"
 #include "simd_avx2.h"
@@ -37,18 +34,6 @@ enum { QMM_A2_MC = 96, QMM_A2_NC = 256, QMM_A2_KC = 512 };
 typedef void (*qmm_a2_kernel_fn)(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c,
                                  int64_t ldc, int mr, int first, const int8_t *pf, int64_t pf_kq);
 
-typedef struct {
-    const qmm_call *c;
-    const uint8_t *q;       /* [M][Kp] */
-    const float *s;         /* [M] */
-    int32_t *ctile;         /* [threads][MC][NC] */
-    int64_t mt, nt;         /* task grid: row blocks, channel blocks */
-    int64_t kc;             /* K slice depth (bytes of k): QMM_A2_KC, or all of Kp for small M */
-    int u8;                 /* A holds q + 128: subtract 128·colsum */
-    int mr_max;
-    qmm_a2_kernel_fn kern;
-} qmm_a2_job;
-
 /* Epilogue of one output row r: acc[0..cols) are columns n0.. (− 128·colsum for u8 A), then
  * qmm_y_epilogue8 (simd_avx2.h) per 8 columns and qmm_epilogue_store_ref for the last ones. */
 static inline void qmm_a2_epilogue_row(const qmm_call *c, const int32_t *acc, int64_t r, int64_t n0, int64_t cols,
@@ -64,84 +49,24 @@ static inline void qmm_a2_epilogue_row(const qmm_call *c, const int32_t *acc, in
     for (; j < cols; j++) qmm_epilogue_store_ref(c, acc[j] - (u8 ? 128 * cs[j] : 0), r, n0 + j, sr);
 }
 
-static void qmm_a2_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    (void)n_tasks;
-    const qmm_a2_job *j = arg;
-    const qmm_call *c = j->c;
-    const qmm_weight *w = c->w;
-    const int64_t Kp = w->i8.Kp, Kq = Kp / 4, KC = j->kc;
-    const int64_t ni = task / j->mt, mi = task % j->mt; /* consecutive tasks share the B block */
-    const int64_t m0 = mi * QMM_A2_MC, m1 = m0 + QMM_A2_MC < c->M ? m0 + QMM_A2_MC : c->M;
-    const int64_t n0 = ni * QMM_A2_NC;
-    const int64_t npan = (n0 + QMM_A2_NC <= w->i8.Np ? QMM_A2_NC : w->i8.Np - n0) / 16;
-    int32_t *ct = j->ctile + (int64_t)thread * QMM_A2_MC * QMM_A2_NC; /* [MC][NC] */
-    for (int64_t k0 = 0; k0 < Kp; k0 += KC) {
-        const int64_t kq0 = k0 / 4, kqn = (k0 + KC <= Kp ? KC : Kp - k0) / 4;
-        for (int64_t p = 0; p < npan; p++) {
-            const int8_t *b = w->i8.data + ((n0 / 16 + p) * Kq + kq0) * 64;
-            /* whole-K panels (small M, several row tiles): the tiles of this panel share the
-             * prefetch of the next panel (same task) into L2, so its first tile does not wait on
-             * DRAM; with one tile (M <= 6) the hardware prefetcher's sequential stream is left alone */
-            const int64_t ntile = (m1 - m0 + j->mr_max - 1) / j->mr_max;
-            const int8_t *nb = p + 1 < npan && KC == Kp && ntile > 1 ? b + Kq * 64 : NULL; /* 1 tile: pure stream */
-            for (int64_t r = m0, t = 0; r < m1; r += j->mr_max, t++) {
-                int mr = (int)(m1 - r < j->mr_max ? m1 - r : j->mr_max);
-                int64_t pf0 = Kq * t / ntile, pf1 = Kq * (t + 1) / ntile;
-                j->kern(j->q + r * Kp + k0, Kp, b, kqn, ct + (r - m0) * QMM_A2_NC + p * 16, QMM_A2_NC, mr, k0 == 0,
-                        nb ? nb + pf0 * 64 : NULL, nb ? pf1 - pf0 : 0);
-            }
-        }
-    }
-    const int64_t cols = (n0 + QMM_A2_NC <= c->N ? QMM_A2_NC : c->N - n0);
-    for (int64_t r = m0; r < m1; r++) qmm_a2_epilogue_row(c, ct + (r - m0) * QMM_A2_NC, r, n0, cols, j->u8, j->s[r]);
-}
-
-static void qmm_a2_xor_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    (void)thread;
-    const qmm_a2_job *j = arg;
-    const int64_t M = j->c->M, Kp = j->c->w->i8.Kp;
-    int64_t r0 = M * task / n_tasks, r1 = M * (task + 1) / n_tasks;
-    uint8_t *q = (uint8_t *)j->q;
-    const __m256i x80 = _mm256_set1_epi8((char)0x80);
-    for (int64_t i = r0 * Kp; i < r1 * Kp; i += 32) {
-        __m256i v = _mm256_load_si256((const __m256i *)(q + i));
-        _mm256_store_si256((__m256i *)(q + i), _mm256_xor_si256(v, x80));
+/* The driver's tile (int8_gemm.h) on kernel kern: one 16-column block (nrb = 1), the share of
+ * the next panel prefetched into L2 meanwhile, then on the last chunk the tile's outputs. */
+static inline void qmm_a2_tile(const qmm_i8_gemm *g, const qmm_i8_tile *t, qmm_a2_kernel_fn kern) {
+    const int64_t ldp = g->e->nc;
+    const int8_t *pf = t->pf_mode == QMM_I8_PF_NEXT ? t->pf : NULL;
+    int64_t pf_kq = pf ? (t->pf_step * t->nq + 63) / 64 : 0;
+    if (pf_kq > t->nq) pf_kq = t->nq;
+    kern(t->a, g->Kp, t->b, t->nq, t->part, ldp, t->mr, t->first, pf, pf_kq);
+    if (t->last) {
+        const int64_t cols = g->c->N - t->n < 16 ? g->c->N - t->n : 16;
+        for (int i = 0; i < t->mr; i++)
+            qmm_a2_epilogue_row(g->c, t->part + i * ldp, t->r + i, t->n, cols, g->e->u8, g->s[t->r + i]);
     }
 }
 
-/* The whole call on one engine: pre-pass, (u8 flip), blocked GEMM + epilogue, token scales. */
-static inline qmm_status qmm_a2_run(qmm_context *ctx, const qmm_call *c, qmm_a2_kernel_fn kern, int mr_max, int u8) {
-    const qmm_weight *w = c->w;
-    const int64_t M = c->M, Kp = w->i8.Kp;
-    size_t qbytes;
-    QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)Kp, &qbytes) || qbytes > SIZE_MAX / 2, QMM_ERR_OUT_OF_MEMORY,
-                  "layer %s: M=%lld × Kp=%lld activations too large", w->name, (long long)M, (long long)Kp);
-    void *buf, *tiles;
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * sizeof(float), &buf));
-    const int nt = qmm_pool_threads(ctx->pool);
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE,
-                                             (size_t)nt * QMM_A2_MC * QMM_A2_NC * sizeof(int32_t), &tiles));
-    int8_t *q = buf;
-    float *s = (float *)((char *)buf + qbytes);
-    QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, q, Kp, s, 0));
-    qmm_a2_job j;
-    memset(&j, 0, sizeof j);
-    j.c = c;
-    j.q = (const uint8_t *)q;
-    j.s = s;
-    j.ctile = tiles;
-    j.mt = (M + QMM_A2_MC - 1) / QMM_A2_MC;
-    j.nt = (w->i8.Np + QMM_A2_NC - 1) / QMM_A2_NC;
-    /* small M is weight-bandwidth bound: stream each panel's whole K contiguously (the A rows
-     * fit in L1/L2 anyway) instead of hopping between panels every KC bytes */
-    j.kc = M <= 32 ? Kp : QMM_A2_KC;
-    j.u8 = u8;
-    j.mr_max = mr_max;
-    j.kern = kern;
-    if (u8) qmm_pool_run(ctx->pool, M < nt ? M : nt, qmm_a2_xor_task, &j);
-    qmm_pool_run(ctx->pool, j.mt * j.nt, qmm_a2_task, &j);
-    if (c->token_scales) memcpy(c->token_scales, s, (size_t)M * sizeof(float));
-    return QMM_OK;
-}
+/* The blocking of both AVX2 engines: MC × KC activation bytes (48 KiB) in L2, a 16 × KC panel
+ * (8 KiB) in L1; whole K (weight streaming) up to 32 rows. */
+#define QMM_A2_ENGINE(u8_, mr_, tile_) \
+    { .u8 = (u8_), .mr = (mr_), .nrb = 1, .mc = QMM_A2_MC, .nc = QMM_A2_NC, .kc = QMM_A2_KC, .whole_k_m = 32, .tile = (tile_) }
 
 #endif /* QMM_INT8_GEMM_AVX2_H */

@@ -1,32 +1,27 @@
 /*
  * avx512_vnni.c — the AVX512-VNNI int8 engine (QMM_ENGINE_AVX512_VNNI): SPEC §1 on the shared
  * n16k4 packed weights, bit-identical to the reference engine (int32 accumulators and outputs).
- *
- *   1. pre-pass (qmm_prepass, AVX-512 row kernel): q [M][Kp] int8 + s [M] fp32 into the
- *      context's QMM_SCRATCH_ACT arena; then a = q ^ 0x80 = q + 128 as u8, in place, because
- *      VPDPBUSD multiplies u8 × s8:  Σ (q+128)·w − 128·colsum[n] = Σ q·w  (mod 2^32, exact).
- *      Weights holding -128 are fine: u8 × s8 products fit the instruction's int16 partials.
- *   2. GEMM: the output is cut into tasks of MC rows × NC columns (a static partition, task i on
- *      thread i % n; every accumulator is an exact int32 sum, so the bits never depend on the
- *      thread count or on the blocking). Inside a task: for each K chunk of KC, for each panel
- *      of NRB 16-column blocks (its KC × 64-byte slices stay in L1), for each MR rows: the
- *      micro-kernel MR × NRB zmm accumulators (6 × 4: 24 zmm), one broadcast of 4 activation
- *      bytes per row and one 64-byte weight row per block per 4 k. Partial sums of a task live
- *      in a per-thread MC × NC int32 block of QMM_SCRATCH_ENGINE between K chunks.
- *   3. the last K chunk runs the fused epilogue on the registers: acc − 128·colsum, then I32
- *      out, or ((float)acc · s_r) · w_scale[n] + bias[n] (+0.0f without bias, as the
- *      reference) → f32 / f16 (vcvtps2ph, RNE) / bf16 (integer RNE, NaN kept quiet), masked
- *      stores for the last columns, row stride ldy.
+ * It runs on the core int8 driver (int8_gemm.h: pre-pass, a = q + 128 as u8 because VPDPBUSD
+ * multiplies u8 × s8 — Σ (q+128)·w − 128·colsum[n] = Σ q·w mod 2^32, exact, -128 weights
+ * included —, MC × NC tasks, KC chunks, prefetch schedule) and supplies:
+ *   tile      the MR × NRB micro-kernel (6 rows × 4 16-column blocks: 24 zmm accumulators, one
+ *             broadcast of 4 activation bytes per row and one 64-byte weight row per block per
+ *             4 k), in asm for 4 blocks (kernel_<mr>x4_asm) and in C for the last blocks of N;
+ *             the partial sums of a task live in the driver's MC × NC int32 block between K
+ *             chunks; on the last chunk the outputs are written by store_out: acc − 128·colsum,
+ *             then qmm_z_epilogue16 (simd_avx512.h: I32, or the fused / kitchen epilogue, bias,
+ *             residual, rounded to f32 / f16 / bf16), masked for the last columns;
+ *   one pass  7 ≤ M ≤ 24: all rows in one register tile over the whole K, one pass over the
+ *             weights (avx512_vnni_small.c: 24, 20 or 16 × 1, 12 × 2 or 8 × 3 blocks, on the
+ *             driver's packed copy of the rows); the weight's last blocks use the row tiles.
  * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights;
- * M ≤ 6: one row tile per panel over the whole K, prefetched 1 KiB ahead per block;
- * 7 ≤ M ≤ 24 (also beyond SMALL_M = 18, the whole-K limit of the row tiles): one pass over the weights with all rows in
- * one register tile (avx512_vnni_small.c: 24, 20 or 16 × 1, 12 × 2 or 8 × 3 blocks, on a packed copy
- * of the rows; the weight's last blocks use the row tiles of 6, which share an L2 prefetch of
- * the next panel). With K chunks (M > SMALL_M) no software prefetch (a burst of prefetches of
- * the next chunk per row tile cost 12 % of the kernel time and gained nothing measurable).
- * No allocation per call beyond the context's scratch arenas.
+ * M ≤ SMALL_M: whole K, a single row tile prefetching 1 KiB ahead per block (PF_STREAM), several
+ * sharing an L2 prefetch of the next panel (PF_NEXT). With K chunks no software prefetch (a burst
+ * of prefetches of the next chunk per row tile cost 12 % of the kernel time and gained nothing
+ * measurable). No allocation per call beyond the context's scratch arenas.
  */
 #include "avx512_vnni_small.h"
+#include "int8_gemm.h"
 #include "numerics.h"
 #include "prepass.h"
 #include "qmm_internal.h"
@@ -46,18 +41,7 @@ enum {
 };
 #define PF_AHEAD_BYTES 1024 /* = PF_AHEAD, as text for the asm */
 
-typedef struct {
-    const qmm_call *c;
-    uint8_t *a;         /* [M][Kp] q + 128 */
-    const float *s;     /* [M] */
-    int32_t *part;      /* [threads][MC * NC] */
-    int64_t Kp, kq;     /* kq: K rounded up to 4, in quads */
-    int64_t kcq;        /* K chunk in quads: KC / 4, or all of K for small M */
-    int64_t mtasks, ntasks, rows_per_task;
-    int64_t nthreads;
-    uint8_t *ap;        /* 7 ≤ M ≤ 24: [kq][wrows][4] the rows packed for the one-pass tiles, else NULL */
-    int wrows, wblocks; /* their tile: rows (8/12/16/20/24) × 16-column blocks */
-} vnni_job;
+typedef qmm_i8_gemm vnni_job; /* the driver's call state (int8_gemm.h) */
 
 /* ---------------------------------------------------------------- epilogue */
 static inline void store_out(const qmm_call *c, __m512i acc, int64_t r, int64_t n, float s_r) {
@@ -78,7 +62,7 @@ static inline void store_out(const qmm_call *c, __m512i acc, int64_t r, int64_t 
  *   PF_NEXT — two lines at pf, pf + 64 into L2, then pf += pfs (pfs ≤ 128 covers every line):
  *     the driver points it at this pass's share of the next panel, so the weight stream from
  *     memory runs under the compute of the passes over the current (L2-resident) panel. */
-enum { PF_NONE = 0, PF_STREAM = 1, PF_NEXT = 2 };
+enum { PF_NONE = QMM_I8_PF_NONE, PF_STREAM = QMM_I8_PF_STREAM, PF_NEXT = QMM_I8_PF_NEXT };
 
 #define VS_(x) #x
 #define VS(x) VS_(x)
@@ -253,139 +237,38 @@ static void kernel_any(int mr, int nr, const vnni_job *j, const uint8_t *a, cons
     }
 }
 
-/* ---------------------------------------------------------------- the threaded GEMM */
-/* 7 ≤ M ≤ 24: blocks [b0, b1) in one pass per tile (all rows, wblocks blocks); a tile that would
- * run past the weight's last block falls back to the row tiles. */
-static int small_task(const vnni_job *j, int64_t b0, int64_t b1, int64_t nblocks, int32_t *part) {
-    const qmm_call *c = j->c;
-    int64_t nb = b0;
-    for (; nb < b1 && nb + j->wblocks <= nblocks; nb += j->wblocks) {
-        qmm_vnni_small_kernel(j->wrows, j->ap, c->w->i8.data + nb * j->Kp * 16, j->Kp * 16, j->kq, part);
-        for (int64_t i = 0; i < c->M; i++)
-            for (int jb = 0; jb < j->wblocks && nb + jb < b1; jb++)
-                if ((nb + jb) * 16 < c->N)
-                    store_out(c, _mm512_loadu_si512(part + i * NC + jb * 16), i, (nb + jb) * 16, j->s[i]);
-    }
-    return (int)(nb < b1 ? nb - b0 : -1);
+/* ---------------------------------------------------------------- the driver's callbacks */
+static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
+    kernel_any(t->mr, t->nr, g, t->a, t->b, t->nq, t->part, t->first, t->last, t->r, t->n, t->pf_mode, t->pf,
+               t->pf_step);
 }
 
-static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    const vnni_job *j = arg;
-    const qmm_call *c = j->c;
-    const int64_t mt = task / j->ntasks, nt = task % j->ntasks;
-    const int64_t m0 = mt * j->rows_per_task, m1 = m0 + j->rows_per_task < c->M ? m0 + j->rows_per_task : c->M;
+/* 7 ≤ M ≤ 24: all rows in one register tile (avx512_vnni_small.c) */
+static int one_pass_rows(int64_t M) { return M >= 7 && M <= 24 ? qmm_vnni_small_rows(M) : 0; }
+
+/* blocks [b0, b1) in one pass per tile (all rows, wblocks blocks); a tile that would run past the
+ * weight's last block is left to the row tiles. */
+static int64_t one_pass(const qmm_i8_gemm *g, int64_t b0, int64_t b1, int32_t *part) {
+    const qmm_call *c = g->c;
+    const int wblocks = qmm_vnni_small_blocks(g->wrows);
     const int64_t nblocks = c->w->i8.Np / 16;
-    int64_t b0 = nt * (NC / 16);
-    const int64_t b1 = b0 + NC / 16 < nblocks ? b0 + NC / 16 : nblocks;
-    int32_t *part = j->part + (int64_t)thread * MC * NC;
-    if (j->ap) {
-        const int done = small_task(j, b0, b1, nblocks, part);
-        if (done < 0) return;
-        b0 += done; /* the last blocks of the weight: row tiles below */
+    int64_t nb = b0;
+    for (; nb < b1 && nb + wblocks <= nblocks; nb += wblocks) {
+        qmm_vnni_small_kernel(g->wrows, g->ap, c->w->i8.data + nb * g->Kp * 16, g->Kp * 16, g->kq, part);
+        for (int64_t i = 0; i < c->M; i++)
+            for (int jb = 0; jb < wblocks && nb + jb < b1; jb++)
+                if ((nb + jb) * 16 < c->N)
+                    store_out(c, _mm512_loadu_si512(part + i * NC + jb * 16), i, (nb + jb) * 16, g->s[i]);
     }
-    const int64_t passes = (m1 - m0 + MR - 1) / MR; /* row tiles per panel */
-    const int whole_k = j->kcq == j->kq;
-    const int64_t panel_bytes = NRB * j->Kp * 16;   /* whole K, NRB blocks: contiguous */
-    for (int64_t q0 = 0; q0 < j->kq; q0 += j->kcq) {
-        const int64_t nq = j->kq - q0 < j->kcq ? j->kq - q0 : j->kcq;
-        const int first = q0 == 0, last = q0 + nq >= j->kq;
-        for (int64_t nb = b0; nb < b1; nb += NRB) {
-            const int nr = (int)(b1 - nb < NRB ? b1 - nb : NRB);
-            const int8_t *b = c->w->i8.data + nb * j->Kp * 16 + q0 * 64;
-            /* small M with several row tiles: they share the prefetch of the next panel this
-             * thread will run (this task's, else its next task's first), one share each */
-            const int8_t *next = NULL;
-            if (whole_k && passes > 1) {
-                if (nb + NRB < b1)
-                    next = c->w->i8.data + (nb + NRB) * j->Kp * 16;
-                else if (task + j->nthreads < n_tasks)
-                    next = c->w->i8.data + ((task + j->nthreads) % j->ntasks) * (NC / 16) * j->Kp * 16;
-            }
-            const int64_t share = (panel_bytes + passes - 1) / passes;
-            int64_t pfs = (share + nq - 1) / nq;
-            if (pfs > 128) pfs = 128;
-            for (int64_t r = m0, i = 0; r < m1; r += MR, i++) {
-                const int mr = (int)(m1 - r < MR ? m1 - r : MR);
-                int mode = PF_NONE;
-                if (next) mode = PF_NEXT;
-                else if (whole_k && passes == 1 && nq > 64) mode = PF_STREAM;
-                kernel_any(mr, nr, j, j->a + r * j->Kp + q0 * 4, b, nq, part + (r - m0) * NC + (nb - b0) * 16, first,
-                           last, r, nb * 16, mode, next ? next + i * share : NULL, pfs);
-            }
-        }
-    }
+    return nb < b1 ? nb - b0 : -1;
 }
 
-/* q → q + 128 (u8) in place, rows [r0, r1) */
-static void to_u8_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    (void)n_tasks;
-    (void)thread;
-    const vnni_job *j = arg;
-    int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task < j->c->M ? r0 + j->rows_per_task : j->c->M;
-    const __m512i x80 = _mm512_set1_epi8((char)0x80);
-    for (int64_t r = r0; r < r1; r++) {
-        uint8_t *row = j->a + r * j->Kp;
-        for (int64_t k = 0; k < j->kq * 4; k += 64) {
-            __mmask64 m = j->kq * 4 - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (j->kq * 4 - k)) - 1);
-            _mm512_mask_storeu_epi8(row + k, m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, row + k), x80));
-        }
-        if (j->ap) /* the one-pass tiles' copy: ap [kq][wrows][4] */
-            for (int64_t q = 0; q < j->kq; q++) memcpy(j->ap + (q * j->wrows + r) * 4, row + q * 4, 4);
-    }
-    if (j->ap && r1 == j->c->M) /* the tile's padding rows */
-        for (int64_t q = 0; q < j->kq; q++)
-            memset(j->ap + (q * j->wrows + r1) * 4, 0x80, (size_t)(j->wrows - r1) * 4);
-}
+static const qmm_i8_engine k_vnni = {
+    .u8 = 1, .mr = MR, .nrb = NRB, .mc = MC, .nc = NC, .kc = KC, .whole_k_m = SMALL_M,
+    .tile = tile, .one_pass_rows = one_pass_rows, .one_pass = one_pass,
+};
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) {
-    const qmm_weight *w = c->w;
-    const int64_t M = c->M, Kp = w->i8.Kp;
-    const int nt = ctx->n_threads;
-    size_t qbytes, abytes;
-    QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)Kp, &qbytes) || qbytes > SIZE_MAX - (size_t)M * 4, QMM_ERR_UNSUPPORTED,
-                  "layer %s: M=%lld x Kp=%lld activations too large", w->name, (long long)M, (long long)Kp);
-    void *buf, *pbuf;
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 4, &buf));
-    abytes = (size_t)nt * MC * NC * sizeof(int32_t);
-    const int one_pass = M >= 7 && M <= 24;
-    const int64_t kq = (c->K + 3) / 4;
-    const int wrows = qmm_vnni_small_rows(M);
-    QMM_FORWARD_IF_ERROR(
-        qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, abytes + (one_pass ? (size_t)kq * wrows * 4 : 0), &pbuf));
-    int8_t *q = buf;                       /* [M][Kp] */
-    float *s = (float *)(q + qbytes);      /* [M] (Kp is a multiple of 64: aligned) */
-    QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, q, Kp, s, 0));
-
-    vnni_job j;
-    memset(&j, 0, sizeof j);
-    j.c = c;
-    j.a = (uint8_t *)q;
-    j.s = s;
-    j.part = pbuf;
-    j.Kp = Kp;
-    j.kq = kq;
-    if (one_pass) {
-        j.ap = (uint8_t *)pbuf + abytes;
-        j.wrows = wrows;
-        j.wblocks = qmm_vnni_small_blocks(wrows);
-    }
-    /* a = q + 128: a few row ranges per thread */
-    int64_t tasks = (int64_t)nt * 4 < M ? (int64_t)nt * 4 : M;
-    j.rows_per_task = (M + tasks - 1) / tasks;
-    tasks = (M + j.rows_per_task - 1) / j.rows_per_task;
-    qmm_pool_run(ctx->pool, tasks, to_u8_task, &j);
-
-    j.rows_per_task = MC;
-    j.nthreads = nt;
-    /* small M: each weight block is read once, so stream it whole (one sequential stream per
-     * block) instead of in K chunks */
-    j.kcq = M <= SMALL_M ? j.kq : KC / 4;
-    j.mtasks = (M + MC - 1) / MC;
-    j.ntasks = (w->i8.Np / 16 + NC / 16 - 1) / (NC / 16);
-    qmm_pool_run(ctx->pool, j.mtasks * j.ntasks, gemm_task, &j);
-    if (c->token_scales) memcpy(c->token_scales, s, (size_t)M * sizeof(float));
-    return QMM_OK;
-}
+static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_int8_gemm(ctx, c, &k_vnni); }
 
 /* Admission beside the kernel: the common int8 rules; this kernel has no extra limit (any M, N,
  * K, strides; -128 weights are exact with u8 × s8). */

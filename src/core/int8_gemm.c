@@ -1,0 +1,136 @@
+/*
+ * int8_gemm.c — the int8 GEMM driver (contract in int8_gemm.h): pre-pass, u8 flip and the
+ * one-pass row copy, the task grid, K chunks, the prefetch schedule, token scales.
+ */
+#include "int8_gemm.h"
+
+#include "prepass.h"
+
+#include <string.h>
+
+/* rows [r0, r1): a = q ^ 0x80 in place (u8 engines), and the one-pass copy ap [kq][wrows][4] */
+static void flip_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    (void)n_tasks;
+    (void)thread;
+    const qmm_i8_gemm *g = arg;
+    const int64_t M = g->c->M, nb = g->kq * 4;
+    const int64_t r0 = task * g->rows_per_task, r1 = r0 + g->rows_per_task < M ? r0 + g->rows_per_task : M;
+    for (int64_t r = r0; r < r1; r++) {
+        uint8_t *row = g->a + r * g->Kp;
+        if (g->e->u8) { /* 8 bytes at a time (rows start 64-byte aligned), then the tail */
+            int64_t k = 0;
+            for (; k + 8 <= nb; k += 8) {
+                uint64_t v;
+                memcpy(&v, row + k, 8);
+                v ^= 0x8080808080808080ull;
+                memcpy(row + k, &v, 8);
+            }
+            for (; k < nb; k++) row[k] ^= 0x80;
+        }
+        if (g->ap)
+            for (int64_t q = 0; q < g->kq; q++) memcpy(g->ap + (q * g->wrows + r) * 4, row + q * 4, 4);
+    }
+    if (g->ap && r1 == M) /* the tile's rows past M: the value of q = 0 */
+        for (int64_t q = 0; q < g->kq; q++)
+            memset(g->ap + (q * g->wrows + M) * 4, g->e->u8 ? 0x80 : 0, (size_t)(g->wrows - M) * 4);
+}
+
+static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    const qmm_i8_gemm *g = arg;
+    const qmm_i8_engine *e = g->e;
+    const qmm_call *c = g->c;
+    const int8_t *wdata = c->w->i8.data;
+    const int64_t blk = g->Kp * 16; /* bytes of one 16-column block over all of K */
+    const int64_t mt = task / g->ntasks, nt = task % g->ntasks;
+    const int64_t m0 = mt * g->rows_per_task, m1 = m0 + g->rows_per_task < c->M ? m0 + g->rows_per_task : c->M;
+    const int64_t nblocks = c->w->i8.Np / 16, bpt = e->nc / 16;
+    int64_t b0 = nt * bpt;
+    const int64_t b1 = b0 + bpt < nblocks ? b0 + bpt : nblocks;
+    int32_t *part = g->part + (int64_t)thread * e->mc * e->nc;
+    if (g->ap) {
+        const int64_t done = e->one_pass(g, b0, b1, part);
+        if (done < 0) return;
+        b0 += done; /* the weight's last blocks: the row tiles below */
+    }
+    const int64_t passes = (m1 - m0 + e->mr - 1) / e->mr; /* row tiles per panel */
+    const int whole_k = g->kcq == g->kq;
+    const int64_t panel_bytes = e->nrb * blk;             /* whole K, nrb blocks: contiguous */
+    for (int64_t q0 = 0; q0 < g->kq; q0 += g->kcq) {
+        const int64_t nq = g->kq - q0 < g->kcq ? g->kq - q0 : g->kcq;
+        qmm_i8_tile t;
+        t.nq = nq;
+        t.first = q0 == 0;
+        t.last = q0 + nq >= g->kq;
+        for (int64_t nb = b0; nb < b1; nb += e->nrb) {
+            t.nr = (int)(b1 - nb < e->nrb ? b1 - nb : e->nrb);
+            t.b = wdata + nb * blk + q0 * 64;
+            t.n = nb * 16;
+            /* whole-K panels with several row tiles: they share the prefetch of the panel this
+             * thread runs next (this task's next, else its next task's first), one share each */
+            const int8_t *next = NULL;
+            if (whole_k && passes > 1) {
+                if (nb + e->nrb < b1) next = wdata + (nb + e->nrb) * blk;
+                else if (task + g->nthreads < n_tasks) next = wdata + ((task + g->nthreads) % g->ntasks) * bpt * blk;
+            }
+            const int64_t share = (panel_bytes + passes - 1) / passes;
+            int64_t step = (share + nq - 1) / nq;
+            if (step > 128) step = 128;
+            for (int64_t r = m0, i = 0; r < m1; r += e->mr, i++) {
+                t.mr = (int)(m1 - r < e->mr ? m1 - r : e->mr);
+                t.a = g->a + r * g->Kp + q0 * 4;
+                t.part = part + (r - m0) * e->nc + (nb - b0) * 16;
+                t.r = r;
+                t.pf_mode = next ? QMM_I8_PF_NEXT : whole_k && passes == 1 && nq > 64 ? QMM_I8_PF_STREAM : QMM_I8_PF_NONE;
+                t.pf = next ? next + i * share : NULL;
+                t.pf_step = step;
+                e->tile(g, &t);
+            }
+        }
+    }
+}
+
+qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engine *e) {
+    const qmm_weight *w = c->w;
+    const int64_t M = c->M, Kp = w->i8.Kp;
+    const int nt = ctx->n_threads;
+    size_t qbytes, pbytes;
+    QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)Kp, &qbytes) || qbytes > SIZE_MAX - (size_t)M * 4, QMM_ERR_UNSUPPORTED,
+                  "layer %s: M=%lld x Kp=%lld activations too large", w->name, (long long)M, (long long)Kp);
+    void *buf, *pbuf;
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 4, &buf));
+    const int64_t kq = (c->K + 3) / 4;
+    const int wrows = e->one_pass_rows ? e->one_pass_rows(M) : 0;
+    pbytes = (size_t)nt * (size_t)e->mc * (size_t)e->nc * sizeof(int32_t);
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, pbytes + (size_t)kq * (size_t)wrows * 4, &pbuf));
+    int8_t *q = buf;                  /* [M][Kp] */
+    float *s = (float *)(q + qbytes); /* [M] (Kp is a multiple of 64: aligned) */
+    QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, q, Kp, s, 0));
+
+    qmm_i8_gemm g;
+    memset(&g, 0, sizeof g);
+    g.c = c;
+    g.e = e;
+    g.a = (uint8_t *)q;
+    g.s = s;
+    g.part = pbuf;
+    g.Kp = Kp;
+    g.kq = kq;
+    g.nthreads = nt;
+    if (wrows) {
+        g.ap = (uint8_t *)pbuf + pbytes;
+        g.wrows = wrows;
+    }
+    if (e->u8 || g.ap) { /* a few row ranges per thread */
+        int64_t tasks = (int64_t)nt * 4 < M ? (int64_t)nt * 4 : M;
+        g.rows_per_task = (M + tasks - 1) / tasks;
+        tasks = (M + g.rows_per_task - 1) / g.rows_per_task;
+        qmm_pool_run(ctx->pool, tasks, flip_task, &g);
+    }
+    g.rows_per_task = e->mc;
+    g.kcq = M <= e->whole_k_m ? kq : e->kc / 4;
+    g.mtasks = (M + e->mc - 1) / e->mc;
+    g.ntasks = (w->i8.Np / 16 + e->nc / 16 - 1) / (e->nc / 16);
+    qmm_pool_run(ctx->pool, g.mtasks * g.ntasks, gemm_task, &g);
+    if (c->token_scales) memcpy(c->token_scales, s, (size_t)M * sizeof(float));
+    return QMM_OK;
+}

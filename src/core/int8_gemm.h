@@ -1,0 +1,83 @@
+/*
+ * int8_gemm.h — the int8 GEMM driver the int8 engines plug their micro-kernels into (the
+ * counterpart of the float engines' qmm_float_gemm, float_act.h). Plain C11: the ISA-specific
+ * parts are the engine's callbacks.
+ *
+ * What the driver owns, for one call y = epilogue(q · Wᵀ):
+ *   pre-pass   qmm_prepass → q [M][Kp] int8 (zero padded) + s [M] fp32 in QMM_SCRATCH_ACT; for
+ *              u8 engines (VPDPBUSD: u8 × s8) q is flipped in place to a = q + 128 (XOR 0x80) and
+ *              the engine's epilogue subtracts 128·colsum[n] (exact mod 2^32);
+ *   blocking   tasks = (mc rows) × (nc columns) of the output, a static partition on the pool
+ *              (task i on thread i % n); inside a task, for each K chunk of kc bytes (all of K
+ *              when M <= whole_k_m: each weight block is then streamed once, whole), for each
+ *              panel of nrb 16-column blocks, for each row tile of mr rows: the engine's tile()
+ *              adds the tile's int32 sums into the task's partials (a per-thread mc × nc block in
+ *              QMM_SCRATCH_ENGINE) and, on the last chunk, writes its outputs (the engine's
+ *              epilogue of its vector width: qmm_z_epilogue16 / qmm_y_epilogue8, prepass.h's
+ *              qmm_epilogue_store_ref for tails). Every output is summed by one task in one fixed
+ *              k order: the bits never depend on the thread count or the blocking;
+ *   prefetch   whole-K row tiles of one panel share a software prefetch of the panel this thread
+ *              runs next (pf_mode NEXT: pf_step bytes per quad from pf); a single whole-K row
+ *              tile streams (pf_mode STREAM: the engine may prefetch ahead in its own stream);
+ *   one pass   optional, for small M: the engine's one_pass() runs blocks with all rows in one
+ *              register tile, from a copy of the rows packed [kq][wrows][4] (ap, filled by the
+ *              driver, rows past M padded with the value of q = 0);
+ *   out        token scales copied to c->token_scales when asked.
+ * A new int8 engine is its micro-kernel(s), a qmm_i8_engine descriptor, its admit() and one
+ * row of the engine table.
+ */
+#ifndef QMM_INT8_GEMM_H
+#define QMM_INT8_GEMM_H
+
+#include "qmm_internal.h"
+
+enum { QMM_I8_PF_NONE = 0, QMM_I8_PF_NEXT = 1, QMM_I8_PF_STREAM = 2 };
+
+typedef struct qmm_i8_gemm qmm_i8_gemm;
+
+/* One tile of work: rows [r, r + mr) × 16-column blocks [n/16, n/16 + nr) over the k quads of
+ * one chunk. */
+typedef struct qmm_i8_tile {
+    const uint8_t *a;      /* row r at the chunk's first quad; rows g->Kp bytes apart */
+    const int8_t *b;       /* the first block at the chunk's first quad; blocks g->Kp·16 bytes apart */
+    int64_t nq;            /* quads (4 k each) in the chunk */
+    int32_t *part;         /* the tile's sums: row i, block jb at part[i·nc + jb·16] */
+    int mr, nr;            /* rows (<= engine mr), blocks (<= engine nrb) */
+    int first, last;       /* first chunk: store instead of add; last chunk: write the outputs */
+    int64_t r, n;          /* output row and column of part[0] */
+    int pf_mode;           /* QMM_I8_PF_* */
+    const int8_t *pf;      /* PF_NEXT: this tile's share of the next panel */
+    int64_t pf_step;       /* PF_NEXT: bytes of it per quad (<= 128) */
+} qmm_i8_tile;
+
+typedef struct qmm_i8_engine {
+    int u8;                /* A = q + 128 */
+    int mr, nrb;           /* the micro-tile: up to mr rows × nrb 16-column blocks */
+    int mc, nc, kc;        /* rows and columns per task (nc a multiple of 16·nrb), K chunk in bytes (of 64) */
+    int whole_k_m;         /* up to this M: no K chunks */
+    void (*tile)(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+    /* Optional one-pass regime: one_pass_rows(M) = rows of its register tile (0: not for this M);
+     * one_pass(g, b0, b1, part) runs blocks [b0, b1) and returns how many it did from b0 (the rest
+     * take the tiles above), or -1 if it did them all. */
+    int (*one_pass_rows)(int64_t M);
+    int64_t (*one_pass)(const qmm_i8_gemm *g, int64_t b0, int64_t b1, int32_t *part);
+} qmm_i8_engine;
+
+/* One call's state, read by the engine's callbacks. */
+struct qmm_i8_gemm {
+    const qmm_call *c;
+    const qmm_i8_engine *e;
+    uint8_t *a;            /* [M][Kp]: q, or q + 128 */
+    const float *s;        /* [M] token scales */
+    int32_t *part;         /* [threads][mc·nc] */
+    int64_t Kp, kq, kcq;   /* padded K; quads of K; quads per chunk */
+    int64_t mtasks, ntasks, nthreads, rows_per_task;
+    uint8_t *ap;           /* one-pass regime: [kq][wrows][4], else NULL */
+    int wrows;
+};
+
+/* The whole call on engine e (pre-pass, flip, GEMM with the engine's tiles and epilogue, token
+ * scales). */
+qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engine *e);
+
+#endif /* QMM_INT8_GEMM_H */
