@@ -295,3 +295,23 @@ def test_dequantize_int8_simple(kitchen, code):
         with ck.use_backend("eager"):
             ye = torch.ops.comfy_kitchen.dequantize_int8_simple_dtype(q, s, code)
         assert torch.equal(y, ye)
+
+
+@pytest.mark.parametrize("w_dtype", ["bf16", "f32"])
+@pytest.mark.parametrize("how", ["convrot", "per_channel", "tensorwise"])
+def test_comfyui_weight_quantization_path(kitchen, w_dtype, how):
+    # what ComfyUI calls to quantize a float weight: QuantizedTensor.from_float with the
+    # TensorWiseINT8Layout, which dispatches the kitchen's quantize_* functions
+    from comfy_kitchen.tensor.base import QuantizedTensor
+    wf = (torch.randn(128, 512) * 0.05).to(DT[w_dtype])
+    kw = {"convrot": dict(per_channel=True, convrot=True, convrot_groupsize=64),
+          "per_channel": dict(per_channel=True), "tensorwise": dict()}[how]
+    qt = QuantizedTensor.from_float(wf, "TensorWiseINT8Layout", **kw)
+    with ck.use_backend("eager"):
+        qe = QuantizedTensor.from_float(wf, "TensorWiseINT8Layout", **kw)
+    if how == "convrot" and w_dtype == "f32":      # BOUND: f32 rotation summation order
+        assert (qt._qdata.int() - qe._qdata.int()).abs().max() <= 1
+        assert torch.allclose(qt._params.scale, qe._params.scale, rtol=2 ** -20, atol=0)
+    else:                                            # EXACT
+        assert torch.equal(qt._qdata, qe._qdata)
+        assert torch.equal(qt._params.scale, qe._params.scale)
