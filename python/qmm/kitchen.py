@@ -188,17 +188,27 @@ class WeightCache:
 
     @staticmethod
     def _sig(w):
-        return (w.data_ptr(), w._version, tuple(w.shape), tuple(w.stride()), w.dtype)
+        """What must be unchanged for a packed copy to stay valid. An inference tensor (made
+        under torch.inference_mode, as ComfyUI loads models) has no version counter: its
+        in-place changes are found by a sample of up to 17 x 17 values spread over its rows and
+        columns instead (a LoRA patch changes nearly every value)."""
+        if w.is_inference():
+            N, K = w.shape
+            sample = w[::max(1, N // 16), ::max(1, K // 16)].clone()
+            return (w.data_ptr(), None, tuple(w.shape), tuple(w.stride()), w.dtype), sample
+        return (w.data_ptr(), w._version, tuple(w.shape), tuple(w.stride()), w.dtype), None
 
     def get(self, weight, scale, bias, gs):
         key = id(weight)
         sig = self._sig(weight)
         s32 = scale.detach().to(torch.float32).reshape(-1)
+        b = bias.detach().reshape(-1) if bias is not None else None
         with self._lock:
             e = self._d.get(key)
-        if e is not None and e.sig == sig and e.gs == gs and torch.equal(e.scale, s32) and \
-                (bias is None) == (e.bias is None) and \
-                (bias is None or (bias.dtype == e.bias.dtype and torch.equal(bias, e.bias))):
+        if e is not None and e.sig[0] == sig[0] and e.gs == gs and \
+                (sig[1] is None or torch.equal(e.sig[1], sig[1])) and \
+                torch.equal(e.scale, s32) and (b is None) == (e.bias is None) and \
+                (b is None or (b.dtype == e.bias.dtype and torch.equal(b, e.bias))):
             return e.weight
         return self._pack(key, weight, sig, s32, bias, gs, e)
 
@@ -213,7 +223,7 @@ class WeightCache:
                             bias=b.data_ptr() if b is not None else None,
                             bias_dtype=_QDT[b.dtype] if b is not None else L.F32,
                             convrot_gs=gs, name="int8[%d,%d]" % (N, K))
-        spilled = old is not None and old.spilled and old.sig[0] == sig[0]  # already file-backed
+        spilled = old is not None and old.spilled and old.sig[0][0] == sig[0][0]  # file-backed
         if self.spill_dir and not spilled:
             spilled = self._spill(weight)
             sig = self._sig(weight)
@@ -249,7 +259,7 @@ class WeightCache:
             mapped = torch.UntypedStorage.from_file(path, shared=True, nbytes=n)
         finally:
             os.unlink(path)
-        with torch.no_grad():
+        with torch.inference_mode() if weight.is_inference() else torch.no_grad():
             weight.set_(mapped, 0, weight.shape, weight.stride())
         self.spilled_bytes += n
         return True
@@ -604,7 +614,7 @@ def _is_standard_hadamard(h, g):
     if not isinstance(h, torch.Tensor) or tuple(h.shape) != (g, g) or h.dtype not in _FLOATS \
             or not _cpu(h):
         return False
-    key = (id(h), h.data_ptr(), h._version, h.dtype, g)
+    key = (id(h), h.data_ptr(), None if h.is_inference() else h._version, h.dtype, g)
     with _H_LOCK:
         hit = _H_CHECKED.get(key)
     if hit is not None:

@@ -131,3 +131,19 @@ def test_spill_leaves_the_packed_copy_the_only_resident_one(kitchen, tmp_path):
         assert kitchen.cache.spilled_bytes == before and view.data_ptr() == w2.data_ptr()
     finally:
         kitchen.cache.spill_dir = None
+
+
+def test_inference_tensors_changed_in_place_are_repacked(kitchen):
+    # ComfyUI loads models under torch.inference_mode: such tensors have no version counter
+    with torch.inference_mode():
+        w = torch.randint(-127, 128, (64, 256), dtype=torch.int8)
+        s = torch.rand(64, 1) * 0.01
+        x = torch.randn(4, 256, dtype=torch.bfloat16)
+        y0 = ck.int8_linear(x, w, s, None, torch.bfloat16)
+        n0 = kitchen.cache.packs
+        ck.int8_linear(x, w, s, None, torch.bfloat16)
+        assert kitchen.cache.packs == n0                  # still packed once
+        w.add_(1).clamp_(-127, 127)                        # a LoRA-style patch, in place
+        y1 = ck.int8_linear(x, w, s, None, torch.bfloat16)
+        assert kitchen.cache.packs == n0 + 1
+        assert torch.equal(y1, _eager(x, w, s, None, torch.bfloat16)) and not torch.equal(y0, y1)
