@@ -420,7 +420,7 @@ def dequantize_int8_simple_dtype(q, scale, output_dtype_code):
     """(q.float() · scale).to(dtype), row block by row block: the same bits as the eager
     backend without its full-size f32 intermediate."""
     dt = _CODE_DT[output_dtype_code]
-    if q.dim() < 2 or scale.numel() == 1:
+    if q.dim() < 2 or scale.numel() == 1 or scale.dim() > q.dim():
         return (q.float() * scale).to(dt)
     out = torch.empty(torch.broadcast_shapes(q.shape, scale.shape), dtype=dt)
     rows = max(1, _DEQ_CHUNK // max(1, q.shape[-1]))
