@@ -5,7 +5,8 @@
 #   venv      ${QMM_VENV:-$HOME/.cache/qmm-venv}, created if absent (python3 -m venv)
 #   packages  torch, comfy-kitchen, packaging (comfy-kitchen imports it without declaring it),
 #             pytest, numpy, safetensors, scikit-build-core — from PyPI by name, each only if
-#             the venv lacks it
+#             the venv lacks it ($QMM_PIP_ARGS are added to that pip call, e.g.
+#             "--extra-index-url https://download.pytorch.org/whl/cpu" for a CPU-only torch)
 #   build     pip install --no-build-isolation . (scikit-build-core drives CMake with
 #             QMM_PYTHON_WHEEL=ON: libqmm.so only)
 #   tests     pytest tests/python with QMM_CLI=build/qmm (the end-to-end test writes its
@@ -30,7 +31,8 @@ for pair in torch:torch comfy_kitchen:comfy-kitchen packaging:packaging pytest:p
 done
 if [ ${#need[@]} -gt 0 ]; then
   echo "test-python: installing ${need[*]} into $VENV"
-  "$PY" -m pip install --quiet "${need[@]}"
+  # shellcheck disable=SC2086
+  "$PY" -m pip install --quiet ${QMM_PIP_ARGS:-} "${need[@]}"
 fi
 
 echo "test-python: pip install . (libqmm.so + the qmm package)"
