@@ -162,12 +162,15 @@ def _probe_one(feature):
 
 # ---------------------------------------------------------------- packed weights, cached
 class _Entry:
-    __slots__ = ("weight", "sig", "gs", "scale", "bias", "nbytes", "spilled")
+    __slots__ = ("weight", "sig", "gs", "scale", "bias", "nbytes", "spilled", "spill_tried",
+                 "hits")
 
     def __init__(self, weight, sig, gs, scale, bias, spilled=False):
         self.weight, self.sig, self.gs, self.scale, self.bias = weight, sig, gs, scale, bias
         self.nbytes = weight.info()["packed_bytes"]
         self.spilled = spilled
+        self.spill_tried = spilled
+        self.hits = 0
 
 
 class WeightCache:
@@ -209,6 +212,15 @@ class WeightCache:
                 (sig[1] is None or torch.equal(e.sig[1], sig[1])) and \
                 torch.equal(e.scale, s32) and (b is None) == (e.bias is None) and \
                 (b is None or (b.dtype == e.bias.dtype and torch.equal(b, e.bias))):
+            e.hits += 1
+            if self.spill_dir and not e.spill_tried and e.hits >= 3:
+                # a second kitchen call (each consults the cache twice: the call rule, then the
+                # call) proves the tensor lives on; a per-call temporary, such as the kitchen's
+                # mm path's weight.t().contiguous(), is never moved
+                e.spill_tried = True
+                if self._spill(weight):
+                    e.spilled = True
+                    e.sig = self._sig(weight)
             return e.weight
         return self._pack(key, weight, sig, s32, bias, gs, e)
 
@@ -224,9 +236,6 @@ class WeightCache:
                             bias_dtype=_QDT[b.dtype] if b is not None else L.F32,
                             convrot_gs=gs, name="int8[%d,%d]" % (N, K))
         spilled = old is not None and old.spilled and old.sig[0][0] == sig[0][0]  # file-backed
-        if self.spill_dir and not spilled:
-            spilled = self._spill(weight)
-            sig = self._sig(weight)
         e = _Entry(w, sig, gs, scale, b, spilled)
         with self._lock:
             prev = self._d.get(key)
@@ -239,7 +248,8 @@ class WeightCache:
         return w
 
     def _spill(self, weight):
-        """Make the packed copy the only resident one: the int8 tensor's bytes move to a file
+        """Make the packed copy the only resident one (tried at a weight's second kitchen call): the
+        int8 tensor's bytes move to a file
         in spill_dir (unlinked at once: it lives as long as the mapping) mapped back as the
         tensor's storage (shared, so writes reach it). Reading the tensor (a LoRA merge,
         dequantize, saving) faults its pages in from the page cache or the disk, writes work

@@ -20,4 +20,4 @@ def test_bench_kitchen_small_runs():
     assert [x["path"] for x in rows] == ["eager", "qmm", "bf16"]
     assert all(x["finite"] and x["median_s"] > 0 for x in rows)
     q = rows[1]
-    assert q["fallbacks"] == 0 and sum(q["engines"].values()) == 4 * 3   # 1-token + warm + 1 rep
+    assert q["fallbacks"] == 0 and sum(q["engines"].values()) == 4 * 4   # 2 x 1 token, warm-up, 1 rep
