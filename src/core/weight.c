@@ -209,6 +209,16 @@ void qmm_weight_get_info(const qmm_weight *w, qmm_weight_info *o) {
 /* ---------------------------------------------------------------- SPEC §2 */
 static int auto_gs(int64_t K) { return K % 256 == 0 ? 256 : K % 64 == 0 ? 64 : K % 16 == 0 ? 16 : 0; }
 
+/* max |w[off + k]|, k < K */
+static float row_amax(const void *w, qmm_dtype wt, int64_t off, int64_t K) {
+    float m = 0.0f;
+    for (int64_t k = 0; k < K; k++) {
+        float v = fabsf(qmm_load_f(w, wt, off + k));
+        if (v > m) m = v;
+    }
+    return m;
+}
+
 qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K, int64_t ld,
                                const qmm_quant_options *opt, int8_t *wq, float *scales, int *gs_used) {
     QMM_RETURN_IF(!w || !wq || !scales, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_weight: %s is NULL",
@@ -228,10 +238,29 @@ qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K
     }
     float *row = malloc((size_t)K * sizeof(float));
     QMM_RETURN_IF(!row, QMM_ERR_OUT_OF_MEMORY, "qmm_quantize_weight: out of memory");
+    /* pass 0: finite weights only; rows whose largest |w| reaches 2^100 are rotated scaled down by
+     * 2^-64 (exact) and their scale scaled back up — the rotation's sums reach g·|w| and would
+     * overflow near FLT_MAX. Per tensor, the whole matrix when its largest |w| does. Other rows
+     * take the plain path, bit for bit (× 1.0f). */
+    float rawmax = 0.0f;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            float v = qmm_load_f(w, wt, n * ld + k);
+            if (!isfinite(v)) {
+                free(row);
+                return qmm_fail(QMM_ERR_UNSUPPORTED, "qmm_quantize_weight: row %lld holds %s at column %lld (needs finite weights)",
+                                (long long)n, v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf", (long long)k);
+            }
+            if (fabsf(v) > rawmax) rawmax = fabsf(v);
+        }
+    const float big = 0x1p100f, down = 0x1p-64f, up = 0x1p64f;
+    /* the factor of row n: 2^-64 when that row (per tensor: the matrix) reaches 2^100, else 1 */
+#define ROW_FACTOR(n) (per_tensor ? (rawmax >= big ? down : 1.0f) : (row_amax(w, wt, (n) * ld, K) >= big ? down : 1.0f))
     /* pass 1: rotated amax per row (and the global one) */
     float gmax = 0.0f;
     for (int64_t n = 0; n < N; n++) {
-        for (int64_t k = 0; k < K; k++) row[k] = qmm_load_f(w, wt, n * ld + k);
+        const float f = ROW_FACTOR(n);
+        for (int64_t k = 0; k < K; k++) row[k] = qmm_load_f(w, wt, n * ld + k) * f;
         if (gs) qmm_rotate_f32(row, K, gs);
         float m = qmm_amax_f32(row, K);
         if (!per_tensor) scales[n] = qmm_scale_of(m);
@@ -240,7 +269,8 @@ qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K
     if (per_tensor) scales[0] = qmm_scale_of(gmax);
     /* pass 2: quantize (division in fp32, symmetric [-127, 127], NaN → 0) */
     for (int64_t n = 0; n < N; n++) {
-        for (int64_t k = 0; k < K; k++) row[k] = qmm_load_f(w, wt, n * ld + k);
+        const float f = ROW_FACTOR(n);
+        for (int64_t k = 0; k < K; k++) row[k] = qmm_load_f(w, wt, n * ld + k) * f;
         if (gs) qmm_rotate_f32(row, K, gs);
         float s = scales[per_tensor ? 0 : n];
         for (int64_t k = 0; k < K; k++) {
@@ -251,6 +281,14 @@ qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K
             wq[n * K + k] = (int8_t)v;
         }
     }
+    /* the scaled-down rows' scales back to the weights' range */
+    if (per_tensor) {
+        if (rawmax >= big) scales[0] *= up;
+    } else {
+        for (int64_t n = 0; n < N; n++)
+            if (row_amax(w, wt, n * ld, K) >= big) scales[n] *= up;
+    }
+#undef ROW_FACTOR
     free(row);
     if (gs_used) *gs_used = gs;
     return QMM_OK;
