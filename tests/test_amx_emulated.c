@@ -26,6 +26,7 @@
 
 static int g_quick;
 static qmm_context *g_ctx[2]; /* 1 and 2 threads */
+static long g_regime_runs[2][3]; /* [int8, bf16][regime]: emulated calls per regime */
 
 static qmm_call make_call(const qmm_weight *w, const qmm_linear_args *a, int fallback) {
     qmm_call c;
@@ -48,20 +49,50 @@ static qmm_call make_call(const qmm_weight *w, const qmm_linear_args *a, int fal
     return c;
 }
 
-/* Runs engine e (an emulated one, or the real one when real != 0 and it is available). */
+/* Picks a regime the rules allow for M (decode needs M <= 32, panel and blocked M >= 2) and a
+ * blocking that forces it, with small blocks (several N, M and K blocks, partial last ones) or
+ * the library's defaults. Returns the regime. */
+static int force_regime(int64_t M, int64_t a_bytes) {
+    qmm_amx_blocking b = qmm_amx_blocking_default();
+    int lo = M <= 32 ? QMM_AMX_DECODE : QMM_AMX_PANEL, hi = M >= 2 ? QMM_AMX_BLOCKED : QMM_AMX_DECODE;
+    int r = (int)tu_rand_int(lo, hi);
+    if (tu_rand_int(0, 2)) { /* small blocks: every loop of the blocked regime turns */
+        static const int64_t kcs[] = {64, 128, 192, 512}, ncs[] = {32, 64, 96, 512}, mcs[] = {32, 64, 512};
+        b.kc = kcs[tu_rand_int(0, 3)];
+        b.nc = ncs[tu_rand_int(0, 3)];
+        b.mc = mcs[tu_rand_int(0, 2)];
+    }
+    if (r == QMM_AMX_DECODE) {
+        b.small_m = tu_rand_int(M, 32);
+    } else {
+        b.small_m = tu_rand_int(1, M - 1 < 32 ? M - 1 : 32);
+        b.panel_a = r == QMM_AMX_PANEL ? tu_rand_int(a_bytes, a_bytes + 4096) : tu_rand_int(0, a_bytes - 1);
+    }
+    qmm_amx_blocking_emu = b;
+    return r;
+}
+
+/* Runs engine e (an emulated one, or the real one when real != 0 and it is available). The
+ * emulated engines run in a regime chosen at random (force_regime), checked after the call. */
 static qmm_status run_engine(const qmm_engine *e, int real, qmm_context *ctx, const qmm_weight *w,
                              const qmm_linear_args *a, int fallback) {
     qmm_call c = make_call(w, a, fallback);
-    /* the L2 chunk of B: the default, or 1..3 panels to exercise the chunk loop */
-    const int64_t panel_bytes = 32 * (w->is_int8 ? w->i8.Kp : w->fp.Kp) * (e->kind == QMM_KIND_FLOAT ? 2 : 1);
-    qmm_amx_l2_b_bytes_emu = tu_rand_int(0, 1) ? (int64_t)1 << 20 : panel_bytes * tu_rand_int(1, 3);
     if (real) return e->run(ctx, &c); /* by its run function: the small-M rule is admission's */
+    const int64_t Kp = w->is_int8 ? w->i8.Kp : w->fp.Kp;
+    const int want = force_regime(c.M, c.M * Kp * (e->kind == QMM_KIND_FLOAT ? 2 : 1));
+    const qmm_amx_blocking b = qmm_amx_blocking_emu;
     long f0 = qmm_amx_emu_faults();
+    qmm_amx_last_regime_emu = -1;
     qmm_status st = e->run(ctx, &c);
     TU_CHECK(qmm_amx_emu_faults() == f0, "%s: %ld emulated tile faults: %s", e->name, qmm_amx_emu_faults() - f0,
              qmm_amx_emu_first_fault());
     TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: %ld threads left with tiles configured", e->name,
              qmm_amx_emu_live_configs());
+    TU_CHECK(st != QMM_OK || qmm_amx_last_regime_emu == want,
+             "%s M=%lld Kp=%lld small_m=%lld panel_a=%lld: ran regime %d, the rule says %s", e->name, (long long)c.M,
+             (long long)Kp, (long long)b.small_m, (long long)b.panel_a, qmm_amx_last_regime_emu,
+             qmm_amx_regime_name((qmm_amx_regime)want));
+    g_regime_runs[e->kind == QMM_KIND_FLOAT][want]++;
     return st;
 }
 
@@ -314,6 +345,16 @@ static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
     }
     for (int i = 0; i < nK; i++) int8_case(ei, real, tu_rand_int(1, 40), tu_rand_int(1, 50), Ks[i], 0);
     for (int i = 0; i < 6; i++) int8_case(ei, real, tu_rand_int(8, 40), tu_rand_int(8, 50), i < 3 ? 64 : 256, 1);
+    /* every regime (chosen at random per call) on shapes with several N, M and K blocks of
+     * the small blockings, partial last ones, M = 1, odd M and N, K not a multiple of 64 */
+    static const int64_t Ms[] = {1, 2, 17, 33, 64, 100}, Ns[] = {1, 17, 33, 130}, Kx[] = {1, 65, 200, 600};
+    for (int im = 0; im < 6; im++)
+        for (int in = 0; in < 4; in++)
+            for (int ik = 0; ik < 4; ik++) {
+                if (g_quick && (im + in + ik) % 3) continue;
+                int8_case(ei, real, Ms[im], Ns[in], Kx[ik], 0);
+                if ((im + in + ik) % 4 == 0) bf16_case(eb, real, Ms[im], Ns[in], Kx[ik], (im + ik) % 2);
+            }
     int64_t Mbig = g_quick ? 300 : 4096;
     int8_case(ei, real, Mbig, 17, 64, 0);
     int8_case(ei, real, Mbig, 5, 256, 0);
@@ -350,6 +391,13 @@ int main(int argc, char **argv) {
     long ops0 = qmm_amx_emu_ops();
     sweep(&qmm_engine_amx_int8_emu, &qmm_engine_amx_bf16_emu, 0);
     tu_note("emulated tile instructions executed: %ld", qmm_amx_emu_ops() - ops0);
+    for (int k = 0; k < 2; k++) {
+        tu_note("%s emulated calls per regime: decode %ld, panel %ld, blocked %ld", k ? "amx_bf16" : "amx_int8",
+                g_regime_runs[k][0], g_regime_runs[k][1], g_regime_runs[k][2]);
+        for (int r = 0; r < 3; r++)
+            TU_CHECK(g_regime_runs[k][r] > 0, "%s: regime %s never ran", k ? "amx_bf16" : "amx_int8",
+                     qmm_amx_regime_name((qmm_amx_regime)r));
+    }
     TU_CHECK(qmm_amx_emu_ops() > ops0, "the emulated engines executed no tile instruction");
     char why[QMM_REASON_MAX];
     if (qmm_engine_available(QMM_ENGINE_AMX_INT8, why, sizeof why) &&
