@@ -334,6 +334,52 @@ static void admission(void) {
     qmm_weight_destroy(wb);
 }
 
+/* The blocking rules of amx_blocking.h: parsing QMM_AMX_BLOCKING, the regime switch points,
+ * and the small-M admission following min_m. */
+static void blocking_rules(void) {
+    qmm_amx_blocking b = qmm_amx_blocking_default(), d = b;
+    TU_CHECK(b.kc == 512 && b.nc == 512 && b.mc == 512 && b.small_m == 32 && b.min_m == QMM_AMX_INT8_MIN_M,
+             "defaults changed without the notes: kc %lld nc %lld mc %lld small_m %lld", (long long)b.kc,
+             (long long)b.nc, (long long)b.mc, (long long)b.small_m);
+    TU_CHECK(qmm_amx_blocking_parse("kc=1024,nc=256,mc=128,small_m=16,panel_a=100,min_m=1", &b) == 0 && b.kc == 1024 &&
+                 b.nc == 256 && b.mc == 128 && b.small_m == 16 && b.panel_a == 100 && b.min_m == 1,
+             "QMM_AMX_BLOCKING: a valid string not applied");
+    static const char *bad[] = {"kc=100", "nc=48", "mc=0", "small_m=33", "min_m=0", "kc", "kc=64,", "foo=1", "kc=64x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        qmm_amx_blocking t = d;
+        TU_CHECK(qmm_amx_blocking_parse(bad[i], &t) == -1 && !memcmp(&t, &d, sizeof t),
+                 "QMM_AMX_BLOCKING='%s': accepted or changed the blocking", bad[i]);
+    }
+    TU_CHECK(qmm_amx_blocking_parse("", &d) == 0 && qmm_amx_blocking_parse(NULL, &d) == 0, "empty QMM_AMX_BLOCKING refused");
+    /* the switch points on the SPEC §8 shapes (int8 A bytes = M × Kp) */
+    TU_CHECK(qmm_amx_regime_of(&d, 1, 5376) == QMM_AMX_DECODE && qmm_amx_regime_of(&d, 32, 32 * 14336) == QMM_AMX_DECODE,
+             "M <= 32 must be decode");
+    TU_CHECK(qmm_amx_regime_of(&d, 256, 256 * 5376) == QMM_AMX_PANEL, "256 × 5376 must be panel");
+    TU_CHECK(qmm_amx_regime_of(&d, 256, 256 * 14336) == QMM_AMX_BLOCKED && qmm_amx_regime_of(&d, 4096, 4096 * 5376) ==
+             QMM_AMX_BLOCKED, "256 × 14336 and 4096 × 5376 must be blocked");
+    /* admission follows min_m */
+    int8_t wq[64 * 64];
+    float sc = 0.01f;
+    memset(wq, 3, sizeof wq);
+    qmm_weight_desc wd = qmm_weight_desc_default();
+    wd.N = 64; wd.K = 64; wd.data = wq; wd.scale = &sc; wd.n_scale = 1;
+    qmm_weight *w = NULL;
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &wd, &w));
+    if (!w) return;
+    qmm_linear_args a = qmm_linear_args_default();
+    a.x_dtype = QMM_BF16; a.y_dtype = QMM_BF16;
+    char why[QMM_REASON_MAX];
+    qmm_amx_blocking_emu = qmm_amx_blocking_default();
+    qmm_amx_blocking_emu.min_m = 3;
+    for (a.M = 1; a.M <= 4; a.M++) {
+        qmm_call c = make_call(w, &a, 0);
+        const char *r = qmm_engine_amx_int8_emu.admit(&c, why, sizeof why);
+        TU_CHECK((a.M < 3) == (r != NULL), "min_m=3, M=%lld: %s", (long long)a.M, r ? r : "admitted");
+    }
+    qmm_amx_blocking_emu = qmm_amx_blocking_default();
+    qmm_weight_destroy(w);
+}
+
 static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
     static const int64_t Ks[] = {1, 16, 63, 64, 65, 256, 1001};
     const int nK = (int)(sizeof Ks / sizeof Ks[0]);
@@ -388,6 +434,7 @@ int main(int argc, char **argv) {
         if (qmm_context_create(&o, &g_ctx[t]) != QMM_OK) { printf("context: %s\n", qmm_last_error()); return 1; }
     }
     admission();
+    blocking_rules();
     long ops0 = qmm_amx_emu_ops();
     sweep(&qmm_engine_amx_int8_emu, &qmm_engine_amx_bf16_emu, 0);
     tu_note("emulated tile instructions executed: %ld", qmm_amx_emu_ops() - ops0);

@@ -70,6 +70,7 @@ static inline int qmm_amx_blocking_parse(const char *s, qmm_amx_blocking *b) {
         else if (QMM_AMX_KEY("min_m") && v >= 1) t.min_m = v;
         else return -1;
 #undef QMM_AMX_KEY
+        if (*end == ',' && !end[1]) return -1; /* a trailing comma */
         s = *end ? end + 1 : end;
     }
     *b = t;
