@@ -84,6 +84,7 @@ static void widen_block(const int8_t *src, int64_t nk, uint16_t *dst) {
     const __m512i idx_even = _mm512_loadu_si512(ie), idx_odd = _mm512_loadu_si512(io);
     for (int64_t kq = 0; kq < nk / 4; kq++) {
         const int8_t *s = src + kq * 64;
+        _mm_prefetch((const char *)s + 1024, _MM_HINT_T0); /* the stream 16 lines ahead (decode: from DRAM) */
         __m512i lo = _mm512_inserti64x4(_mm512_castsi256_si512(widen16(_mm_loadu_si128((const __m128i *)s))),
                                         widen16(_mm_loadu_si128((const __m128i *)(s + 16))), 1);
         __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(widen16(_mm_loadu_si128((const __m128i *)(s + 32)))),
@@ -99,7 +100,8 @@ static void widen_block(const int8_t *src, int64_t nk, uint16_t *dst) {
  * ([32][32], the stage layout) or NULL to start from zero; pf_b: prefetch B ahead (decode). */
 static inline __attribute__((always_inline)) void kblock(const uint16_t *a, int64_t lda, const uint16_t *b0,
                                                          int64_t bstride, int64_t nsteps, const float *cin, int r1,
-                                                         int two, int pf_b) {
+                                                         int two, int pf_b, const char *pfs,
+                                                         int64_t pfs_lines) {
     const uint16_t *b1 = b0 + bstride;
     if (cin) {
         QMM_TILE_LOAD(QMM_TC00, cin, 128);
@@ -113,6 +115,7 @@ static inline __attribute__((always_inline)) void kblock(const uint16_t *a, int6
         if (r1 && two) QMM_TILE_ZERO(QMM_TC11);
     }
     for (int64_t ks = 0; ks < nsteps; ks++) {
+        for (int64_t l = 0; l < pfs_lines; l++) _mm_prefetch(pfs + (ks * pfs_lines + l) * 64, _MM_HINT_T1);
         if (pf_b) {
             const char *p0 = (const char *)(b0 + (ks + QMM_AMX_DECODE_PF_STEPS) * 512);
             const char *p1 = (const char *)(b1 + (ks + QMM_AMX_DECODE_PF_STEPS) * 512);
@@ -137,17 +140,18 @@ static inline __attribute__((always_inline)) void kblock(const uint16_t *a, int6
 }
 
 static void kblock_any(const uint16_t *a, int64_t lda, const uint16_t *b0, int64_t bstride, int64_t nsteps,
-                       const float *cin, int r1, int two, int pf_b) {
+                       const float *cin, int r1, int two, int pf_b, const char *pfs,
+                       int64_t pfs_lines) {
     if (pf_b) {
-        if (r1 && two) kblock(a, lda, b0, bstride, nsteps, cin, 1, 1, 1);
-        else if (r1) kblock(a, lda, b0, bstride, nsteps, cin, 1, 0, 1);
-        else if (two) kblock(a, lda, b0, bstride, nsteps, cin, 0, 1, 1);
-        else kblock(a, lda, b0, bstride, nsteps, cin, 0, 0, 1);
+        if (r1 && two) kblock(a, lda, b0, bstride, nsteps, cin, 1, 1, 1, pfs, pfs_lines);
+        else if (r1) kblock(a, lda, b0, bstride, nsteps, cin, 1, 0, 1, pfs, pfs_lines);
+        else if (two) kblock(a, lda, b0, bstride, nsteps, cin, 0, 1, 1, pfs, pfs_lines);
+        else kblock(a, lda, b0, bstride, nsteps, cin, 0, 0, 1, pfs, pfs_lines);
     } else {
-        if (r1 && two) kblock(a, lda, b0, bstride, nsteps, cin, 1, 1, 0);
-        else if (r1) kblock(a, lda, b0, bstride, nsteps, cin, 1, 0, 0);
-        else if (two) kblock(a, lda, b0, bstride, nsteps, cin, 0, 1, 0);
-        else kblock(a, lda, b0, bstride, nsteps, cin, 0, 0, 0);
+        if (r1 && two) kblock(a, lda, b0, bstride, nsteps, cin, 1, 1, 0, pfs, pfs_lines);
+        else if (r1) kblock(a, lda, b0, bstride, nsteps, cin, 1, 0, 0, pfs, pfs_lines);
+        else if (two) kblock(a, lda, b0, bstride, nsteps, cin, 0, 1, 0, pfs, pfs_lines);
+        else kblock(a, lda, b0, bstride, nsteps, cin, 0, 0, 0, pfs, pfs_lines);
     }
 }
 
@@ -202,12 +206,20 @@ static void panel_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
         } else {
             b0 = w->fp.bf16 + nb * bstride;
         }
+        /* the next column panel's B source (int8 or bf16, contiguous after this one), prefetched
+         * (T1) in equal shares by this panel's row panels, k-step by k-step */
+        const int64_t nk = Ka / 32, nm = m_hi - m_lo, src_lines = Ka * 32 * (w->is_int8 ? 1 : 2) / 64;
+        const int64_t pfs_lines = !pf_b && p + 1 < p_hi ? (src_lines + nm * nk - 1) / (nm * nk) : 0;
+        const char *pf_src = !pfs_lines ? NULL
+                             : w->is_int8 ? (const char *)(w->i8.data + (nb + 2) * Ka * 16)
+                                          : (const char *)(w->fp.bf16 + (nb + 2) * bstride);
         for (int64_t mp = m_lo; mp < m_hi; mp++) {
             const int64_t m0 = mp * 32;
             const int rows = (int)(c->M - m0 < 32 ? c->M - m0 : 32);
             const int r0 = rows < 16 ? rows : 16, r1 = rows - r0;
             QMM_AMX_SYM(qmm_amx_tiles_config)(r0, r1);
-            kblock_any(j->a + m0 * Ka, Ka, b0, bstride, Ka / 32, NULL, r1, two, pf_b && mp == m_lo);
+            const char *pfs = pfs_lines ? pf_src + (mp - m_lo) * nk * pfs_lines * 64 : NULL;
+            kblock_any(j->a + m0 * Ka, Ka, b0, bstride, nk, NULL, r1, two, pf_b && mp == m_lo, pfs, pfs_lines);
             store_c(stage, r1, two);
             epilogue(c, stage, m0, rows, n0, cols);
         }
@@ -305,7 +317,7 @@ static void blocked_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
                             _mm_prefetch(anext + o, _MM_HINT_T0);
                         if (pf_lines)
                             prefetch_runs(bnext, src_stride, per_run, pf_lines * it / iters, pf_lines * (it + 1) / iters);
-                        kblock_any(a, kw, bblk + (nb - 2 * pc) * bstride, bstride, kw / 32, kb ? cb : NULL, r1, two, 0);
+                        kblock_any(a, kw, bblk + (nb - 2 * pc) * bstride, bstride, kw / 32, kb ? cb : NULL, r1, two, 0, NULL, 0);
                         if (kb + 1 < nkb) {
                             store_c(cb, r1, two);
                         } else {

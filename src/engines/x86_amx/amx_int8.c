@@ -74,7 +74,8 @@ typedef struct {
  * B streams from DRAM once; the address runs on into the next column blocks, which come next). */
 static inline __attribute__((always_inline)) void kblock(const int8_t *a, int64_t lda, const int8_t *b0,
                                                          int64_t bstride, int64_t nsteps, const int32_t *cin,
-                                                         int r1, int two, int pf_b) {
+                                                         int r1, int two, int pf_b,
+                                                         const char *pfs, int64_t pfs_lines) {
     const int8_t *b1 = b0 + bstride;
     if (cin) {
         QMM_TILE_LOAD(QMM_TC00, cin, 128);
@@ -88,6 +89,7 @@ static inline __attribute__((always_inline)) void kblock(const int8_t *a, int64_
         if (r1 && two) QMM_TILE_ZERO(QMM_TC11);
     }
     for (int64_t ks = 0; ks < nsteps; ks++) {
+        for (int64_t l = 0; l < pfs_lines; l++) _mm_prefetch(pfs + (ks * pfs_lines + l) * 64, _MM_HINT_T1);
         if (pf_b) {
             const char *p0 = (const char *)(b0 + (ks + QMM_AMX_DECODE_PF_STEPS) * 1024);
             const char *p1 = (const char *)(b1 + (ks + QMM_AMX_DECODE_PF_STEPS) * 1024);
@@ -113,17 +115,18 @@ static inline __attribute__((always_inline)) void kblock(const int8_t *a, int64_
 
 /* kblock with its shape flags as compile-time constants (4 specialised copies) */
 static void kblock_any(const int8_t *a, int64_t lda, const int8_t *b0, int64_t bstride, int64_t nsteps,
-                       const int32_t *cin, int r1, int two, int pf_b) {
+                       const int32_t *cin, int r1, int two, int pf_b, const char *pfs,
+                       int64_t pfs_lines) {
     if (pf_b) {
-        if (r1 && two) kblock(a, lda, b0, bstride, nsteps, cin, 1, 1, 1);
-        else if (r1) kblock(a, lda, b0, bstride, nsteps, cin, 1, 0, 1);
-        else if (two) kblock(a, lda, b0, bstride, nsteps, cin, 0, 1, 1);
-        else kblock(a, lda, b0, bstride, nsteps, cin, 0, 0, 1);
+        if (r1 && two) kblock(a, lda, b0, bstride, nsteps, cin, 1, 1, 1, pfs, pfs_lines);
+        else if (r1) kblock(a, lda, b0, bstride, nsteps, cin, 1, 0, 1, pfs, pfs_lines);
+        else if (two) kblock(a, lda, b0, bstride, nsteps, cin, 0, 1, 1, pfs, pfs_lines);
+        else kblock(a, lda, b0, bstride, nsteps, cin, 0, 0, 1, pfs, pfs_lines);
     } else {
-        if (r1 && two) kblock(a, lda, b0, bstride, nsteps, cin, 1, 1, 0);
-        else if (r1) kblock(a, lda, b0, bstride, nsteps, cin, 1, 0, 0);
-        else if (two) kblock(a, lda, b0, bstride, nsteps, cin, 0, 1, 0);
-        else kblock(a, lda, b0, bstride, nsteps, cin, 0, 0, 0);
+        if (r1 && two) kblock(a, lda, b0, bstride, nsteps, cin, 1, 1, 0, pfs, pfs_lines);
+        else if (r1) kblock(a, lda, b0, bstride, nsteps, cin, 1, 0, 0, pfs, pfs_lines);
+        else if (two) kblock(a, lda, b0, bstride, nsteps, cin, 0, 1, 0, pfs, pfs_lines);
+        else kblock(a, lda, b0, bstride, nsteps, cin, 0, 0, 0, pfs, pfs_lines);
     }
 }
 
@@ -181,12 +184,17 @@ static void panel_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
         const int64_t nb = 2 * p, n0 = nb * 16, cols = c->N - n0 < 32 ? c->N - n0 : 32;
         const int two = nb + 1 < j->nblocks;
         const int8_t *b0 = wdata + nb * j->Kp * 16;
+        /* panel: the next column panel's B (contiguous after this one), prefetched (T1) in equal
+         * shares by this panel's row panels, k-step by k-step */
+        const int64_t nk = j->Kp / 64, nm = m_hi - m_lo;
+        const int64_t pfs_lines = !pf_b && p + 1 < p_hi ? (32 + nm - 1) / nm : 0;
         for (int64_t mp = m_lo; mp < m_hi; mp++) {
             const int64_t m0 = mp * 32;
             const int rows = (int)(c->M - m0 < 32 ? c->M - m0 : 32);
             const int r0 = rows < 16 ? rows : 16, r1 = rows - r0;
             QMM_AMX_SYM(qmm_amx_tiles_config)(r0, r1);
-            kblock_any(j->q + m0 * j->Kp, j->Kp, b0, j->Kp * 16, j->Kp / 64, NULL, r1, two, pf_b && mp == m_lo);
+            const char *pfs = pfs_lines ? (const char *)(b0 + 2 * j->Kp * 16) + (mp - m_lo) * nk * pfs_lines * 64 : NULL;
+            kblock_any(j->q + m0 * j->Kp, j->Kp, b0, j->Kp * 16, nk, NULL, r1, two, pf_b && mp == m_lo, pfs, pfs_lines);
             store_c(stage, r1, two);
             epilogue(c, stage, m0, rows, n0, cols, j->s);
         }
@@ -275,7 +283,7 @@ static void blocked_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
                             _mm_prefetch((const char *)(anext + o), _MM_HINT_T0);
                         if (pf_lines)
                             prefetch_b(bnext, Kp * 16, kw_b, pf_lines * it / iters, pf_lines * (it + 1) / iters);
-                        kblock_any(a, kw, bblk + (nb - 2 * pc) * Kp * 16, Kp * 16, kw / 64, kb ? cb : NULL, r1, two, 0);
+                        kblock_any(a, kw, bblk + (nb - 2 * pc) * Kp * 16, Kp * 16, kw / 64, kb ? cb : NULL, r1, two, 0, NULL, 0);
                         if (kb + 1 < nkb) {
                             store_c(cb, r1, two);
                         } else {
