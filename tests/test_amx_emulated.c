@@ -380,6 +380,48 @@ static void blocking_rules(void) {
     qmm_weight_destroy(w);
 }
 
+/* The tile traffic of each regime, counted by the emulator (loads + dot products) on a shape
+ * with whole tiles: M=64, N=64, K=640 (2 × 2 blocks of 32 × 32, 10 k-steps of 64). Every
+ * regime does 4 loads of A/B and 4 TDPBSSD per k-step; only the blocked one reloads C: 4
+ * tiles per block per K block after the first (kc=128: 5 K blocks) — the C partials stay in
+ * tiles within a K block and are never loaded for the first. */
+static void op_counts(void) {
+    const int64_t M = 64, N = 64, K = 640;
+    int8_t *wq = malloc((size_t)(N * K));
+    float sc = 0.01f;
+    tu_fill_i8(wq, N * K, -127, 127);
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.N = N; d.K = K; d.data = wq; d.scale = &sc; d.n_scale = 1;
+    qmm_weight *w = NULL;
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &w));
+    uint16_t *x = malloc((size_t)(M * K) * 2), *y = malloc((size_t)(M * N) * 2);
+    tu_fill_float(x, QMM_BF16, M * K, 1.0f);
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = M; a.x = x; a.x_dtype = QMM_BF16; a.y = y; a.y_dtype = QMM_BF16;
+    qmm_call c = make_call(w, &a, 0);
+    static const struct { int64_t small_m, panel_a, kc; int regime; long ops; } cases[] = {
+        {32, 1 << 20, 128, QMM_AMX_PANEL, 4 * 10 * 4 + 4 * 10 * 4},
+        {32, 0, 128, QMM_AMX_BLOCKED, 4 * 10 * 4 + 4 * 10 * 4 + 4 * 4 * 4},
+        {32, 0, 640, QMM_AMX_BLOCKED, 4 * 10 * 4 + 4 * 10 * 4},
+        {32, 0, 256, QMM_AMX_BLOCKED, 4 * 10 * 4 + 4 * 10 * 4 + 4 * 4 * 2},
+    };
+    for (size_t i = 0; w && i < sizeof cases / sizeof cases[0]; i++) {
+        qmm_amx_blocking_emu = qmm_amx_blocking_default();
+        qmm_amx_blocking_emu.small_m = cases[i].small_m;
+        qmm_amx_blocking_emu.panel_a = cases[i].panel_a;
+        qmm_amx_blocking_emu.kc = cases[i].kc;
+        long o0 = qmm_amx_emu_ops();
+        TU_CHECK_OK(qmm_engine_amx_int8_emu.run(g_ctx[0], &c));
+        long ops = qmm_amx_emu_ops() - o0;
+        TU_CHECK(qmm_amx_last_regime_emu == cases[i].regime && ops == cases[i].ops,
+                 "amx_int8 64×64×640 %s kc=%lld: %ld tile loads + dot products, want %ld",
+                 qmm_amx_regime_name((qmm_amx_regime)cases[i].regime), (long long)cases[i].kc, ops, cases[i].ops);
+    }
+    qmm_amx_blocking_emu = qmm_amx_blocking_default();
+    qmm_weight_destroy(w);
+    free(wq); free(x); free(y);
+}
+
 static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
     static const int64_t Ks[] = {1, 16, 63, 64, 65, 256, 1001};
     const int nK = (int)(sizeof Ks / sizeof Ks[0]);
@@ -435,6 +477,7 @@ int main(int argc, char **argv) {
     }
     admission();
     blocking_rules();
+    op_counts();
     long ops0 = qmm_amx_emu_ops();
     sweep(&qmm_engine_amx_int8_emu, &qmm_engine_amx_bf16_emu, 0);
     tu_note("emulated tile instructions executed: %ld", qmm_amx_emu_ops() - ops0);
