@@ -169,7 +169,8 @@ static void epilogue(const qmm_call *c, const int32_t *stage, int64_t m0, int ro
 /* ---------------------------------------------------------------- decode and panel regimes */
 /* N outer: for each 32-column panel of the task's range, every 32-row panel of its M range
  * over the full K with C in tiles throughout; the panel's 32 × Kp of B (two n16k4 blocks,
- * contiguous) is read from DRAM by the first row panel and from L2 by the others. */
+ * contiguous) comes from L2 for every row panel — prefetched during the previous column panel
+ * (panel), or streamed from DRAM with a prefetch ahead in the k loop (decode: one row panel). */
 static void panel_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     (void)n_tasks;
     int8_job *j = arg;
