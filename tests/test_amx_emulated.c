@@ -5,9 +5,14 @@
  * machine here has AMX, so this is the only execution evidence for those kernels.
  *
  *   amx_int8 (emulated) vs the reference engine: int32 accumulators and float outputs
- *     bit-exact; M = 1..33 and 4096, N odd / < 16, K ∈ {1, 16, 63, 64, 65, 256, 1001},
- *     every x dtype, input_act, convrot size, per-tensor/per-row scale, bias, i32 output,
- *     strided x/y (padding untouched), token scales out and in, 1 vs 2 threads identical.
+ *     bit-exact; M = 1..33, 64, 100 and 4096, N odd / < 16 / several N blocks, K ∈ {1, 16, 63,
+ *     64, 65, 200, 256, 600, 1001}, every x dtype, input_act, convrot size, per-tensor/per-row
+ *     scale, bias, i32 output, strided x/y (padding untouched), token scales out and in, 1 vs 2
+ *     threads identical. Every call runs in a regime (decode, panel, blocked) chosen at random
+ *     with small blocks (several N, M and K blocks, partial last ones) or the defaults, and
+ *     the regime that ran is checked; each regime must have run for both engines.
+ *   The blocking rules (QMM_AMX_BLOCKING parsing, switch points, min_m admission) and the tile
+ *     traffic of each regime (C reloaded only between K blocks), counted by the emulator.
  *   amx_bf16 (emulated), W8A16 fallback and bf16 weights, vs an fp64 sum of the same
  *     bf16-rounded operands: within fp32 summation noise + 1 ulp of the output dtype.
  *   Every call: zero emulated faults (shape/config rules of the SDM) and no tile config left.

@@ -332,6 +332,24 @@ static void blocked_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     QMM_AMX_SYM(qmm_amx_tiles_release)();
 }
 
+/* The pre-pass of rows [r0, r0 + rows): a = bf16(act(x)) (rotated for int8 weights), the
+ * float engines' vector pre-pass with one-row panels, row-major [rows][Ka], zero past K. */
+static qmm_status prepass_rows(qmm_context *ctx, const qmm_call *c, int64_t r0, int64_t rows, uint16_t *a,
+                               int64_t Ka) {
+    QMM_FORWARD_IF_ERROR(qmm_float_act_pack(ctx, c, r0, rows, 1, 1, a, Ka));
+    for (int64_t r = 0; r < rows && Ka > c->K; r++) memset(a + r * Ka + c->K, 0, (size_t)(Ka - c->K) * 2);
+    return QMM_OK;
+}
+
+/* The task grid of one GEMM launch over M rows: N split first, then M (as amx_int8). */
+static void grid(bf16_job *j, int64_t M, int nt) {
+    j->npanels_m = (M + 31) / 32;
+    j->tn = j->npanels_n < nt ? (int)j->npanels_n : nt;
+    j->tm = nt / j->tn;
+    if (j->tm > j->npanels_m) j->tm = (int)j->npanels_m;
+    if (j->tm < 1) j->tm = 1;
+}
+
 static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
     const qmm_weight *w = c->w;
     const int64_t M = c->M;
@@ -342,6 +360,7 @@ static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
     j.bl = QMM_AMX_SYM(qmm_amx_blocking_now)();
     j.Ka = w->is_int8 ? w->i8.Kp : w->fp.Kp;
     j.nblocks = (w->is_int8 ? w->i8.Np : w->fp.Np) / 16;
+    j.npanels_n = (j.nblocks + 1) / 2;
     size_t abytes;
     QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)j.Ka * 2, &abytes), QMM_ERR_OUT_OF_MEMORY,
                   "layer %s: M=%lld × K=%lld activations too large", w->name, (long long)M, (long long)c->K);
@@ -349,37 +368,42 @@ static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
     QMM_AMX_NOTE_REGIME(j.regime);
     const int blocked = j.regime == QMM_AMX_BLOCKED;
     const int64_t kc = j.bl.kc / 2, nkb = (j.Ka + kc - 1) / kc;
+    /* blocked: M blocks of mc rows, each pre-passed, repacked and multiplied by the whole
+     * weight before the next (as amx_int8: the block's A stays in the last-level cache) */
+    const int64_t mb = blocked && M > j.bl.mc ? j.bl.mc : M;
+    const size_t rows_bytes = (size_t)qmm_round_up((int64_t)((size_t)mb * (size_t)j.Ka * 2), 64);
     j.cbuf_floats = blocked && nkb > 1 ? (size_t)(j.bl.mc / 32) * (size_t)(j.bl.nc / 32) * 1024 : 0;
     /* int8 weights: a 32 × Ka panel (decode/panel) or an nc × kc block (blocked) widened */
     j.wide_elems = !w->is_int8 ? 0 : blocked ? (size_t)j.bl.nc * (size_t)(kc < j.Ka ? kc : j.Ka) : (size_t)j.Ka * 32;
-    /* engine scratch: [packed A (blocked)] [stage][C buffer][widened B] per thread */
-    const size_t packed = blocked ? (size_t)qmm_round_up((int64_t)abytes, 64) : 0;
-    const size_t per_thread = (32 * 32 + j.cbuf_floats) * sizeof(float) + (size_t)qmm_round_up((int64_t)j.wide_elems * 2, 64);
+    j.wide_elems = (size_t)qmm_round_up((int64_t)j.wide_elems, 32); /* each thread's part 64-byte aligned */
+    /* act scratch: a (all rows, or one M block); engine scratch: [packed block (blocked)]
+     * [stage][C buffer][widened B] per thread */
+    const size_t packed = blocked ? rows_bytes : 0;
+    const size_t per_thread = (32 * 32 + j.cbuf_floats) * sizeof(float) + j.wide_elems * 2;
     void *abuf, *ebuf;
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, abytes, &abuf));
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, rows_bytes, &abuf));
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, packed + (size_t)nt * per_thread, &ebuf));
-    /* the pre-pass: a = bf16(act(x)) (rotated for int8 weights), row-major [M][Ka], zero past K */
-    QMM_FORWARD_IF_ERROR(qmm_float_act_pack(ctx, c, 0, M, 1, 1, abuf, j.Ka));
-    for (int64_t r = 0; r < M && j.Ka > c->K; r++)
-        memset((uint16_t *)abuf + r * j.Ka + c->K, 0, (size_t)(j.Ka - c->K) * 2);
-    j.a = abuf;
-    if (blocked) {
-        QMM_AMX_SYM(qmm_amx_pack_a)(ctx, abuf, j.Ka * 2, M, j.Ka * 2, j.bl.kc, ebuf);
-        j.a = ebuf;
-    }
     char *t = (char *)ebuf + packed;
     j.stage = (float *)t;
     j.cbuf = j.stage + (size_t)nt * 32 * 32;
     j.wide = j.wide_elems ? (uint16_t *)(t + (size_t)nt * (32 * 32 + j.cbuf_floats) * sizeof(float)) : NULL;
-    j.wide_elems = (size_t)qmm_round_up((int64_t)j.wide_elems, 32); /* keep each thread's part 64-byte aligned */
-    /* the GEMM: N split first, then M (as amx_int8) */
-    j.npanels_n = (j.nblocks + 1) / 2;
-    j.npanels_m = (M + 31) / 32;
-    j.tn = j.npanels_n < nt ? (int)j.npanels_n : nt;
-    j.tm = nt / j.tn;
-    if (j.tm > j.npanels_m) j.tm = (int)j.npanels_m;
-    if (j.tm < 1) j.tm = 1;
-    qmm_pool_run(ctx->pool, (int64_t)j.tm * j.tn, blocked ? blocked_task : panel_task, &j);
+    if (!blocked) {
+        QMM_FORWARD_IF_ERROR(prepass_rows(ctx, c, 0, M, abuf, j.Ka));
+        j.a = abuf;
+        grid(&j, M, nt);
+        qmm_pool_run(ctx->pool, (int64_t)j.tm * j.tn, panel_task, &j);
+        return QMM_OK;
+    }
+    j.a = ebuf;
+    for (int64_t r0 = 0; r0 < M; r0 += mb) {
+        const int64_t rows = M - r0 < mb ? M - r0 : mb;
+        const qmm_call sub = QMM_AMX_SYM(qmm_amx_rows)(c, r0, rows);
+        QMM_FORWARD_IF_ERROR(prepass_rows(ctx, c, r0, rows, abuf, j.Ka));
+        QMM_AMX_SYM(qmm_amx_pack_a)(ctx, abuf, j.Ka * 2, rows, j.Ka * 2, j.bl.kc, ebuf);
+        j.c = &sub;
+        grid(&j, rows, nt);
+        qmm_pool_run(ctx->pool, (int64_t)j.tm * j.tn, blocked_task, &j);
+    }
     return QMM_OK;
 }
 

@@ -14,10 +14,12 @@
  *            weight once, full K per 32 × 32 block, software prefetch of B ahead.
  *   panel    A fits L2 (bytes of A <= panel_a): N outer, full K per block with C in tiles for
  *            the whole K; each 32 × K B panel is reused from L2 by every row panel, A from L2.
- *   blocked  otherwise: nc → mc → kc → m32 → n32. A packed per K block into tile layout (the
- *            32 × kc A panel, 16 KiB, stays in L1 across the nc/32 column panels), the nc × kc
- *            B block (256 KiB) stays in L2 across the mc/32 row panels, C partials in tiles
- *            within a K block and in a per-thread mc × nc buffer (L2) between K blocks.
+ *   blocked  otherwise: M blocks of mc rows, each pre-passed, packed per K block into tile
+ *            layout and then multiplied by the whole weight (its A stays in the last-level
+ *            cache): nc → kc → m32 → n32. The 32 × kc A panel (16 KiB) stays in L1 across the
+ *            nc/32 column panels, the nc × kc B block (256 KiB) in L2 across the mc/32 row
+ *            panels, C partials in tiles within a K block and in a per-thread mc × nc buffer
+ *            (L2) between K blocks.
  */
 #ifndef QMM_AMX_BLOCKING_H
 #define QMM_AMX_BLOCKING_H

@@ -68,6 +68,17 @@ void QMM_AMX_SYM(qmm_amx_tiles_release)(void) {
     t_key = -1;
 }
 
+qmm_call QMM_AMX_SYM(qmm_amx_rows)(const qmm_call *c, int64_t r0, int64_t rows) {
+    qmm_call s = *c;
+    s.M = rows;
+    s.x = (const char *)c->x + (size_t)(r0 * c->ldx) * qmm_dtype_size(c->x_dtype);
+    s.y = (char *)c->y + (size_t)(r0 * c->ldy) * qmm_dtype_size(c->y_dtype);
+    s.token_scales = NULL;
+    if (c->token_scales_in) s.token_scales_in = c->token_scales_in + r0;
+    if (c->residual) s.residual = (const char *)c->residual + (size_t)(r0 * c->ldr) * qmm_dtype_size(c->y_dtype);
+    return s;
+}
+
 typedef struct {
     const char *src;
     int64_t lds, M, row_bytes, kc, rows_per_task;

@@ -15,9 +15,10 @@
  *   decode  (M <= 32)            panel_task, B prefetched ahead: one pass over the weights
  *   panel   (M × Kp <= 1.5 MiB)  panel_task: N outer, full K per 32 × 32 block, C in tiles for
  *                                the whole K, each 32 × Kp B panel reused from L2 by all rows
- *   blocked (otherwise)          blocked_task: nc(512) → mc(512) → kc(512) → m32 → n32 on A
- *                                packed per K block (qmm_amx_pack_a), C partials in tiles within
- *                                a K block and in a per-thread C buffer between K blocks
+ *   blocked (otherwise)          per M block of mc rows: qmm_prepass on those rows, repacked
+ *                                per K block (qmm_amx_pack_a), then blocked_task: nc(512) →
+ *                                kc(512) → m32 → n32, C partials in tiles within a K block and
+ *                                in a per-thread C buffer between K blocks
  * Threads: a static grid, N split first (each thread streams only its share of W), M split
  * only when N has fewer 32-column panels than threads. The partition and the blocking change
  * nothing in the result: int32 sums are exact, so every regime gives the reference's bits.
@@ -299,6 +300,16 @@ static void blocked_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     QMM_AMX_SYM(qmm_amx_tiles_release)();
 }
 
+/* The task grid of one GEMM launch over M rows: N split first (each thread streams only its
+ * share of W), then M when N has fewer 32-column panels than threads. */
+static void grid(int8_job *j, int64_t M, int nt) {
+    j->npanels_m = (M + 31) / 32;
+    j->tn = j->npanels_n < nt ? (int)j->npanels_n : nt;
+    j->tm = nt / j->tn;
+    if (j->tm > j->npanels_m) j->tm = (int)j->npanels_m;
+    if (j->tm < 1) j->tm = 1;
+}
+
 static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
     const qmm_weight *w = c->w;
     const int64_t M = c->M, Kp = w->i8.Kp;
@@ -307,40 +318,55 @@ static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
     memset(&j, 0, sizeof j);
     j.c = c;
     j.bl = QMM_AMX_SYM(qmm_amx_blocking_now)();
-    j.regime = qmm_amx_regime_of(&j.bl, M, M * Kp);
-    QMM_AMX_NOTE_REGIME(j.regime);
-    size_t qbytes;
-    QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)Kp, &qbytes), QMM_ERR_OUT_OF_MEMORY,
-                  "layer %s: M=%lld × Kp=%lld activations too large", w->name, (long long)M, (long long)Kp);
-    const int blocked = j.regime == QMM_AMX_BLOCKED;
-    const int64_t nkb = (Kp + j.bl.kc - 1) / j.bl.kc;
-    j.cbuf_ints = blocked && nkb > 1 ? (size_t)(j.bl.mc / 32) * (size_t)(j.bl.nc / 32) * 1024 : 0;
-    /* engine scratch: [packed A (blocked)] [stage per thread] [C buffer per thread] */
-    const size_t abytes = blocked ? qmm_round_up((int64_t)qbytes, 64) : 0;
-    const size_t ebytes = abytes + (size_t)nt * (32 * 32 + j.cbuf_ints) * sizeof(int32_t);
-    void *buf, *ebuf;
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * sizeof(float), &buf));
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, ebytes, &ebuf));
-    j.s = (const float *)((char *)buf + qbytes);
-    QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, (int8_t *)buf, Kp, (float *)j.s, 0));
-    if (c->token_scales) memcpy(c->token_scales, j.s, (size_t)M * sizeof(float));
-    j.q = buf;
-    if (blocked) {
-        QMM_AMX_SYM(qmm_amx_pack_a)(ctx, buf, Kp, M, Kp, j.bl.kc, ebuf);
-        j.q = ebuf;
-    }
-    j.stage = (int32_t *)((char *)ebuf + abytes);
-    j.cbuf = j.stage + (size_t)nt * 32 * 32;
     j.Kp = Kp;
     j.nblocks = w->i8.Np / 16;
     j.npanels_n = (j.nblocks + 1) / 2;
-    j.npanels_m = (M + 31) / 32;
-    /* split N first (each thread streams only its share of W), then M when N is too narrow */
-    j.tn = j.npanels_n < nt ? (int)j.npanels_n : nt;
-    j.tm = nt / j.tn;
-    if (j.tm > j.npanels_m) j.tm = (int)j.npanels_m;
-    if (j.tm < 1) j.tm = 1;
-    qmm_pool_run(ctx->pool, (int64_t)j.tm * j.tn, blocked ? blocked_task : panel_task, &j);
+    size_t qbytes;
+    QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)Kp, &qbytes), QMM_ERR_OUT_OF_MEMORY,
+                  "layer %s: M=%lld × Kp=%lld activations too large", w->name, (long long)M, (long long)Kp);
+    j.regime = qmm_amx_regime_of(&j.bl, M, M * Kp);
+    QMM_AMX_NOTE_REGIME(j.regime);
+    void *buf, *ebuf;
+    if (j.regime != QMM_AMX_BLOCKED) { /* the pre-pass over all rows, then one launch */
+        QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * sizeof(float), &buf));
+        QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, (size_t)nt * 32 * 32 * sizeof(int32_t), &ebuf));
+        j.s = (const float *)((char *)buf + qbytes);
+        QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, (int8_t *)buf, Kp, (float *)j.s, 0));
+        if (c->token_scales) memcpy(c->token_scales, j.s, (size_t)M * sizeof(float));
+        j.q = buf;
+        j.stage = ebuf;
+        grid(&j, M, nt);
+        qmm_pool_run(ctx->pool, (int64_t)j.tm * j.tn, panel_task, &j);
+        return QMM_OK;
+    }
+    /* blocked: M blocks of mc rows, each pre-passed (the shared qmm_prepass on those rows),
+     * repacked into the K-blocked layout and multiplied by the whole weight before the next,
+     * so that the block's A (mc × Kp: 2.75 MB at K=5376) is re-read by every N block from the
+     * last-level cache rather than DRAM, and the scratch holds one block, not all of A */
+    const int64_t mb = M < j.bl.mc ? M : j.bl.mc, nkb = (Kp + j.bl.kc - 1) / j.bl.kc;
+    const size_t bbytes = (size_t)(mb * Kp);
+    j.cbuf_ints = nkb > 1 ? (size_t)(j.bl.mc / 32) * (size_t)(j.bl.nc / 32) * 1024 : 0;
+    /* act scratch: [q of one M block] [s, all rows]; engine scratch: [packed block] [stage,
+     * C buffer per thread] */
+    const size_t abytes = (size_t)qmm_round_up((int64_t)bbytes, 64);
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, abytes + (size_t)M * sizeof(float), &buf));
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(
+        ctx, QMM_SCRATCH_ENGINE, abytes + (size_t)nt * (32 * 32 + j.cbuf_ints) * sizeof(int32_t), &ebuf));
+    float *s = (float *)((char *)buf + abytes);
+    j.q = ebuf;
+    j.stage = (int32_t *)((char *)ebuf + abytes);
+    j.cbuf = j.stage + (size_t)nt * 32 * 32;
+    for (int64_t r0 = 0; r0 < M; r0 += mb) {
+        const int64_t rows = M - r0 < mb ? M - r0 : mb;
+        const qmm_call sub = QMM_AMX_SYM(qmm_amx_rows)(c, r0, rows);
+        QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, &sub, (int8_t *)buf, Kp, s + r0, 0));
+        QMM_AMX_SYM(qmm_amx_pack_a)(ctx, buf, Kp, rows, Kp, j.bl.kc, ebuf);
+        j.c = &sub;
+        j.s = s + r0;
+        grid(&j, rows, nt);
+        qmm_pool_run(ctx->pool, (int64_t)j.tm * j.tn, blocked_task, &j);
+    }
+    if (c->token_scales) memcpy(c->token_scales, s, (size_t)M * sizeof(float));
     return QMM_OK;
 }
 

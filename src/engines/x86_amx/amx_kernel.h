@@ -106,6 +106,11 @@ extern int qmm_amx_last_regime_emu; /* the regime of the last engine call (tests
 #define QMM_TDPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
 #endif
 
+/* The call restricted to rows [r0, r0 + rows): x, y, token_scales_in and residual offset to
+ * row r0, token_scales (out) NULL — the caller copies the scales. Everything else (weight,
+ * per-column and per-K arguments) as in c. */
+qmm_call QMM_AMX_SYM(qmm_amx_rows)(const qmm_call *c, int64_t r0, int64_t rows);
+
 /* Copies the row-major operand src (M rows of row_bytes, row stride lds bytes) into the
  * K-blocked tile layout of the blocked regime, threaded over rows:
  *     dst block kb (bytes [kb*kc, kb*kc + kw) of every row, kw = min(kc, row_bytes - kb*kc))
