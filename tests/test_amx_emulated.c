@@ -57,8 +57,16 @@ static qmm_call make_call(const qmm_weight *w, const qmm_linear_args *a, int fal
 /* Picks a regime the rules allow for M (decode needs M <= 32, panel and blocked M >= 2) and a
  * blocking that forces it, with small blocks (several N, M and K blocks, partial last ones) or
  * the library's defaults. Returns the regime. */
+static int g_default_blocked; /* != 0: the library's blocking, blocked regime (M >= 2) */
+
 static int force_regime(int64_t M, int64_t a_bytes) {
     qmm_amx_blocking b = qmm_amx_blocking_default();
+    if (g_default_blocked && M >= 2) {
+        b.panel_a = 0;
+        b.small_m = 1;
+        qmm_amx_blocking_emu = b;
+        return QMM_AMX_BLOCKED;
+    }
     int lo = M <= 32 ? QMM_AMX_DECODE : QMM_AMX_PANEL, hi = M >= 2 ? QMM_AMX_BLOCKED : QMM_AMX_DECODE;
     int r = (int)tu_rand_int(lo, hi);
     if (tu_rand_int(0, 2)) { /* small blocks: every loop of the blocked regime turns */
@@ -448,6 +456,14 @@ static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
                 int8_case(ei, real, Ms[im], Ns[in], Kx[ik], 0);
                 if ((im + in + ik) % 4 == 0) bf16_case(eb, real, Ms[im], Ns[in], Kx[ik], (im + ik) % 2);
             }
+    /* the library's own blocking in the blocked regime: 2 M blocks, 3 N blocks and 3 K blocks
+     * of kc=512 / nc=512 / mc=512, each last one partial */
+    if (!g_quick) {
+        g_default_blocked = 1;
+        int8_case(ei, real, 600, 1100, 1100, 0);
+        bf16_case(eb, real, 600, 1100, 600, 1);
+        g_default_blocked = 0;
+    }
     int64_t Mbig = g_quick ? 300 : 4096;
     int8_case(ei, real, Mbig, 17, 64, 0);
     int8_case(ei, real, Mbig, 5, 256, 0);
