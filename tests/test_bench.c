@@ -135,6 +135,44 @@ int main(int argc, char **argv) {
     }
     free(out);
 
+    /* the AMX rows carry the regime their engine's rule picks (amx_blocking.h) and the blocking
+     * in force (QMM_AMX_BLOCKING applied); other engines' rows carry "" */
+    static const struct { const char *shape, *blocking, *amx_regime; } rg[] = {
+        {"3x17x64", "", "decode"}, {"40x17x64", "", "panel"}, {"40x17x64", "panel_a=0", "blocked"},
+        {"40x17x64", "small_m=1,panel_a=2559", "blocked"}, {"64x17x64", "small_m=1,panel_a=4096", "panel"}};
+    for (size_t i = 0; i < sizeof rg / sizeof rg[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "bench --quick --json --no-float --shape %s --engines amx_int8,avx512_vnni --repeats 1",
+                 rg[i].shape);
+        setenv("QMM_AMX_BLOCKING", rg[i].blocking, 1);
+        out = run_cli(args, &st);
+        unsetenv("QMM_AMX_BLOCKING");
+        TU_CHECK(st == 0 && out, "%s (QMM_AMX_BLOCKING=%s) exited %d", args, rg[i].blocking, st);
+        json_object *root = out ? json_tokener_parse(out) : NULL;
+        for (size_t k = 0; root && k < json_object_array_length(root); k++) {
+            json_object *r = json_object_array_get_idx(root, k), *eng, *reg, *bl;
+            if (!TU_CHECK(json_object_object_get_ex(r, "engine", &eng) && json_object_object_get_ex(r, "regime", &reg) &&
+                              json_object_object_get_ex(r, "amx_blocking", &bl),
+                          "%s: row %zu lacks engine/regime/amx_blocking", args, k))
+                continue;
+            int amx = !strcmp(json_object_get_string(eng), "amx_int8");
+            const char *want = amx ? rg[i].amx_regime : "";
+            TU_CHECK(!strcmp(json_object_get_string(reg), want), "%s QMM_AMX_BLOCKING=%s: %s regime '%s', want '%s'",
+                     args, rg[i].blocking, json_object_get_string(eng), json_object_get_string(reg), want);
+            TU_CHECK(amx == (json_object_get_string_len(bl) > 0) &&
+                         (!amx || strstr(json_object_get_string(bl), rg[i].blocking)),
+                     "%s: amx_blocking '%s' (QMM_AMX_BLOCKING=%s)", args, json_object_get_string(bl), rg[i].blocking);
+        }
+        TU_CHECK(root != NULL, "%s: not JSON", args);
+        json_object_put(root);
+        free(out);
+    }
+    setenv("QMM_AMX_BLOCKING", "kc=100", 1); /* not a multiple of 64: refused by --regimes */
+    out = run_cli("bench --quick --regimes", &st);
+    unsetenv("QMM_AMX_BLOCKING");
+    TU_CHECK(st == 2, "--regimes with an invalid QMM_AMX_BLOCKING must exit 2, got %d", st);
+    free(out);
+
     out = run_cli("bench --shape 12xx5", &st);
     TU_CHECK(st == 2, "bad --shape must exit 2, got %d", st);
     free(out);
