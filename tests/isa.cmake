@@ -1,0 +1,5 @@
+# isa.cmake — each ISA-specific object is compiled with exactly its engine's -m flags and holds no
+# instruction above them (tests/isa/check_isa.sh: compile_commands.json + objdump -d). Skipped,
+# visibly, without objdump.
+add_test(NAME isa_objects COMMAND sh ${CMAKE_SOURCE_DIR}/tests/isa/check_isa.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(isa_objects PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
