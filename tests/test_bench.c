@@ -107,8 +107,8 @@ int main(int argc, char **argv) {
         int ran = check_rows(out, "--quick --json", &refused);
         char why[QMM_REASON_MAX];
         int any = 0;
-        for (int e = QMM_ENGINE_AMX_INT8; e <= QMM_ENGINE_AVX2_INT8; e++)
-            any |= qmm_engine_available((qmm_engine_id)e, why, sizeof why);
+        qmm_engine_id i8[QMM_ENGINE_COUNT];
+        for (int i = 0, n = tu_engines(TU_ENGINES_INT8, i8); i < n; i++) any |= qmm_engine_available(i8[i], why, sizeof why);
         if (any) TU_CHECK(ran > 0, "no int8 engine ran although one is available");
         else tu_skip("qmm bench int8 rows", "no int8 engine available here");
     }

@@ -1,6 +1,7 @@
 /* testutil.c — seeded randomness and reporting for the qmm tests (see testutil.h). */
 #include "testutil.h"
 
+#include "dispatch.h"
 #include "numerics.h"
 
 #include <math.h>
@@ -114,4 +115,15 @@ int tu_is_nan_bits(qmm_dtype t, uint32_t b) {
     if (t == QMM_F32) return (b & 0x7fffffffu) > 0x7f800000u;
     if (t == QMM_BF16) return (b & 0x7fffu) > 0x7f80u;
     return (b & 0x7fffu) > 0x7c00u;
+}
+
+_Static_assert((int)TU_ENGINES_INT8 == (int)QMM_KIND_INT8 && (int)TU_ENGINES_FLOAT == (int)QMM_KIND_FLOAT, "tu_engines kinds");
+int tu_engines(int which, qmm_engine_id out[QMM_ENGINE_COUNT]) {
+    int n = 0;
+    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
+        const qmm_engine *e = qmm_engine_table[i].engine;
+        if (e->kind == QMM_KIND_REF || (which != TU_ENGINES_ALL && (int)e->kind != which)) continue;
+        out[n++] = e->id;
+    }
+    return n;
 }
