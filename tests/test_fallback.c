@@ -1,5 +1,5 @@
 /*
- * test_fallback.c — the same-device float fallback (SPEC §4, issue 4), one test per trigger:
+ * test_fallback.c — the same-device float fallback (SPEC §4), one test per trigger:
  *   1. every int8 engine disabled in the context (disabled_engines), and an ISA cap below the
  *      int8 engines (the context option, and QMM_MAX_ISA in the environment) with the int8
  *      engines the cap leaves disabled, so that a float engine remains;

@@ -61,7 +61,7 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f, "usage: qmm bench [--shape MxNxK[:swiglu|:gelu][:g16|:g64|:g256]]... [--all] [--engines a,b]\n"
                "                 [--threads T] [--repeats R] [--json] [--quick] [--no-float] [--full] [--dram-mb MB]\n"
-               "  default shapes: the issue-3 targets (M=4096 21504x5376 g256, 5376x14336 swiglu;\n"
+               "  default shapes: the performance targets (M=4096 21504x5376 g256, 5376x14336 swiglu;\n"
                "  M=256 5376x5376; M=1 and M=16 28672x5376); --all: every N x K of SPEC §8 at M=256.\n"
                "  --quick: a tiny shape, short peak loops and bandwidth buffer (smoke test).\n"
                "  repeats (default 3) shrink to ~6 s per row; a row over 5 s per call reports its first\n"
