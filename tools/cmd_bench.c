@@ -227,6 +227,7 @@ static int float_engines(bench *b, qmm_context *ctx, qmm_weight *w, qmm_linear_a
     if (b->engines) {
         for (int i = 0; i < n_float; i++)
             if (b->engines & (1u << k_float[i])) out[k++] = k_float[i];
+        if (!k) snprintf(why, n, "no float engine named in --engines");
         return k;
     }
     qmm_plan_info p;
