@@ -27,6 +27,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "commands.h"
+#include "dispatch.h"
 #include "peak.h"
 #include "../src/engines/x86_amx/amx_blocking.h"
 #include "qmm.h"
@@ -94,7 +95,7 @@ static const char *amx_regime(const qmm_amx_blocking *bl, const row *r) {
 static void usage(FILE *f) {
     fprintf(f, "usage: qmm bench [--shape MxNxK[:swiglu|:gelu][:g16|:g64|:g256]]... [--all] [--regimes] [--engines a,b]\n"
                "                 [--threads T] [--repeats R] [--json] [--quick] [--no-float] [--full] [--dram-mb MB]\n"
-               "  default shapes: the issue-3 targets (M=4096 21504x5376 g256, 5376x14336 swiglu;\n"
+               "  default shapes: the performance targets (M=4096 21504x5376 g256, 5376x14336 swiglu;\n"
                "  M=256 5376x5376; M=1 and M=16 28672x5376); --all: every N x K of SPEC §8 at M=256.\n"
                "  --regimes: rows for every AMX regime and switch point (amx_int8 also below its min M).\n"
                "  --quick: a tiny shape, short peak loops and bandwidth buffer (smoke test).\n"
@@ -243,19 +244,25 @@ static void time_row(bench *b, qmm_context *ctx, qmm_weight **w, int ncopies, qm
     (void)peak_of(b, e); /* again, next to the row it judges */
 }
 
-static const qmm_engine_id k_int8[] = {QMM_ENGINE_AMX_INT8, QMM_ENGINE_AVX512_VNNI, QMM_ENGINE_AVX_VNNI,
-                                       QMM_ENGINE_AVX2_INT8};
-static const qmm_engine_id k_float[] = {QMM_ENGINE_AMX_BF16, QMM_ENGINE_AVX512_BF16, QMM_ENGINE_AVX512_F32,
-                                        QMM_ENGINE_AVX2_F32};
+/* The engines of one kind, best first (the engine table's order); returns the count. */
+static int engines_of_kind(qmm_engine_kind kind, qmm_engine_id out[QMM_ENGINE_COUNT]) {
+    int n = 0;
+    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++)
+        if (qmm_engine_table[i].engine->kind == kind) out[n++] = qmm_engine_table[i].engine->id;
+    return n;
+}
 
 /* The float engine to time for weight w: every listed one (--engines), else the first that
  * admits per the plan; returns the count written to out. */
 static int float_engines(bench *b, qmm_context *ctx, qmm_weight *w, qmm_linear_args *args, qmm_engine_id *out,
                          char *why, size_t n) {
     int k = 0;
+    qmm_engine_id k_float[QMM_ENGINE_COUNT];
+    const int n_float = engines_of_kind(QMM_KIND_FLOAT, k_float);
     if (b->engines) {
-        for (size_t i = 0; i < 4; i++)
+        for (int i = 0; i < n_float; i++)
             if (b->engines & (1u << k_float[i])) out[k++] = k_float[i];
+        if (!k) snprintf(why, n, "no float engine named in --engines");
         return k;
     }
     qmm_plan_info p;
@@ -264,11 +271,11 @@ static int float_engines(bench *b, qmm_context *ctx, qmm_weight *w, qmm_linear_a
         snprintf(why, n, "plan: %s", qmm_last_error());
         return 0;
     }
-    for (size_t i = 0; i < 4; i++)
+    for (int i = 0; i < n_float; i++)
         if (p.admitted[k_float[i]]) { out[0] = k_float[i]; return 1; }
     size_t len = 0;
     why[0] = 0;
-    for (size_t i = 0; i < 4 && len < n; i++) {
+    for (int i = 0; i < n_float && len < n; i++) {
         int m = snprintf(why + len, n - len, "%s%s: %s", i ? "; " : "", qmm_engine_name(k_float[i]),
                          p.reason[k_float[i]]);
         if (m < 0) break;
@@ -312,13 +319,15 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
     }
     qmm_linear_args args = qmm_linear_args_default();
     args.M = M; args.x = x; args.x_dtype = QMM_BF16; args.y = y; args.y_dtype = QMM_BF16; args.act = sh->act;
-    for (size_t i = 0; i < 4; i++) {
+    qmm_engine_id k_int8[QMM_ENGINE_COUNT];
+    const int n_int8 = engines_of_kind(QMM_KIND_INT8, k_int8);
+    for (int i = 0; i < n_int8; i++) {
         if (b->engines && !(b->engines & (1u << k_int8[i]))) continue;
         row *r = add_row(b, sh, KIND_INT8, k_int8[i]);
         if (r) time_row(b, ctx, w, ncopies, &args, r, (double)nk);
     }
     if (!b->no_float) {
-        qmm_engine_id fe[4];
+        qmm_engine_id fe[QMM_ENGINE_COUNT];
         char why[512];
         /* W8A16: the int8 weight on a float engine */
         int nf = float_engines(b, ctx, w[0], &args, fe, why, sizeof why);
@@ -560,10 +569,11 @@ int cmd_bench(int argc, char **argv) {
         printf("qmm bench: %s, %d threads (pinned), LLC %zu MiB\n", qmm_cpu_brand(), b.threads, llc >> 20);
         printf("DRAM read bandwidth: %.1f GB/s (%zu MiB streamed by %d threads)\npeaks at start:", b.dram_gbps,
                dram_bytes >> 20, b.threads);
-        for (int e = QMM_ENGINE_AMX_INT8; e < QMM_ENGINE_COUNT; e++) {
-            if (b.engines && !(b.engines & (1u << e))) continue;
-            double p = peak_of(&b, (qmm_engine_id)e);
-            if (p > 0) printf(" %s %.3f T/s (%s);", qmm_engine_name((qmm_engine_id)e), p, qmm_peak_instruction((qmm_engine_id)e));
+        for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
+            const qmm_engine_id e = qmm_engine_table[i].engine->id;
+            if (e == QMM_ENGINE_REF || (b.engines && !(b.engines & (1u << e)))) continue;
+            double p = peak_of(&b, e);
+            if (p > 0) printf(" %s %.3f T/s (%s);", qmm_engine_name(e), p, qmm_peak_instruction(e));
         }
         printf("\nx and y bf16; pre-pass and epilogue included; M<=%d rotates weight copies past the LLC\n\n", BW_M);
         fflush(stdout);
@@ -572,8 +582,10 @@ int cmd_bench(int argc, char **argv) {
     finish_rows(&b);
     if (!b.json) {
         printf("best of the run: DRAM %.1f GB/s; peaks:", b.dram_gbps);
-        for (int e = QMM_ENGINE_AMX_INT8; e < QMM_ENGINE_COUNT; e++)
-            if (b.peak[e] > 0) printf(" %s %.3f", qmm_engine_name((qmm_engine_id)e), b.peak[e]);
+        for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
+            const qmm_engine_id e = qmm_engine_table[i].engine->id;
+            if (b.peak[e] > 0) printf(" %s %.3f", qmm_engine_name(e), b.peak[e]);
+        }
         printf(" T/s\n\n");
     }
     if (b.json) print_json(&b);
