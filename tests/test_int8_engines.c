@@ -266,7 +266,7 @@ static void test_engine(qmm_engine_id e, int quick) {
         tcase t = random_case(quick ? 1024 : 4096, tu_rand_int(1, 24), i ? 1001 : 0);
         run_case(&t, e);
     }
-    /* issue 13: a row whose scale is Inf and NaN biases with a payload — the output is NaN there on
+    /* a row whose scale is Inf and NaN biases with a payload — the output is NaN there on
      * every engine, but its payload/sign is unspecified (SPEC §7): compared as NaN, the rest bit for
      * bit. Every float out dtype, M = 1 (single-row kernels) and M >= 8 (tiles). */
     for (int yi = 1; yi < 4; yi++)

@@ -30,7 +30,6 @@ void qmm_weight_destroy(qmm_weight *w) {
     free(w->bias);
     qmm_aligned_free(w->fp.bf16);
     qmm_aligned_free(w->fp.f32);
-    for (int i = 0; i < QMM_ENGINE_COUNT; i++) qmm_aligned_free(w->engine_data[i]);
     free(w);
 }
 
@@ -71,15 +70,6 @@ static qmm_status weight_common(const char *name, int64_t N, int64_t K, int64_t 
         for (int64_t n = 0; n < N; n++) w->bias[n] = qmm_load_f(bias, bias_dtype, n);
     }
     *out = w;
-    return QMM_OK;
-}
-
-static qmm_status run_pack_hooks(qmm_context *ctx, qmm_weight *w) {
-    for (int id = 1; id < QMM_ENGINE_COUNT; id++) {
-        const qmm_engine *e = qmm_engine_get((qmm_engine_id)id);
-        if (!e->pack || !qmm_engine_usable(e, ctx->max_isa, ctx->disabled_engines, NULL, 0)) continue;
-        QMM_FORWARD_IF_ERROR(e->pack(w));
-    }
     return QMM_OK;
 }
 
@@ -135,8 +125,6 @@ qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *d, qm
     }
     w->has_neg128 = neg128;
     for (int64_t n = 0; n < N; n++) w->scale[n] = d->scale[d->n_scale == 1 ? 0 : n];
-    qmm_status st = run_pack_hooks(ctx, w);
-    if (st != QMM_OK) { qmm_weight_destroy(w); return st; }
     *out = w;
     return QMM_OK;
 }
@@ -179,8 +167,6 @@ qmm_status qmm_weight_create_float(qmm_context *ctx, const char *name, const voi
             for (int64_t k = 0; k < K; k++)
                 fp->f32[((n / 16) * fp->Kp + k) * 16 + n % 16] = qmm_load_f(wdata, wt, n * ld + k);
     }
-    qmm_status st = run_pack_hooks(ctx, w);
-    if (st != QMM_OK) { qmm_weight_destroy(w); return st; }
     *out = w;
     return QMM_OK;
 }
@@ -202,7 +188,6 @@ void qmm_weight_get_info(const qmm_weight *w, qmm_weight_info *o) {
     if (w->is_int8) b += (size_t)(w->i8.Np * w->i8.Kp) + (size_t)w->i8.Np * 4 + (size_t)w->N * 4;
     else b += (size_t)(w->fp.Np * w->fp.Kp) * qmm_dtype_size(w->fdtype);
     if (w->bias) b += (size_t)w->N * 4;
-    for (int i = 0; i < QMM_ENGINE_COUNT; i++) b += w->engine_bytes[i];
     o->packed_bytes = b;
 }
 

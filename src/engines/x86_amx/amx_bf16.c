@@ -19,7 +19,7 @@
  * The accuracy contract is SPEC §7 for float engines: fp32 summation of the bf16-rounded
  * operands (tested against an fp64 sum of the same operands).
  *
- * HONESTY NOTE: never executed on AMX hardware (none available); the evidence is the emulated
+ * Verification: not yet executed on AMX hardware; the evidence is the emulated
  * build (tests/test_amx_emulated.c), which runs this source with the tile instructions
  * replaced by the software model of amx_emu.c.
  */
@@ -419,9 +419,9 @@ const qmm_engine QMM_AMX_SYM(qmm_engine_amx_bf16) = {
     .name = "amx_bf16",
     .kind = QMM_KIND_FLOAT,
     .isa = QMM_ISA_AMX,
-    .cpu_features = QMM_CPU_AMX_TILE | QMM_CPU_AMX_BF16 | QMM_CPU_AMX_PERMITTED,
+    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ | QMM_CPU_AMX_TILE |
+                    QMM_CPU_AMX_BF16 | QMM_CPU_AMX_PERMITTED, /* its conversions and epilogue are AVX-512 */
     .built = QMM_AMX_BUILT,
     .admit = amx_bf16_admit,
-    .pack = NULL,
     .run = amx_bf16_run,
 };

@@ -28,7 +28,7 @@
  * avx512_vnni — a tile op costs as much for 1 row as for 16; an estimate, no AMX machine was
  * available to measure the crossover.
  *
- * HONESTY NOTE: written against the real AMX intrinsics but never executed on AMX hardware;
+ * Verification: written against the real AMX intrinsics, not yet executed on AMX hardware;
  * the evidence is tests/test_amx_emulated.c, which runs this same source with every tile
  * instruction replaced by the software model of amx_emu.c.
  */
@@ -367,9 +367,9 @@ const qmm_engine QMM_AMX_SYM(qmm_engine_amx_int8) = {
     .name = "amx_int8",
     .kind = QMM_KIND_INT8,
     .isa = QMM_ISA_AMX,
-    .cpu_features = QMM_CPU_AMX_TILE | QMM_CPU_AMX_INT8 | QMM_CPU_AMX_PERMITTED,
+    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ | QMM_CPU_AMX_TILE |
+                    QMM_CPU_AMX_INT8 | QMM_CPU_AMX_PERMITTED, /* its pre-pass and epilogue are AVX-512 */
     .built = QMM_AMX_BUILT,
     .admit = amx_int8_admit,
-    .pack = NULL,
     .run = amx_int8_run,
 };

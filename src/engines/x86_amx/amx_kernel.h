@@ -13,7 +13,7 @@
  *                 (qmm_engine_amx_int8_emu, ...), so the test executable tests/test_amx_emulated
  *                 links these copies beside the library. They are never registered for dispatch.
  *
- * HONESTY NOTE: no machine available to the authors has AMX, and no Intel SDE could be run.
+ * Verification: not yet executed on AMX hardware (no Intel SDE either).
  * The only execution evidence for these kernels is the emulated build; the real build is
  * checked by compiling it (and reading the generated tile instructions).
  *
