@@ -8,6 +8,8 @@
 #define _GNU_SOURCE
 #include "peak.h"
 
+#include "dispatch.h"
+
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
@@ -385,39 +387,35 @@ static double run_workers(worker *ws, int n) {
     return t;
 }
 
+/* Engine e's peak loop, or NULL with why: the loop needs the CPU features of e's engine table
+ * row (dispatch.h) and a compiler that can build it. */
 static loop_fn loop_of(qmm_engine_id e, char *why, size_t n) {
-    uint32_t f = qmm_cpu_features();
-    const uint32_t avx512 = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
-    const uint32_t amx = QMM_CPU_AMX_TILE | QMM_CPU_AMX_PERMITTED;
-    uint32_t need = 0;
     loop_fn fn = NULL;
     switch (e) {
-    case QMM_ENGINE_AVX512_VNNI: need = avx512 | QMM_CPU_AVX512_VNNI; fn = loop_vnni512; break;
+    case QMM_ENGINE_AVX512_VNNI: fn = loop_vnni512; break;
     case QMM_ENGINE_AVX_VNNI:
-        need = QMM_CPU_AVX2 | QMM_CPU_AVX_VNNI;
 #ifdef QMM_BENCH_HAVE_AVXVNNI
         fn = loop_vnni256;
 #endif
         break;
-    case QMM_ENGINE_AVX2_INT8: need = QMM_CPU_AVX2; fn = loop_avx2_int8; break;
-    case QMM_ENGINE_AVX512_BF16: need = avx512 | QMM_CPU_AVX512_BF16; fn = loop_bf16_512; break;
-    case QMM_ENGINE_AVX512_F32: need = avx512; fn = loop_fma512; break;
-    case QMM_ENGINE_AVX2_F32: need = QMM_CPU_AVX2 | QMM_CPU_FMA; fn = loop_fma256; break;
+    case QMM_ENGINE_AVX2_INT8: fn = loop_avx2_int8; break;
+    case QMM_ENGINE_AVX512_BF16: fn = loop_bf16_512; break;
+    case QMM_ENGINE_AVX512_F32: fn = loop_fma512; break;
+    case QMM_ENGINE_AVX2_F32: fn = loop_fma256; break;
     case QMM_ENGINE_AMX_INT8:
-        need = amx | QMM_CPU_AMX_INT8;
 #ifdef QMM_BENCH_HAVE_AMX
         fn = loop_amx_int8;
 #endif
         break;
     case QMM_ENGINE_AMX_BF16:
-        need = amx | QMM_CPU_AMX_BF16;
 #ifdef QMM_BENCH_HAVE_AMX
         fn = loop_amx_bf16;
 #endif
         break;
     default: snprintf(why, n, "no peak loop for engine %s", qmm_engine_name(e)); return NULL;
     }
-    if ((f & need) != need) {
+    const uint32_t need = qmm_engine_row_of(e)->engine->cpu_features;
+    if ((qmm_cpu_features() & need) != need) {
         snprintf(why, n, "CPU/OS lacks %s", qmm_peak_instruction(e));
         return NULL;
     }
@@ -426,17 +424,8 @@ static loop_fn loop_of(qmm_engine_id e, char *why, size_t n) {
 }
 
 const char *qmm_peak_instruction(qmm_engine_id e) {
-    switch (e) {
-    case QMM_ENGINE_AMX_INT8: return "TDPBSSD";
-    case QMM_ENGINE_AVX512_VNNI: return "VPDPBUSD zmm";
-    case QMM_ENGINE_AVX_VNNI: return "VPDPBUSD ymm";
-    case QMM_ENGINE_AVX2_INT8: return "VPSIGNB+VPMADDUBSW+VPMADDWD ymm";
-    case QMM_ENGINE_AMX_BF16: return "TDPBF16PS";
-    case QMM_ENGINE_AVX512_BF16: return "VDPBF16PS zmm";
-    case QMM_ENGINE_AVX512_F32: return "VFMADD zmm";
-    case QMM_ENGINE_AVX2_F32: return "VFMADD ymm";
-    default: return "-";
-    }
+    const qmm_engine_row *r = qmm_engine_row_of(e);
+    return r ? r->peak_insn : "-";
 }
 
 static double peak_run(qmm_engine_id e, int threads, double seconds, char *why, size_t why_size, int by_cpu) {

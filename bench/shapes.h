@@ -1,6 +1,7 @@
 /*
  * shapes.h — the benchmark shapes of SPEC §8, shared by `qmm bench` and the tests: the default
- * set (the targets of issue 3) and every model shape of §8. A shape is one linear layer call:
+ * set (the performance targets: the big video-DiT layers at M=4096 and M=256, and the
+ * decode-like M=1 / M=16) and every model shape of §8. A shape is one linear layer call:
  * M tokens × (N × K) weight, with its input_act and convrot group.
  */
 #ifndef QMM_BENCH_SHAPES_H
@@ -18,7 +19,7 @@ typedef struct qmm_bench_shape {
     int gs;             /* convrot group, 0 = none */
 } qmm_bench_shape;
 
-/* Issue 3 targets: M=4096 on 21504×5376 g=256 and on 5376×14336 swiglu, M=256 on 5376×5376,
+/* The performance targets: M=4096 on 21504×5376 g=256 and on 5376×14336 swiglu, M=256 on 5376×5376,
  * M=1 and M=16 on 28672×5376. */
 extern const qmm_bench_shape qmm_bench_default_shapes[];
 extern const size_t qmm_bench_default_count;

@@ -2,6 +2,7 @@
 # install-deps.sh — installs what building and testing qmm needs, from Debian's archive, only
 # if it is missing. Each package and why it is there:
 #   cmake, make, gcc, pkg-config   the build (CMake + CTest is the test runner)
+#   binutils (objdump)             test isa_objects disassembles each engine's objects
 #   clang                          libFuzzer fuzz targets (the corpus replays without it)
 #   libjson-c-dev                  the safetensors JSON header and comfy_quant JSON (maintained parser)
 #   openmpi-bin, libopenmpi-dev    tensor parallelism over MPI (qmm builds without it; TP is then absent)
@@ -13,6 +14,7 @@ command -v cmake >/dev/null || need+=(cmake)
 command -v make >/dev/null || need+=(make)
 command -v gcc >/dev/null || need+=(gcc)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v objdump >/dev/null || need+=(binutils)
 command -v clang >/dev/null || need+=(clang)
 pkg-config --exists json-c 2>/dev/null || need+=(libjson-c-dev)
 command -v mpirun >/dev/null || need+=(openmpi-bin)

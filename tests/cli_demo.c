@@ -68,8 +68,8 @@ int main(int argc, char **argv) {
                        "demo --json has no rows array");
     if (rows) {
         int have_int8 = 0;
-        for (int e = QMM_ENGINE_AMX_INT8; e <= QMM_ENGINE_AVX2_INT8; e++)
-            have_int8 |= qmm_engine_available((qmm_engine_id)e, NULL, 0);
+        qmm_engine_id i8[QMM_ENGINE_COUNT];
+        for (int i = 0, n = tu_engines(TU_ENGINES_INT8, i8); i < n; i++) have_int8 |= qmm_engine_available(i8[i], NULL, 0);
         const char *layers[] = {"qkv_proj", "out_proj", "fc1", "fc2"};
         const char *paths[] = {"int8_convrot", "int8_norot", "w8a16", "bf16", "fp32"};
         for (int l = 0; l < 4; l++)

@@ -5,9 +5,14 @@
  * machine here has AMX, so this is the only execution evidence for those kernels.
  *
  *   amx_int8 (emulated) vs the reference engine: int32 accumulators and float outputs
- *     bit-exact; M = 1..33 and 4096, N odd / < 16, K ∈ {1, 16, 63, 64, 65, 256, 1001},
- *     every x dtype, input_act, convrot size, per-tensor/per-row scale, bias, i32 output,
- *     strided x/y (padding untouched), token scales out and in, 1 vs 2 threads identical.
+ *     bit-exact; M = 1..33, 64, 100 and 4096, N odd / < 16 / several N blocks, K ∈ {1, 16, 63,
+ *     64, 65, 200, 256, 600, 1001}, every x dtype, input_act, convrot size, per-tensor/per-row
+ *     scale, bias, i32 output, strided x/y (padding untouched), token scales out and in, 1 vs 2
+ *     threads identical. Every call runs in a regime (decode, panel, blocked) chosen at random
+ *     with small blocks (several N, M and K blocks, partial last ones) or the defaults, and
+ *     the regime that ran is checked; each regime must have run for both engines.
+ *   The blocking rules (QMM_AMX_BLOCKING parsing, switch points, min_m admission) and the tile
+ *     traffic of each regime (C reloaded only between K blocks), counted by the emulator.
  *   amx_bf16 (emulated), W8A16 fallback and bf16 weights, vs an fp64 sum of the same
  *     bf16-rounded operands: within fp32 summation noise + 1 ulp of the output dtype.
  *   Every call: zero emulated faults (shape/config rules of the SDM) and no tile config left.
@@ -26,6 +31,7 @@
 
 static int g_quick;
 static qmm_context *g_ctx[2]; /* 1 and 2 threads */
+static long g_regime_runs[2][3]; /* [int8, bf16][regime]: emulated calls per regime */
 
 static qmm_call make_call(const qmm_weight *w, const qmm_linear_args *a, int fallback) {
     qmm_call c;
@@ -48,20 +54,58 @@ static qmm_call make_call(const qmm_weight *w, const qmm_linear_args *a, int fal
     return c;
 }
 
-/* Runs engine e (an emulated one, or the real one when real != 0 and it is available). */
+/* Picks a regime the rules allow for M (decode needs M <= 32, panel and blocked M >= 2) and a
+ * blocking that forces it, with small blocks (several N, M and K blocks, partial last ones) or
+ * the library's defaults. Returns the regime. */
+static int g_default_blocked; /* != 0: the library's blocking, blocked regime (M >= 2) */
+
+static int force_regime(int64_t M, int64_t a_bytes) {
+    qmm_amx_blocking b = qmm_amx_blocking_default();
+    if (g_default_blocked && M >= 2) {
+        b.panel_a = 0;
+        b.small_m = 1;
+        qmm_amx_blocking_emu = b;
+        return QMM_AMX_BLOCKED;
+    }
+    int lo = M <= 32 ? QMM_AMX_DECODE : QMM_AMX_PANEL, hi = M >= 2 ? QMM_AMX_BLOCKED : QMM_AMX_DECODE;
+    int r = (int)tu_rand_int(lo, hi);
+    if (tu_rand_int(0, 2)) { /* small blocks: every loop of the blocked regime turns */
+        static const int64_t kcs[] = {64, 128, 192, 512}, ncs[] = {32, 64, 96, 512}, mcs[] = {32, 64, 512};
+        b.kc = kcs[tu_rand_int(0, 3)];
+        b.nc = ncs[tu_rand_int(0, 3)];
+        b.mc = mcs[tu_rand_int(0, 2)];
+    }
+    if (r == QMM_AMX_DECODE) {
+        b.small_m = tu_rand_int(M, 32);
+    } else {
+        b.small_m = tu_rand_int(1, M - 1 < 32 ? M - 1 : 32);
+        b.panel_a = r == QMM_AMX_PANEL ? tu_rand_int(a_bytes, a_bytes + 4096) : tu_rand_int(0, a_bytes - 1);
+    }
+    qmm_amx_blocking_emu = b;
+    return r;
+}
+
+/* Runs engine e (an emulated one, or the real one when real != 0 and it is available). The
+ * emulated engines run in a regime chosen at random (force_regime), checked after the call. */
 static qmm_status run_engine(const qmm_engine *e, int real, qmm_context *ctx, const qmm_weight *w,
                              const qmm_linear_args *a, int fallback) {
     qmm_call c = make_call(w, a, fallback);
-    /* the L2 chunk of B: the default, or 1..3 panels to exercise the chunk loop */
-    const int64_t panel_bytes = 32 * (w->is_int8 ? w->i8.Kp : w->fp.Kp) * (e->kind == QMM_KIND_FLOAT ? 2 : 1);
-    qmm_amx_l2_b_bytes_emu = tu_rand_int(0, 1) ? (int64_t)1 << 20 : panel_bytes * tu_rand_int(1, 3);
     if (real) return e->run(ctx, &c); /* by its run function: the small-M rule is admission's */
+    const int64_t Kp = w->is_int8 ? w->i8.Kp : w->fp.Kp;
+    const int want = force_regime(c.M, c.M * Kp * (e->kind == QMM_KIND_FLOAT ? 2 : 1));
+    const qmm_amx_blocking b = qmm_amx_blocking_emu;
     long f0 = qmm_amx_emu_faults();
+    qmm_amx_last_regime_emu = -1;
     qmm_status st = e->run(ctx, &c);
     TU_CHECK(qmm_amx_emu_faults() == f0, "%s: %ld emulated tile faults: %s", e->name, qmm_amx_emu_faults() - f0,
              qmm_amx_emu_first_fault());
     TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: %ld threads left with tiles configured", e->name,
              qmm_amx_emu_live_configs());
+    TU_CHECK(st != QMM_OK || qmm_amx_last_regime_emu == want,
+             "%s M=%lld Kp=%lld small_m=%lld panel_a=%lld: ran regime %d, the rule says %s", e->name, (long long)c.M,
+             (long long)Kp, (long long)b.small_m, (long long)b.panel_a, qmm_amx_last_regime_emu,
+             qmm_amx_regime_name((qmm_amx_regime)want));
+    g_regime_runs[e->kind == QMM_KIND_FLOAT][want]++;
     return st;
 }
 
@@ -303,6 +347,94 @@ static void admission(void) {
     qmm_weight_destroy(wb);
 }
 
+/* The blocking rules of amx_blocking.h: parsing QMM_AMX_BLOCKING, the regime switch points,
+ * and the small-M admission following min_m. */
+static void blocking_rules(void) {
+    qmm_amx_blocking b = qmm_amx_blocking_default(), d = b;
+    TU_CHECK(b.kc == 512 && b.nc == 512 && b.mc == 512 && b.small_m == 32 && b.min_m == QMM_AMX_INT8_MIN_M,
+             "defaults changed without the notes: kc %lld nc %lld mc %lld small_m %lld", (long long)b.kc,
+             (long long)b.nc, (long long)b.mc, (long long)b.small_m);
+    TU_CHECK(qmm_amx_blocking_parse("kc=1024,nc=256,mc=128,small_m=16,panel_a=100,min_m=1", &b) == 0 && b.kc == 1024 &&
+                 b.nc == 256 && b.mc == 128 && b.small_m == 16 && b.panel_a == 100 && b.min_m == 1,
+             "QMM_AMX_BLOCKING: a valid string not applied");
+    static const char *bad[] = {"kc=100", "nc=48", "mc=0", "small_m=33", "min_m=0", "kc", "kc=64,", "foo=1", "kc=64x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        qmm_amx_blocking t = d;
+        TU_CHECK(qmm_amx_blocking_parse(bad[i], &t) == -1 && !memcmp(&t, &d, sizeof t),
+                 "QMM_AMX_BLOCKING='%s': accepted or changed the blocking", bad[i]);
+    }
+    TU_CHECK(qmm_amx_blocking_parse("", &d) == 0 && qmm_amx_blocking_parse(NULL, &d) == 0, "empty QMM_AMX_BLOCKING refused");
+    /* the switch points on the SPEC §8 shapes (int8 A bytes = M × Kp) */
+    TU_CHECK(qmm_amx_regime_of(&d, 1, 5376) == QMM_AMX_DECODE && qmm_amx_regime_of(&d, 32, 32 * 14336) == QMM_AMX_DECODE,
+             "M <= 32 must be decode");
+    TU_CHECK(qmm_amx_regime_of(&d, 256, 256 * 5376) == QMM_AMX_PANEL, "256 × 5376 must be panel");
+    TU_CHECK(qmm_amx_regime_of(&d, 256, 256 * 14336) == QMM_AMX_BLOCKED && qmm_amx_regime_of(&d, 4096, 4096 * 5376) ==
+             QMM_AMX_BLOCKED, "256 × 14336 and 4096 × 5376 must be blocked");
+    /* admission follows min_m */
+    int8_t wq[64 * 64];
+    float sc = 0.01f;
+    memset(wq, 3, sizeof wq);
+    qmm_weight_desc wd = qmm_weight_desc_default();
+    wd.N = 64; wd.K = 64; wd.data = wq; wd.scale = &sc; wd.n_scale = 1;
+    qmm_weight *w = NULL;
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &wd, &w));
+    if (!w) return;
+    qmm_linear_args a = qmm_linear_args_default();
+    a.x_dtype = QMM_BF16; a.y_dtype = QMM_BF16;
+    char why[QMM_REASON_MAX];
+    qmm_amx_blocking_emu = qmm_amx_blocking_default();
+    qmm_amx_blocking_emu.min_m = 3;
+    for (a.M = 1; a.M <= 4; a.M++) {
+        qmm_call c = make_call(w, &a, 0);
+        const char *r = qmm_engine_amx_int8_emu.admit(&c, why, sizeof why);
+        TU_CHECK((a.M < 3) == (r != NULL), "min_m=3, M=%lld: %s", (long long)a.M, r ? r : "admitted");
+    }
+    qmm_amx_blocking_emu = qmm_amx_blocking_default();
+    qmm_weight_destroy(w);
+}
+
+/* The tile traffic of each regime, counted by the emulator (loads + dot products) on a shape
+ * with whole tiles: M=64, N=64, K=640 (2 × 2 blocks of 32 × 32, 10 k-steps of 64). Every
+ * regime does 4 loads of A/B and 4 TDPBSSD per k-step; only the blocked one reloads C: 4
+ * tiles per block per K block after the first (kc=128: 5 K blocks) — the C partials stay in
+ * tiles within a K block and are never loaded for the first. */
+static void op_counts(void) {
+    const int64_t M = 64, N = 64, K = 640;
+    int8_t *wq = malloc((size_t)(N * K));
+    float sc = 0.01f;
+    tu_fill_i8(wq, N * K, -127, 127);
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.N = N; d.K = K; d.data = wq; d.scale = &sc; d.n_scale = 1;
+    qmm_weight *w = NULL;
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &w));
+    uint16_t *x = malloc((size_t)(M * K) * 2), *y = malloc((size_t)(M * N) * 2);
+    tu_fill_float(x, QMM_BF16, M * K, 1.0f);
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = M; a.x = x; a.x_dtype = QMM_BF16; a.y = y; a.y_dtype = QMM_BF16;
+    qmm_call c = make_call(w, &a, 0);
+    static const struct { int64_t small_m, panel_a, kc; int regime; long ops; } cases[] = {
+        {32, 1 << 20, 128, QMM_AMX_PANEL, 4 * 10 * 4 + 4 * 10 * 4},
+        {32, 0, 128, QMM_AMX_BLOCKED, 4 * 10 * 4 + 4 * 10 * 4 + 4 * 4 * 4},
+        {32, 0, 640, QMM_AMX_BLOCKED, 4 * 10 * 4 + 4 * 10 * 4},
+        {32, 0, 256, QMM_AMX_BLOCKED, 4 * 10 * 4 + 4 * 10 * 4 + 4 * 4 * 2},
+    };
+    for (size_t i = 0; w && i < sizeof cases / sizeof cases[0]; i++) {
+        qmm_amx_blocking_emu = qmm_amx_blocking_default();
+        qmm_amx_blocking_emu.small_m = cases[i].small_m;
+        qmm_amx_blocking_emu.panel_a = cases[i].panel_a;
+        qmm_amx_blocking_emu.kc = cases[i].kc;
+        long o0 = qmm_amx_emu_ops();
+        TU_CHECK_OK(qmm_engine_amx_int8_emu.run(g_ctx[0], &c));
+        long ops = qmm_amx_emu_ops() - o0;
+        TU_CHECK(qmm_amx_last_regime_emu == cases[i].regime && ops == cases[i].ops,
+                 "amx_int8 64×64×640 %s kc=%lld: %ld tile loads + dot products, want %ld",
+                 qmm_amx_regime_name((qmm_amx_regime)cases[i].regime), (long long)cases[i].kc, ops, cases[i].ops);
+    }
+    qmm_amx_blocking_emu = qmm_amx_blocking_default();
+    qmm_weight_destroy(w);
+    free(wq); free(x); free(y);
+}
+
 static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
     static const int64_t Ks[] = {1, 16, 63, 64, 65, 256, 1001};
     const int nK = (int)(sizeof Ks / sizeof Ks[0]);
@@ -314,6 +446,24 @@ static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
     }
     for (int i = 0; i < nK; i++) int8_case(ei, real, tu_rand_int(1, 40), tu_rand_int(1, 50), Ks[i], 0);
     for (int i = 0; i < 6; i++) int8_case(ei, real, tu_rand_int(8, 40), tu_rand_int(8, 50), i < 3 ? 64 : 256, 1);
+    /* every regime (chosen at random per call) on shapes with several N, M and K blocks of
+     * the small blockings, partial last ones, M = 1, odd M and N, K not a multiple of 64 */
+    static const int64_t Ms[] = {1, 2, 17, 33, 64, 100}, Ns[] = {1, 17, 33, 130}, Kx[] = {1, 65, 200, 600};
+    for (int im = 0; im < 6; im++)
+        for (int in = 0; in < 4; in++)
+            for (int ik = 0; ik < 4; ik++) {
+                if (g_quick && (im + in + ik) % 3) continue;
+                int8_case(ei, real, Ms[im], Ns[in], Kx[ik], 0);
+                if ((im + in + ik) % 4 == 0) bf16_case(eb, real, Ms[im], Ns[in], Kx[ik], (im + ik) % 2);
+            }
+    /* the library's own blocking in the blocked regime: 2 M blocks, 3 N blocks and 3 K blocks
+     * of kc=512 / nc=512 / mc=512, each last one partial */
+    if (!g_quick) {
+        g_default_blocked = 1;
+        int8_case(ei, real, 600, 1100, 1100, 0);
+        bf16_case(eb, real, 600, 1100, 600, 1);
+        g_default_blocked = 0;
+    }
     int64_t Mbig = g_quick ? 300 : 4096;
     int8_case(ei, real, Mbig, 17, 64, 0);
     int8_case(ei, real, Mbig, 5, 256, 0);
@@ -347,9 +497,18 @@ int main(int argc, char **argv) {
         if (qmm_context_create(&o, &g_ctx[t]) != QMM_OK) { printf("context: %s\n", qmm_last_error()); return 1; }
     }
     admission();
+    blocking_rules();
+    op_counts();
     long ops0 = qmm_amx_emu_ops();
     sweep(&qmm_engine_amx_int8_emu, &qmm_engine_amx_bf16_emu, 0);
     tu_note("emulated tile instructions executed: %ld", qmm_amx_emu_ops() - ops0);
+    for (int k = 0; k < 2; k++) {
+        tu_note("%s emulated calls per regime: decode %ld, panel %ld, blocked %ld", k ? "amx_bf16" : "amx_int8",
+                g_regime_runs[k][0], g_regime_runs[k][1], g_regime_runs[k][2]);
+        for (int r = 0; r < 3; r++)
+            TU_CHECK(g_regime_runs[k][r] > 0, "%s: regime %s never ran", k ? "amx_bf16" : "amx_int8",
+                     qmm_amx_regime_name((qmm_amx_regime)r));
+    }
     TU_CHECK(qmm_amx_emu_ops() > ops0, "the emulated engines executed no tile instruction");
     char why[QMM_REASON_MAX];
     if (qmm_engine_available(QMM_ENGINE_AMX_INT8, why, sizeof why) &&

@@ -41,9 +41,10 @@ static void test_basics(void) {
     TU_CHECK(qmm_engine_from_name("nope") == QMM_ENGINE_COUNT, "unknown engine name");
     for (int i = 0; i <= QMM_ISA_MAX; i++) TU_CHECK(qmm_isa_from_name(qmm_isa_name((qmm_isa)i)) == (qmm_isa)i, "isa names");
     char why[QMM_REASON_MAX];
-    for (int e = 2; e < QMM_ENGINE_COUNT; e++)
-        if (!qmm_engine_available((qmm_engine_id)e, why, sizeof why))
-            TU_CHECK(why[0] != 0, "engine %s unavailable without a reason", qmm_engine_name((qmm_engine_id)e));
+    qmm_engine_id all[QMM_ENGINE_COUNT];
+    for (int i = 0, n = tu_engines(TU_ENGINES_ALL, all); i < n; i++)
+        if (!qmm_engine_available(all[i], why, sizeof why))
+            TU_CHECK(why[0] != 0, "engine %s unavailable without a reason", qmm_engine_name(all[i]));
 }
 
 static void test_bad_input(qmm_context *ctx) {
@@ -169,9 +170,10 @@ static void test_plan_and_counters(void) {
         TU_CHECK(p.engine != QMM_ENGINE_REF, "M=%lld: the plan chose the reference engine", (long long)Ms[i]);
         TU_CHECK(!p.admitted[QMM_ENGINE_REF] && strstr(p.reason[QMM_ENGINE_REF], "by name"),
                  "the reference must refuse implicit use with a reason: '%s'", p.reason[QMM_ENGINE_REF]);
-        for (int e = 2; e < QMM_ENGINE_COUNT; e++)
-            TU_CHECK(p.admitted[e] || p.reason[e][0], "M=%lld: %s refused without a reason", (long long)Ms[i],
-                     qmm_engine_name((qmm_engine_id)e));
+        qmm_engine_id all[QMM_ENGINE_COUNT];
+        for (int j = 0, n = tu_engines(TU_ENGINES_ALL, all); j < n; j++)
+            TU_CHECK(p.admitted[all[j]] || p.reason[all[j]][0], "M=%lld: %s refused without a reason", (long long)Ms[i],
+                     qmm_engine_name(all[j]));
         char text[4096];
         size_t need = qmm_plan_format(&p, text, sizeof text);
         TU_CHECK(need < sizeof text && strstr(text, "engine:") && strstr(text, "amx_int8"), "plan text:\n%s", text);
@@ -240,11 +242,12 @@ static void test_longest_message(void) {
         const char *msg = qmm_last_error();
         TU_CHECK(st == QMM_ERR_NO_ENGINE, "cap %d: %s (%s)", caps[ci], qmm_status_name(st), msg);
         TU_CHECK(strstr(msg, "LLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLL"), "the layer name: %s", msg);
-        for (int e = QMM_ENGINE_AMX_INT8; e < QMM_ENGINE_COUNT; e++) {
-            TU_CHECK(!p.admitted[e], "cap %d: %s admitted", caps[ci], qmm_engine_name((qmm_engine_id)e));
-            TU_CHECK(strstr(msg, qmm_engine_name((qmm_engine_id)e)) && strstr(msg, p.reason[e]),
-                     "cap %d: the message lost %s's reason '%s': %s", caps[ci], qmm_engine_name((qmm_engine_id)e),
-                     p.reason[e], msg);
+        qmm_engine_id all[QMM_ENGINE_COUNT];
+        for (int i = 0, n = tu_engines(TU_ENGINES_ALL, all); i < n; i++) {
+            const qmm_engine_id e = all[i];
+            TU_CHECK(!p.admitted[e], "cap %d: %s admitted", caps[ci], qmm_engine_name(e));
+            TU_CHECK(strstr(msg, qmm_engine_name(e)) && strstr(msg, p.reason[e]),
+                     "cap %d: the message lost %s's reason '%s': %s", caps[ci], qmm_engine_name(e), p.reason[e], msg);
         }
         tu_note("longest message (%zu bytes): %s", strlen(msg), msg);
         qmm_weight_destroy(wt);

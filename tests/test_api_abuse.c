@@ -359,10 +359,11 @@ static void test_linear(qmm_context *ctx, qmm_context *ctx2) {
     b = a; b.engine = QMM_ENGINE_COUNT;
     EXPECT(qmm_linear(ctx, w, &b), QMM_ERR_INVALID_ARGUMENT, "engine");
     char why[QMM_REASON_MAX];
-    for (int e = QMM_ENGINE_AMX_INT8; e < QMM_ENGINE_COUNT; e++) {
-        if (qmm_engine_available((qmm_engine_id)e, why, sizeof why)) continue;
-        b = a; b.engine = (qmm_engine_id)e;
-        EXPECT(qmm_linear(ctx, w, &b), QMM_ERR_UNSUPPORTED_HARDWARE, qmm_engine_name((qmm_engine_id)e));
+    qmm_engine_id all[QMM_ENGINE_COUNT];
+    for (int i = 0, n = tu_engines(TU_ENGINES_ALL, all); i < n; i++) {
+        if (qmm_engine_available(all[i], why, sizeof why)) continue;
+        b = a; b.engine = all[i];
+        EXPECT(qmm_linear(ctx, w, &b), QMM_ERR_UNSUPPORTED_HARDWARE, qmm_engine_name(all[i]));
     }
     /* i32 output of a float weight; shared token scales on a float weight */
     b = a; b.y_dtype = QMM_I32; b.y = acc;
@@ -495,9 +496,10 @@ static void test_deep_k(qmm_context *ctx) {
         a.M = 1; a.x = x; a.y = &y;
         qmm_plan_info p;
         TU_CHECK_OK(qmm_plan(ctx, w, &a, &p));
-        for (int e = QMM_ENGINE_AMX_INT8; e <= QMM_ENGINE_AVX2_INT8; e++)
-            TU_CHECK(!p.admitted[e], "K=%lld: int8 engine %s admits (int32 could overflow)", (long long)K,
-                     qmm_engine_name((qmm_engine_id)e));
+        qmm_engine_id i8[QMM_ENGINE_COUNT];
+        for (int i = 0, n = tu_engines(TU_ENGINES_INT8, i8); i < n; i++)
+            TU_CHECK(!p.admitted[i8[i]], "K=%lld: int8 engine %s admits (int32 could overflow)", (long long)K,
+                     qmm_engine_name(i8[i]));
         if (qmm_engine_available(QMM_ENGINE_AVX512_VNNI, NULL, 0))
             TU_CHECK(strstr(p.reason[QMM_ENGINE_AVX512_VNNI], "overflow") != NULL, "reason '%s'",
                      p.reason[QMM_ENGINE_AVX512_VNNI]);
@@ -717,7 +719,8 @@ int main(int argc, char **argv) {
     o.n_threads = 1;
     TU_CHECK_OK(qmm_context_create(&o, &ctx2));
     int any = 0;
-    for (int e = QMM_ENGINE_AMX_INT8; e < QMM_ENGINE_COUNT; e++) any |= qmm_engine_available((qmm_engine_id)e, NULL, 0);
+    qmm_engine_id all[QMM_ENGINE_COUNT];
+    for (int i = 0, n = tu_engines(TU_ENGINES_ALL, all); i < n; i++) any |= qmm_engine_available(all[i], NULL, 0);
     if (!any) {
         g_run = QMM_ENGINE_REF;
         tu_skip("auto dispatch", "no engine available (QMM_MAX_ISA?): the calls meant to succeed name ref");

@@ -78,8 +78,12 @@ static int check_rows(const char *out, const char *what, int *refused_int8) {
                          eng ? json_object_get_string(eng) : "?", nums[k], json_object_get_double(v));
         }
         if (!ok) {
-            TU_CHECK(json_object_object_get_ex(r, "reason", &v) && json_object_get_string_len(v) > 0,
-                     "%s: row %zu: a refused row needs its reason", what, i);
+            int has = json_object_object_get_ex(r, "reason", &v);
+            const char *rs = has ? json_object_get_string(v) : "";
+            size_t len = strlen(rs);
+            TU_CHECK(len > 0 && rs[len - 1] != ' ' && rs[len - 1] != ':',
+                     "%s: row %zu (kind %s): a refused row needs its reason, got '%s'", what, i,
+                     kind ? json_object_get_string(kind) : "?", rs);
         }
         int int8 = kind && !strcmp(json_object_get_string(kind), "int8");
         if (int8 && ok) ok_int8++;
@@ -107,8 +111,8 @@ int main(int argc, char **argv) {
         int ran = check_rows(out, "--quick --json", &refused);
         char why[QMM_REASON_MAX];
         int any = 0;
-        for (int e = QMM_ENGINE_AMX_INT8; e <= QMM_ENGINE_AVX2_INT8; e++)
-            any |= qmm_engine_available((qmm_engine_id)e, why, sizeof why);
+        qmm_engine_id i8[QMM_ENGINE_COUNT];
+        for (int i = 0, n = tu_engines(TU_ENGINES_INT8, i8); i < n; i++) any |= qmm_engine_available(i8[i], why, sizeof why);
         if (any) TU_CHECK(ran > 0, "no int8 engine ran although one is available");
         else tu_skip("qmm bench int8 rows", "no int8 engine available here");
     }
@@ -124,6 +128,12 @@ int main(int argc, char **argv) {
     }
     free(out);
 
+    /* --engines naming no float engine: the float rows say so */
+    out = run_cli("bench --quick --json --shape 3x17x64 --engines avx2_int8 --repeats 1", &st);
+    TU_CHECK(st == 0 && out, "qmm bench --engines avx2_int8 exited %d", st);
+    if (out) check_rows(out, "--engines avx2_int8 (float rows)", &refused);
+    free(out);
+
     /* capped below every int8 engine: rows refused with reasons, exit 0 */
     setenv("QMM_MAX_ISA", "none", 1);
     out = run_cli("bench --quick --json --no-float", &st);
@@ -131,8 +141,49 @@ int main(int argc, char **argv) {
     TU_CHECK(st == 0 && out, "QMM_MAX_ISA=none qmm bench exited %d", st);
     if (out) {
         int ran = check_rows(out, "QMM_MAX_ISA=none", &refused);
-        TU_CHECK(ran == 0 && refused == 4, "QMM_MAX_ISA=none: %d int8 rows ran, %d refused (want 0, 4)", ran, refused);
+        qmm_engine_id i8[QMM_ENGINE_COUNT];
+        const int n8 = tu_engines(TU_ENGINES_INT8, i8);
+        TU_CHECK(ran == 0 && refused == n8, "QMM_MAX_ISA=none: %d int8 rows ran, %d refused (want 0, %d)", ran, refused,
+                 n8);
     }
+    free(out);
+
+    /* the AMX rows carry the regime their engine's rule picks (amx_blocking.h) and the blocking
+     * in force (QMM_AMX_BLOCKING applied); other engines' rows carry "" */
+    static const struct { const char *shape, *blocking, *amx_regime; } rg[] = {
+        {"3x17x64", "", "decode"}, {"40x17x64", "", "panel"}, {"40x17x64", "panel_a=0", "blocked"},
+        {"40x17x64", "small_m=1,panel_a=2559", "blocked"}, {"64x17x64", "small_m=1,panel_a=4096", "panel"}};
+    for (size_t i = 0; i < sizeof rg / sizeof rg[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "bench --quick --json --no-float --shape %s --engines amx_int8,avx512_vnni --repeats 1",
+                 rg[i].shape);
+        setenv("QMM_AMX_BLOCKING", rg[i].blocking, 1);
+        out = run_cli(args, &st);
+        unsetenv("QMM_AMX_BLOCKING");
+        TU_CHECK(st == 0 && out, "%s (QMM_AMX_BLOCKING=%s) exited %d", args, rg[i].blocking, st);
+        json_object *root = out ? json_tokener_parse(out) : NULL;
+        for (size_t k = 0; root && k < json_object_array_length(root); k++) {
+            json_object *r = json_object_array_get_idx(root, k), *eng, *reg, *bl;
+            if (!TU_CHECK(json_object_object_get_ex(r, "engine", &eng) && json_object_object_get_ex(r, "regime", &reg) &&
+                              json_object_object_get_ex(r, "amx_blocking", &bl),
+                          "%s: row %zu lacks engine/regime/amx_blocking", args, k))
+                continue;
+            int amx = !strcmp(json_object_get_string(eng), "amx_int8");
+            const char *want = amx ? rg[i].amx_regime : "";
+            TU_CHECK(!strcmp(json_object_get_string(reg), want), "%s QMM_AMX_BLOCKING=%s: %s regime '%s', want '%s'",
+                     args, rg[i].blocking, json_object_get_string(eng), json_object_get_string(reg), want);
+            TU_CHECK(amx == (json_object_get_string_len(bl) > 0) &&
+                         (!amx || strstr(json_object_get_string(bl), rg[i].blocking)),
+                     "%s: amx_blocking '%s' (QMM_AMX_BLOCKING=%s)", args, json_object_get_string(bl), rg[i].blocking);
+        }
+        TU_CHECK(root != NULL, "%s: not JSON", args);
+        json_object_put(root);
+        free(out);
+    }
+    setenv("QMM_AMX_BLOCKING", "kc=100", 1); /* not a multiple of 64: refused by --regimes */
+    out = run_cli("bench --quick --regimes", &st);
+    unsetenv("QMM_AMX_BLOCKING");
+    TU_CHECK(st == 2, "--regimes with an invalid QMM_AMX_BLOCKING must exit 2, got %d", st);
     free(out);
 
     out = run_cli("bench --shape 12xx5", &st);

@@ -118,6 +118,11 @@ static void compare_run(const char *ckpt, const char *layer, const char *xpath, 
     a.act = act;
     a.engine = eng;
     TU_CHECK_OK(qmm_linear(ctx, w, &a));
+    /* `qmm run` names the engine that ran (qmm_last_engine): the one the library call just used */
+    const char *ran = qmm_st_metadata_get(yf, "qmm_engine");
+    TU_CHECK(ran && strcmp(ran, qmm_engine_name(qmm_last_engine(ctx))) == 0,
+             "qmm run %s (engine %s): output names engine %s, the library ran %s", layer, qmm_engine_name(eng),
+             ran ? ran : "(none)", qmm_engine_name(qmm_last_engine(ctx)));
     int shape_ok = yt->ndim == x->ndim && yt->shape[yt->ndim - 1] == wi.N && yt->dtype == qmm_st_dtype_from_qmm(ydt);
     size_t bad = (size_t)-1;
     for (size_t i = 0; shape_ok && i < yb && bad == (size_t)-1; i++)

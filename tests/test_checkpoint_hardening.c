@@ -1,5 +1,5 @@
 /*
- * test_checkpoint_hardening.c — checkpoints built to break the reader (issue 13):
+ * test_checkpoint_hardening.c — checkpoints built to break the reader:
  *   - corpus: the committed fuzz/corpus/checkpoint files: bad_* refused, the others open;
  *   - long_names: layer names of 1 100 to 60 000 bytes open, are found, keep their bias, pack,
  *     and `quantize` quantizes them;

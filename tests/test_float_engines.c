@@ -13,14 +13,17 @@
  */
 #include "testutil.h"
 
+#include "dispatch.h"
 #include "numerics.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const qmm_engine_id k_engines[] = {QMM_ENGINE_AVX512_BF16, QMM_ENGINE_AVX512_F32, QMM_ENGINE_AVX2_F32};
-#define N_ENG 3
+/* the float engines of the engine table but amx_bf16, which has its own tester (test_amx_emulated,
+ * which also sweeps the real engine where the CPU has AMX) */
+static qmm_engine_id k_engines[QMM_ENGINE_COUNT];
+static int N_ENG;
 static double g_worst[QMM_ENGINE_COUNT]; /* worst |err| / tolerance, per engine */
 
 typedef struct {
@@ -117,7 +120,7 @@ static void run_case(qmm_context *ctx1, qmm_context *ctx2, const wcase *wc, int6
     a.act = act;
     a.engine = e;
     const char *en = qmm_engine_name(e);
-    int is_bf16 = e == QMM_ENGINE_AVX512_BF16;
+    int is_bf16 = qmm_engine_row_of(e)->operands == QMM_BF16;
     qmm_status st = qmm_linear(ctx1, wc->w, &a);
     if (is_bf16 && wc->kind >= 2) {
         TU_CHECK(st == QMM_ERR_UNSUPPORTED && strstr(qmm_last_error(), "f32 weights"),
@@ -216,7 +219,10 @@ static void same_bits_f32(qmm_context *ctx, const wcase *wc, int64_t M) {
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_float_engines");
     int quick = getenv("QMM_TEST_QUICK") != NULL;
-    int avail[N_ENG], any = 0;
+    qmm_engine_id fl[QMM_ENGINE_COUNT];
+    for (int i = 0, n = tu_engines(TU_ENGINES_FLOAT, fl); i < n; i++)
+        if (fl[i] != QMM_ENGINE_AMX_BF16) k_engines[N_ENG++] = fl[i];
+    int avail[QMM_ENGINE_COUNT], any = 0;
     for (int i = 0; i < N_ENG; i++) {
         char why[QMM_REASON_MAX];
         avail[i] = qmm_engine_available(k_engines[i], why, sizeof why);

@@ -266,7 +266,7 @@ static void test_engine(qmm_engine_id e, int quick) {
         tcase t = random_case(quick ? 1024 : 4096, tu_rand_int(1, 24), i ? 1001 : 0);
         run_case(&t, e);
     }
-    /* issue 13: a row whose scale is Inf and NaN biases with a payload — the output is NaN there on
+    /* a row whose scale is Inf and NaN biases with a payload — the output is NaN there on
      * every engine, but its payload/sign is unspecified (SPEC §7): compared as NaN, the rest bit for
      * bit. Every float out dtype, M = 1 (single-row kernels) and M >= 8 (tiles). */
     for (int yi = 1; yi < 4; yi++)
@@ -327,7 +327,8 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    for (int e = QMM_ENGINE_AMX_INT8; e <= QMM_ENGINE_AVX2_INT8; e++) test_engine((qmm_engine_id)e, quick);
+    qmm_engine_id i8[QMM_ENGINE_COUNT];
+    for (int i = 0, n = tu_engines(TU_ENGINES_INT8, i8); i < n; i++) test_engine(i8[i], quick);
     if (g_refusals) tu_note("%d runs refused weights holding -128 (with a reason)", g_refusals);
     tu_note("%lld NaN outputs matched as NaN with other payload/sign bits", (long long)tu_nan_matched());
     qmm_context_destroy(g_ctx[1]);

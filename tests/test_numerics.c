@@ -183,6 +183,29 @@ static void test_quantize_edges(void) {
         for (int i = 0; i < N * K; i++) minq = wq[i] < minq ? wq[i] : minq;
         TU_CHECK(minq == -127, "quantized weights (gs=%d): min %d, want -127 (never -128)", g, minq);
     }
+    /* non-finite weights are refused naming row and column; rows near FLT_MAX quantize as the
+     * same row scaled by 2^-64 does, with the scale scaled back (no Inf from the rotation) */
+    for (int g = 0; g <= 16; g += 16) {
+        qmm_quant_options o = {g, 0};
+        w[3 * K + 9] = NAN;
+        TU_CHECK(qmm_quantize_weight(w, QMM_F32, N, K, 0, &o, wq, sc, NULL) == QMM_ERR_UNSUPPORTED &&
+                     strstr(qmm_last_error(), "row 3") && strstr(qmm_last_error(), "column 9"),
+                 "NaN weight: %s", qmm_last_error());
+        w[3 * K + 9] = 1.0f;
+        float *hw = malloc(sizeof(float) * (size_t)(N * K)), *dw = malloc(sizeof(float) * (size_t)(N * K));
+        int8_t *hq = malloc((size_t)(N * K)), *dq = malloc((size_t)(N * K));
+        float hs[7], ds[7];
+        for (int i = 0; i < N * K; i++) {
+            hw[i] = i / K == 2 ? w[i] * 0x1p100f * 0x1p20f : w[i];  /* row 2 near FLT_MAX */
+            dw[i] = i / K == 2 ? hw[i] * 0x1p-64f : w[i];
+        }
+        TU_CHECK_OK(qmm_quantize_weight(hw, QMM_F32, N, K, 0, &o, hq, hs, NULL));
+        TU_CHECK_OK(qmm_quantize_weight(dw, QMM_F32, N, K, 0, &o, dq, ds, NULL));
+        TU_CHECK(isfinite(hs[2]) && hs[2] == ds[2] * 0x1p64f && memcmp(hq, dq, (size_t)(N * K)) == 0 &&
+                     hs[0] == ds[0],
+                 "gs %d: row near FLT_MAX: scale %g (scaled path %g)", g, (double)hs[2], (double)ds[2] * 0x1p64);
+        free(hw); free(dw); free(hq); free(dq);
+    }
     free(w);
     free(wq);
 }

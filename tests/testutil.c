@@ -1,6 +1,7 @@
 /* testutil.c — seeded randomness and reporting for the qmm tests (see testutil.h). */
 #include "testutil.h"
 
+#include "dispatch.h"
 #include "numerics.h"
 
 #include <math.h>
@@ -149,3 +150,14 @@ int64_t tu_first_diff(const void *a, const void *b, qmm_dtype t, int64_t n) {
 }
 
 int64_t tu_nan_matched(void) { return g_nan_matched; }
+
+_Static_assert((int)TU_ENGINES_INT8 == (int)QMM_KIND_INT8 && (int)TU_ENGINES_FLOAT == (int)QMM_KIND_FLOAT, "tu_engines kinds");
+int tu_engines(int which, qmm_engine_id out[QMM_ENGINE_COUNT]) {
+    int n = 0;
+    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
+        const qmm_engine *e = qmm_engine_table[i].engine;
+        if (e->kind == QMM_KIND_REF || (which != TU_ENGINES_ALL && (int)e->kind != which)) continue;
+        out[n++] = e->id;
+    }
+    return n;
+}

@@ -1,4 +1,4 @@
-# tp.cmake — the tensor-parallel tests (issue 6), built only when libqmm has MPI. Each runs under
+# tp.cmake — the tensor-parallel tests (SPEC §6), built only when libqmm has MPI. Each runs under
 # `mpirun -np 2` and `-np 3` (oversubscribed, root-safe, loopback only) through
 # tests/mpi/run_mpi.sh, which skips (77) when mpirun is missing. TIMEOUT: a hang fails.
 if(QMM_DIST_SRC)

@@ -5,7 +5,7 @@
  * engine: the median time of qmm_linear over the repeats (bf16 x and y, pre-pass and epilogue
  * included, pinned threads), int8 TOPS = 2·M·N·K / t, the engine's peak measured in this same
  * run by a register-only loop of its core instruction (bench/peak.c) and the % reached, and
- * the GB/s of weight bytes streamed — for M ≤ 16 the weight is rotated through enough copies
+ * the GB/s of weight bytes streamed — for M ≤ 32 (BW_M, the AMX decode regime) the weight is rotated through enough copies
  * that more bytes than the last-level cache are read, and the GB/s is compared with the DRAM
  * read bandwidth measured in this run (peaks and bandwidth are measured again next to the rows
  * they judge, and the best of the run is used: this machine may be shared). Then the float paths: the W8A16 fallback (the int8
@@ -14,13 +14,22 @@
  * unavailable or refuses the call is a row with its reason, never a crash.
  * Output: a table, or with --json an array of row objects (M, N, K, act, gs, kind, engine,
  * threads, status, reason, median_ms, repeats, tops, peak_tops, pct_peak, gbps, dram_gbps,
- * pct_dram, speedup_int8, cpu_tops, pct_peak_cpu; numbers are null where they do not apply).
+ * pct_dram, speedup_int8, cpu_tops, pct_peak_cpu; numbers are null where they do not apply; for
+ * the AMX engines also regime, the regime their rule picks for the row (amx_blocking.h), and
+ * amx_blocking, the blocking in force — QMM_AMX_BLOCKING applied — so a run on an AMX machine
+ * can be judged regime by regime against bench/NOTES.md; "" for the other engines).
+ * --regimes adds the rows that judge each AMX regime and its switch points (M = 1 .. 4096 on
+ * 5376×5376, and 256 / 4096 on 5376×14336 swiglu) and lets amx_int8 run below its small-M
+ * switch (min_m=1 unless QMM_AMX_BLOCKING names min_m) so that both sides of it are timed.
  * cpu_tops / pct_peak_cpu judge the same run by process CPU time (ops ÷ (CPU seconds / threads))
  * against the peak loop judged by thread CPU time: the view that survives a machine shared with
  * other processes (a descheduled thread does not count). Meaningless for bandwidth-bound rows.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "commands.h"
+#include "dispatch.h"
 #include "peak.h"
+#include "../src/engines/x86_amx/amx_blocking.h"
 #include "qmm.h"
 #include "shapes.h"
 
@@ -30,6 +39,7 @@
 #include <string.h>
 
 enum { KIND_INT8, KIND_W8A16, KIND_BF16, KIND_F32 };
+enum { BW_M = 32 }; /* rows up to this M are judged by bandwidth (weight copies rotated past the LLC) */
 static const char *const k_kind_name[] = {"int8", "w8a16", "bf16", "f32"};
 
 typedef struct {
@@ -57,11 +67,37 @@ typedef struct {
     size_t n_rows, cap_rows;
 } bench;
 
+/* The per-regime rows of --regimes: M across every AMX regime and switch point. */
+static const qmm_bench_shape k_regime_shapes[] = {
+    {"regime decode M=1", 1, 28672, 5376, QMM_ACT_NONE, 256},
+    {"regime decode M=4", 4, 28672, 5376, QMM_ACT_NONE, 256},
+    {"regime decode M=8", 8, 28672, 5376, QMM_ACT_NONE, 256},
+    {"regime decode M=16", 16, 28672, 5376, QMM_ACT_NONE, 256},
+    {"regime decode M=32", 32, 28672, 5376, QMM_ACT_NONE, 256},
+    {"regime panel M=64", 64, 5376, 5376, QMM_ACT_NONE, 256},
+    {"regime panel M=256", 256, 5376, 5376, QMM_ACT_NONE, 256},
+    {"regime blocked M=512", 512, 5376, 5376, QMM_ACT_NONE, 256},
+    {"regime blocked M=1024", 1024, 5376, 5376, QMM_ACT_NONE, 256},
+    {"regime blocked M=4096", 4096, 5376, 5376, QMM_ACT_NONE, 256},
+    {"regime fc2 M=256", 256, 5376, 14336, QMM_ACT_SWIGLU, 256},
+    {"regime fc2 M=4096", 4096, 5376, 14336, QMM_ACT_SWIGLU, 256},
+};
+
+/* The AMX engines' regime for a row (the rule of amx_blocking.h on the A operand's bytes), or "". */
+static const char *amx_regime(const qmm_amx_blocking *bl, const row *r) {
+    const int64_t M = r->sh.M, K = r->sh.K;
+    if (r->engine == QMM_ENGINE_AMX_INT8) return qmm_amx_regime_name(qmm_amx_regime_of(bl, M, M * ((K + 63) / 64 * 64)));
+    if (r->engine != QMM_ENGINE_AMX_BF16) return "";
+    const int64_t Ka = r->kind == KIND_BF16 ? (K + 31) / 32 * 32 : (K + 63) / 64 * 64; /* bf16 / int8 weights */
+    return qmm_amx_regime_name(qmm_amx_regime_of(bl, M, 2 * M * Ka));
+}
+
 static void usage(FILE *f) {
-    fprintf(f, "usage: qmm bench [--shape MxNxK[:swiglu|:gelu][:g16|:g64|:g256]]... [--all] [--engines a,b]\n"
+    fprintf(f, "usage: qmm bench [--shape MxNxK[:swiglu|:gelu][:g16|:g64|:g256]]... [--all] [--regimes] [--engines a,b]\n"
                "                 [--threads T] [--repeats R] [--json] [--quick] [--no-float] [--full] [--dram-mb MB]\n"
-               "  default shapes: the issue-3 targets (M=4096 21504x5376 g256, 5376x14336 swiglu;\n"
+               "  default shapes: the performance targets (M=4096 21504x5376 g256, 5376x14336 swiglu;\n"
                "  M=256 5376x5376; M=1 and M=16 28672x5376); --all: every N x K of SPEC §8 at M=256.\n"
+               "  --regimes: rows for every AMX regime and switch point (amx_int8 also below its min M).\n"
                "  --quick: a tiny shape, short peak loops and bandwidth buffer (smoke test).\n"
                "  repeats (default 3) shrink to ~6 s per row; a row over 5 s per call reports its first\n"
                "  call alone (repeats 0) unless --full.\n");
@@ -208,19 +244,25 @@ static void time_row(bench *b, qmm_context *ctx, qmm_weight **w, int ncopies, qm
     (void)peak_of(b, e); /* again, next to the row it judges */
 }
 
-static const qmm_engine_id k_int8[] = {QMM_ENGINE_AMX_INT8, QMM_ENGINE_AVX512_VNNI, QMM_ENGINE_AVX_VNNI,
-                                       QMM_ENGINE_AVX2_INT8};
-static const qmm_engine_id k_float[] = {QMM_ENGINE_AMX_BF16, QMM_ENGINE_AVX512_BF16, QMM_ENGINE_AVX512_F32,
-                                        QMM_ENGINE_AVX2_F32};
+/* The engines of one kind, best first (the engine table's order); returns the count. */
+static int engines_of_kind(qmm_engine_kind kind, qmm_engine_id out[QMM_ENGINE_COUNT]) {
+    int n = 0;
+    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++)
+        if (qmm_engine_table[i].engine->kind == kind) out[n++] = qmm_engine_table[i].engine->id;
+    return n;
+}
 
 /* The float engine to time for weight w: every listed one (--engines), else the first that
  * admits per the plan; returns the count written to out. */
 static int float_engines(bench *b, qmm_context *ctx, qmm_weight *w, qmm_linear_args *args, qmm_engine_id *out,
                          char *why, size_t n) {
     int k = 0;
+    qmm_engine_id k_float[QMM_ENGINE_COUNT];
+    const int n_float = engines_of_kind(QMM_KIND_FLOAT, k_float);
     if (b->engines) {
-        for (size_t i = 0; i < 4; i++)
+        for (int i = 0; i < n_float; i++)
             if (b->engines & (1u << k_float[i])) out[k++] = k_float[i];
+        if (!k) snprintf(why, n, "no float engine named in --engines");
         return k;
     }
     qmm_plan_info p;
@@ -229,11 +271,11 @@ static int float_engines(bench *b, qmm_context *ctx, qmm_weight *w, qmm_linear_a
         snprintf(why, n, "plan: %s", qmm_last_error());
         return 0;
     }
-    for (size_t i = 0; i < 4; i++)
+    for (int i = 0; i < n_float; i++)
         if (p.admitted[k_float[i]]) { out[0] = k_float[i]; return 1; }
     size_t len = 0;
     why[0] = 0;
-    for (size_t i = 0; i < 4 && len < n; i++) {
+    for (int i = 0; i < n_float && len < n; i++) {
         int m = snprintf(why + len, n - len, "%s%s: %s", i ? "; " : "", qmm_engine_name(k_float[i]),
                          p.reason[k_float[i]]);
         if (m < 0) break;
@@ -247,8 +289,8 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
     const size_t first_row = b->n_rows;
     size_t nk = (size_t)N * (size_t)K;
     int ncopies = 1;
-    if (M <= 16) measure_dram(b, b->dram_bytes);
-    if (M <= 16 && !b->quick) {
+    if (M <= BW_M) measure_dram(b, b->dram_bytes);
+    if (M <= BW_M && !b->quick) {
         size_t want = 2 * qmm_llc_bytes();
         ncopies = (int)((want + nk - 1) / nk);
         if (ncopies < 2) ncopies = 2;
@@ -277,13 +319,15 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
     }
     qmm_linear_args args = qmm_linear_args_default();
     args.M = M; args.x = x; args.x_dtype = QMM_BF16; args.y = y; args.y_dtype = QMM_BF16; args.act = sh->act;
-    for (size_t i = 0; i < 4; i++) {
+    qmm_engine_id k_int8[QMM_ENGINE_COUNT];
+    const int n_int8 = engines_of_kind(QMM_KIND_INT8, k_int8);
+    for (int i = 0; i < n_int8; i++) {
         if (b->engines && !(b->engines & (1u << k_int8[i]))) continue;
         row *r = add_row(b, sh, KIND_INT8, k_int8[i]);
         if (r) time_row(b, ctx, w, ncopies, &args, r, (double)nk);
     }
     if (!b->no_float) {
-        qmm_engine_id fe[4];
+        qmm_engine_id fe[QMM_ENGINE_COUNT];
         char why[512];
         /* W8A16: the int8 weight on a float engine */
         int nf = float_engines(b, ctx, w[0], &args, fe, why, sizeof why);
@@ -371,6 +415,11 @@ static void json_str(const char *key, const char *s) {
 }
 
 static void print_json(const bench *b) {
+    qmm_amx_blocking bl = qmm_amx_blocking_default();
+    (void)qmm_amx_blocking_parse(getenv("QMM_AMX_BLOCKING"), &bl);
+    char bls[160];
+    snprintf(bls, sizeof bls, "kc=%lld,nc=%lld,mc=%lld,small_m=%lld,panel_a=%lld,min_m=%lld", (long long)bl.kc,
+             (long long)bl.nc, (long long)bl.mc, (long long)bl.small_m, (long long)bl.panel_a, (long long)bl.min_m);
     printf("[\n");
     for (size_t i = 0; i < b->n_rows; i++) {
         const row *r = &b->rows[i];
@@ -385,6 +434,8 @@ static void print_json(const bench *b) {
         json_str("status", r->ok ? "ok" : "refused");
         json_str("reason", r->reason);
         json_str("peak_instruction", qmm_peak_instruction(r->engine));
+        json_str("regime", amx_regime(&bl, r));
+        json_str("amx_blocking", *amx_regime(&bl, r) ? bls : "");
         printf("\"repeats\": %d, \"weight_copies\": %d, ", r->repeats, r->copies);
         json_num("median_ms", r->median_ms, 0);
         json_num("tops", r->tops, 0);
@@ -402,6 +453,8 @@ static void print_json(const bench *b) {
 }
 
 static void print_table(const bench *b) {
+    qmm_amx_blocking bl = qmm_amx_blocking_default();
+    (void)qmm_amx_blocking_parse(getenv("QMM_AMX_BLOCKING"), &bl);
     printf("%-20s %-22s %-6s %-12s %3s %10s %8s %8s %6s %8s %6s %7s %7s\n", "shape", "MxNxK", "kind", "engine", "thr",
            "median_ms", "TOPS", "peak", "%peak", "GB/s", "%dram", "int8 x", "%pk cpu");
     for (size_t i = 0; i < b->n_rows; i++) {
@@ -416,11 +469,12 @@ static void print_table(const bench *b) {
         }
         printf("%-20s %-22s %-6s %-12s %3d %10.3f %8.3f %8.3f %5.1f%% %8.2f ", r->sh.name, mnk, k_kind_name[r->kind],
                en, r->threads, r->median_ms, r->tops, r->peak_tops, r->pct_peak, r->gbps);
-        if (r->sh.M <= 16 && isfinite(r->pct_dram)) printf("%5.1f%% ", r->pct_dram);
+        if (r->sh.M <= BW_M && isfinite(r->pct_dram)) printf("%5.1f%% ", r->pct_dram);
         else printf("%6s ", "-");
         if (isfinite(r->speedup_int8)) printf("%6.2fx", r->speedup_int8);
         else printf("%7s", "-");
         if (isfinite(r->pct_peak_cpu)) printf(" %6.1f%%", r->pct_peak_cpu);
+        if (*amx_regime(&bl, r)) printf(" [%s]", amx_regime(&bl, r));
         printf("\n");
     }
 }
@@ -431,7 +485,7 @@ int cmd_bench(int argc, char **argv) {
     b.repeats = 3;
     qmm_bench_shape shapes[64];
     size_t n_shapes = 0;
-    int all = 0;
+    int all = 0, regimes = 0;
     long dram_mb = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -440,6 +494,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--json")) b.json = 1;
         else if (!strcmp(a, "--quick")) b.quick = 1;
         else if (!strcmp(a, "--all")) all = 1;
+        else if (!strcmp(a, "--regimes")) regimes = 1;
         else if (!strcmp(a, "--no-float")) b.no_float = 1;
         else if (!strcmp(a, "--full")) b.full = 1;
         else if (!strcmp(a, "--shape") && v) {
@@ -472,6 +527,22 @@ int cmd_bench(int argc, char **argv) {
     }
     if (b.repeats < 1 || b.threads < 0 || dram_mb < 0) { usage(stderr); return 2; }
     if (b.quick && b.repeats > 2) b.repeats = 2;
+    if (regimes) {
+        /* before the library reads it: amx_int8 below its switch too, unless min_m is named */
+        const char *env = getenv("QMM_AMX_BLOCKING");
+        qmm_amx_blocking bl = qmm_amx_blocking_default();
+        if (env && qmm_amx_blocking_parse(env, &bl)) {
+            fprintf(stderr, "qmm bench: QMM_AMX_BLOCKING='%s' is not valid (keys kc, nc, mc, small_m, panel_a, min_m)\n", env);
+            return 2;
+        }
+        if (!env || !strstr(env, "min_m")) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s%smin_m=1", env ? env : "", env && *env ? "," : "");
+            setenv("QMM_AMX_BLOCKING", buf, 1);
+        }
+        for (size_t i = 0; i < sizeof k_regime_shapes / sizeof k_regime_shapes[0] && n_shapes < 64; i++)
+            shapes[n_shapes++] = k_regime_shapes[i];
+    }
     if (n_shapes == 0) {
         if (b.quick) shapes[n_shapes++] = qmm_bench_quick_shape;
         else if (all) for (size_t i = 0; i < qmm_bench_spec_count; i++) shapes[n_shapes++] = qmm_bench_spec_shapes[i];
@@ -498,20 +569,23 @@ int cmd_bench(int argc, char **argv) {
         printf("qmm bench: %s, %d threads (pinned), LLC %zu MiB\n", qmm_cpu_brand(), b.threads, llc >> 20);
         printf("DRAM read bandwidth: %.1f GB/s (%zu MiB streamed by %d threads)\npeaks at start:", b.dram_gbps,
                dram_bytes >> 20, b.threads);
-        for (int e = QMM_ENGINE_AMX_INT8; e < QMM_ENGINE_COUNT; e++) {
-            if (b.engines && !(b.engines & (1u << e))) continue;
-            double p = peak_of(&b, (qmm_engine_id)e);
-            if (p > 0) printf(" %s %.3f T/s (%s);", qmm_engine_name((qmm_engine_id)e), p, qmm_peak_instruction((qmm_engine_id)e));
+        for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
+            const qmm_engine_id e = qmm_engine_table[i].engine->id;
+            if (e == QMM_ENGINE_REF || (b.engines && !(b.engines & (1u << e)))) continue;
+            double p = peak_of(&b, e);
+            if (p > 0) printf(" %s %.3f T/s (%s);", qmm_engine_name(e), p, qmm_peak_instruction(e));
         }
-        printf("\nx and y bf16; pre-pass and epilogue included; M<=16 rotates weight copies past the LLC\n\n");
+        printf("\nx and y bf16; pre-pass and epilogue included; M<=%d rotates weight copies past the LLC\n\n", BW_M);
         fflush(stdout);
     }
     for (size_t i = 0; i < n_shapes; i++) bench_shape(&b, ctx, &shapes[i]);
     finish_rows(&b);
     if (!b.json) {
         printf("best of the run: DRAM %.1f GB/s; peaks:", b.dram_gbps);
-        for (int e = QMM_ENGINE_AMX_INT8; e < QMM_ENGINE_COUNT; e++)
-            if (b.peak[e] > 0) printf(" %s %.3f", qmm_engine_name((qmm_engine_id)e), b.peak[e]);
+        for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
+            const qmm_engine_id e = qmm_engine_table[i].engine->id;
+            if (b.peak[e] > 0) printf(" %s %.3f", qmm_engine_name(e), b.peak[e]);
+        }
         printf(" T/s\n\n");
     }
     if (b.json) print_json(&b);

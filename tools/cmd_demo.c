@@ -20,6 +20,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "commands.h"
+#include "dispatch.h"
 #include "qmm.h"
 
 #include <math.h>
@@ -292,9 +293,15 @@ int cmd_demo(int argc, char **argv) {
             if (!buf[p][l]) { fprintf(stderr, "qmm demo: out of memory\n"); return 1; }
         }
     }
-    static const qmm_engine_id bf16_engines[] = {QMM_ENGINE_AMX_BF16, QMM_ENGINE_AVX512_BF16, QMM_ENGINE_AVX512_F32,
-                                                 QMM_ENGINE_AVX2_F32};
-    static const qmm_engine_id f32_engines[] = {QMM_ENGINE_AVX512_F32, QMM_ENGINE_AVX2_F32};
+    /* the float engines best first (the engine table's order), and those of them that multiply in f32 */
+    qmm_engine_id bf16_engines[QMM_ENGINE_COUNT], f32_engines[QMM_ENGINE_COUNT];
+    int n_bf16 = 0, n_f32 = 0;
+    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
+        const qmm_engine_row *r = &qmm_engine_table[i];
+        if (r->engine->kind != QMM_KIND_FLOAT) continue;
+        bf16_engines[n_bf16++] = r->engine->id;
+        if (r->operands == QMM_F32) f32_engines[n_f32++] = r->engine->id;
+    }
     /* FP32 first: it is the accuracy reference */
     const int order[P_COUNT] = {P_FP32, P_INT8, P_INT8_NOROT, P_W8A16, P_BF16};
     double *times = malloc(sizeof(double) * (size_t)o.repeats);
@@ -320,8 +327,8 @@ int cmd_demo(int argc, char **argv) {
             case L_FC2: a.x = buf[p][L_FC1]; break;
             }
             char why[256] = "";
-            if (p == P_W8A16 || p == P_BF16) a.engine = pick_engine(ctx, L[l].w[p], &a, bf16_engines, 4, why, sizeof why);
-            else if (p == P_FP32) a.engine = pick_engine(ctx, L[l].w[p], &a, f32_engines, 2, why, sizeof why);
+            if (p == P_W8A16 || p == P_BF16) a.engine = pick_engine(ctx, L[l].w[p], &a, bf16_engines, n_bf16, why, sizeof why);
+            else if (p == P_FP32) a.engine = pick_engine(ctx, L[l].w[p], &a, f32_engines, n_f32, why, sizeof why);
             if (p != P_INT8 && p != P_INT8_NOROT && a.engine == QMM_ENGINE_AUTO) {
                 snprintf(res[p].err[l], sizeof res[p].err[l], "no engine: %.200s", why);
                 continue;

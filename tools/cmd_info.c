@@ -1,12 +1,41 @@
 /*
  * cmd_info.c — `qmm info [--json]`: the CPU's features as qmm identified them (CPUID, XCR0,
- * the AMX permission request) and each engine with whether it is available here and why not.
+ * the AMX permission request) and each engine of the engine table (dispatch.h), best first:
+ * its kind, ISA level, required CPU features, peak instruction, whether it has run on real
+ * hardware, and whether it is available here and why not.
  */
 #include "commands.h"
+#include "dispatch.h"
 #include "qmm.h"
 
 #include <stdio.h>
 #include <string.h>
+
+static const char *kind_name(const qmm_engine *e) {
+    return e->kind == QMM_KIND_REF ? "reference" : e->kind == QMM_KIND_INT8 ? "int8" : "float";
+}
+
+/* "avx512f avx512bw ..." (or "-") into buf */
+static const char *features_text(uint32_t f, const char *sep, int quoted, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int b = 0; b < QMM_CPU_FEATURE_COUNT; b++) {
+        if (!(f & (1u << b))) continue;
+        int k = snprintf(buf + len, n - len, "%s%s%s%s", len ? sep : "", quoted ? "\"" : "",
+                         qmm_cpu_feature_name(1u << b), quoted ? "\"" : "");
+        if (k < 0 || (size_t)k >= n - len) break;
+        len += (size_t)k;
+    }
+    if (!len && !quoted) snprintf(buf, n, "-");
+    return buf;
+}
+
+static void json_escaped(const char *s) {
+    for (const char *p = s; *p; p++) {
+        if (*p == '"' || *p == '\\') putchar('\\');
+        putchar(*p);
+    }
+}
 
 int cmd_info(int argc, char **argv) {
     int json = 0;
@@ -16,38 +45,34 @@ int cmd_info(int argc, char **argv) {
         else { fprintf(stderr, "qmm info: unknown option '%s'\n", argv[i]); return 2; }
     }
     uint32_t f = qmm_cpu_features();
+    char feats[512];
     if (json) {
-        printf("{\"version\": \"%s\", \"cpu\": \"%s\", \"features\": [", qmm_version_string(), qmm_cpu_brand());
-        int first = 1;
-        for (int b = 0; b < QMM_CPU_FEATURE_COUNT; b++)
-            if (f & (1u << b)) { printf("%s\"%s\"", first ? "" : ", ", qmm_cpu_feature_name(1u << b)); first = 0; }
-        printf("], \"engines\": [");
-        for (int e = 1; e < QMM_ENGINE_COUNT; e++) {
+        printf("{\"version\": \"%s\", \"cpu\": \"%s\", \"features\": [%s], \"engines\": [", qmm_version_string(),
+               qmm_cpu_brand(), features_text(f, ", ", 1, feats, sizeof feats));
+        for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
+            const qmm_engine_row *r = &qmm_engine_table[i];
             char why[QMM_REASON_MAX];
-            int ok = qmm_engine_available((qmm_engine_id)e, why, sizeof why);
-            printf("%s{\"name\": \"%s\", \"kind\": \"%s\", \"available\": %s, \"why\": \"", e > 1 ? ", " : "",
-                   qmm_engine_name((qmm_engine_id)e),
-                   e == QMM_ENGINE_REF ? "reference" : qmm_engine_is_int8((qmm_engine_id)e) ? "int8" : "float",
-                   ok ? "true" : "false");
-            for (const char *p = ok ? "" : why; *p; p++) {
-                if (*p == '"' || *p == '\\') putchar('\\');
-                putchar(*p);
-            }
+            int ok = qmm_engine_available(r->engine->id, why, sizeof why);
+            printf("%s{\"name\": \"%s\", \"kind\": \"%s\", \"isa\": \"%s\", \"cpu_features\": [%s], "
+                   "\"peak_instruction\": \"%s\", \"verified_on_hardware\": %s, \"available\": %s, \"why\": \"",
+                   i ? ", " : "", r->engine->name, kind_name(r->engine), qmm_isa_name(r->engine->isa),
+                   features_text(r->engine->cpu_features, ", ", 1, feats, sizeof feats), r->peak_insn,
+                   r->hw_verified ? "true" : "false", ok ? "true" : "false");
+            json_escaped(ok ? "" : why);
             printf("\"}");
         }
         printf("]}\n");
         return 0;
     }
-    printf("qmm %s\ncpu: %s\nfeatures:", qmm_version_string(), qmm_cpu_brand());
-    for (int b = 0; b < QMM_CPU_FEATURE_COUNT; b++)
-        if (f & (1u << b)) printf(" %s", qmm_cpu_feature_name(1u << b));
-    printf("\nengines (best first; the reference runs only when asked for by name):\n");
-    for (int e = 1; e < QMM_ENGINE_COUNT; e++) {
+    printf("qmm %s\ncpu: %s\nfeatures: %s\n", qmm_version_string(), qmm_cpu_brand(),
+           features_text(f, " ", 0, feats, sizeof feats));
+    printf("engines (best first; the reference runs only when asked for by name; * = only emulated so far):\n");
+    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
+        const qmm_engine_row *r = &qmm_engine_table[i];
         char why[QMM_REASON_MAX];
-        int ok = qmm_engine_available((qmm_engine_id)e, why, sizeof why);
-        printf("  %-12s %-9s %s%s\n", qmm_engine_name((qmm_engine_id)e),
-               e == QMM_ENGINE_REF ? "reference" : qmm_engine_is_int8((qmm_engine_id)e) ? "int8" : "float",
-               ok ? "available" : "unavailable: ", ok ? "" : why);
+        int ok = qmm_engine_available(r->engine->id, why, sizeof why);
+        printf("  %-12s%s %-9s %-11s %-31s %s%s\n", r->engine->name, r->hw_verified ? " " : "*", kind_name(r->engine),
+               qmm_isa_name(r->engine->isa), r->peak_insn, ok ? "available" : "unavailable: ", ok ? "" : why);
     }
     return 0;
 }

@@ -125,15 +125,11 @@ int cmd_run(int argc, char **argv) {
     a.y_dtype = ydt;
     a.act = act;
     a.engine = eng;
-    qmm_counters before, after;
-    qmm_get_counters(ctx, &before);
     st = qmm_linear(ctx, w, &a);
     if (st != QMM_OK) { rc = fail(layer, st); goto done; }
-    qmm_get_counters(ctx, &after);
-    qmm_engine_id ran = QMM_ENGINE_AUTO;
-    for (int e = 1; e < QMM_ENGINE_COUNT; e++)
-        if (after.calls[e] != before.calls[e]) ran = (qmm_engine_id)e;
-    int fb = after.fallbacks != before.fallbacks;
+    const qmm_engine_id ran = qmm_last_engine(ctx);
+    /* an int8 weight run by a float engine is the W8A16 fallback */
+    const int fb = wi.is_int8 && ran != QMM_ENGINE_REF && !qmm_engine_is_int8(ran);
     fprintf(stderr, "qmm run: layer %s [%lld, %lld], M=%lld, act %s: engine %s%s\n", layer, (long long)wi.N,
             (long long)wi.K, (long long)M, qmm_act_name(act), qmm_engine_name(ran), fb ? " (fallback)" : "");
 

@@ -94,3 +94,13 @@ void qmm_get_counters(const qmm_context *ctx, qmm_counters *out) {
 void qmm_reset_counters(qmm_context *ctx) {
     if (ctx) memset(&ctx->counters, 0, sizeof ctx->counters);
 }
+
+int qmm_core_simd(const qmm_context *ctx) {
+    const uint32_t f = qmm_cpu_features();
+    const uint32_t avx512 = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
+    const uint32_t avx2 = QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C;
+    const int cap = ctx ? ctx->max_isa : -1;
+    if ((f & avx512) == avx512 && (cap < 0 || cap >= QMM_ISA_AVX512)) return QMM_ISA_AVX512;
+    if ((f & avx2) == avx2 && (cap < 0 || cap >= QMM_ISA_AVX2)) return QMM_ISA_AVX2;
+    return QMM_ISA_NONE;
+}

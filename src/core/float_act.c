@@ -44,19 +44,10 @@ void qmm_float_act_panel_ref(const qmm_fact_src *src, int rows, int mr, int bf16
     }
 }
 
-static int use_avx512(const qmm_context *ctx) {
-    const uint32_t need = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
-    return (qmm_cpu_features() & need) == need && (ctx->max_isa < 0 || ctx->max_isa >= QMM_ISA_AVX512);
-}
-
-static int use_avx2(const qmm_context *ctx) {
-    const uint32_t need = QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C;
-    return (qmm_cpu_features() & need) == need && (ctx->max_isa < 0 || ctx->max_isa >= QMM_ISA_AVX2);
-}
-
 qmm_fact_panel_fn qmm_float_act_panel_select(const qmm_context *ctx) {
-    if (use_avx512(ctx)) return qmm_float_act_panel_avx512;
-    if (use_avx2(ctx)) return qmm_float_act_panel_avx2;
+    const int level = qmm_core_simd(ctx);
+    if (level == QMM_ISA_AVX512) return qmm_float_act_panel_avx512;
+    if (level == QMM_ISA_AVX2) return qmm_float_act_panel_avx2;
     return qmm_float_act_panel_ref;
 }
 

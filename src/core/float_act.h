@@ -3,7 +3,7 @@
  * the float activation pre-pass and the blocked, threaded GEMM driver they plug their
  * micro-kernels into. Plain C11 (the ISA-specific parts are the callbacks).
  *
- * Semantics (SPEC §4, issue 4):
+ * Semantics (SPEC §4):
  *   int8 weight (W8A16 fallback): a = act(x), then the convrot rotation if w->convrot_gs,
  *       exactly qmm_ref_act_rotate_row (values rounded to x's dtype); a BF16 engine then rounds
  *       a to bf16, an F32 engine keeps it in f32. acc[r][n] = Σ_k a[r][k] · W[n][k] in fp32

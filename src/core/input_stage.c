@@ -94,10 +94,7 @@ static void stage_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
 }
 
 qmm_input_stage_row_fn qmm_input_stage_row_select(const qmm_context *ctx) {
-    const uint32_t need = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
-    if (qmm_input_stage_row_avx512_ptr && (qmm_cpu_features() & need) == need &&
-        (ctx->max_isa < 0 || ctx->max_isa >= QMM_ISA_AVX512))
-        return qmm_input_stage_row_avx512_ptr;
+    if (qmm_input_stage_row_avx512_ptr && qmm_core_simd(ctx) == QMM_ISA_AVX512) return qmm_input_stage_row_avx512_ptr;
     return qmm_input_stage_row_ref;
 }
 

@@ -1,12 +1,13 @@
 /*
- * linear.c — the linear call: validate the arguments, walk the engines best-first (plan),
- * run the first that admits, fall back to a float engine on the same CPU only when no int8
- * engine admits (counted, logged once per weight, refused in strict mode), and never pick the
- * scalar reference unless asked for by name. Also the SPEC §6 building blocks (amax, epilogue).
+ * linear.c — the linear call: validate the arguments, ask dispatch for the plan
+ * (dispatch/plan.c: the engines best-first, the first that admits; a float engine on the same
+ * CPU only when no int8 engine admits), run it, count it (a fallback is counted, logged once per
+ * weight, refused in strict mode), and never pick the scalar reference unless asked for by name.
+ * Also the SPEC §6 building blocks (amax, epilogue).
  */
+#include "dispatch.h"
 #include "numerics.h"
 #include "prepass.h"
-#include "qmm_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -112,110 +113,12 @@ static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int n
     return QMM_OK;
 }
 
-static const qmm_engine_id k_int8_order[] = {QMM_ENGINE_AMX_INT8, QMM_ENGINE_AVX512_VNNI, QMM_ENGINE_AVX_VNNI,
-                                             QMM_ENGINE_AVX2_INT8};
-static const qmm_engine_id k_float_order[] = {QMM_ENGINE_AMX_BF16, QMM_ENGINE_AVX512_BF16, QMM_ENGINE_AVX512_F32,
-                                              QMM_ENGINE_AVX2_F32};
-
-/* Walks every engine; fills p (chosen engine, reasons). c->fallback is set for the float walk. */
-static void plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p) {
-    memset(p, 0, sizeof *p);
-    p->engine = QMM_ENGINE_AUTO;
-    char why[QMM_REASON_MAX];
-    snprintf(p->reason[QMM_ENGINE_REF], QMM_REASON_MAX, "reference: runs only when asked for by name");
-    for (size_t i = 0; i < sizeof k_int8_order / sizeof k_int8_order[0]; i++) {
-        qmm_engine_id id = k_int8_order[i];
-        const qmm_engine *e = qmm_engine_get(id);
-        const char *r = NULL;
-        c->fallback = 0;
-        if (!qmm_engine_usable(e, ctx->max_isa, ctx->disabled_engines, why, sizeof why)) r = why;
-        else r = e->admit(c, why, sizeof why);
-        if (r) {
-            snprintf(p->reason[id], QMM_REASON_MAX, "%s", r);
-        } else {
-            p->admitted[id] = 1;
-            if (p->engine == QMM_ENGINE_AUTO) p->engine = id;
-        }
-    }
-    for (size_t i = 0; i < sizeof k_float_order / sizeof k_float_order[0]; i++) {
-        qmm_engine_id id = k_float_order[i];
-        const qmm_engine *e = qmm_engine_get(id);
-        const char *r = NULL;
-        c->fallback = c->w->is_int8;
-        if (!qmm_engine_usable(e, ctx->max_isa, ctx->disabled_engines, why, sizeof why)) r = why;
-        else r = e->admit(c, why, sizeof why);
-        if (r) {
-            snprintf(p->reason[id], QMM_REASON_MAX, "%s", r);
-        } else {
-            p->admitted[id] = 1;
-            if (p->engine == QMM_ENGINE_AUTO) {
-                p->engine = id;
-                p->is_fallback = c->w->is_int8;
-            }
-        }
-    }
-    c->fallback = p->is_fallback;
-    p->status = p->engine == QMM_ENGINE_AUTO ? QMM_ERR_NO_ENGINE
-              : (p->is_fallback && ctx->fallback == QMM_FALLBACK_STRICT) ? QMM_ERR_FALLBACK_REFUSED
-                                                                          : QMM_OK;
-}
-
-/* "amx_int8, amx_bf16: no AMX; avx512_vnni: ..." for the refusing engines (of one kind when
- * int8_only): engines with the same reason are listed together so that a reason shared by all
- * (an ISA cap, say) is written once. buf holds QMM_REASONS_TEXT_MAX bytes: every engine's name and
- * its own reason always fit, so the message never loses its end. */
-#define QMM_REASONS_TEXT_MAX (QMM_ENGINE_COUNT * (QMM_REASON_MAX + 32))
-static void reasons_text(const qmm_plan_info *p, int int8_only, char buf[QMM_REASONS_TEXT_MAX]) {
-    const size_t n = QMM_REASONS_TEXT_MAX;
-    size_t len = 0;
-    int done[QMM_ENGINE_COUNT] = {0};
-    buf[0] = 0;
-    for (int id = QMM_ENGINE_AMX_INT8; id < QMM_ENGINE_COUNT; id++) {
-        if (done[id] || p->admitted[id] || (int8_only && !qmm_engine_is_int8((qmm_engine_id)id))) continue;
-        int k = snprintf(buf + len, n - len, "%s%s", len ? "; " : "", qmm_engine_name((qmm_engine_id)id));
-        if (k < 0 || (size_t)k >= n - len) break;
-        len += (size_t)k;
-        for (int j = id + 1; j < QMM_ENGINE_COUNT; j++) {
-            if (p->admitted[j] || (int8_only && !qmm_engine_is_int8((qmm_engine_id)j))) continue;
-            if (strcmp(p->reason[j], p->reason[id]) != 0) continue;
-            done[j] = 1;
-            k = snprintf(buf + len, n - len, ", %s", qmm_engine_name((qmm_engine_id)j));
-            if (k < 0 || (size_t)k >= n - len) break;
-            len += (size_t)k;
-        }
-        k = snprintf(buf + len, n - len, ": %.*s", QMM_REASON_MAX, p->reason[id]);
-        if (k < 0 || (size_t)k >= n - len) break;
-        len += (size_t)k;
-    }
-}
-
 qmm_status qmm_plan(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args, qmm_plan_info *out) {
     QMM_RETURN_IF(!ctx || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_plan: %s is NULL", !ctx ? "ctx" : "out");
     qmm_call c;
     QMM_FORWARD_IF_ERROR(make_call(w, args, 0, &c));
-    plan_call(ctx, &c, out);
+    qmm_plan_call(ctx, &c, out);
     return QMM_OK;
-}
-
-size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size) {
-    char tmp[64];
-    if (!buf) size = 0;
-    if (size) buf[0] = 0;
-    if (!p) return 0;
-    size_t len = 0;
-#define APPEND(...)                                                                     \
-    do {                                                                                \
-        int k_ = snprintf(len < size ? buf + len : tmp, len < size ? size - len : 0, __VA_ARGS__); \
-        if (k_ > 0) len += (size_t)k_;                                                  \
-    } while (0)
-    if (p->engine == QMM_ENGINE_AUTO) APPEND("engine: none (%s)\n", qmm_status_name(p->status));
-    else APPEND("engine: %s%s%s\n", qmm_engine_name(p->engine), p->is_fallback ? " (fallback)" : "",
-                p->status == QMM_ERR_FALLBACK_REFUSED ? " — refused: strict policy" : "");
-    for (int id = 1; id < QMM_ENGINE_COUNT; id++)
-        APPEND("  %-12s %s%.*s\n", qmm_engine_name((qmm_engine_id)id), p->admitted[id] ? "admits" : "refuses: ",
-               QMM_REASON_MAX, p->admitted[id] ? "" : p->reason[id]);
-#undef APPEND
-    return len;
 }
 
 qmm_engine_id qmm_last_engine(const qmm_context *ctx) { return ctx ? ctx->last_engine : QMM_ENGINE_AUTO; }
@@ -291,10 +194,10 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
         }
     } else {
         qmm_plan_info p;
-        plan_call(ctx, &c, &p);
+        qmm_plan_call(ctx, &c, &p);
         if (p.status != QMM_OK) {
             char reasons[QMM_REASONS_TEXT_MAX];
-            reasons_text(&p, p.status == QMM_ERR_FALLBACK_REFUSED, reasons);
+            qmm_plan_reasons_text(&p, p.status == QMM_ERR_FALLBACK_REFUSED, reasons);
             ctx->counters.errors++;
             if (p.status == QMM_ERR_FALLBACK_REFUSED)
                 return qmm_fail(QMM_ERR_FALLBACK_REFUSED,
@@ -309,7 +212,7 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
             qmm_weight *mw = (qmm_weight *)w; /* the once-flag is the weight's only mutable state */
             if (ctx->verbose && atomic_exchange(&mw->fallback_logged, 1) == 0) {
                 char reasons[QMM_REASONS_TEXT_MAX];
-                reasons_text(&p, 1, reasons);
+                qmm_plan_reasons_text(&p, 1, reasons);
                 qmm_log(ctx, "fallback: layer %s [%lld, %lld] runs W8A16 on %s: %s", w->name, (long long)w->N,
                         (long long)w->K, e->name, reasons);
             }

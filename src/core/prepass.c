@@ -55,15 +55,11 @@ static void prepass_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
 }
 
 static int use_avx512(const qmm_context *ctx) {
-    const uint32_t need = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
-    return qmm_prepass_row_avx512_ptr && (qmm_cpu_features() & need) == need &&
-           (ctx->max_isa < 0 || ctx->max_isa >= QMM_ISA_AVX512);
+    return qmm_prepass_row_avx512_ptr && qmm_core_simd(ctx) == QMM_ISA_AVX512;
 }
 
 static int use_avx2(const qmm_context *ctx) {
-    const uint32_t need = QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C;
-    return qmm_prepass_row_avx2_ptr && (qmm_cpu_features() & need) == need &&
-           (ctx->max_isa < 0 || ctx->max_isa >= QMM_ISA_AVX2);
+    return qmm_prepass_row_avx2_ptr && qmm_core_simd(ctx) >= QMM_ISA_AVX2;
 }
 
 static qmm_status run_prepass(qmm_context *ctx, const qmm_call *c, int8_t *q, int64_t ldq, float *s, float *amax,

@@ -90,6 +90,11 @@ struct qmm_context {
  * copy of a residual that overlaps y, for the float path, which adds it after writing y). */
 qmm_status qmm_context_scratch(qmm_context *ctx, int slot, size_t bytes, void **out);
 
+/* The vector level of the core's shared kernels (pre-pass rows, float panels, input stage):
+ * QMM_ISA_AVX512 when the CPU has AVX-512 F/BW/VL/DQ and ctx's cap allows it, else QMM_ISA_AVX2
+ * with AVX2/FMA/F16C under the cap, else QMM_ISA_NONE (scalar). All levels give the same bits. */
+int qmm_core_simd(const qmm_context *ctx);
+
 /* ---------------------------------------------------------------- weights */
 typedef struct qmm_packed_i8 {
     int64_t Np, Kp;          /* N rounded up to 16, K rounded up to 64 */
@@ -138,9 +143,6 @@ struct qmm_weight {
     /* float weights (is_int8 == 0): fdtype BF16 or F32 (F16 is widened to F32) */
     qmm_dtype fdtype;
     qmm_packed_f fp;
-    /* per-engine extra packed forms, made at creation by the engine's pack hook */
-    void *engine_data[QMM_ENGINE_COUNT];
-    size_t engine_bytes[QMM_ENGINE_COUNT];
     atomic_int fallback_logged;
 };
 
@@ -175,8 +177,6 @@ typedef struct qmm_engine {
     /* Admission: NULL if the engine can run this call, else a short reason (written into
      * why[0..n) or a static string). Runs the engine's real rules; cheap. */
     const char *(*admit)(const qmm_call *c, char *why, size_t n);
-    /* Optional: build engine_data[id] for a weight at creation (packing once). */
-    qmm_status (*pack)(qmm_weight *w);
     /* Runs the call. Preconditions: admitted; buffers validated by qmm_linear. */
     qmm_status (*run)(qmm_context *ctx, const qmm_call *c);
 } qmm_engine;

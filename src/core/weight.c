@@ -30,7 +30,6 @@ void qmm_weight_destroy(qmm_weight *w) {
     free(w->bias);
     qmm_aligned_free(w->fp.bf16);
     qmm_aligned_free(w->fp.f32);
-    for (int i = 0; i < QMM_ENGINE_COUNT; i++) qmm_aligned_free(w->engine_data[i]);
     free(w);
 }
 
@@ -71,15 +70,6 @@ static qmm_status weight_common(const char *name, int64_t N, int64_t K, int64_t 
         for (int64_t n = 0; n < N; n++) w->bias[n] = qmm_load_f(bias, bias_dtype, n);
     }
     *out = w;
-    return QMM_OK;
-}
-
-static qmm_status run_pack_hooks(qmm_context *ctx, qmm_weight *w) {
-    for (int id = 1; id < QMM_ENGINE_COUNT; id++) {
-        const qmm_engine *e = qmm_engine_get((qmm_engine_id)id);
-        if (!e->pack || !qmm_engine_usable(e, ctx->max_isa, ctx->disabled_engines, NULL, 0)) continue;
-        QMM_FORWARD_IF_ERROR(e->pack(w));
-    }
     return QMM_OK;
 }
 
@@ -135,8 +125,6 @@ qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *d, qm
     }
     w->has_neg128 = neg128;
     for (int64_t n = 0; n < N; n++) w->scale[n] = d->scale[d->n_scale == 1 ? 0 : n];
-    qmm_status st = run_pack_hooks(ctx, w);
-    if (st != QMM_OK) { qmm_weight_destroy(w); return st; }
     *out = w;
     return QMM_OK;
 }
@@ -179,8 +167,6 @@ qmm_status qmm_weight_create_float(qmm_context *ctx, const char *name, const voi
             for (int64_t k = 0; k < K; k++)
                 fp->f32[((n / 16) * fp->Kp + k) * 16 + n % 16] = qmm_load_f(wdata, wt, n * ld + k);
     }
-    qmm_status st = run_pack_hooks(ctx, w);
-    if (st != QMM_OK) { qmm_weight_destroy(w); return st; }
     *out = w;
     return QMM_OK;
 }
@@ -202,12 +188,21 @@ void qmm_weight_get_info(const qmm_weight *w, qmm_weight_info *o) {
     if (w->is_int8) b += (size_t)(w->i8.Np * w->i8.Kp) + (size_t)w->i8.Np * 4 + (size_t)w->N * 4;
     else b += (size_t)(w->fp.Np * w->fp.Kp) * qmm_dtype_size(w->fdtype);
     if (w->bias) b += (size_t)w->N * 4;
-    for (int i = 0; i < QMM_ENGINE_COUNT; i++) b += w->engine_bytes[i];
     o->packed_bytes = b;
 }
 
 /* ---------------------------------------------------------------- SPEC §2 */
 static int auto_gs(int64_t K) { return K % 256 == 0 ? 256 : K % 64 == 0 ? 64 : K % 16 == 0 ? 16 : 0; }
+
+/* max |w[off + k]|, k < K */
+static float row_amax(const void *w, qmm_dtype wt, int64_t off, int64_t K) {
+    float m = 0.0f;
+    for (int64_t k = 0; k < K; k++) {
+        float v = fabsf(qmm_load_f(w, wt, off + k));
+        if (v > m) m = v;
+    }
+    return m;
+}
 
 qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K, int64_t ld,
                                const qmm_quant_options *opt, int8_t *wq, float *scales, int *gs_used) {
@@ -228,10 +223,29 @@ qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K
     }
     float *row = malloc((size_t)K * sizeof(float));
     QMM_RETURN_IF(!row, QMM_ERR_OUT_OF_MEMORY, "qmm_quantize_weight: out of memory");
+    /* pass 0: finite weights only; rows whose largest |w| reaches 2^100 are rotated scaled down by
+     * 2^-64 (exact) and their scale scaled back up — the rotation's sums reach g·|w| and would
+     * overflow near FLT_MAX. Per tensor, the whole matrix when its largest |w| does. Other rows
+     * take the plain path, bit for bit (× 1.0f). */
+    float rawmax = 0.0f;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            float v = qmm_load_f(w, wt, n * ld + k);
+            if (!isfinite(v)) {
+                free(row);
+                return qmm_fail(QMM_ERR_UNSUPPORTED, "qmm_quantize_weight: row %lld holds %s at column %lld (needs finite weights)",
+                                (long long)n, v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf", (long long)k);
+            }
+            if (fabsf(v) > rawmax) rawmax = fabsf(v);
+        }
+    const float big = 0x1p100f, down = 0x1p-64f, up = 0x1p64f;
+    /* the factor of row n: 2^-64 when that row (per tensor: the matrix) reaches 2^100, else 1 */
+#define ROW_FACTOR(n) (per_tensor ? (rawmax >= big ? down : 1.0f) : (row_amax(w, wt, (n) * ld, K) >= big ? down : 1.0f))
     /* pass 1: rotated amax per row (and the global one) */
     float gmax = 0.0f;
     for (int64_t n = 0; n < N; n++) {
-        for (int64_t k = 0; k < K; k++) row[k] = qmm_load_f(w, wt, n * ld + k);
+        const float f = ROW_FACTOR(n);
+        for (int64_t k = 0; k < K; k++) row[k] = qmm_load_f(w, wt, n * ld + k) * f;
         if (gs) qmm_rotate_f32(row, K, gs);
         float m = qmm_amax_f32(row, K);
         if (!per_tensor) scales[n] = qmm_scale_of(m);
@@ -240,7 +254,8 @@ qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K
     if (per_tensor) scales[0] = qmm_scale_of(gmax);
     /* pass 2: quantize (division in fp32, symmetric [-127, 127], NaN → 0) */
     for (int64_t n = 0; n < N; n++) {
-        for (int64_t k = 0; k < K; k++) row[k] = qmm_load_f(w, wt, n * ld + k);
+        const float f = ROW_FACTOR(n);
+        for (int64_t k = 0; k < K; k++) row[k] = qmm_load_f(w, wt, n * ld + k) * f;
         if (gs) qmm_rotate_f32(row, K, gs);
         float s = scales[per_tensor ? 0 : n];
         for (int64_t k = 0; k < K; k++) {
@@ -251,6 +266,14 @@ qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K
             wq[n * K + k] = (int8_t)v;
         }
     }
+    /* the scaled-down rows' scales back to the weights' range */
+    if (per_tensor) {
+        if (rawmax >= big) scales[0] *= up;
+    } else {
+        for (int64_t n = 0; n < N; n++)
+            if (row_amax(w, wt, n * ld, K) >= big) scales[n] *= up;
+    }
+#undef ROW_FACTOR
     free(row);
     if (gs_used) *gs_used = gs;
     return QMM_OK;

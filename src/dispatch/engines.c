@@ -1,31 +1,39 @@
 /*
- * engines.c — the ordered engine list (best first), engine/ISA names, availability on this
- * machine (hardware, OS permission, build, ISA cap, disabled set) and the admission checks
- * that all int8 or all float engines share. Each engine's own admit() lives beside its kernel
- * and calls the common check first.
+ * engines.c — the ordered engine table (dispatch.h: best first, one row per engine), engine and
+ * ISA names, availability on this machine (hardware, OS permission, build, ISA cap, disabled
+ * set) and the admission checks that all int8 or all float engines share. Each engine's own
+ * admit() lives beside its kernel and calls the common check first.
  */
-#include "qmm_internal.h"
+#include "dispatch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const qmm_engine *const g_engines[QMM_ENGINE_COUNT] = {
-    NULL,                       /* AUTO */
-    &qmm_engine_ref,
-    &qmm_engine_amx_int8,
-    &qmm_engine_avx512_vnni,
-    &qmm_engine_avx_vnni,
-    &qmm_engine_avx2_int8,
-    &qmm_engine_amx_bf16,
-    &qmm_engine_avx512_bf16,
-    &qmm_engine_avx512_f32,
-    &qmm_engine_avx2_f32,
+/* hw_verified: amx_int8 and amx_bf16 have run only in the tile emulator (tests/test_amx_emulated);
+ * every other engine has run on CPUs with its ISA (bench/NOTES.md). */
+const qmm_engine_row qmm_engine_table[QMM_ENGINE_TABLE_LEN] = {
+    /* engine                   operands   peak instruction                    hw_verified */
+    {&qmm_engine_amx_int8,      QMM_I8,   "TDPBSSD",                          0},
+    {&qmm_engine_avx512_vnni,   QMM_I8,   "VPDPBUSD zmm",                     1},
+    {&qmm_engine_avx_vnni,      QMM_I8,   "VPDPBUSD ymm",                     1},
+    {&qmm_engine_avx2_int8,     QMM_I8,   "VPSIGNB+VPMADDUBSW+VPMADDWD ymm",  1},
+    {&qmm_engine_amx_bf16,      QMM_BF16, "TDPBF16PS",                        0},
+    {&qmm_engine_avx512_bf16,   QMM_BF16, "VDPBF16PS zmm",                    1},
+    {&qmm_engine_avx512_f32,    QMM_F32,  "VFMADD zmm",                       1},
+    {&qmm_engine_avx2_f32,      QMM_F32,  "VFMADD ymm",                       1},
+    {&qmm_engine_ref,           QMM_I8,   "-",                                1}, /* float weights: F32 */
 };
 
+const qmm_engine_row *qmm_engine_row_of(qmm_engine_id id) {
+    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++)
+        if (qmm_engine_table[i].engine->id == id) return &qmm_engine_table[i];
+    return NULL;
+}
+
 const qmm_engine *qmm_engine_get(qmm_engine_id id) {
-    if ((unsigned)id >= QMM_ENGINE_COUNT) return NULL;
-    return g_engines[id];
+    const qmm_engine_row *r = qmm_engine_row_of(id);
+    return r ? r->engine : NULL;
 }
 
 const char *qmm_engine_name(qmm_engine_id e) {
@@ -37,12 +45,15 @@ const char *qmm_engine_name(qmm_engine_id e) {
 qmm_engine_id qmm_engine_from_name(const char *name) {
     if (!name) return QMM_ENGINE_COUNT;
     if (strcmp(name, "auto") == 0) return QMM_ENGINE_AUTO;
-    for (int i = 1; i < QMM_ENGINE_COUNT; i++)
-        if (strcmp(g_engines[i]->name, name) == 0) return (qmm_engine_id)i;
+    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++)
+        if (strcmp(qmm_engine_table[i].engine->name, name) == 0) return qmm_engine_table[i].engine->id;
     return QMM_ENGINE_COUNT;
 }
 
-int qmm_engine_is_int8(qmm_engine_id e) { return e >= QMM_ENGINE_AMX_INT8 && e <= QMM_ENGINE_AVX2_INT8; }
+int qmm_engine_is_int8(qmm_engine_id e) {
+    const qmm_engine *en = qmm_engine_get(e);
+    return en && en->kind == QMM_KIND_INT8;
+}
 
 static const char *const g_isa_names[QMM_ISA_MAX + 1] = {
     "none", "avx2", "avx_vnni", "avx512", "avx512_vnni", "avx512_bf16", "amx"};

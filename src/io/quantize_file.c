@@ -12,7 +12,7 @@
  * default); min(N, K) >= min_size. Globs are fnmatch(3) patterns on L (not on L.weight).
  * A selected layer whose L.bias is not F32/F16/BF16 [N], or with a NaN/Inf weight, is
  * QMM_ERR_FORMAT naming it (and the row): qmm could not run the result. Finite weights up to
- * FLT_MAX quantize without overflow (rows with |w| >= 2^100 are rotated scaled by 2^-64, exactly). Output order: the input's data order; a quantized L.weight is followed by L.weight_scale and
+ * FLT_MAX quantize without overflow (qmm_quantize_weight rotates rows with |w| >= 2^100 scaled by 2^-64, exactly). Output order: the input's data order; a quantized L.weight is followed by L.weight_scale and
  * L.comfy_quant. The convrot group is chosen per layer before the output file is created, so a
  * bad explicit group fails without touching OUT.
  */
@@ -231,13 +231,6 @@ static qmm_status declare_all(const qmm_st_file *f, const qmm_quantize_file_opti
     return QMM_OK;
 }
 
-/* Rows whose largest |w| reaches this are rotated scaled down by 2^-64 (exact for a power of two)
- * and their scale scaled back up: the rotation's unscaled Hadamard sums reach g·|w| (g <= 256) and
- * would overflow to Inf near FLT_MAX. Rows below it take the ordinary path, bit for bit. */
-#define BIG_ROW 0x1p100f
-#define BIG_DOWN 0x1p-64f
-#define BIG_UP 0x1p64f
-
 /* Refuses a row holding NaN/Inf (naming tensor, row and column); *amax = the largest |w|. */
 static qmm_status scan_row(const qmm_st_file *f, const qmm_st_tensor *t, const void *blk, int64_t r, int64_t row,
                            float *amax) {
@@ -263,40 +256,14 @@ static qmm_status quantize_block(const qmm_st_file *f, qmm_st_writer *w, const q
                                  int64_t r0, int64_t nrows, int gs, int per_tensor, int8_t *wq, float *sc) {
     const int64_t K = t->shape[1];
     const qmm_dtype dt = (qmm_dtype)qmm_st_dtype_to_qmm(t->dtype);
-    const size_t es = qmm_dtype_size(dt);
     qmm_quant_options qo = {gs, per_tensor};
-    int big = 0, gs_used = gs;
-    for (int64_t r = 0; r < nrows; r++) {
+    int gs_used = gs;
+    for (int64_t r = 0; r < nrows; r++) { /* NaN/Inf named by tensor, row and column */
         float m;
         QMM_FORWARD_IF_ERROR(scan_row(f, t, blk, r, r0 + r, &m));
-        big |= gs && m >= BIG_ROW;
     }
-    qmm_status st = QMM_OK;
-    if (!big) {
-        st = qmm_quantize_weight(blk, dt, nrows, K, K, &qo, wq, sc, &gs_used);
-    } else {
-        /* per row: the big rows scaled down; per tensor: the whole tensor (one shared scale) */
-        const int64_t span = per_tensor ? nrows : 1;
-        float *down = malloc((size_t)span * (size_t)K * sizeof *down);
-        QMM_RETURN_IF(!down, QMM_ERR_OUT_OF_MEMORY, "tensor '%s': out of memory", t->name);
-        for (int64_t r = 0; st == QMM_OK && r < nrows; r += span) {
-            float m = 0.0f;
-            for (int64_t i = 0; i < span; i++) {
-                float mi;
-                scan_row(f, t, blk, r + i, r0 + r + i, &mi);
-                if (mi > m) m = mi;
-            }
-            const char *src = (const char *)blk + (size_t)r * (size_t)K * es;
-            if (m < BIG_ROW) {
-                st = qmm_quantize_weight(src, dt, span, K, K, &qo, wq + r * K, sc + r, &gs_used);
-                continue;
-            }
-            for (int64_t i = 0; i < span * K; i++) down[i] = qmm_load_f(src, dt, i) * BIG_DOWN;
-            st = qmm_quantize_weight(down, QMM_F32, span, K, K, &qo, wq + r * K, sc + (per_tensor ? 0 : r), &gs_used);
-            sc[per_tensor ? 0 : r] *= BIG_UP;
-        }
-        free(down);
-    }
+    /* rows near FLT_MAX: qmm_quantize_weight rotates them scaled down, exactly */
+    qmm_status st = qmm_quantize_weight(blk, dt, nrows, K, K, &qo, wq, sc, &gs_used);
     QMM_FORWARD_IF_ERROR(st);
     QMM_RETURN_IF(gs_used != gs, QMM_ERR_INTERNAL, "tensor '%s': quantized with group %d, declared %d", t->name,
                   gs_used, gs);

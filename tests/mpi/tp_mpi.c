@@ -712,10 +712,11 @@ int main(int argc, char **argv) {
     } else {
         if (g_rank == 0) tu_note("%d ranks, %d threads per rank", g_size, co.n_threads);
         test_comm();
-        const qmm_engine_id engines[] = {QMM_ENGINE_REF, QMM_ENGINE_AMX_INT8, QMM_ENGINE_AVX512_VNNI,
-                                         QMM_ENGINE_AVX_VNNI, QMM_ENGINE_AVX2_INT8};
+        /* the reference, then every int8 engine of the engine table */
+        qmm_engine_id engines[1 + QMM_ENGINE_COUNT] = {QMM_ENGINE_REF};
+        const int n_engines = 1 + tu_engines(TU_ENGINES_INT8, engines + 1);
         const int reps = g_quick ? 3 : 8;
-        for (size_t i = 0; i < sizeof engines / sizeof engines[0]; i++) {
+        for (int i = 0; i < n_engines; i++) {
             char why[QMM_REASON_MAX] = "";
             if (!engine_runs(engines[i], why, sizeof why)) {
                 if (g_rank == 0) tu_skip(qmm_engine_name(engines[i]), why);

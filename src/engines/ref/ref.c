@@ -79,6 +79,5 @@ const qmm_engine qmm_engine_ref = {
     .cpu_features = 0,
     .built = 1,
     .admit = ref_admit,
-    .pack = NULL,
     .run = ref_run,
 };

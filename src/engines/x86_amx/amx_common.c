@@ -1,21 +1,48 @@
 /*
- * amx_common.c — the per-thread tile configuration of the AMX engines (see amx_kernel.h for
- * the tile register plan). The configuration lives in thread-local storage (never on the
- * stack: gcc 12 has eliminated the stores to a stack-local LDTILECFG operand), is loaded
- * only when the panel shape changes, and is released with TILERELEASE at the end of every
- * task, so an idle worker holds no tile state.
+ * amx_common.c — what the two AMX engines share besides the header: the blocking in force
+ * (amx_blocking.h; QMM_AMX_BLOCKING read once per process), the per-thread tile configuration
+ * (see amx_kernel.h for the tile register plan) and the threaded copy of a row-major operand
+ * into the K-blocked tile layout of the blocked regime.
+ *
+ * The tile configuration lives in thread-local storage (never on the stack: gcc 12 has
+ * eliminated the stores to a stack-local LDTILECFG operand), is loaded only when the panel
+ * shape changes, and is released with TILERELEASE at the end of every task, so an idle worker
+ * holds no tile state.
  *
  * Not run on hardware here (no AMX available); exercised through the emulated build.
  */
 #include "amx_kernel.h"
 
-#ifdef QMM_AMX_KERNELS
-
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef QMM_AMX_EMULATE
-int64_t qmm_amx_l2_b_bytes_emu = (int64_t)1 << 20;
+qmm_amx_blocking qmm_amx_blocking_emu = {QMM_AMX_KC, QMM_AMX_NC, QMM_AMX_MC, QMM_AMX_SMALL_M, QMM_AMX_PANEL_A_BYTES,
+                                         QMM_AMX_INT8_MIN_M};
+int qmm_amx_last_regime_emu = -1;
+
+qmm_amx_blocking QMM_AMX_SYM(qmm_amx_blocking_now)(void) { return qmm_amx_blocking_emu; }
+#else
+static qmm_amx_blocking g_blocking;
+static atomic_int g_blocking_state; /* 0 unread, 1 being read, 2 ready */
+
+qmm_amx_blocking QMM_AMX_SYM(qmm_amx_blocking_now)(void) {
+    if (atomic_load_explicit(&g_blocking_state, memory_order_acquire) == 2) return g_blocking;
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&g_blocking_state, &expect, 1)) {
+        qmm_amx_blocking b = qmm_amx_blocking_default();
+        (void)qmm_amx_blocking_parse(getenv("QMM_AMX_BLOCKING"), &b); /* invalid: the defaults stay */
+        g_blocking = b;
+        atomic_store_explicit(&g_blocking_state, 2, memory_order_release);
+        return b;
+    }
+    while (atomic_load_explicit(&g_blocking_state, memory_order_acquire) != 2) {
+    }
+    return g_blocking;
+}
 #endif
+
+#ifdef QMM_AMX_KERNELS
 
 static _Alignas(64) _Thread_local qmm_amx_cfg t_cfg;
 static _Thread_local int t_key = -1; /* r0 * 17 + r1 of the loaded config, -1: released */
@@ -41,6 +68,43 @@ void QMM_AMX_SYM(qmm_amx_tiles_release)(void) {
     t_key = -1;
 }
 
-#else
-typedef int qmm_amx_common_unused; /* built without AMX support: nothing here */
-#endif
+qmm_call QMM_AMX_SYM(qmm_amx_rows)(const qmm_call *c, int64_t r0, int64_t rows) {
+    qmm_call s = *c;
+    s.M = rows;
+    s.x = (const char *)c->x + (size_t)(r0 * c->ldx) * qmm_dtype_size(c->x_dtype);
+    s.y = (char *)c->y + (size_t)(r0 * c->ldy) * qmm_dtype_size(c->y_dtype);
+    s.token_scales = NULL;
+    if (c->token_scales_in) s.token_scales_in = c->token_scales_in + r0;
+    if (c->residual) s.residual = (const char *)c->residual + (size_t)(r0 * c->ldr) * qmm_dtype_size(c->y_dtype);
+    return s;
+}
+
+typedef struct {
+    const char *src;
+    int64_t lds, M, row_bytes, kc, rows_per_task;
+    char *dst;
+} pack_job;
+
+static void pack_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    (void)n_tasks;
+    (void)thread;
+    const pack_job *j = arg;
+    int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
+    if (r1 > j->M) r1 = j->M;
+    for (int64_t k0 = 0; k0 < j->row_bytes; k0 += j->kc) {
+        const int64_t kw = j->row_bytes - k0 < j->kc ? j->row_bytes - k0 : j->kc;
+        char *blk = j->dst + k0 * j->M;
+        for (int64_t r = r0; r < r1; r++) memcpy(blk + r * kw, j->src + r * j->lds + k0, (size_t)kw);
+    }
+}
+
+void QMM_AMX_SYM(qmm_amx_pack_a)(qmm_context *ctx, const void *src, int64_t lds, int64_t M, int64_t row_bytes,
+                                 int64_t kc, void *dst) {
+    pack_job j = {src, lds, M, row_bytes, kc, 0, dst};
+    int64_t tasks = (int64_t)ctx->n_threads * 4 < M ? (int64_t)ctx->n_threads * 4 : M;
+    j.rows_per_task = (M + tasks - 1) / tasks;
+    tasks = (M + j.rows_per_task - 1) / j.rows_per_task;
+    qmm_pool_run(ctx->pool, tasks, pack_task, &j);
+}
+
+#endif /* QMM_AMX_KERNELS */

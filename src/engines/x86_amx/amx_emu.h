@@ -16,6 +16,7 @@
 #ifndef QMM_AMX_EMU_H
 #define QMM_AMX_EMU_H
 
+#include "amx_blocking.h"
 #include "qmm_internal.h"
 
 #include <stddef.h>
@@ -39,9 +40,12 @@ long qmm_amx_emu_ops(void);
 /* The emulated engines (test hooks; never in the dispatch table). */
 extern const qmm_engine qmm_engine_amx_int8_emu;
 extern const qmm_engine qmm_engine_amx_bf16_emu;
-/* The L2 budget for B of the emulated engines (default 1 MiB; tests shrink it) */
-extern int64_t qmm_amx_l2_b_bytes_emu;
-/* The small-M crossover of amx_int8 (see amx_int8.c) */
+/* The blocking of the emulated engines (amx_blocking.h; default the library's constants; tests
+ * shrink the blocks and move the regime switches so that every loop runs on small shapes), and
+ * the regime (qmm_amx_regime) the last emulated engine call ran. */
+extern qmm_amx_blocking qmm_amx_blocking_emu;
+extern int qmm_amx_last_regime_emu;
+/* The default small-M crossover of amx_int8 (QMM_AMX_INT8_MIN_M) */
 extern const int qmm_amx_int8_min_m_emu;
 
 #endif /* QMM_AMX_EMU_H */

@@ -4,25 +4,31 @@
  * (int32 accumulators and float outputs alike).
  *
  *   q, s  = qmm_prepass(x)               q [M][Kp] int8 (row stride Kp), s [M] fp32
- *   W     = w->i8.data, n16k4             block nb, k-chunk kc (64 k): the 1 KiB B tile at
- *                                          data + nb*Kp*16 + kc*1024, 16 rows × 64 bytes
- *   acc   = Σ over kc of A(m-panel, kc) · B(nb, kc)   in the 2×2 tiles of amx_kernel.h
- *   y     = out(((float)acc * s_r) * w_scale[n] + bias[n])   (numerics.h qmm_epilogue_f),
- *           or acc itself for an i32 output
+ *   W     = w->i8.data, n16k4             block nb, k-step ks (64 k): the 1 KiB B tile at
+ *                                          data + nb*Kp*16 + ks*1024, 16 rows × 64 bytes
+ *   acc   = Σ over ks of A(m-panel, ks) · B(nb, ks)   in the 2×2 tiles of amx_kernel.h
+ *   y     = epilogue(acc): out(((float)acc * s_r) * w_scale[n] + bias[n])  (numerics.h
+ *           qmm_epilogue_f), or acc itself for an i32 output — one function, epilogue(), the
+ *           only writer of y, called once per finished 32 × 32 block by every regime
  *
- * Blocking (version 1, see bench/NOTES.md "## amx"): tasks are a static grid over 32-column
- * panels of N (split first, so that for small M each thread streams only its share of the
- * weight) and 32-row panels of M. Inside a task: for each chunk of N panels (about
- * QMM_AMX_L2_B_BYTES of B, kept in L2), for each M panel (32 × Kp of A, also from L2 after
- * its first use), for each N panel of the chunk: the full K with C kept in tiles, then the
- * fused epilogue. A is read from beyond L2 once per chunk, B once per task.
- * The partition changes nothing in the result (int32 sums are exact).
+ * Regimes (amx_blocking.h; version 2 in bench/NOTES.md "## amx" with each one's prediction):
+ *   decode  (M <= 32)            panel_task, B prefetched ahead: one pass over the weights
+ *   panel   (M × Kp <= 1.5 MiB)  panel_task: N outer, full K per 32 × 32 block, C in tiles for
+ *                                the whole K, each 32 × Kp B panel reused from L2 by all rows
+ *   blocked (otherwise)          per M block of mc rows: qmm_prepass on those rows, repacked
+ *                                per K block (qmm_amx_pack_a), then blocked_task: nc(512) →
+ *                                kc(512) → m32 → n32, C partials in tiles within a K block and
+ *                                in a per-thread C buffer between K blocks
+ * Threads: a static grid, N split first (each thread streams only its share of W), M split
+ * only when N has fewer 32-column panels than threads. The partition and the blocking change
+ * nothing in the result: int32 sums are exact, so every regime gives the reference's bits.
  *
- * Admission (beside the kernel): qmm_admit_common_int8, then the small-M rule
- * QMM_AMX_INT8_MIN_M: a tile op costs as much for 1 row as for 16, so below it avx512_vnni is
- * preferred (the constant is an estimate: no AMX machine was available to measure it).
+ * Admission (beside the kernel): qmm_admit_common_int8, then the small-M rule: M below
+ * min_m (QMM_AMX_INT8_MIN_M = 8, QMM_AMX_BLOCKING can move it to re-measure) goes to
+ * avx512_vnni — a tile op costs as much for 1 row as for 16; an estimate, no AMX machine was
+ * available to measure the crossover.
  *
- * HONESTY NOTE: written against the real AMX intrinsics but never executed on AMX hardware;
+ * Verification: written against the real AMX intrinsics, not yet executed on AMX hardware;
  * the evidence is tests/test_amx_emulated.c, which runs this same source with every tile
  * instruction replaced by the software model of amx_emu.c.
  */
@@ -34,16 +40,15 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Below this many tokens amx_int8 refuses (dispatch then picks avx512_vnni). */
-#define QMM_AMX_INT8_MIN_M 8
-const int QMM_AMX_SYM(qmm_amx_int8_min_m) = QMM_AMX_INT8_MIN_M;
+const int QMM_AMX_SYM(qmm_amx_int8_min_m) = QMM_AMX_INT8_MIN_M; /* the default (tests) */
 
 static const char *amx_int8_admit(const qmm_call *c, char *why, size_t n) {
     const char *r = qmm_admit_common_int8(c, why, n);
     if (r) return r;
-    if (c->M < QMM_AMX_INT8_MIN_M) {
-        snprintf(why, n, "M=%lld < %d: avx512_vnni is faster for tiny M (a tile op costs as much for 1 row as 16)",
-                 (long long)c->M, QMM_AMX_INT8_MIN_M);
+    const int64_t min_m = QMM_AMX_SYM(qmm_amx_blocking_now)().min_m;
+    if (c->M < min_m) {
+        snprintf(why, n, "M=%lld < %lld: avx512_vnni is faster for tiny M (a tile op costs as much for 1 row as 16)",
+                 (long long)c->M, (long long)min_m);
         return why;
     }
     return NULL;
@@ -53,44 +58,93 @@ static const char *amx_int8_admit(const qmm_call *c, char *why, size_t n) {
 
 typedef struct {
     const qmm_call *c;
-    const int8_t *q;   /* [M][Kp] */
+    qmm_amx_blocking bl;
+    qmm_amx_regime regime;
+    const int8_t *q;   /* decode/panel: row-major [M][Kp]; blocked: the K-blocked tile layout */
     const float *s;    /* [M] */
     int64_t Kp, nblocks, npanels_n, npanels_m;
     int tm, tn;        /* task grid: tm M ranges × tn N ranges */
-    int64_t chunk;     /* N panels per L2 chunk of B (QMM_AMX_L2_B_BYTES) */
-    int32_t *stage;    /* [threads][32][32] int32: the C tiles of one panel */
+    int32_t *cbuf;     /* blocked: [threads][mc/32][nc/32][32][32] int32 C partials between K blocks */
+    int32_t *stage;    /* [threads][32][32] int32: the C tiles of one block for the epilogue */
+    size_t cbuf_ints;  /* per thread */
 } int8_job;
 
-/* The K loop of one 32 × 32 panel; r1: a second A row block, two: a second B column block.
- * pf, pf_rows: rows of the NEXT A panel to prefetch into L2 along the way (one line per row
- * per k-chunk), so that the next M panel's first pass does not wait on L3/DRAM. */
-static inline __attribute__((always_inline)) void kloop(const int8_t *a, int64_t Kp, const int8_t *b0, int r1,
-                                                        int two, const int8_t *pf, int pf_rows) {
-    const int8_t *b1 = b0 + Kp * 16;
-    const int64_t nk = Kp / 64;
-    QMM_TILE_ZERO(QMM_TC00);
-    if (two) QMM_TILE_ZERO(QMM_TC01);
-    if (r1) QMM_TILE_ZERO(QMM_TC10);
-    if (r1 && two) QMM_TILE_ZERO(QMM_TC11);
-    for (int64_t kc = 0; kc < nk; kc++) {
-        for (int r = 0; r < pf_rows; r++) _mm_prefetch((const char *)(pf + r * Kp + kc * 64), _MM_HINT_T1);
-        QMM_TILE_LOAD(QMM_TA0, a + kc * 64, Kp);
-        QMM_TILE_LOAD(QMM_TB0, b0 + kc * 1024, 64);
+/* One 32 × 32 block over nsteps k-steps of 64: A rows at a (row stride lda, k-step s at +64s),
+ * B column blocks at b0 and b0 + bstride (k-step s at +1024s). cin: the C partials to continue
+ * ([32][32] int32, the stage layout), NULL to start from zero. r1: a second A row block, two: a
+ * second B column block. pf_b != 0: prefetch B QMM_AMX_DECODE_PF_STEPS k-steps ahead (decode:
+ * B streams from DRAM once; the address runs on into the next column blocks, which come next). */
+static inline __attribute__((always_inline)) void kblock(const int8_t *a, int64_t lda, const int8_t *b0,
+                                                         int64_t bstride, int64_t nsteps, const int32_t *cin,
+                                                         int r1, int two, int pf_b,
+                                                         const char *pfs, int64_t pfs_lines) {
+    const int8_t *b1 = b0 + bstride;
+    if (cin) {
+        QMM_TILE_LOAD(QMM_TC00, cin, 128);
+        if (two) QMM_TILE_LOAD(QMM_TC01, cin + 16, 128);
+        if (r1) QMM_TILE_LOAD(QMM_TC10, cin + 16 * 32, 128);
+        if (r1 && two) QMM_TILE_LOAD(QMM_TC11, cin + 16 * 32 + 16, 128);
+    } else {
+        QMM_TILE_ZERO(QMM_TC00);
+        if (two) QMM_TILE_ZERO(QMM_TC01);
+        if (r1) QMM_TILE_ZERO(QMM_TC10);
+        if (r1 && two) QMM_TILE_ZERO(QMM_TC11);
+    }
+    for (int64_t ks = 0; ks < nsteps; ks++) {
+        for (int64_t l = 0; l < pfs_lines; l++) _mm_prefetch(pfs + (ks * pfs_lines + l) * 64, _MM_HINT_T1);
+        if (pf_b) {
+            const char *p0 = (const char *)(b0 + (ks + QMM_AMX_DECODE_PF_STEPS) * 1024);
+            const char *p1 = (const char *)(b1 + (ks + QMM_AMX_DECODE_PF_STEPS) * 1024);
+            for (int l = 0; l < 1024; l += 64) {
+                _mm_prefetch(p0 + l, _MM_HINT_T1);
+                if (two) _mm_prefetch(p1 + l, _MM_HINT_T1);
+            }
+        }
+        QMM_TILE_LOAD(QMM_TA0, a + ks * 64, lda);
+        QMM_TILE_LOAD(QMM_TB0, b0 + ks * 1024, 64);
         QMM_TDPBSSD(QMM_TC00, QMM_TA0, QMM_TB0);
         if (two) {
-            QMM_TILE_LOAD(QMM_TB1, b1 + kc * 1024, 64);
+            QMM_TILE_LOAD(QMM_TB1, b1 + ks * 1024, 64);
             QMM_TDPBSSD(QMM_TC01, QMM_TA0, QMM_TB1);
         }
         if (r1) {
-            QMM_TILE_LOAD(QMM_TA1, a + 16 * Kp + kc * 64, Kp);
+            QMM_TILE_LOAD(QMM_TA1, a + 16 * lda + ks * 64, lda);
             QMM_TDPBSSD(QMM_TC10, QMM_TA1, QMM_TB0);
             if (two) QMM_TDPBSSD(QMM_TC11, QMM_TA1, QMM_TB1);
         }
     }
 }
 
-/* The fused epilogue of one panel: stage [rows][32] int32 → y rows [m0, m0+rows), columns
- * [n0, n0+cols): qmm_z_epilogue16 (simd_avx512.h), the reference's operations. */
+/* kblock with its shape flags as compile-time constants (4 specialised copies) */
+static void kblock_any(const int8_t *a, int64_t lda, const int8_t *b0, int64_t bstride, int64_t nsteps,
+                       const int32_t *cin, int r1, int two, int pf_b, const char *pfs,
+                       int64_t pfs_lines) {
+    if (pf_b) {
+        if (r1 && two) kblock(a, lda, b0, bstride, nsteps, cin, 1, 1, 1, pfs, pfs_lines);
+        else if (r1) kblock(a, lda, b0, bstride, nsteps, cin, 1, 0, 1, pfs, pfs_lines);
+        else if (two) kblock(a, lda, b0, bstride, nsteps, cin, 0, 1, 1, pfs, pfs_lines);
+        else kblock(a, lda, b0, bstride, nsteps, cin, 0, 0, 1, pfs, pfs_lines);
+    } else {
+        if (r1 && two) kblock(a, lda, b0, bstride, nsteps, cin, 1, 1, 0, pfs, pfs_lines);
+        else if (r1) kblock(a, lda, b0, bstride, nsteps, cin, 1, 0, 0, pfs, pfs_lines);
+        else if (two) kblock(a, lda, b0, bstride, nsteps, cin, 0, 1, 0, pfs, pfs_lines);
+        else kblock(a, lda, b0, bstride, nsteps, cin, 0, 0, 0, pfs, pfs_lines);
+    }
+}
+
+/* The C tiles → [32][32] int32 at dst (the stage / C-buffer layout). */
+static inline void store_c(int32_t *dst, int r1, int two) {
+    QMM_TILE_STORE(QMM_TC00, dst, 128);
+    if (two) QMM_TILE_STORE(QMM_TC01, dst + 16, 128);
+    if (r1) QMM_TILE_STORE(QMM_TC10, dst + 16 * 32, 128);
+    if (r1 && two) QMM_TILE_STORE(QMM_TC11, dst + 16 * 32 + 16, 128);
+}
+
+/* ---------------------------------------------------------------- the output epilogue */
+/* The per-element output epilogue of one block, and the only code that writes y: stage
+ * [rows][32] int32 → y rows [m0, m0+rows), columns [n0, n0+cols): qmm_z_epilogue16 (simd_avx512.h:
+ * the fused or kitchen epilogue, bias, residual; an i32 output copies the accumulators), the
+ * reference's operations. Every regime calls it once per finished 32 × 32 block. */
 static void epilogue(const qmm_call *c, const int32_t *stage, int64_t m0, int rows, int64_t n0, int64_t cols,
                      const float *s) {
     for (int r = 0; r < rows; r++)
@@ -98,7 +152,12 @@ static void epilogue(const qmm_call *c, const int32_t *stage, int64_t m0, int ro
             qmm_z_epilogue16(c, _mm512_loadu_si512(stage + r * 32 + j), m0 + r, n0 + j, s[m0 + r], qmm_amx_mask(cols - j));
 }
 
-static void int8_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+/* ---------------------------------------------------------------- decode and panel regimes */
+/* N outer: for each 32-column panel of the task's range, every 32-row panel of its M range
+ * over the full K with C in tiles throughout; the panel's 32 × Kp of B (two n16k4 blocks,
+ * contiguous) comes from L2 for every row panel — prefetched during the previous column panel
+ * (panel), or streamed from DRAM with a prefetch ahead in the k loop (decode: one row panel). */
+static void panel_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     (void)n_tasks;
     int8_job *j = arg;
     const qmm_call *c = j->c;
@@ -107,70 +166,192 @@ static void int8_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t m_lo = j->npanels_m * ti / j->tm, m_hi = j->npanels_m * (ti + 1) / j->tm;
     int32_t *stage = j->stage + (size_t)thread * 32 * 32;
     const int8_t *wdata = c->w->i8.data;
-    for (int64_t pc = p_lo; pc < p_hi; pc += j->chunk) {
-        const int64_t pe = pc + j->chunk < p_hi ? pc + j->chunk : p_hi;
+    const int pf_b = j->regime == QMM_AMX_DECODE;
+    for (int64_t p = p_lo; p < p_hi; p++) {
+        const int64_t nb = 2 * p, n0 = nb * 16, cols = c->N - n0 < 32 ? c->N - n0 : 32;
+        const int two = nb + 1 < j->nblocks;
+        const int8_t *b0 = wdata + nb * j->Kp * 16;
+        /* panel: the next column panel's B (contiguous after this one), prefetched (T1) in equal
+         * shares by this panel's row panels, k-step by k-step */
+        const int64_t nk = j->Kp / 64, nm = m_hi - m_lo;
+        const int64_t pfs_lines = !pf_b && p + 1 < p_hi ? (32 + nm - 1) / nm : 0;
         for (int64_t mp = m_lo; mp < m_hi; mp++) {
             const int64_t m0 = mp * 32;
             const int rows = (int)(c->M - m0 < 32 ? c->M - m0 : 32);
             const int r0 = rows < 16 ? rows : 16, r1 = rows - r0;
             QMM_AMX_SYM(qmm_amx_tiles_config)(r0, r1);
-            const int8_t *a = j->q + m0 * j->Kp;
-            /* the next M panel's rows, spread over the chunk's panels */
-            const int64_t next_rows = mp + 1 < m_hi ? (c->M - m0 - 32 < 32 ? c->M - m0 - 32 : 32) : 0;
-            for (int64_t p = pc; p < pe; p++) {
-                const int64_t i = p - pc, np = pe - pc;
-                const int64_t pr0 = next_rows * i / np, pr1 = next_rows * (i + 1) / np;
-                const int8_t *pf = a + (32 + pr0) * j->Kp;
-                const int pfn = (int)(pr1 - pr0);
-                const int64_t nb = 2 * p;
-                const int two = nb + 1 < j->nblocks;
-                const int8_t *b0 = wdata + nb * j->Kp * 16;
-                const int64_t n0 = nb * 16, cols = c->N - n0 < 32 ? c->N - n0 : 32;
-                if (r1 && two) kloop(a, j->Kp, b0, 1, 1, pf, pfn);
-                else if (r1) kloop(a, j->Kp, b0, 1, 0, pf, pfn);
-                else if (two) kloop(a, j->Kp, b0, 0, 1, pf, pfn);
-                else kloop(a, j->Kp, b0, 0, 0, pf, pfn);
-                QMM_TILE_STORE(QMM_TC00, stage, 128);
-                if (two) QMM_TILE_STORE(QMM_TC01, stage + 16, 128);
-                if (r1) QMM_TILE_STORE(QMM_TC10, stage + 16 * 32, 128);
-                if (r1 && two) QMM_TILE_STORE(QMM_TC11, stage + 16 * 32 + 16, 128);
-                epilogue(c, stage, m0, rows, n0, cols, j->s);
+            const char *pfs = pfs_lines ? (const char *)(b0 + 2 * j->Kp * 16) + (mp - m_lo) * nk * pfs_lines * 64 : NULL;
+            kblock_any(j->q + m0 * j->Kp, j->Kp, b0, j->Kp * 16, nk, NULL, r1, two, pf_b && mp == m_lo, pfs, pfs_lines);
+            store_c(stage, r1, two);
+            epilogue(c, stage, m0, rows, n0, cols, j->s);
+        }
+    }
+    QMM_AMX_SYM(qmm_amx_tiles_release)();
+}
+
+/* ---------------------------------------------------------------- blocked regime */
+/* Prefetches lines [l0, l1) of a B block: nbl column blocks of kw/4 lines each, block i at
+ * b + i * bstride (the n16k4 blocks of a K block are bstride apart, each contiguous). */
+static inline void prefetch_b(const int8_t *b, int64_t bstride, int64_t kw, int64_t l0, int64_t l1) {
+    const int64_t per = kw / 4;
+    for (int64_t l = l0; l < l1; l++) _mm_prefetch((const char *)(b + (l / per) * bstride + (l % per) * 64), _MM_HINT_T1);
+}
+
+/* nc → mc → kc → m32 → n32 (amx_blocking.h). For each K block, the 32 × kw A panel (packed,
+ * contiguous) is read from beyond L1 by the first column panel and from L1 by the others,
+ * and the next one is prefetched (T0) meanwhile; the nc × kw B block is read from beyond L2
+ * by the first row panel, from L2 by the others, and the next B block is prefetched (T1)
+ * spread over the whole block's work. C: tiles within a K block, the thread's C buffer
+ * between K blocks, the stage (then the epilogue) after the last. */
+static void blocked_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    (void)n_tasks;
+    int8_job *j = arg;
+    const qmm_call *c = j->c;
+    const int64_t M = c->M, Kp = j->Kp, kc = j->bl.kc, ncp = j->bl.nc / 32, mcp = j->bl.mc / 32;
+    const int64_t nkb = (Kp + kc - 1) / kc;
+    const int ti = (int)(task / j->tn), tj = (int)(task % j->tn);
+    const int64_t p_lo = j->npanels_n * tj / j->tn, p_hi = j->npanels_n * (tj + 1) / j->tn;
+    const int64_t m_lo = j->npanels_m * ti / j->tm, m_hi = j->npanels_m * (ti + 1) / j->tm;
+    int32_t *stage = j->stage + (size_t)thread * 32 * 32;
+    int32_t *cbuf = j->cbuf + (size_t)thread * j->cbuf_ints;
+    const int8_t *wdata = c->w->i8.data;
+    for (int64_t pc = p_lo; pc < p_hi; pc += ncp) {
+        const int64_t pe = pc + ncp < p_hi ? pc + ncp : p_hi;
+        const int64_t nb_hi = 2 * pe < j->nblocks ? 2 * pe : j->nblocks;
+        for (int64_t mc = m_lo; mc < m_hi; mc += mcp) {
+            const int64_t me = mc + mcp < m_hi ? mc + mcp : m_hi;
+            for (int64_t kb = 0; kb < nkb; kb++) {
+                const int64_t k0 = kb * kc, kw = Kp - k0 < kc ? Kp - k0 : kc;
+                const int8_t *ablk = j->q + k0 * M;
+                const int8_t *bblk = wdata + 2 * pc * Kp * 16 + k0 * 16;
+                /* the next B block of this thread: next K block, else K block 0 of the next M
+                 * block (same columns), else of the next N block */
+                const int64_t kw_next = Kp - k0 - kw < kc ? Kp - k0 - kw : kc; /* of K block kb+1 */
+                const int8_t *bnext = NULL;
+                int64_t kw_b = 0, nbl_next = 0;
+                if (kb + 1 < nkb) {
+                    bnext = bblk + kw * 16;
+                    kw_b = kw_next;
+                    nbl_next = nb_hi - 2 * pc;
+                } else if (me < m_hi || pe < p_hi) {
+                    const int64_t pn = me < m_hi ? pc : pe;
+                    const int64_t pen = pn + ncp < p_hi ? pn + ncp : p_hi;
+                    bnext = wdata + 2 * pn * Kp * 16;
+                    kw_b = Kp < kc ? Kp : kc;
+                    nbl_next = (2 * pen < j->nblocks ? 2 * pen : j->nblocks) - 2 * pn;
+                }
+                const int64_t pf_lines = bnext ? nbl_next * kw_b / 4 : 0;
+                const int64_t iters = (me - mc) * (pe - pc);
+                int64_t it = 0;
+                for (int64_t mp = mc; mp < me; mp++) {
+                    const int64_t m0 = mp * 32;
+                    const int rows = (int)(M - m0 < 32 ? M - m0 : 32);
+                    const int r0 = rows < 16 ? rows : 16, r1 = rows - r0;
+                    QMM_AMX_SYM(qmm_amx_tiles_config)(r0, r1);
+                    const int8_t *a = ablk + m0 * kw;
+                    /* the next A panel: the next rows of this K block, else the first rows of
+                     * this M block in the next K block (none after the last K block) */
+                    const int8_t *anext = NULL;
+                    int64_t a_pf = 0;
+                    if (mp + 1 < me) {
+                        anext = a + 32 * kw;
+                        a_pf = 32 * kw < (M - m0 - 32) * kw ? 32 * kw : (M - m0 - 32) * kw;
+                    } else if (kb + 1 < nkb) {
+                        anext = j->q + (k0 + kw) * M + mc * 32 * kw_next;
+                        a_pf = 32 * kw_next < (M - mc * 32) * kw_next ? 32 * kw_next : (M - mc * 32) * kw_next;
+                    }
+                    for (int64_t p = pc; p < pe; p++, it++) {
+                        const int64_t nb = 2 * p, n0 = nb * 16, cols = c->N - n0 < 32 ? c->N - n0 : 32;
+                        const int two = nb + 1 < j->nblocks;
+                        int32_t *cb = cbuf + ((mp - mc) * ncp + (p - pc)) * 1024;
+                        /* prefetch: this iteration's share of the next A panel and next B block */
+                        const int64_t pi = p - pc, np = pe - pc;
+                        for (int64_t o = a_pf * pi / np / 64 * 64; o < a_pf * (pi + 1) / np; o += 64)
+                            _mm_prefetch((const char *)(anext + o), _MM_HINT_T0);
+                        if (pf_lines)
+                            prefetch_b(bnext, Kp * 16, kw_b, pf_lines * it / iters, pf_lines * (it + 1) / iters);
+                        kblock_any(a, kw, bblk + (nb - 2 * pc) * Kp * 16, Kp * 16, kw / 64, kb ? cb : NULL, r1, two, 0, NULL, 0);
+                        if (kb + 1 < nkb) {
+                            store_c(cb, r1, two);
+                        } else {
+                            store_c(stage, r1, two);
+                            epilogue(c, stage, m0, rows, n0, cols, j->s);
+                        }
+                    }
+                }
             }
         }
     }
     QMM_AMX_SYM(qmm_amx_tiles_release)();
 }
 
+/* The task grid of one GEMM launch over M rows: N split first (each thread streams only its
+ * share of W), then M when N has fewer 32-column panels than threads. */
+static void grid(int8_job *j, int64_t M, int nt) {
+    j->npanels_m = (M + 31) / 32;
+    j->tn = j->npanels_n < nt ? (int)j->npanels_n : nt;
+    j->tm = nt / j->tn;
+    if (j->tm > j->npanels_m) j->tm = (int)j->npanels_m;
+    if (j->tm < 1) j->tm = 1;
+}
+
 static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
     const qmm_weight *w = c->w;
     const int64_t M = c->M, Kp = w->i8.Kp;
     const int nt = ctx->n_threads;
-    size_t qbytes;
-    QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)Kp, &qbytes), QMM_ERR_OUT_OF_MEMORY,
-                  "layer %s: M=%lld × Kp=%lld activations too large", w->name, (long long)M, (long long)Kp);
-    void *buf, *stage;
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * sizeof(float), &buf));
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, (size_t)nt * 32 * 32 * sizeof(int32_t), &stage));
     int8_job j;
     memset(&j, 0, sizeof j);
     j.c = c;
-    j.q = buf;
-    j.s = (const float *)((char *)buf + qbytes);
-    QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, (int8_t *)buf, Kp, (float *)j.s, 0));
-    if (c->token_scales) memcpy(c->token_scales, j.s, (size_t)M * sizeof(float));
+    j.bl = QMM_AMX_SYM(qmm_amx_blocking_now)();
     j.Kp = Kp;
     j.nblocks = w->i8.Np / 16;
     j.npanels_n = (j.nblocks + 1) / 2;
-    j.npanels_m = (M + 31) / 32;
-    j.stage = stage;
-    j.chunk = QMM_AMX_L2_B_BYTES / (32 * Kp);
-    if (j.chunk < 1) j.chunk = 1;
-    /* split N first (each thread streams only its share of W), then M when N is too narrow */
-    j.tn = j.npanels_n < nt ? (int)j.npanels_n : nt;
-    j.tm = nt / j.tn;
-    if (j.tm > j.npanels_m) j.tm = (int)j.npanels_m;
-    if (j.tm < 1) j.tm = 1;
-    qmm_pool_run(ctx->pool, (int64_t)j.tm * j.tn, int8_task, &j);
+    size_t qbytes;
+    QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)Kp, &qbytes), QMM_ERR_OUT_OF_MEMORY,
+                  "layer %s: M=%lld × Kp=%lld activations too large", w->name, (long long)M, (long long)Kp);
+    j.regime = qmm_amx_regime_of(&j.bl, M, M * Kp);
+    QMM_AMX_NOTE_REGIME(j.regime);
+    void *buf, *ebuf;
+    if (j.regime != QMM_AMX_BLOCKED) { /* the pre-pass over all rows, then one launch */
+        QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * sizeof(float), &buf));
+        QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, (size_t)nt * 32 * 32 * sizeof(int32_t), &ebuf));
+        j.s = (const float *)((char *)buf + qbytes);
+        QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, (int8_t *)buf, Kp, (float *)j.s, 0));
+        if (c->token_scales) memcpy(c->token_scales, j.s, (size_t)M * sizeof(float));
+        j.q = buf;
+        j.stage = ebuf;
+        grid(&j, M, nt);
+        qmm_pool_run(ctx->pool, (int64_t)j.tm * j.tn, panel_task, &j);
+        return QMM_OK;
+    }
+    /* blocked: M blocks of mc rows, each pre-passed (the shared qmm_prepass on those rows),
+     * repacked into the K-blocked layout and multiplied by the whole weight before the next,
+     * so that the block's A (mc × Kp: 2.75 MB at K=5376) is re-read by every N block from the
+     * last-level cache rather than DRAM, and the scratch holds one block, not all of A */
+    const int64_t mb = M < j.bl.mc ? M : j.bl.mc, nkb = (Kp + j.bl.kc - 1) / j.bl.kc;
+    const size_t bbytes = (size_t)(mb * Kp);
+    j.cbuf_ints = nkb > 1 ? (size_t)(j.bl.mc / 32) * (size_t)(j.bl.nc / 32) * 1024 : 0;
+    /* act scratch: [q of one M block] [s, all rows]; engine scratch: [packed block] [stage,
+     * C buffer per thread] */
+    const size_t abytes = (size_t)qmm_round_up((int64_t)bbytes, 64);
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, abytes + (size_t)M * sizeof(float), &buf));
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(
+        ctx, QMM_SCRATCH_ENGINE, abytes + (size_t)nt * (32 * 32 + j.cbuf_ints) * sizeof(int32_t), &ebuf));
+    float *s = (float *)((char *)buf + abytes);
+    j.q = ebuf;
+    j.stage = (int32_t *)((char *)ebuf + abytes);
+    j.cbuf = j.stage + (size_t)nt * 32 * 32;
+    for (int64_t r0 = 0; r0 < M; r0 += mb) {
+        const int64_t rows = M - r0 < mb ? M - r0 : mb;
+        const qmm_call sub = QMM_AMX_SYM(qmm_amx_rows)(c, r0, rows);
+        QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, &sub, (int8_t *)buf, Kp, s + r0, 0));
+        QMM_AMX_SYM(qmm_amx_pack_a)(ctx, buf, Kp, rows, Kp, j.bl.kc, ebuf);
+        j.c = &sub;
+        j.s = s + r0;
+        grid(&j, rows, nt);
+        qmm_pool_run(ctx->pool, (int64_t)j.tm * j.tn, blocked_task, &j);
+    }
+    if (c->token_scales) memcpy(c->token_scales, s, (size_t)M * sizeof(float));
     return QMM_OK;
 }
 
@@ -186,9 +367,9 @@ const qmm_engine QMM_AMX_SYM(qmm_engine_amx_int8) = {
     .name = "amx_int8",
     .kind = QMM_KIND_INT8,
     .isa = QMM_ISA_AMX,
-    .cpu_features = QMM_CPU_AMX_TILE | QMM_CPU_AMX_INT8 | QMM_CPU_AMX_PERMITTED,
+    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ | QMM_CPU_AMX_TILE |
+                    QMM_CPU_AMX_INT8 | QMM_CPU_AMX_PERMITTED, /* its pre-pass and epilogue are AVX-512 */
     .built = QMM_AMX_BUILT,
     .admit = amx_int8_admit,
-    .pack = NULL,
     .run = amx_int8_run,
 };

@@ -13,7 +13,7 @@
  *                 (qmm_engine_amx_int8_emu, ...), so the test executable tests/test_amx_emulated
  *                 links these copies beside the library. They are never registered for dispatch.
  *
- * HONESTY NOTE: no machine available to the authors has AMX, and no Intel SDE could be run.
+ * Verification: not yet executed on AMX hardware (no Intel SDE either).
  * The only execution evidence for these kernels is the emulated build; the real build is
  * checked by compiling it (and reading the generated tile instructions).
  *
@@ -28,6 +28,7 @@
 #ifndef QMM_AMX_KERNEL_H
 #define QMM_AMX_KERNEL_H
 
+#include "amx_blocking.h"
 #include "qmm_internal.h"
 
 #if defined(QMM_AMX_EMULATE) || !defined(QMM_NO_AMX_BUILD)
@@ -62,6 +63,18 @@ typedef struct qmm_amx_cfg {
     uint8_t rows[16];      /* rows of tile i (0 for an unused tile) */
 } qmm_amx_cfg;
 
+/* The blocking in force (amx_blocking.h): the defaults with QMM_AMX_BLOCKING applied (read once
+ * per process). The emulated build returns qmm_amx_blocking_emu instead, which tests set to
+ * small blocks so that every loop of every regime runs on small shapes. */
+qmm_amx_blocking QMM_AMX_SYM(qmm_amx_blocking_now)(void);
+#ifdef QMM_AMX_EMULATE
+extern qmm_amx_blocking qmm_amx_blocking_emu;
+extern int qmm_amx_last_regime_emu; /* the regime of the last engine call (tests) */
+#define QMM_AMX_NOTE_REGIME(r) (qmm_amx_last_regime_emu = (int)(r))
+#else
+#define QMM_AMX_NOTE_REGIME(r) ((void)0)
+#endif
+
 #ifdef QMM_AMX_KERNELS
 
 #include <immintrin.h>
@@ -93,15 +106,19 @@ typedef struct qmm_amx_cfg {
 #define QMM_TDPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
 #endif
 
-/* Bytes of B (32-column panels × Kp) one task keeps hot in L2 while all its M panels pass
- * (an estimate for 2 MiB L2 per core, not measured). The emulated build makes it a variable
- * so that tests can shrink it and exercise the chunk loop. */
-#ifdef QMM_AMX_EMULATE
-extern int64_t qmm_amx_l2_b_bytes_emu;
-#define QMM_AMX_L2_B_BYTES qmm_amx_l2_b_bytes_emu
-#else
-#define QMM_AMX_L2_B_BYTES ((int64_t)1 << 20)
-#endif
+/* The call restricted to rows [r0, r0 + rows): x, y, token_scales_in and residual offset to
+ * row r0, token_scales (out) NULL — the caller copies the scales. Everything else (weight,
+ * per-column and per-K arguments) as in c. */
+qmm_call QMM_AMX_SYM(qmm_amx_rows)(const qmm_call *c, int64_t r0, int64_t rows);
+
+/* Copies the row-major operand src (M rows of row_bytes, row stride lds bytes) into the
+ * K-blocked tile layout of the blocked regime, threaded over rows:
+ *     dst block kb (bytes [kb*kc, kb*kc + kw) of every row, kw = min(kc, row_bytes - kb*kc))
+ *     at dst + kb*kc*M, row r of it at + r*kw
+ * so the 32 × kw panel of rows [m0, m0+32) is contiguous (no L1 set conflicts whatever Kp is)
+ * and its tiles load with stride kw. row_bytes and kc are multiples of 64. */
+void QMM_AMX_SYM(qmm_amx_pack_a)(qmm_context *ctx, const void *src, int64_t lds, int64_t M, int64_t row_bytes,
+                                 int64_t kc, void *dst);
 
 /* Configures this thread's tiles for an M panel of r0 + r1 rows (1 <= r0 <= 16, 0 <= r1 <=
  * 16, r1 > 0 only if r0 == 16); loads the config only when it differs from the current one. */

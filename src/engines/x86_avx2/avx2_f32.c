@@ -2,7 +2,7 @@
  * avx2_f32.c — the AVX2-FMA FP32 float engine: the float fallback (W8A16) and the float-weight
  * engine of machines without AVX-512.
  *
- * Contract (SPEC §4, issue 4; driver and layouts in core/float_act.h):
+ * Contract (SPEC §4; driver and layouts in core/float_act.h):
  *   int8 weight (fallback / full_precision): a = act(x), rotated if w->convrot_gs (exactly
  *     qmm_ref_act_rotate_row, values in x's dtype), kept in f32; the int8 weights are widened
  *     to f32 inside the engine from the shared n16k4 packing, one (kc × 16) block at a time;
@@ -122,6 +122,5 @@ const qmm_engine qmm_engine_avx2_f32 = {
     .cpu_features = QMM_CPU_AVX2 | QMM_CPU_FMA,
     .built = 1,
     .admit = admit,
-    .pack = NULL,
     .run = run,
 };

@@ -90,6 +90,5 @@ const qmm_engine qmm_engine_avx2_int8 = {
     .cpu_features = QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C,
     .built = 1,
     .admit = admit,
-    .pack = NULL,
     .run = run,
 };

@@ -139,6 +139,5 @@ const qmm_engine qmm_engine_avx_vnni = {
     .built = 0,
 #endif
     .admit = admit,
-    .pack = NULL,
     .run = run,
 };

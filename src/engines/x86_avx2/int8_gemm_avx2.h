@@ -3,9 +3,9 @@
  * the core int8 driver (int8_gemm.h): their micro-kernel signature, the blocking, the tile
  * adapter and the fused AVX2 epilogue. Included only by files compiled with the AVX2 flags.
  *
- *   tile         one 16-column block of mr rows per call (nrb = 1): the engine's kernel adds
- *                its mr × 16 int32 sums into the driver's partials, prefetching its share of the
- *                next panel into L2 for whole-K small M;
+ *   tile         up to 4 16-column blocks of mr rows per call (nrb = 4), one kernel call per
+ *                block: the engine's kernel adds its mr × 16 int32 sums into the driver's
+ *                partials, prefetching its part of the next panel into L2 for whole-K small M;
  *   blocking     MC × NC tasks, KC-deep chunks (all of K when M <= 32: weight streaming);
  *   epilogue     on the last chunk, acc (− 128·colsum[n] for u8 A) → qmm_y_epilogue8
  *                (simd_avx2.h: fused or kitchen form, bias, residual, RNE to the output dtype),
@@ -49,16 +49,19 @@ static inline void qmm_a2_epilogue_row(const qmm_call *c, const int32_t *acc, in
     for (; j < cols; j++) qmm_epilogue_store_ref(c, acc[j] - (u8 ? 128 * cs[j] : 0), r, n0 + j, sr);
 }
 
-/* The driver's tile (int8_gemm.h) on kernel kern: one 16-column block (nrb = 1), the share of
- * the next panel prefetched into L2 meanwhile, then on the last chunk the tile's outputs. */
+/* The driver's tile (int8_gemm.h) on kernel kern: nr 16-column blocks one kernel call each,
+ * each prefetching its part of the tile's share of the next panel into L2 (whole-K small M),
+ * then on the last chunk the tile's outputs, row by row over its nr·16 columns. */
 static inline void qmm_a2_tile(const qmm_i8_gemm *g, const qmm_i8_tile *t, qmm_a2_kernel_fn kern) {
-    const int64_t ldp = g->e->nc;
-    const int8_t *pf = t->pf_mode == QMM_I8_PF_NEXT ? t->pf : NULL;
-    int64_t pf_kq = pf ? (t->pf_step * t->nq + 63) / 64 : 0;
+    const int64_t ldp = g->e->nc, ldb = g->Kp * 16;
+    const int64_t part_bytes = t->pf_mode == QMM_I8_PF_NEXT ? t->pf_step * t->nq / t->nr : 0;
+    int64_t pf_kq = (part_bytes + 63) / 64;
     if (pf_kq > t->nq) pf_kq = t->nq;
-    kern(t->a, g->Kp, t->b, t->nq, t->part, ldp, t->mr, t->first, pf, pf_kq);
+    for (int jb = 0; jb < t->nr; jb++)
+        kern(t->a, g->Kp, t->b + jb * ldb, t->nq, t->part + jb * 16, ldp, t->mr, t->first,
+             pf_kq ? t->pf + jb * part_bytes : NULL, pf_kq);
     if (t->last) {
-        const int64_t cols = g->c->N - t->n < 16 ? g->c->N - t->n : 16;
+        const int64_t cols = g->c->N - t->n < 16 * t->nr ? g->c->N - t->n : 16 * t->nr;
         for (int i = 0; i < t->mr; i++)
             qmm_a2_epilogue_row(g->c, t->part + i * ldp, t->r + i, t->n, cols, g->e->u8, g->s[t->r + i]);
     }
@@ -67,6 +70,6 @@ static inline void qmm_a2_tile(const qmm_i8_gemm *g, const qmm_i8_tile *t, qmm_a
 /* The blocking of both AVX2 engines: MC × KC activation bytes (48 KiB) in L2, a 16 × KC panel
  * (8 KiB) in L1; whole K (weight streaming) up to 32 rows. */
 #define QMM_A2_ENGINE(u8_, mr_, tile_) \
-    { .u8 = (u8_), .mr = (mr_), .nrb = 1, .mc = QMM_A2_MC, .nc = QMM_A2_NC, .kc = QMM_A2_KC, .whole_k_m = 32, .tile = (tile_) }
+    { .u8 = (u8_), .mr = (mr_), .nrb = 4, .mc = QMM_A2_MC, .nc = QMM_A2_NC, .kc = QMM_A2_KC, .whole_k_m = 32, .tile = (tile_) }
 
 #endif /* QMM_INT8_GEMM_AVX2_H */

@@ -2,7 +2,7 @@
  * avx512_bf16.c — the AVX512-BF16 float engine (VDPBF16PS): the BF16 baseline, the engine of
  * bf16 float weights, and the W8A16 fallback for int8 weights on CPUs without AMX.
  *
- * Contract (SPEC §4, issue 4; driver and layouts in core/float_act.h):
+ * Contract (SPEC §4; driver and layouts in core/float_act.h):
  *   int8 weight (fallback / full_precision): a = act(x), rotated if w->convrot_gs (exactly
  *     qmm_ref_act_rotate_row, values in x's dtype), then rounded to bf16 (RNE); the int8 weights
  *     (exact in bf16) are widened inside the engine from the shared n16k4 packing into the
@@ -130,6 +130,5 @@ const qmm_engine qmm_engine_avx512_bf16 = {
     .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512_BF16,
     .built = 1,
     .admit = admit,
-    .pack = NULL,
     .run = run,
 };

@@ -2,7 +2,7 @@
  * avx512_f32.c — the AVX-512 FP32 float engine (FMA): the FP32 baseline, the engine of f32 (and
  * bf16, widened exactly) float weights, and a W8A16 fallback for int8 weights.
  *
- * Contract (SPEC §4, issue 4; driver and layouts in core/float_act.h):
+ * Contract (SPEC §4; driver and layouts in core/float_act.h):
  *   int8 weight (fallback / full_precision): a = act(x), rotated if w->convrot_gs (exactly
  *     qmm_ref_act_rotate_row, values in x's dtype), kept in f32; the int8 weights are widened
  *     to f32 inside the engine from the shared n16k4 packing, one (kc × 64) block at a time;
@@ -136,6 +136,5 @@ const qmm_engine qmm_engine_avx512_f32 = {
     .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ,
     .built = 1,
     .admit = admit,
-    .pack = NULL,
     .run = run,
 };

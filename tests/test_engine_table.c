@@ -1,0 +1,119 @@
+/*
+ * test_engine_table.c — the one ordered engine table (src/dispatch/dispatch.h) and what is
+ * derived from it: every engine id but AUTO appears exactly once; rows are best first by kind
+ * (int8, then float, then the reference); each row's engine descriptor carries its own id, a
+ * name that round-trips through qmm_engine_from_name, an ISA level, CPU features, a peak
+ * instruction and an operand dtype that matches its kind; qmm_engine_get / qmm_engine_is_int8 /
+ * qmm_engine_row_of agree with the table; the plan picks the first admitting row in table order
+ * and qmm_plan_format lists every row once, in table order.
+ */
+#include "dispatch.h"
+#include "testutil.h"
+
+#include <string.h>
+
+/* position of a kind in the table: int8 rows, then float rows, then the reference */
+static int kind_rank(qmm_engine_kind k) { return k == QMM_KIND_INT8 ? 0 : k == QMM_KIND_FLOAT ? 1 : 2; }
+
+static void test_rows(void) {
+    int seen[QMM_ENGINE_COUNT] = {0};
+    int last_rank = 0;
+    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
+        const qmm_engine_row *r = &qmm_engine_table[i];
+        const qmm_engine *e = r->engine;
+        if (!TU_CHECK(e != NULL, "row %d has no engine", i)) continue;
+        TU_CHECK(e->id > QMM_ENGINE_AUTO && e->id < QMM_ENGINE_COUNT, "row %d: id %d out of range", i, (int)e->id);
+        if (e->id <= QMM_ENGINE_AUTO || e->id >= QMM_ENGINE_COUNT) continue;
+        TU_CHECK(seen[e->id]++ == 0, "engine %s appears twice", e->name);
+        TU_CHECK(qmm_engine_get(e->id) == e && qmm_engine_row_of(e->id) == r, "%s: lookup by id", e->name);
+        TU_CHECK(qmm_engine_from_name(e->name) == e->id, "%s: name round trip", e->name);
+        TU_CHECK(!strcmp(qmm_engine_name(e->id), e->name), "%s: qmm_engine_name", e->name);
+        TU_CHECK(kind_rank(e->kind) >= last_rank, "row %d (%s): kind %d out of the int8, float, ref order", i,
+                 e->name, (int)e->kind);
+        if (kind_rank(e->kind) > last_rank) last_rank = kind_rank(e->kind);
+        TU_CHECK(qmm_engine_is_int8(e->id) == (e->kind == QMM_KIND_INT8), "%s: qmm_engine_is_int8", e->name);
+        TU_CHECK(e->admit && e->run, "%s: admit and run", e->name);
+        TU_CHECK(r->peak_insn && r->peak_insn[0], "%s: peak instruction", e->name);
+        if (e->kind == QMM_KIND_INT8)
+            TU_CHECK(r->operands == QMM_I8 && e->cpu_features != 0 && e->isa > QMM_ISA_NONE, "%s: int8 row", e->name);
+        if (e->kind == QMM_KIND_FLOAT)
+            TU_CHECK((r->operands == QMM_BF16 || r->operands == QMM_F32) && e->cpu_features != 0 &&
+                         e->isa > QMM_ISA_NONE,
+                     "%s: float row", e->name);
+        if (e->kind == QMM_KIND_REF) TU_CHECK(e->cpu_features == 0 && e->isa == QMM_ISA_NONE, "ref row");
+    }
+    for (int id = QMM_ENGINE_AUTO + 1; id < QMM_ENGINE_COUNT; id++)
+        TU_CHECK(seen[id] == 1, "engine id %d (%s) is not in the table", id, qmm_engine_name((qmm_engine_id)id));
+    TU_CHECK(qmm_engine_row_of(QMM_ENGINE_AUTO) == NULL && qmm_engine_row_of(QMM_ENGINE_COUNT) == NULL &&
+                 qmm_engine_get((qmm_engine_id)-1) == NULL,
+             "no row for AUTO or out-of-range ids");
+    TU_CHECK(!qmm_engine_is_int8(QMM_ENGINE_AUTO) && !qmm_engine_is_int8(QMM_ENGINE_COUNT), "is_int8 of non-engines");
+}
+
+/* plan: the chosen engine is the first admitting row of the table (int8 rows first); the text
+ * lists every row once in table order */
+static void test_plan_order(void) {
+    qmm_context *ctx = NULL;
+    qmm_weight *w = NULL;
+    TU_CHECK_OK(qmm_context_create(NULL, &ctx));
+    if (!ctx) return;
+    enum { N = 32, K = 256 };
+    static int8_t wq[N * K];
+    static float sc[N];
+    tu_fill_i8(wq, N * K, -127, 127);
+    for (int n = 0; n < N; n++) sc[n] = 0.01f;
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.name = "table.fc";
+    d.N = N; d.K = K; d.data = wq; d.scale = sc; d.n_scale = N;
+    TU_CHECK_OK(qmm_weight_create_int8(ctx, &d, &w));
+    if (!w) goto out;
+    for (int v = 0; v <= 1; v++) {
+        qmm_linear_args a = qmm_linear_args_default();
+        a.M = 64;
+        a.x_dtype = QMM_BF16;
+        a.y_dtype = QMM_BF16;
+        a.act = v ? QMM_ACT_NONE : QMM_ACT_GELU_TANH;
+        qmm_plan_info p;
+        qmm_status st = qmm_plan(ctx, w, &a, &p);
+        if (!TU_CHECK(st == QMM_OK, "qmm_plan: %s", qmm_last_error())) continue;
+        qmm_engine_id first = QMM_ENGINE_AUTO;
+        for (int i = 0; i < QMM_ENGINE_TABLE_LEN && first == QMM_ENGINE_AUTO; i++) {
+            const qmm_engine *e = qmm_engine_table[i].engine;
+            if (e->kind != QMM_KIND_REF && p.admitted[e->id]) first = e->id;
+        }
+        TU_CHECK(p.engine == first, "plan chose %s, the first admitting row is %s", qmm_engine_name(p.engine),
+                 qmm_engine_name(first));
+        TU_CHECK(!p.admitted[QMM_ENGINE_REF] && strstr(p.reason[QMM_ENGINE_REF], "by name"),
+                 "the reference never admits under AUTO");
+        char text[8192];
+        qmm_plan_format(&p, text, sizeof text);
+        const char *at = text;
+        for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
+            char key[40];
+            snprintf(key, sizeof key, "\n  %-12s ", qmm_engine_table[i].engine->name);
+            const char *hit = strstr(at, key);
+            if (!TU_CHECK(hit != NULL, "plan text lacks %s after the previous row:\n%s", qmm_engine_table[i].engine->name, text))
+                break;
+            at = hit + 1;
+        }
+        if (p.engine != QMM_ENGINE_AUTO) {
+            static uint16_t x[64 * K], y[64 * N];
+            tu_fill_float(x, QMM_BF16, 64 * K, 1.0f);
+            a.x = x;
+            a.y = y;
+            TU_CHECK_OK(qmm_linear(ctx, w, &a));
+            TU_CHECK(qmm_last_engine(ctx) == p.engine, "qmm_last_engine %s, plan %s", qmm_engine_name(qmm_last_engine(ctx)),
+                     qmm_engine_name(p.engine));
+        }
+    }
+out:
+    qmm_weight_destroy(w);
+    qmm_context_destroy(ctx);
+}
+
+int main(int argc, char **argv) {
+    tu_init(argc, argv, "test_engine_table");
+    test_rows();
+    test_plan_order();
+    return tu_finish();
+}
