@@ -92,3 +92,15 @@ def test_struct_layout_matches_header():
     o = qmm._lib.qmm_context_options_default()
     assert o.max_isa == -1 and o.verbose == -1 and o.disabled_engines == 0
     assert ctypes.sizeof(qmm._lib.PlanInfo) == 4 * 3 + 4 * 10 + 160 * 10
+
+
+def test_python_m_qmm_prints_engines():
+    import subprocess
+    import sys
+    import os
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
+    r = subprocess.run([sys.executable, "-m", "qmm"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    for e in qmm.int8_engines_available():
+        assert e in r.stdout
+    assert "qmm 0.1.0" in r.stdout
