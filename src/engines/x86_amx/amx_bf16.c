@@ -24,6 +24,7 @@
  * replaced by the software model of amx_emu.c.
  */
 #include "amx_kernel.h"
+#include "simd_avx512.h"
 #include "float_act.h"
 #include "numerics.h"
 
@@ -170,12 +171,12 @@ static void epilogue(const qmm_call *c, const float *stage, int64_t m0, int rows
     for (int r = 0; r < rows; r++) {
         char *yrow = (char *)c->y + (size_t)((m0 + r) * c->ldy) * es;
         for (int64_t j = 0; j < cols; j += 16) {
-            const __mmask16 m = qmm_amx_mask(cols - j);
+            const __mmask16 m = qmm_z_tail_mask(cols - j);
             const int64_t n = n0 + j;
             __m512 v = _mm512_loadu_ps(stage + r * 32 + j);
             if (w->is_int8) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w->scale + n));
             v = _mm512_add_ps(v, w->bias ? _mm512_maskz_loadu_ps(m, w->bias + n) : _mm512_setzero_ps());
-            qmm_amx_store16(yrow + (size_t)n * es, c->y_dtype, m, v);
+            qmm_z_store16(yrow + (size_t)n * es, c->y_dtype, m, v);
         }
     }
 }

@@ -149,7 +149,7 @@ static void epilogue(const qmm_call *c, const int32_t *stage, int64_t m0, int ro
                      const float *s) {
     for (int r = 0; r < rows; r++)
         for (int64_t j = 0; j < cols; j += 16)
-            qmm_z_epilogue16(c, _mm512_loadu_si512(stage + r * 32 + j), m0 + r, n0 + j, s[m0 + r], qmm_amx_mask(cols - j));
+            qmm_z_epilogue16(c, _mm512_loadu_si512(stage + r * 32 + j), m0 + r, n0 + j, s[m0 + r], qmm_z_tail_mask(cols - j));
 }
 
 /* ---------------------------------------------------------------- decode and panel regimes */

@@ -126,32 +126,5 @@ void QMM_AMX_SYM(qmm_amx_tiles_config)(int r0, int r1);
 /* Releases this thread's tile state (TILERELEASE) if configured: at the end of every task. */
 void QMM_AMX_SYM(qmm_amx_tiles_release)(void);
 
-/* ---------------------------------------------------------------- epilogue stores */
-/* 16 fp32 values → y (dtype yt) at columns where mask is set; bit-identical to qmm_store_f:
- * bf16 by integer round-to-nearest-even (NaN → quiet NaN), f16 by vcvtps2ph (RNE, denormals
- * kept, NaN quieted like qmm_f32_to_f16), f32 as is. */
-static inline void qmm_amx_store16(void *y, qmm_dtype yt, __mmask16 m, __m512 v) {
-    if (yt == QMM_F32) {
-        _mm512_mask_storeu_ps(y, m, v);
-    } else if (yt == QMM_F16) {
-        __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm256_mask_storeu_epi16(y, m, h);
-    } else {
-        __m512i u = _mm512_castps_si512(v);
-        __m512i absu = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-        __mmask16 nan = _mm512_cmpgt_epu32_mask(absu, _mm512_set1_epi32(0x7f800000));
-        __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-        __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-        r = _mm512_srli_epi32(r, 16);
-        __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-        r = _mm512_mask_mov_epi32(r, nan, qn);
-        _mm256_mask_storeu_epi16(y, m, _mm512_cvtepi32_epi16(r));
-    }
-}
-
-static inline __mmask16 qmm_amx_mask(int64_t cols) {
-    return cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1u);
-}
-
 #endif /* QMM_AMX_KERNELS */
 #endif /* QMM_AMX_KERNEL_H */
