@@ -17,7 +17,7 @@
  */
 #include "int8_gemm_avx2.h"
 
-static inline __attribute__((always_inline)) void avx2_tile(const uint8_t *a, int64_t lda, const int8_t *b,
+static inline __attribute__((always_inline)) void avx2_int8_mrx16(const uint8_t *a, int64_t lda, const int8_t *b,
                                                               int64_t kq, int32_t *c, int64_t ldc, const int mr,
                                                               int first, const int8_t *pf, int64_t pf_kq) {
     __m256i lo[4], hi[4];
@@ -58,13 +58,13 @@ static inline __attribute__((always_inline)) void avx2_tile(const uint8_t *a, in
     }
 }
 
-static void avx2_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
+static void avx2_int8_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
                         int first, const int8_t *pf, int64_t pf_kq) {
     switch (mr) {
-    case 1: avx2_tile(a, lda, b, kq, c, ldc, 1, first, pf, pf_kq); break;
-    case 2: avx2_tile(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq); break;
-    case 3: avx2_tile(a, lda, b, kq, c, ldc, 3, first, pf, pf_kq); break;
-    default: avx2_tile(a, lda, b, kq, c, ldc, 4, first, pf, pf_kq); break;
+    case 1: avx2_int8_mrx16(a, lda, b, kq, c, ldc, 1, first, pf, pf_kq); break;
+    case 2: avx2_int8_mrx16(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq); break;
+    case 3: avx2_int8_mrx16(a, lda, b, kq, c, ldc, 3, first, pf, pf_kq); break;
+    default: avx2_int8_mrx16(a, lda, b, kq, c, ldc, 4, first, pf, pf_kq); break;
     }
 }
 
@@ -77,7 +77,7 @@ static const char *admit(const qmm_call *c, char *why, size_t n) {
     return NULL;
 }
 
-static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, avx2_kernel); }
+static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, avx2_int8_kernel); }
 static const qmm_i8_engine k_avx2_int8 = QMM_A2_ENGINE(0, 4, tile);
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_int8_gemm(ctx, c, &k_avx2_int8); }

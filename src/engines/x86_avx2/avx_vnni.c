@@ -22,7 +22,7 @@
 #ifdef QMM_HAVE_AVXVNNI_BUILD
 /* C[r][0..16) (+)= Σ a[r][4kq..4kq+4) · panel[kq] — see qmm_a2_kernel_fn. mr ≤ 6 (a constant
  * after inlining into the switch below, so the accumulators stay in registers). */
-static inline __attribute__((always_inline)) void vnni_tile(const uint8_t *a, int64_t lda, const int8_t *b,
+static inline __attribute__((always_inline)) void avx_vnni_mrx16(const uint8_t *a, int64_t lda, const int8_t *b,
                                                               int64_t kq, int32_t *c, int64_t ldc, const int mr,
                                                               int first, const int8_t *pf, int64_t pf_kq) {
     __m256i lo[6], hi[6];
@@ -61,7 +61,7 @@ static inline __attribute__((always_inline)) void vnni_tile(const uint8_t *a, in
 
 /* One row (decode, M tails): weight-streaming bound; two accumulator pairs (even / odd k-quads)
  * so the VPDPBUSD latency chain does not limit the stream. Integer sums: same result. */
-static void vnni_row1(const uint8_t *a, const int8_t *b, int64_t kq, int32_t *c, int first, const int8_t *pf,
+static void avx_vnni_1x16(const uint8_t *a, const int8_t *b, int64_t kq, int32_t *c, int first, const int8_t *pf,
                       int64_t pf_kq) {
     __m256i lo0 = _mm256_setzero_si256(), hi0 = lo0, lo1 = lo0, hi1 = lo0;
     int64_t i = 0;
@@ -96,15 +96,15 @@ static void vnni_row1(const uint8_t *a, const int8_t *b, int64_t kq, int32_t *c,
     _mm256_storeu_si256((__m256i *)(c + 8), hi0);
 }
 
-static void vnni_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
+static void avx_vnni_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
                         int first, const int8_t *pf, int64_t pf_kq) {
     switch (mr) {
-    case 1: vnni_row1(a, b, kq, c, first, pf, pf_kq); break;
-    case 2: vnni_tile(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq); break;
-    case 3: vnni_tile(a, lda, b, kq, c, ldc, 3, first, pf, pf_kq); break;
-    case 4: vnni_tile(a, lda, b, kq, c, ldc, 4, first, pf, pf_kq); break;
-    case 5: vnni_tile(a, lda, b, kq, c, ldc, 5, first, pf, pf_kq); break;
-    default: vnni_tile(a, lda, b, kq, c, ldc, 6, first, pf, pf_kq); break;
+    case 1: avx_vnni_1x16(a, b, kq, c, first, pf, pf_kq); break;
+    case 2: avx_vnni_mrx16(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq); break;
+    case 3: avx_vnni_mrx16(a, lda, b, kq, c, ldc, 3, first, pf, pf_kq); break;
+    case 4: avx_vnni_mrx16(a, lda, b, kq, c, ldc, 4, first, pf, pf_kq); break;
+    case 5: avx_vnni_mrx16(a, lda, b, kq, c, ldc, 5, first, pf, pf_kq); break;
+    default: avx_vnni_mrx16(a, lda, b, kq, c, ldc, 6, first, pf, pf_kq); break;
     }
 }
 #endif
@@ -114,7 +114,7 @@ static const char *admit(const qmm_call *c, char *why, size_t n) {
 }
 
 #ifdef QMM_HAVE_AVXVNNI_BUILD
-static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, vnni_kernel); }
+static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, avx_vnni_kernel); }
 static const qmm_i8_engine k_avx_vnni = QMM_A2_ENGINE(1, 6, tile);
 #endif
 

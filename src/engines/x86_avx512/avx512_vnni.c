@@ -6,7 +6,7 @@
  * included —, MC × NC tasks, KC chunks, prefetch schedule) and supplies:
  *   tile      the MR × NRB micro-kernel (6 rows × 4 16-column blocks: 24 zmm accumulators, one
  *             broadcast of 4 activation bytes per row and one 64-byte weight row per block per
- *             4 k), in asm for 4 blocks (kernel_<mr>x4_asm) and in C for the last blocks of N;
+ *             4 k), in asm for 4 blocks (vnni_<mr>x64_asm) and in C for the last blocks of N;
  *             the partial sums of a task live in the driver's MC × NC int32 block between K
  *             chunks; on the last chunk the outputs are written by store_out: acc − 128·colsum,
  *             then qmm_z_epilogue16 (simd_avx512.h: I32, or the fused / kitchen epilogue, bias,
@@ -117,7 +117,7 @@ enum { PF_NONE = QMM_I8_PF_NONE, PF_STREAM = QMM_I8_PF_STREAM, PF_NEXT = QMM_I8_
 #define V_PF_NEXT "prefetcht1 (%[pf])\n\tprefetcht1 64(%[pf])\n\tadd %[pfs], %[pf]\n\t"
 
 #define V_KERNEL(MR_)                                                                            \
-    static void kernel_##MR_##x4_asm(const uint8_t *a, int64_t lda, const int8_t *b, int64_t ldb, \
+    static void vnni_##MR_##x64_asm(const uint8_t *a, int64_t lda, const int8_t *b, int64_t ldb, \
                                      int64_t nq, int32_t *part, int64_t first, int64_t pfmode,    \
                                      const int8_t *pf, int64_t pfs) {                             \
         _Static_assert(NC == 256, "row offsets assume NC = 256 int32");                           \
@@ -183,7 +183,7 @@ static inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
 
 /* rows [r, r+mr) × blocks [nb, nb+nr) over quads [q0, q0+nq). a: row r at quad q0; b: block nb at
  * quad q0 (blocks Kp*16 bytes apart); part: the partial sums (NC int32 per row). */
-static inline __attribute__((always_inline)) void kernel(const int mr, const int nr, const vnni_job *j, const uint8_t *a,
+static inline __attribute__((always_inline)) void vnni_tile_c(const int mr, const int nr, const vnni_job *j, const uint8_t *a,
                                                          const int8_t *b, int64_t nq, int32_t *part, int first,
                                                          int last, int64_t r, int64_t n) {
     const int64_t lda = j->Kp, ldb = j->Kp * 16;
@@ -209,20 +209,20 @@ static inline __attribute__((always_inline)) void kernel(const int mr, const int
 }
 
 #define K_CASE(MR_, NR_) \
-    case MR_ * 8 + NR_: kernel(MR_, NR_, j, a, b, nq, part, first, last, r, n); break;
+    case MR_ * 8 + NR_: vnni_tile_c(MR_, NR_, j, a, b, nq, part, first, last, r, n); break;
 #define K_ROW(MR_) K_CASE(MR_, 1) K_CASE(MR_, 2) K_CASE(MR_, 3)
 
 typedef void (*asm_kernel_fn)(const uint8_t *, int64_t, const int8_t *, int64_t, int64_t, int32_t *, int64_t, int64_t,
                               const int8_t *, int64_t);
-static const asm_kernel_fn k_asm[MR + 1] = {NULL, kernel_1x4_asm, kernel_2x4_asm, kernel_3x4_asm,
-                                           kernel_4x4_asm, kernel_5x4_asm, kernel_6x4_asm};
+static const asm_kernel_fn k_vnni_x64_asm[MR + 1] = {NULL, vnni_1x64_asm, vnni_2x64_asm, vnni_3x64_asm,
+                                           vnni_4x64_asm, vnni_5x64_asm, vnni_6x64_asm};
 
 /* rows [r, r+mr) × blocks [nb, nb+nr): the asm tiles for 4 blocks (any mr), the C ones for the
  * last blocks of N; pfmode/pf/pfs: the asm kernels' prefetch (see above). */
-static void kernel_any(int mr, int nr, const vnni_job *j, const uint8_t *a, const int8_t *b, int64_t nq, int32_t *part,
+static void vnni_tile(int mr, int nr, const vnni_job *j, const uint8_t *a, const int8_t *b, int64_t nq, int32_t *part,
                        int first, int last, int64_t r, int64_t n, int pfmode, const int8_t *pf, int64_t pfs) {
     if (nr == NRB) {
-        k_asm[mr](a, j->Kp, b, j->Kp * 16, nq, part, first, pfmode, pf, pfs);
+        k_vnni_x64_asm[mr](a, j->Kp, b, j->Kp * 16, nq, part, first, pfmode, pf, pfs);
         if (last) {
             for (int i = 0; i < mr; i++)
                 for (int jj = 0; jj < NRB; jj++)
@@ -239,7 +239,7 @@ static void kernel_any(int mr, int nr, const vnni_job *j, const uint8_t *a, cons
 
 /* ---------------------------------------------------------------- the driver's callbacks */
 static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
-    kernel_any(t->mr, t->nr, g, t->a, t->b, t->nq, t->part, t->first, t->last, t->r, t->n, t->pf_mode, t->pf,
+    vnni_tile(t->mr, t->nr, g, t->a, t->b, t->nq, t->part, t->first, t->last, t->r, t->n, t->pf_mode, t->pf,
                t->pf_step);
 }
 
