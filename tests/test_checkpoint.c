@@ -29,31 +29,6 @@ static const char *tmp_path(const char *name) {
     return buf;
 }
 
-typedef struct tdef {
-    const char *name;
-    qmm_st_dtype dtype;
-    int ndim;
-    int64_t shape[3];
-    const void *data;
-} tdef;
-
-static size_t tdef_bytes(const tdef *t) {
-    size_t n = (size_t)qmm_st_dtype_bits(t->dtype) / 8;
-    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
-    return n;
-}
-
-/* writes the tensors (in this order) and one optional metadata entry */
-static void write_ckpt(const char *path, const tdef *t, int n, const char *mkey, const char *mval) {
-    qmm_st_writer *w;
-    TU_CHECK_OK(qmm_st_writer_create(path, &w));
-    if (mkey) TU_CHECK_OK(qmm_st_writer_set_metadata(w, mkey, mval));
-    for (int i = 0; i < n; i++) TU_CHECK_OK(qmm_st_writer_declare(w, t[i].name, t[i].dtype, t[i].ndim, t[i].shape));
-    TU_CHECK_OK(qmm_st_writer_begin(w));
-    for (int i = 0; i < n; i++) TU_CHECK_OK(qmm_st_writer_write(w, t[i].data, tdef_bytes(&t[i])));
-    TU_CHECK_OK(qmm_st_writer_finish(w));
-    qmm_st_writer_destroy(w);
-}
 
 /* y of both weights through the reference engine, compared bit for bit */
 static void same_output(const qmm_weight *a, const qmm_weight *b, int64_t K_in, const char *what) {
@@ -102,15 +77,15 @@ static void test_scale_shapes(void) {
     for (int si = 0; si < 4; si++)
         for (int ji = 0; ji < 4; ji++)
             for (int misalign = 0; misalign < 2; misalign++) {
-                tdef t[6];
+                tu_tensor t[6];
                 int n = 0;
-                if (misalign) t[n++] = (tdef){"aaa.pad", QMM_ST_U8, 1, {3}, pad};
-                t[n++] = (tdef){"blk.0.fc.weight", QMM_ST_I8, 2, {N, K}, wq};
-                t[n++] = (tdef){"blk.0.fc.weight_scale", QMM_ST_F32, shapes[si].ndim, {shapes[si].s0, shapes[si].s1}, sc};
-                t[n++] = (tdef){"blk.0.fc.bias", QMM_ST_F16, 1, {N}, bias};
-                t[n++] = (tdef){"blk.0.fc.comfy_quant", QMM_ST_U8, 1, {(int64_t)strlen(jsons[ji])}, jsons[ji]};
+                if (misalign) t[n++] = (tu_tensor){"aaa.pad", QMM_ST_U8, 1, {3}, pad};
+                t[n++] = (tu_tensor){"blk.0.fc.weight", QMM_ST_I8, 2, {N, K}, wq};
+                t[n++] = (tu_tensor){"blk.0.fc.weight_scale", QMM_ST_F32, shapes[si].ndim, {shapes[si].s0, shapes[si].s1}, sc};
+                t[n++] = (tu_tensor){"blk.0.fc.bias", QMM_ST_F16, 1, {N}, bias};
+                t[n++] = (tu_tensor){"blk.0.fc.comfy_quant", QMM_ST_U8, 1, {(int64_t)strlen(jsons[ji])}, jsons[ji]};
                 const char *p = tmp_path("scales.safetensors");
-                write_ckpt(p, t, n, NULL, NULL);
+                tu_write_ckpt(p, t, n, NULL, NULL);
                 qmm_model *m = NULL;
                 TU_CHECK_OK(qmm_model_open(p, NULL, &m));
                 if (!m) continue;
@@ -163,7 +138,7 @@ static void test_quant_metadata_and_float(void) {
     tu_fill_float(wb, QMM_BF16, N * K, 0.1f);
     tu_fill_float(wh, QMM_F16, N * K, 0.1f);
     tu_fill_float(bf, QMM_F32, N, 0.1f);
-    tdef t[] = {
+    tu_tensor t[] = {
         {"q.weight", QMM_ST_I8, 2, {N, K}, wq},
         {"q.weight_scale", QMM_ST_F32, 1, {N}, sc},
         {"f32.weight", QMM_ST_F32, 2, {N, K}, wf},
@@ -175,7 +150,7 @@ static void test_quant_metadata_and_float(void) {
     const char *meta = "{\"format_version\": \"1.0\", \"layers\": {\"q\": {\"format\": \"int8_tensorwise\", \"convrot\": true, "
                        "\"convrot_groupsize\": 16}}}";
     const char *p = tmp_path("qmeta.safetensors");
-    write_ckpt(p, t, 7, "_quantization_metadata", meta);
+    tu_write_ckpt(p, t, 7, "_quantization_metadata", meta);
     qmm_model *m = NULL;
     TU_CHECK_OK(qmm_model_open(p, NULL, &m));
     if (!m) return;
@@ -243,20 +218,20 @@ static void test_malformed(void) {
     float sc[32] = {0};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const bad *b = &cases[c];
-        tdef t[4];
+        tu_tensor t[4];
         int n = 0;
-        if (!b->no_weight) t[n++] = (tdef){"blocks.0.attn.qkv_proj.weight", b->wdtype, 2, {N, b->K}, wq};
-        if (b->scale_kind == 0) t[n++] = (tdef){"blocks.0.attn.qkv_proj.weight_scale", QMM_ST_F32, 2, {N, 1}, sc};
-        if (b->scale_kind == 2) t[n++] = (tdef){"blocks.0.attn.qkv_proj.weight_scale", QMM_ST_F32, 2, {N, 2}, sc};
-        if (b->scale_kind == 3) t[n++] = (tdef){"blocks.0.attn.qkv_proj.weight_scale", QMM_ST_F16, 1, {N}, sc};
+        if (!b->no_weight) t[n++] = (tu_tensor){"blocks.0.attn.qkv_proj.weight", b->wdtype, 2, {N, b->K}, wq};
+        if (b->scale_kind == 0) t[n++] = (tu_tensor){"blocks.0.attn.qkv_proj.weight_scale", QMM_ST_F32, 2, {N, 1}, sc};
+        if (b->scale_kind == 2) t[n++] = (tu_tensor){"blocks.0.attn.qkv_proj.weight_scale", QMM_ST_F32, 2, {N, 2}, sc};
+        if (b->scale_kind == 3) t[n++] = (tu_tensor){"blocks.0.attn.qkv_proj.weight_scale", QMM_ST_F16, 1, {N}, sc};
         if (b->json)
-            t[n++] = (tdef){"blocks.0.attn.qkv_proj.comfy_quant", QMM_ST_U8, 1, {(int64_t)strlen(b->json)}, b->json};
+            t[n++] = (tu_tensor){"blocks.0.attn.qkv_proj.comfy_quant", QMM_ST_U8, 1, {(int64_t)strlen(b->json)}, b->json};
         if (b->wdtype == QMM_ST_F16 || b->wdtype == QMM_ST_F8_E4M3 || b->wdtype == QMM_ST_U8) {
             /* sizes: F16 needs 2 bytes per element; wq is large enough for 16 x 64 x 1, use K/2 */
             t[0].shape[1] = qmm_st_dtype_bits(b->wdtype) == 16 ? b->K / 2 : b->K;
         }
         const char *p = tmp_path("bad.safetensors");
-        write_ckpt(p, t, n, b->meta ? "_quantization_metadata" : NULL, b->meta);
+        tu_write_ckpt(p, t, n, b->meta ? "_quantization_metadata" : NULL, b->meta);
         qmm_model *m = (qmm_model *)1;
         qmm_status st = qmm_model_open(p, NULL, &m);
         TU_CHECK(st == b->want && m == NULL, "%s: got %s (want %s): %s", b->what, qmm_status_name(st),

@@ -38,32 +38,6 @@ static const char *tmp_path(const char *name) {   /* 4 live paths at most */
     return buf[k];
 }
 
-typedef struct tdef {
-    const char *name;
-    qmm_st_dtype dtype;
-    int ndim;
-    int64_t shape[2];
-    const void *data;
-} tdef;
-
-static size_t tdef_bytes(const tdef *t) {
-    size_t n = (size_t)qmm_st_dtype_bits(t->dtype) / 8;
-    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
-    return n;
-}
-
-/* writes the tensors (in this order) and one optional metadata entry */
-static void write_ckpt(const char *path, const tdef *t, size_t n, const char *mkey, const char *mval) {
-    qmm_st_writer *w;
-    TU_CHECK_OK(qmm_st_writer_create(path, &w));
-    if (!w) return;
-    if (mkey) TU_CHECK_OK(qmm_st_writer_set_metadata(w, mkey, mval));
-    for (size_t i = 0; i < n; i++) TU_CHECK_OK(qmm_st_writer_declare(w, t[i].name, t[i].dtype, t[i].ndim, t[i].shape));
-    TU_CHECK_OK(qmm_st_writer_begin(w));
-    for (size_t i = 0; i < n; i++) TU_CHECK_OK(qmm_st_writer_write(w, t[i].data, tdef_bytes(&t[i])));
-    TU_CHECK_OK(qmm_st_writer_finish(w));
-    qmm_st_writer_destroy(w);
-}
 
 static char *repeat_name(size_t len, char c, const char *suffix) {
     size_t s = strlen(suffix);
@@ -89,7 +63,7 @@ static void test_long_names(void) {
         char *n1 = repeat_name(lens[li], 'q', ".weight"), *n2 = repeat_name(lens[li], 'q', ".weight_scale"),
              *n3 = repeat_name(lens[li], 'q', ".comfy_quant"), *n4 = repeat_name(lens[li], 'f', ".weight"),
              *n5 = repeat_name(lens[li], 'f', ".bias");
-        tdef t[] = {
+        tu_tensor t[] = {
             {n1, QMM_ST_I8, 2, {N, K}, wq},
             {n2, QMM_ST_F32, 1, {N}, sc},
             {n3, QMM_ST_U8, 1, {(int64_t)strlen(cq)}, cq},
@@ -97,7 +71,7 @@ static void test_long_names(void) {
             {n5, QMM_ST_F32, 1, {N}, bias},
         };
         const char *p = tmp_path("long.safetensors");
-        write_ckpt(p, t, 5, NULL, NULL);
+        tu_write_ckpt(p, t, 5, NULL, NULL);
         qmm_model *m = NULL;
         TU_CHECK_OK(qmm_model_open(p, NULL, &m));
         const qmm_layer_info *lq = NULL, *lf = NULL;
@@ -112,7 +86,7 @@ static void test_long_names(void) {
 
         /* quantize: the float layer (selected by an include glob) becomes int8 */
         const char *in = tmp_path("long_float.safetensors"), *out = tmp_path("long_int8.safetensors");
-        write_ckpt(in, t + 3, 2, NULL, NULL);
+        tu_write_ckpt(in, t + 3, 2, NULL, NULL);
         qmm_quantize_file_options o = qmm_quantize_file_options_default();
         const char *inc[] = {"f*", NULL};
         o.include = inc;
@@ -145,12 +119,12 @@ static void test_float_bias_length(void) {
         {"bias I8 [N]", QMM_ST_I8, 1, N, 0, bi8},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        tdef t[] = {
+        tu_tensor t[] = {
             {"blk.proj.weight", QMM_ST_F32, 2, {N, K}, wf},
             {"blk.proj.bias", cases[c].dt, cases[c].ndim, {cases[c].s0, cases[c].s1}, cases[c].data},
         };
         const char *p = tmp_path("fbias.safetensors");
-        write_ckpt(p, t, 2, NULL, NULL);
+        tu_write_ckpt(p, t, 2, NULL, NULL);
         qmm_model *m = (qmm_model *)1;
         qmm_status st = qmm_model_open(p, NULL, &m);
         TU_CHECK(st == QMM_ERR_FORMAT && !m && strstr(qmm_last_error(), "blk.proj.bias"),
@@ -316,13 +290,13 @@ static int c_st_read(const char *a, const char *b) { (void)b; return child_st_re
 
 static void write_trunc_ckpt(const char *p, const void *wq, const float *sc, const float *wf) {
     const char *cq = "{\"format\": \"int8_tensorwise\"}";
-    tdef t[] = {
+    tu_tensor t[] = {
         {"big.comfy_quant", QMM_ST_U8, 1, {(int64_t)strlen(cq)}, cq},
         {"big.weight_scale", QMM_ST_F32, 1, {64}, sc},
         {"big.weight", QMM_ST_I8, 2, {64, 8192}, wq},
         {"fl.weight", QMM_ST_F32, 2, {64, 2048}, wf},
     };
-    write_ckpt(p, t, 4, NULL, NULL);
+    tu_write_ckpt(p, t, 4, NULL, NULL);
 }
 
 static void test_truncated_underneath(void) {
@@ -338,12 +312,12 @@ static void test_truncated_underneath(void) {
     write_trunc_ckpt(path, wq, sc, wf);
     run_child("qmm_st_read past the new end: QMM_ERR_IO, before it: OK", c_st_read, path, NULL);
     /* quantize: three float layers, the input cut after the first is written */
-    tdef in[] = {
+    tu_tensor in[] = {
         {"a.weight", QMM_ST_F32, 2, {64, 2048}, wf},
         {"b.weight", QMM_ST_F32, 2, {64, 2048}, wf},
         {"c.weight", QMM_ST_F32, 2, {64, 2048}, wf},
     };
-    write_ckpt(path, in, 3, NULL, NULL);
+    tu_write_ckpt(path, in, 3, NULL, NULL);
     char out[512];
     snprintf(out, sizeof out, "%s", tmp_path("trunc_q.safetensors"));
     run_child("quantize of an input truncated underneath: QMM_ERR_IO, no output, no temporary", c_quantize, path, out);
@@ -373,13 +347,13 @@ static void test_bad_numbers(void) {
             float sc[N];
             for (int i = 0; i < N; i++) sc[i] = 0.01f;
             sc[per_tensor ? 0 : 3] = bad_scales[c].v;
-            tdef t[] = {
+            tu_tensor t[] = {
                 {"blk.q.weight", QMM_ST_I8, 2, {N, K}, wq},
                 {"blk.q.weight_scale", QMM_ST_F32, 1, {per_tensor ? 1 : N}, sc},
                 {"blk.q.comfy_quant", QMM_ST_U8, 1, {(int64_t)strlen(cq)}, cq},
             };
             const char *p = tmp_path("badscale.safetensors");
-            write_ckpt(p, t, 3, NULL, NULL);
+            tu_write_ckpt(p, t, 3, NULL, NULL);
             qmm_model *m = NULL;
             TU_CHECK_OK(qmm_model_open(p, NULL, &m));
             if (!m) continue;
@@ -406,7 +380,7 @@ static void test_bad_numbers(void) {
         if (bad_bias[c].dt == QMM_ST_F32) memcpy(&bias32[5], &bad_bias[c].bits, 4);
         else bias16[5] = (uint16_t)bad_bias[c].bits;
         const void *b = bad_bias[c].dt == QMM_ST_F32 ? (const void *)bias32 : (const void *)bias16;
-        tdef t[] = {
+        tu_tensor t[] = {
             {"q.weight", QMM_ST_I8, 2, {N, K}, wq},
             {"q.weight_scale", QMM_ST_F32, 2, {N, 1}, sc},
             {"q.bias", bad_bias[c].dt, 1, {N}, b},
@@ -415,7 +389,7 @@ static void test_bad_numbers(void) {
             {"f.bias", bad_bias[c].dt, 1, {N}, b},
         };
         const char *p = tmp_path("badbias.safetensors");
-        write_ckpt(p, t, 6, NULL, NULL);
+        tu_write_ckpt(p, t, 6, NULL, NULL);
         qmm_model *m = NULL;
         TU_CHECK_OK(qmm_model_open(p, NULL, &m));
         if (!m) continue;
@@ -437,9 +411,9 @@ static void test_bad_numbers(void) {
             float *x = malloc(sizeof wf);
             memcpy(x, wf, sizeof wf);
             memcpy(&x[7 * K + 11], &bad_w[c].bits, 4);
-            tdef t[] = {{"blk.fc.weight", QMM_ST_F32, 2, {N, K}, x}};
+            tu_tensor t[] = {{"blk.fc.weight", QMM_ST_F32, 2, {N, K}, x}};
             const char *in = tmp_path("nan_in.safetensors"), *out = tmp_path("nan_out.safetensors");
-            write_ckpt(in, t, 1, NULL, NULL);
+            tu_write_ckpt(in, t, 1, NULL, NULL);
             qmm_quantize_file_options o = qmm_quantize_file_options_default();
             o.min_size = 1;
             o.per_tensor = per_tensor;
@@ -459,9 +433,9 @@ static void test_bad_numbers(void) {
             x[2 * K + k] = (k % 3 ? 1.0f : -1.0f) * 3.4e38f * ((float)(k + 1) / (float)K);   /* row 2: huge */
             x[5 * K + k] = k == 9 ? 3.4028235e38f : x[5 * K + k];                          /* row 5: one FLT_MAX */
         }
-        tdef t[] = {{"blk.big.weight", QMM_ST_F32, 2, {N, K}, x}};
+        tu_tensor t[] = {{"blk.big.weight", QMM_ST_F32, 2, {N, K}, x}};
         const char *in = tmp_path("big_in.safetensors"), *out = tmp_path("big_out.safetensors");
-        write_ckpt(in, t, 1, NULL, NULL);
+        tu_write_ckpt(in, t, 1, NULL, NULL);
         qmm_quantize_file_options o = qmm_quantize_file_options_default();
         o.min_size = 1;
         o.per_tensor = per_tensor;

@@ -1,6 +1,8 @@
 /* testutil.c — seeded randomness and reporting for the qmm tests (see testutil.h). */
 #include "testutil.h"
 
+#include "qmm_io.h"
+
 #include "dispatch.h"
 #include "numerics.h"
 
@@ -160,4 +162,23 @@ int tu_engines(int which, qmm_engine_id out[QMM_ENGINE_COUNT]) {
         out[n++] = e->id;
     }
     return n;
+}
+
+size_t tu_tensor_bytes(const tu_tensor *t) {
+    size_t n = (size_t)qmm_st_dtype_bits((qmm_st_dtype)t->dtype) / 8;
+    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+    return n;
+}
+
+void tu_write_ckpt(const char *path, const tu_tensor *t, size_t n, const char *mkey, const char *mval) {
+    qmm_st_writer *w = NULL;
+    TU_CHECK_OK(qmm_st_writer_create(path, &w));
+    if (!w) return;
+    if (mkey) TU_CHECK_OK(qmm_st_writer_set_metadata(w, mkey, mval));
+    for (size_t i = 0; i < n; i++)
+        TU_CHECK_OK(qmm_st_writer_declare(w, t[i].name, (qmm_st_dtype)t[i].dtype, t[i].ndim, t[i].shape));
+    TU_CHECK_OK(qmm_st_writer_begin(w));
+    for (size_t i = 0; i < n; i++) TU_CHECK_OK(qmm_st_writer_write(w, t[i].data, tu_tensor_bytes(&t[i])));
+    TU_CHECK_OK(qmm_st_writer_finish(w));
+    qmm_st_writer_destroy(w);
 }

@@ -63,4 +63,16 @@ double tu_ulp(double v, qmm_dtype t);
 enum { TU_ENGINES_ALL = 0, TU_ENGINES_INT8 = 1, TU_ENGINES_FLOAT = 2 };
 int tu_engines(int which, qmm_engine_id out[QMM_ENGINE_COUNT]);
 
+/* A tensor for a test checkpoint, and the writer: the tensors in this order and one optional
+ * metadata entry (mkey NULL: none), through qmm_io's writer (failures are test failures). */
+typedef struct tu_tensor {
+    const char *name;
+    int dtype;            /* qmm_st_dtype */
+    int ndim;
+    int64_t shape[3];
+    const void *data;
+} tu_tensor;
+size_t tu_tensor_bytes(const tu_tensor *t);
+void tu_write_ckpt(const char *path, const tu_tensor *t, size_t n, const char *mkey, const char *mval);
+
 #endif
