@@ -4,7 +4,8 @@
  *   - every engine of the table (int8 and float) on a borrowed weight gives the bits of the same
  *     engine on an owned copy (qmm_weight_create_int8 of the same values), and every int8 engine
  *     (and the reference itself on the borrowed weight) the bits of the reference on the owned
- *     copy; cases: ld > K, odd K, K not a multiple of 4 or 64, N = 1, an unaligned base, M = 1..100,
+ *     copy; cases: ld > K, odd K, K not a multiple of 4 or 64, N = 1, an unaligned base, M = 1..100
+ *     (and up to 420 with K up to 1700: several row tasks and K chunks),
  *     every x dtype, out dtype, input_act, convrot group, per-tensor and per-row scales, bias of
  *     each dtype, residual, modulation, both epilogues, weights holding -128 (avx2_int8 refuses
  *     those owned; borrowed, it runs them exactly);
@@ -455,6 +456,12 @@ int main(int argc, char **argv) {
         layer L;
         const int64_t M = i < 100 ? i + 1 : tu_rand_int(1, 100);
         layer_random(&L, M, tu_rand_int(0, 4) ? tu_rand_int(1, 300) : 1, tu_rand_int(1, 600));
+        check_layer(&L);
+        layer_free(&L);
+    }
+    for (int i = 0; i < (quick ? 2 : 8); i++) { /* several row tasks and K chunks */
+        layer L;
+        layer_random(&L, tu_rand_int(150, 420), tu_rand_int(1, 300), tu_rand_int(500, 1700));
         check_layer(&L);
         layer_free(&L);
     }

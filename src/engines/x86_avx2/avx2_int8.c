@@ -94,7 +94,7 @@ static void scalar_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_
 }
 
 static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
-    qmm_a2_tile(g, t, g->c->w->has_neg128 ? scalar_kernel : avx2_int8_kernel);
+    qmm_a2_tile(g, t, t->neg128 || g->c->w->has_neg128 ? scalar_kernel : avx2_int8_kernel);
 }
 static const qmm_i8_engine k_avx2_int8 = QMM_A2_ENGINE(0, 4, tile);
 
@@ -109,4 +109,5 @@ const qmm_engine qmm_engine_avx2_int8 = {
     .built = 1,
     .admit = admit,
     .run = run,
+    .reads_borrowed = 1,
 };
