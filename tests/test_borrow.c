@@ -9,8 +9,9 @@
  *     every x dtype, out dtype, input_act, convrot group, per-tensor and per-row scales, bias of
  *     each dtype, residual, modulation, both epilogues, weights holding -128 (avx2_int8 refuses
  *     those owned; borrowed, it runs them exactly);
- *   - amx_int8 through the tile emulator (tests/borrow.cmake links the emulated build) on the
- *     call view of a borrowed weight, against the reference;
+ *   - amx_int8 through the tile emulator (tests/borrow.cmake links the emulated build) on a
+ *     borrowed weight, each regime (decode, panel, blocked) forced with default or small blocks,
+ *     against the reference, with no emulated tile fault;
  *   - a weight, scale and bias changed between two calls: the second gives the new result;
  *   - two threads, each with its own context, making the first call on one borrowed weight at
  *     once: both exact;
@@ -198,6 +199,22 @@ done:
 }
 
 /* ---------------------------------------------------------------- amx_int8, emulated */
+/* A blocking that makes the emulated amx_int8 run regime `want` for M rows (decode needs M <= 32),
+ * with small blocks (several N, M and K blocks) half the time. */
+static void force_regime(int want, int64_t M) {
+    qmm_amx_blocking b = qmm_amx_blocking_default();
+    if (tu_rand_int(0, 1)) {
+        static const int64_t kcs[] = {64, 128, 192, 512}, ncs[] = {32, 64, 96, 512}, mcs[] = {32, 64, 512};
+        b.kc = kcs[tu_rand_int(0, 3)];
+        b.nc = ncs[tu_rand_int(0, 3)];
+        b.mc = mcs[tu_rand_int(0, 2)];
+    }
+    if (want == QMM_AMX_DECODE) { b.small_m = 32; (void)M; }
+    else if (want == QMM_AMX_PANEL) { b.small_m = 1; b.panel_a = (int64_t)1 << 40; }
+    else { b.small_m = 1; b.panel_a = 0; }
+    qmm_amx_blocking_emu = b;
+}
+
 static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
     layer L;
     layer_random(&L, M, N, K);
@@ -221,10 +238,16 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
         c.M = M; c.N = N; c.K = K; c.K_in = K;
         c.x = L.x; c.x_dtype = L.xt; c.ldx = K;
         c.y = y; c.y_dtype = L.yt; c.ldy = N;
+        const int want = M <= 32 && tu_rand_int(0, 2) == 0 ? QMM_AMX_DECODE : M >= 2 ? (int)tu_rand_int(1, 2) : QMM_AMX_DECODE;
+        force_regime(want, M);
         const long f0 = qmm_amx_emu_faults();
+        qmm_amx_last_regime_emu = -1;
         TU_CHECK_OK(qmm_engine_amx_int8_emu.run(g_ctx, &c));
         TU_CHECK(qmm_amx_emu_faults() == f0, "%s: emulated tile faults: %s", what, qmm_amx_emu_first_fault());
+        TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: tiles left configured", what);
+        TU_CHECK(qmm_amx_last_regime_emu == want, "%s: regime %d ran, %d forced", what, qmm_amx_last_regime_emu, want);
         same(&L, y, yref, what, "the reference");
+        qmm_amx_blocking_emu = qmm_amx_blocking_default();
     }
     free(yref); free(y);
     qmm_weight_destroy(wo);
@@ -465,8 +488,8 @@ int main(int argc, char **argv) {
         check_layer(&L);
         layer_free(&L);
     }
-    for (int i = 0; i < (quick ? 6 : 20); i++)
-        check_amx_emulated(tu_rand_int(1, 70), tu_rand_int(1, 90), tu_rand_int(1, 700));
+    for (int i = 0; i < (quick ? 10 : 40); i++)
+        check_amx_emulated(tu_rand_int(1, i % 4 ? 70 : 200), tu_rand_int(1, i % 3 ? 90 : 300), tu_rand_int(1, 1300));
     check_change();
     check_threads();
     qmm_context_destroy(g_ctx);

@@ -241,42 +241,22 @@ static void vnni_tile(int mr, int nr, const vnni_job *j, const uint8_t *a, const
 }
 
 /* ---------------------------------------------------------------- borrowed weights: panel pack */
-/* qmm_i8_pack_fn (int8_gemm.h) in AVX-512 (no -128 flag: this engine is exact with -128): per 64 bytes of K, the 16 rows (masked loads at the
- * end: nothing past k1 is read) transposed as a 16 × 16 matrix of dwords, so that out[q] holds
- * k-quad q of the 16 rows = one n16k4 row; the column sums by VPDPBUSD(1, w) on those rows. */
+/* qmm_i8_pack_fn (int8_gemm.h) in AVX-512 (no -128 flag: this engine is exact with -128): per 64
+ * bytes of K the 16 rows transposed by qmm_z_n16k4_step (simd_avx512.h), the column sums by
+ * VPDPBUSD(1, w) on the n16k4 rows. */
 static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
                        int32_t *cs, int first, int *neg128) {
-    (void)neg128; /* u8 × s8 is exact for -128: no flag needed */
+    (void)neg128;
     const __m512i ones = _mm512_set1_epi8(1);
     __m512i csv = _mm512_setzero_si512();
     for (int64_t q0 = 0; q0 < nq; q0 += 16) {
-        const int64_t k = k0 + q0 * 4, bytes = k1 - k < 64 ? k1 - k : 64;
-        const __mmask64 m = bytes >= 64 ? ~(__mmask64)0 : bytes > 0 ? ((__mmask64)1 << bytes) - 1 : 0;
-        __m512i r[16], t[16];
-        for (int j = 0; j < 16; j++) r[j] = j < rows ? _mm512_maskz_loadu_epi8(m, W + j * ld + k) : _mm512_setzero_si512();
-        for (int j = 0; j < 16; j += 2) { /* lane l: rows j, j+1, dwords 4l..4l+3 interleaved */
-            t[j] = _mm512_unpacklo_epi32(r[j], r[j + 1]);
-            t[j + 1] = _mm512_unpackhi_epi32(r[j], r[j + 1]);
-        }
-        for (int g = 0; g < 4; g++) { /* r[4g + x], lane l: rows 4g..4g+3, dword 4l + x */
-            r[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-            r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-            r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-            r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-        }
-        for (int x = 0; x < 4; x++) { /* out[4l + x] = lane l of r[x], r[4 + x], r[8 + x], r[12 + x] */
-            const __m512i v0 = _mm512_shuffle_i32x4(r[x], r[4 + x], 0x44), v1 = _mm512_shuffle_i32x4(r[x], r[4 + x], 0xEE);
-            const __m512i w0 = _mm512_shuffle_i32x4(r[8 + x], r[12 + x], 0x44),
-                          w1 = _mm512_shuffle_i32x4(r[8 + x], r[12 + x], 0xEE);
-            t[x] = _mm512_shuffle_i32x4(v0, w0, 0x88);
-            t[4 + x] = _mm512_shuffle_i32x4(v0, w0, 0xDD);
-            t[8 + x] = _mm512_shuffle_i32x4(v1, w1, 0x88);
-            t[12 + x] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
-        }
+        __m512i out[16];
+        const int64_t k = k0 + q0 * 4;
+        qmm_z_n16k4_step(W, ld, rows, k, k1 - k < 64 ? k1 - k : 64, out);
         const int64_t nout = nq - q0 < 16 ? nq - q0 : 16;
         for (int64_t q = 0; q < nout; q++) {
-            _mm512_store_si512(dst + (q0 + q) * 64, t[q]);
-            csv = dpbusd(csv, ones, t[q]);
+            _mm512_store_si512(dst + (q0 + q) * 64, out[q]);
+            csv = dpbusd(csv, ones, out[q]);
         }
     }
     if (!first) csv = _mm512_add_epi32(csv, _mm512_loadu_si512(cs));
