@@ -25,6 +25,7 @@
 #include "numerics.h"
 #include "prepass.h"
 #include "qmm_internal.h"
+#include "pack_avx512.h"
 #include "simd_avx512.h"
 
 #include <immintrin.h>
@@ -242,7 +243,7 @@ static void vnni_tile(int mr, int nr, const vnni_job *j, const uint8_t *a, const
 
 /* ---------------------------------------------------------------- borrowed weights: panel pack */
 /* qmm_i8_pack_fn (int8_gemm.h) in AVX-512 (no -128 flag: this engine is exact with -128): per 64
- * bytes of K the 16 rows transposed by qmm_z_n16k4_step (simd_avx512.h), the column sums by
+ * bytes of K the 16 rows transposed by qmm_z_n16k4_step (pack_avx512.h), the column sums by
  * VPDPBUSD(1, w) on the n16k4 rows. */
 static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
                        int32_t *cs, int first, int *neg128) {
