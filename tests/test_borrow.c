@@ -11,7 +11,8 @@
  *     those owned; borrowed, it runs them exactly);
  *   - amx_int8 through the tile emulator (tests/borrow.cmake links the emulated build) on a
  *     borrowed weight, each regime (decode, panel, blocked) forced with default or small blocks,
- *     against the reference, with no emulated tile fault;
+ *     against the reference, and amx_bf16 (W8A16) borrowed against owned, with no emulated tile
+ *     fault;
  *   - a weight, scale and bias changed between two calls: the second gives the new result;
  *   - two threads, each with its own context, making the first call on one borrowed weight at
  *     once: both exact;
@@ -247,6 +248,25 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
         TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: tiles left configured", what);
         TU_CHECK(qmm_amx_last_regime_emu == want, "%s: regime %d ran, %d forced", what, qmm_amx_last_regime_emu, want);
         same(&L, y, yref, what, "the reference");
+        /* amx_bf16 (W8A16), emulated: borrowed and owned give the same bits, in the same regime */
+        if (L.yt != QMM_I32) {
+            void *yo = calloc(1, yb);
+            qmm_call co = c;
+            co.w = wo;
+            co.y = yo;
+            c.fallback = co.fallback = 1;
+            describe(&L, "amx_bf16 (emulated)", what, sizeof what);
+            qmm_weight vb;
+            TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, !qmm_engine_amx_bf16_emu.reads_borrowed, &vb, &c.w));
+            TU_CHECK_OK(qmm_engine_amx_bf16_emu.run(g_ctx, &co));
+            const int r_owned = qmm_amx_last_regime_emu;
+            TU_CHECK_OK(qmm_engine_amx_bf16_emu.run(g_ctx, &c));
+            TU_CHECK(qmm_amx_emu_faults() == f0, "%s: emulated tile faults: %s", what, qmm_amx_emu_first_fault());
+            TU_CHECK(qmm_amx_last_regime_emu == r_owned, "%s: regime %d borrowed, %d owned", what, qmm_amx_last_regime_emu,
+                     r_owned);
+            same(&L, y, yo, what, "the same engine on the owned weight");
+            free(yo);
+        }
         qmm_amx_blocking_emu = qmm_amx_blocking_default();
     }
     free(yref); free(y);
