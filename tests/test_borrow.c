@@ -235,7 +235,7 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
         qmm_weight view;
         qmm_call c;
         memset(&c, 0, sizeof c);
-        TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, !qmm_engine_amx_int8_emu.reads_borrowed, &view, &c.w));
+        TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, &view, &c.w));
         c.M = M; c.N = N; c.K = K; c.K_in = K;
         c.x = L.x; c.x_dtype = L.xt; c.ldx = K;
         c.y = y; c.y_dtype = L.yt; c.ldy = N;
@@ -257,7 +257,7 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
             c.fallback = co.fallback = 1;
             describe(&L, "amx_bf16 (emulated)", what, sizeof what);
             qmm_weight vb;
-            TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, !qmm_engine_amx_bf16_emu.reads_borrowed, &vb, &c.w));
+            TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, &vb, &c.w));
             TU_CHECK_OK(qmm_engine_amx_bf16_emu.run(g_ctx, &co));
             const int r_owned = qmm_amx_last_regime_emu;
             TU_CHECK_OK(qmm_engine_amx_bf16_emu.run(g_ctx, &c));

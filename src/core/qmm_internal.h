@@ -88,7 +88,7 @@ struct qmm_context {
  * rows of the pre-pass), QMM_SCRATCH_ENGINE (an engine's own: partial sums, packed A, ...),
  * QMM_SCRATCH_STAGE (the kitchen input stage's output, input_stage.c), QMM_SCRATCH_RESIDUAL (a
  * copy of a residual that overlaps y, for the float path, which adds it after writing y),
- * QMM_SCRATCH_WEIGHT (a borrowed weight's per-call view: scales, bias, packing; borrow.c). */
+ * QMM_SCRATCH_WEIGHT (a borrowed weight's per-call scales and bias; borrow.c). */
 qmm_status qmm_context_scratch(qmm_context *ctx, int slot, size_t bytes, void **out);
 
 /* The vector level of the core's shared kernels (pre-pass rows, float panels, input stage):
@@ -132,7 +132,7 @@ static inline int8_t qmm_packed_i8_at(const qmm_packed_i8 *p, int64_t n, int64_t
 
 /* Rows [n0, n1) of W (int8 [N][ld], n1 <= Np) into the n16k4 packing p (blocks of 16 rows, n0 a
  * multiple of 16; rows past N and k past K zero), colsum[n] for those rows; returns 1 if some
- * weight is -128. The copy of qmm_weight_create_int8 and of a borrowed weight's packed view. */
+ * weight is -128. The copy of qmm_weight_create_int8. */
 int qmm_pack_i8_rows(const int8_t *W, int64_t ld, int64_t N, int64_t K, int64_t n0, int64_t n1, qmm_packed_i8 *p);
 
 struct qmm_weight {
@@ -148,8 +148,8 @@ struct qmm_weight {
     float *bias;             /* [N] fp32 or NULL (bf16/f16 bias widened exactly) */
     /* borrowed (qmm_weight_borrow_int8): the caller's int8 [N][ld], scales and bias, read at every
      * call. The handle holds no copy (i8.data, i8.colsum, scale, bias NULL; i8.Np/Kp set); each
-     * call runs on a view of it (qmm_weight_for_call) whose scale/bias (and, for engines that
-     * read the n16k4 packing, i8) are filled from that memory as it is then. */
+     * call runs on a view of it (qmm_weight_for_call) whose scale/bias are read from that memory
+     * as it is then. */
     int borrowed;
     struct {
         const int8_t *data;  /* [N][ld], any alignment */
@@ -196,11 +196,10 @@ typedef struct qmm_engine {
     /* Admission: NULL if the engine can run this call, else a short reason (written into
      * why[0..n) or a static string). Runs the engine's real rules; cheap. */
     const char *(*admit)(const qmm_call *c, char *why, size_t n);
-    /* Runs the call. Preconditions: admitted; buffers validated by qmm_linear. */
+    /* Runs the call. Preconditions: admitted; buffers validated by qmm_linear. An int8 weight
+     * is owned (w->i8.data: the n16k4 packing) or borrowed (w->i8.data NULL: the engine reads
+     * the caller's rows w->borrow itself, packing per call what its kernels need). */
     qmm_status (*run)(qmm_context *ctx, const qmm_call *c);
-    /* 1: run() reads a borrowed weight's rows itself (w->borrow); 0: it reads the n16k4 packing,
-     * which a borrowed weight's call view then builds (the whole weight, per call). */
-    int reads_borrowed;
 } qmm_engine;
 
 const qmm_engine *qmm_engine_get(qmm_engine_id id);  /* NULL for AUTO / out of range */
@@ -229,12 +228,10 @@ const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n);
 const char *qmm_admit_common_float(const qmm_call *c, char *why, size_t n);
 
 /* ---------------------------------------------------------------- borrowed weights (borrow.c) */
-/* The weight one call runs on: w itself when it is owned; for a borrowed w, *view, filled from
- * the caller's memory as it is now: scale [N] and bias [N] fp32 (QMM_SCRATCH_WEIGHT), and when
- * packed != 0 the whole n16k4 packing with colsum and has_neg128 too (threaded on ctx's pool).
- * With packed == 0 view->i8.data/colsum stay NULL: the engine reads view->borrow itself. */
-qmm_status qmm_weight_for_call(qmm_context *ctx, const qmm_weight *w, int packed, qmm_weight *view,
-                               const qmm_weight **out);
+/* The weight one call runs on: w itself when it is owned; for a borrowed w, *view, with scale [N]
+ * and bias [N] fp32 read from the caller's memory as it is now (QMM_SCRATCH_WEIGHT);
+ * view->i8.data/colsum stay NULL: the engine reads view->borrow itself. */
+qmm_status qmm_weight_for_call(qmm_context *ctx, const qmm_weight *w, qmm_weight *view, const qmm_weight **out);
 /* W[n][k] of an int8 weight, borrowed (the caller's memory) or packed. */
 static inline int8_t qmm_weight_i8_at(const qmm_weight *w, int64_t n, int64_t k) {
     return w->borrowed ? w->borrow.data[n * w->borrow.ld + k] : qmm_packed_i8_at(&w->i8, n, k);

@@ -454,5 +454,4 @@ const qmm_engine QMM_AMX_SYM(qmm_engine_amx_bf16) = {
     .built = QMM_AMX_BUILT,
     .admit = amx_bf16_admit,
     .run = amx_bf16_run,
-    .reads_borrowed = 1,
 };

@@ -412,5 +412,4 @@ const qmm_engine QMM_AMX_SYM(qmm_engine_amx_int8) = {
     .built = QMM_AMX_BUILT,
     .admit = amx_int8_admit,
     .run = amx_int8_run,
-    .reads_borrowed = 1,
 };

@@ -123,5 +123,4 @@ const qmm_engine qmm_engine_avx2_f32 = {
     .built = 1,
     .admit = admit,
     .run = run,
-    .reads_borrowed = 1,
 };

@@ -132,5 +132,4 @@ const qmm_engine qmm_engine_avx512_bf16 = {
     .built = 1,
     .admit = admit,
     .run = run,
-    .reads_borrowed = 1,
 };

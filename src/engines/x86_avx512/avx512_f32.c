@@ -138,5 +138,4 @@ const qmm_engine qmm_engine_avx512_f32 = {
     .built = 1,
     .admit = admit,
     .run = run,
-    .reads_borrowed = 1,
 };

@@ -379,5 +379,5 @@ static const char *admit(const qmm_call *c, char *why, size_t n) { return qmm_ad
 const qmm_engine qmm_engine_avx512_vnni = {
     .id = QMM_ENGINE_AVX512_VNNI, .name = "avx512_vnni", .kind = QMM_KIND_INT8, .isa = QMM_ISA_AVX512_VNNI,
     .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512_VNNI, .built = 1,
-    .admit = admit, .run = run, .reads_borrowed = 1,
+    .admit = admit, .run = run,
 };
