@@ -4,8 +4,10 @@
  * (int8, then float, then the reference); each row's engine descriptor carries its own id, a
  * name that round-trips through qmm_engine_from_name, an ISA level, CPU features, a peak
  * instruction and an operand dtype that matches its kind; qmm_engine_get / qmm_engine_is_int8 /
- * qmm_engine_row_of agree with the table; the plan picks the first admitting row in table order
- * and qmm_plan_format lists every row once, in table order.
+ * qmm_engine_row_of agree with the table; the public view (qmm_engine_count, qmm_engine_get_info)
+ * is the table, row for row; the per-engine arrays of the public structs have the pinned
+ * capacity QMM_ENGINE_MAX; the plan picks the first admitting row in table order, its accessors
+ * agree with its arrays, and qmm_plan_format lists every row once, in table order.
  */
 #include "dispatch.h"
 #include "testutil.h"
@@ -50,6 +52,30 @@ static void test_rows(void) {
     TU_CHECK(!qmm_engine_is_int8(QMM_ENGINE_AUTO) && !qmm_engine_is_int8(QMM_ENGINE_COUNT), "is_int8 of non-engines");
 }
 
+/* the public view of the table, and the pinned per-engine capacity of the public structs */
+static void test_public_view(void) {
+    TU_CHECK(qmm_engine_count() == QMM_ENGINE_TABLE_LEN, "qmm_engine_count %d, table %d", qmm_engine_count(),
+             QMM_ENGINE_TABLE_LEN);
+    for (int i = 0; i < qmm_engine_count(); i++) {
+        qmm_engine_info info;
+        if (!TU_CHECK(qmm_engine_get_info(i, &info) == QMM_OK, "qmm_engine_get_info(%d): %s", i, qmm_last_error()))
+            continue;
+        const qmm_engine_row *r = &qmm_engine_table[i];
+        TU_CHECK(info.id == r->engine->id && !strcmp(info.name, r->engine->name) && info.kind == r->engine->kind &&
+                     info.isa == r->engine->isa && info.cpu_features == r->engine->cpu_features &&
+                     info.operands == r->operands && !strcmp(info.peak_instruction, r->peak_insn) &&
+                     info.verified_on_hardware == r->hw_verified && info.built == r->engine->built,
+                 "engine info %d (%s) differs from its table row", i, r->engine->name);
+        TU_CHECK((unsigned)info.id < QMM_ENGINE_MAX, "%s: id %d >= QMM_ENGINE_MAX", info.name, (int)info.id);
+    }
+    /* a new engine changes none of these sizes (qmm.h: QMM_ENGINE_MAX is pinned) */
+    TU_CHECK(QMM_ENGINE_MAX == 32 && QMM_REASON_MAX == 160, "pinned capacities moved");
+    TU_CHECK(sizeof(qmm_counters) == (QMM_ENGINE_MAX + 2) * sizeof(uint64_t), "qmm_counters size %zu",
+             sizeof(qmm_counters));
+    TU_CHECK(sizeof(qmm_plan_info) == 3 * sizeof(int) + QMM_ENGINE_MAX * (sizeof(int) + QMM_REASON_MAX),
+             "qmm_plan_info size %zu", sizeof(qmm_plan_info));
+}
+
 /* plan: the chosen engine is the first admitting row of the table (int8 rows first); the text
  * lists every row once in table order */
 static void test_plan_order(void) {
@@ -85,6 +111,11 @@ static void test_plan_order(void) {
                  qmm_engine_name(first));
         TU_CHECK(!p.admitted[QMM_ENGINE_REF] && strstr(p.reason[QMM_ENGINE_REF], "by name"),
                  "the reference never admits under AUTO");
+        for (int e = 0; e < QMM_ENGINE_MAX; e++)
+            TU_CHECK(qmm_plan_admits(&p, (qmm_engine_id)e) == p.admitted[e] &&
+                         (p.admitted[e] ? !strcmp(qmm_plan_reason(&p, (qmm_engine_id)e), "")
+                                        : qmm_plan_reason(&p, (qmm_engine_id)e) == p.reason[e]),
+                     "plan accessors of engine id %d", e);
         char text[8192];
         qmm_plan_format(&p, text, sizeof text);
         const char *at = text;
@@ -114,6 +145,7 @@ out:
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_engine_table");
     test_rows();
+    test_public_view();
     test_plan_order();
     return tu_finish();
 }

@@ -27,7 +27,6 @@
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "commands.h"
-#include "dispatch.h"
 #include "peak.h"
 #include "../src/engines/x86_amx/amx_blocking.h"
 #include "qmm.h"
@@ -60,9 +59,9 @@ typedef struct {
     uint32_t engines;       /* bit per engine; 0 = default set */
     double dram_gbps;       /* best of the run */
     size_t dram_bytes;
-    double peak[QMM_ENGINE_COUNT], peak_cpu[QMM_ENGINE_COUNT];
-    char peak_why[QMM_ENGINE_COUNT][QMM_REASON_MAX];
-    int peak_done[QMM_ENGINE_COUNT];
+    double peak[QMM_ENGINE_MAX], peak_cpu[QMM_ENGINE_MAX]; /* by engine id */
+    char peak_why[QMM_ENGINE_MAX][QMM_REASON_MAX];
+    int peak_done[QMM_ENGINE_MAX];
     row *rows;
     size_t n_rows, cap_rows;
 } bench;
@@ -244,11 +243,15 @@ static void time_row(bench *b, qmm_context *ctx, qmm_weight **w, int ncopies, qm
     (void)peak_of(b, e); /* again, next to the row it judges */
 }
 
-/* The engines of one kind, best first (the engine table's order); returns the count. */
-static int engines_of_kind(qmm_engine_kind kind, qmm_engine_id out[QMM_ENGINE_COUNT]) {
+/* The engines of one kind, best first (the library's order, qmm_engine_get_info); or every
+ * engine but the reference when kind is -1. Returns the count. */
+static int engines_of_kind(int kind, qmm_engine_id out[QMM_ENGINE_MAX]) {
     int n = 0;
-    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++)
-        if (qmm_engine_table[i].engine->kind == kind) out[n++] = qmm_engine_table[i].engine->id;
+    for (int i = 0; i < qmm_engine_count() && n < QMM_ENGINE_MAX; i++) {
+        qmm_engine_info e;
+        if (qmm_engine_get_info(i, &e) != QMM_OK || (unsigned)e.id >= QMM_ENGINE_MAX) continue;
+        if (kind < 0 ? e.kind != QMM_KIND_REF : (int)e.kind == kind) out[n++] = e.id;
+    }
     return n;
 }
 
@@ -257,7 +260,7 @@ static int engines_of_kind(qmm_engine_kind kind, qmm_engine_id out[QMM_ENGINE_CO
 static int float_engines(bench *b, qmm_context *ctx, qmm_weight *w, qmm_linear_args *args, qmm_engine_id *out,
                          char *why, size_t n) {
     int k = 0;
-    qmm_engine_id k_float[QMM_ENGINE_COUNT];
+    qmm_engine_id k_float[QMM_ENGINE_MAX];
     const int n_float = engines_of_kind(QMM_KIND_FLOAT, k_float);
     if (b->engines) {
         for (int i = 0; i < n_float; i++)
@@ -319,7 +322,7 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
     }
     qmm_linear_args args = qmm_linear_args_default();
     args.M = M; args.x = x; args.x_dtype = QMM_BF16; args.y = y; args.y_dtype = QMM_BF16; args.act = sh->act;
-    qmm_engine_id k_int8[QMM_ENGINE_COUNT];
+    qmm_engine_id k_int8[QMM_ENGINE_MAX];
     const int n_int8 = engines_of_kind(QMM_KIND_INT8, k_int8);
     for (int i = 0; i < n_int8; i++) {
         if (b->engines && !(b->engines & (1u << k_int8[i]))) continue;
@@ -327,7 +330,7 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
         if (r) time_row(b, ctx, w, ncopies, &args, r, (double)nk);
     }
     if (!b->no_float) {
-        qmm_engine_id fe[QMM_ENGINE_COUNT];
+        qmm_engine_id fe[QMM_ENGINE_MAX];
         char why[512];
         /* W8A16: the int8 weight on a float engine */
         int nf = float_engines(b, ctx, w[0], &args, fe, why, sizeof why);
@@ -509,7 +512,7 @@ int cmd_bench(int argc, char **argv) {
             snprintf(buf, sizeof buf, "%s", v);
             for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
                 qmm_engine_id e = qmm_engine_from_name(t);
-                if (e == QMM_ENGINE_COUNT || e == QMM_ENGINE_AUTO || e == QMM_ENGINE_REF) {
+                if ((unsigned)e >= QMM_ENGINE_MAX || e == QMM_ENGINE_AUTO || e == QMM_ENGINE_REF) {
                     fprintf(stderr, "qmm bench: unknown engine '%s'\n", t);
                     return 2;
                 }
@@ -565,13 +568,15 @@ int cmd_bench(int argc, char **argv) {
     }
     b.dram_bytes = dram_bytes;
     measure_dram(&b, dram_bytes);
+    qmm_engine_id engines[QMM_ENGINE_MAX];
+    const int n_engines = engines_of_kind(-1, engines);
     if (!b.json) {
         printf("qmm bench: %s, %d threads (pinned), LLC %zu MiB\n", qmm_cpu_brand(), b.threads, llc >> 20);
         printf("DRAM read bandwidth: %.1f GB/s (%zu MiB streamed by %d threads)\npeaks at start:", b.dram_gbps,
                dram_bytes >> 20, b.threads);
-        for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
-            const qmm_engine_id e = qmm_engine_table[i].engine->id;
-            if (e == QMM_ENGINE_REF || (b.engines && !(b.engines & (1u << e)))) continue;
+        for (int i = 0; i < n_engines; i++) {
+            const qmm_engine_id e = engines[i];
+            if (b.engines && !(b.engines & (1u << e))) continue;
             double p = peak_of(&b, e);
             if (p > 0) printf(" %s %.3f T/s (%s);", qmm_engine_name(e), p, qmm_peak_instruction(e));
         }
@@ -582,8 +587,8 @@ int cmd_bench(int argc, char **argv) {
     finish_rows(&b);
     if (!b.json) {
         printf("best of the run: DRAM %.1f GB/s; peaks:", b.dram_gbps);
-        for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
-            const qmm_engine_id e = qmm_engine_table[i].engine->id;
+        for (int i = 0; i < n_engines; i++) {
+            const qmm_engine_id e = engines[i];
             if (b.peak[e] > 0) printf(" %s %.3f", qmm_engine_name(e), b.peak[e]);
         }
         printf(" T/s\n\n");

@@ -125,10 +125,11 @@ int cmd_plan(int argc, char **argv) {
             if (*err) json_str(err); else printf("null");
             printf(", \"refused\": {");
             int f2 = 1;
-            for (int e = 1; st == QMM_OK && e < QMM_ENGINE_COUNT; e++) {
-                if (p.admitted[e]) continue;
-                printf("%s\"%s\": ", f2 ? "" : ", ", qmm_engine_name((qmm_engine_id)e));
-                json_str(p.reason[e]);
+            for (int i = 0; st == QMM_OK && i < qmm_engine_count(); i++) {
+                qmm_engine_info e;
+                if (qmm_engine_get_info(i, &e) != QMM_OK || qmm_plan_admits(&p, e.id)) continue;
+                printf("%s\"%s\": ", f2 ? "" : ", ", e.name);
+                json_str(qmm_plan_reason(&p, e.id));
                 f2 = 0;
             }
             printf("}}");
@@ -139,8 +140,11 @@ int cmd_plan(int argc, char **argv) {
             else {
                 printf("%s%s\n", p.engine == QMM_ENGINE_AUTO ? "no engine" : qmm_engine_name(p.engine),
                        p.is_fallback ? " (FALLBACK)" : "");
-                for (int e = 1; e < QMM_ENGINE_COUNT; e++)
-                    if (!p.admitted[e]) printf("    %-12s refuses: %s\n", qmm_engine_name((qmm_engine_id)e), p.reason[e]);
+                for (int i = 0; i < qmm_engine_count(); i++) {
+                    qmm_engine_info e;
+                    if (qmm_engine_get_info(i, &e) == QMM_OK && !qmm_plan_admits(&p, e.id))
+                        printf("    %-12s refuses: %s\n", e.name, qmm_plan_reason(&p, e.id));
+                }
             }
         }
         first = 0;

@@ -53,7 +53,7 @@ int cmd_run(int argc, char **argv) {
             else { fprintf(stderr, "qmm run: --act %s\n", v); return 2; }
         } else if (!strcmp(a, "--engine") && has) {
             eng = qmm_engine_from_name(argv[++i]);
-            if (eng == QMM_ENGINE_COUNT) { fprintf(stderr, "qmm run: unknown engine '%s'\n", argv[i]); return 2; }
+            if (eng == QMM_ENGINE_UNKNOWN) { fprintf(stderr, "qmm run: unknown engine '%s'\n", argv[i]); return 2; }
         } else if (!strcmp(a, "--out-dtype") && has) {
             const char *v = argv[++i];
             out_dt = !strcmp(v, "f32") ? QMM_F32 : !strcmp(v, "f16") ? QMM_F16 : !strcmp(v, "bf16") ? QMM_BF16 : -2;

@@ -23,8 +23,6 @@ qmm_linear_args qmm_linear_args_default(void) {
 
 float qmm_scale_from_amax(float amax) { return qmm_scale_of(amax); }
 
-static int is_float(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
-
 /* Fills a qmm_call from the arguments; need_buffers: x and y must be present. */
 static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int need_buffers, qmm_call *c) {
     QMM_RETURN_IF(!w || !a, QMM_ERR_INVALID_ARGUMENT, "qmm_linear: %s is NULL", !w ? "weight" : "args");
@@ -50,9 +48,9 @@ static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int n
                       (long long)w->K, (long long)a->x_cols, a->act == QMM_ACT_SWIGLU ? "swiglu (2K)" : paired ? "situ (2K)" : "K",
                       (long long)c->K_in);
     }
-    QMM_RETURN_IF(!is_float(a->x_dtype), QMM_ERR_UNSUPPORTED, "layer %s: x dtype %s (needs f32, f16 or bf16)", nm,
+    QMM_RETURN_IF(!qmm_dtype_is_float(a->x_dtype), QMM_ERR_UNSUPPORTED, "layer %s: x dtype %s (needs f32, f16 or bf16)", nm,
                   qmm_dtype_name(a->x_dtype));
-    QMM_RETURN_IF(!is_float(a->y_dtype) && a->y_dtype != QMM_I32, QMM_ERR_UNSUPPORTED,
+    QMM_RETURN_IF(!qmm_dtype_is_float(a->y_dtype) && a->y_dtype != QMM_I32, QMM_ERR_UNSUPPORTED,
                   "layer %s: out dtype %s (needs f32, f16, bf16 or i32)", nm, qmm_dtype_name(a->y_dtype));
     QMM_RETURN_IF(a->y_dtype == QMM_I32 && !w->is_int8, QMM_ERR_UNSUPPORTED,
                   "layer %s: i32 accumulator output needs an int8 weight", nm);
@@ -83,7 +81,7 @@ static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int n
     /* SPEC §1a extensions */
     QMM_RETURN_IF(a->act == QMM_ACT_RMS_NORM && need_buffers && !a->act_weight, QMM_ERR_INVALID_ARGUMENT,
                   "layer %s: input_act rms_norm needs act_weight (%lld values)", nm, (long long)w->K);
-    QMM_RETURN_IF(a->act == QMM_ACT_RMS_NORM && !is_float(a->act_weight_dtype), QMM_ERR_UNSUPPORTED,
+    QMM_RETURN_IF(a->act == QMM_ACT_RMS_NORM && !qmm_dtype_is_float(a->act_weight_dtype), QMM_ERR_UNSUPPORTED,
                   "layer %s: rms_norm weight dtype %s (needs f32, f16 or bf16)", nm,
                   qmm_dtype_name(a->act_weight_dtype));
     QMM_RETURN_IF(a->act == QMM_ACT_RMS_NORM && !(a->act_eps >= 0.0f && a->act_eps <= 3.4e38f),
@@ -97,7 +95,7 @@ static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int n
                   "layer %s: epilogue %d unknown", nm, (int)a->epilogue);
     c->epilogue = a->epilogue;
     if (a->residual) {
-        QMM_RETURN_IF(!is_float(a->y_dtype), QMM_ERR_UNSUPPORTED,
+        QMM_RETURN_IF(!qmm_dtype_is_float(a->y_dtype), QMM_ERR_UNSUPPORTED,
                       "layer %s: a residual needs a float output (out dtype %s)", nm, qmm_dtype_name(a->y_dtype));
         QMM_RETURN_IF(!a->residual_scale, QMM_ERR_INVALID_ARGUMENT, "layer %s: residual without residual_scale",
                       nm);
@@ -260,7 +258,7 @@ qmm_status qmm_quantize_rows(qmm_context *ctx, const void *x, qmm_dtype x_dtype,
                   !ctx ? "ctx" : !x ? "x" : !q ? "q" : "scales_out");
     QMM_RETURN_IF(M <= 0 || K <= 0, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_rows: M=%lld, K=%lld (need >= 1)",
                   (long long)M, (long long)K);
-    QMM_RETURN_IF(!is_float(x_dtype), QMM_ERR_UNSUPPORTED, "qmm_quantize_rows: x dtype %s (needs f32, f16 or bf16)",
+    QMM_RETURN_IF(!qmm_dtype_is_float(x_dtype), QMM_ERR_UNSUPPORTED, "qmm_quantize_rows: x dtype %s (needs f32, f16 or bf16)",
                   qmm_dtype_name(x_dtype));
     if (!ldx) ldx = K;
     if (!ldq) ldq = K;
@@ -309,7 +307,7 @@ qmm_status qmm_linear_epilogue(qmm_context *ctx, const qmm_weight *w, int64_t M,
     if (!ldy) ldy = w->N;
     QMM_RETURN_IF(ldacc < w->N || ldy < w->N, QMM_ERR_INVALID_ARGUMENT, "layer %s: epilogue strides < N=%lld",
                   w->name, (long long)w->N);
-    QMM_RETURN_IF(!is_float(yt), QMM_ERR_UNSUPPORTED, "layer %s: epilogue out dtype %s", w->name, qmm_dtype_name(yt));
+    QMM_RETURN_IF(!qmm_dtype_is_float(yt), QMM_ERR_UNSUPPORTED, "layer %s: epilogue out dtype %s", w->name, qmm_dtype_name(yt));
     QMM_RETURN_IF(M > INT64_MAX / ldacc / 4 || M > INT64_MAX / ldy / (int64_t)qmm_dtype_size(yt), QMM_ERR_UNSUPPORTED,
                   "layer %s: epilogue M=%lld with ldacc=%lld, ldy=%lld too large (byte sizes overflow)", w->name,
                   (long long)M, (long long)ldacc, (long long)ldy);

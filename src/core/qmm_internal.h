@@ -36,11 +36,17 @@ qmm_status qmm_fail(qmm_status st, const char *fmt, ...)
 #endif
     ;
 void qmm_clear_error(void);
+/* The longest message the library writes: a layer name (128), its shape and M, and every
+ * engine's name with its full reason (qmm_linear's "no engine admits it"). */
+#define QMM_ERROR_MAX (256 + QMM_ENGINE_MAX * (QMM_REASON_MAX + 32))
 
 #define QMM_RETURN_IF(cond, st, ...) \
     do { if (cond) return qmm_fail((st), __VA_ARGS__); } while (0)
 #define QMM_FORWARD_IF_ERROR(expr) \
     do { qmm_status st_ = (expr); if (st_ != QMM_OK) return st_; } while (0)
+
+/* F32, F16 or BF16: the dtypes of activations, outputs and float weights */
+static inline int qmm_dtype_is_float(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
 
 /* ---------------------------------------------------------------- memory */
 void *qmm_aligned_alloc(size_t bytes);   /* 64-byte aligned, NULL on failure (or overflow) */
@@ -165,12 +171,10 @@ typedef struct qmm_call {
     const void *residual_scale;     /* [N] of y_dtype */
 } qmm_call;
 
-typedef enum qmm_engine_kind { QMM_KIND_REF = 0, QMM_KIND_INT8 = 1, QMM_KIND_FLOAT = 2 } qmm_engine_kind;
-
 typedef struct qmm_engine {
     qmm_engine_id id;
     const char *name;
-    qmm_engine_kind kind;
+    qmm_engine_kind kind;        /* qmm.h */
     qmm_isa isa;                 /* level needed (for the ISA cap) */
     uint32_t cpu_features;       /* QMM_CPU_* bits needed */
     int built;                   /* 0 if the compiler could not build it */

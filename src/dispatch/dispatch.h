@@ -41,7 +41,7 @@ void qmm_plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p);
  * int8_only): engines with the same reason are listed together so that a reason shared by all
  * (an ISA cap, say) is written once. buf holds QMM_REASONS_TEXT_MAX bytes: every engine's name and
  * its own reason always fit, so the message never loses its end. */
-#define QMM_REASONS_TEXT_MAX (QMM_ENGINE_COUNT * (QMM_REASON_MAX + 32))
+#define QMM_REASONS_TEXT_MAX (QMM_ENGINE_TABLE_LEN * (QMM_REASON_MAX + 32))
 void qmm_plan_reasons_text(const qmm_plan_info *p, int int8_only, char buf[QMM_REASONS_TEXT_MAX]);
 
 #endif /* QMM_DISPATCH_H */

@@ -79,6 +79,16 @@ void qmm_plan_reasons_text(const qmm_plan_info *p, int int8_only, char buf[QMM_R
     }
 }
 
+int qmm_plan_admits(const qmm_plan_info *p, qmm_engine_id e) {
+    return p && (unsigned)e < QMM_ENGINE_MAX && p->admitted[e];
+}
+
+const char *qmm_plan_reason(const qmm_plan_info *p, qmm_engine_id e) {
+    if (!p || (unsigned)e >= QMM_ENGINE_MAX || p->admitted[e]) return "";
+    const char *r = p->reason[e];
+    return memchr(r, 0, QMM_REASON_MAX) ? r : ""; /* a reason is always terminated; a foreign struct may not be */
+}
+
 size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size) {
     char tmp[64];
     if (!buf) size = 0;
