@@ -168,6 +168,24 @@ static qmm_status residual_copy_if_overlapping(qmm_context *ctx, qmm_call *c) {
     return QMM_OK;
 }
 
+/* The error of an AUTO call that dispatch refused (no engine admits it, or strict policy and a
+ * fallback), with every refusing engine's reason: the full plan, made only here. */
+static qmm_status refusal(const qmm_context *ctx, qmm_call *c) {
+    const qmm_weight *w = c->w;
+    qmm_plan_info p;
+    char reasons[QMM_REASONS_TEXT_MAX];
+    qmm_plan_call(ctx, c, &p);
+    qmm_plan_reasons_text(&p, p.status == QMM_ERR_FALLBACK_REFUSED, reasons);
+    if (p.status == QMM_ERR_FALLBACK_REFUSED)
+        return qmm_fail(QMM_ERR_FALLBACK_REFUSED, "layer %s [%lld, %lld] M=%lld: would fall back to %s (strict policy): %s",
+                        w->name, (long long)w->N, (long long)w->K, (long long)c->M, qmm_engine_name(p.engine), reasons);
+    if (p.status == QMM_ERR_NO_ENGINE)
+        return qmm_fail(QMM_ERR_NO_ENGINE, "layer %s [%lld, %lld] M=%lld: no engine admits it: %s", w->name,
+                        (long long)w->N, (long long)w->K, (long long)c->M, reasons);
+    return qmm_fail(QMM_ERR_INTERNAL, "layer %s [%lld, %lld] M=%lld: dispatch refused a call its plan admits (%s)",
+                    w->name, (long long)w->N, (long long)w->K, (long long)c->M, qmm_engine_name(p.engine));
+}
+
 qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args) {
     QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_linear: ctx is NULL");
     qmm_call c;
@@ -191,25 +209,19 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
                             (long long)w->N, (long long)w->K, (long long)c.M, e->name, r);
         }
     } else {
-        qmm_plan_info p;
-        qmm_plan_call(ctx, &c, &p);
-        if (p.status != QMM_OK) {
-            char reasons[QMM_REASONS_TEXT_MAX];
-            qmm_plan_reasons_text(&p, p.status == QMM_ERR_FALLBACK_REFUSED, reasons);
+        /* the choice alone (cached on the weight); every engine's reason only when a message needs them */
+        e = qmm_engine_get(qmm_plan_choose(ctx, &c));
+        fallback = c.fallback;
+        if (!e || (fallback && ctx->fallback == QMM_FALLBACK_STRICT)) {
             ctx->counters.errors++;
-            if (p.status == QMM_ERR_FALLBACK_REFUSED)
-                return qmm_fail(QMM_ERR_FALLBACK_REFUSED,
-                                "layer %s [%lld, %lld] M=%lld: would fall back to %s (strict policy): %s", w->name,
-                                (long long)w->N, (long long)w->K, (long long)c.M, qmm_engine_name(p.engine), reasons);
-            return qmm_fail(QMM_ERR_NO_ENGINE, "layer %s [%lld, %lld] M=%lld: no engine admits it: %s", w->name,
-                            (long long)w->N, (long long)w->K, (long long)c.M, reasons);
+            return refusal(ctx, &c);
         }
-        e = qmm_engine_get(p.engine);
-        fallback = p.is_fallback;
         if (fallback) {
-            qmm_weight *mw = (qmm_weight *)w; /* the once-flag is the weight's only mutable state */
+            qmm_weight *mw = (qmm_weight *)w; /* the once-flag, with the plan cache, is the weight's mutable state */
             if (ctx->verbose && atomic_exchange(&mw->fallback_logged, 1) == 0) {
+                qmm_plan_info p;
                 char reasons[QMM_REASONS_TEXT_MAX];
+                qmm_plan_call(ctx, &c, &p);
                 qmm_plan_reasons_text(&p, 1, reasons);
                 qmm_log(ctx, "fallback: layer %s [%lld, %lld] runs W8A16 on %s: %s", w->name, (long long)w->N,
                         (long long)w->K, e->name, reasons);

@@ -82,6 +82,8 @@ struct qmm_context {
     int max_isa;
     int verbose;
     uint32_t disabled_engines;
+    uint32_t usable_engines;     /* bit (1u << id): usable here under max_isa and disabled_engines
+                                    (qmm_engine_usable), fixed at creation; what AUTO may choose */
     qmm_pool *pool;
     /* scratch arenas: grow, never shrink; no allocation once the largest call was seen */
     void *scratch[QMM_SCRATCH_SLOTS];
@@ -135,6 +137,14 @@ static inline int8_t qmm_packed_i8_at(const qmm_packed_i8 *p, int64_t n, int64_t
     return p->data[((n / 16) * (p->Kp / 4) + k / 4) * 64 + (n % 16) * 4 + k % 4];
 }
 
+/* The engines AUTO dispatch chose for this weight, one per call class (dispatch.h,
+ * qmm_plan_choose): each slot one self-contained word (class and choice), written and read
+ * atomically, so contexts on any threads share it without a lock. Zero: empty. */
+#define QMM_PLAN_CACHE_SLOTS 4
+typedef struct qmm_plan_cache {
+    _Atomic uint64_t slot[QMM_PLAN_CACHE_SLOTS];
+} qmm_plan_cache;
+
 struct qmm_weight {
     char name[128];
     int64_t N, K;            /* K: the GEMM depth (input width after the activation) */
@@ -150,6 +160,7 @@ struct qmm_weight {
     qmm_dtype fdtype;
     qmm_packed_f fp;
     atomic_int fallback_logged;
+    qmm_plan_cache plan_cache;   /* dispatch's choices (zero at creation) */
 };
 
 /* ---------------------------------------------------------------- engines */
@@ -179,7 +190,9 @@ typedef struct qmm_engine {
     uint32_t cpu_features;       /* QMM_CPU_* bits needed */
     int built;                   /* 0 if the compiler could not build it */
     /* Admission: NULL if the engine can run this call, else a short reason (written into
-     * why[0..n) or a static string). Runs the engine's real rules; cheap. */
+     * why[0..n) or a static string). Runs the engine's real rules; cheap. It reads only the
+     * weight and the call class — M, x_dtype, y_dtype and whether token_scales_in is given —
+     * because dispatch caches its verdicts per class (dispatch.h, qmm_plan_choose). */
     const char *(*admit)(const qmm_call *c, char *why, size_t n);
     /* Runs the call. Preconditions: admitted; buffers validated by qmm_linear. */
     qmm_status (*run)(qmm_context *ctx, const qmm_call *c);
@@ -201,6 +214,8 @@ extern const qmm_engine qmm_engine_avx2_f32;
 int qmm_env_max_isa(void);   /* QMM_MAX_ISA parsed, -1 if unset/unknown */
 /* Availability on this machine under a cap (hardware, OS permission, build, cap, disabled). */
 int qmm_engine_usable(const qmm_engine *e, int max_isa, uint32_t disabled, char *why, size_t n);
+/* Bit (1u << id) for every engine usable under the cap and disabled set (qmm_context.usable_engines). */
+uint32_t qmm_engines_usable(int max_isa, uint32_t disabled);
 
 /* The deepest K an int8 engine runs: 128 * 128 * K must fit an int32 accumulator exactly
  * (activations reach -128; weights not from qmm's quantizer may hold -128). */

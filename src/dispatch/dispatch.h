@@ -37,6 +37,13 @@ const qmm_engine_row *qmm_engine_row_of(qmm_engine_id id);
  * strict mode, OK). On return c->fallback is p->is_fallback. */
 void qmm_plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p);
 
+/* The engine AUTO dispatch runs call c with on ctx — the choice of qmm_plan_call, without its
+ * reasons: the first engine of ctx->usable_engines whose admit() admits c, int8 engines first,
+ * then float ones; QMM_ENGINE_AUTO if none. Sets c->fallback. The choice is cached on the weight
+ * per call class (M, x and y dtypes, token_scales_in given or not, ctx->usable_engines: all that
+ * admit() and usability read), so a repeated call costs one lookup. */
+qmm_engine_id qmm_plan_choose(const qmm_context *ctx, qmm_call *c);
+
 /* "amx_int8, amx_bf16: no AMX; avx512_vnni: ..." for the refusing engines (of one kind when
  * int8_only): engines with the same reason are listed together so that a reason shared by all
  * (an ISA cap, say) is written once. buf holds QMM_REASONS_TEXT_MAX bytes: every engine's name and

@@ -122,6 +122,15 @@ int qmm_engine_usable(const qmm_engine *e, int max_isa, uint32_t disabled, char 
     return 1;
 }
 
+uint32_t qmm_engines_usable(int max_isa, uint32_t disabled) {
+    uint32_t m = 0;
+    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
+        const qmm_engine *e = qmm_engine_table[i].engine;
+        if (qmm_engine_usable(e, max_isa, disabled, NULL, 0)) m |= 1u << e->id;
+    }
+    return m;
+}
+
 int qmm_env_max_isa(void) {
     const char *s = getenv("QMM_MAX_ISA");
     if (!s || !*s) return -1;
