@@ -168,6 +168,13 @@ static qmm_status residual_copy_if_overlapping(qmm_context *ctx, qmm_call *c) {
     return QMM_OK;
 }
 
+/* Does the message already name the layer? The library's messages about a layer begin
+ * "layer NAME" followed by a space or a colon. */
+static int names_layer(const char *msg, const char *name) {
+    const size_t n = strlen(name);
+    return strncmp(msg, "layer ", 6) == 0 && strncmp(msg + 6, name, n) == 0 && (msg[6 + n] == ' ' || msg[6 + n] == ':');
+}
+
 /* The error of an AUTO call that dispatch refused (no engine admits it, or strict policy and a
  * fallback), with every refusing engine's reason: the full plan, made only here. */
 static qmm_status refusal(const qmm_context *ctx, qmm_call *c) {
@@ -236,12 +243,17 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
      * y); the float path adds it after writing y, from a copy when the two overlap */
     const int residual_after = c.residual && !(w->is_int8 && e->kind != QMM_KIND_FLOAT);
     if (st == QMM_OK && residual_after) st = residual_copy_if_overlapping(ctx, &c);
+    _Atomic(const char *) bug = NULL;
+    c.bug = &bug;
     if (st == QMM_OK) st = e->run(ctx, &c);
+    if (st == QMM_OK && atomic_load(&bug))
+        st = qmm_fail(QMM_ERR_INTERNAL, "layer %s [%lld, %lld] M=%lld on %s: %s (a bug in qmm: please report this message)",
+                      w->name, (long long)w->N, (long long)w->K, (long long)c.M, e->name, atomic_load(&bug));
     if (st == QMM_OK && residual_after) st = residual_pass(ctx, &c);
     if (st != QMM_OK) {
         ctx->counters.errors++;
-        if (!strstr(qmm_last_error(), w->name)) { /* e.g. a scratch allocation: name the layer */
-            char msg[256 + QMM_ENGINE_COUNT * (QMM_REASON_MAX + 32)];
+        if (!names_layer(qmm_last_error(), w->name)) { /* e.g. a scratch allocation: name the layer */
+            char msg[QMM_ERROR_MAX];
             snprintf(msg, sizeof msg, "%s", qmm_last_error());
             return qmm_fail(st, "layer %s [%lld, %lld] M=%lld on %s: %s", w->name, (long long)w->N, (long long)w->K,
                             (long long)c.M, e->name, msg);

@@ -180,7 +180,15 @@ typedef struct qmm_call {
     qmm_epilogue epilogue;
     const void *residual; int64_t ldr; /* [M, ldr] of y_dtype, or NULL */
     const void *residual_scale;     /* [N] of y_dtype */
+    _Atomic(const char *) *bug;     /* where a kernel reports an impossible case (qmm_call_bug), or NULL */
 } qmm_call;
+
+/* A kernel met a case its preconditions exclude (a bug in qmm): recorded on the call from any
+ * thread, and qmm_linear then fails with QMM_ERR_INTERNAL naming `what` (a static string). The
+ * library never aborts. */
+static inline void qmm_call_bug(const qmm_call *c, const char *what) {
+    if (c->bug) atomic_store(c->bug, what);
+}
 
 typedef struct qmm_engine {
     qmm_engine_id id;
