@@ -33,8 +33,8 @@ library_path = L.PATH
 
 _DTYPES = {"f32": L.F32, "float32": L.F32, "f16": L.F16, "float16": L.F16, "bf16": L.BF16,
            "bfloat16": L.BF16, "i8": L.I8, "int8": L.I8, "i32": L.I32, "int32": L.I32}
-_ACTS = {None: L.ACT_NONE, "none": L.ACT_NONE, "swiglu": L.ACT_SWIGLU,
-         "gelu_tanh": L.ACT_GELU_TANH, "rms_norm": L.ACT_RMS_NORM, "situ": L.ACT_SITU}
+_ACTS = {None: L.ACT_NONE}
+_ACTS.update({L.qmm_act_name(a).decode(): a for a in range(L.ACT_COUNT)})   # the library's names
 
 
 class QmmError(RuntimeError):
