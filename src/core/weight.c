@@ -1,7 +1,7 @@
 /*
  * weight.c — weight handles: an int8 weight copied once into the shared n16k4 packing (see
- * qmm_internal.h) with its fp32 scales and bias, or a float weight; then each usable engine's
- * pack hook builds any extra layout it needs. Also SPEC §2: quantizing a float matrix to int8
+ * qmm_internal.h), the one layout every engine reads, with its fp32 scales and bias, or a float
+ * weight in its packed float layout. Also SPEC §2: quantizing a float matrix to int8
  * (optionally rotated with H_g) and dequantizing it back.
  */
 #include "numerics.h"
