@@ -428,6 +428,18 @@ static void test_linear(qmm_context *ctx, qmm_context *ctx2) {
     EXPECT(qmm_engine_get_info(qmm_engine_count(), &ei), QMM_ERR_INVALID_ARGUMENT, "the library has");
     EXPECT(qmm_engine_get_info(0, NULL), QMM_ERR_INVALID_ARGUMENT, "out is NULL");
     EXPECT(qmm_convert(NULL, QMM_F32, big, QMM_F32, 1), QMM_ERR_INVALID_ARGUMENT, "src is NULL");
+    TU_CHECK(!strcmp(qmm_engine_regime(QMM_ENGINE_AMX_INT8, NULL, 4), "") &&
+                 !strcmp(qmm_engine_regime(QMM_ENGINE_AMX_INT8, w, 0), "") &&
+                 !strcmp(qmm_engine_regime(QMM_ENGINE_AVX2_INT8, w, 4), "") &&
+                 !strcmp(qmm_engine_regime(QMM_ENGINE_AMX_INT8, w, 4), "decode") &&
+                 !strcmp(qmm_engine_regime(QMM_ENGINE_AMX_INT8, w, INT64_MAX), "blocked"),
+             "engine regime");
+    EXPECT(qmm_engine_tuning(QMM_ENGINE_AMX_INT8, NULL, 8), QMM_ERR_INVALID_ARGUMENT, "buf is NULL");
+    TU_CHECK(qmm_engine_tuning(QMM_ENGINE_AVX2_INT8, big, sizeof big) == QMM_OK && big[0] == 0, "tuning of avx2_int8");
+    setenv("QMM_AMX_BLOCKING", "kc=7", 1);
+    EXPECT(qmm_engine_tuning(QMM_ENGINE_AMX_BF16, big, sizeof big), QMM_ERR_INVALID_ARGUMENT, "kc=7");
+    TU_CHECK(strstr(big, "kc=512") != NULL, "an invalid QMM_AMX_BLOCKING shows the defaults: %s", big);
+    unsetenv("QMM_AMX_BLOCKING");
     EXPECT(qmm_convert(big, QMM_I8, big, QMM_F32, 1), QMM_ERR_UNSUPPORTED, "i8 to f32");
     EXPECT(qmm_convert(big, QMM_F32, big, QMM_F32, -1), QMM_ERR_INVALID_ARGUMENT, "n=-1");
 
