@@ -173,6 +173,9 @@ def _engines():
 
 
 ENGINES = _engines()
+# one past the largest engine id of the library: range(ENGINE_COUNT) walks every id (arrays are
+# ENGINE_MAX long); ENGINES is the table itself
+ENGINE_COUNT = 1 + max([ENGINE_REF] + [e["id"] for e in ENGINES])
 
 # Kitchen-exact per-row quantization (the kitchen's quantize_* functions); newer libraries only.
 qmm_quantize_rows = _fn("qmm_quantize_rows", c_int, c_void_p, c_void_p, c_int, c_int64, c_int64,
