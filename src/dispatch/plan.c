@@ -26,9 +26,9 @@ static qmm_engine_id walk(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p)
             if ((int)e->kind != kind) continue;
             c->fallback = kind == QMM_KIND_FLOAT && c->w->is_int8;
             char why[QMM_REASON_MAX];
-            const char *r;
-            if (p) r = qmm_engine_usable(e, ctx->max_isa, ctx->disabled_engines, why, sizeof why) ? e->admit(c, why, sizeof why) : why;
-            else r = ctx->usable_engines & (1u << e->id) ? e->admit(c, why, sizeof why) : "unusable";
+            const int usable = p ? qmm_engine_usable(e, ctx->max_isa, ctx->disabled_engines, why, sizeof why)
+                                 : (int)((ctx->usable_engines >> e->id) & 1u);
+            const char *r = usable ? e->admit(c, why, sizeof why) : p ? why : "unusable";
             if (r) {
                 if (p) snprintf(p->reason[e->id], QMM_REASON_MAX, "%s", r);
                 continue;
@@ -74,7 +74,8 @@ static int cache_key(const qmm_context *ctx, const qmm_call *c, uint64_t *key) {
 
 qmm_engine_id qmm_plan_choose(const qmm_context *ctx, qmm_call *c) {
     _Static_assert(QMM_ENGINE_MAX <= 32 && QMM_DTYPE_COUNT <= 8, "the cache word's fields (qmm.h)");
-    qmm_plan_cache *cache = (qmm_plan_cache *)&c->w->plan_cache; /* the weight's only mutable state, with fallback_logged */
+    /* a weight is immutable but for this cache and fallback_logged, both atomic */
+    qmm_plan_cache *cache = (qmm_plan_cache *)&c->w->plan_cache;
     uint64_t key = 0;
     const int cacheable = cache_key(ctx, c, &key);
     if (cacheable) {
