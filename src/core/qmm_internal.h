@@ -199,8 +199,9 @@ typedef struct qmm_engine {
     int built;                   /* 0 if the compiler could not build it */
     /* Admission: NULL if the engine can run this call, else a short reason (written into
      * why[0..n) or a static string). Runs the engine's real rules; cheap. It reads only the
-     * weight and the call class — M, x_dtype, y_dtype and whether token_scales_in is given —
-     * because dispatch caches its verdicts per class (dispatch.h, qmm_plan_choose). */
+     * weight (has_neg128 is part of the cache key) and the call class — M, x_dtype, y_dtype and
+     * whether token_scales_in is given — because dispatch caches its verdicts per class
+     * (dispatch.h, qmm_plan_choose). */
     const char *(*admit)(const qmm_call *c, char *why, size_t n);
     /* Runs the call. Preconditions: admitted; buffers validated by qmm_linear. */
     qmm_status (*run)(qmm_context *ctx, const qmm_call *c);

@@ -41,8 +41,9 @@ void qmm_plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p);
 /* The engine AUTO dispatch runs call c on, for ctx — the choice of qmm_plan_call without its
  * reasons: the first engine of ctx->usable_engines whose admit() admits c, int8 engines first,
  * then float ones; QMM_ENGINE_AUTO if none. Sets c->fallback. The choice is cached on the weight
- * per call class (M, x and y dtypes, token_scales_in given or not, ctx->usable_engines: all that
- * admit() and usability read), so a repeated call costs one lookup. */
+ * per call class (M, x and y dtypes, token_scales_in given or not, the weight's has_neg128,
+ * ctx->usable_engines: all that admit() and usability read that a weight does not fix), so a
+ * repeated call costs one lookup. */
 qmm_engine_id qmm_plan_choose(const qmm_context *ctx, qmm_call *c);
 
 /* "amx_int8, amx_bf16: no AMX; avx512_vnni: ..." for the refusing engines (of one kind when

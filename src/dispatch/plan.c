@@ -59,16 +59,21 @@ void qmm_plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p) {
 /* A call class and dispatch's choice for it in one 64-bit word (qmm_plan_cache):
  *   bits  0..31  ctx->usable_engines          bits 39..43  the chosen engine id
  *   bits 32..34  x_dtype                      bit  44      the choice is a fallback
- *   bits 35..37  y_dtype                      bits 45..62  M (classes with M < 2^18 only)
- *   bit  38      token_scales_in given        bit  63      the slot is full */
-enum { CACHE_M_BITS = 18 };
+ *   bits 35..37  y_dtype                      bits 45..61  M (classes with M < 2^17 only)
+ *   bit  38      token_scales_in given        bit  62      w->has_neg128
+ *                                             bit  63      the slot is full
+ * has_neg128 is the one weight property an admit() reads (avx2_int8) that is not fixed by the
+ * weight's shape and kind; it is in the key so that a weight whose int8 values are read anew per
+ * call can never reuse a choice made for other values. */
+enum { CACHE_M_BITS = 17 };
 #define CACHE_FULL ((uint64_t)1 << 63)
 #define CACHE_CHOICE_MASK ((uint64_t)0x3f << 39)
 
 static int cache_key(const qmm_context *ctx, const qmm_call *c, uint64_t *key) {
     if (c->M >= ((int64_t)1 << CACHE_M_BITS) || (unsigned)c->x_dtype > 7 || (unsigned)c->y_dtype > 7) return 0;
     *key = CACHE_FULL | (uint64_t)ctx->usable_engines | (uint64_t)c->x_dtype << 32 | (uint64_t)c->y_dtype << 35 |
-           (uint64_t)(c->token_scales_in != NULL) << 38 | (uint64_t)c->M << 45;
+           (uint64_t)(c->token_scales_in != NULL) << 38 | (uint64_t)c->M << 45 |
+           (uint64_t)(c->w->has_neg128 != 0) << 62;
     return 1;
 }
 
