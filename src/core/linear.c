@@ -1,9 +1,10 @@
 /*
- * linear.c — the linear call: validate the arguments, ask dispatch for the plan
+ * linear.c — the linear call: validate the arguments, ask dispatch for the engine
  * (dispatch/plan.c: the engines best-first, the first that admits; a float engine on the same
- * CPU only when no int8 engine admits), run it, count it (a fallback is counted, logged once per
- * weight, refused in strict mode), and never pick the scalar reference unless asked for by name.
- * Also the SPEC §6 building blocks (amax, epilogue).
+ * CPU only when no int8 engine admits; the choice cached on the weight per call class, every
+ * engine's reason made only for a message), run it, count it (a fallback is counted, logged once
+ * per weight, refused in strict mode), and never pick the scalar reference unless asked for by
+ * name. Also qmm_plan and the SPEC §6 building blocks (amax, epilogue).
  */
 #include "dispatch.h"
 #include "numerics.h"
