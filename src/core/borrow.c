@@ -11,7 +11,6 @@
 #include "numerics.h"
 #include "qmm_internal.h"
 
-#include <string.h>
 
 qmm_status qmm_weight_for_call(qmm_context *ctx, const qmm_weight *w, qmm_weight *view, const qmm_weight **out) {
     if (!w->borrowed) {
@@ -21,7 +20,7 @@ qmm_status qmm_weight_for_call(qmm_context *ctx, const qmm_weight *w, qmm_weight
     const int64_t N = w->N;
     void *buf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_WEIGHT, (size_t)N * 8, &buf));
-    memcpy(view, w, sizeof *view);
+    qmm_weight_copy_plain(view, w);
     float *scale = buf, *bias = scale + N;
     for (int64_t n = 0; n < N; n++) scale[n] = w->borrow.scale[w->borrow.n_scale == 1 ? 0 : n];
     view->scale = scale;

@@ -174,7 +174,7 @@ static const qmm_weight *borrowed_block(const qmm_call *c, const qmm_fgemm *g, i
         pack(w->borrow.data + n * w->borrow.ld, w->borrow.ld, c->N - n < 16 ? (int)(c->N - n) : 16, k0, k1,
              pb + b * nq * 64, nq);
     }
-    memcpy(pv, w, sizeof *pv);
+    qmm_weight_copy_plain(pv, w);
     pv->i8.data = pb;
     pv->i8.Kp = nq * 4;
     pv->i8.Np = nbk * 16;

@@ -36,11 +36,17 @@ qmm_status qmm_fail(qmm_status st, const char *fmt, ...)
 #endif
     ;
 void qmm_clear_error(void);
+/* The longest message the library writes: a layer name (128), its shape and M, and every
+ * engine's name with its full reason (qmm_linear's "no engine admits it"). */
+#define QMM_ERROR_MAX (256 + QMM_ENGINE_MAX * (QMM_REASON_MAX + 32))
 
 #define QMM_RETURN_IF(cond, st, ...) \
     do { if (cond) return qmm_fail((st), __VA_ARGS__); } while (0)
 #define QMM_FORWARD_IF_ERROR(expr) \
     do { qmm_status st_ = (expr); if (st_ != QMM_OK) return st_; } while (0)
+
+/* F32, F16 or BF16: the dtypes of activations, outputs and float weights */
+static inline int qmm_dtype_is_float(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
 
 /* ---------------------------------------------------------------- memory */
 void *qmm_aligned_alloc(size_t bytes);   /* 64-byte aligned, NULL on failure (or overflow) */
@@ -76,6 +82,8 @@ struct qmm_context {
     int max_isa;
     int verbose;
     uint32_t disabled_engines;
+    uint32_t usable_engines;     /* bit (1u << id): usable here under max_isa and disabled_engines
+                                    (qmm_engine_usable), fixed at creation; what AUTO may choose */
     qmm_pool *pool;
     /* scratch arenas: grow, never shrink; no allocation once the largest call was seen */
     void *scratch[QMM_SCRATCH_SLOTS];
@@ -135,6 +143,14 @@ static inline int8_t qmm_packed_i8_at(const qmm_packed_i8 *p, int64_t n, int64_t
  * weight is -128. The copy of qmm_weight_create_int8. */
 int qmm_pack_i8_rows(const int8_t *W, int64_t ld, int64_t N, int64_t K, int64_t n0, int64_t n1, qmm_packed_i8 *p);
 
+/* The engines AUTO dispatch chose for this weight, one per call class (dispatch.h,
+ * qmm_plan_choose): each slot one self-contained word (class and choice), written and read
+ * atomically, so contexts on any threads share it without a lock. Zero: empty. */
+#define QMM_PLAN_CACHE_SLOTS 4
+typedef struct qmm_plan_cache {
+    _Atomic uint64_t slot[QMM_PLAN_CACHE_SLOTS];
+} qmm_plan_cache;
+
 struct qmm_weight {
     char name[128];
     int64_t N, K;            /* K: the GEMM depth (input width after the activation) */
@@ -162,8 +178,18 @@ struct qmm_weight {
     /* float weights (is_int8 == 0): fdtype BF16 or F32 (F16 is widened to F32) */
     qmm_dtype fdtype;
     qmm_packed_f fp;
+    /* shared mutable state, last: a call's view copies only the fields above (qmm_weight_copy_plain) */
     atomic_int fallback_logged;
+    qmm_plan_cache plan_cache;   /* dispatch's choices (zero at creation) */
 };
+
+/* *dst = the immutable fields of src (everything before fallback_logged), the shared mutable
+ * state zero: a per-call view of a weight, never read atomically by anyone else. */
+static inline void qmm_weight_copy_plain(qmm_weight *dst, const qmm_weight *src) {
+    const size_t plain = offsetof(qmm_weight, fallback_logged);
+    __builtin_memcpy(dst, src, plain);
+    __builtin_memset((char *)dst + plain, 0, sizeof *dst - plain);
+}
 
 /* ---------------------------------------------------------------- engines */
 /* What an engine is asked to run: the weight and one call's arguments, validated. */
@@ -182,19 +208,28 @@ typedef struct qmm_call {
     qmm_epilogue epilogue;
     const void *residual; int64_t ldr; /* [M, ldr] of y_dtype, or NULL */
     const void *residual_scale;     /* [N] of y_dtype */
+    _Atomic(const char *) *bug;     /* where a kernel reports an impossible case (qmm_call_bug), or NULL */
 } qmm_call;
 
-typedef enum qmm_engine_kind { QMM_KIND_REF = 0, QMM_KIND_INT8 = 1, QMM_KIND_FLOAT = 2 } qmm_engine_kind;
+/* A kernel met a case its preconditions exclude (a bug in qmm): recorded on the call from any
+ * thread, and qmm_linear then fails with QMM_ERR_INTERNAL naming `what` (a static string). The
+ * library never aborts. */
+static inline void qmm_call_bug(const qmm_call *c, const char *what) {
+    if (c->bug) atomic_store(c->bug, what);
+}
 
 typedef struct qmm_engine {
     qmm_engine_id id;
     const char *name;
-    qmm_engine_kind kind;
+    qmm_engine_kind kind;        /* qmm.h */
     qmm_isa isa;                 /* level needed (for the ISA cap) */
     uint32_t cpu_features;       /* QMM_CPU_* bits needed */
     int built;                   /* 0 if the compiler could not build it */
     /* Admission: NULL if the engine can run this call, else a short reason (written into
-     * why[0..n) or a static string). Runs the engine's real rules; cheap. */
+     * why[0..n) or a static string). Runs the engine's real rules; cheap. It reads only the
+     * weight (has_neg128 is part of the cache key) and the call class — M, x_dtype, y_dtype and
+     * whether token_scales_in is given — because dispatch caches its verdicts per class
+     * (dispatch.h, qmm_plan_choose). */
     const char *(*admit)(const qmm_call *c, char *why, size_t n);
     /* Runs the call. Preconditions: admitted; buffers validated by qmm_linear. An int8 weight
      * is owned (w->i8.data: the n16k4 packing) or borrowed (w->i8.data NULL: the engine reads
@@ -218,6 +253,8 @@ extern const qmm_engine qmm_engine_avx2_f32;
 int qmm_env_max_isa(void);   /* QMM_MAX_ISA parsed, -1 if unset/unknown */
 /* Availability on this machine under a cap (hardware, OS permission, build, cap, disabled). */
 int qmm_engine_usable(const qmm_engine *e, int max_isa, uint32_t disabled, char *why, size_t n);
+/* Bit (1u << id) for every engine usable under the cap and disabled set (qmm_context.usable_engines). */
+uint32_t qmm_engines_usable(int max_isa, uint32_t disabled);
 
 /* The deepest K an int8 engine runs: 128 * 128 * K must fit an int32 accumulator exactly
  * (activations reach -128; weights not from qmm's quantizer may hold -128). */

@@ -237,7 +237,7 @@ static void vnni_tile(int mr, int nr, const vnni_job *j, const uint8_t *a, const
     }
     switch (mr * 8 + nr) {
         K_ROW(1) K_ROW(2) K_ROW(3) K_ROW(4) K_ROW(5) K_ROW(6)
-    default: break;
+    default: qmm_call_bug(j->c, "avx512_vnni: a tile beyond 6 rows x 3 blocks reached the C kernels"); break;
     }
 }
 
