@@ -18,7 +18,8 @@
  *     once: both exact;
  *   - bad descriptors: an error status whose message names the field;
  *   - no read past the caller's memory: W, its scales and its bias each end at a page followed by
- *     a PROT_NONE page (an over-read is a SIGSEGV, with or without ASan), every engine, K tails.
+ *     a PROT_NONE page (an over-read is a SIGSEGV, with or without ASan), every engine (the AMX
+ *     ones emulated, each regime), K tails.
  * An unavailable engine prints "skipped: <engine>: <why>". QMM_TEST_QUICK=1: fewer cases.
  */
 #define _GNU_SOURCE /* pthread barriers, MAP_ANONYMOUS */
@@ -463,6 +464,24 @@ static void check_guard_pages(void) {
             const qmm_engine_id e = i < 0 ? QMM_ENGINE_REF : g_eng[i];
             if (i >= 0 && !g_avail[e]) continue;
             (void)run(g_ctx, wb, &L, y, e); /* refused or run: no fault either way */
+        }
+        /* the emulated AMX engines, each regime */
+        for (int want = QMM_AMX_DECODE; want <= QMM_AMX_BLOCKED && wb; want++) {
+            if (want == QMM_AMX_DECODE ? L.M > 32 : L.M < 2) continue;
+            const qmm_engine *amx[2] = {&qmm_engine_amx_int8_emu, &qmm_engine_amx_bf16_emu};
+            for (int i = 0; i < 2; i++) {
+                qmm_weight view;
+                qmm_call c;
+                memset(&c, 0, sizeof c);
+                TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, &view, &c.w));
+                c.M = L.M; c.N = L.N; c.K = L.K; c.K_in = L.K;
+                c.x = L.x; c.x_dtype = L.xt; c.ldx = L.Kin;
+                c.y = y; c.y_dtype = QMM_F32; c.ldy = L.N;
+                c.fallback = i == 1;
+                force_regime(want, L.M);
+                TU_CHECK_OK(amx[i]->run(g_ctx, &c));
+                qmm_amx_blocking_emu = qmm_amx_blocking_default();
+            }
         }
         TU_CHECK(1, "guard pages %lldx%lldx%lld", (long long)L.M, (long long)L.N, (long long)L.K);
         free(y);
