@@ -9,7 +9,8 @@
 
 #include <string.h>
 
-/* rows [r0, r1): a = q ^ 0x80 in place (u8 engines), and the one-pass copy ap [kq][wrows][4] */
+/* rows [r0, r1): a = q ^ 0x80 in place (u8 engines), and the one-pass copy ap [kq][wrows][4]; in
+ * the rows regime instead qsum[r] = Σ_k q[r][k] (a stays q) */
 static void flip_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     (void)n_tasks;
     (void)thread;
@@ -18,6 +19,12 @@ static void flip_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t r0 = task * g->rows_per_task, r1 = r0 + g->rows_per_task < M ? r0 + g->rows_per_task : M;
     for (int64_t r = r0; r < r1; r++) {
         uint8_t *row = g->a + r * g->Kp;
+        if (g->qsum) {
+            int32_t sum = 0;
+            for (int64_t k = 0; k < nb; k++) sum += (int8_t)row[k];
+            g->qsum[r] = sum;
+            continue;
+        }
         if (g->e->u8) { /* 8 bytes at a time (rows start 64-byte aligned), then the tail */
             int64_t k = 0;
             for (; k + 8 <= nb; k += 8) {
@@ -94,7 +101,7 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t b1 = b0 + bpt < nblocks ? b0 + bpt : nblocks;
     int32_t *part = g->part + (int64_t)thread * g->mc * e->nc;
     int32_t *cs = g->borrowed ? g->colsums + (int64_t)thread * e->nc : NULL; /* the task's columns */
-    if (g->borrowed && c->M <= e->rows_m) {
+    if (g->rows) {
         e->rows_kernel(g, b0, b1);
         return;
     }
@@ -147,13 +154,13 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     const int64_t M = c->M, Kp = w->i8.Kp;
     const int nt = ctx->n_threads;
     size_t qbytes, pbytes;
-    QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)Kp, &qbytes) || qbytes > SIZE_MAX - (size_t)M * 4, QMM_ERR_UNSUPPORTED,
+    QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)Kp, &qbytes) || qbytes > SIZE_MAX - (size_t)M * 8, QMM_ERR_UNSUPPORTED,
                   "layer %s: M=%lld x Kp=%lld activations too large", w->name, (long long)M, (long long)Kp);
     void *buf, *pbuf;
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 4, &buf));
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 8, &buf));
     const int64_t kq = (c->K + 3) / 4;
-    const int borrowed = w->i8.data == NULL;
-    const int wrows = e->one_pass_rows && !(borrowed && M <= e->rows_m) ? e->one_pass_rows(M) : 0;
+    const int borrowed = w->i8.data == NULL, rows = borrowed && M <= e->rows_m;
+    const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M) : 0;
     const int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4;
     /* rows per task: the engine's mc; a borrowed weight's panels are packed once per task, so up
      * to 2·mc rows (in equal row tasks) while that still leaves two tasks per thread */
@@ -172,6 +179,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, pbytes + apbytes + bbytes, &pbuf));
     int8_t *q = buf;                  /* [M][Kp] */
     float *s = (float *)(q + qbytes); /* [M] (Kp is a multiple of 64: aligned) */
+    int32_t *qsum = (int32_t *)(s + M); /* [M], the rows regime */
     QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, q, Kp, s, 0));
 
     qmm_i8_gemm g;
@@ -194,7 +202,11 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         g.panels = (int8_t *)pbuf + pbytes + apbytes;
         g.colsums = (int32_t *)(g.panels + (size_t)nt * (size_t)panel_bytes);
     }
-    if (e->u8 || g.ap) { /* a few row ranges per thread */
+    if (rows) {
+        g.rows = 1;
+        g.qsum = qsum;
+    }
+    if (e->u8 || g.ap || rows) { /* a few row ranges per thread */
         int64_t tasks = (int64_t)nt * 4 < M ? (int64_t)nt * 4 : M;
         g.rows_per_task = (M + tasks - 1) / tasks;
         tasks = (M + g.rows_per_task - 1) / g.rows_per_task;

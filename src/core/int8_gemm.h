@@ -29,7 +29,8 @@
  *              apart) by the engine's pack() — the u8 column sums and a -128 flag computed while
  *              packing — and run by the same micro-kernels from L1/L2. Each (task, chunk, panel)
  *              is packed once and serves every row tile of the task; for M <= rows_m the
- *              engine's rows_kernel reads the caller's rows directly instead (small M);
+ *              engine's rows_kernel reads the caller's rows directly instead (small M, the rows
+ *              regime: a left as q, its row sums in qsum);
  *   out        token scales copied to c->token_scales when asked.
  * A new int8 engine is its micro-kernel(s), a qmm_i8_engine descriptor, its admit() and one
  * row of the engine table.
@@ -83,10 +84,12 @@ typedef struct qmm_i8_engine {
     int (*one_pass_rows)(int64_t M);
     int64_t (*one_pass)(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1, int32_t *part);
     qmm_i8_pack_fn pack;   /* borrowed weights' panel packing (NULL: qmm_i8_pack_block_ref) */
-    /* Optional, borrowed weights with M <= rows_m: rows_kernel(g, b0, b1) computes the outputs of
-     * 16-column blocks [b0, b1) straight from the caller's rows (w->borrow: each row read once,
-     * front to back; a dot product per (row of W, row of A), column sums on the way) and writes
-     * them; no panel packing. The regime where the weights stream from memory once. */
+    /* Optional, borrowed weights with M <= rows_m (the rows regime): rows_kernel(g, b0, b1)
+     * computes the outputs of 16-column blocks [b0, b1) straight from the caller's rows
+     * (w->borrow: each row read once, front to back, all M rows of A against it) and writes them;
+     * no panel packing. In this regime the driver leaves a = q (s8, zero past K, also for u8
+     * engines) and fills g->qsum (Σ_k q per row). The regime where the weights stream from
+     * memory once. */
     int rows_m;
     void (*rows_kernel)(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 } qmm_i8_engine;
@@ -104,6 +107,8 @@ struct qmm_i8_gemm {
     uint8_t *ap;           /* one-pass regime: [kq][wrows][4], else NULL */
     int wrows;
     int borrowed;          /* the weight is the caller's rows (w->borrow), packed per panel */
+    int rows;              /* the rows regime (borrowed, M <= e->rows_m): a is q (never flipped) */
+    int32_t *qsum;         /* rows regime: [M] Σ_k q[r][k] */
     int8_t *panels;        /* borrowed: [threads][panel_bytes] panel buffers */
     int32_t *colsums;      /* borrowed: [threads][nc] column sums of the thread's task */
     int64_t panel_bytes;

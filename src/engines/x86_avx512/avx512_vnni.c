@@ -265,72 +265,166 @@ static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_
 }
 
 /* ---------------------------------------------------------------- borrowed weights: small M */
+/* The rows regime (M <= ROWS_M): the caller's rows are read in place, each byte once, in a few
+ * long sequential streams, and meet all M rows of q at once. VPDPBUSD takes W as the u8 operand,
+ * flipped (w ^ 0x80 = w + 128), and q (s8: the driver leaves the pre-pass output unflipped in this
+ * regime) as the s8 one: Σ (w + 128)·q = Σ w·q + 128·qsum[i] — a correction per token (the
+ * driver's qsum), no column sums. Two kernels (measured, bench/NOTES.md):
+ *   M <= ROWS_DOT_M  row dot products (rows_dot): R rows of W at once, R streams over equal runs
+ *                    of the task's rows (stream r: rows n0 + r·len + j; with ld == K each a
+ *                    sequential run of len·K bytes), each prefetched ROWS_PF bytes ahead into
+ *                    L2; per 64 bytes of K one load and XOR per row, one 64-byte load of q per
+ *                    token shared by the R rows, R·M VPDPBUSD into R·M accumulators. R (rows_r)
+ *                    is the most that fits 32 registers (R + R·M + 1): more streams and more
+ *                    reuse of each load of q, both measured to matter. The R·M accumulators of a
+ *                    row step go to buf and, per 16 rows of a stream, 16 at a time through hsum16.
+ *   M <= ROWS_M      16 streams transposed in registers (t16_task): a task's 16 blocks, stream r
+ *                    = block r read row after row; per 64 bytes of K the streams' bytes become 16
+ *                    n16k4 quads (qmm_z_n16k4_step) that meet each token's broadcast 4 bytes (the
+ *                    packed kernels' form: each load of q serves 16 columns). Tasks of fewer than
+ *                    16 whole blocks (the weight's last) take rows_dot with R = 1.
+ * The last K bytes of a row are a masked load: nothing past W[n][K-1] is read (masked-off bytes
+ * are 0, flipped 128, against q = 0 past K: nothing added). */
 enum {
-    ROWS_M = 2,       /* up to this M: rows_kernel (M = 3, 4 ran it at 10-11 GB/s per core, the tiles faster) */
-    ROWS_PF = 1024,   /* its prefetch distances, bytes: into L1 */
-    ROWS_PF2 = 8192   /* and into L2 (with ld == K: into the next rows) */
+    ROWS_DOT_M = 8,  /* up to this M: rows_dot */
+    ROWS_M = 12,     /* up to this M: the rows regime (t16 above ROWS_DOT_M) */
+    ROWS_RMAX = 8,   /* the most rows of W per rows_dot step */
+    ROWS_PF = 4096   /* rows_dot's prefetch distance per stream, bytes (into L2) */
 };
 
-/* One row w of W (K bytes) against the M rows of a (u8, lda bytes apart): per 64 bytes of K one
- * load of w (masked at the end: nothing past K is read) and M + 1 VPDPBUSD (the last against
- * ones: the row's sum), alternating two sets of accumulators so the VPDPBUSD latency does not
- * bound the stream. Rows are taken one after the other: with ld == K the weights are one
- * sequential stream from memory (measured faster than 2 or 4 rows at once: bench/NOTES.md),
- * prefetched ROWS_PF bytes ahead into L1 and ROWS_PF2 into L2, never past pf_end (the end of the
- * weight).
- * out[i][jn] = Σ a[i]·w, cs[jn] = Σ w. */
-static inline __attribute__((always_inline)) void rows_dot(const int m, const uint8_t *a, int64_t lda,
-                                                           const int8_t *w, int64_t K, int32_t out[ROWS_M][16],
-                                                           int32_t *cs, int jn, const int8_t *pf_end) {
-    const __m512i ones = _mm512_set1_epi8(1), z = _mm512_setzero_si512();
-    __m512i acc0[ROWS_M], acc1[ROWS_M], s0 = z, s1 = z;
-    for (int i = 0; i < ROWS_M; i++) acc0[i] = acc1[i] = z;
-    int64_t k = 0;
-    for (; k + 128 <= K; k += 128) {
-        if (w + k + ROWS_PF2 + 128 <= pf_end) {
-            _mm_prefetch((const char *)(w + k + ROWS_PF), _MM_HINT_T0);
-            _mm_prefetch((const char *)(w + k + ROWS_PF + 64), _MM_HINT_T0);
-            _mm_prefetch((const char *)(w + k + ROWS_PF2), _MM_HINT_T1);
-            _mm_prefetch((const char *)(w + k + ROWS_PF2 + 64), _MM_HINT_T1);
-        }
-        const __m512i x0 = _mm512_loadu_si512(w + k), x1 = _mm512_loadu_si512(w + k + 64);
-        s0 = dpbusd(s0, ones, x0);
-        s1 = dpbusd(s1, ones, x1);
-        for (int i = 0; i < ROWS_M; i++)
-            if (i < m) {
-                acc0[i] = dpbusd(acc0[i], _mm512_loadu_si512(a + i * lda + k), x0);
-                acc1[i] = dpbusd(acc1[i], _mm512_loadu_si512(a + i * lda + k + 64), x1);
-            }
-    }
-    for (; k < K; k += 64) {
-        const __mmask64 msk = K - k >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (K - k)) - 1;
-        const __m512i x0 = _mm512_maskz_loadu_epi8(msk, w + k);
-        s0 = dpbusd(s0, ones, x0);
-        for (int i = 0; i < ROWS_M; i++)
-            if (i < m) acc0[i] = dpbusd(acc0[i], _mm512_loadu_si512(a + i * lda + k), x0);
-    }
-    cs[jn] = _mm512_reduce_add_epi32(_mm512_add_epi32(s0, s1));
-    for (int i = 0; i < ROWS_M; i++)
-        if (i < m) out[i][jn] = _mm512_reduce_add_epi32(_mm512_add_epi32(acc0[i], acc1[i]));
+/* rows of W per rows_dot step for M tokens (R + R·M + 1 <= 32 zmm) */
+static inline int rows_r(int m) { return m <= 2 ? 8 : m == 3 ? 7 : m == 4 ? 6 : m == 5 ? 5 : m == 6 ? 4 : 3; }
+
+/* r[j] = Σ lanes of v[j], j < 16 (a 16 × 16 transpose-and-add, 45 instructions) */
+static inline __m512i hsum16(const __m512i v[16]) {
+    __m512i t[8], u[4];
+    for (int j = 0; j < 8; j++) /* per 128-bit lane: [v2j, v2j+1, v2j, v2j+1] pair sums */
+        t[j] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * j], v[2 * j + 1]),
+                                _mm512_unpackhi_epi32(v[2 * j], v[2 * j + 1]));
+    for (int j = 0; j < 4; j++) /* per 128-bit lane: [v4j, v4j+1, v4j+2, v4j+3], that lane's sums */
+        u[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * j], t[2 * j + 1]),
+                                _mm512_unpackhi_epi64(t[2 * j], t[2 * j + 1]));
+    const __m512i s0 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], 0x44), _mm512_shuffle_i32x4(u[0], u[1], 0xEE));
+    const __m512i s1 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2], u[3], 0x44), _mm512_shuffle_i32x4(u[2], u[3], 0xEE));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(s0, s1, 0x88), _mm512_shuffle_i32x4(s0, s1, 0xDD));
 }
 
-/* 16-column blocks [b0, b1) of a borrowed weight for M <= ROWS_M (the driver's rows_kernel): row by
- * row of W, then each block's outputs through store_out. a's bytes past K are the flipped zero
- * padding (W is masked to zero there). */
-static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    const qmm_call *c = g->c;
-    const int64_t N = c->N, K = c->K, ld = c->w->borrow.ld;
-    const int m = (int)c->M;
-    int32_t out[ROWS_M][16], cs[16];
-    const int8_t *end = c->w->borrow.data + (N - 1) * ld + K;
-    for (int64_t nb = b0; nb < b1; nb++) {
-        const int64_t n0 = nb * 16, cols = N - n0 < 16 ? N - n0 : 16;
-        for (int jn = 0; jn < (int)cols; jn++) {
-            const int8_t *w = c->w->borrow.data + (n0 + jn) * ld;
-            if (m == 1) rows_dot(1, g->a, g->Kp, w, K, out, cs, jn, end);
-            else rows_dot(2, g->a, g->Kp, w, K, out, cs, jn, end);
+/* Rows w, w + span, .. (R of them, K bytes each) against the m rows of q (lda bytes apart, zero
+ * past K): buf[((r·m + i)·16 + jn)·16 ..] = the 16 lane sums of Σ_k (w_r[k] + 128)·q[i][k]. */
+static inline __attribute__((always_inline)) void rows_dot(const int m, const int R, const int8_t *w, int64_t span,
+                                                           int64_t K, const int8_t *q, int64_t lda, int32_t *buf,
+                                                           int jn) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i acc[ROWS_RMAX][ROWS_M], x[ROWS_RMAX];
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < m; i++) acc[r][i] = _mm512_setzero_si512();
+    for (int64_t k = 0; k < K; k += 64) {
+        const __mmask64 msk = K - k >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (K - k)) - 1;
+        for (int r = 0; r < R; r++) {
+            _mm_prefetch((const char *)(w + r * span + k + ROWS_PF), _MM_HINT_T1);
+            x[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(msk, w + r * span + k), flip);
         }
-        for (int i = 0; i < m; i++) store_out(c, cs, _mm512_loadu_si512(out[i]), i, n0, g->s[i]);
+        for (int i = 0; i < m; i++) {
+            const __m512i av = _mm512_loadu_si512(q + i * lda + k);
+            for (int r = 0; r < R; r++) acc[r][i] = dpbusd(acc[r][i], x[r], av);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < m; i++) _mm512_store_si512(buf + ((r * m + i) * 16 + jn) * 16, acc[r][i]);
+}
+
+/* R streams of len rows each, stream r = rows s0 + r·span + j of W (j < len): row j of every
+ * stream at once; after every 16 rows of the streams (and after the last) each stream's outputs
+ * of those rows, per token: 16 column sums − 128·qsum through the epilogue. */
+static inline __attribute__((always_inline)) void rows_run(const int m, const int R, const qmm_i8_gemm *g, int64_t s0,
+                                                           int64_t span, int64_t len) {
+    const qmm_call *c = g->c;
+    const int64_t K = c->K, ld = c->w->borrow.ld;
+    const int8_t *q = (const int8_t *)g->a;
+    _Alignas(64) int32_t buf[25 * 256]; /* R·m <= 25 (rows_r), or R = 1 and m <= ROWS_M */
+    for (int64_t j = 0; j < len; j++) {
+        rows_dot(m, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, q, g->Kp, buf, (int)(j % 16));
+        if (j % 16 != 15 && j != len - 1) continue;
+        const int cols = (int)(j % 16) + 1;
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < m; i++) {
+                __m512i v[16];
+                for (int jn = 0; jn < 16; jn++)
+                    v[jn] = jn < cols ? _mm512_load_si512(buf + ((r * m + i) * 16 + jn) * 16) : _mm512_setzero_si512();
+                const __m512i acc = _mm512_sub_epi32(hsum16(v), _mm512_set1_epi32((int32_t)((uint32_t)g->qsum[i] << 7)));
+                qmm_z_epilogue16(c, acc, i, s0 + r * span + j - cols + 1, g->s[i], qmm_z_tail_mask(cols));
+            }
+    }
+}
+
+/* blocks [b0, b1) for m <= ROWS_DOT_M rows: R streams of ⌊rows / R⌋ rows, the rest one at a time */
+static inline __attribute__((always_inline)) void rows_blocks(const int m, const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+    const int R = rows_r(m);
+    const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N, len = (n1 - n0) / R;
+    if (len > 0) rows_run(m, R, g, n0, len, len);
+    if (n0 + R * len < n1) rows_run(m, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
+}
+
+/* acc += Σ4 u8(a) · s8(the 4 bytes at p, broadcast to every lane) */
+static inline __m512i dpbusd_bc(__m512i acc, __m512i a, const int8_t *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const int32_t *)p));
+    return acc;
+}
+
+/* The 16 whole blocks b0 .. b0 + 15 for ROWS_DOT_M < m <= ROWS_M rows: 16 streams, stream r =
+ * block b0 + r read row after row. After row j of every stream, lane r of token i's sum is column
+ * n0 + 16r + j: stage[i][j], transposed at the end into the 16 blocks' outputs. */
+static inline __attribute__((always_inline)) void t16_task(const int m, const qmm_i8_gemm *g, int64_t b0) {
+    const qmm_call *c = g->c;
+    const int64_t K = c->K, ld = c->w->borrow.ld, n0 = b0 * 16, lda = g->Kp;
+    const int8_t *q = (const int8_t *)g->a;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    _Alignas(64) int32_t stage[ROWS_M][16][16];
+    for (int j = 0; j < 16; j++) {
+        const int8_t *w = c->w->borrow.data + (n0 + j) * ld; /* stream r: w + r·16·ld */
+        __m512i acc[ROWS_M];
+        for (int i = 0; i < m; i++) acc[i] = _mm512_setzero_si512();
+        for (int64_t k = 0; k < K; k += 64) {
+            __m512i t[16];
+            qmm_z_n16k4_step(w, 16 * ld, 16, k, K - k < 64 ? K - k : 64, t);
+            for (int x = 0; x < 16; x++) {
+                const __m512i tx = _mm512_xor_si512(t[x], flip);
+                for (int i = 0; i < m; i++) acc[i] = dpbusd_bc(acc[i], tx, q + i * lda + k + 4 * x);
+            }
+        }
+        for (int i = 0; i < m; i++) _mm512_store_si512(stage[i][j], acc[i]);
+    }
+    for (int i = 0; i < m; i++) {
+        __m512i out[16];
+        qmm_z_n16k4_step((const int8_t *)stage[i], 64, 16, 0, 64, out); /* out[r] lane j = stage[i][j][r] */
+        const __m512i corr = _mm512_set1_epi32((int32_t)((uint32_t)g->qsum[i] << 7));
+        for (int r = 0; r < 16; r++) qmm_z_epilogue16(c, _mm512_sub_epi32(out[r], corr), i, n0 + 16 * r, g->s[i], 0xffff);
+    }
+}
+
+static inline __attribute__((always_inline)) void t16_blocks(const int m, const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+    const int64_t N = g->c->N;
+    if (b1 - b0 == 16 && b1 * 16 <= N) t16_task(m, g, b0);
+    else rows_run(m, 1, g, b0 * 16, 0, (b1 * 16 < N ? b1 * 16 : N) - b0 * 16);
+}
+
+/* The driver's rows_kernel: 16-column blocks [b0, b1) of a borrowed weight, M <= ROWS_M. */
+static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+    _Static_assert(NC == 256, "t16_task takes a task of 16 blocks");
+    switch (g->c->M) {
+    case 1: rows_blocks(1, g, b0, b1); break;
+    case 2: rows_blocks(2, g, b0, b1); break;
+    case 3: rows_blocks(3, g, b0, b1); break;
+    case 4: rows_blocks(4, g, b0, b1); break;
+    case 5: rows_blocks(5, g, b0, b1); break;
+    case 6: rows_blocks(6, g, b0, b1); break;
+    case 7: rows_blocks(7, g, b0, b1); break;
+    case 8: rows_blocks(8, g, b0, b1); break;
+    case 9: t16_blocks(9, g, b0, b1); break;
+    case 10: t16_blocks(10, g, b0, b1); break;
+    case 11: t16_blocks(11, g, b0, b1); break;
+    case 12: t16_blocks(12, g, b0, b1); break;
+    default: qmm_call_bug(g->c, "avx512_vnni: the rows regime reached M > 12"); break;
     }
 }
 
