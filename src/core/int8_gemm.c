@@ -21,8 +21,13 @@ static void flip_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
         uint8_t *row = g->a + r * g->Kp;
         if (g->qsum) {
             int32_t sum = 0;
-            for (int64_t k = 0; k < nb; k++) sum += (int8_t)row[k];
+            int neg = 0;
+            for (int64_t k = 0; k < nb; k++) {
+                sum += (int8_t)row[k];
+                neg |= row[k] == 0x80;
+            }
             g->qsum[r] = sum;
+            if (neg) g->qneg128[r] = 1;
             continue;
         }
         if (g->e->u8) { /* 8 bytes at a time (rows start 64-byte aligned), then the tail */
@@ -154,10 +159,10 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     const int64_t M = c->M, Kp = w->i8.Kp;
     const int nt = ctx->n_threads;
     size_t qbytes, pbytes;
-    QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)Kp, &qbytes) || qbytes > SIZE_MAX - (size_t)M * 8, QMM_ERR_UNSUPPORTED,
+    QMM_RETURN_IF(!qmm_mul_ok((size_t)M, (size_t)Kp, &qbytes) || qbytes > SIZE_MAX - (size_t)M * 9, QMM_ERR_UNSUPPORTED,
                   "layer %s: M=%lld x Kp=%lld activations too large", w->name, (long long)M, (long long)Kp);
     void *buf, *pbuf;
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 8, &buf));
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 9, &buf));
     const int64_t kq = (c->K + 3) / 4;
     const int borrowed = w->i8.data == NULL, rows = borrowed && M <= e->rows_m;
     const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M) : 0;
@@ -180,6 +185,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     int8_t *q = buf;                  /* [M][Kp] */
     float *s = (float *)(q + qbytes); /* [M] (Kp is a multiple of 64: aligned) */
     int32_t *qsum = (int32_t *)(s + M); /* [M], the rows regime */
+    uint8_t *qneg = (uint8_t *)(qsum + M); /* [M], the rows regime */
     QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, q, Kp, s, 0));
 
     qmm_i8_gemm g;
@@ -205,6 +211,8 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     if (rows) {
         g.rows = 1;
         g.qsum = qsum;
+        g.qneg128 = qneg;
+        memset(qneg, 0, (size_t)M);
     }
     if (e->u8 || g.ap || rows) { /* a few row ranges per thread */
         int64_t tasks = (int64_t)nt * 4 < M ? (int64_t)nt * 4 : M;

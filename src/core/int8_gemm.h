@@ -88,8 +88,8 @@ typedef struct qmm_i8_engine {
      * computes the outputs of 16-column blocks [b0, b1) straight from the caller's rows
      * (w->borrow: each row read once, front to back, all M rows of A against it) and writes them;
      * no panel packing. In this regime the driver leaves a = q (s8, zero past K, also for u8
-     * engines) and fills g->qsum (Σ_k q per row). The regime where the weights stream from
-     * memory once. */
+     * engines) and fills g->qsum (Σ_k q per row) and g->qneg128 (a row holds -128). The regime
+     * where the weights stream from memory once. */
     int rows_m;
     void (*rows_kernel)(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 } qmm_i8_engine;
@@ -109,6 +109,7 @@ struct qmm_i8_gemm {
     int borrowed;          /* the weight is the caller's rows (w->borrow), packed per panel */
     int rows;              /* the rows regime (borrowed, M <= e->rows_m): a is q (never flipped) */
     int32_t *qsum;         /* rows regime: [M] Σ_k q[r][k] */
+    uint8_t *qneg128;      /* rows regime: [M] row r of q holds -128 */
     int8_t *panels;        /* borrowed: [threads][panel_bytes] panel buffers */
     int32_t *colsums;      /* borrowed: [threads][nc] column sums of the thread's task */
     int64_t panel_bytes;

@@ -98,7 +98,134 @@ static void scalar_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_
 static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
     qmm_a2_tile(g, t, t->neg128 ? scalar_kernel : avx2_int8_kernel);
 }
-static const qmm_i8_engine k_avx2_int8 = QMM_A2_ENGINE(0, 4, tile);
+
+/* ---------------------------------------------------------------- borrowed weights: small M */
+/* The rows regime (M <= ROWS_M, int8_gemm.h): the caller's rows read in place, each byte once, in
+ * R long sequential streams (stream r: rows n0 + r·len + j of the task; with ld == K a run of
+ * len·K bytes, prefetched ROWS_PF bytes ahead into L2), all M rows of q against each. Per 32
+ * bytes of K and row: |w| once, and per token VPSIGNB(q, w) (q with w's sign), VPMADDUBSW(|w|,
+ * ·), VPMADDWD(1): pair sums <= 2·128·127, never saturate, and -128 weights are exact (|-128| =
+ * 128 as u8); the precondition moves to q: a call whose q holds -128 (driver's qneg128, rare: only
+ * from token_scales_in or a clamped rounding) takes the exact scalar dot products. R·M
+ * accumulators (R·(M + 2) + 2 <= 16 ymm: R = 4, 3, 2, 2 for M = 1, 2, 3, 4; R = 1 above, whose
+ * accumulators spill past M = 12 and still ran faster than the packed panels at M = 16). Each
+ * (row, token) sum is reduced at the end of its row; per 16 rows of a stream the outputs go
+ * through qmm_a2_epilogue_row. The last K % 32 bytes of a row are copied into a zeroed buffer:
+ * nothing past W[n][K-1] is read. */
+enum {
+    ROWS_M = 16,      /* up to this M: the rows regime */
+    ROWS_RMAX = 4,    /* the most rows of W per step */
+    ROWS_PF = 4096    /* prefetch distance per stream, bytes (into L2) */
+};
+
+static inline int rows_r(int m) { return m == 1 ? 4 : m == 2 ? 3 : m <= 4 ? 2 : 1; }
+
+static inline int32_t hsum8(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xB1));
+    return _mm_cvtsi128_si32(x);
+}
+
+/* out[i][jn + r·16] = Σ_k w_r[k]·q[i][k] for rows w, w + span, .. (R of them, K bytes each) */
+static inline __attribute__((always_inline)) void rows_dot(const int m, const int R, const int8_t *w, int64_t span,
+                                                           int64_t K, const int8_t *q, int64_t lda,
+                                                           int32_t out[ROWS_M][ROWS_RMAX * 16], int jn) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[ROWS_RMAX][ROWS_M];
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < m; i++) acc[r][i] = _mm256_setzero_si256();
+    for (int64_t k = 0; k < K; k += 32) {
+        __m256i x[ROWS_RMAX], ax[ROWS_RMAX];
+        for (int r = 0; r < R; r++) {
+            const int8_t *p = w + r * span + k;
+            _mm_prefetch((const char *)(p + ROWS_PF), _MM_HINT_T1);
+            if (K - k >= 32) {
+                x[r] = _mm256_loadu_si256((const __m256i *)p);
+            } else {
+                int8_t tmp[32] = {0};
+                memcpy(tmp, p, (size_t)(K - k));
+                x[r] = _mm256_loadu_si256((const __m256i *)tmp);
+            }
+            ax[r] = _mm256_abs_epi8(x[r]);
+        }
+        for (int i = 0; i < m; i++) {
+            const __m256i qv = _mm256_loadu_si256((const __m256i *)(q + i * lda + k));
+            for (int r = 0; r < R; r++)
+                acc[r][i] = _mm256_add_epi32(
+                    acc[r][i], _mm256_madd_epi16(_mm256_maddubs_epi16(ax[r], _mm256_sign_epi8(qv, x[r])), ones));
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < m; i++) out[i][r * 16 + jn] = hsum8(acc[r][i]);
+}
+
+/* the same sums, exact for any q (a call whose q holds -128) */
+static void rows_dot_scalar(int m, const int8_t *w, int64_t K, const int8_t *q, int64_t lda,
+                            int32_t out[ROWS_M][ROWS_RMAX * 16], int jn) {
+    for (int i = 0; i < m; i++) {
+        uint32_t sum = 0;
+        for (int64_t k = 0; k < K; k++) sum += (uint32_t)((int32_t)w[k] * (int32_t)q[i * lda + k]);
+        out[i][jn] = (int32_t)sum;
+    }
+}
+
+/* R streams of len rows, stream r = rows s0 + r·span + j (j < len); after every 16 rows of the
+ * streams (and after the last) their outputs through the epilogue */
+static inline __attribute__((always_inline)) void rows_run(const int m, const int R, const qmm_i8_gemm *g, int64_t s0,
+                                                           int64_t span, int64_t len) {
+    const qmm_call *c = g->c;
+    const int64_t K = c->K, ld = c->w->borrow.ld;
+    const int8_t *q = (const int8_t *)g->a;
+    static const int32_t zero[16];
+    int scalar = 0;
+    for (int i = 0; i < m; i++) scalar |= g->qneg128[i];
+    int32_t out[ROWS_M][ROWS_RMAX * 16];
+    for (int64_t j = 0; j < len; j++) {
+        const int8_t *w = c->w->borrow.data + (s0 + j) * ld;
+        if (scalar)
+            for (int r = 0; r < R; r++) rows_dot_scalar(m, w + r * span * ld, K, q, g->Kp, out, (int)(j % 16) + r * 16);
+        else
+            rows_dot(m, R, w, span * ld, K, q, g->Kp, out, (int)(j % 16));
+        if (j % 16 != 15 && j != len - 1) continue;
+        const int cols = (int)(j % 16) + 1;
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < m; i++)
+                qmm_a2_epilogue_row(c, zero, out[i] + r * 16, i, s0 + r * span + j - cols + 1, cols, 0, g->s[i]);
+    }
+}
+
+static inline __attribute__((always_inline)) void rows_blocks(const int m, const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+    const int R = rows_r(m);
+    const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N, len = (n1 - n0) / R;
+    if (len > 0) rows_run(m, R, g, n0, len, len);
+    if (n0 + R * len < n1) rows_run(m, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
+}
+
+/* The driver's rows_kernel: 16-column blocks [b0, b1) of a borrowed weight, M <= ROWS_M. */
+static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+    switch (g->c->M) {
+    case 1: rows_blocks(1, g, b0, b1); break;
+    case 2: rows_blocks(2, g, b0, b1); break;
+    case 3: rows_blocks(3, g, b0, b1); break;
+    case 4: rows_blocks(4, g, b0, b1); break;
+    case 5: rows_blocks(5, g, b0, b1); break;
+    case 6: rows_blocks(6, g, b0, b1); break;
+    case 7: rows_blocks(7, g, b0, b1); break;
+    case 8: rows_blocks(8, g, b0, b1); break;
+    case 9: rows_blocks(9, g, b0, b1); break;
+    case 10: rows_blocks(10, g, b0, b1); break;
+    case 11: rows_blocks(11, g, b0, b1); break;
+    case 12: rows_blocks(12, g, b0, b1); break;
+    case 13: rows_blocks(13, g, b0, b1); break;
+    case 14: rows_blocks(14, g, b0, b1); break;
+    case 15: rows_blocks(15, g, b0, b1); break;
+    case 16: rows_blocks(16, g, b0, b1); break;
+    default: qmm_call_bug(g->c, "avx2_int8: the rows regime reached M > 16"); break;
+    }
+}
+
+static const qmm_i8_engine k_avx2_int8 = QMM_A2_ENGINE(0, 4, tile, ROWS_M, rows_kernel);
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_int8_gemm(ctx, c, &k_avx2_int8); }
 

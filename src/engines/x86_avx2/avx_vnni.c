@@ -115,7 +115,7 @@ static const char *admit(const qmm_call *c, char *why, size_t n) {
 
 #ifdef QMM_HAVE_AVXVNNI_BUILD
 static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, avx_vnni_kernel); }
-static const qmm_i8_engine k_avx_vnni = QMM_A2_ENGINE(1, 6, tile);
+static const qmm_i8_engine k_avx_vnni = QMM_A2_ENGINE(1, 6, tile, 0, NULL);
 #endif
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) {

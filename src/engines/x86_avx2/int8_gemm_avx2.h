@@ -120,9 +120,10 @@ static inline void qmm_a2_pack(const int8_t *W, int64_t ld, int rows, int64_t k0
 }
 
 /* The blocking of both AVX2 engines: MC × KC activation bytes (48 KiB) in L2, a 16 × KC panel
- * (8 KiB) in L1; whole K (weight streaming) up to 32 rows. */
-#define QMM_A2_ENGINE(u8_, mr_, tile_) \
+ * (8 KiB) in L1; whole K (weight streaming) up to 32 rows; the engine's rows regime for borrowed
+ * weights (rows_m_ = 0: none). */
+#define QMM_A2_ENGINE(u8_, mr_, tile_, rows_m_, rows_kernel_) \
     { .u8 = (u8_), .mr = (mr_), .nrb = 4, .mc = QMM_A2_MC, .nc = QMM_A2_NC, .kc = QMM_A2_KC, .whole_k_m = 32, .tile = (tile_), \
-      .pack = qmm_a2_pack }
+      .pack = qmm_a2_pack, .rows_m = (rows_m_), .rows_kernel = (rows_kernel_) }
 
 #endif /* QMM_INT8_GEMM_AVX2_H */
