@@ -8,7 +8,9 @@
  *     (and up to 420 with K up to 1700: several row tasks and K chunks),
  *     every x dtype, out dtype, input_act, convrot group, per-tensor and per-row scales, bias of
  *     each dtype, residual, modulation, both epilogues, weights holding -128 (avx2_int8 refuses
- *     those owned; borrowed, it runs them exactly);
+ *     those owned; borrowed, it runs them exactly); every M in 1..20 on weights of whole 256-row
+ *     tasks plus tails (the engines' small-M rows regimes and their switch to the panels), and q
+ *     holding -128 (token_scales_in);
  *   - amx_int8 through the tile emulator (tests/borrow.cmake links the emulated build) on a
  *     borrowed weight, each regime (decode, panel, blocked) forced with default or small blocks,
  *     against the reference, and amx_bf16 (W8A16) borrowed against owned, with no emulated tile
@@ -19,7 +21,8 @@
  *   - bad descriptors: an error status whose message names the field;
  *   - no read past the caller's memory: W, its scales and its bias each end at a page followed by
  *     a PROT_NONE page (an over-read is a SIGSEGV, with or without ASan), every engine (the AMX
- *     ones emulated, each regime), K tails.
+ *     ones emulated, each regime), K tails, the small-M rows regimes (M = 1..16, N of whole tasks
+ *     and tails).
  * An unavailable engine prints "skipped: <engine>: <why>". QMM_TEST_QUICK=1: fewer cases.
  */
 #define _GNU_SOURCE /* pthread barriers, MAP_ANONYMOUS */
@@ -48,6 +51,7 @@ typedef struct {
     qmm_act act;
     qmm_dtype xt, yt, bias_t;
     int bias, kitchen, residual, modulation;
+    float *tsin;               /* token_scales_in [M], or NULL */
     int8_t *wbuf, *W;          /* W = wbuf + offset (any alignment) */
     float *scale;
     void *biasv, *x, *actw, *mod, *res, *rscale;
@@ -111,6 +115,7 @@ static void scrub_neg128(layer *L) {
 }
 
 static void layer_free(layer *L) {
+    free(L->tsin);
     free(L->wbuf); free(L->scale); free(L->biasv); free(L->x); free(L->actw); free(L->mod); free(L->res); free(L->rscale);
 }
 
@@ -149,6 +154,7 @@ static qmm_linear_args layer_args(const layer *L, void *y, qmm_engine_id e) {
         a.residual = L->res;
         a.residual_scale = L->rscale;
     }
+    a.token_scales_in = L->tsin;
     return a;
 }
 
@@ -198,6 +204,32 @@ static void check_layer(layer *L) {
 done:
     qmm_weight_destroy(wo);
     qmm_weight_destroy(wb);
+}
+
+/* ---------------------------------------------------------------- small M: the rows regimes */
+/* Every M in 1..20 (the engines' rows regimes and the switch to the panels above them) on weights
+ * of one or two whole 256-row tasks plus a tail task and a tail block (the long-stream split and
+ * its leftover rows), K with tails of 4 and 64; and q holding -128 (token_scales_in far below the
+ * activations: q saturates), which avx2_int8's rows regime runs with exact scalar dots. */
+static void check_small_m(int quick) {
+    static const int64_t Ns[] = {300, 529, 256, 17};
+    static const int64_t Ks[] = {5, 63, 100, 129, 256, 301};
+    for (int64_t M = 1; M <= 20; M++)
+        for (int v = 0; v < (quick ? 1 : 2); v++) {
+            layer L;
+            layer_random(&L, M, Ns[(M + v) % 4], Ks[(M * 3 + v) % 6]);
+            check_layer(&L);
+            layer_free(&L);
+        }
+    for (int64_t M = 1; M <= 17; M += quick ? 4 : 1) {
+        layer L;
+        layer_random(&L, M, Ns[M % 4], Ks[M % 6]);
+        L.act = QMM_ACT_NONE; L.Kin = L.K; L.modulation = 0;
+        L.tsin = malloc((size_t)M * sizeof(float));
+        for (int64_t i = 0; i < M; i++) L.tsin[i] = 1e-3f; /* |x| up to 1: q = clamp(x / 1e-3) hits -128 and 127 */
+        check_layer(&L);
+        layer_free(&L);
+    }
 }
 
 /* ---------------------------------------------------------------- amx_int8, emulated */
@@ -440,7 +472,9 @@ static void *at_page_end(size_t bytes, void **map, size_t *maplen) {
 }
 
 static void check_guard_pages(void) {
-    static const int64_t shapes[][3] = {{1, 1, 1}, {3, 1, 61}, {17, 5, 67}, {1, 17, 130}, {24, 33, 255}, {64, 50, 193}, {9, 3, 4}};
+    static const int64_t shapes[][3] = {{1, 1, 1},     {3, 1, 61},    {17, 5, 67},   {1, 17, 130},  {24, 33, 255},
+                                        {64, 50, 193}, {9, 3, 4},     {2, 300, 129}, {5, 257, 67},  {8, 256, 64},
+                                        {12, 256, 100}, {16, 270, 131}, {4, 523, 255}, {11, 512, 33}, {1, 263, 5}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         layer L;
         layer_random(&L, shapes[si][0], shapes[si][1], shapes[si][2]);
@@ -505,6 +539,7 @@ int main(int argc, char **argv) {
     }
     check_bad_input();
     check_guard_pages();
+    check_small_m(quick);
     /* the edges first, then random cases */
     static const int64_t K_edge[] = {1, 3, 4, 5, 63, 64, 65, 127, 129, 255, 257, 1001};
     for (size_t i = 0; i < sizeof K_edge / sizeof K_edge[0]; i++) {
