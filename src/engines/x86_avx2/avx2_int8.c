@@ -13,7 +13,8 @@
  * produces -128 (SPEC §2); a weight that has one (w->has_neg128, found at creation) is refused
  * by admit() with that reason, so dispatch moves on (to the float fallback). A borrowed weight's
  * values are not known at admission: a panel whose packing found a -128 runs the exact scalar
- * kernel (qmm_i8_tile.neg128).
+ * kernel (qmm_i8_tile.neg128); at M ≤ ROWS_M (16) a borrowed weight takes the rows regime below,
+ * which swaps the roles (|w| · sign(q, w): exact for every weight, and for q without -128).
  * Register blocking: up to 4 rows × 16 channels (8 accumulators). Blocking, threads, epilogue:
  * int8_gemm_avx2.h.
  */
