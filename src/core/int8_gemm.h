@@ -6,7 +6,8 @@
  * What the driver owns, for one call y = epilogue(q · Wᵀ):
  *   pre-pass   qmm_prepass → q [M][Kp] int8 (zero padded) + s [M] fp32 in QMM_SCRATCH_ACT; for
  *              u8 engines (VPDPBUSD: u8 × s8) q is flipped in place to a = q + 128 (XOR 0x80) and
- *              the engine's epilogue subtracts 128·colsum[n] (exact mod 2^32);
+ *              the engine's epilogue subtracts 128·colsum[n] (exact mod 2^32) — except in the rows
+ *              regime (below), where a stays q and each row's Σq and -128 flag are computed;
  *   blocking   tasks = (mc rows) × (nc columns) of the output, a static partition on the pool
  *              (task i on thread i % n); inside a task, for each K chunk of kc bytes (all of K
  *              when M <= whole_k_m: each weight block is then streamed once, whole), for each

@@ -13,7 +13,7 @@
  * produces -128 (SPEC §2); a weight that has one (w->has_neg128, found at creation) is refused
  * by admit() with that reason, so dispatch moves on (to the float fallback). A borrowed weight's
  * values are not known at admission: a panel whose packing found a -128 runs the exact scalar
- * kernel (qmm_i8_tile.neg128); at M ≤ ROWS_M (16) a borrowed weight takes the rows regime below,
+ * kernel (qmm_i8_tile.neg128); at M ≤ ROWS_M (12) a borrowed weight takes the rows regime below,
  * which swaps the roles (|w| · sign(q, w): exact for every weight, and for q without -128).
  * Register blocking: up to 4 rows × 16 channels (8 accumulators). Blocking, threads, epilogue:
  * int8_gemm_avx2.h.
@@ -108,13 +108,13 @@ static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
  * ·), VPMADDWD(1): pair sums <= 2·128·127, never saturate, and -128 weights are exact (|-128| =
  * 128 as u8); the precondition moves to q: a call whose q holds -128 (driver's qneg128, rare: only
  * from token_scales_in or a clamped rounding) takes the exact scalar dot products. R·M
- * accumulators (R·(M + 2) + 2 <= 16 ymm: R = 4, 3, 2, 2 for M = 1, 2, 3, 4; R = 1 above, whose
- * accumulators spill past M = 12 and still ran faster than the packed panels at M = 16). Each
+ * accumulators (R·(M + 2) + 2 <= 16 ymm: R = 4, 3, 2, 2 for M = 1, 2, 3, 4; R = 1 above; past
+ * M = 12 they spill and the panels were faster: bench/NOTES.md). Each
  * (row, token) sum is reduced at the end of its row; per 16 rows of a stream the outputs go
  * through qmm_a2_epilogue_row. The last K % 32 bytes of a row are copied into a zeroed buffer:
  * nothing past W[n][K-1] is read. */
 enum {
-    ROWS_M = 16,      /* up to this M: the rows regime */
+    ROWS_M = 12,      /* up to this M: the rows regime (above, the accumulators spill) */
     ROWS_RMAX = 4,    /* the most rows of W per step */
     ROWS_PF = 4096    /* prefetch distance per stream, bytes (into L2) */
 };
@@ -218,11 +218,7 @@ static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     case 10: rows_blocks(10, g, b0, b1); break;
     case 11: rows_blocks(11, g, b0, b1); break;
     case 12: rows_blocks(12, g, b0, b1); break;
-    case 13: rows_blocks(13, g, b0, b1); break;
-    case 14: rows_blocks(14, g, b0, b1); break;
-    case 15: rows_blocks(15, g, b0, b1); break;
-    case 16: rows_blocks(16, g, b0, b1); break;
-    default: qmm_call_bug(g->c, "avx2_int8: the rows regime reached M > 16"); break;
+    default: qmm_call_bug(g->c, "avx2_int8: the rows regime reached M > 12"); break;
     }
 }
 
