@@ -16,10 +16,11 @@
  *     thread names what was wrong (layer/tensor, shape, reason): qmm_last_error();
  *   - the library never exits, aborts or prints, except dispatch logging when switched on
  *     (QMM_VERBOSE=dispatch or qmm_context_options.verbose), which goes to stderr;
- *   - handles are opaque; *_create copies what it needs (the caller keeps its buffers);
- *     *_destroy(NULL) is a no-op.
+ *   - handles are opaque; *_create copies what it needs (the caller keeps its buffers), except
+ *     qmm_weight_borrow_int8, which reads the caller's memory at every call; *_destroy(NULL) is a no-op.
  *
- * Thread safety: a qmm_weight is immutable after creation and may be used from any number of
+ * Thread safety: a qmm_weight is immutable after creation (a borrowed one: its handle; the caller
+ * owns the memory it reads) and may be used from any number of
  * contexts and threads at once. A qmm_context is used by one thread at a time (it owns the
  * worker threads and the scratch arena of the calls made through it); use one context per
  * calling thread. The counters of a context are read safely while no call is running on it.
@@ -210,6 +211,14 @@ qmm_weight_desc qmm_weight_desc_default(void);
  * refused before anything is allocated. The int8 engines run K <= 131071 (exact int32
  * accumulators); a deeper layer goes to the float fallback. */
 qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *desc, qmm_weight **out);
+/* A weight over the caller's memory: nothing is copied. data is int8 [N][ld] row-major, ld >= K (0 means K),
+ * any byte alignment; scale is fp32 [n_scale] (1 or N); bias (optional) is [N] of bias_dtype; name is copied.
+ * Every call reads data, scale and bias as they are then: the caller keeps them alive until qmm_weight_destroy
+ * and may change them between calls (a change is seen by the next call), never during one. O(1) in N·K.
+ * Same descriptor, limits and checks as qmm_weight_create_int8 (ld < K, NULL data or scale, bad n_scale,
+ * N or K of 0 or past the limits: an error naming the field); nothing is read at creation. The handle
+ * follows the thread-safety rule of every weight (calls from any number of contexts at once). */
+qmm_status qmm_weight_borrow_int8(qmm_context *ctx, const qmm_weight_desc *desc, qmm_weight **out);
 
 /* SPEC §2: quantize a float matrix into int8 + scales. */
 typedef struct qmm_quant_options {
@@ -247,7 +256,7 @@ typedef struct qmm_weight_info {
     int per_tensor_scale;
     int has_bias;
     int full_precision;
-    size_t packed_bytes;      /* memory held for the weight */
+    size_t packed_bytes;      /* memory held for the weight (0 for a borrowed weight) */
 } qmm_weight_info;
 void qmm_weight_get_info(const qmm_weight *w, qmm_weight_info *out);
 

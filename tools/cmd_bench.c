@@ -12,7 +12,11 @@
  * weight on a float engine), the BF16 linear and the FP32 linear (float weights), each with
  * its engine's peak, and the speedup of the best INT8 row over it. An engine that is
  * unavailable or refuses the call is a row with its reason, never a crash.
- * Output: a table, or with --json an array of row objects (M, N, K, act, gs, kind, engine,
+ * Layouts (--layouts packed,borrowed; default packed): the int8 and W8A16 rows of each engine are
+ * timed on the weight qmm packs at creation (qmm_weight_create_int8, "packed") and on the same
+ * values borrowed from the caller's memory (qmm_weight_borrow_int8, "borrowed"), back to back
+ * in the order given; float weights are always "packed".
+ * Output: a table, or with --json an array of row objects (M, N, K, act, gs, kind, layout, engine,
  * threads, status, reason, median_ms, repeats, tops, peak_tops, pct_peak, gbps, dram_gbps,
  * pct_dram, speedup_int8, cpu_tops, pct_peak_cpu; numbers are null where they do not apply; for
  * the AMX engines also regime, the regime their rule picks for the row (amx_blocking.h), and
@@ -39,12 +43,15 @@
 #include <string.h>
 
 enum { KIND_INT8, KIND_W8A16, KIND_BF16, KIND_F32 };
+enum { LAYOUT_PACKED = 0, LAYOUT_BORROWED = 1, LAYOUT_COUNT = 2 };
+static const char *const k_layout_name[] = {"packed", "borrowed"};
 enum { BW_M = 32 }; /* rows up to this M are judged by bandwidth (weight copies rotated past the LLC) */
 static const char *const k_kind_name[] = {"int8", "w8a16", "bf16", "f32"};
 
 typedef struct {
     qmm_bench_shape sh;
     int kind;
+    int layout;             /* LAYOUT_* */
     qmm_engine_id engine;
     int threads;
     int ok;                 /* 1 ran; 0 refused/unavailable/error (reason) */
@@ -58,6 +65,7 @@ typedef struct {
 typedef struct {
     int threads, repeats, json, quick, no_float, full;
     uint32_t engines;       /* bit per engine; 0 = default set */
+    int layouts[LAYOUT_COUNT], n_layouts; /* --layouts, in order */
     double dram_gbps;       /* best of the run */
     size_t dram_bytes;
     double peak[QMM_ENGINE_COUNT], peak_cpu[QMM_ENGINE_COUNT];
@@ -94,9 +102,11 @@ static const char *amx_regime(const qmm_amx_blocking *bl, const row *r) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: qmm bench [--shape MxNxK[:swiglu|:gelu][:g16|:g64|:g256]]... [--all] [--regimes] [--engines a,b]\n"
-               "                 [--threads T] [--repeats R] [--json] [--quick] [--no-float] [--full] [--dram-mb MB]\n"
+               "                 [--layouts packed,borrowed] [--threads T] [--repeats R] [--json] [--quick] [--no-float]\n"
+               "                 [--full] [--dram-mb MB]\n"
                "  default shapes: the performance targets (M=4096 21504x5376 g256, 5376x14336 swiglu;\n"
                "  M=256 5376x5376; M=1 and M=16 28672x5376); --all: every N x K of SPEC §8 at M=256.\n"
+               "  --layouts: the int8 weights packed at creation and/or borrowed (read in place), side by side.\n"
                "  --regimes: rows for every AMX regime and switch point (amx_int8 also below its min M).\n"
                "  --quick: a tiny shape, short peak loops and bandwidth buffer (smoke test).\n"
                "  repeats (default 3) shrink to ~6 s per row; a row over 5 s per call reports its first\n"
@@ -165,7 +175,7 @@ static void finish_rows(bench *b) {
     }
 }
 
-static row *add_row(bench *b, const qmm_bench_shape *sh, int kind, qmm_engine_id e) {
+static row *add_row(bench *b, const qmm_bench_shape *sh, int kind, qmm_engine_id e, int layout) {
     if (b->n_rows == b->cap_rows) {
         size_t cap = b->cap_rows ? 2 * b->cap_rows : 32;
         row *r = realloc(b->rows, cap * sizeof *r);
@@ -177,6 +187,7 @@ static row *add_row(bench *b, const qmm_bench_shape *sh, int kind, qmm_engine_id
     memset(r, 0, sizeof *r);
     r->sh = *sh;
     r->kind = kind;
+    r->layout = layout;
     r->engine = e;
     r->threads = b->threads;
     r->median_ms = r->tops = r->peak_tops = r->pct_peak = r->gbps = r->dram_gbps = r->pct_dram = r->speedup_int8 = NAN;
@@ -300,8 +311,11 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
     float *scale = malloc(sizeof(float) * (size_t)N);
     uint16_t *x = malloc(sizeof(uint16_t) * (size_t)(M * K_in));
     float *y = malloc(sizeof(float) * (size_t)(M * N));
-    qmm_weight **w = calloc((size_t)ncopies, sizeof *w);
-    if (!wq || !scale || !x || !y || !w) {
+    qmm_weight **w = calloc((size_t)ncopies * LAYOUT_COUNT, sizeof *w), **wl[LAYOUT_COUNT] = {w, w ? w + ncopies : NULL};
+    int8_t **wb = calloc((size_t)ncopies, sizeof *wb); /* the borrowed weights' memory, one per copy */
+    int borrow = 0;
+    for (int l = 0; l < b->n_layouts; l++) borrow |= b->layouts[l] == LAYOUT_BORROWED;
+    if (!wq || !scale || !x || !y || !w || !wb) {
         fprintf(stderr, "qmm bench: out of memory for %lldx%lldx%lld\n", (long long)M, (long long)N, (long long)K);
         goto done;
     }
@@ -312,9 +326,16 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
         qmm_weight_desc d = qmm_weight_desc_default();
         d.name = sh->name;
         d.N = N; d.K = K; d.data = wq; d.scale = scale; d.n_scale = N; d.convrot_gs = sh->gs;
-        if (qmm_weight_create_int8(ctx, &d, &w[c]) != QMM_OK) {
+        if (qmm_weight_create_int8(ctx, &d, &wl[LAYOUT_PACKED][c]) != QMM_OK) {
             fprintf(stderr, "qmm bench: %s\n", qmm_last_error());
             goto done;
+        }
+        if (borrow) {
+            d.data = wb[c] = malloc(nk);
+            if (!wb[c] || (memcpy(wb[c], wq, nk), qmm_weight_borrow_int8(ctx, &d, &wl[LAYOUT_BORROWED][c])) != QMM_OK) {
+                fprintf(stderr, "qmm bench: %s\n", wb[c] ? qmm_last_error() : "out of memory");
+                goto done;
+            }
         }
     }
     qmm_linear_args args = qmm_linear_args_default();
@@ -323,8 +344,10 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
     const int n_int8 = engines_of_kind(QMM_KIND_INT8, k_int8);
     for (int i = 0; i < n_int8; i++) {
         if (b->engines && !(b->engines & (1u << k_int8[i]))) continue;
-        row *r = add_row(b, sh, KIND_INT8, k_int8[i]);
-        if (r) time_row(b, ctx, w, ncopies, &args, r, (double)nk);
+        for (int l = 0; l < b->n_layouts; l++) {
+            row *r = add_row(b, sh, KIND_INT8, k_int8[i], b->layouts[l]);
+            if (r) time_row(b, ctx, wl[b->layouts[l]], ncopies, &args, r, (double)nk);
+        }
     }
     if (!b->no_float) {
         qmm_engine_id fe[QMM_ENGINE_COUNT];
@@ -332,15 +355,16 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
         /* W8A16: the int8 weight on a float engine */
         int nf = float_engines(b, ctx, w[0], &args, fe, why, sizeof why);
         if (!nf) {
-            row *r = add_row(b, sh, KIND_W8A16, QMM_ENGINE_AUTO);
+            row *r = add_row(b, sh, KIND_W8A16, QMM_ENGINE_AUTO, LAYOUT_PACKED);
             if (r) snprintf(r->reason, sizeof r->reason, "refused: %s", why);
         }
-        for (int i = 0; i < nf; i++) {
-            row *r = add_row(b, sh, KIND_W8A16, fe[i]);
-            if (r) time_row(b, ctx, w, ncopies, &args, r, (double)nk);
-        }
+        for (int i = 0; i < nf; i++)
+            for (int l = 0; l < b->n_layouts; l++) {
+                row *r = add_row(b, sh, KIND_W8A16, fe[i], b->layouts[l]);
+                if (r) time_row(b, ctx, wl[b->layouts[l]], ncopies, &args, r, (double)nk);
+            }
         /* float weights (free the int8 copies first: memory) */
-        for (int c = 0; c < ncopies; c++) { qmm_weight_destroy(w[c]); w[c] = NULL; }
+        for (int c = 0; c < ncopies * LAYOUT_COUNT; c++) { qmm_weight_destroy(w[c]); w[c] = NULL; }
         for (int kind = KIND_BF16; kind <= KIND_F32; kind++) {
             qmm_dtype dt = kind == KIND_BF16 ? QMM_BF16 : QMM_F32;
             size_t es = dt == QMM_BF16 ? 2 : 4;
@@ -352,7 +376,7 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
             qmm_weight *ws = NULL;
             if (qmm_weight_create_float(ctx, "screen", dt == QMM_BF16 ? (const void *)smallh : (const void *)small, dt,
                                         16, 64, 64, NULL, QMM_F32, &ws) != QMM_OK) {
-                row *r = add_row(b, sh, kind, QMM_ENGINE_AUTO);
+                row *r = add_row(b, sh, kind, QMM_ENGINE_AUTO, LAYOUT_PACKED);
                 if (r) snprintf(r->reason, sizeof r->reason, "error: %s", qmm_last_error());
                 continue;
             }
@@ -360,14 +384,14 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
             nf = float_engines(b, ctx, ws, &a2, fe, why, sizeof why);
             qmm_weight_destroy(ws);
             if (!nf) {
-                row *r = add_row(b, sh, kind, QMM_ENGINE_AUTO);
+                row *r = add_row(b, sh, kind, QMM_ENGINE_AUTO, LAYOUT_PACKED);
                 if (r) snprintf(r->reason, sizeof r->reason, "refused: %s", why);
                 continue;
             }
             void *wf = malloc(nk * es);
             qmm_weight *wfw = NULL;
             if (!wf) {
-                row *r = add_row(b, sh, kind, fe[0]);
+                row *r = add_row(b, sh, kind, fe[0], LAYOUT_PACKED);
                 if (r) snprintf(r->reason, sizeof r->reason, "error: out of memory for the float weight");
                 continue;
             }
@@ -375,7 +399,7 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
             qmm_status st = qmm_weight_create_float(ctx, sh->name, wf, dt, N, K, K, NULL, QMM_F32, &wfw);
             free(wf);
             for (int i = 0; i < nf; i++) {
-                row *r = add_row(b, sh, kind, fe[i]);
+                row *r = add_row(b, sh, kind, fe[i], LAYOUT_PACKED);
                 if (!r) continue;
                 if (st != QMM_OK) snprintf(r->reason, sizeof r->reason, "error: %s", qmm_last_error());
                 else time_row(b, ctx, &wfw, 1, &args, r, (double)(nk * es));
@@ -392,8 +416,11 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
     }
 done:
     if (w)
-        for (int c = 0; c < ncopies; c++) qmm_weight_destroy(w[c]);
+        for (int c = 0; c < ncopies * LAYOUT_COUNT; c++) qmm_weight_destroy(w[c]);
     free(w);
+    if (wb)
+        for (int c = 0; c < ncopies; c++) free(wb[c]);
+    free(wb);
     free(wq);
     free(scale);
     free(x);
@@ -429,6 +456,7 @@ static void print_json(const bench *b) {
         json_str("act", qmm_act_name(r->sh.act));
         printf("\"gs\": %d, ", r->sh.gs);
         json_str("kind", k_kind_name[r->kind]);
+        json_str("layout", k_layout_name[r->layout]);
         json_str("engine", r->engine == QMM_ENGINE_AUTO ? "none" : qmm_engine_name(r->engine));
         printf("\"threads\": %d, ", r->threads);
         json_str("status", r->ok ? "ok" : "refused");
@@ -455,7 +483,7 @@ static void print_json(const bench *b) {
 static void print_table(const bench *b) {
     qmm_amx_blocking bl = qmm_amx_blocking_default();
     (void)qmm_amx_blocking_parse(getenv("QMM_AMX_BLOCKING"), &bl);
-    printf("%-20s %-22s %-6s %-12s %3s %10s %8s %8s %6s %8s %6s %7s %7s\n", "shape", "MxNxK", "kind", "engine", "thr",
+    printf("%-20s %-22s %-6s %-8s %-12s %3s %10s %8s %8s %6s %8s %6s %7s %7s\n", "shape", "MxNxK", "kind", "layout", "engine", "thr",
            "median_ms", "TOPS", "peak", "%peak", "GB/s", "%dram", "int8 x", "%pk cpu");
     for (size_t i = 0; i < b->n_rows; i++) {
         const row *r = &b->rows[i];
@@ -464,11 +492,12 @@ static void print_table(const bench *b) {
                  r->sh.act == QMM_ACT_SWIGLU ? "+sw" : r->sh.act == QMM_ACT_GELU_TANH ? "+gelu" : "");
         const char *en = r->engine == QMM_ENGINE_AUTO ? "-" : qmm_engine_name(r->engine);
         if (!r->ok) {
-            printf("%-20s %-22s %-6s %-12s %3d %s\n", r->sh.name, mnk, k_kind_name[r->kind], en, r->threads, r->reason);
+            printf("%-20s %-22s %-6s %-8s %-12s %3d %s\n", r->sh.name, mnk, k_kind_name[r->kind], k_layout_name[r->layout], en,
+                   r->threads, r->reason);
             continue;
         }
-        printf("%-20s %-22s %-6s %-12s %3d %10.3f %8.3f %8.3f %5.1f%% %8.2f ", r->sh.name, mnk, k_kind_name[r->kind],
-               en, r->threads, r->median_ms, r->tops, r->peak_tops, r->pct_peak, r->gbps);
+        printf("%-20s %-22s %-6s %-8s %-12s %3d %10.3f %8.3f %8.3f %5.1f%% %8.2f ", r->sh.name, mnk, k_kind_name[r->kind],
+               k_layout_name[r->layout], en, r->threads, r->median_ms, r->tops, r->peak_tops, r->pct_peak, r->gbps);
         if (r->sh.M <= BW_M && isfinite(r->pct_dram)) printf("%5.1f%% ", r->pct_dram);
         else printf("%6s ", "-");
         if (isfinite(r->speedup_int8)) printf("%6.2fx", r->speedup_int8);
@@ -516,6 +545,21 @@ int cmd_bench(int argc, char **argv) {
                 b.engines |= 1u << e;
             }
             i++;
+        } else if (!strcmp(a, "--layouts") && v) {
+            char buf[64];
+            snprintf(buf, sizeof buf, "%s", v);
+            b.n_layouts = 0;
+            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+                int l = !strcmp(t, "packed") ? LAYOUT_PACKED : !strcmp(t, "borrowed") ? LAYOUT_BORROWED : -1;
+                int dup = 0;
+                for (int j = 0; j < b.n_layouts; j++) dup |= b.layouts[j] == l;
+                if (l < 0 || dup) {
+                    fprintf(stderr, "qmm bench: bad layout '%s' (packed, borrowed; each once)\n", t);
+                    return 2;
+                }
+                b.layouts[b.n_layouts++] = l;
+            }
+            i++;
         } else if (!strcmp(a, "--threads") && v) { b.threads = atoi(v); i++; }
         else if (!strcmp(a, "--repeats") && v) { b.repeats = atoi(v); i++; }
         else if (!strcmp(a, "--dram-mb") && v) { dram_mb = atol(v); i++; }
@@ -526,6 +570,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     if (b.repeats < 1 || b.threads < 0 || dram_mb < 0) { usage(stderr); return 2; }
+    if (b.n_layouts == 0) b.layouts[b.n_layouts++] = LAYOUT_PACKED;
     if (b.quick && b.repeats > 2) b.repeats = 2;
     if (regimes) {
         /* before the library reads it: amx_int8 below its switch too, unless min_m is named */

@@ -277,21 +277,35 @@ class Plan:
                                                                 self.status)
 
 
+def _address(obj):
+    """The address of obj's memory: an int as is, a ctypes object's, a numpy array's (any object
+    with the array interface) or a torch tensor's (data_ptr()); None stays None."""
+    if obj is None or isinstance(obj, int):
+        return obj
+    if isinstance(obj, (ctypes._SimpleCData, ctypes.Array, ctypes.Structure)):
+        return ctypes.addressof(obj)
+    ai = getattr(obj, "__array_interface__", None)
+    if ai is not None:
+        return ai["data"][0]
+    data_ptr = getattr(obj, "data_ptr", None)  # torch tensors
+    if callable(data_ptr):
+        return data_ptr()
+    raise TypeError("qmm: cannot take the address of %r (an int, a ctypes object, a numpy array or a "
+                    "torch tensor)" % type(obj))
+
+
 class Weight:
-    """A packed qmm_weight. The library copies and packs the caller's memory at creation; the
-    handle is freed by close() or when the object is collected."""
+    """A qmm_weight. int8() copies and packs the caller's memory at creation; borrow_int8() copies
+    nothing and reads the caller's memory at every call. The handle is freed by close() or when
+    the object is collected."""
 
     def __init__(self, ptr, name=None):
         self.ptr = ptr
         self.name = name
         self._destroy = L.qmm_weight_destroy
 
-    @classmethod
-    def int8(cls, data, N, K, scale, n_scale, ld=0, bias=None, bias_dtype="f32", convrot_gs=0,
-             name=None, full_precision=False, ctx=None):
-        """An int8 weight [N, K] (row stride ld, 0 = K) at address data, fp32 scales (n_scale =
-        1 or N values) at address scale, optional bias (N values of bias_dtype) at address
-        bias; convrot_gs 0 or the ConvRot group size the weight was rotated with."""
+    @staticmethod
+    def _desc(data, N, K, scale, n_scale, ld, bias, bias_dtype, convrot_gs, name, full_precision):
         d = L.qmm_weight_desc_default()
         bname = name.encode() if name else None
         d.name = bname
@@ -303,16 +317,45 @@ class Weight:
         d.bias_dtype = dtype_code(bias_dtype)
         d.convrot_gs = int(convrot_gs)
         d.full_precision = int(bool(full_precision))
+        return d
+
+    @classmethod
+    def int8(cls, data, N, K, scale, n_scale, ld=0, bias=None, bias_dtype="f32", convrot_gs=0,
+             name=None, full_precision=False, ctx=None):
+        """An int8 weight [N, K] (row stride ld, 0 = K) at address data, fp32 scales (n_scale =
+        1 or N values) at address scale, optional bias (N values of bias_dtype) at address
+        bias; convrot_gs 0 or the ConvRot group size the weight was rotated with."""
+        d = cls._desc(data, N, K, scale, n_scale, ld, bias, bias_dtype, convrot_gs, name, full_precision)
         p = ctypes.c_void_p()
         with _lock:
             _check(L.qmm_weight_create_int8((ctx or context()).ptr, ctypes.byref(d),
                                             ctypes.byref(p)), "qmm_weight_create_int8")
         return cls(p.value, name)
 
+    @classmethod
+    def borrow_int8(cls, data, N, K, scale, n_scale, ld=0, bias=None, bias_dtype="f32", convrot_gs=0,
+                    name=None, full_precision=False, ctx=None):
+        """qmm_weight_borrow_int8: a weight over the caller's memory, nothing copied. data, scale
+        and bias are each an address (int), a ctypes object, an object with the numpy array
+        interface or a torch tensor (rows contiguous, row stride ld); the Weight keeps a reference to
+        every object passed until close(), so that memory lives as long as the handle. Every call
+        reads the memory as it is then: change it between calls (the next call sees the change),
+        never during one."""
+        keep = [o for o in (data, scale, bias) if o is not None and not isinstance(o, int)]
+        d = cls._desc(_address(data), N, K, _address(scale), n_scale, ld, _address(bias), bias_dtype,
+                         convrot_gs, name, full_precision)
+        p = ctypes.c_void_p()
+        _check(L.qmm_weight_borrow_int8((ctx or context()).ptr, ctypes.byref(d), ctypes.byref(p)),
+               "qmm_weight_borrow_int8")
+        w = cls(p.value, name)
+        w._borrowed = keep
+        return w
+
     def close(self):
         if getattr(self, "ptr", None):
             self._destroy(self.ptr)
             self.ptr = None
+        self._borrowed = None
 
     __del__ = close
 

@@ -130,6 +130,8 @@ qmm_reset_counters = _fn("qmm_reset_counters", None, c_void_p)
 qmm_weight_desc_default = _fn("qmm_weight_desc_default", WeightDesc)
 qmm_weight_create_int8 = _fn("qmm_weight_create_int8", c_int, c_void_p, POINTER(WeightDesc),
                              POINTER(c_void_p))
+qmm_weight_borrow_int8 = _fn("qmm_weight_borrow_int8", c_int, c_void_p, POINTER(WeightDesc),
+                             POINTER(c_void_p))
 qmm_quantize_weight = _fn("qmm_quantize_weight", c_int, c_void_p, c_int, c_int64, c_int64, c_int64,
                           POINTER(QuantOptions), c_void_p, c_void_p, POINTER(c_int))
 qmm_dequantize_weight = _fn("qmm_dequantize_weight", c_int, c_void_p, c_int64, c_int64, c_void_p,

@@ -1,6 +1,7 @@
 /*
  * int8_gemm.c — the int8 GEMM driver (contract in int8_gemm.h): pre-pass, u8 flip and the
- * one-pass row copy, the task grid, K chunks, the prefetch schedule, token scales.
+ * one-pass row copy, the task grid, K chunks, the prefetch schedule, the weight panels (owned in
+ * place, borrowed packed per call), token scales.
  */
 #include "int8_gemm.h"
 
@@ -35,6 +36,51 @@ static void flip_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
             memset(g->ap + (q * g->wrows + M) * 4, g->e->u8 ? 0x80 : 0, (size_t)(g->wrows - M) * 4);
 }
 
+void qmm_i8_pack_block_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
+                           int32_t *cs, int first, int *neg128) {
+    int neg = 0;
+    for (int j = 0; j < 16; j++) {
+        uint32_t sum = first ? 0u : (uint32_t)cs[j];
+        const int8_t *row = W + j * ld;
+        for (int64_t q = 0; q < nq; q++)
+            for (int t = 0; t < 4; t++) {
+                const int64_t k = k0 + q * 4 + t;
+                const int8_t v = j < rows && k < k1 ? row[k] : 0;
+                dst[q * 64 + j * 4 + t] = v;
+                sum += (uint32_t)(int32_t)v;
+                neg |= v == -128;
+            }
+        cs[j] = (int32_t)sum;
+    }
+    *neg128 |= neg;
+}
+
+void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
+                      int first, qmm_i8_tile *t) {
+    const qmm_weight *w = g->c->w;
+    if (!g->borrowed) {
+        t->b = w->i8.data + nb * g->Kp * 16 + q0 * 64;
+        t->ldb = g->Kp * 16;
+        t->colsum = w->i8.colsum + nb * 16;
+        t->neg128 = 0;
+        return;
+    }
+    const qmm_i8_pack_fn pack = g->e->pack ? g->e->pack : qmm_i8_pack_block_ref;
+    int8_t *dst = g->panels + (int64_t)thread * g->panel_bytes;
+    const int64_t N = g->c->N, K = g->c->K, ld = w->borrow.ld;
+    const int64_t k0 = q0 * 4, k1 = (q0 + nq) * 4 < K ? (q0 + nq) * 4 : K;
+    int neg = 0;
+    for (int jb = 0; jb < nr; jb++) {
+        const int64_t n0 = (nb + jb) * 16;
+        const int rows = N - n0 < 16 ? (int)(N - n0) : 16;
+        pack(w->borrow.data + n0 * ld, ld, rows, k0, k1, dst + jb * nq * 64, nq, cs + jb * 16, first, &neg);
+    }
+    t->b = dst;
+    t->ldb = nq * 64;
+    t->colsum = cs;
+    t->neg128 = neg;
+}
+
 static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const qmm_i8_gemm *g = arg;
     const qmm_i8_engine *e = g->e;
@@ -46,9 +92,10 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t nblocks = c->w->i8.Np / 16, bpt = e->nc / 16;
     int64_t b0 = nt * bpt;
     const int64_t b1 = b0 + bpt < nblocks ? b0 + bpt : nblocks;
-    int32_t *part = g->part + (int64_t)thread * e->mc * e->nc;
+    int32_t *part = g->part + (int64_t)thread * g->mc * e->nc;
+    int32_t *cs = g->borrowed ? g->colsums + (int64_t)thread * e->nc : NULL; /* the task's columns */
     if (g->ap) {
-        const int64_t done = e->one_pass(g, b0, b1, part);
+        const int64_t done = e->one_pass(g, thread, b0, b1, part);
         if (done < 0) return;
         b0 += done; /* the weight's last blocks: the row tiles below */
     }
@@ -63,12 +110,13 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
         t.last = q0 + nq >= g->kq;
         for (int64_t nb = b0; nb < b1; nb += e->nrb) {
             t.nr = (int)(b1 - nb < e->nrb ? b1 - nb : e->nrb);
-            t.b = wdata + nb * blk + q0 * 64;
+            qmm_i8_get_panel(g, thread, nb, t.nr, q0, nq, cs ? cs + (nb - b0) * 16 : NULL, t.first, &t);
             t.n = nb * 16;
             /* whole-K panels with several row tiles: they share the prefetch of the panel this
-             * thread runs next (this task's next, else its next task's first), one share each */
+             * thread runs next (this task's next, else its next task's first), one share each;
+             * a borrowed weight's panel is packed just before its tiles run: no prefetch */
             const int8_t *next = NULL;
-            if (whole_k && passes > 1) {
+            if (whole_k && passes > 1 && !g->borrowed) {
                 if (nb + e->nrb < b1) next = wdata + (nb + e->nrb) * blk;
                 else if (task + g->nthreads < n_tasks) next = wdata + ((task + g->nthreads) % g->ntasks) * bpt * blk;
             }
@@ -80,7 +128,8 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
                 t.a = g->a + r * g->Kp + q0 * 4;
                 t.part = part + (r - m0) * e->nc + (nb - b0) * 16;
                 t.r = r;
-                t.pf_mode = next ? QMM_I8_PF_NEXT : whole_k && passes == 1 && nq > 64 ? QMM_I8_PF_STREAM : QMM_I8_PF_NONE;
+                t.pf_mode = next ? QMM_I8_PF_NEXT
+                            : whole_k && passes == 1 && nq > 64 && !g->borrowed ? QMM_I8_PF_STREAM : QMM_I8_PF_NONE;
                 t.pf = next ? next + i * share : NULL;
                 t.pf_step = step;
                 e->tile(g, &t);
@@ -100,8 +149,23 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 4, &buf));
     const int64_t kq = (c->K + 3) / 4;
     const int wrows = e->one_pass_rows ? e->one_pass_rows(M) : 0;
-    pbytes = (size_t)nt * (size_t)e->mc * (size_t)e->nc * sizeof(int32_t);
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, pbytes + (size_t)kq * (size_t)wrows * 4, &pbuf));
+    const int borrowed = w->i8.data == NULL;
+    const int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4;
+    /* [threads][mc·nc] partials, the one-pass rows [kq][wrows][4], and for a borrowed weight the
+     * threads' panel buffers (nrb blocks × one chunk) and column sums, each 64-byte aligned */
+    /* rows per task: the engine's mc; a borrowed weight's panels are packed once per task, so up
+     * to 2·mc rows while that still leaves two tasks per thread */
+    int64_t mc = e->mc;
+    const int64_t ntasks = (w->i8.Np / 16 + e->nc / 16 - 1) / (e->nc / 16);
+    if (borrowed && M > mc) {
+        const int64_t mc2 = qmm_round_up((M + (M + 2 * mc - 1) / (2 * mc) - 1) / ((M + 2 * mc - 1) / (2 * mc)), e->mr);
+        if (((M + mc2 - 1) / mc2) * ntasks >= 2 * (int64_t)nt) mc = mc2;
+    }
+    pbytes = (size_t)nt * (size_t)mc * (size_t)e->nc * sizeof(int32_t);
+    const size_t apbytes = (size_t)qmm_round_up(kq * wrows * 4, 64);
+    const int64_t panel_bytes = borrowed ? (int64_t)e->nrb * (kcq < kq ? kcq : kq) * 64 : 0;
+    const size_t bbytes = borrowed ? (size_t)nt * ((size_t)panel_bytes + (size_t)qmm_round_up((int64_t)e->nc * 4, 64)) : 0;
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, pbytes + apbytes + bbytes, &pbuf));
     int8_t *q = buf;                  /* [M][Kp] */
     float *s = (float *)(q + qbytes); /* [M] (Kp is a multiple of 64: aligned) */
     QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, q, Kp, s, 0));
@@ -120,16 +184,23 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         g.ap = (uint8_t *)pbuf + pbytes;
         g.wrows = wrows;
     }
+    if (borrowed) {
+        g.borrowed = 1;
+        g.panel_bytes = panel_bytes;
+        g.panels = (int8_t *)pbuf + pbytes + apbytes;
+        g.colsums = (int32_t *)(g.panels + (size_t)nt * (size_t)panel_bytes);
+    }
     if (e->u8 || g.ap) { /* a few row ranges per thread */
         int64_t tasks = (int64_t)nt * 4 < M ? (int64_t)nt * 4 : M;
         g.rows_per_task = (M + tasks - 1) / tasks;
         tasks = (M + g.rows_per_task - 1) / g.rows_per_task;
         qmm_pool_run(ctx->pool, tasks, flip_task, &g);
     }
-    g.rows_per_task = e->mc;
-    g.kcq = M <= e->whole_k_m ? kq : e->kc / 4;
-    g.mtasks = (M + e->mc - 1) / e->mc;
-    g.ntasks = (w->i8.Np / 16 + e->nc / 16 - 1) / (e->nc / 16);
+    g.rows_per_task = mc;
+    g.mc = mc;
+    g.kcq = kcq;
+    g.mtasks = (M + mc - 1) / mc;
+    g.ntasks = ntasks;
     qmm_pool_run(ctx->pool, g.mtasks * g.ntasks, gemm_task, &g);
     if (c->token_scales) memcpy(c->token_scales, s, (size_t)M * sizeof(float));
     return QMM_OK;

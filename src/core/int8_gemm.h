@@ -22,6 +22,13 @@
  *   one pass   optional, for small M: the engine's one_pass() runs blocks with all rows in one
  *              register tile, from a copy of the rows packed [kq][wrows][4] (ap, filled by the
  *              driver, rows past M padded with the value of q = 0);
+ *   weights    every tile reads its weight panel through qmm_i8_get_panel: an owned weight's
+ *              n16k4 packing in place (blocks Kp·16 bytes apart, colsum from the weight); a
+ *              borrowed weight's rows (the caller's [N][ld] int8, w->borrow) packed per call, per
+ *              panel and K chunk, into the thread's n16k4 panel buffer (blocks nq·64 bytes
+ *              apart) by the engine's pack() — the u8 column sums and a -128 flag computed while
+ *              packing — and run by the same micro-kernels from L1/L2. Each (task, chunk, panel)
+ *              is packed once and serves every row tile of the task;
  *   out        token scales copied to c->token_scales when asked.
  * A new int8 engine is its micro-kernel(s), a qmm_i8_engine descriptor, its admit() and one
  * row of the engine table.
@@ -39,7 +46,10 @@ typedef struct qmm_i8_gemm qmm_i8_gemm;
  * one chunk. */
 typedef struct qmm_i8_tile {
     const uint8_t *a;      /* row r at the chunk's first quad; rows g->Kp bytes apart */
-    const int8_t *b;       /* the first block at the chunk's first quad; blocks g->Kp·16 bytes apart */
+    const int8_t *b;       /* the first block at the chunk's first quad; blocks ldb bytes apart */
+    int64_t ldb;           /* bytes between blocks (64-byte multiple; b 64-byte aligned) */
+    const int32_t *colsum; /* Σ_k W[n][k] of columns t.n.. (full K; read on the last chunk) */
+    int neg128;            /* some weight of this panel and chunk is -128 (borrowed weights) */
     int64_t nq;            /* quads (4 k each) in the chunk */
     int32_t *part;         /* the tile's sums: row i, block jb at part[i·nc + jb·16] */
     int mr, nr;            /* rows (<= engine mr), blocks (<= engine nrb) */
@@ -49,6 +59,16 @@ typedef struct qmm_i8_tile {
     const int8_t *pf;      /* PF_NEXT: this tile's share of the next panel */
     int64_t pf_step;       /* PF_NEXT: bytes of it per quad (<= 128) */
 } qmm_i8_tile;
+
+/* Packs one 16-row block of a borrowed weight for one K chunk: rows [0, rows) of W (int8, row
+ * stride ld; rows < 16: the rest are zero), bytes [k0, k1) of each (k0 a multiple of 4, k1 <= K:
+ * nothing past k1 is read), into dst [nq][16][4] (64-byte aligned; quads past the bytes zero);
+ * cs[0..16) = (first ? 0 : cs) + Σ of each row's bytes; *neg128 |= some byte is -128 (an engine
+ * whose kernels are exact with -128 weights may leave it alone). */
+typedef void (*qmm_i8_pack_fn)(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst,
+                               int64_t nq, int32_t *cs, int first, int *neg128);
+void qmm_i8_pack_block_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
+                           int32_t *cs, int first, int *neg128);
 
 typedef struct qmm_i8_engine {
     int u8;                /* A = q + 128 */
@@ -60,7 +80,8 @@ typedef struct qmm_i8_engine {
      * one_pass(g, b0, b1, part) runs blocks [b0, b1) and returns how many it did from b0 (the rest
      * take the tiles above), or -1 if it did them all. */
     int (*one_pass_rows)(int64_t M);
-    int64_t (*one_pass)(const qmm_i8_gemm *g, int64_t b0, int64_t b1, int32_t *part);
+    int64_t (*one_pass)(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1, int32_t *part);
+    qmm_i8_pack_fn pack;   /* borrowed weights' panel packing (NULL: qmm_i8_pack_block_ref) */
 } qmm_i8_engine;
 
 /* One call's state, read by the engine's callbacks. */
@@ -72,9 +93,21 @@ struct qmm_i8_gemm {
     int32_t *part;         /* [threads][mc·nc] */
     int64_t Kp, kq, kcq;   /* padded K; quads of K; quads per chunk */
     int64_t mtasks, ntasks, nthreads, rows_per_task;
+    int64_t mc;            /* rows per task (part: [threads][mc·nc]) */
     uint8_t *ap;           /* one-pass regime: [kq][wrows][4], else NULL */
     int wrows;
+    int borrowed;          /* the weight is the caller's rows (w->borrow), packed per panel */
+    int8_t *panels;        /* borrowed: [threads][panel_bytes] panel buffers */
+    int32_t *colsums;      /* borrowed: [threads][nc] column sums of the thread's task */
+    int64_t panel_bytes;
 };
+
+/* The weights of blocks [nb, nb + nr) over quads [q0, q0 + nq) for thread `thread`: owned, in
+ * place; borrowed, packed into the thread's panel buffer (nr·nq·64 <= panel_bytes), the chunk's
+ * column sums added into cs[0 .. nr·16) (stored when first). Fills t->b, t->ldb, t->colsum
+ * (cs, or the weight's), t->neg128. */
+void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
+                      int first, qmm_i8_tile *t);
 
 /* The whole call on engine e (pre-pass, flip, GEMM with the engine's tiles and epilogue, token
  * scales). */

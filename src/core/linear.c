@@ -221,7 +221,9 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
                     (long long)c.M, e->name);
         }
     }
-    st = qmm_input_stage(ctx, &c);
+    qmm_weight view; /* a borrowed weight: this call's view of the caller's memory (borrow.c) */
+    st = qmm_weight_for_call(ctx, w, !e->reads_borrowed, &view, &c.w);
+    if (st == QMM_OK) st = qmm_input_stage(ctx, &c);
     /* the int8 path fuses the residual into its epilogue (element by element, so residual may be
      * y); the float path adds it after writing y, from a copy when the two overlap */
     const int residual_after = c.residual && !(w->is_int8 && e->kind != QMM_KIND_FLOAT);
@@ -316,7 +318,9 @@ qmm_status qmm_linear_epilogue(qmm_context *ctx, const qmm_weight *w, int64_t M,
     QMM_RETURN_IF(!w->is_int8, QMM_ERR_UNSUPPORTED, "layer %s: epilogue is for int8 weights", w->name);
     qmm_call c;
     memset(&c, 0, sizeof c);
-    c.w = w; c.M = M; c.N = w->N; c.K = w->K; c.y = y; c.y_dtype = yt; c.ldy = ldy;
+    qmm_weight view;
+    QMM_FORWARD_IF_ERROR(qmm_weight_for_call(ctx, w, 0, &view, &c.w));
+    c.M = M; c.N = w->N; c.K = w->K; c.y = y; c.y_dtype = yt; c.ldy = ldy;
     epi_job j = {&c, acc, ldacc, 0, s};
     int64_t tasks = ctx->n_threads * 4 < M ? ctx->n_threads * 4 : M;
     j.rows_per_task = (M + tasks - 1) / tasks;

@@ -68,7 +68,7 @@ void       qmm_pool_run(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, void *arg)
 /* ---------------------------------------------------------------- context */
 enum {
     QMM_SCRATCH_ACT = 0, QMM_SCRATCH_PREPASS = 1, QMM_SCRATCH_ENGINE = 2, QMM_SCRATCH_STAGE = 3,
-    QMM_SCRATCH_RESIDUAL = 4, QMM_SCRATCH_SLOTS = 5
+    QMM_SCRATCH_RESIDUAL = 4, QMM_SCRATCH_WEIGHT = 5, QMM_SCRATCH_SLOTS = 6
 };
 struct qmm_context {
     int n_threads;
@@ -87,7 +87,8 @@ struct qmm_context {
  * independent: QMM_SCRATCH_ACT (quantized activations q + scales), QMM_SCRATCH_PREPASS (per-thread
  * rows of the pre-pass), QMM_SCRATCH_ENGINE (an engine's own: partial sums, packed A, ...),
  * QMM_SCRATCH_STAGE (the kitchen input stage's output, input_stage.c), QMM_SCRATCH_RESIDUAL (a
- * copy of a residual that overlaps y, for the float path, which adds it after writing y). */
+ * copy of a residual that overlaps y, for the float path, which adds it after writing y),
+ * QMM_SCRATCH_WEIGHT (a borrowed weight's per-call view: scales, bias, packing; borrow.c). */
 qmm_status qmm_context_scratch(qmm_context *ctx, int slot, size_t bytes, void **out);
 
 /* The vector level of the core's shared kernels (pre-pass rows, float panels, input stage):
@@ -129,6 +130,11 @@ static inline int8_t qmm_packed_i8_at(const qmm_packed_i8 *p, int64_t n, int64_t
     return p->data[((n / 16) * (p->Kp / 4) + k / 4) * 64 + (n % 16) * 4 + k % 4];
 }
 
+/* Rows [n0, n1) of W (int8 [N][ld], n1 <= Np) into the n16k4 packing p (blocks of 16 rows, n0 a
+ * multiple of 16; rows past N and k past K zero), colsum[n] for those rows; returns 1 if some
+ * weight is -128. The copy of qmm_weight_create_int8 and of a borrowed weight's packed view. */
+int qmm_pack_i8_rows(const int8_t *W, int64_t ld, int64_t N, int64_t K, int64_t n0, int64_t n1, qmm_packed_i8 *p);
+
 struct qmm_weight {
     char name[128];
     int64_t N, K;            /* K: the GEMM depth (input width after the activation) */
@@ -140,6 +146,19 @@ struct qmm_weight {
     qmm_packed_i8 i8;        /* int8 weights */
     float *scale;            /* [N] fp32 weight scale (a per-tensor scale is repeated) */
     float *bias;             /* [N] fp32 or NULL (bf16/f16 bias widened exactly) */
+    /* borrowed (qmm_weight_borrow_int8): the caller's int8 [N][ld], scales and bias, read at every
+     * call. The handle holds no copy (i8.data, i8.colsum, scale, bias NULL; i8.Np/Kp set); each
+     * call runs on a view of it (qmm_weight_for_call) whose scale/bias (and, for engines that
+     * read the n16k4 packing, i8) are filled from that memory as it is then. */
+    int borrowed;
+    struct {
+        const int8_t *data;  /* [N][ld], any alignment */
+        int64_t ld;
+        const float *scale;  /* [n_scale] */
+        int64_t n_scale;
+        const void *bias;    /* [N] of bias_dtype, or NULL */
+        qmm_dtype bias_dtype;
+    } borrow;
     /* float weights (is_int8 == 0): fdtype BF16 or F32 (F16 is widened to F32) */
     qmm_dtype fdtype;
     qmm_packed_f fp;
@@ -179,6 +198,9 @@ typedef struct qmm_engine {
     const char *(*admit)(const qmm_call *c, char *why, size_t n);
     /* Runs the call. Preconditions: admitted; buffers validated by qmm_linear. */
     qmm_status (*run)(qmm_context *ctx, const qmm_call *c);
+    /* 1: run() reads a borrowed weight's rows itself (w->borrow); 0: it reads the n16k4 packing,
+     * which a borrowed weight's call view then builds (the whole weight, per call). */
+    int reads_borrowed;
 } qmm_engine;
 
 const qmm_engine *qmm_engine_get(qmm_engine_id id);  /* NULL for AUTO / out of range */
@@ -205,6 +227,18 @@ int qmm_engine_usable(const qmm_engine *e, int max_isa, uint32_t disabled, char 
  * Engines call it first, then add their own. */
 const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n);
 const char *qmm_admit_common_float(const qmm_call *c, char *why, size_t n);
+
+/* ---------------------------------------------------------------- borrowed weights (borrow.c) */
+/* The weight one call runs on: w itself when it is owned; for a borrowed w, *view, filled from
+ * the caller's memory as it is now: scale [N] and bias [N] fp32 (QMM_SCRATCH_WEIGHT), and when
+ * packed != 0 the whole n16k4 packing with colsum and has_neg128 too (threaded on ctx's pool).
+ * With packed == 0 view->i8.data/colsum stay NULL: the engine reads view->borrow itself. */
+qmm_status qmm_weight_for_call(qmm_context *ctx, const qmm_weight *w, int packed, qmm_weight *view,
+                               const qmm_weight **out);
+/* W[n][k] of an int8 weight, borrowed (the caller's memory) or packed. */
+static inline int8_t qmm_weight_i8_at(const qmm_weight *w, int64_t n, int64_t k) {
+    return w->borrowed ? w->borrow.data[n * w->borrow.ld + k] : qmm_packed_i8_at(&w->i8, n, k);
+}
 
 /* ---------------------------------------------------------------- kitchen input stage (input_stage.c) */
 /* Does the call carry rms_norm, situ or a modulation? */

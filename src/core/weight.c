@@ -1,7 +1,7 @@
 /*
  * weight.c — weight handles: an int8 weight copied once into the shared n16k4 packing (see
- * qmm_internal.h) with its fp32 scales and bias, or a float weight; then each usable engine's
- * pack hook builds any extra layout it needs. Also SPEC §2: quantizing a float matrix to int8
+ * qmm_internal.h) with its fp32 scales and bias; a borrowed int8 weight (the caller's memory,
+ * read at every call: borrow.c builds each call's view); or a float weight. Also SPEC §2: quantizing a float matrix to int8
  * (optionally rotated with H_g) and dequantizing it back.
  */
 #include "numerics.h"
@@ -73,11 +73,16 @@ static qmm_status weight_common(const char *name, int64_t N, int64_t K, int64_t 
     return QMM_OK;
 }
 
-qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *d, qmm_weight **out) {
-    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_weight_create_int8: out is NULL");
+/* The descriptor checks of both int8 entry points (fn: the function, for a NULL desc), before
+ * anything is allocated or read; then the handle with its shape, flags and bias (bias: copied
+ * for an owned weight, not for a borrowed one). */
+static qmm_status int8_handle(const char *fn, qmm_context *ctx, const qmm_weight_desc *d, int copy_bias,
+                              qmm_weight **out) {
+    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     *out = NULL;
-    QMM_RETURN_IF(!ctx || !d, QMM_ERR_INVALID_ARGUMENT, "qmm_weight_create_int8: %s is NULL", !ctx ? "ctx" : "desc");
+    QMM_RETURN_IF(!ctx || !d, QMM_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, !ctx ? "ctx" : "desc");
     const char *nm = wname(d->name);
+    QMM_FORWARD_IF_ERROR(check_shape(nm, d->N, d->K, d->ld, 1));
     QMM_RETURN_IF(!d->data, QMM_ERR_INVALID_ARGUMENT, "weight %s: data is NULL", nm);
     QMM_RETURN_IF(!d->scale, QMM_ERR_INVALID_ARGUMENT, "weight %s: weight_scale is NULL", nm);
     QMM_RETURN_IF(d->n_scale != 1 && d->n_scale != d->N, QMM_ERR_INVALID_ARGUMENT,
@@ -88,15 +93,48 @@ qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *d, qm
     QMM_RETURN_IF(d->convrot_gs && d->K % d->convrot_gs != 0, QMM_ERR_UNSUPPORTED,
                   "weight %s [%lld, %lld]: K=%lld is not a multiple of the convrot group %d", nm,
                   (long long)d->N, (long long)d->K, (long long)d->K, d->convrot_gs);
+    QMM_RETURN_IF(d->bias && !is_float(d->bias_dtype), QMM_ERR_UNSUPPORTED,
+                  "weight %s: bias dtype %s (needs f32, f16 or bf16)", nm, qmm_dtype_name(d->bias_dtype));
     qmm_weight *w;
-    QMM_FORWARD_IF_ERROR(weight_common(d->name, d->N, d->K, d->ld, 1, d->bias, d->bias_dtype, &w));
-    const int64_t N = d->N, K = d->K, ld = d->ld ? d->ld : d->K;
+    QMM_FORWARD_IF_ERROR(weight_common(d->name, d->N, d->K, d->ld, 1, copy_bias ? d->bias : NULL, d->bias_dtype, &w));
     w->is_int8 = 1;
     w->convrot_gs = d->convrot_gs;
     w->full_precision = d->full_precision != 0;
     w->per_tensor_scale = d->n_scale == 1;
-    w->i8.Np = qmm_round_up(N, 16);
-    w->i8.Kp = qmm_round_up(K, 64);
+    w->i8.Np = qmm_round_up(d->N, 16);
+    w->i8.Kp = qmm_round_up(d->K, 64);
+    *out = w;
+    return QMM_OK;
+}
+
+int qmm_pack_i8_rows(const int8_t *W, int64_t ld, int64_t N, int64_t K, int64_t n0, int64_t n1, qmm_packed_i8 *p) {
+    const int64_t Kq = p->Kp / 4, kfull = K / 4 * 4;
+    int neg128 = 0;
+    for (int64_t n = n0; n < n1; n++) {
+        uint32_t sum = 0; /* mod 2^32 (K up to 2^31 would overflow int32); exact for admitted K */
+        int8_t *dst = p->data + (n / 16) * Kq * 64 + (n % 16) * 4;
+        if (n < N) {
+            const int8_t *row = W + n * ld;
+            int64_t k = 0;
+            for (; k < kfull; k += 4) memcpy(dst + k * 16, row + k, 4);
+            for (int64_t q = k / 4; q < Kq; q++) memset(dst + q * 64, 0, 4);
+            for (; k < K; k++) dst[(k / 4) * 64 + k % 4] = row[k];
+            for (k = 0; k < K; k++) {
+                sum += (uint32_t)(int32_t)row[k];
+                neg128 |= row[k] == -128;
+            }
+        } else {
+            for (int64_t q = 0; q < Kq; q++) memset(dst + q * 64, 0, 4);
+        }
+        p->colsum[n] = (int32_t)sum;
+    }
+    return neg128;
+}
+
+qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *d, qmm_weight **out) {
+    QMM_FORWARD_IF_ERROR(int8_handle("qmm_weight_create_int8", ctx, d, 1, out));
+    qmm_weight *w = *out;
+    const int64_t N = d->N, K = d->K, ld = d->ld ? d->ld : d->K;
     size_t bytes;
     if (!qmm_mul_ok((size_t)w->i8.Np, (size_t)w->i8.Kp, &bytes)) bytes = SIZE_MAX;
     w->i8.data = qmm_aligned_alloc(bytes);
@@ -104,27 +142,26 @@ qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *d, qm
     w->scale = malloc((size_t)N * sizeof(float));
     if (!w->i8.data || !w->i8.colsum || !w->scale) {
         qmm_weight_destroy(w);
-        return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "weight %s [%lld, %lld]: cannot allocate %zu packed bytes", nm,
-                        (long long)N, (long long)K, bytes);
+        *out = NULL;
+        return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "weight %s [%lld, %lld]: cannot allocate %zu packed bytes",
+                        wname(d->name), (long long)N, (long long)K, bytes);
     }
-    memset(w->i8.data, 0, bytes);
-    const int64_t Kq = w->i8.Kp / 4;
-    int neg128 = 0;
-    for (int64_t n = 0; n < w->i8.Np; n++) {
-        uint32_t sum = 0; /* mod 2^32 (K up to 2^31 would overflow int32); exact for admitted K */
-        if (n < N) {
-            const int8_t *row = d->data + n * ld;
-            int8_t *dst = w->i8.data + (n / 16) * Kq * 64 + (n % 16) * 4;
-            for (int64_t k = 0; k < K; k++) {
-                dst[(k / 4) * 64 + (k % 4)] = row[k];
-                sum += (uint32_t)(int32_t)row[k];
-                neg128 |= row[k] == -128;
-            }
-        }
-        w->i8.colsum[n] = (int32_t)sum;
-    }
-    w->has_neg128 = neg128;
+    w->has_neg128 = qmm_pack_i8_rows(d->data, ld, N, K, 0, w->i8.Np, &w->i8);
     for (int64_t n = 0; n < N; n++) w->scale[n] = d->scale[d->n_scale == 1 ? 0 : n];
+    *out = w;
+    return QMM_OK;
+}
+
+qmm_status qmm_weight_borrow_int8(qmm_context *ctx, const qmm_weight_desc *d, qmm_weight **out) {
+    QMM_FORWARD_IF_ERROR(int8_handle("qmm_weight_borrow_int8", ctx, d, 0, out));
+    qmm_weight *w = *out;
+    w->borrowed = 1;
+    w->borrow.data = d->data;
+    w->borrow.ld = d->ld ? d->ld : d->K;
+    w->borrow.scale = d->scale;
+    w->borrow.n_scale = d->n_scale;
+    w->borrow.bias = d->bias;
+    w->borrow.bias_dtype = d->bias_dtype;
     *out = w;
     return QMM_OK;
 }
@@ -182,10 +219,11 @@ void qmm_weight_get_info(const qmm_weight *w, qmm_weight_info *o) {
     o->dtype = w->is_int8 ? QMM_I8 : w->fdtype;
     o->convrot_gs = w->convrot_gs;
     o->per_tensor_scale = w->per_tensor_scale;
-    o->has_bias = w->bias != NULL;
+    o->has_bias = w->bias != NULL || w->borrow.bias != NULL;
     o->full_precision = w->full_precision;
     size_t b = 0;
-    if (w->is_int8) b += (size_t)(w->i8.Np * w->i8.Kp) + (size_t)w->i8.Np * 4 + (size_t)w->N * 4;
+    if (w->borrowed) b += 0; /* the caller's memory */
+    else if (w->is_int8) b += (size_t)(w->i8.Np * w->i8.Kp) + (size_t)w->i8.Np * 4 + (size_t)w->N * 4;
     else b += (size_t)(w->fp.Np * w->fp.Kp) * qmm_dtype_size(w->fdtype);
     if (w->bias) b += (size_t)w->N * 4;
     o->packed_bytes = b;

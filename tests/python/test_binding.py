@@ -83,6 +83,36 @@ def test_weight_info_and_close():
     assert w.ptr is None
 
 
+def test_borrowed_weight_reads_memory_at_each_call():
+    N, K, M = 40, 70, 5
+    wbuf = torch.randint(-127, 128, (N, K + 6), dtype=torch.int8)   # row stride ld = K + 6
+    s = torch.rand(N) * 0.01 + 1e-3
+    b = torch.randn(N, dtype=torch.bfloat16)
+    wb = qmm.Weight.borrow_int8(wbuf, N, K, s, N, ld=K + 6, bias=b, bias_dtype="bf16", name="t.borrowed")
+    assert wb.info()["packed_bytes"] == 0 and wb.info()["has_bias"]
+    x = torch.randn(M, K, dtype=torch.bfloat16)
+
+    def run(w):
+        y = torch.empty(M, N, dtype=torch.bfloat16)
+        a = qmm.linear_args(M, "bf16")
+        a.x, a.y = x.data_ptr(), y.data_ptr()
+        w.linear(a)
+        return y
+
+    def owned():
+        wc = wbuf[:, :K].contiguous()
+        return qmm.Weight.int8(wc.data_ptr(), N, K, s.data_ptr(), N, bias=b.data_ptr(), bias_dtype="bf16")
+
+    assert torch.equal(run(wb), run(owned()))
+    wbuf[N - 1, K - 1] = -wbuf[N - 1, K - 1] if wbuf[N - 1, K - 1] != 0 else 9   # in place, like copy_()
+    s[0] *= 2
+    y2 = run(wb)
+    assert torch.equal(y2, run(owned()))
+    del wbuf, s, b                                # the Weight keeps the memory alive
+    assert torch.equal(run(wb), y2)
+    wb.close()
+
+
 def test_struct_layout_matches_header():
     # the defaults the library returns, read through our struct mirrors
     a = qmm._lib.qmm_linear_args_default()

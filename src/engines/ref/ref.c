@@ -4,7 +4,8 @@
  * (args.engine = QMM_ENGINE_REF); dispatch never chooses it.
  *
  *   int8 weight:  q, s = prepass_ref(x)            q [M][Kp] int8, s [M] fp32
- *                 acc[r][n] = Σ_k q[r][k] · W[n][k]  exact int32 (W read from the n16k4 packing)
+ *                 acc[r][n] = Σ_k q[r][k] · W[n][k]  exact int32 (W read from the n16k4 packing,
+ *                                                      or a borrowed weight's own rows)
  *                 y[r][n] = epilogue(acc, s[r], w_scale[n], bias[n])
  *   float weight: a = act(x) (rounded to x's dtype); y[r][n] = Σ_k a[r][k] · W[n][k] + bias[n]
  *                 summed in fp64, rounded once to fp32 then to y's dtype.
@@ -39,7 +40,7 @@ static qmm_status ref_run_int8(qmm_context *ctx, const qmm_call *c) {
              * K <= QMM_MAX_INT8_K, the limit the fast engines admit */
             uint32_t sum = 0;
             for (int64_t k = 0; k < K; k++)
-                sum += (uint32_t)((int32_t)q[r * Kp + k] * (int32_t)qmm_packed_i8_at(&w->i8, n, k));
+                sum += (uint32_t)((int32_t)q[r * Kp + k] * (int32_t)qmm_weight_i8_at(w, n, k));
             acc[n] = (int32_t)sum;
         }
         qmm_epilogue_block_ref(c, acc, N, r, 1, 0, N, &s[r]);
@@ -78,6 +79,7 @@ const qmm_engine qmm_engine_ref = {
     .isa = QMM_ISA_NONE,
     .cpu_features = 0,
     .built = 1,
+    .reads_borrowed = 1,
     .admit = ref_admit,
     .run = ref_run,
 };

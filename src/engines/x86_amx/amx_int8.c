@@ -19,6 +19,11 @@
  *                                per K block (qmm_amx_pack_a), then blocked_task: nc(512) →
  *                                kc(512) → m32 → n32, C partials in tiles within a K block and
  *                                in a per-thread C buffer between K blocks
+ * Borrowed weights (w->borrow: the caller's int8 [N][ld], read at every call): the same kernels on
+ * the weights packed per call into the thread's buffer (qmm_z_pack_n16k4, simd_avx512.h), since
+ * one n16k4 block is exactly a B tile: decode/panel pack each 32-column panel over the whole K
+ * (2 blocks Kp·16 bytes apart, as owned) before its row panels; blocked packs each nc × kc B
+ * block (blocks kw·16 bytes apart) before its row panels. TDPBSSD needs no column sums.
  * Threads: a static grid, N split first (each thread streams only its share of W), M split
  * only when N has fewer 32-column panels than threads. The partition and the blocking change
  * nothing in the result: int32 sums are exact, so every regime gives the reference's bits.
@@ -67,7 +72,21 @@ typedef struct {
     int32_t *cbuf;     /* blocked: [threads][mc/32][nc/32][32][32] int32 C partials between K blocks */
     int32_t *stage;    /* [threads][32][32] int32: the C tiles of one block for the epilogue */
     size_t cbuf_ints;  /* per thread */
+    int8_t *bbuf;      /* borrowed: [threads][bbuf_bytes] packed B (a panel, or a blocked B block) */
+    size_t bbuf_bytes;
 } int8_job;
+
+/* Borrowed: blocks [nb0, nb1) of the caller's rows over bytes [k0, k0 + kw) of K (kw a multiple of
+ * 64) → dst, blocks kw·16 bytes apart. */
+static void pack_b(const qmm_call *c, int64_t nb0, int64_t nb1, int64_t k0, int64_t kw, int8_t *dst) {
+    const qmm_weight *w = c->w;
+    const int64_t k1 = k0 + kw < c->K ? k0 + kw : c->K;
+    for (int64_t nb = nb0; nb < nb1; nb++) {
+        const int64_t n0 = nb * 16;
+        const int rows = c->N - n0 < 16 ? (int)(c->N - n0) : 16;
+        qmm_z_pack_n16k4(w->borrow.data + n0 * w->borrow.ld, w->borrow.ld, rows, k0, k1, dst + (nb - nb0) * kw * 16, kw / 4);
+    }
+}
 
 /* One 32 × 32 block over nsteps k-steps of 64: A rows at a (row stride lda, k-step s at +64s),
  * B column blocks at b0 and b0 + bstride (k-step s at +1024s). cin: the C partials to continue
@@ -166,15 +185,21 @@ static void panel_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t m_lo = j->npanels_m * ti / j->tm, m_hi = j->npanels_m * (ti + 1) / j->tm;
     int32_t *stage = j->stage + (size_t)thread * 32 * 32;
     const int8_t *wdata = c->w->i8.data;
-    const int pf_b = j->regime == QMM_AMX_DECODE;
+    const int borrowed = wdata == NULL;
+    const int pf_b = j->regime == QMM_AMX_DECODE && !borrowed;
     for (int64_t p = p_lo; p < p_hi; p++) {
         const int64_t nb = 2 * p, n0 = nb * 16, cols = c->N - n0 < 32 ? c->N - n0 : 32;
         const int two = nb + 1 < j->nblocks;
         const int8_t *b0 = wdata + nb * j->Kp * 16;
+        if (borrowed) { /* the panel over the whole K, packed now (L2) */
+            int8_t *dst = j->bbuf + (size_t)thread * j->bbuf_bytes;
+            pack_b(c, nb, nb + 1 + two, 0, j->Kp, dst);
+            b0 = dst;
+        }
         /* panel: the next column panel's B (contiguous after this one), prefetched (T1) in equal
          * shares by this panel's row panels, k-step by k-step */
         const int64_t nk = j->Kp / 64, nm = m_hi - m_lo;
-        const int64_t pfs_lines = !pf_b && p + 1 < p_hi ? (32 + nm - 1) / nm : 0;
+        const int64_t pfs_lines = !pf_b && !borrowed && p + 1 < p_hi ? (32 + nm - 1) / nm : 0;
         for (int64_t mp = m_lo; mp < m_hi; mp++) {
             const int64_t m0 = mp * 32;
             const int rows = (int)(c->M - m0 < 32 ? c->M - m0 : 32);
@@ -215,6 +240,7 @@ static void blocked_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     int32_t *stage = j->stage + (size_t)thread * 32 * 32;
     int32_t *cbuf = j->cbuf + (size_t)thread * j->cbuf_ints;
     const int8_t *wdata = c->w->i8.data;
+    const int borrowed = wdata == NULL;
     for (int64_t pc = p_lo; pc < p_hi; pc += ncp) {
         const int64_t pe = pc + ncp < p_hi ? pc + ncp : p_hi;
         const int64_t nb_hi = 2 * pe < j->nblocks ? 2 * pe : j->nblocks;
@@ -224,6 +250,13 @@ static void blocked_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
                 const int64_t k0 = kb * kc, kw = Kp - k0 < kc ? Kp - k0 : kc;
                 const int8_t *ablk = j->q + k0 * M;
                 const int8_t *bblk = wdata + 2 * pc * Kp * 16 + k0 * 16;
+                int64_t bstride = Kp * 16; /* between the n16k4 blocks of bblk */
+                if (borrowed) {            /* the nc × kw B block, packed now (L2) */
+                    int8_t *dst = j->bbuf + (size_t)thread * j->bbuf_bytes;
+                    pack_b(c, 2 * pc, nb_hi, k0, kw, dst);
+                    bblk = dst;
+                    bstride = kw * 16;
+                }
                 /* the next B block of this thread: next K block, else K block 0 of the next M
                  * block (same columns), else of the next N block */
                 const int64_t kw_next = Kp - k0 - kw < kc ? Kp - k0 - kw : kc; /* of K block kb+1 */
@@ -240,7 +273,7 @@ static void blocked_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
                     kw_b = Kp < kc ? Kp : kc;
                     nbl_next = (2 * pen < j->nblocks ? 2 * pen : j->nblocks) - 2 * pn;
                 }
-                const int64_t pf_lines = bnext ? nbl_next * kw_b / 4 : 0;
+                const int64_t pf_lines = bnext && !borrowed ? nbl_next * kw_b / 4 : 0;
                 const int64_t iters = (me - mc) * (pe - pc);
                 int64_t it = 0;
                 for (int64_t mp = mc; mp < me; mp++) {
@@ -270,7 +303,7 @@ static void blocked_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
                             _mm_prefetch((const char *)(anext + o), _MM_HINT_T0);
                         if (pf_lines)
                             prefetch_b(bnext, Kp * 16, kw_b, pf_lines * it / iters, pf_lines * (it + 1) / iters);
-                        kblock_any(a, kw, bblk + (nb - 2 * pc) * Kp * 16, Kp * 16, kw / 64, kb ? cb : NULL, r1, two, 0, NULL, 0);
+                        kblock_any(a, kw, bblk + (nb - 2 * pc) * bstride, bstride, kw / 64, kb ? cb : NULL, r1, two, 0, NULL, 0);
                         if (kb + 1 < nkb) {
                             store_c(cb, r1, two);
                         } else {
@@ -314,7 +347,10 @@ static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
     void *buf, *ebuf;
     if (j.regime != QMM_AMX_BLOCKED) { /* the pre-pass over all rows, then one launch */
         QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * sizeof(float), &buf));
-        QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, (size_t)nt * 32 * 32 * sizeof(int32_t), &ebuf));
+        j.bbuf_bytes = w->i8.data ? 0 : (size_t)Kp * 32; /* borrowed: one 2-block panel per thread */
+        QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE,
+                                                 (size_t)nt * (32 * 32 * sizeof(int32_t) + j.bbuf_bytes), &ebuf));
+        j.bbuf = (int8_t *)ebuf + (size_t)nt * 32 * 32 * sizeof(int32_t);
         j.s = (const float *)((char *)buf + qbytes);
         QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, (int8_t *)buf, Kp, (float *)j.s, 0));
         if (c->token_scales) memcpy(c->token_scales, j.s, (size_t)M * sizeof(float));
@@ -334,13 +370,16 @@ static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
     /* act scratch: [q of one M block] [s, all rows]; engine scratch: [packed block] [stage,
      * C buffer per thread] */
     const size_t abytes = (size_t)qmm_round_up((int64_t)bbytes, 64);
+    /* borrowed: one nc × kc B block per thread */
+    j.bbuf_bytes = w->i8.data ? 0 : (size_t)qmm_round_up(j.bl.nc, 32) * (size_t)(j.bl.kc < Kp ? j.bl.kc : Kp);
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, abytes + (size_t)M * sizeof(float), &buf));
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(
-        ctx, QMM_SCRATCH_ENGINE, abytes + (size_t)nt * (32 * 32 + j.cbuf_ints) * sizeof(int32_t), &ebuf));
+        ctx, QMM_SCRATCH_ENGINE, abytes + (size_t)nt * ((32 * 32 + j.cbuf_ints) * sizeof(int32_t) + j.bbuf_bytes), &ebuf));
     float *s = (float *)((char *)buf + abytes);
     j.q = ebuf;
     j.stage = (int32_t *)((char *)ebuf + abytes);
     j.cbuf = j.stage + (size_t)nt * 32 * 32;
+    j.bbuf = (int8_t *)(j.cbuf + (size_t)nt * j.cbuf_ints);
     for (int64_t r0 = 0; r0 < M; r0 += mb) {
         const int64_t rows = M - r0 < mb ? M - r0 : mb;
         const qmm_call sub = QMM_AMX_SYM(qmm_amx_rows)(c, r0, rows);
@@ -372,4 +411,5 @@ const qmm_engine QMM_AMX_SYM(qmm_engine_amx_int8) = {
     .built = QMM_AMX_BUILT,
     .admit = amx_int8_admit,
     .run = amx_int8_run,
+    .reads_borrowed = 1,
 };

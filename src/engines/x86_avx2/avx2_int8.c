@@ -11,7 +11,8 @@
  * the n16k4 packing (widening needs a re-layout for VPMADDWD pairs and 2× the loads).
  * Its one precondition: no weight equals -128 (VPSIGNB cannot negate it). qmm's quantizer never
  * produces -128 (SPEC §2); a weight that has one (w->has_neg128, found at creation) is refused
- * by admit() with that reason, so dispatch moves on (to the float fallback).
+ * by admit() with that reason, so dispatch moves on (to the float fallback). A borrowed weight's
+ * values are not known at admission: a call whose view found a -128 runs the exact scalar kernel.
  * Register blocking: up to 4 rows × 16 channels (8 accumulators). Blocking, threads, epilogue:
  * int8_gemm_avx2.h.
  */
@@ -77,7 +78,24 @@ static const char *admit(const qmm_call *c, char *why, size_t n) {
     return NULL;
 }
 
-static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, avx2_int8_kernel); }
+/* The exact scalar form of the same kernel, for a borrowed weight that held -128 when this call
+ * read it (admission cannot see a borrowed weight's values; they may change between calls). */
+static void scalar_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
+                          int first, const int8_t *pf, int64_t pf_kq) {
+    (void)pf;
+    (void)pf_kq;
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < 16; j++) {
+            uint32_t sum = first ? 0u : (uint32_t)c[r * ldc + j];
+            for (int64_t i = 0; i < kq * 4; i++)
+                sum += (uint32_t)((int32_t)(int8_t)a[r * lda + i] * (int32_t)b[(i / 4) * 64 + j * 4 + i % 4]);
+            c[r * ldc + j] = (int32_t)sum;
+        }
+}
+
+static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
+    qmm_a2_tile(g, t, t->neg128 || g->c->w->has_neg128 ? scalar_kernel : avx2_int8_kernel);
+}
 static const qmm_i8_engine k_avx2_int8 = QMM_A2_ENGINE(0, 4, tile);
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_int8_gemm(ctx, c, &k_avx2_int8); }
@@ -91,4 +109,5 @@ const qmm_engine qmm_engine_avx2_int8 = {
     .built = 1,
     .admit = admit,
     .run = run,
+    .reads_borrowed = 1,
 };

@@ -34,11 +34,10 @@ enum { QMM_A2_MC = 96, QMM_A2_NC = 256, QMM_A2_KC = 512 };
 typedef void (*qmm_a2_kernel_fn)(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c,
                                  int64_t ldc, int mr, int first, const int8_t *pf, int64_t pf_kq);
 
-/* Epilogue of one output row r: acc[0..cols) are columns n0.. (− 128·colsum for u8 A), then
+/* Epilogue of one output row r: acc[0..cols) are columns n0.. (− 128·cs[j] for u8 A, cs the column sums), then
  * qmm_y_epilogue8 (simd_avx2.h) per 8 columns and qmm_epilogue_store_ref for the last ones. */
-static inline void qmm_a2_epilogue_row(const qmm_call *c, const int32_t *acc, int64_t r, int64_t n0, int64_t cols,
-                                       int u8, float sr) {
-    const int32_t *cs = c->w->i8.colsum + n0;
+static inline void qmm_a2_epilogue_row(const qmm_call *c, const int32_t *cs, const int32_t *acc, int64_t r, int64_t n0,
+                                       int64_t cols, int u8, float sr) {
     const __m256i c128 = _mm256_set1_epi32(u8 ? 128 : 0);
     int64_t j = 0;
     for (; j + 8 <= cols; j += 8) {
@@ -53,7 +52,7 @@ static inline void qmm_a2_epilogue_row(const qmm_call *c, const int32_t *acc, in
  * each prefetching its part of the tile's share of the next panel into L2 (whole-K small M),
  * then on the last chunk the tile's outputs, row by row over its nr·16 columns. */
 static inline void qmm_a2_tile(const qmm_i8_gemm *g, const qmm_i8_tile *t, qmm_a2_kernel_fn kern) {
-    const int64_t ldp = g->e->nc, ldb = g->Kp * 16;
+    const int64_t ldp = g->e->nc, ldb = t->ldb;
     const int64_t part_bytes = t->pf_mode == QMM_I8_PF_NEXT ? t->pf_step * t->nq / t->nr : 0;
     int64_t pf_kq = (part_bytes + 63) / 64;
     if (pf_kq > t->nq) pf_kq = t->nq;
@@ -63,13 +62,67 @@ static inline void qmm_a2_tile(const qmm_i8_gemm *g, const qmm_i8_tile *t, qmm_a
     if (t->last) {
         const int64_t cols = g->c->N - t->n < 16 * t->nr ? g->c->N - t->n : 16 * t->nr;
         for (int i = 0; i < t->mr; i++)
-            qmm_a2_epilogue_row(g->c, t->part + i * ldp, t->r + i, t->n, cols, g->e->u8, g->s[t->r + i]);
+            qmm_a2_epilogue_row(g->c, t->colsum, t->part + i * ldp, t->r + i, t->n, cols, g->e->u8, g->s[t->r + i]);
     }
+}
+
+/* qmm_i8_pack_fn (int8_gemm.h) in AVX2: per 32 bytes of K, rows 0..7 and 8..15 each transposed
+ * as an 8 × 8 matrix of dwords (out[q]: k-quad q of 8 rows), the two halves one n16k4 row; the
+ * last bytes of a row (k1 - k < 32) are copied into a zeroed buffer first: nothing past k1 is
+ * read. Column sums: VPMADDUBSW(1, w) then VPMADDWD(1): exact, no saturation (|Σ pair| <= 256). */
+static inline void qmm_a2_pack(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
+                               int32_t *cs, int first, int *neg128) {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1), m128 = _mm256_set1_epi8(-128);
+    __m256i cs_h[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, neg = _mm256_setzero_si256();
+    for (int64_t q0 = 0; q0 < nq; q0 += 8) {
+        const int64_t k = k0 + q0 * 4, bytes = k1 - k < 32 ? k1 - k : 32;
+        const int64_t nout = nq - q0 < 8 ? nq - q0 : 8;
+        for (int h = 0; h < 2; h++) {
+            __m256i r[8], t[8];
+            for (int j = 0; j < 8; j++) {
+                const int row = 8 * h + j;
+                if (row >= rows || bytes <= 0) {
+                    r[j] = _mm256_setzero_si256();
+                } else if (bytes == 32) {
+                    r[j] = _mm256_loadu_si256((const __m256i *)(W + row * ld + k));
+                } else {
+                    int8_t tmp[32] = {0};
+                    memcpy(tmp, W + row * ld + k, (size_t)bytes);
+                    r[j] = _mm256_loadu_si256((const __m256i *)tmp);
+                }
+                neg = _mm256_or_si256(neg, _mm256_cmpeq_epi8(r[j], m128));
+            }
+            for (int j = 0; j < 8; j += 2) {
+                t[j] = _mm256_unpacklo_epi32(r[j], r[j + 1]);
+                t[j + 1] = _mm256_unpackhi_epi32(r[j], r[j + 1]);
+            }
+            for (int g = 0; g < 2; g++) { /* r[4g + x], lane l: rows 4g..4g+3, dword 4l + x */
+                r[4 * g + 0] = _mm256_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+                r[4 * g + 1] = _mm256_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+                r[4 * g + 2] = _mm256_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+                r[4 * g + 3] = _mm256_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+            }
+            for (int x = 0; x < 4; x++) { /* out[4l + x] = lane l of r[x], r[4 + x] */
+                t[x] = _mm256_permute2x128_si256(r[x], r[4 + x], 0x20);
+                t[4 + x] = _mm256_permute2x128_si256(r[x], r[4 + x], 0x31);
+            }
+            for (int64_t q = 0; q < nout; q++) {
+                _mm256_store_si256((__m256i *)(dst + (q0 + q) * 64 + 32 * h), t[q]);
+                cs_h[h] = _mm256_add_epi32(cs_h[h], _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, t[q]), ones16));
+            }
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        if (!first) cs_h[h] = _mm256_add_epi32(cs_h[h], _mm256_loadu_si256((const __m256i *)(cs + 8 * h)));
+        _mm256_storeu_si256((__m256i *)(cs + 8 * h), cs_h[h]);
+    }
+    *neg128 |= _mm256_movemask_epi8(neg) != 0;
 }
 
 /* The blocking of both AVX2 engines: MC × KC activation bytes (48 KiB) in L2, a 16 × KC panel
  * (8 KiB) in L1; whole K (weight streaming) up to 32 rows. */
 #define QMM_A2_ENGINE(u8_, mr_, tile_) \
-    { .u8 = (u8_), .mr = (mr_), .nrb = 4, .mc = QMM_A2_MC, .nc = QMM_A2_NC, .kc = QMM_A2_KC, .whole_k_m = 32, .tile = (tile_) }
+    { .u8 = (u8_), .mr = (mr_), .nrb = 4, .mc = QMM_A2_MC, .nc = QMM_A2_NC, .kc = QMM_A2_KC, .whole_k_m = 32, .tile = (tile_), \
+      .pack = qmm_a2_pack }
 
 #endif /* QMM_INT8_GEMM_AVX2_H */

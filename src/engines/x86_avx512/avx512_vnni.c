@@ -44,8 +44,9 @@ enum {
 typedef qmm_i8_gemm vnni_job; /* the driver's call state (int8_gemm.h) */
 
 /* ---------------------------------------------------------------- epilogue */
-static inline void store_out(const qmm_call *c, __m512i acc, int64_t r, int64_t n, float s_r) {
-    acc = _mm512_sub_epi32(acc, _mm512_slli_epi32(_mm512_load_si512(c->w->i8.colsum + n), 7));
+/* cs: Σ_k W[n][k] of columns n..n+16 */
+static inline void store_out(const qmm_call *c, const int32_t *cs, __m512i acc, int64_t r, int64_t n, float s_r) {
+    acc = _mm512_sub_epi32(acc, _mm512_slli_epi32(_mm512_loadu_si512(cs), 7));
     qmm_z_epilogue16(c, acc, r, n, s_r, qmm_z_tail_mask(c->N - n));
 }
 
@@ -169,7 +170,7 @@ static inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
 #define ACC_ALL(OP) ACC_DO(0, OP) ACC_DO(1, OP) ACC_DO(2, OP) ACC_DO(3, OP) ACC_DO(4, OP) ACC_DO(5, OP)
 #define OP_LOAD(i, jj) c##i##jj = _mm512_loadu_si512(part + i * NC + jj * 16);
 #define OP_SAVE(i, jj) _mm512_storeu_si512(part + i * NC + jj * 16, c##i##jj);
-#define OP_OUT(i, jj) if (n + jj * 16 < j->c->N) store_out(j->c, c##i##jj, r + i, n + jj * 16, j->s[r + i]);
+#define OP_OUT(i, jj) if (n + jj * 16 < j->c->N) store_out(j->c, cs + jj * 16, c##i##jj, r + i, n + jj * 16, j->s[r + i]);
 #define ROW_STEP(i)                                                                    \
     if (mr > i) {                                                                      \
         int32_t v_;                                                                    \
@@ -182,11 +183,11 @@ static inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
     }
 
 /* rows [r, r+mr) × blocks [nb, nb+nr) over quads [q0, q0+nq). a: row r at quad q0; b: block nb at
- * quad q0 (blocks Kp*16 bytes apart); part: the partial sums (NC int32 per row). */
+ * quad q0 (blocks ldb bytes apart); part: the partial sums (NC int32 per row); cs: column sums. */
 static inline __attribute__((always_inline)) void vnni_tile_c(const int mr, const int nr, const vnni_job *j, const uint8_t *a,
-                                                         const int8_t *b, int64_t nq, int32_t *part, int first,
-                                                         int last, int64_t r, int64_t n) {
-    const int64_t lda = j->Kp, ldb = j->Kp * 16;
+                                                         const int8_t *b, int64_t ldb, int64_t nq, int32_t *part,
+                                                         int first, int last, int64_t r, int64_t n, const int32_t *cs) {
+    const int64_t lda = j->Kp;
     const int pf = j->kcq == j->kq && nq > 64;
     ACC_ROW(0) ACC_ROW(1) ACC_ROW(2) ACC_ROW(3) ACC_ROW(4) ACC_ROW(5)
     if (!first) { ACC_ALL(OP_LOAD) }
@@ -209,7 +210,7 @@ static inline __attribute__((always_inline)) void vnni_tile_c(const int mr, cons
 }
 
 #define K_CASE(MR_, NR_) \
-    case MR_ * 8 + NR_: vnni_tile_c(MR_, NR_, j, a, b, nq, part, first, last, r, n); break;
+    case MR_ * 8 + NR_: vnni_tile_c(MR_, NR_, j, a, b, ldb, nq, part, first, last, r, n, cs); break;
 #define K_ROW(MR_) K_CASE(MR_, 1) K_CASE(MR_, 2) K_CASE(MR_, 3)
 
 typedef void (*asm_kernel_fn)(const uint8_t *, int64_t, const int8_t *, int64_t, int64_t, int32_t *, int64_t, int64_t,
@@ -219,15 +220,17 @@ static const asm_kernel_fn k_vnni_x64_asm[MR + 1] = {NULL, vnni_1x64_asm, vnni_2
 
 /* rows [r, r+mr) × blocks [nb, nb+nr): the asm tiles for 4 blocks (any mr), the C ones for the
  * last blocks of N; pfmode/pf/pfs: the asm kernels' prefetch (see above). */
-static void vnni_tile(int mr, int nr, const vnni_job *j, const uint8_t *a, const int8_t *b, int64_t nq, int32_t *part,
-                       int first, int last, int64_t r, int64_t n, int pfmode, const int8_t *pf, int64_t pfs) {
+static void vnni_tile(int mr, int nr, const vnni_job *j, const uint8_t *a, const int8_t *b, int64_t ldb, int64_t nq,
+                      int32_t *part, int first, int last, int64_t r, int64_t n, const int32_t *cs, int pfmode,
+                      const int8_t *pf, int64_t pfs) {
     if (nr == NRB) {
-        k_vnni_x64_asm[mr](a, j->Kp, b, j->Kp * 16, nq, part, first, pfmode, pf, pfs);
+        k_vnni_x64_asm[mr](a, j->Kp, b, ldb, nq, part, first, pfmode, pf, pfs);
         if (last) {
             for (int i = 0; i < mr; i++)
                 for (int jj = 0; jj < NRB; jj++)
                     if (n + jj * 16 < j->c->N)
-                        store_out(j->c, _mm512_loadu_si512(part + i * NC + jj * 16), r + i, n + jj * 16, j->s[r + i]);
+                        store_out(j->c, cs + jj * 16, _mm512_loadu_si512(part + i * NC + jj * 16), r + i, n + jj * 16,
+                                  j->s[r + i]);
         }
         return;
     }
@@ -237,10 +240,33 @@ static void vnni_tile(int mr, int nr, const vnni_job *j, const uint8_t *a, const
     }
 }
 
+/* ---------------------------------------------------------------- borrowed weights: panel pack */
+/* qmm_i8_pack_fn (int8_gemm.h) in AVX-512 (no -128 flag: this engine is exact with -128): per 64
+ * bytes of K the 16 rows transposed by qmm_z_n16k4_step (simd_avx512.h), the column sums by
+ * VPDPBUSD(1, w) on the n16k4 rows. */
+static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
+                       int32_t *cs, int first, int *neg128) {
+    (void)neg128;
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i csv = _mm512_setzero_si512();
+    for (int64_t q0 = 0; q0 < nq; q0 += 16) {
+        __m512i out[16];
+        const int64_t k = k0 + q0 * 4;
+        qmm_z_n16k4_step(W, ld, rows, k, k1 - k < 64 ? k1 - k : 64, out);
+        const int64_t nout = nq - q0 < 16 ? nq - q0 : 16;
+        for (int64_t q = 0; q < nout; q++) {
+            _mm512_store_si512(dst + (q0 + q) * 64, out[q]);
+            csv = dpbusd(csv, ones, out[q]);
+        }
+    }
+    if (!first) csv = _mm512_add_epi32(csv, _mm512_loadu_si512(cs));
+    _mm512_storeu_si512(cs, csv);
+}
+
 /* ---------------------------------------------------------------- the driver's callbacks */
 static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
-    vnni_tile(t->mr, t->nr, g, t->a, t->b, t->nq, t->part, t->first, t->last, t->r, t->n, t->pf_mode, t->pf,
-               t->pf_step);
+    vnni_tile(t->mr, t->nr, g, t->a, t->b, t->ldb, t->nq, t->part, t->first, t->last, t->r, t->n, t->colsum, t->pf_mode,
+              t->pf, t->pf_step);
 }
 
 /* 7 ≤ M ≤ 24: all rows in one register tile (avx512_vnni_small.c) */
@@ -248,24 +274,28 @@ static int one_pass_rows(int64_t M) { return M >= 7 && M <= 24 ? qmm_vnni_small_
 
 /* blocks [b0, b1) in one pass per tile (all rows, wblocks blocks); a tile that would run past the
  * weight's last block is left to the row tiles. */
-static int64_t one_pass(const qmm_i8_gemm *g, int64_t b0, int64_t b1, int32_t *part) {
+static int64_t one_pass(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1, int32_t *part) {
     const qmm_call *c = g->c;
     const int wblocks = qmm_vnni_small_blocks(g->wrows);
     const int64_t nblocks = c->w->i8.Np / 16;
+    int32_t *cs = g->borrowed ? g->colsums + (int64_t)thread * NC : NULL;
     int64_t nb = b0;
     for (; nb < b1 && nb + wblocks <= nblocks; nb += wblocks) {
-        qmm_vnni_small_kernel(g->wrows, g->ap, c->w->i8.data + nb * g->Kp * 16, g->Kp * 16, g->kq, part);
+        qmm_i8_tile t;
+        qmm_i8_get_panel(g, thread, nb, wblocks, 0, g->kq, cs, 1, &t);
+        qmm_vnni_small_kernel(g->wrows, g->ap, t.b, t.ldb, g->kq, part);
         for (int64_t i = 0; i < c->M; i++)
             for (int jb = 0; jb < wblocks && nb + jb < b1; jb++)
                 if ((nb + jb) * 16 < c->N)
-                    store_out(c, _mm512_loadu_si512(part + i * NC + jb * 16), i, (nb + jb) * 16, g->s[i]);
+                    store_out(c, t.colsum + jb * 16, _mm512_loadu_si512(part + i * NC + jb * 16), i, (nb + jb) * 16,
+                              g->s[i]);
     }
     return nb < b1 ? nb - b0 : -1;
 }
 
 static const qmm_i8_engine k_vnni = {
     .u8 = 1, .mr = MR, .nrb = NRB, .mc = MC, .nc = NC, .kc = KC, .whole_k_m = SMALL_M,
-    .tile = tile, .one_pass_rows = one_pass_rows, .one_pass = one_pass,
+    .tile = tile, .one_pass_rows = one_pass_rows, .one_pass = one_pass, .pack = pack_block,
 };
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_int8_gemm(ctx, c, &k_vnni); }
@@ -277,5 +307,5 @@ static const char *admit(const qmm_call *c, char *why, size_t n) { return qmm_ad
 const qmm_engine qmm_engine_avx512_vnni = {
     .id = QMM_ENGINE_AVX512_VNNI, .name = "avx512_vnni", .kind = QMM_KIND_INT8, .isa = QMM_ISA_AVX512_VNNI,
     .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512_VNNI, .built = 1,
-    .admit = admit, .run = run,
+    .admit = admit, .run = run, .reads_borrowed = 1,
 };
