@@ -345,8 +345,9 @@ class Weight:
         d = cls._desc(_address(data), N, K, _address(scale), n_scale, ld, _address(bias), bias_dtype,
                          convrot_gs, name, full_precision)
         p = ctypes.c_void_p()
-        _check(L.qmm_weight_borrow_int8((ctx or context()).ptr, ctypes.byref(d), ctypes.byref(p)),
-               "qmm_weight_borrow_int8")
+        with _lock:
+            _check(L.qmm_weight_borrow_int8((ctx or context()).ptr, ctypes.byref(d),
+                                            ctypes.byref(p)), "qmm_weight_borrow_int8")
         w = cls(p.value, name)
         w._borrowed = keep
         return w

@@ -84,7 +84,7 @@ def _weight_key(weight, ws, bias, gs, N, K, call):
         call.keep = (s,)
     ld = weight.stride(0) if N > 1 else K
     key = (weight.data_ptr(), N, K, ld, s.data_ptr(), s.numel(), bptr, bdt, gs)
-    return weights.handle(key) if own else weights.transient(key)
+    return weights.handle(key, (weight, ws, bias)) if own else weights.transient(key)
 
 
 def _kind(key, h, M, xdt, odt, act, awdt, has_mod, has_res, kin, N):

@@ -13,11 +13,16 @@ handle(...) takes the scales as fp32 and the bias as given only when their memor
 directly (fp32 scales, contiguous); otherwise the caller makes a per-call fp32 / contiguous copy
 and a transient handle over it (transient(...)), which is not kept.
 
-The table is bounded (MAX handles): past it the oldest entries go (a handle in use by a call
-stays alive through that call's reference).
+An entry lives while the tensor objects it was made for do (the int8 tensor, the scale, the
+bias: weakref.finalize on each drops it), so the table holds about one handle per live layer;
+a re-wrap (the kitchen's detach makes new tensor objects, and a new scale tensor) makes a new
+handle, in O(1), and the old one goes with the old objects. The table is also bounded (MAX
+handles): past it the oldest entries go. A handle in use by a call stays alive through that
+call's reference.
 """
 import ctypes
 import threading
+import weakref
 
 import qmm
 from qmm import _lib as L
@@ -43,7 +48,7 @@ class Handle:
         d.convrot_gs = gs
         p = ctypes.c_void_p()
         with qmm.lock():
-            st = _make(qmm.context().ptr, ctypes.byref(d), ctypes.byref(p))
+            st = _borrow(qmm.context().ptr, ctypes.byref(d), ctypes.byref(p))
         if st != L.OK:
             qmm._check(st, "qmm_weight_borrow_int8([%d, %d])" % (N, K))
         self.ptr = p.value
@@ -55,17 +60,14 @@ class Handle:
             self.ptr = None
 
 
-def _make(ctx, desc, out):
-    return (_borrow or L.qmm_weight_create_int8)(ctx, desc, out)
-
-
 def available():
     """None if the loaded libqmm borrows weights, else the reason."""
-    return None
+    return None if _borrow is not None else "libqmm lacks qmm_weight_borrow_int8 (older library)"
 
 
-def handle(key):
-    """The handle of this key, made on first use."""
+def handle(key, owners):
+    """The handle of this key, made on first use; dropped when one of owners (the tensors whose
+    memory it reads) is collected."""
     h = _table.get(key)
     if h is not None:
         return h
@@ -78,7 +80,16 @@ def handle(key):
             for k in list(_table)[:MAX // 4]:
                 del _table[k]
         _table[key] = h
+    for o in owners:
+        if o is not None:
+            weakref.finalize(o, _drop, key, h)
     return h
+
+
+def _drop(key, h):
+    with _lock:
+        if _table.get(key) is h:
+            del _table[key]
 
 
 def transient(key):
@@ -92,5 +103,12 @@ def clear():
 
 
 def count():
+    """Handles in the table."""
     with _lock:
         return len(_table)
+
+
+def handles():
+    """The handles in the table (for inspection: each one's qmm info)."""
+    with _lock:
+        return list(_table.values())
