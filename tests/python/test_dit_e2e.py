@@ -3,10 +3,13 @@ SwiGLU MLP, gated residuals) whose four linears are ComfyUI INT8 layers loaded f
 written by `qmm quantize` (ConvRot groups chosen per layer: 64 and 256), run by the kitchen's
 eager backend and by qmm.
 
-Promise: bit-identical block outputs. Every linear here is act none or swiglu on bf16 with a
-group of at most 256 and the residual through addcmul — the EXACT cases of
-test_kitchen_parity.py — and everything between the linears is the same torch code. Quality
-against the fp32 block on the unquantized weights is reported and bounded (rel. error < 5%)."""
+Promise: the block outputs of qmm and eager are bit-identical when every linear is (SPEC §1a), and
+otherwise differ by far less than either differs from the float block: here the linears take bf16
+activations with outlier channels under ConvRot, and the MLP's swiglu, which are BOUND cases of
+test_kitchen_parity.py on any CPU, so the test asserts |qmm - eager| <= 1/8 of |qmm - fp32|
+(Frobenius), for each torch rotation order (exactness.TORCH_ORDERS), and prints how many outputs
+are identical. Quality against the fp32 block on the unquantized weights is reported and bounded
+(rel. error < 5%)."""
 import os
 import subprocess
 
@@ -20,6 +23,7 @@ import qmm
 from qmm import dit
 
 from conftest import cli_path
+from exactness import TORCH_ORDERS, use_torch_order
 
 HIDDEN, HEADS, HEAD_DIM, FFN, T = 384, 4, 128, 1024, 96
 
@@ -46,7 +50,9 @@ def checkpoint(tmp_path_factory):
     return out, sd
 
 
-def test_block_eager_vs_qmm(kitchen, checkpoint):
+@pytest.mark.parametrize("order", TORCH_ORDERS)
+def test_block_eager_vs_qmm(kitchen, monkeypatch, checkpoint, order):
+    use_torch_order(monkeypatch, order)
     path, float_sd = checkpoint
     layers = dit.load_int8_layers(str(path))
     gs = {n: l.weight._params.convrot_groupsize for n, l in layers.items()}
@@ -62,9 +68,6 @@ def test_block_eager_vs_qmm(kitchen, checkpoint):
     with ck.use_backend("eager"):
         ye = block(x)
     d = (y.float() - ye.float()).abs()
-    print("block qmm vs eager: max|diff| %g, identical %.4f%%" % (
-        d.max().item(), 100 * (d == 0).float().mean().item()))
-    assert torch.equal(y, ye)
 
     ref_layers = {n: dit.TorchLinear(float_sd["blocks.0.%s.weight" % n].float())
                   for n in dit.LAYERS}
@@ -75,3 +78,8 @@ def test_block_eager_vs_qmm(kitchen, checkpoint):
     print("block INT8 (qmm) vs fp32 on the unquantized weights: rel. error %.3g, cosine %.6f" % (
         rel, cos))
     assert rel < 5e-2 and cos > 0.998
+    rel_eager = (d.norm() / yr.norm()).item()
+    print("block qmm vs eager (%s): max|diff| %g, rel. %.3g (%.3g of the quantization error), "
+          "identical %.4f%%" % (order, d.max().item(), rel_eager, rel_eager / rel,
+                                100 * (d == 0).float().mean().item()))
+    assert rel_eager <= rel / 8
