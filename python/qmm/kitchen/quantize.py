@@ -4,8 +4,8 @@ the kitchen's rule, round half to even).
 
 check(func, kw) validates a call (raises Refused naming the argument); the call rule turns a
 refusal into a logged decline, a direct call gets it as a ValueError. Stochastic rounding
-(stochastic_rounding > 0, what ComfyUI's LoRA requantization passes) is refused: the eager
-backend runs it (see docs/SPEC.md §1a for why and the measured cost).
+(stochastic_rounding > 0, what ComfyUI's LoRA requantization passes) is declined: the eager
+backend runs it (SR_REASON; docs/SPEC.md §1a has the measured cost of both ways).
 """
 import threading
 import weakref
@@ -18,9 +18,10 @@ from qmm import _lib as L
 from ._common import FLOATS, QDT, Refused, Tensor, is_pow4, need_tensor, no_grad_needed
 from .probe import probe
 
-SR_REASON = ("qmm rounds half to even only: stochastic rounding runs on eager (its noise, "
-             "drawn by torch, and qmm's rotation would agree bit for bit only for bf16/f16 "
-             "weights; measured in docs/SPEC.md §1a)")
+SR_REASON = ("stochastic rounding runs on eager: a seed promises eager's bits, and with a "
+             "ConvRot rotation qmm's fp32 transform sums in another order than torch's matmul, "
+             "so floor(value + noise) can differ; qmm's quantizer rounds half to even only "
+             "(docs/SPEC.md §1a)")
 
 
 def _rows(t, width):
