@@ -41,11 +41,13 @@ def setup():
     if os.environ.get("QMM_KITCHEN", "1") == "0":
         log.info("qmm: QMM_KITCHEN=0, comfy-kitchen backend not registered")
         return
-    _kitchen.register()
+    if not _kitchen.register():
+        log.info("qmm: comfy-kitchen backend unavailable here (%s); INT8 layers keep running on "
+                 "comfy-kitchen's eager backend", _kitchen.unavailable_reason())
+        return
     info = qmm.info()
     log.info("qmm %s: comfy-kitchen backend registered first for CPU tensors; CPU %s; int8 "
-             "engines here: %s%s", info["version"], info["cpu"], ", ".join(engines) or "none",
-             "" if engines else " (INT8 layers keep running on comfy-kitchen's eager backend)")
+             "engines here: %s", info["version"], info["cpu"], ", ".join(engines))
 
 
 def _diffusion_module(model):

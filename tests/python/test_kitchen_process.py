@@ -181,3 +181,25 @@ def test_configured_threads_win_over_torch(kitchen):
         qmm.configure(n_threads=0)
     ck.int8_linear(x, w, s, None, torch.float32)
     assert qmm._proc.threads == torch.get_num_threads()
+
+
+def test_no_int8_engine_marks_the_backend_unavailable():
+    # QMM_MAX_ISA=none: no engine runs here; register() marks qmm unavailable with the reason
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)),
+               QMM_MAX_ISA="none")
+    src = textwrap.dedent("""
+        import torch, comfy_kitchen as ck, qmm.kitchen
+        from comfy_kitchen.registry import registry
+        assert qmm.kitchen.register() == []
+        info = ck.list_backends()["qmm"]
+        assert not info["available"] and "no int8 engine" in info["unavailable_reason"], info
+        assert not qmm.kitchen.is_registered()
+        w = torch.randint(-127, 128, (8, 16), dtype=torch.int8)
+        assert registry.get_capable_backend("int8_linear", {"x": torch.randn(1, 16), "weight": w,
+                                            "weight_scale": torch.ones(1)}) == "eager"
+        print(info["unavailable_reason"])
+    """)
+    r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=90)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "QMM_MAX_ISA" in r.stdout or "capped" in r.stdout, r.stdout

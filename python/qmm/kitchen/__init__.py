@@ -156,6 +156,7 @@ def _register(first=True):
     why = unavailable_reason()
     if why:
         registry.mark_unavailable(BACKEND, why)
+        registry.disable(BACKEND)
         _state["registered"], _state["unavailable"] = False, why
         log.info("comfy-kitchen backend qmm unavailable: %s", why)
         return []
