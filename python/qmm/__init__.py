@@ -14,8 +14,9 @@ Rules kept here:
     a lock as qmm.h asks (a context is used by one thread at a time); weights are shared by all;
     counters are process-wide; fork()ed children keep working (see context());
   - the GIL is released during every library call (ctypes does so for foreign calls);
-  - no copies of caller memory here: callers pass pointers (torch: data_ptr()); the library
-    copies and packs a weight once, at Weight creation.
+  - no copies of caller memory here: callers pass pointers (torch: data_ptr()); Weight.int8
+    makes the library copy and pack a weight once, Weight.borrow_int8 reads the caller's memory
+    at every call (what the kitchen backend uses).
 
 The torch-facing parts are qmm.kitchen (the comfy-kitchen backend) and qmm.bench_kitchen.
 """
@@ -157,15 +158,18 @@ def _counters_dict(c):
     return {"calls": calls, "fallbacks": int(c.fallbacks), "errors": int(c.errors)}
 
 
+def _add_counters(dst, src):
+    for e in range(L.ENGINE_COUNT):
+        dst.calls[e] += src.calls[e]
+    dst.fallbacks += src.fallbacks
+    dst.errors += src.errors
+
+
 def _retire():
     """Drop the process context, adding its counters to _carried (caller holds _lock)."""
     global _proc
     if _proc is not None:
-        c = _proc.raw_counters()
-        for e in range(L.ENGINE_COUNT):
-            _carried.calls[e] += c.calls[e]
-        _carried.fallbacks += c.fallbacks
-        _carried.errors += c.errors
+        _add_counters(_carried, _proc.raw_counters())
         _proc = None
 
 
@@ -234,11 +238,7 @@ def counters():
         c = L.Counters()
         ctypes.memmove(ctypes.byref(c), ctypes.byref(_carried), ctypes.sizeof(c))
         if _proc is not None:
-            p = _proc.raw_counters()
-            for e in range(L.ENGINE_COUNT):
-                c.calls[e] += p.calls[e]
-            c.fallbacks += p.fallbacks
-            c.errors += p.errors
+            _add_counters(c, _proc.raw_counters())
         return _counters_dict(c)
 
 

@@ -106,7 +106,7 @@ def _kind(key, h, M, xdt, odt, act, awdt, kin, N):
         a.act_weight_dtype = QDT[awdt]
     p = L.PlanInfo()
     with qmm.lock():
-        st = L.qmm_plan(qmm.context().ptr, h.ptr, _byref(a), _byref(p))
+        st = L.qmm_plan(qmm.context(_nthreads()).ptr, h.ptr, _byref(a), _byref(p))
     if st != L.OK:
         k = Refused("weight", (L.qmm_last_error() or b"").decode(errors="replace"))
     elif p.status != L.OK or p.is_fallback:
@@ -417,5 +417,5 @@ def plan(weight, weight_scale, bias=None, convrot_groupsize=0, M=1, x_dtype=torc
         L.EPILOGUE_KITCHEN
     p = L.PlanInfo()
     with qmm.lock():
-        qmm._check(L.qmm_plan(qmm.context().ptr, c.h.ptr, _byref(a), _byref(p)), "qmm_plan")
+        qmm._check(L.qmm_plan(qmm.context(_nthreads()).ptr, c.h.ptr, _byref(a), _byref(p)), "qmm_plan")
     return qmm.engine_name(p.engine)

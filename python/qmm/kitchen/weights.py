@@ -20,9 +20,10 @@ handle, in O(1), and the old one goes with the old objects. The table is also bo
 handles): past it the oldest entries go. A handle in use by a call stays alive through that
 call's reference.
 """
-import ctypes
 import threading
 import weakref
+
+import torch
 
 import qmm
 from qmm import _lib as L
@@ -34,30 +35,12 @@ _table = {}
 _borrow = getattr(L, "qmm_weight_borrow_int8", None)
 
 
-class Handle:
-    """A borrowed qmm_weight (closed when collected)."""
-    __slots__ = ("ptr", "key", "__weakref__")
-
-    def __init__(self, key):
-        data, N, K, ld, sptr, ns, bptr, bdt, gs = key
-        d = L.qmm_weight_desc_default()
-        d.name = b"kitchen.int8"
-        d.N, d.K, d.ld = N, K, ld
-        d.data, d.scale, d.n_scale = data, sptr, ns
-        d.bias, d.bias_dtype = bptr, bdt
-        d.convrot_gs = gs
-        p = ctypes.c_void_p()
-        with qmm.lock():
-            st = _borrow(qmm.context().ptr, ctypes.byref(d), ctypes.byref(p))
-        if st != L.OK:
-            qmm._check(st, "qmm_weight_borrow_int8([%d, %d])" % (N, K))
-        self.ptr = p.value
-        self.key = key
-
-    def __del__(self, _destroy=L.qmm_weight_destroy):
-        if self.ptr:
-            _destroy(self.ptr)
-            self.ptr = None
+def _make(key):
+    """A borrowed qmm.Weight for key (addresses only: it keeps no tensor alive)."""
+    data, N, K, ld, sptr, ns, bptr, bdt, gs = key
+    return qmm.Weight.borrow_int8(data, N, K, sptr, ns, ld=ld, bias=bptr, bias_dtype=bdt,
+                                  convrot_gs=gs, name="kitchen.int8[%d,%d]" % (N, K),
+                                  ctx=qmm.context(torch.get_num_threads()))
 
 
 def available():
@@ -71,7 +54,7 @@ def handle(key, owners):
     h = _table.get(key)
     if h is not None:
         return h
-    h = Handle(key)
+    h = _make(key)
     with _lock:
         old = _table.get(key)
         if old is not None:
@@ -94,7 +77,7 @@ def _drop(key, h):
 
 def transient(key):
     """A handle for one call only (per-call copies of the scale or the bias)."""
-    return Handle(key)
+    return _make(key)
 
 
 def clear():
