@@ -1,4 +1,6 @@
-# One-word targets over CMake. `make demo` and `make test` install what is missing first.
+# One-word targets over CMake. `make demo` and `make test` (the README's first commands, and CI's
+# on a fresh machine) install what is missing first (scripts/install-deps.sh: apt, pip); the build
+# targets themselves never run the installer.
 BUILD ?= build
 ASAN  ?= build-asan
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
@@ -10,16 +12,16 @@ all: build
 deps:
 	@bash scripts/install-deps.sh
 
-build: deps
+build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DQMM_WERROR=ON >/dev/null
 	cmake --build $(BUILD) -j$(JOBS)
 
-asan: deps
+asan:
 	cmake -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQMM_SANITIZE=ON -DQMM_WERROR=ON >/dev/null
 	cmake --build $(ASAN) -j$(JOBS)
 
 # clang builds everything too, warnings as errors (gcc and clang must both stay warning-free)
-clang: deps
+clang:
 	CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DQMM_WERROR=ON >/dev/null
 	cmake --build build-clang -j$(JOBS)
 
@@ -31,7 +33,8 @@ CLANG_TESTS = engines|prepass|numerics|float_act|test_api$$|fuzz_corpus
 # (smaller shapes there: QMM_TEST_QUICK=1); the clang build must compile warning-free and pass
 # the kernel testers; then the Python package and its comfy-kitchen backend
 # (scripts/test-python.sh: venv, pip install ., pytest).
-test: build asan clang
+test: deps
+	@$(MAKE) --no-print-directory build asan clang
 	cd $(BUILD) && ctest --output-on-failure
 	cd $(ASAN) && QMM_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure
 	cd build-clang && QMM_TEST_QUICK=1 ctest --output-on-failure -R '$(CLANG_TESTS)'
@@ -43,7 +46,8 @@ test-fast: build
 test-python: build
 	BUILD=$(BUILD) bash scripts/test-python.sh
 
-demo: build
+demo: deps
+	@$(MAKE) --no-print-directory build
 	./$(BUILD)/qmm demo
 
 bench: build

@@ -8,8 +8,6 @@
 #define _GNU_SOURCE
 #include "peak.h"
 
-#include "dispatch.h"
-
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
@@ -387,8 +385,15 @@ static double run_workers(worker *ws, int n) {
     return t;
 }
 
-/* Engine e's peak loop, or NULL with why: the loop needs the CPU features of e's engine table
- * row (dispatch.h) and a compiler that can build it. */
+/* The library's description of engine e (qmm_engine_get_info); 0 if it has no such engine. */
+static int engine_info(qmm_engine_id e, qmm_engine_info *out) {
+    for (int i = 0; i < qmm_engine_count(); i++)
+        if (qmm_engine_get_info(i, out) == QMM_OK && out->id == e) return 1;
+    return 0;
+}
+
+/* Engine e's peak loop, or NULL with why: the loop needs the CPU features of e's engine
+ * (qmm_engine_get_info) and a compiler that can build it. */
 static loop_fn loop_of(qmm_engine_id e, char *why, size_t n) {
     loop_fn fn = NULL;
     switch (e) {
@@ -414,7 +419,8 @@ static loop_fn loop_of(qmm_engine_id e, char *why, size_t n) {
         break;
     default: snprintf(why, n, "no peak loop for engine %s", qmm_engine_name(e)); return NULL;
     }
-    const uint32_t need = qmm_engine_row_of(e)->engine->cpu_features;
+    qmm_engine_info info;
+    const uint32_t need = engine_info(e, &info) ? info.cpu_features : ~0u;
     if ((qmm_cpu_features() & need) != need) {
         snprintf(why, n, "CPU/OS lacks %s", qmm_peak_instruction(e));
         return NULL;
@@ -424,8 +430,8 @@ static loop_fn loop_of(qmm_engine_id e, char *why, size_t n) {
 }
 
 const char *qmm_peak_instruction(qmm_engine_id e) {
-    const qmm_engine_row *r = qmm_engine_row_of(e);
-    return r ? r->peak_insn : "-";
+    qmm_engine_info info;
+    return engine_info(e, &info) ? info.peak_instruction : "-";
 }
 
 static double peak_run(qmm_engine_id e, int threads, double seconds, char *why, size_t why_size, int by_cpu) {

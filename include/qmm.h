@@ -84,6 +84,8 @@ typedef enum qmm_dtype {
 } qmm_dtype;
 const char *qmm_dtype_name(qmm_dtype t);  /* "f32", "f16", "bf16", "i8", "u8", "i32" */
 size_t      qmm_dtype_size(qmm_dtype t);  /* bytes per element, 0 if unknown */
+/* n values of src_dtype → dst_dtype, both F32, F16 or BF16, rounded to nearest even (SPEC T()). */
+qmm_status  qmm_convert(const void *src, qmm_dtype src_dtype, void *dst, qmm_dtype dst_dtype, int64_t n);
 
 typedef enum qmm_act {
     QMM_ACT_NONE = 0,
@@ -94,10 +96,19 @@ typedef enum qmm_act {
                                a = T(4·tanh(gate/4)·sigmoid(gate) · 25·tanh(hidden/25)) (SPEC §1a) */
     QMM_ACT_COUNT = 5
 } qmm_act;
-const char *qmm_act_name(qmm_act a);
+const char *qmm_act_name(qmm_act a);               /* "none", "swiglu", "gelu_tanh", "rms_norm", "situ" */
+qmm_act     qmm_act_from_name(const char *name);   /* QMM_ACT_COUNT if unknown */
 
 /* ---------------------------------------------------------------- engines */
+/* Engine ids are pinned: an engine keeps its number and a new engine takes the next free one.
+ * Every id is below QMM_ENGINE_MAX (the width of qmm_context_options.disabled_engines), and
+ * QMM_ENGINE_MAX sizes every per-engine array of this header, so adding an engine changes no
+ * struct. Which engines this library has, best first, and what each one is: qmm_engine_count()
+ * and qmm_engine_get_info() (a library may know engines that a caller's older header does not
+ * name). */
+#define QMM_ENGINE_MAX 32
 typedef enum qmm_engine_id {
+    QMM_ENGINE_UNKNOWN = -1,    /* qmm_engine_from_name of a name that is no engine */
     QMM_ENGINE_AUTO = 0,        /* let dispatch choose (never picks REF) */
     QMM_ENGINE_REF = 1,         /* scalar reference: tests and debugging, only by name */
     /* int8 engines (W8A8), best first */
@@ -111,12 +122,13 @@ typedef enum qmm_engine_id {
     QMM_ENGINE_AVX512_BF16 = 7,
     QMM_ENGINE_AVX512_F32 = 8,
     QMM_ENGINE_AVX2_F32 = 9,
-    QMM_ENGINE_COUNT = 10
+    QMM_ENGINE_COUNT = 10       /* one past the last id this header names; not an array size
+                                   (QMM_ENGINE_MAX) and not the library's engine count */
 } qmm_engine_id;
-const char *qmm_engine_name(qmm_engine_id e);          /* "amx_int8", ...; "auto", "ref" */
-/* Parses an engine name; returns QMM_ENGINE_COUNT if unknown. */
+const char *qmm_engine_name(qmm_engine_id e);          /* "amx_int8", ...; "auto", "ref"; "unknown" */
+/* Parses an engine name ("auto", "ref", "avx512_vnni", ...); QMM_ENGINE_UNKNOWN if none. */
 qmm_engine_id qmm_engine_from_name(const char *name);
-int qmm_engine_is_int8(qmm_engine_id e);                /* 1 for AMX_INT8..AVX2_INT8 */
+int qmm_engine_is_int8(qmm_engine_id e);                /* 1 for the int8 (W8A8) engines */
 
 /* ISA cap (QMM_MAX_ISA environment variable, or the context option): engines that need more
  * than the cap are unavailable. Levels are ordered. Names: "none", "avx2", "avx_vnni",
@@ -133,6 +145,30 @@ typedef enum qmm_isa {
 } qmm_isa;
 const char *qmm_isa_name(qmm_isa i);
 qmm_isa     qmm_isa_from_name(const char *name); /* returns -1 cast to qmm_isa if unknown */
+
+typedef enum qmm_engine_kind {
+    QMM_KIND_REF = 0,           /* the scalar reference */
+    QMM_KIND_INT8 = 1,          /* W8A8 on the integer instructions */
+    QMM_KIND_FLOAT = 2          /* float weights, and the W8A16 fallback of int8 weights */
+} qmm_engine_kind;
+
+/* One engine of the library, as `qmm info` shows it. Strings are static. */
+typedef struct qmm_engine_info {
+    qmm_engine_id id;
+    const char *name;             /* "avx512_vnni" */
+    qmm_engine_kind kind;
+    qmm_isa isa;                  /* the level it needs (what QMM_MAX_ISA caps) */
+    uint32_t cpu_features;        /* the QMM_CPU_* bits it needs */
+    qmm_dtype operands;           /* what its multiply instructions take: I8, BF16 or F32 */
+    const char *peak_instruction; /* its core instruction, as `qmm bench` times it for the peak */
+    int verified_on_hardware;     /* 1: its kernels have run on a CPU with its ISA; 0: only emulated */
+    int built;                    /* 0: this build's compiler could not build it */
+} qmm_engine_info;
+/* The number of engines of this library (every id except AUTO, the reference included). */
+int qmm_engine_count(void);
+/* Engine number index (0 .. qmm_engine_count()-1) in dispatch order: the int8 engines best
+ * first, then the float engines best first, then the reference. INVALID_ARGUMENT otherwise. */
+qmm_status qmm_engine_get_info(int index, qmm_engine_info *out);
 
 /* ---------------------------------------------------------------- hardware identification */
 /* CPU features found once per process (CPUID + XCR0 + the Linux AMX permission request). */
@@ -180,7 +216,7 @@ int        qmm_context_max_isa(const qmm_context *ctx);
 
 /* Counters of the calls made through a context since creation/reset. */
 typedef struct qmm_counters {
-    uint64_t calls[QMM_ENGINE_COUNT]; /* per engine that ran (REF only when asked by name) */
+    uint64_t calls[QMM_ENGINE_MAX];   /* by engine id: the engine that ran (REF only when asked by name) */
     uint64_t fallbacks;               /* int8 weights run on a float engine */
     uint64_t errors;                  /* calls that returned an error */
 } qmm_counters;
@@ -339,14 +375,29 @@ typedef struct qmm_plan_info {
     qmm_engine_id engine;                    /* chosen engine; AUTO if none */
     int is_fallback;                         /* int8 weight on a float engine */
     qmm_status status;                       /* what qmm_linear would return at dispatch */
-    int admitted[QMM_ENGINE_COUNT];          /* engine admits this call */
-    char reason[QMM_ENGINE_COUNT][QMM_REASON_MAX]; /* why each engine refused ("" if admitted) */
+    /* by engine id (read them with qmm_plan_admits / qmm_plan_reason) */
+    int admitted[QMM_ENGINE_MAX];            /* engine admits this call */
+    char reason[QMM_ENGINE_MAX][QMM_REASON_MAX]; /* why each engine refused ("" if admitted) */
 } qmm_plan_info;
 /* Which engine would run w for M tokens with these dtypes/act (args->x/y may be NULL here). */
 qmm_status qmm_plan(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args,
                     qmm_plan_info *out);
 /* Human-readable multi-line text of a plan; returns the length it needed (snprintf-like). */
 size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size);
+/* A plan's verdict on engine e: 1 if e admits the call; else 0, and qmm_plan_reason says why
+ * ("" if e admits or is no engine; never NULL). */
+int         qmm_plan_admits(const qmm_plan_info *p, qmm_engine_id e);
+const char *qmm_plan_reason(const qmm_plan_info *p, qmm_engine_id e);
+
+/* How engine e runs M rows of w beyond being chosen, for benchmarks and logs: the AMX engines'
+ * regime by their own rule, "decode", "panel" or "blocked"; "" for the other engines (one
+ * regime) and for bad input. */
+const char *qmm_engine_regime(qmm_engine_id e, const qmm_weight *w, int64_t M);
+/* The tuning in force for engine e into buf (snprintf-like): for the AMX engines their blocking,
+ * "kc=512,nc=512,mc=512,small_m=32,panel_a=1572864,min_m=8" with QMM_AMX_BLOCKING applied; ""
+ * for the others. INVALID_ARGUMENT if QMM_AMX_BLOCKING is set but not valid (the engines then
+ * keep their defaults, which buf shows). */
+qmm_status  qmm_engine_tuning(qmm_engine_id e, char *buf, size_t size);
 
 #ifdef __cplusplus
 }

@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
     json_object *ij = info ? json_tokener_parse(info) : NULL, *feat = NULL, *engs = NULL;
     TU_CHECK(ij && json_object_object_get_ex(ij, "features", &feat) && json_object_is_type(feat, json_type_array) &&
                  json_object_object_get_ex(ij, "engines", &engs) && json_object_is_type(engs, json_type_array) &&
-                 json_object_array_length(engs) == QMM_ENGINE_COUNT - 1,
+                 json_object_array_length(engs) == (size_t)qmm_engine_count(),
              "qmm info --json structure:\n%s", info ? info : "");
     for (size_t i = 0; engs && i < json_object_array_length(engs); i++) {
         json_object *e = json_object_array_get_idx(engs, i), *nm, *av, *why;

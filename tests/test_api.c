@@ -27,7 +27,9 @@
 static void test_basics(void) {
     TU_CHECK(qmm_version_number() == QMM_VERSION_NUMBER, "runtime version %u != header %d", qmm_version_number(),
              QMM_VERSION_NUMBER);
-    TU_CHECK(strcmp(qmm_version_string(), "0.1.0") == 0, "version string %s", qmm_version_string());
+    char version[32];
+    snprintf(version, sizeof version, "%d.%d.%d", QMM_VERSION_MAJOR, QMM_VERSION_MINOR, QMM_VERSION_PATCH);
+    TU_CHECK(strcmp(qmm_version_string(), version) == 0, "version string %s, header %s", qmm_version_string(), version);
     TU_CHECK(strcmp(qmm_status_name(QMM_ERR_FALLBACK_REFUSED), "QMM_ERR_FALLBACK_REFUSED") == 0, "status name");
     TU_CHECK(QMM_OK == 0 && QMM_ERR_INVALID_ARGUMENT == 1 && QMM_ERR_NO_ENGINE == 3 && QMM_ERR_FALLBACK_REFUSED == 4 &&
                  QMM_ERR_INTERNAL == 11,
@@ -38,7 +40,10 @@ static void test_basics(void) {
     TU_CHECK(1, "destroy(NULL) is a no-op");
     for (int e = 0; e < QMM_ENGINE_COUNT; e++)
         TU_CHECK((int)qmm_engine_from_name(qmm_engine_name((qmm_engine_id)e)) == e, "engine name round trip %d", e);
-    TU_CHECK(qmm_engine_from_name("nope") == QMM_ENGINE_COUNT, "unknown engine name");
+    TU_CHECK(qmm_engine_from_name("nope") == QMM_ENGINE_UNKNOWN, "unknown engine name");
+    for (int a = 0; a < QMM_ACT_COUNT; a++)
+        TU_CHECK(qmm_act_from_name(qmm_act_name((qmm_act)a)) == (qmm_act)a, "act name round trip %d", a);
+    TU_CHECK(qmm_act_from_name("relu") == QMM_ACT_COUNT && qmm_act_from_name(NULL) == QMM_ACT_COUNT, "unknown act name");
     for (int i = 0; i <= QMM_ISA_MAX; i++) TU_CHECK(qmm_isa_from_name(qmm_isa_name((qmm_isa)i)) == (qmm_isa)i, "isa names");
     char why[QMM_REASON_MAX];
     qmm_engine_id all[QMM_ENGINE_COUNT];

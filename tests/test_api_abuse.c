@@ -60,8 +60,8 @@ static void test_names(void) {
     TU_CHECK(strcmp(qmm_act_name((qmm_act)7), "unknown") == 0, "act 7 name");
     TU_CHECK(strcmp(qmm_engine_name((qmm_engine_id)42), "unknown") == 0, "engine 42 name");
     TU_CHECK(strcmp(qmm_engine_name((qmm_engine_id)-5), "unknown") == 0, "engine -5 name");
-    TU_CHECK(qmm_engine_from_name(NULL) == QMM_ENGINE_COUNT, "engine from NULL name");
-    TU_CHECK(qmm_engine_from_name("") == QMM_ENGINE_COUNT, "engine from empty name");
+    TU_CHECK(qmm_engine_from_name(NULL) == QMM_ENGINE_UNKNOWN, "engine from NULL name");
+    TU_CHECK(qmm_engine_from_name("") == QMM_ENGINE_UNKNOWN, "engine from empty name");
     TU_CHECK(!qmm_engine_is_int8((qmm_engine_id)42) && !qmm_engine_is_int8((qmm_engine_id)-1), "is_int8(42)");
     TU_CHECK(strcmp(qmm_isa_name((qmm_isa)99), "unknown") == 0 && strcmp(qmm_isa_name((qmm_isa)-1), "unknown") == 0,
              "isa 99 name");
@@ -413,10 +413,35 @@ static void test_linear(qmm_context *ctx, qmm_context *ctx2) {
     memset(&bogus, 0, sizeof bogus);
     bogus.engine = (qmm_engine_id)42;
     bogus.status = (qmm_status)99;
-    for (int i = 0; i < QMM_ENGINE_COUNT; i++) memset(bogus.reason[i], 'r', QMM_REASON_MAX); /* not terminated */
+    for (int i = 0; i < QMM_ENGINE_MAX; i++) memset(bogus.reason[i], 'r', QMM_REASON_MAX); /* not terminated */
     char big[4096];
     (void)qmm_plan_format(&bogus, big, sizeof big);
     TU_CHECK(1, "plan_format on an unterminated reason did not crash");
+    TU_CHECK(!strcmp(qmm_plan_reason(&bogus, QMM_ENGINE_AVX2_F32), "") && !qmm_plan_admits(&bogus, QMM_ENGINE_AVX2_F32),
+             "plan_reason of an unterminated reason");
+    TU_CHECK(!strcmp(qmm_plan_reason(NULL, QMM_ENGINE_REF), "") && !strcmp(qmm_plan_reason(&p, QMM_ENGINE_UNKNOWN), "") &&
+                 !strcmp(qmm_plan_reason(&p, (qmm_engine_id)QMM_ENGINE_MAX), "") && !qmm_plan_admits(NULL, QMM_ENGINE_REF) &&
+                 !qmm_plan_admits(&p, (qmm_engine_id)QMM_ENGINE_MAX) && !qmm_plan_admits(&p, QMM_ENGINE_UNKNOWN),
+             "plan accessors on bad input");
+    qmm_engine_info ei;
+    EXPECT(qmm_engine_get_info(-1, &ei), QMM_ERR_INVALID_ARGUMENT, "index -1");
+    EXPECT(qmm_engine_get_info(qmm_engine_count(), &ei), QMM_ERR_INVALID_ARGUMENT, "the library has");
+    EXPECT(qmm_engine_get_info(0, NULL), QMM_ERR_INVALID_ARGUMENT, "out is NULL");
+    EXPECT(qmm_convert(NULL, QMM_F32, big, QMM_F32, 1), QMM_ERR_INVALID_ARGUMENT, "src is NULL");
+    TU_CHECK(!strcmp(qmm_engine_regime(QMM_ENGINE_AMX_INT8, NULL, 4), "") &&
+                 !strcmp(qmm_engine_regime(QMM_ENGINE_AMX_INT8, w, 0), "") &&
+                 !strcmp(qmm_engine_regime(QMM_ENGINE_AVX2_INT8, w, 4), "") &&
+                 !strcmp(qmm_engine_regime(QMM_ENGINE_AMX_INT8, w, 4), "decode") &&
+                 !strcmp(qmm_engine_regime(QMM_ENGINE_AMX_INT8, w, INT64_MAX), "blocked"),
+             "engine regime");
+    EXPECT(qmm_engine_tuning(QMM_ENGINE_AMX_INT8, NULL, 8), QMM_ERR_INVALID_ARGUMENT, "buf is NULL");
+    TU_CHECK(qmm_engine_tuning(QMM_ENGINE_AVX2_INT8, big, sizeof big) == QMM_OK && big[0] == 0, "tuning of avx2_int8");
+    setenv("QMM_AMX_BLOCKING", "kc=7", 1);
+    EXPECT(qmm_engine_tuning(QMM_ENGINE_AMX_BF16, big, sizeof big), QMM_ERR_INVALID_ARGUMENT, "kc=7");
+    TU_CHECK(strstr(big, "kc=512") != NULL, "an invalid QMM_AMX_BLOCKING shows the defaults: %s", big);
+    unsetenv("QMM_AMX_BLOCKING");
+    EXPECT(qmm_convert(big, QMM_I8, big, QMM_F32, 1), QMM_ERR_UNSUPPORTED, "i8 to f32");
+    EXPECT(qmm_convert(big, QMM_F32, big, QMM_F32, -1), QMM_ERR_INVALID_ARGUMENT, "n=-1");
 
     /* amax and epilogue (SPEC §6 building blocks) */
     EXPECT(qmm_activation_amax(NULL, w, &a, amax), QMM_ERR_INVALID_ARGUMENT, "ctx");

@@ -11,13 +11,15 @@
  *     those owned; borrowed, it runs them exactly);
  *   - amx_int8 through the tile emulator (tests/borrow.cmake links the emulated build) on a
  *     borrowed weight, each regime (decode, panel, blocked) forced with default or small blocks,
- *     against the reference, with no emulated tile fault;
+ *     against the reference, and amx_bf16 (W8A16) borrowed against owned, with no emulated tile
+ *     fault;
  *   - a weight, scale and bias changed between two calls: the second gives the new result;
  *   - two threads, each with its own context, making the first call on one borrowed weight at
  *     once: both exact;
  *   - bad descriptors: an error status whose message names the field;
  *   - no read past the caller's memory: W, its scales and its bias each end at a page followed by
- *     a PROT_NONE page (an over-read is a SIGSEGV, with or without ASan), every engine, K tails.
+ *     a PROT_NONE page (an over-read is a SIGSEGV, with or without ASan), every engine (the AMX
+ *     ones emulated, each regime), K tails.
  * An unavailable engine prints "skipped: <engine>: <why>". QMM_TEST_QUICK=1: fewer cases.
  */
 #define _GNU_SOURCE /* pthread barriers, MAP_ANONYMOUS */
@@ -234,7 +236,7 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
         qmm_weight view;
         qmm_call c;
         memset(&c, 0, sizeof c);
-        TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, !qmm_engine_amx_int8_emu.reads_borrowed, &view, &c.w));
+        TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, &view, &c.w));
         c.M = M; c.N = N; c.K = K; c.K_in = K;
         c.x = L.x; c.x_dtype = L.xt; c.ldx = K;
         c.y = y; c.y_dtype = L.yt; c.ldy = N;
@@ -247,6 +249,25 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
         TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: tiles left configured", what);
         TU_CHECK(qmm_amx_last_regime_emu == want, "%s: regime %d ran, %d forced", what, qmm_amx_last_regime_emu, want);
         same(&L, y, yref, what, "the reference");
+        /* amx_bf16 (W8A16), emulated: borrowed and owned give the same bits, in the same regime */
+        if (L.yt != QMM_I32) {
+            void *yo = calloc(1, yb);
+            qmm_call co = c;
+            co.w = wo;
+            co.y = yo;
+            c.fallback = co.fallback = 1;
+            describe(&L, "amx_bf16 (emulated)", what, sizeof what);
+            qmm_weight vb;
+            TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, &vb, &c.w));
+            TU_CHECK_OK(qmm_engine_amx_bf16_emu.run(g_ctx, &co));
+            const int r_owned = qmm_amx_last_regime_emu;
+            TU_CHECK_OK(qmm_engine_amx_bf16_emu.run(g_ctx, &c));
+            TU_CHECK(qmm_amx_emu_faults() == f0, "%s: emulated tile faults: %s", what, qmm_amx_emu_first_fault());
+            TU_CHECK(qmm_amx_last_regime_emu == r_owned, "%s: regime %d borrowed, %d owned", what, qmm_amx_last_regime_emu,
+                     r_owned);
+            same(&L, y, yo, what, "the same engine on the owned weight");
+            free(yo);
+        }
         qmm_amx_blocking_emu = qmm_amx_blocking_default();
     }
     free(yref); free(y);
@@ -443,6 +464,24 @@ static void check_guard_pages(void) {
             const qmm_engine_id e = i < 0 ? QMM_ENGINE_REF : g_eng[i];
             if (i >= 0 && !g_avail[e]) continue;
             (void)run(g_ctx, wb, &L, y, e); /* refused or run: no fault either way */
+        }
+        /* the emulated AMX engines, each regime */
+        for (int want = QMM_AMX_DECODE; want <= QMM_AMX_BLOCKED && wb; want++) {
+            if (want == QMM_AMX_DECODE ? L.M > 32 : L.M < 2) continue;
+            const qmm_engine *amx[2] = {&qmm_engine_amx_int8_emu, &qmm_engine_amx_bf16_emu};
+            for (int i = 0; i < 2; i++) {
+                qmm_weight view;
+                qmm_call c;
+                memset(&c, 0, sizeof c);
+                TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, &view, &c.w));
+                c.M = L.M; c.N = L.N; c.K = L.K; c.K_in = L.K;
+                c.x = L.x; c.x_dtype = L.xt; c.ldx = L.Kin;
+                c.y = y; c.y_dtype = QMM_F32; c.ldy = L.N;
+                c.fallback = i == 1;
+                force_regime(want, L.M);
+                TU_CHECK_OK(amx[i]->run(g_ctx, &c));
+                qmm_amx_blocking_emu = qmm_amx_blocking_default();
+            }
         }
         TU_CHECK(1, "guard pages %lldx%lldx%lld", (long long)L.M, (long long)L.N, (long long)L.K);
         free(y);

@@ -4,8 +4,12 @@
  * (int8, then float, then the reference); each row's engine descriptor carries its own id, a
  * name that round-trips through qmm_engine_from_name, an ISA level, CPU features, a peak
  * instruction and an operand dtype that matches its kind; qmm_engine_get / qmm_engine_is_int8 /
- * qmm_engine_row_of agree with the table; the plan picks the first admitting row in table order
- * and qmm_plan_format lists every row once, in table order.
+ * qmm_engine_row_of agree with the table; the public view (qmm_engine_count, qmm_engine_get_info)
+ * is the table, row for row; the per-engine arrays of the public structs have the pinned
+ * capacity QMM_ENGINE_MAX; the plan picks the first admitting row in table order, its accessors
+ * agree with its arrays, and qmm_plan_format lists every row once, in table order; qmm_linear's
+ * cached choice is the plan's, for one weight shared by contexts with different engine sets and
+ * more call classes than the cache has slots.
  */
 #include "dispatch.h"
 #include "testutil.h"
@@ -50,6 +54,30 @@ static void test_rows(void) {
     TU_CHECK(!qmm_engine_is_int8(QMM_ENGINE_AUTO) && !qmm_engine_is_int8(QMM_ENGINE_COUNT), "is_int8 of non-engines");
 }
 
+/* the public view of the table, and the pinned per-engine capacity of the public structs */
+static void test_public_view(void) {
+    TU_CHECK(qmm_engine_count() == QMM_ENGINE_TABLE_LEN, "qmm_engine_count %d, table %d", qmm_engine_count(),
+             QMM_ENGINE_TABLE_LEN);
+    for (int i = 0; i < qmm_engine_count(); i++) {
+        qmm_engine_info info;
+        if (!TU_CHECK(qmm_engine_get_info(i, &info) == QMM_OK, "qmm_engine_get_info(%d): %s", i, qmm_last_error()))
+            continue;
+        const qmm_engine_row *r = &qmm_engine_table[i];
+        TU_CHECK(info.id == r->engine->id && !strcmp(info.name, r->engine->name) && info.kind == r->engine->kind &&
+                     info.isa == r->engine->isa && info.cpu_features == r->engine->cpu_features &&
+                     info.operands == r->operands && !strcmp(info.peak_instruction, r->peak_insn) &&
+                     info.verified_on_hardware == r->hw_verified && info.built == r->engine->built,
+                 "engine info %d (%s) differs from its table row", i, r->engine->name);
+        TU_CHECK((unsigned)info.id < QMM_ENGINE_MAX, "%s: id %d >= QMM_ENGINE_MAX", info.name, (int)info.id);
+    }
+    /* a new engine changes none of these sizes (qmm.h: QMM_ENGINE_MAX is pinned) */
+    TU_CHECK(QMM_ENGINE_MAX == 32 && QMM_REASON_MAX == 160, "pinned capacities moved");
+    TU_CHECK(sizeof(qmm_counters) == (QMM_ENGINE_MAX + 2) * sizeof(uint64_t), "qmm_counters size %zu",
+             sizeof(qmm_counters));
+    TU_CHECK(sizeof(qmm_plan_info) == 3 * sizeof(int) + QMM_ENGINE_MAX * (sizeof(int) + QMM_REASON_MAX),
+             "qmm_plan_info size %zu", sizeof(qmm_plan_info));
+}
+
 /* plan: the chosen engine is the first admitting row of the table (int8 rows first); the text
  * lists every row once in table order */
 static void test_plan_order(void) {
@@ -85,6 +113,11 @@ static void test_plan_order(void) {
                  qmm_engine_name(first));
         TU_CHECK(!p.admitted[QMM_ENGINE_REF] && strstr(p.reason[QMM_ENGINE_REF], "by name"),
                  "the reference never admits under AUTO");
+        for (int e = 0; e < QMM_ENGINE_MAX; e++)
+            TU_CHECK(qmm_plan_admits(&p, (qmm_engine_id)e) == p.admitted[e] &&
+                         (p.admitted[e] ? !strcmp(qmm_plan_reason(&p, (qmm_engine_id)e), "")
+                                        : qmm_plan_reason(&p, (qmm_engine_id)e) == p.reason[e]),
+                     "plan accessors of engine id %d", e);
         char text[8192];
         qmm_plan_format(&p, text, sizeof text);
         const char *at = text;
@@ -111,9 +144,70 @@ out:
     qmm_context_destroy(ctx);
 }
 
+/* qmm_linear chooses through the weight's plan cache (dispatch.h, qmm_plan_choose): whatever ran
+ * must be what qmm_plan chooses for the same context and call, fallbacks counted the same */
+static void test_plan_cache(void) {
+    enum { N = 32, K = 128, MAXM = 64 };
+    static int8_t wq[N * K];
+    static float sc[N], x[MAXM * K], y[MAXM * N];
+    tu_fill_i8(wq, N * K, -127, 127);
+    for (int n = 0; n < N; n++) sc[n] = 0.02f;
+    tu_fill_float(x, QMM_F32, MAXM * K, 1.0f);
+    qmm_engine_id i8[QMM_ENGINE_COUNT];
+    const int n8 = tu_engines(TU_ENGINES_INT8, i8);
+    uint32_t all8 = 0;
+    for (int i = 0; i < n8; i++) all8 |= 1u << i8[i];
+    /* every engine; the last int8 engine only (or a fallback); no int8 engine (a fallback) */
+    const uint32_t disabled[3] = {0, n8 ? all8 & ~(1u << i8[n8 - 1]) : 0, all8};
+    qmm_context *ctx[3] = {NULL, NULL, NULL};
+    qmm_weight *w = NULL;
+    for (int i = 0; i < 3; i++) {
+        qmm_context_options o = qmm_context_options_default();
+        o.n_threads = 1;
+        o.verbose = 0;
+        o.disabled_engines = disabled[i];
+        TU_CHECK_OK(qmm_context_create(&o, &ctx[i]));
+        if (!ctx[i]) goto out;
+    }
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.name = "cache.fc";
+    d.N = N; d.K = K; d.data = wq; d.scale = sc; d.n_scale = N;
+    TU_CHECK_OK(qmm_weight_create_int8(ctx[0], &d, &w));
+    if (!w) goto out;
+    static const int64_t Ms[] = {1, 2, 3, 5, 8, 13, 21, 34, 64};
+    for (int round = 0; round < 2; round++)
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+            for (int ci = 0; ci < 3; ci++)
+                for (int yt = 0; yt < 2; yt++) {
+                    qmm_linear_args a = qmm_linear_args_default();
+                    a.M = Ms[mi];
+                    a.x = x;
+                    a.y = y;
+                    a.y_dtype = yt ? QMM_F32 : QMM_I32;
+                    qmm_plan_info p;
+                    TU_CHECK_OK(qmm_plan(ctx[ci], w, &a, &p));
+                    qmm_counters c0, c1;
+                    qmm_get_counters(ctx[ci], &c0);
+                    const qmm_status st = qmm_linear(ctx[ci], w, &a);
+                    qmm_get_counters(ctx[ci], &c1);
+                    TU_CHECK(st == p.status, "M=%lld context %d y %s: qmm_linear %s, plan %s (%s)", (long long)a.M, ci,
+                             qmm_dtype_name(a.y_dtype), qmm_status_name(st), qmm_status_name(p.status), qmm_last_error());
+                    if (st != QMM_OK) continue;
+                    TU_CHECK(qmm_last_engine(ctx[ci]) == p.engine && c1.fallbacks - c0.fallbacks == (uint64_t)p.is_fallback,
+                             "M=%lld context %d y %s (round %d): ran %s (fallbacks +%llu), plan %s (fallback %d)",
+                             (long long)a.M, ci, qmm_dtype_name(a.y_dtype), round, qmm_engine_name(qmm_last_engine(ctx[ci])),
+                             (unsigned long long)(c1.fallbacks - c0.fallbacks), qmm_engine_name(p.engine), p.is_fallback);
+                }
+out:
+    qmm_weight_destroy(w);
+    for (int i = 0; i < 3; i++) qmm_context_destroy(ctx[i]);
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_engine_table");
     test_rows();
+    test_public_view();
     test_plan_order();
+    test_plan_cache();
     return tu_finish();
 }

@@ -19,8 +19,8 @@
  * Output: a table, or with --json an array of row objects (M, N, K, act, gs, kind, layout, engine,
  * threads, status, reason, median_ms, repeats, tops, peak_tops, pct_peak, gbps, dram_gbps,
  * pct_dram, speedup_int8, cpu_tops, pct_peak_cpu; numbers are null where they do not apply; for
- * the AMX engines also regime, the regime their rule picks for the row (amx_blocking.h), and
- * amx_blocking, the blocking in force — QMM_AMX_BLOCKING applied — so a run on an AMX machine
+ * the AMX engines also regime, the regime their rule picks for the row (qmm_engine_regime), and
+ * amx_blocking, the blocking in force (qmm_engine_tuning: QMM_AMX_BLOCKING applied) — so a run on an AMX machine
  * can be judged regime by regime against bench/NOTES.md; "" for the other engines).
  * --regimes adds the rows that judge each AMX regime and its switch points (M = 1 .. 4096 on
  * 5376×5376, and 256 / 4096 on 5376×14336 swiglu) and lets amx_int8 run below its small-M
@@ -31,9 +31,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "commands.h"
-#include "dispatch.h"
 #include "peak.h"
-#include "../src/engines/x86_amx/amx_blocking.h"
 #include "qmm.h"
 #include "shapes.h"
 
@@ -60,6 +58,7 @@ typedef struct {
     int repeats, copies;
     double tops, peak_tops, pct_peak, gbps, dram_gbps, pct_dram, speedup_int8;
     double cpu_tops, pct_peak_cpu;  /* judged by process CPU time (robust to a shared machine) */
+    const char *regime;     /* qmm_engine_regime: the AMX engines' regime for the row, else "" */
 } row;
 
 typedef struct {
@@ -68,9 +67,9 @@ typedef struct {
     int layouts[LAYOUT_COUNT], n_layouts; /* --layouts, in order */
     double dram_gbps;       /* best of the run */
     size_t dram_bytes;
-    double peak[QMM_ENGINE_COUNT], peak_cpu[QMM_ENGINE_COUNT];
-    char peak_why[QMM_ENGINE_COUNT][QMM_REASON_MAX];
-    int peak_done[QMM_ENGINE_COUNT];
+    double peak[QMM_ENGINE_MAX], peak_cpu[QMM_ENGINE_MAX]; /* by engine id */
+    char peak_why[QMM_ENGINE_MAX][QMM_REASON_MAX];
+    int peak_done[QMM_ENGINE_MAX];
     row *rows;
     size_t n_rows, cap_rows;
 } bench;
@@ -91,14 +90,6 @@ static const qmm_bench_shape k_regime_shapes[] = {
     {"regime fc2 M=4096", 4096, 5376, 14336, QMM_ACT_SWIGLU, 256},
 };
 
-/* The AMX engines' regime for a row (the rule of amx_blocking.h on the A operand's bytes), or "". */
-static const char *amx_regime(const qmm_amx_blocking *bl, const row *r) {
-    const int64_t M = r->sh.M, K = r->sh.K;
-    if (r->engine == QMM_ENGINE_AMX_INT8) return qmm_amx_regime_name(qmm_amx_regime_of(bl, M, M * ((K + 63) / 64 * 64)));
-    if (r->engine != QMM_ENGINE_AMX_BF16) return "";
-    const int64_t Ka = r->kind == KIND_BF16 ? (K + 31) / 32 * 32 : (K + 63) / 64 * 64; /* bf16 / int8 weights */
-    return qmm_amx_regime_name(qmm_amx_regime_of(bl, M, 2 * M * Ka));
-}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: qmm bench [--shape MxNxK[:swiglu|:gelu][:g16|:g64|:g256]]... [--all] [--regimes] [--engines a,b]\n"
@@ -204,6 +195,7 @@ static int cmp_double(const void *a, const void *b) {
 static void time_row(bench *b, qmm_context *ctx, qmm_weight **w, int ncopies, qmm_linear_args *args, row *r,
                      double weight_bytes) {
     qmm_engine_id e = r->engine;
+    r->regime = qmm_engine_regime(e, w[0], r->sh.M); /* the AMX engines' regime, "" for the others */
     char why[QMM_REASON_MAX];
     if (!qmm_engine_available(e, why, sizeof why)) {
         snprintf(r->reason, sizeof r->reason, "unavailable: %s", why);
@@ -255,11 +247,15 @@ static void time_row(bench *b, qmm_context *ctx, qmm_weight **w, int ncopies, qm
     (void)peak_of(b, e); /* again, next to the row it judges */
 }
 
-/* The engines of one kind, best first (the engine table's order); returns the count. */
-static int engines_of_kind(qmm_engine_kind kind, qmm_engine_id out[QMM_ENGINE_COUNT]) {
+/* The engines of one kind, best first (the library's order, qmm_engine_get_info); or every
+ * engine but the reference when kind is -1. Returns the count. */
+static int engines_of_kind(int kind, qmm_engine_id out[QMM_ENGINE_MAX]) {
     int n = 0;
-    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++)
-        if (qmm_engine_table[i].engine->kind == kind) out[n++] = qmm_engine_table[i].engine->id;
+    for (int i = 0; i < qmm_engine_count() && n < QMM_ENGINE_MAX; i++) {
+        qmm_engine_info e;
+        if (qmm_engine_get_info(i, &e) != QMM_OK || (unsigned)e.id >= QMM_ENGINE_MAX) continue;
+        if (kind < 0 ? e.kind != QMM_KIND_REF : (int)e.kind == kind) out[n++] = e.id;
+    }
     return n;
 }
 
@@ -268,7 +264,7 @@ static int engines_of_kind(qmm_engine_kind kind, qmm_engine_id out[QMM_ENGINE_CO
 static int float_engines(bench *b, qmm_context *ctx, qmm_weight *w, qmm_linear_args *args, qmm_engine_id *out,
                          char *why, size_t n) {
     int k = 0;
-    qmm_engine_id k_float[QMM_ENGINE_COUNT];
+    qmm_engine_id k_float[QMM_ENGINE_MAX];
     const int n_float = engines_of_kind(QMM_KIND_FLOAT, k_float);
     if (b->engines) {
         for (int i = 0; i < n_float; i++)
@@ -340,7 +336,7 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
     }
     qmm_linear_args args = qmm_linear_args_default();
     args.M = M; args.x = x; args.x_dtype = QMM_BF16; args.y = y; args.y_dtype = QMM_BF16; args.act = sh->act;
-    qmm_engine_id k_int8[QMM_ENGINE_COUNT];
+    qmm_engine_id k_int8[QMM_ENGINE_MAX];
     const int n_int8 = engines_of_kind(QMM_KIND_INT8, k_int8);
     for (int i = 0; i < n_int8; i++) {
         if (b->engines && !(b->engines & (1u << k_int8[i]))) continue;
@@ -350,7 +346,7 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
         }
     }
     if (!b->no_float) {
-        qmm_engine_id fe[QMM_ENGINE_COUNT];
+        qmm_engine_id fe[QMM_ENGINE_MAX];
         char why[512];
         /* W8A16: the int8 weight on a float engine */
         int nf = float_engines(b, ctx, w[0], &args, fe, why, sizeof why);
@@ -442,11 +438,8 @@ static void json_str(const char *key, const char *s) {
 }
 
 static void print_json(const bench *b) {
-    qmm_amx_blocking bl = qmm_amx_blocking_default();
-    (void)qmm_amx_blocking_parse(getenv("QMM_AMX_BLOCKING"), &bl);
     char bls[160];
-    snprintf(bls, sizeof bls, "kc=%lld,nc=%lld,mc=%lld,small_m=%lld,panel_a=%lld,min_m=%lld", (long long)bl.kc,
-             (long long)bl.nc, (long long)bl.mc, (long long)bl.small_m, (long long)bl.panel_a, (long long)bl.min_m);
+    (void)qmm_engine_tuning(QMM_ENGINE_AMX_INT8, bls, sizeof bls); /* the AMX blocking in force */
     printf("[\n");
     for (size_t i = 0; i < b->n_rows; i++) {
         const row *r = &b->rows[i];
@@ -462,8 +455,8 @@ static void print_json(const bench *b) {
         json_str("status", r->ok ? "ok" : "refused");
         json_str("reason", r->reason);
         json_str("peak_instruction", qmm_peak_instruction(r->engine));
-        json_str("regime", amx_regime(&bl, r));
-        json_str("amx_blocking", *amx_regime(&bl, r) ? bls : "");
+        json_str("regime", r->regime ? r->regime : "");
+        json_str("amx_blocking", r->regime && *r->regime ? bls : "");
         printf("\"repeats\": %d, \"weight_copies\": %d, ", r->repeats, r->copies);
         json_num("median_ms", r->median_ms, 0);
         json_num("tops", r->tops, 0);
@@ -481,8 +474,6 @@ static void print_json(const bench *b) {
 }
 
 static void print_table(const bench *b) {
-    qmm_amx_blocking bl = qmm_amx_blocking_default();
-    (void)qmm_amx_blocking_parse(getenv("QMM_AMX_BLOCKING"), &bl);
     printf("%-20s %-22s %-6s %-8s %-12s %3s %10s %8s %8s %6s %8s %6s %7s %7s\n", "shape", "MxNxK", "kind", "layout", "engine", "thr",
            "median_ms", "TOPS", "peak", "%peak", "GB/s", "%dram", "int8 x", "%pk cpu");
     for (size_t i = 0; i < b->n_rows; i++) {
@@ -503,7 +494,7 @@ static void print_table(const bench *b) {
         if (isfinite(r->speedup_int8)) printf("%6.2fx", r->speedup_int8);
         else printf("%7s", "-");
         if (isfinite(r->pct_peak_cpu)) printf(" %6.1f%%", r->pct_peak_cpu);
-        if (*amx_regime(&bl, r)) printf(" [%s]", amx_regime(&bl, r));
+        if (r->regime && *r->regime) printf(" [%s]", r->regime);
         printf("\n");
     }
 }
@@ -538,7 +529,7 @@ int cmd_bench(int argc, char **argv) {
             snprintf(buf, sizeof buf, "%s", v);
             for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
                 qmm_engine_id e = qmm_engine_from_name(t);
-                if (e == QMM_ENGINE_COUNT || e == QMM_ENGINE_AUTO || e == QMM_ENGINE_REF) {
+                if ((unsigned)e >= QMM_ENGINE_MAX || e == QMM_ENGINE_AUTO || e == QMM_ENGINE_REF) {
                     fprintf(stderr, "qmm bench: unknown engine '%s'\n", t);
                     return 2;
                 }
@@ -575,9 +566,9 @@ int cmd_bench(int argc, char **argv) {
     if (regimes) {
         /* before the library reads it: amx_int8 below its switch too, unless min_m is named */
         const char *env = getenv("QMM_AMX_BLOCKING");
-        qmm_amx_blocking bl = qmm_amx_blocking_default();
-        if (env && qmm_amx_blocking_parse(env, &bl)) {
-            fprintf(stderr, "qmm bench: QMM_AMX_BLOCKING='%s' is not valid (keys kc, nc, mc, small_m, panel_a, min_m)\n", env);
+        char tuning[160];
+        if (qmm_engine_tuning(QMM_ENGINE_AMX_INT8, tuning, sizeof tuning) != QMM_OK) {
+            fprintf(stderr, "qmm bench: %s\n", qmm_last_error());
             return 2;
         }
         if (!env || !strstr(env, "min_m")) {
@@ -610,13 +601,15 @@ int cmd_bench(int argc, char **argv) {
     }
     b.dram_bytes = dram_bytes;
     measure_dram(&b, dram_bytes);
+    qmm_engine_id engines[QMM_ENGINE_MAX];
+    const int n_engines = engines_of_kind(-1, engines);
     if (!b.json) {
         printf("qmm bench: %s, %d threads (pinned), LLC %zu MiB\n", qmm_cpu_brand(), b.threads, llc >> 20);
         printf("DRAM read bandwidth: %.1f GB/s (%zu MiB streamed by %d threads)\npeaks at start:", b.dram_gbps,
                dram_bytes >> 20, b.threads);
-        for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
-            const qmm_engine_id e = qmm_engine_table[i].engine->id;
-            if (e == QMM_ENGINE_REF || (b.engines && !(b.engines & (1u << e)))) continue;
+        for (int i = 0; i < n_engines; i++) {
+            const qmm_engine_id e = engines[i];
+            if (b.engines && !(b.engines & (1u << e))) continue;
             double p = peak_of(&b, e);
             if (p > 0) printf(" %s %.3f T/s (%s);", qmm_engine_name(e), p, qmm_peak_instruction(e));
         }
@@ -627,8 +620,8 @@ int cmd_bench(int argc, char **argv) {
     finish_rows(&b);
     if (!b.json) {
         printf("best of the run: DRAM %.1f GB/s; peaks:", b.dram_gbps);
-        for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
-            const qmm_engine_id e = qmm_engine_table[i].engine->id;
+        for (int i = 0; i < n_engines; i++) {
+            const qmm_engine_id e = engines[i];
             if (b.peak[e] > 0) printf(" %s %.3f", qmm_engine_name(e), b.peak[e]);
         }
         printf(" T/s\n\n");

@@ -20,7 +20,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "commands.h"
-#include "dispatch.h"
 #include "qmm.h"
 
 #include <math.h>
@@ -294,13 +293,13 @@ int cmd_demo(int argc, char **argv) {
         }
     }
     /* the float engines best first (the engine table's order), and those of them that multiply in f32 */
-    qmm_engine_id bf16_engines[QMM_ENGINE_COUNT], f32_engines[QMM_ENGINE_COUNT];
+    qmm_engine_id bf16_engines[QMM_ENGINE_MAX], f32_engines[QMM_ENGINE_MAX];
     int n_bf16 = 0, n_f32 = 0;
-    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
-        const qmm_engine_row *r = &qmm_engine_table[i];
-        if (r->engine->kind != QMM_KIND_FLOAT) continue;
-        bf16_engines[n_bf16++] = r->engine->id;
-        if (r->operands == QMM_F32) f32_engines[n_f32++] = r->engine->id;
+    for (int i = 0; i < qmm_engine_count() && n_bf16 < QMM_ENGINE_MAX; i++) {
+        qmm_engine_info e;
+        if (qmm_engine_get_info(i, &e) != QMM_OK || e.kind != QMM_KIND_FLOAT) continue;
+        bf16_engines[n_bf16++] = e.id;
+        if (e.operands == QMM_F32) f32_engines[n_f32++] = e.id;
     }
     /* FP32 first: it is the accuracy reference */
     const int order[P_COUNT] = {P_FP32, P_INT8, P_INT8_NOROT, P_W8A16, P_BF16};

@@ -1,17 +1,16 @@
 /*
  * cmd_info.c — `qmm info [--json]`: the CPU's features as qmm identified them (CPUID, XCR0,
- * the AMX permission request) and each engine of the engine table (dispatch.h), best first:
+ * the AMX permission request) and each engine of the library (qmm_engine_get_info), best first:
  * its kind, ISA level, required CPU features, peak instruction, whether it has run on real
  * hardware, and whether it is available here and why not.
  */
 #include "commands.h"
-#include "dispatch.h"
 #include "qmm.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static const char *kind_name(const qmm_engine *e) {
+static const char *kind_name(const qmm_engine_info *e) {
     return e->kind == QMM_KIND_REF ? "reference" : e->kind == QMM_KIND_INT8 ? "int8" : "float";
 }
 
@@ -49,15 +48,16 @@ int cmd_info(int argc, char **argv) {
     if (json) {
         printf("{\"version\": \"%s\", \"cpu\": \"%s\", \"features\": [%s], \"engines\": [", qmm_version_string(),
                qmm_cpu_brand(), features_text(f, ", ", 1, feats, sizeof feats));
-        for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
-            const qmm_engine_row *r = &qmm_engine_table[i];
+        for (int i = 0; i < qmm_engine_count(); i++) {
+            qmm_engine_info e;
+            if (qmm_engine_get_info(i, &e) != QMM_OK) continue;
             char why[QMM_REASON_MAX];
-            int ok = qmm_engine_available(r->engine->id, why, sizeof why);
+            int ok = qmm_engine_available(e.id, why, sizeof why);
             printf("%s{\"name\": \"%s\", \"kind\": \"%s\", \"isa\": \"%s\", \"cpu_features\": [%s], "
                    "\"peak_instruction\": \"%s\", \"verified_on_hardware\": %s, \"available\": %s, \"why\": \"",
-                   i ? ", " : "", r->engine->name, kind_name(r->engine), qmm_isa_name(r->engine->isa),
-                   features_text(r->engine->cpu_features, ", ", 1, feats, sizeof feats), r->peak_insn,
-                   r->hw_verified ? "true" : "false", ok ? "true" : "false");
+                   i ? ", " : "", e.name, kind_name(&e), qmm_isa_name(e.isa),
+                   features_text(e.cpu_features, ", ", 1, feats, sizeof feats), e.peak_instruction,
+                   e.verified_on_hardware ? "true" : "false", ok ? "true" : "false");
             json_escaped(ok ? "" : why);
             printf("\"}");
         }
@@ -67,12 +67,13 @@ int cmd_info(int argc, char **argv) {
     printf("qmm %s\ncpu: %s\nfeatures: %s\n", qmm_version_string(), qmm_cpu_brand(),
            features_text(f, " ", 0, feats, sizeof feats));
     printf("engines (best first; the reference runs only when asked for by name; * = only emulated so far):\n");
-    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
-        const qmm_engine_row *r = &qmm_engine_table[i];
+    for (int i = 0; i < qmm_engine_count(); i++) {
+        qmm_engine_info e;
+        if (qmm_engine_get_info(i, &e) != QMM_OK) continue;
         char why[QMM_REASON_MAX];
-        int ok = qmm_engine_available(r->engine->id, why, sizeof why);
-        printf("  %-12s%s %-9s %-11s %-31s %s%s\n", r->engine->name, r->hw_verified ? " " : "*", kind_name(r->engine),
-               qmm_isa_name(r->engine->isa), r->peak_insn, ok ? "available" : "unavailable: ", ok ? "" : why);
+        int ok = qmm_engine_available(e.id, why, sizeof why);
+        printf("  %-12s%s %-9s %-11s %-31s %s%s\n", e.name, e.verified_on_hardware ? " " : "*", kind_name(&e),
+               qmm_isa_name(e.isa), e.peak_instruction, ok ? "available" : "unavailable: ", ok ? "" : why);
     }
     return 0;
 }

@@ -1,5 +1,5 @@
 /*
- * cmd_plan.c — `qmm plan FILE [--tokens M] [--x-dtype bf16|f16|f32] [--act none|swiglu|gelu_tanh]
+ * cmd_plan.c — `qmm plan FILE [--tokens M] [--x-dtype bf16|f16|f32] [--act none|swiglu|gelu_tanh|rms_norm|situ]
  * [--act-layers GLOB] [--layers GLOB] [--strict] [--json]`: for each layer of a checkpoint, the
  * engine qmm_linear would pick for M tokens (qmm_plan) and every refused engine's reason; then a
  * summary: int8 layers on an int8 engine (the hard path), int8 layers that would fall back to a
@@ -29,7 +29,7 @@ static void json_str(const char *s) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: qmm plan FILE.safetensors [--tokens M (256)] [--x-dtype bf16|f16|f32 (bf16)]\n"
-               "                [--act none|swiglu|gelu_tanh] [--act-layers GLOB] [--layers GLOB] [--strict] [--json]\n");
+               "                [--act none|swiglu|gelu_tanh|rms_norm|situ] [--act-layers GLOB] [--layers GLOB] [--strict] [--json]\n");
 }
 
 static int parse_dtype(const char *s, qmm_dtype *out) {
@@ -59,11 +59,8 @@ int cmd_plan(int argc, char **argv) {
         } else if (!strcmp(a, "--x-dtype") && has) {
             if (!parse_dtype(argv[++i], &xdt)) { fprintf(stderr, "qmm plan: --x-dtype %s\n", argv[i]); return 2; }
         } else if (!strcmp(a, "--act") && has) {
-            const char *v = argv[++i];
-            if (!strcmp(v, "none")) act = QMM_ACT_NONE;
-            else if (!strcmp(v, "swiglu")) act = QMM_ACT_SWIGLU;
-            else if (!strcmp(v, "gelu_tanh")) act = QMM_ACT_GELU_TANH;
-            else { fprintf(stderr, "qmm plan: --act %s\n", v); return 2; }
+            act = qmm_act_from_name(argv[++i]);
+            if (act == QMM_ACT_COUNT) { fprintf(stderr, "qmm plan: --act %s\n", argv[i]); return 2; }
         } else if (!strcmp(a, "--act-layers") && has) act_glob = argv[++i];
         else if (!strcmp(a, "--layers") && has) layers_glob = argv[++i];
         else if (a[0] == '-') { fprintf(stderr, "qmm plan: unknown option '%s'\n", a); usage(stderr); return 2; }
@@ -125,10 +122,11 @@ int cmd_plan(int argc, char **argv) {
             if (*err) json_str(err); else printf("null");
             printf(", \"refused\": {");
             int f2 = 1;
-            for (int e = 1; st == QMM_OK && e < QMM_ENGINE_COUNT; e++) {
-                if (p.admitted[e]) continue;
-                printf("%s\"%s\": ", f2 ? "" : ", ", qmm_engine_name((qmm_engine_id)e));
-                json_str(p.reason[e]);
+            for (int i = 0; st == QMM_OK && i < qmm_engine_count(); i++) {
+                qmm_engine_info e;
+                if (qmm_engine_get_info(i, &e) != QMM_OK || qmm_plan_admits(&p, e.id)) continue;
+                printf("%s\"%s\": ", f2 ? "" : ", ", e.name);
+                json_str(qmm_plan_reason(&p, e.id));
                 f2 = 0;
             }
             printf("}}");
@@ -139,8 +137,11 @@ int cmd_plan(int argc, char **argv) {
             else {
                 printf("%s%s\n", p.engine == QMM_ENGINE_AUTO ? "no engine" : qmm_engine_name(p.engine),
                        p.is_fallback ? " (FALLBACK)" : "");
-                for (int e = 1; e < QMM_ENGINE_COUNT; e++)
-                    if (!p.admitted[e]) printf("    %-12s refuses: %s\n", qmm_engine_name((qmm_engine_id)e), p.reason[e]);
+                for (int i = 0; i < qmm_engine_count(); i++) {
+                    qmm_engine_info e;
+                    if (qmm_engine_get_info(i, &e) == QMM_OK && !qmm_plan_admits(&p, e.id))
+                        printf("    %-12s refuses: %s\n", e.name, qmm_plan_reason(&p, e.id));
+                }
             }
         }
         first = 0;

@@ -8,7 +8,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli_files.h"
 #include "commands.h"
-#include "numerics.h"
 #include "qmm_io.h"
 
 #include <stdio.h>
@@ -54,6 +53,14 @@ static void progress(void *user, int64_t ld, int64_t lt, uint64_t bd, uint64_t b
     fflush(stderr);
 }
 
+/* "4", "16", "64", ...: digits spelling a power of 4 */
+static int power_of_4(const char *v) {
+    if (!*v || strlen(v) > 9 || strspn(v, "0123456789") != strlen(v)) return 0;
+    long g = atol(v);
+    while (g > 1 && g % 4 == 0) g /= 4;
+    return g == 1 && atol(v) >= 4;
+}
+
 int cmd_quantize(int argc, char **argv) {
     qmm_quantize_file_options o = qmm_quantize_file_options_default();
     const char *in = NULL, *out = NULL;
@@ -70,7 +77,7 @@ int cmd_quantize(int argc, char **argv) {
             const char *v = argv[++i];
             if (!strcmp(v, "auto")) o.convrot = -1;
             else if (!strcmp(v, "off") || !strcmp(v, "0")) o.convrot = 0;
-            else if (qmm_convrot_gs_valid(atoi(v)) && strspn(v, "0123456789") == strlen(v)) o.convrot = atoi(v);
+            else if (power_of_4(v)) o.convrot = atoi(v); /* the library checks its range */
             else { fprintf(stderr, "qmm quantize: --convrot %s (auto, off or a power of 4: 4, 16, 64, 256, 1024...)\n", v); goto done; }
         } else if (!strcmp(a, "--min-size") && has) {
             char *end;

@@ -1,8 +1,9 @@
 /*
  * cmd_run.c — `qmm run FILE --layer NAME --input X.safetensors --output Y.safetensors
- * [--tensor NAME] [--act none|swiglu|gelu_tanh] [--engine NAME] [--out-dtype f32|f16|bf16]
- * [--threads N] [--force]`: runs one layer of a checkpoint (int8 or float) on an input tensor and writes
- * the result — the smallest way to compare qmm with another framework.
+ * [--tensor NAME] [--act none|swiglu|gelu_tanh|rms_norm|situ] [--eps E] [--engine NAME]
+ * [--out-dtype f32|f16|bf16] [--threads N] [--force]`: runs one layer of a checkpoint (int8 or
+ * float) on an input tensor and writes the result — the smallest way to compare qmm with another
+ * framework. rms_norm runs with a norm weight of ones and eps E (1e-6).
  * Input: the only tensor of X (or --tensor NAME), F32/F16/BF16, shape [..., K_in] (rows = the
  * product of the leading dimensions; 1-D is one row). Output: tensor "output" of shape
  * [..., N], dtype --out-dtype (default: the input's), with __metadata__ {"qmm_layer", "qmm_engine"}.
@@ -20,8 +21,8 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: qmm run FILE.safetensors --layer NAME --input X.safetensors --output Y.safetensors\n"
-               "               [--tensor NAME] [--act none|swiglu|gelu_tanh] [--engine NAME] [--out-dtype f32|f16|bf16]\n"
-               "               [--threads N] [--force]\n"
+               "               [--tensor NAME] [--act none|swiglu|gelu_tanh|rms_norm|situ] [--eps E (1e-6)]\n"
+               "               [--engine NAME] [--out-dtype f32|f16|bf16] [--threads N] [--force]\n"
                "--force: write the output even when it is the same file as FILE or X\n");
 }
 
@@ -35,6 +36,7 @@ int cmd_run(int argc, char **argv) {
     qmm_act act = QMM_ACT_NONE;
     qmm_engine_id eng = QMM_ENGINE_AUTO;
     int out_dt = -1, threads = 0, force = 0;
+    float eps = 1e-6f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -46,14 +48,15 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--force")) force = 1;
         else if (!strcmp(a, "--threads") && has) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--act") && has) {
-            const char *v = argv[++i];
-            if (!strcmp(v, "none")) act = QMM_ACT_NONE;
-            else if (!strcmp(v, "swiglu")) act = QMM_ACT_SWIGLU;
-            else if (!strcmp(v, "gelu_tanh")) act = QMM_ACT_GELU_TANH;
-            else { fprintf(stderr, "qmm run: --act %s\n", v); return 2; }
+            act = qmm_act_from_name(argv[++i]);
+            if (act == QMM_ACT_COUNT) { fprintf(stderr, "qmm run: --act %s\n", argv[i]); return 2; }
+        } else if (!strcmp(a, "--eps") && has) {
+            char *end;
+            eps = strtof(argv[++i], &end);
+            if (*end || !(eps >= 0.0f)) { fprintf(stderr, "qmm run: --eps %s\n", argv[i]); return 2; }
         } else if (!strcmp(a, "--engine") && has) {
             eng = qmm_engine_from_name(argv[++i]);
-            if (eng == QMM_ENGINE_COUNT) { fprintf(stderr, "qmm run: unknown engine '%s'\n", argv[i]); return 2; }
+            if (eng == QMM_ENGINE_UNKNOWN) { fprintf(stderr, "qmm run: unknown engine '%s'\n", argv[i]); return 2; }
         } else if (!strcmp(a, "--out-dtype") && has) {
             const char *v = argv[++i];
             out_dt = !strcmp(v, "f32") ? QMM_F32 : !strcmp(v, "f16") ? QMM_F16 : !strcmp(v, "bf16") ? QMM_BF16 : -2;
@@ -74,6 +77,7 @@ int cmd_run(int argc, char **argv) {
     qmm_st_file *xf = NULL;
     qmm_context *ctx = NULL;
     void *xcopy = NULL, *y = NULL;
+    float *norm_w = NULL;
     qmm_status st = qmm_model_open(path, NULL, &m);
     if (st != QMM_OK) { rc = fail(path, st); goto done; }
     st = qmm_st_open(in, &xf);
@@ -125,6 +129,14 @@ int cmd_run(int argc, char **argv) {
     a.y_dtype = ydt;
     a.act = act;
     a.engine = eng;
+    if (act == QMM_ACT_RMS_NORM) {
+        norm_w = malloc((size_t)wi.K * sizeof(float));
+        if (!norm_w) { fprintf(stderr, "qmm run: out of memory\n"); goto done; }
+        for (int64_t k = 0; k < wi.K; k++) norm_w[k] = 1.0f;
+        a.act_weight = norm_w;
+        a.act_weight_dtype = QMM_F32;
+        a.act_eps = eps;
+    }
     st = qmm_linear(ctx, w, &a);
     if (st != QMM_OK) { rc = fail(layer, st); goto done; }
     const qmm_engine_id ran = qmm_last_engine(ctx);
@@ -157,6 +169,7 @@ int cmd_run(int argc, char **argv) {
 done:
     free(xcopy);
     free(y);
+    free(norm_w);
     qmm_context_destroy(ctx);
     qmm_st_close(xf);
     qmm_model_close(m);

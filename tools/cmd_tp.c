@@ -22,7 +22,6 @@ int cmd_tp(int argc, char **argv) {
 }
 #else
 
-#include "numerics.h"
 #include "qmm.h"
 #include "qmm_dist.h"
 #include "qmm_io.h"
@@ -87,16 +86,26 @@ static void gen_layer(rng *r, const char *name, int64_t N, int64_t K, int gs, qm
     mem[1] = s;
 }
 
+/* element i of p (dtype t) as a float, and v stored there (qmm_convert: SPEC T()) */
+static float load_f(const void *p, qmm_dtype t, int64_t i) {
+    float v = 0.0f;
+    (void)qmm_convert((const char *)p + (size_t)i * qmm_dtype_size(t), t, &v, QMM_F32, 1);
+    return v;
+}
+static void store_f(void *p, qmm_dtype t, int64_t i, float v) {
+    (void)qmm_convert(&v, QMM_F32, (char *)p + (size_t)i * qmm_dtype_size(t), t, 1);
+}
+
 /* the column-local stand-in for an attention core: out[j] = T(q[j] * k[j] + v[j]) */
 static qmm_status toy_core(void *user, int64_t M, const void *in, int64_t ld_in, void *out, int64_t ld_out,
                            int64_t F_r, qmm_dtype t) {
     (void)user;
     for (int64_t r = 0; r < M; r++)
         for (int64_t j = 0; j < F_r; j++) {
-            float q = qmm_load_f(in, t, r * ld_in + j), k = qmm_load_f(in, t, r * ld_in + F_r + j),
-                  v = qmm_load_f(in, t, r * ld_in + 2 * F_r + j);
+            float q = load_f(in, t, r * ld_in + j), k = load_f(in, t, r * ld_in + F_r + j),
+                  v = load_f(in, t, r * ld_in + 2 * F_r + j);
             float qk = q * k;
-            qmm_store_f(out, t, r * ld_out + j, qk + v);
+            store_f(out, t, r * ld_out + j, qk + v);
         }
     return QMM_OK;
 }
@@ -170,7 +179,7 @@ static int parse(int argc, char **argv, opts *o) {
             else ok = 0, fprintf(stderr, "qmm tp: --dtype %s: bf16, f16 or f32\n", v);
         } else if (!strcmp(a, "--engine")) {
             o->engine = qmm_engine_from_name(v);
-            if (o->engine == QMM_ENGINE_COUNT) ok = 0, fprintf(stderr, "qmm tp: --engine %s: unknown\n", v);
+            if (o->engine == QMM_ENGINE_UNKNOWN) ok = 0, fprintf(stderr, "qmm tp: --engine %s: unknown\n", v);
         } else {
             fprintf(stderr, "qmm tp: unknown option %s\n", a);
             return 2;
@@ -421,7 +430,7 @@ int cmd_tp(int argc, char **argv) {
     st = j.x && j.y && j.yref ? QMM_OK : QMM_ERR_OUT_OF_MEMORY;
     if (st == QMM_OK) {
         rng r = {o.seed * 31 + 5};
-        for (int64_t i = 0; i < nx / es; i++) qmm_store_f(j.x, o.t, i, runif(&r));
+        for (int64_t i = 0; i < nx / es; i++) store_f(j.x, o.t, i, runif(&r));
     }
     if (st == QMM_OK && rank == 0) { /* the single-process weights */
         st = qmm_weight_create_int8(ctx, &j.d1, &j.w1);
@@ -448,7 +457,7 @@ int cmd_tp(int argc, char **argv) {
     long long diff = -1;
     for (int64_t i = 0; i < ny / es && diff < 0; i++)
         if (memcmp((const char *)j.y + i * es, (const char *)j.yref + i * es, (size_t)es) &&
-            !(isnan(qmm_load_f(j.y, o.t, i)) && isnan(qmm_load_f(j.yref, o.t, i))))
+            !(isnan(load_f(j.y, o.t, i)) && isnan(load_f(j.yref, o.t, i))))
             diff = (long long)i;
     double *times = rank == 0 ? calloc((size_t)size, sizeof *times) : NULL;
     long long *diffs = rank == 0 ? calloc((size_t)size, sizeof *diffs) : NULL;
@@ -460,7 +469,7 @@ int cmd_tp(int argc, char **argv) {
         qmm_counters cn;
         qmm_get_counters(ctx, &cn);
         const char *ran = "?";
-        for (int e = 0; e < QMM_ENGINE_COUNT; e++)
+        for (int e = 0; e < QMM_ENGINE_MAX; e++)
             if (cn.calls[e]) ran = qmm_engine_name((qmm_engine_id)e);
         printf("qmm tp: %s, %d ranks x %d threads, M=%lld, %s%s, engine %s (rank 0 ran %s), dtype %s, gs %d\n",
                o.layer, size, qmm_context_threads(ctx), (long long)o.M, o.model ? "checkpoint " : "seeded ",

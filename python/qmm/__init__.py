@@ -26,18 +26,18 @@ import threading
 
 from . import _lib as L
 
-__version__ = "0.1.0"
+__version__ = L.qmm_version_string().decode()
 
 __all__ = ["QmmError", "Weight", "Plan", "info", "plan", "counters", "reset_counters",
-           "last_engine", "configure", "context", "lock", "threads", "library_path", "dtype_code", "act_code",
-           "engine_name", "has_quantize_rows"]
+           "last_engine", "configure", "context", "lock", "threads", "library_path", "dtype_code",
+           "act_code", "engine_name", "has_quantize_rows"]
 
 library_path = L.PATH
 
 _DTYPES = {"f32": L.F32, "float32": L.F32, "f16": L.F16, "float16": L.F16, "bf16": L.BF16,
            "bfloat16": L.BF16, "i8": L.I8, "int8": L.I8, "i32": L.I32, "int32": L.I32}
-_ACTS = {None: L.ACT_NONE, "none": L.ACT_NONE, "swiglu": L.ACT_SWIGLU,
-         "gelu_tanh": L.ACT_GELU_TANH, "rms_norm": L.ACT_RMS_NORM, "situ": L.ACT_SITU}
+_ACTS = {None: L.ACT_NONE}
+_ACTS.update({L.qmm_act_name(a).decode(): a for a in range(L.ACT_COUNT)})   # the library's names
 
 
 class QmmError(RuntimeError):
@@ -154,12 +154,12 @@ class Context:
 
 
 def _counters_dict(c):
-    calls = {engine_name(e): int(c.calls[e]) for e in range(L.ENGINE_COUNT) if c.calls[e]}
+    calls = {e["name"]: int(c.calls[e["id"]]) for e in L.ENGINES if c.calls[e["id"]]}
     return {"calls": calls, "fallbacks": int(c.fallbacks), "errors": int(c.errors)}
 
 
 def _add_counters(dst, src):
-    for e in range(L.ENGINE_COUNT):
+    for e in range(L.ENGINE_MAX):
         dst.calls[e] += src.calls[e]
     dst.fallbacks += src.fallbacks
     dst.errors += src.errors
@@ -264,9 +264,10 @@ class Plan:
         self.engine = engine_name(p.engine)
         self.is_fallback = bool(p.is_fallback)
         self.status = status_name(p.status)
-        self.admitted = [engine_name(e) for e in range(L.ENGINE_COUNT) if p.admitted[e]]
-        self.reasons = {engine_name(e): p.reason[e].value.decode(errors="replace")
-                        for e in range(L.ENGINE_COUNT) if p.reason[e].value}
+        pp = ctypes.byref(p)
+        self.admitted = [e["name"] for e in L.ENGINES if L.qmm_plan_admits(pp, e["id"])]
+        self.reasons = {e["name"]: L.qmm_plan_reason(pp, e["id"]).decode(errors="replace")
+                        for e in L.ENGINES if L.qmm_plan_reason(pp, e["id"])}
         n = L.qmm_plan_format(ctypes.byref(p), None, 0)
         buf = ctypes.create_string_buffer(n + 1)
         L.qmm_plan_format(ctypes.byref(p), buf, n + 1)
@@ -415,11 +416,11 @@ def info():
             if n:
                 names.append(n.decode())
     engines = {}
-    for e in range(L.ENGINE_REF, L.ENGINE_COUNT):
+    for e in L.ENGINES:
         why = ctypes.create_string_buffer(256)
-        ok = bool(L.qmm_engine_available(e, why, 256))
-        engines[engine_name(e)] = {"available": ok, "int8": bool(L.qmm_engine_is_int8(e)),
-                                   "why": "" if ok else why.value.decode(errors="replace")}
+        ok = bool(L.qmm_engine_available(e["id"], why, 256))
+        engines[e["name"]] = {"available": ok, "int8": e["kind"] == L.KIND_INT8,
+                              "why": "" if ok else why.value.decode(errors="replace")}
     return {"version": L.qmm_version_string().decode(), "library": L.PATH,
             "cpu": L.qmm_cpu_brand().decode(errors="replace").strip(), "features": names,
             "engines": engines, "threads": threads(),
@@ -428,6 +429,6 @@ def info():
 
 def int8_engines_available():
     """Names of the int8 engines this CPU/OS/build runs (best first); makes no context."""
-    return [engine_name(e) for e in range(L.ENGINE_REF, L.ENGINE_COUNT)
-            if L.qmm_engine_is_int8(e) and L.qmm_engine_available(e, None, 0)]
+    return [e["name"] for e in L.ENGINES
+            if e["kind"] == L.KIND_INT8 and L.qmm_engine_available(e["id"], None, 0)]
 

@@ -22,10 +22,11 @@ STATUS_NAMES = ["QMM_OK", "QMM_ERR_INVALID_ARGUMENT", "QMM_ERR_UNSUPPORTED", "QM
 OK, ERR_INVALID_ARGUMENT, ERR_UNSUPPORTED, ERR_NO_ENGINE, ERR_FALLBACK_REFUSED = 0, 1, 2, 3, 4
 
 F32, F16, BF16, I8, U8, I32 = 0, 1, 2, 3, 4, 5
-ACT_NONE, ACT_SWIGLU, ACT_GELU_TANH, ACT_RMS_NORM, ACT_SITU = 0, 1, 2, 3, 4
+ACT_NONE, ACT_SWIGLU, ACT_GELU_TANH, ACT_RMS_NORM, ACT_SITU, ACT_COUNT = 0, 1, 2, 3, 4, 5
 EPILOGUE_FUSED, EPILOGUE_KITCHEN = 0, 1
-ENGINE_AUTO, ENGINE_REF = 0, 1
-ENGINE_COUNT = 10
+ENGINE_UNKNOWN, ENGINE_AUTO, ENGINE_REF = -1, 0, 1
+KIND_REF, KIND_INT8, KIND_FLOAT = 0, 1, 2
+ENGINE_MAX = 32      # capacity of the per-engine arrays (qmm.h, pinned); the engines: ENGINES below
 FALLBACK_ALLOW, FALLBACK_STRICT = 0, 1
 REASON_MAX = 160
 
@@ -38,7 +39,7 @@ class ContextOptions(Structure):
 
 
 class Counters(Structure):
-    _fields_ = [("calls", c_uint64 * ENGINE_COUNT), ("fallbacks", c_uint64), ("errors", c_uint64)]
+    _fields_ = [("calls", c_uint64 * ENGINE_MAX), ("fallbacks", c_uint64), ("errors", c_uint64)]
 
 
 class WeightDesc(Structure):
@@ -70,8 +71,14 @@ class LinearArgs(Structure):
 
 class PlanInfo(Structure):
     _fields_ = [("engine", c_int), ("is_fallback", c_int), ("status", c_int),
-                ("admitted", c_int * ENGINE_COUNT),
-                ("reason", (c_char * REASON_MAX) * ENGINE_COUNT)]
+                ("admitted", c_int * ENGINE_MAX),
+                ("reason", (c_char * REASON_MAX) * ENGINE_MAX)]
+
+
+class EngineInfo(Structure):
+    _fields_ = [("id", c_int), ("name", c_char_p), ("kind", c_int), ("isa", c_int),
+                ("cpu_features", c_uint32), ("operands", c_int), ("peak_instruction", c_char_p),
+                ("verified_on_hardware", c_int), ("built", c_int)]
 
 
 def _find_library():
@@ -146,6 +153,31 @@ qmm_linear = _fn("qmm_linear", c_int, c_void_p, c_void_p, POINTER(LinearArgs))
 qmm_last_engine = _fn("qmm_last_engine", c_int, c_void_p)
 qmm_plan = _fn("qmm_plan", c_int, c_void_p, c_void_p, POINTER(LinearArgs), POINTER(PlanInfo))
 qmm_plan_format = _fn("qmm_plan_format", c_size_t, POINTER(PlanInfo), c_char_p, c_size_t)
+
+# The engine table, read from the library (qmm_engine_count / qmm_engine_get_info): ENGINES is
+# one dict per engine in dispatch order (int8 best first, float best first, the reference).
+qmm_engine_count = _fn("qmm_engine_count", c_int)
+qmm_engine_get_info = _fn("qmm_engine_get_info", c_int, c_int, POINTER(EngineInfo))
+qmm_plan_admits = _fn("qmm_plan_admits", c_int, POINTER(PlanInfo), c_int)
+qmm_plan_reason = _fn("qmm_plan_reason", c_char_p, POINTER(PlanInfo), c_int)
+
+
+def _engines():
+    out = []
+    for i in range(qmm_engine_count()):
+        e = EngineInfo()
+        if qmm_engine_get_info(i, ctypes.byref(e)) == OK:
+            out.append({"id": e.id, "name": e.name.decode(), "kind": e.kind, "isa": e.isa,
+                        "cpu_features": e.cpu_features, "operands": e.operands,
+                        "peak_instruction": e.peak_instruction.decode(),
+                        "verified_on_hardware": bool(e.verified_on_hardware), "built": bool(e.built)})
+    return tuple(out)
+
+
+ENGINES = _engines()
+# one past the largest engine id of the library: range(ENGINE_COUNT) walks every id (arrays are
+# ENGINE_MAX long); ENGINES is the table itself
+ENGINE_COUNT = 1 + max([ENGINE_REF] + [e["id"] for e in ENGINES])
 
 # Kitchen-exact per-row quantization (the kitchen's quantize_* functions); newer libraries only.
 qmm_quantize_rows = _fn("qmm_quantize_rows", c_int, c_void_p, c_void_p, c_int, c_int64, c_int64,

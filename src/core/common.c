@@ -1,7 +1,8 @@
 /*
- * common.c — version, status/dtype/act names, the per-thread last-error message, aligned
- * memory and dispatch logging.
+ * common.c — version, status/dtype/act names, element conversion, the per-thread last-error
+ * message, aligned memory and dispatch logging.
  */
+#include "numerics.h"
 #include "qmm_internal.h"
 
 #include <stdio.h>
@@ -9,7 +10,11 @@
 #include <string.h>
 
 unsigned qmm_version_number(void) { return QMM_VERSION_NUMBER; }
-const char *qmm_version_string(void) { return "0.1.0"; }
+#define QMM_STR_(x) #x
+#define QMM_STR(x) QMM_STR_(x)
+const char *qmm_version_string(void) {
+    return QMM_STR(QMM_VERSION_MAJOR) "." QMM_STR(QMM_VERSION_MINOR) "." QMM_STR(QMM_VERSION_PATCH);
+}
 
 const char *qmm_status_name(qmm_status s) {
     static const char *const names[QMM_STATUS_COUNT] = {
@@ -44,9 +49,22 @@ const char *qmm_act_name(qmm_act a) {
     return "unknown";
 }
 
-/* Sized for the longest message the library writes: a layer name (128), its shape and M, and
- * every engine's name with its full reason (qmm_linear's "no engine admits it"). */
-static _Thread_local char g_last_error[256 + QMM_ENGINE_COUNT * (QMM_REASON_MAX + 32)];
+qmm_act qmm_act_from_name(const char *name) {
+    for (int a = 0; name && a < QMM_ACT_COUNT; a++)
+        if (strcmp(name, qmm_act_name((qmm_act)a)) == 0) return (qmm_act)a;
+    return QMM_ACT_COUNT;
+}
+
+qmm_status qmm_convert(const void *src, qmm_dtype src_dtype, void *dst, qmm_dtype dst_dtype, int64_t n) {
+    QMM_RETURN_IF(!src || !dst, QMM_ERR_INVALID_ARGUMENT, "qmm_convert: %s is NULL", !src ? "src" : "dst");
+    QMM_RETURN_IF(n < 0, QMM_ERR_INVALID_ARGUMENT, "qmm_convert: n=%lld", (long long)n);
+    QMM_RETURN_IF(!qmm_dtype_is_float(src_dtype) || !qmm_dtype_is_float(dst_dtype), QMM_ERR_UNSUPPORTED,
+                  "qmm_convert: %s to %s (needs f32, f16 or bf16)", qmm_dtype_name(src_dtype), qmm_dtype_name(dst_dtype));
+    for (int64_t i = 0; i < n; i++) qmm_store_f(dst, dst_dtype, i, qmm_load_f(src, src_dtype, i));
+    return QMM_OK;
+}
+
+static _Thread_local char g_last_error[QMM_ERROR_MAX];
 
 qmm_status qmm_fail(qmm_status st, const char *fmt, ...) {
     va_list ap;

@@ -57,6 +57,7 @@ qmm_status qmm_context_create(const qmm_context_options *opt, qmm_context **out)
         ctx->verbose = v && (strstr(v, "dispatch") || strcmp(v, "1") == 0);
     }
     ctx->disabled_engines = o.disabled_engines;
+    ctx->usable_engines = qmm_engines_usable(ctx->max_isa, ctx->disabled_engines);
     qmm_status st = qmm_pool_create(n, o.pin_threads, o.cpu_list, &ctx->pool);
     if (st != QMM_OK) { free(ctx); return st; }
     *out = ctx;

@@ -150,6 +150,37 @@ void qmm_float_epilogue_ref(const qmm_call *c, const float *C, int64_t ldc, int6
     }
 }
 
+/* ---------------------------------------------------------------- borrowed int8 weights */
+void qmm_float_pack_i8_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq) {
+    for (int64_t q = 0; q < nq; q++)
+        for (int j = 0; j < 16; j++)
+            for (int t = 0; t < 4; t++) {
+                const int64_t k = k0 + q * 4 + t;
+                dst[q * 64 + j * 4 + t] = j < rows && k < k1 ? W[j * ld + k] : 0;
+            }
+}
+
+/* The B block [n0, n0 + nr) × [k0, k0 + kc) of a borrowed weight, packed into pb (n16k4, blocks
+ * nq·64 bytes apart), and *pv: a view of w whose packing is that buffer (prep_b then reads the
+ * block at n = 0, k = 0). */
+static const qmm_weight *borrowed_block(const qmm_call *c, const qmm_fgemm *g, int64_t n0, int64_t k0, int64_t kc,
+                                        int8_t *pb, qmm_weight *pv) {
+    const qmm_weight *w = c->w;
+    const qmm_fpack_i8_fn pack = g->pack_i8 ? g->pack_i8 : qmm_float_pack_i8_ref;
+    const int64_t nq = (kc + 3) / 4, k1 = k0 + kc < c->K ? k0 + kc : c->K;
+    const int64_t ncols = c->N - n0 < g->nr ? c->N - n0 : g->nr, nbk = (ncols + 15) / 16;
+    for (int64_t b = 0; b < nbk; b++) {
+        const int64_t n = n0 + 16 * b;
+        pack(w->borrow.data + n * w->borrow.ld, w->borrow.ld, c->N - n < 16 ? (int)(c->N - n) : 16, k0, k1,
+             pb + b * nq * 64, nq);
+    }
+    qmm_weight_copy_plain(pv, w);
+    pv->i8.data = pb;
+    pv->i8.Kp = nq * 4;
+    pv->i8.Np = nbk * 16;
+    return pv;
+}
+
 /* ---------------------------------------------------------------- the GEMM driver */
 typedef struct {
     const qmm_call *c;
@@ -159,8 +190,8 @@ typedef struct {
     int64_t r0, rows;          /* chunk */
     int64_t panels, pg, nrg;   /* panels in the chunk, panels per task, row groups */
     int64_t ncb;               /* column blocks */
-    char *tscratch;            /* [threads][tbytes]: B block, then C tile */
-    size_t tbytes, bbytes;
+    char *tscratch;            /* [threads][tbytes]: B block, then C tile, then (borrowed) the n16k4 block */
+    size_t tbytes, bbytes, cbytes;
     qmm_fepilogue_fn epi;
 } gemm_job;
 
@@ -180,7 +211,13 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const size_t es = g->bf16 ? 2 : 4;
     for (int64_t k0 = 0; k0 < j->Keff; k0 += g->kc) {
         int64_t kc = j->Keff - k0 < g->kc ? j->Keff - k0 : g->kc;
-        const void *b = g->prep_b(c->w, n0, k0, kc, bbuf);
+        const void *b;
+        if (c->w->is_int8 && !c->w->i8.data) { /* borrowed */
+            qmm_weight pv;
+            b = g->prep_b(borrowed_block(c, g, n0, k0, kc, (int8_t *)ts + j->bbytes + j->cbytes, &pv), 0, 0, kc, bbuf);
+        } else {
+            b = g->prep_b(c->w, n0, k0, kc, bbuf);
+        }
         for (int64_t p = p0; p < p1; p++) {
             int64_t prow = p * g->mr;
             int rows = (int)(j->rows - prow < g->mr ? j->rows - prow : g->mr);
@@ -239,7 +276,10 @@ qmm_status qmm_float_gemm(qmm_context *ctx, const qmm_call *c, const qmm_fgemm *
     j.epi = g->epilogue ? g->epilogue : qmm_float_epilogue_ref;
     j.bbytes = (g->b_bytes + 63) & ~(size_t)63;
     const int64_t max_panels = mc / g->mr;
-    j.tbytes = j.bbytes + (size_t)(max_panels * g->mr * g->nr) * sizeof(float);
+    j.cbytes = (size_t)qmm_round_up(max_panels * g->mr * g->nr * (int64_t)sizeof(float), 64);
+    /* a borrowed weight's n16k4 block: nr/16 blocks × the quads of kc */
+    const size_t pbytes = c->w->is_int8 && !c->w->i8.data ? (size_t)g->nr * (size_t)qmm_round_up(g->kc, 4) : 0;
+    j.tbytes = j.bbytes + j.cbytes + pbytes;
     void *ts;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, j.tbytes * (size_t)nt, &ts));
     j.tscratch = ts;

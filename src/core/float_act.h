@@ -21,7 +21,9 @@
  * The driver: M is processed in equal chunks of up to mc rows (≤ 384, and fewer at large K so
  * that a chunk's packed A stays in the last-level cache; prepared by a threaded pre-pass),
  * then tasks = (column block of nr columns) × (group of panels), run on ctx->pool with a static
- * partition. Each task widens/copies its B block (kc × nr, zero columns past Np) with prep_b,
+ * partition. Each task widens/copies its B block (kc × nr, zero columns past Np) with prep_b
+ * (a borrowed int8 weight: the caller's rows of the block packed first into the thread's n16k4
+ * buffer by pack_i8, and prep_b run on a view of that buffer),
  * runs the kernel over its panels accumulating in an fp32 tile C[rows][nr], and applies the
  * epilogue. Every output element is one fixed sequence of fp32 operations over k, whatever the
  * thread count, the partition or the chunk: results are identical for any number of threads.
@@ -86,6 +88,11 @@ typedef void (*qmm_fkernel_fn)(int rows, int64_t kc, const void *a, const void *
 typedef void (*qmm_fepilogue_fn)(const qmm_call *c, const float *C, int64_t ldc, int64_t rows, int64_t r0,
                                  int64_t n0, int64_t ncols);
 
+/* A borrowed weight's 16-row block: rows [0, rows) of W (row stride ld), bytes [k0, k1) → dst
+ * [nq][16][4] (64-byte aligned; rows past `rows` and bytes past k1 zero; nothing past k1 read). */
+typedef void (*qmm_fpack_i8_fn)(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq);
+void qmm_float_pack_i8_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq);
+
 typedef struct qmm_fgemm {
     int mr;                  /* rows per panel */
     int nr;                  /* columns per task block (multiple of 16) */
@@ -95,6 +102,7 @@ typedef struct qmm_fgemm {
     qmm_fprep_b_fn prep_b;
     qmm_fkernel_fn kernel;
     qmm_fepilogue_fn epilogue; /* NULL: the scalar one below */
+    qmm_fpack_i8_fn pack_i8;   /* borrowed int8 weights; NULL: qmm_float_pack_i8_ref */
 } qmm_fgemm;
 
 /* Runs the whole call c with the engine's pieces g. */

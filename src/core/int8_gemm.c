@@ -94,6 +94,10 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t b1 = b0 + bpt < nblocks ? b0 + bpt : nblocks;
     int32_t *part = g->part + (int64_t)thread * g->mc * e->nc;
     int32_t *cs = g->borrowed ? g->colsums + (int64_t)thread * e->nc : NULL; /* the task's columns */
+    if (g->borrowed && c->M <= e->rows_m) {
+        e->rows_kernel(g, b0, b1);
+        return;
+    }
     if (g->ap) {
         const int64_t done = e->one_pass(g, thread, b0, b1, part);
         if (done < 0) return;
@@ -148,19 +152,19 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     void *buf, *pbuf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 4, &buf));
     const int64_t kq = (c->K + 3) / 4;
-    const int wrows = e->one_pass_rows ? e->one_pass_rows(M) : 0;
     const int borrowed = w->i8.data == NULL;
+    const int wrows = e->one_pass_rows && !(borrowed && M <= e->rows_m) ? e->one_pass_rows(M) : 0;
     const int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4;
-    /* [threads][mc·nc] partials, the one-pass rows [kq][wrows][4], and for a borrowed weight the
-     * threads' panel buffers (nrb blocks × one chunk) and column sums, each 64-byte aligned */
     /* rows per task: the engine's mc; a borrowed weight's panels are packed once per task, so up
-     * to 2·mc rows while that still leaves two tasks per thread */
+     * to 2·mc rows (in equal row tasks) while that still leaves two tasks per thread */
     int64_t mc = e->mc;
     const int64_t ntasks = (w->i8.Np / 16 + e->nc / 16 - 1) / (e->nc / 16);
     if (borrowed && M > mc) {
-        const int64_t mc2 = qmm_round_up((M + (M + 2 * mc - 1) / (2 * mc) - 1) / ((M + 2 * mc - 1) / (2 * mc)), e->mr);
-        if (((M + mc2 - 1) / mc2) * ntasks >= 2 * (int64_t)nt) mc = mc2;
+        const int64_t mtasks = (M + 2 * mc - 1) / (2 * mc), mc2 = qmm_round_up((M + mtasks - 1) / mtasks, e->mr);
+        if (mtasks * ntasks >= 2 * (int64_t)nt) mc = mc2;
     }
+    /* [threads][mc·nc] partials, the one-pass rows [kq][wrows][4], and for a borrowed weight the
+     * threads' panel buffers (nrb blocks × one chunk) and column sums, each 64-byte aligned */
     pbytes = (size_t)nt * (size_t)mc * (size_t)e->nc * sizeof(int32_t);
     const size_t apbytes = (size_t)qmm_round_up(kq * wrows * 4, 64);
     const int64_t panel_bytes = borrowed ? (int64_t)e->nrb * (kcq < kq ? kcq : kq) * 64 : 0;

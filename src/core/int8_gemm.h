@@ -28,7 +28,8 @@
  *              panel and K chunk, into the thread's n16k4 panel buffer (blocks nq·64 bytes
  *              apart) by the engine's pack() — the u8 column sums and a -128 flag computed while
  *              packing — and run by the same micro-kernels from L1/L2. Each (task, chunk, panel)
- *              is packed once and serves every row tile of the task;
+ *              is packed once and serves every row tile of the task; for M <= rows_m the
+ *              engine's rows_kernel reads the caller's rows directly instead (small M);
  *   out        token scales copied to c->token_scales when asked.
  * A new int8 engine is its micro-kernel(s), a qmm_i8_engine descriptor, its admit() and one
  * row of the engine table.
@@ -82,6 +83,12 @@ typedef struct qmm_i8_engine {
     int (*one_pass_rows)(int64_t M);
     int64_t (*one_pass)(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1, int32_t *part);
     qmm_i8_pack_fn pack;   /* borrowed weights' panel packing (NULL: qmm_i8_pack_block_ref) */
+    /* Optional, borrowed weights with M <= rows_m: rows_kernel(g, b0, b1) computes the outputs of
+     * 16-column blocks [b0, b1) straight from the caller's rows (w->borrow: each row read once,
+     * front to back; a dot product per (row of W, row of A), column sums on the way) and writes
+     * them; no panel packing. The regime where the weights stream from memory once. */
+    int rows_m;
+    void (*rows_kernel)(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 } qmm_i8_engine;
 
 /* One call's state, read by the engine's callbacks. */

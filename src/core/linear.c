@@ -1,9 +1,10 @@
 /*
- * linear.c — the linear call: validate the arguments, ask dispatch for the plan
+ * linear.c — the linear call: validate the arguments, ask dispatch for the engine
  * (dispatch/plan.c: the engines best-first, the first that admits; a float engine on the same
- * CPU only when no int8 engine admits), run it, count it (a fallback is counted, logged once per
- * weight, refused in strict mode), and never pick the scalar reference unless asked for by name.
- * Also the SPEC §6 building blocks (amax, epilogue).
+ * CPU only when no int8 engine admits; the choice cached on the weight per call class, every
+ * engine's reason made only for a message), run it, count it (a fallback is counted, logged once
+ * per weight, refused in strict mode), and never pick the scalar reference unless asked for by
+ * name. Also qmm_plan and the SPEC §6 building blocks (amax, epilogue).
  */
 #include "dispatch.h"
 #include "numerics.h"
@@ -22,8 +23,6 @@ qmm_linear_args qmm_linear_args_default(void) {
 }
 
 float qmm_scale_from_amax(float amax) { return qmm_scale_of(amax); }
-
-static int is_float(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
 
 /* Fills a qmm_call from the arguments; need_buffers: x and y must be present. */
 static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int need_buffers, qmm_call *c) {
@@ -50,9 +49,9 @@ static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int n
                       (long long)w->K, (long long)a->x_cols, a->act == QMM_ACT_SWIGLU ? "swiglu (2K)" : paired ? "situ (2K)" : "K",
                       (long long)c->K_in);
     }
-    QMM_RETURN_IF(!is_float(a->x_dtype), QMM_ERR_UNSUPPORTED, "layer %s: x dtype %s (needs f32, f16 or bf16)", nm,
+    QMM_RETURN_IF(!qmm_dtype_is_float(a->x_dtype), QMM_ERR_UNSUPPORTED, "layer %s: x dtype %s (needs f32, f16 or bf16)", nm,
                   qmm_dtype_name(a->x_dtype));
-    QMM_RETURN_IF(!is_float(a->y_dtype) && a->y_dtype != QMM_I32, QMM_ERR_UNSUPPORTED,
+    QMM_RETURN_IF(!qmm_dtype_is_float(a->y_dtype) && a->y_dtype != QMM_I32, QMM_ERR_UNSUPPORTED,
                   "layer %s: out dtype %s (needs f32, f16, bf16 or i32)", nm, qmm_dtype_name(a->y_dtype));
     QMM_RETURN_IF(a->y_dtype == QMM_I32 && !w->is_int8, QMM_ERR_UNSUPPORTED,
                   "layer %s: i32 accumulator output needs an int8 weight", nm);
@@ -83,7 +82,7 @@ static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int n
     /* SPEC §1a extensions */
     QMM_RETURN_IF(a->act == QMM_ACT_RMS_NORM && need_buffers && !a->act_weight, QMM_ERR_INVALID_ARGUMENT,
                   "layer %s: input_act rms_norm needs act_weight (%lld values)", nm, (long long)w->K);
-    QMM_RETURN_IF(a->act == QMM_ACT_RMS_NORM && !is_float(a->act_weight_dtype), QMM_ERR_UNSUPPORTED,
+    QMM_RETURN_IF(a->act == QMM_ACT_RMS_NORM && !qmm_dtype_is_float(a->act_weight_dtype), QMM_ERR_UNSUPPORTED,
                   "layer %s: rms_norm weight dtype %s (needs f32, f16 or bf16)", nm,
                   qmm_dtype_name(a->act_weight_dtype));
     QMM_RETURN_IF(a->act == QMM_ACT_RMS_NORM && !(a->act_eps >= 0.0f && a->act_eps <= 3.4e38f),
@@ -97,7 +96,7 @@ static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int n
                   "layer %s: epilogue %d unknown", nm, (int)a->epilogue);
     c->epilogue = a->epilogue;
     if (a->residual) {
-        QMM_RETURN_IF(!is_float(a->y_dtype), QMM_ERR_UNSUPPORTED,
+        QMM_RETURN_IF(!qmm_dtype_is_float(a->y_dtype), QMM_ERR_UNSUPPORTED,
                       "layer %s: a residual needs a float output (out dtype %s)", nm, qmm_dtype_name(a->y_dtype));
         QMM_RETURN_IF(!a->residual_scale, QMM_ERR_INVALID_ARGUMENT, "layer %s: residual without residual_scale",
                       nm);
@@ -170,6 +169,31 @@ static qmm_status residual_copy_if_overlapping(qmm_context *ctx, qmm_call *c) {
     return QMM_OK;
 }
 
+/* Does the message already name the layer? The library's messages about a layer begin
+ * "layer NAME" followed by a space or a colon. */
+static int names_layer(const char *msg, const char *name) {
+    const size_t n = strlen(name);
+    return strncmp(msg, "layer ", 6) == 0 && strncmp(msg + 6, name, n) == 0 && (msg[6 + n] == ' ' || msg[6 + n] == ':');
+}
+
+/* The error of an AUTO call that dispatch refused (no engine admits it, or strict policy and a
+ * fallback), with every refusing engine's reason: the full plan, made only here. */
+static qmm_status refusal(const qmm_context *ctx, qmm_call *c) {
+    const qmm_weight *w = c->w;
+    qmm_plan_info p;
+    char reasons[QMM_REASONS_TEXT_MAX];
+    qmm_plan_call(ctx, c, &p);
+    qmm_plan_reasons_text(&p, p.status == QMM_ERR_FALLBACK_REFUSED, reasons);
+    if (p.status == QMM_ERR_FALLBACK_REFUSED)
+        return qmm_fail(QMM_ERR_FALLBACK_REFUSED, "layer %s [%lld, %lld] M=%lld: would fall back to %s (strict policy): %s",
+                        w->name, (long long)w->N, (long long)w->K, (long long)c->M, qmm_engine_name(p.engine), reasons);
+    if (p.status == QMM_ERR_NO_ENGINE)
+        return qmm_fail(QMM_ERR_NO_ENGINE, "layer %s [%lld, %lld] M=%lld: no engine admits it: %s", w->name,
+                        (long long)w->N, (long long)w->K, (long long)c->M, reasons);
+    return qmm_fail(QMM_ERR_INTERNAL, "layer %s [%lld, %lld] M=%lld: dispatch refused a call its plan admits (%s)",
+                    w->name, (long long)w->N, (long long)w->K, (long long)c->M, qmm_engine_name(p.engine));
+}
+
 qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args) {
     QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_linear: ctx is NULL");
     qmm_call c;
@@ -193,25 +217,19 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
                             (long long)w->N, (long long)w->K, (long long)c.M, e->name, r);
         }
     } else {
-        qmm_plan_info p;
-        qmm_plan_call(ctx, &c, &p);
-        if (p.status != QMM_OK) {
-            char reasons[QMM_REASONS_TEXT_MAX];
-            qmm_plan_reasons_text(&p, p.status == QMM_ERR_FALLBACK_REFUSED, reasons);
+        /* the choice alone (cached on the weight); every engine's reason only when a message needs them */
+        e = qmm_engine_get(qmm_plan_choose(ctx, &c));
+        fallback = c.fallback;
+        if (!e || (fallback && ctx->fallback == QMM_FALLBACK_STRICT)) {
             ctx->counters.errors++;
-            if (p.status == QMM_ERR_FALLBACK_REFUSED)
-                return qmm_fail(QMM_ERR_FALLBACK_REFUSED,
-                                "layer %s [%lld, %lld] M=%lld: would fall back to %s (strict policy): %s", w->name,
-                                (long long)w->N, (long long)w->K, (long long)c.M, qmm_engine_name(p.engine), reasons);
-            return qmm_fail(QMM_ERR_NO_ENGINE, "layer %s [%lld, %lld] M=%lld: no engine admits it: %s", w->name,
-                            (long long)w->N, (long long)w->K, (long long)c.M, reasons);
+            return refusal(ctx, &c);
         }
-        e = qmm_engine_get(p.engine);
-        fallback = p.is_fallback;
         if (fallback) {
-            qmm_weight *mw = (qmm_weight *)w; /* the once-flag is the weight's only mutable state */
+            qmm_weight *mw = (qmm_weight *)w; /* the once-flag, with the plan cache, is the weight's mutable state */
             if (ctx->verbose && atomic_exchange(&mw->fallback_logged, 1) == 0) {
+                qmm_plan_info p;
                 char reasons[QMM_REASONS_TEXT_MAX];
+                qmm_plan_call(ctx, &c, &p);
                 qmm_plan_reasons_text(&p, 1, reasons);
                 qmm_log(ctx, "fallback: layer %s [%lld, %lld] runs W8A16 on %s: %s", w->name, (long long)w->N,
                         (long long)w->K, e->name, reasons);
@@ -222,18 +240,23 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
         }
     }
     qmm_weight view; /* a borrowed weight: this call's view of the caller's memory (borrow.c) */
-    st = qmm_weight_for_call(ctx, w, !e->reads_borrowed, &view, &c.w);
+    st = qmm_weight_for_call(ctx, w, &view, &c.w);
     if (st == QMM_OK) st = qmm_input_stage(ctx, &c);
     /* the int8 path fuses the residual into its epilogue (element by element, so residual may be
      * y); the float path adds it after writing y, from a copy when the two overlap */
     const int residual_after = c.residual && !(w->is_int8 && e->kind != QMM_KIND_FLOAT);
     if (st == QMM_OK && residual_after) st = residual_copy_if_overlapping(ctx, &c);
+    _Atomic(const char *) bug = NULL;
+    c.bug = &bug;
     if (st == QMM_OK) st = e->run(ctx, &c);
+    if (st == QMM_OK && atomic_load(&bug))
+        st = qmm_fail(QMM_ERR_INTERNAL, "layer %s [%lld, %lld] M=%lld on %s: %s (a bug in qmm: please report this message)",
+                      w->name, (long long)w->N, (long long)w->K, (long long)c.M, e->name, atomic_load(&bug));
     if (st == QMM_OK && residual_after) st = residual_pass(ctx, &c);
     if (st != QMM_OK) {
         ctx->counters.errors++;
-        if (!strstr(qmm_last_error(), w->name)) { /* e.g. a scratch allocation: name the layer */
-            char msg[256 + QMM_ENGINE_COUNT * (QMM_REASON_MAX + 32)];
+        if (!names_layer(qmm_last_error(), w->name)) { /* e.g. a scratch allocation: name the layer */
+            char msg[QMM_ERROR_MAX];
             snprintf(msg, sizeof msg, "%s", qmm_last_error());
             return qmm_fail(st, "layer %s [%lld, %lld] M=%lld on %s: %s", w->name, (long long)w->N, (long long)w->K,
                             (long long)c.M, e->name, msg);
@@ -262,7 +285,7 @@ qmm_status qmm_quantize_rows(qmm_context *ctx, const void *x, qmm_dtype x_dtype,
                   !ctx ? "ctx" : !x ? "x" : !q ? "q" : "scales_out");
     QMM_RETURN_IF(M <= 0 || K <= 0, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_rows: M=%lld, K=%lld (need >= 1)",
                   (long long)M, (long long)K);
-    QMM_RETURN_IF(!is_float(x_dtype), QMM_ERR_UNSUPPORTED, "qmm_quantize_rows: x dtype %s (needs f32, f16 or bf16)",
+    QMM_RETURN_IF(!qmm_dtype_is_float(x_dtype), QMM_ERR_UNSUPPORTED, "qmm_quantize_rows: x dtype %s (needs f32, f16 or bf16)",
                   qmm_dtype_name(x_dtype));
     if (!ldx) ldx = K;
     if (!ldq) ldq = K;
@@ -311,7 +334,7 @@ qmm_status qmm_linear_epilogue(qmm_context *ctx, const qmm_weight *w, int64_t M,
     if (!ldy) ldy = w->N;
     QMM_RETURN_IF(ldacc < w->N || ldy < w->N, QMM_ERR_INVALID_ARGUMENT, "layer %s: epilogue strides < N=%lld",
                   w->name, (long long)w->N);
-    QMM_RETURN_IF(!is_float(yt), QMM_ERR_UNSUPPORTED, "layer %s: epilogue out dtype %s", w->name, qmm_dtype_name(yt));
+    QMM_RETURN_IF(!qmm_dtype_is_float(yt), QMM_ERR_UNSUPPORTED, "layer %s: epilogue out dtype %s", w->name, qmm_dtype_name(yt));
     QMM_RETURN_IF(M > INT64_MAX / ldacc / 4 || M > INT64_MAX / ldy / (int64_t)qmm_dtype_size(yt), QMM_ERR_UNSUPPORTED,
                   "layer %s: epilogue M=%lld with ldacc=%lld, ldy=%lld too large (byte sizes overflow)", w->name,
                   (long long)M, (long long)ldacc, (long long)ldy);
@@ -319,7 +342,7 @@ qmm_status qmm_linear_epilogue(qmm_context *ctx, const qmm_weight *w, int64_t M,
     qmm_call c;
     memset(&c, 0, sizeof c);
     qmm_weight view;
-    QMM_FORWARD_IF_ERROR(qmm_weight_for_call(ctx, w, 0, &view, &c.w));
+    QMM_FORWARD_IF_ERROR(qmm_weight_for_call(ctx, w, &view, &c.w));
     c.M = M; c.N = w->N; c.K = w->K; c.y = y; c.y_dtype = yt; c.ldy = ldy;
     epi_job j = {&c, acc, ldacc, 0, s};
     int64_t tasks = ctx->n_threads * 4 < M ? ctx->n_threads * 4 : M;

@@ -36,11 +36,17 @@ qmm_status qmm_fail(qmm_status st, const char *fmt, ...)
 #endif
     ;
 void qmm_clear_error(void);
+/* The longest message the library writes: a layer name (128), its shape and M, and every
+ * engine's name with its full reason (qmm_linear's "no engine admits it"). */
+#define QMM_ERROR_MAX (256 + QMM_ENGINE_MAX * (QMM_REASON_MAX + 32))
 
 #define QMM_RETURN_IF(cond, st, ...) \
     do { if (cond) return qmm_fail((st), __VA_ARGS__); } while (0)
 #define QMM_FORWARD_IF_ERROR(expr) \
     do { qmm_status st_ = (expr); if (st_ != QMM_OK) return st_; } while (0)
+
+/* F32, F16 or BF16: the dtypes of activations, outputs and float weights */
+static inline int qmm_dtype_is_float(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
 
 /* ---------------------------------------------------------------- memory */
 void *qmm_aligned_alloc(size_t bytes);   /* 64-byte aligned, NULL on failure (or overflow) */
@@ -76,6 +82,8 @@ struct qmm_context {
     int max_isa;
     int verbose;
     uint32_t disabled_engines;
+    uint32_t usable_engines;     /* bit (1u << id): usable here under max_isa and disabled_engines
+                                    (qmm_engine_usable), fixed at creation; what AUTO may choose */
     qmm_pool *pool;
     /* scratch arenas: grow, never shrink; no allocation once the largest call was seen */
     void *scratch[QMM_SCRATCH_SLOTS];
@@ -88,7 +96,7 @@ struct qmm_context {
  * rows of the pre-pass), QMM_SCRATCH_ENGINE (an engine's own: partial sums, packed A, ...),
  * QMM_SCRATCH_STAGE (the kitchen input stage's output, input_stage.c), QMM_SCRATCH_RESIDUAL (a
  * copy of a residual that overlaps y, for the float path, which adds it after writing y),
- * QMM_SCRATCH_WEIGHT (a borrowed weight's per-call view: scales, bias, packing; borrow.c). */
+ * QMM_SCRATCH_WEIGHT (a borrowed weight's per-call scales and bias; borrow.c). */
 qmm_status qmm_context_scratch(qmm_context *ctx, int slot, size_t bytes, void **out);
 
 /* The vector level of the core's shared kernels (pre-pass rows, float panels, input stage):
@@ -132,8 +140,16 @@ static inline int8_t qmm_packed_i8_at(const qmm_packed_i8 *p, int64_t n, int64_t
 
 /* Rows [n0, n1) of W (int8 [N][ld], n1 <= Np) into the n16k4 packing p (blocks of 16 rows, n0 a
  * multiple of 16; rows past N and k past K zero), colsum[n] for those rows; returns 1 if some
- * weight is -128. The copy of qmm_weight_create_int8 and of a borrowed weight's packed view. */
+ * weight is -128. The copy of qmm_weight_create_int8. */
 int qmm_pack_i8_rows(const int8_t *W, int64_t ld, int64_t N, int64_t K, int64_t n0, int64_t n1, qmm_packed_i8 *p);
+
+/* The engines AUTO dispatch chose for this weight, one per call class (dispatch.h,
+ * qmm_plan_choose): each slot one self-contained word (class and choice), written and read
+ * atomically, so contexts on any threads share it without a lock. Zero: empty. */
+#define QMM_PLAN_CACHE_SLOTS 4
+typedef struct qmm_plan_cache {
+    _Atomic uint64_t slot[QMM_PLAN_CACHE_SLOTS];
+} qmm_plan_cache;
 
 struct qmm_weight {
     char name[128];
@@ -148,8 +164,8 @@ struct qmm_weight {
     float *bias;             /* [N] fp32 or NULL (bf16/f16 bias widened exactly) */
     /* borrowed (qmm_weight_borrow_int8): the caller's int8 [N][ld], scales and bias, read at every
      * call. The handle holds no copy (i8.data, i8.colsum, scale, bias NULL; i8.Np/Kp set); each
-     * call runs on a view of it (qmm_weight_for_call) whose scale/bias (and, for engines that
-     * read the n16k4 packing, i8) are filled from that memory as it is then. */
+     * call runs on a view of it (qmm_weight_for_call) whose scale/bias are read from that memory
+     * as it is then. */
     int borrowed;
     struct {
         const int8_t *data;  /* [N][ld], any alignment */
@@ -162,8 +178,18 @@ struct qmm_weight {
     /* float weights (is_int8 == 0): fdtype BF16 or F32 (F16 is widened to F32) */
     qmm_dtype fdtype;
     qmm_packed_f fp;
+    /* shared mutable state, last: a call's view copies only the fields above (qmm_weight_copy_plain) */
     atomic_int fallback_logged;
+    qmm_plan_cache plan_cache;   /* dispatch's choices (zero at creation) */
 };
+
+/* *dst = the immutable fields of src (everything before fallback_logged), the shared mutable
+ * state zero: a per-call view of a weight, never read atomically by anyone else. */
+static inline void qmm_weight_copy_plain(qmm_weight *dst, const qmm_weight *src) {
+    const size_t plain = offsetof(qmm_weight, fallback_logged);
+    __builtin_memcpy(dst, src, plain);
+    __builtin_memset((char *)dst + plain, 0, sizeof *dst - plain);
+}
 
 /* ---------------------------------------------------------------- engines */
 /* What an engine is asked to run: the weight and one call's arguments, validated. */
@@ -182,25 +208,33 @@ typedef struct qmm_call {
     qmm_epilogue epilogue;
     const void *residual; int64_t ldr; /* [M, ldr] of y_dtype, or NULL */
     const void *residual_scale;     /* [N] of y_dtype */
+    _Atomic(const char *) *bug;     /* where a kernel reports an impossible case (qmm_call_bug), or NULL */
 } qmm_call;
 
-typedef enum qmm_engine_kind { QMM_KIND_REF = 0, QMM_KIND_INT8 = 1, QMM_KIND_FLOAT = 2 } qmm_engine_kind;
+/* A kernel met a case its preconditions exclude (a bug in qmm): recorded on the call from any
+ * thread, and qmm_linear then fails with QMM_ERR_INTERNAL naming `what` (a static string). The
+ * library never aborts. */
+static inline void qmm_call_bug(const qmm_call *c, const char *what) {
+    if (c->bug) atomic_store(c->bug, what);
+}
 
 typedef struct qmm_engine {
     qmm_engine_id id;
     const char *name;
-    qmm_engine_kind kind;
+    qmm_engine_kind kind;        /* qmm.h */
     qmm_isa isa;                 /* level needed (for the ISA cap) */
     uint32_t cpu_features;       /* QMM_CPU_* bits needed */
     int built;                   /* 0 if the compiler could not build it */
     /* Admission: NULL if the engine can run this call, else a short reason (written into
-     * why[0..n) or a static string). Runs the engine's real rules; cheap. */
+     * why[0..n) or a static string). Runs the engine's real rules; cheap. It reads only the
+     * weight (has_neg128 is part of the cache key) and the call class — M, x_dtype, y_dtype and
+     * whether token_scales_in is given — because dispatch caches its verdicts per class
+     * (dispatch.h, qmm_plan_choose). */
     const char *(*admit)(const qmm_call *c, char *why, size_t n);
-    /* Runs the call. Preconditions: admitted; buffers validated by qmm_linear. */
+    /* Runs the call. Preconditions: admitted; buffers validated by qmm_linear. An int8 weight
+     * is owned (w->i8.data: the n16k4 packing) or borrowed (w->i8.data NULL: the engine reads
+     * the caller's rows w->borrow itself, packing per call what its kernels need). */
     qmm_status (*run)(qmm_context *ctx, const qmm_call *c);
-    /* 1: run() reads a borrowed weight's rows itself (w->borrow); 0: it reads the n16k4 packing,
-     * which a borrowed weight's call view then builds (the whole weight, per call). */
-    int reads_borrowed;
 } qmm_engine;
 
 const qmm_engine *qmm_engine_get(qmm_engine_id id);  /* NULL for AUTO / out of range */
@@ -219,6 +253,8 @@ extern const qmm_engine qmm_engine_avx2_f32;
 int qmm_env_max_isa(void);   /* QMM_MAX_ISA parsed, -1 if unset/unknown */
 /* Availability on this machine under a cap (hardware, OS permission, build, cap, disabled). */
 int qmm_engine_usable(const qmm_engine *e, int max_isa, uint32_t disabled, char *why, size_t n);
+/* Bit (1u << id) for every engine usable under the cap and disabled set (qmm_context.usable_engines). */
+uint32_t qmm_engines_usable(int max_isa, uint32_t disabled);
 
 /* The deepest K an int8 engine runs: 128 * 128 * K must fit an int32 accumulator exactly
  * (activations reach -128; weights not from qmm's quantizer may hold -128). */
@@ -229,12 +265,10 @@ const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n);
 const char *qmm_admit_common_float(const qmm_call *c, char *why, size_t n);
 
 /* ---------------------------------------------------------------- borrowed weights (borrow.c) */
-/* The weight one call runs on: w itself when it is owned; for a borrowed w, *view, filled from
- * the caller's memory as it is now: scale [N] and bias [N] fp32 (QMM_SCRATCH_WEIGHT), and when
- * packed != 0 the whole n16k4 packing with colsum and has_neg128 too (threaded on ctx's pool).
- * With packed == 0 view->i8.data/colsum stay NULL: the engine reads view->borrow itself. */
-qmm_status qmm_weight_for_call(qmm_context *ctx, const qmm_weight *w, int packed, qmm_weight *view,
-                               const qmm_weight **out);
+/* The weight one call runs on: w itself when it is owned; for a borrowed w, *view, with scale [N]
+ * and bias [N] fp32 read from the caller's memory as it is now (QMM_SCRATCH_WEIGHT);
+ * view->i8.data/colsum stay NULL: the engine reads view->borrow itself. */
+qmm_status qmm_weight_for_call(qmm_context *ctx, const qmm_weight *w, qmm_weight *view, const qmm_weight **out);
 /* W[n][k] of an int8 weight, borrowed (the caller's memory) or packed. */
 static inline int8_t qmm_weight_i8_at(const qmm_weight *w, int64_t n, int64_t k) {
     return w->borrowed ? w->borrow.data[n * w->borrow.ld + k] : qmm_packed_i8_at(&w->i8, n, k);

@@ -1,7 +1,8 @@
 /*
  * weight.c — weight handles: an int8 weight copied once into the shared n16k4 packing (see
- * qmm_internal.h) with its fp32 scales and bias; a borrowed int8 weight (the caller's memory,
- * read at every call: borrow.c builds each call's view); or a float weight. Also SPEC §2: quantizing a float matrix to int8
+ * qmm_internal.h), the one layout every owned int8 weight has, with its fp32 scales and bias; a
+ * borrowed int8 weight (the caller's memory, read at every call; borrow.c builds each call's view);
+ * or a float weight in its packed float layout. Also SPEC §2: quantizing a float matrix to int8
  * (optionally rotated with H_g) and dequantizing it back.
  */
 #include "numerics.h"
@@ -20,7 +21,6 @@ qmm_weight_desc qmm_weight_desc_default(void) {
 }
 
 static int valid_gs(int g) { return g == 0 || qmm_convrot_gs_valid(g); }
-static int is_float(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
 
 void qmm_weight_destroy(qmm_weight *w) {
     if (!w) return;
@@ -57,7 +57,7 @@ static qmm_status weight_common(const char *name, int64_t N, int64_t K, int64_t 
                                 qmm_dtype bias_dtype, qmm_weight **out) {
     const char *nm = wname(name);
     QMM_FORWARD_IF_ERROR(check_shape(nm, N, K, ld, es));
-    QMM_RETURN_IF(bias && !is_float(bias_dtype), QMM_ERR_UNSUPPORTED,
+    QMM_RETURN_IF(bias && !qmm_dtype_is_float(bias_dtype), QMM_ERR_UNSUPPORTED,
                   "weight %s: bias dtype %s (needs f32, f16 or bf16)", nm, qmm_dtype_name(bias_dtype));
     qmm_weight *w = calloc(1, sizeof *w);
     QMM_RETURN_IF(!w, QMM_ERR_OUT_OF_MEMORY, "weight %s: out of memory", nm);
@@ -93,7 +93,7 @@ static qmm_status int8_handle(const char *fn, qmm_context *ctx, const qmm_weight
     QMM_RETURN_IF(d->convrot_gs && d->K % d->convrot_gs != 0, QMM_ERR_UNSUPPORTED,
                   "weight %s [%lld, %lld]: K=%lld is not a multiple of the convrot group %d", nm,
                   (long long)d->N, (long long)d->K, (long long)d->K, d->convrot_gs);
-    QMM_RETURN_IF(d->bias && !is_float(d->bias_dtype), QMM_ERR_UNSUPPORTED,
+    QMM_RETURN_IF(d->bias && !qmm_dtype_is_float(d->bias_dtype), QMM_ERR_UNSUPPORTED,
                   "weight %s: bias dtype %s (needs f32, f16 or bf16)", nm, qmm_dtype_name(d->bias_dtype));
     qmm_weight *w;
     QMM_FORWARD_IF_ERROR(weight_common(d->name, d->N, d->K, d->ld, 1, copy_bias ? d->bias : NULL, d->bias_dtype, &w));
@@ -173,7 +173,7 @@ qmm_status qmm_weight_create_float(qmm_context *ctx, const char *name, const voi
     *out = NULL;
     const char *nm = wname(name);
     QMM_RETURN_IF(!ctx || !wdata, QMM_ERR_INVALID_ARGUMENT, "weight %s: %s is NULL", nm, !ctx ? "ctx" : "data");
-    QMM_RETURN_IF(!is_float(wt), QMM_ERR_UNSUPPORTED, "weight %s: dtype %s (float weights are f32, f16 or bf16)",
+    QMM_RETURN_IF(!qmm_dtype_is_float(wt), QMM_ERR_UNSUPPORTED, "weight %s: dtype %s (float weights are f32, f16 or bf16)",
                   nm, qmm_dtype_name(wt));
     qmm_weight *w;
     QMM_FORWARD_IF_ERROR(weight_common(name, N, K, ld, qmm_dtype_size(wt), bias, bias_dtype, &w));
@@ -246,7 +246,7 @@ qmm_status qmm_quantize_weight(const void *w, qmm_dtype wt, int64_t N, int64_t K
                                const qmm_quant_options *opt, int8_t *wq, float *scales, int *gs_used) {
     QMM_RETURN_IF(!w || !wq || !scales, QMM_ERR_INVALID_ARGUMENT, "qmm_quantize_weight: %s is NULL",
                   !w ? "w" : !wq ? "wq" : "scales");
-    QMM_RETURN_IF(!is_float(wt), QMM_ERR_UNSUPPORTED, "qmm_quantize_weight: dtype %s (needs f32, f16 or bf16)",
+    QMM_RETURN_IF(!qmm_dtype_is_float(wt), QMM_ERR_UNSUPPORTED, "qmm_quantize_weight: dtype %s (needs f32, f16 or bf16)",
                   qmm_dtype_name(wt));
     QMM_FORWARD_IF_ERROR(check_shape("(qmm_quantize_weight)", N, K, ld, qmm_dtype_size(wt)));
     if (!ld) ld = K;
@@ -340,7 +340,7 @@ qmm_status qmm_weight_quantize(qmm_context *ctx, const char *name, const void *w
     QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_weight_quantize: out is NULL");
     *out = NULL;
     QMM_RETURN_IF(!ctx || !wf, QMM_ERR_INVALID_ARGUMENT, "weight %s: %s is NULL", wname(name), !ctx ? "ctx" : "w");
-    QMM_RETURN_IF(!is_float(wt), QMM_ERR_UNSUPPORTED, "weight %s: dtype %s (needs f32, f16 or bf16)", wname(name),
+    QMM_RETURN_IF(!qmm_dtype_is_float(wt), QMM_ERR_UNSUPPORTED, "weight %s: dtype %s (needs f32, f16 or bf16)", wname(name),
                   qmm_dtype_name(wt));
     QMM_FORWARD_IF_ERROR(check_shape(wname(name), N, K, ld, qmm_dtype_size(wt)));
     size_t bytes;

@@ -1,8 +1,9 @@
 /*
  * engines.c — the ordered engine table (dispatch.h: best first, one row per engine), engine and
  * ISA names, availability on this machine (hardware, OS permission, build, ISA cap, disabled
- * set) and the admission checks that all int8 or all float engines share. Each engine's own
- * admit() lives beside its kernel and calls the common check first.
+ * set), the admission checks that all int8 or all float engines share, and the table's public
+ * view (qmm_engine_count, qmm_engine_get_info). Each engine's own admit() lives beside its kernel
+ * and calls the common check first.
  */
 #include "dispatch.h"
 
@@ -25,6 +26,28 @@ const qmm_engine_row qmm_engine_table[QMM_ENGINE_TABLE_LEN] = {
     {&qmm_engine_ref,           QMM_I8,   "-",                                1}, /* float weights: F32 */
 };
 
+_Static_assert(QMM_ENGINE_COUNT <= QMM_ENGINE_MAX, "engine ids must stay below QMM_ENGINE_MAX (qmm.h)");
+
+int qmm_engine_count(void) { return QMM_ENGINE_TABLE_LEN; }
+
+qmm_status qmm_engine_get_info(int index, qmm_engine_info *out) {
+    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_engine_get_info: out is NULL");
+    QMM_RETURN_IF(index < 0 || index >= QMM_ENGINE_TABLE_LEN, QMM_ERR_INVALID_ARGUMENT,
+                  "qmm_engine_get_info: index %d (the library has %d engines)", index, QMM_ENGINE_TABLE_LEN);
+    const qmm_engine_row *r = &qmm_engine_table[index];
+    memset(out, 0, sizeof *out);
+    out->id = r->engine->id;
+    out->name = r->engine->name;
+    out->kind = r->engine->kind;
+    out->isa = r->engine->isa;
+    out->cpu_features = r->engine->cpu_features;
+    out->operands = r->operands;
+    out->peak_instruction = r->peak_insn;
+    out->verified_on_hardware = r->hw_verified;
+    out->built = r->engine->built;
+    return QMM_OK;
+}
+
 const qmm_engine_row *qmm_engine_row_of(qmm_engine_id id) {
     for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++)
         if (qmm_engine_table[i].engine->id == id) return &qmm_engine_table[i];
@@ -43,11 +66,11 @@ const char *qmm_engine_name(qmm_engine_id e) {
 }
 
 qmm_engine_id qmm_engine_from_name(const char *name) {
-    if (!name) return QMM_ENGINE_COUNT;
+    if (!name) return QMM_ENGINE_UNKNOWN;
     if (strcmp(name, "auto") == 0) return QMM_ENGINE_AUTO;
     for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++)
         if (strcmp(qmm_engine_table[i].engine->name, name) == 0) return qmm_engine_table[i].engine->id;
-    return QMM_ENGINE_COUNT;
+    return QMM_ENGINE_UNKNOWN;
 }
 
 int qmm_engine_is_int8(qmm_engine_id e) {
@@ -99,6 +122,15 @@ int qmm_engine_usable(const qmm_engine *e, int max_isa, uint32_t disabled, char 
     return 1;
 }
 
+uint32_t qmm_engines_usable(int max_isa, uint32_t disabled) {
+    uint32_t m = 0;
+    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
+        const qmm_engine *e = qmm_engine_table[i].engine;
+        if (qmm_engine_usable(e, max_isa, disabled, NULL, 0)) m |= 1u << e->id;
+    }
+    return m;
+}
+
 int qmm_env_max_isa(void) {
     const char *s = getenv("QMM_MAX_ISA");
     if (!s || !*s) return -1;
@@ -112,17 +144,15 @@ int qmm_engine_available(qmm_engine_id e, char *why, size_t why_size) {
     return qmm_engine_usable(qmm_engine_get(e), qmm_env_max_isa(), 0, why, why_size);
 }
 
-static int is_float_dtype(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
-
 const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n) {
     const qmm_weight *w = c->w;
     if (!w->is_int8) return "float weight: int8 engines run int8 weights only";
     if (w->full_precision) return "layer asks for full precision (full_precision_matrix_mult)";
-    if (!is_float_dtype(c->x_dtype)) {
+    if (!qmm_dtype_is_float(c->x_dtype)) {
         snprintf(why, n, "x dtype %s: needs f32, f16 or bf16", qmm_dtype_name(c->x_dtype));
         return why;
     }
-    if (!is_float_dtype(c->y_dtype) && c->y_dtype != QMM_I32) {
+    if (!qmm_dtype_is_float(c->y_dtype) && c->y_dtype != QMM_I32) {
         snprintf(why, n, "out dtype %s: needs f32, f16, bf16 or i32", qmm_dtype_name(c->y_dtype));
         return why;
     }
@@ -139,11 +169,11 @@ const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n) {
 }
 
 const char *qmm_admit_common_float(const qmm_call *c, char *why, size_t n) {
-    if (!is_float_dtype(c->x_dtype)) {
+    if (!qmm_dtype_is_float(c->x_dtype)) {
         snprintf(why, n, "x dtype %s: needs f32, f16 or bf16", qmm_dtype_name(c->x_dtype));
         return why;
     }
-    if (!is_float_dtype(c->y_dtype)) {
+    if (!qmm_dtype_is_float(c->y_dtype)) {
         snprintf(why, n, "out dtype %s: float engines write f32, f16 or bf16", qmm_dtype_name(c->y_dtype));
         return why;
     }

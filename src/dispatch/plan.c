@@ -2,49 +2,102 @@
  * plan.c — SPEC §4 dispatch: walk the engine table best-first for one call, keep every engine's
  * admission and reason, pick the first int8 engine that admits, else the first float engine
  * (the W8A16 fallback for an int8 weight, counted and refusable by the caller), never the scalar
- * reference (it runs only when asked for by name). Also the text of a plan: the reasons joined
- * for error messages and logs, and qmm_plan_format for people.
+ * reference (it runs only when asked for by name). Two forms of the one walk: qmm_plan_call keeps
+ * every engine's verdict and reason (qmm_plan, error messages, the fallback log);
+ * qmm_plan_choose only chooses, cached on the weight per call class (qmm_linear's hot path).
+ * Also the text of a plan: the reasons joined for error messages and logs, and qmm_plan_format.
  */
 #include "dispatch.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* One engine of the walk: usable here (build, CPU, OS, cap, disabled set) and admitting c? */
-static void consider(const qmm_context *ctx, const qmm_engine *e, qmm_call *c, qmm_plan_info *p) {
-    char why[QMM_REASON_MAX];
-    const char *r;
-    if (!qmm_engine_usable(e, ctx->max_isa, ctx->disabled_engines, why, sizeof why)) r = why;
-    else r = e->admit(c, why, sizeof why);
-    if (r) {
-        snprintf(p->reason[e->id], QMM_REASON_MAX, "%s", r);
-        return;
-    }
-    p->admitted[e->id] = 1;
-    if (p->engine == QMM_ENGINE_AUTO) {
-        p->engine = e->id;
-        p->is_fallback = e->kind == QMM_KIND_FLOAT && c->w->is_int8;
-    }
-}
-
-void qmm_plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p) {
-    memset(p, 0, sizeof *p);
-    p->engine = QMM_ENGINE_AUTO;
-    snprintf(p->reason[QMM_ENGINE_REF], QMM_REASON_MAX, "reference: runs only when asked for by name");
-    /* the int8 engines first, then the float ones: the table lists them in that order, and a
-     * float engine is only a fallback when every int8 engine refused */
+/* The walk of SPEC §4: every int8 engine, then every float engine (a float engine is only a
+ * fallback when every int8 engine refused; the table lists them in that order), each one usable
+ * here and admitting c or not. With p, every engine's verdict and reason goes into p; without,
+ * the walk stops at the first admitting engine and formats no reason of its own. Returns the
+ * chosen engine (AUTO if none) and sets c->fallback for it. */
+static qmm_engine_id walk(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p) {
+    qmm_engine_id chosen = QMM_ENGINE_AUTO;
+    int chosen_fallback = 0;
     for (int kind = QMM_KIND_INT8; kind <= QMM_KIND_FLOAT; kind++) {
         for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
             const qmm_engine *e = qmm_engine_table[i].engine;
             if ((int)e->kind != kind) continue;
             c->fallback = kind == QMM_KIND_FLOAT && c->w->is_int8;
-            consider(ctx, e, c, p);
+            char why[QMM_REASON_MAX];
+            const int usable = p ? qmm_engine_usable(e, ctx->max_isa, ctx->disabled_engines, why, sizeof why)
+                                 : (int)((ctx->usable_engines >> e->id) & 1u);
+            const char *r = usable ? e->admit(c, why, sizeof why) : p ? why : "unusable";
+            if (r) {
+                if (p) snprintf(p->reason[e->id], QMM_REASON_MAX, "%s", r);
+                continue;
+            }
+            if (p) p->admitted[e->id] = 1;
+            if (chosen == QMM_ENGINE_AUTO) {
+                chosen = e->id;
+                chosen_fallback = c->fallback;
+                if (!p) goto done;
+            }
         }
     }
-    c->fallback = p->is_fallback;
+done:
+    c->fallback = chosen_fallback;
+    return chosen;
+}
+
+void qmm_plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->reason[QMM_ENGINE_REF], QMM_REASON_MAX, "reference: runs only when asked for by name");
+    p->engine = walk(ctx, c, p);
+    p->is_fallback = c->fallback;
     p->status = p->engine == QMM_ENGINE_AUTO ? QMM_ERR_NO_ENGINE
               : (p->is_fallback && ctx->fallback == QMM_FALLBACK_STRICT) ? QMM_ERR_FALLBACK_REFUSED
                                                                           : QMM_OK;
+}
+
+/* A call class and dispatch's choice for it in one 64-bit word (qmm_plan_cache):
+ *   bits  0..31  ctx->usable_engines          bits 39..43  the chosen engine id
+ *   bits 32..34  x_dtype                      bit  44      the choice is a fallback
+ *   bits 35..37  y_dtype                      bits 45..61  M (classes with M < 2^17 only)
+ *   bit  38      token_scales_in given        bit  62      w->has_neg128
+ *                                             bit  63      the slot is full
+ * has_neg128 is the one weight property an admit() reads (avx2_int8) that is not fixed by the
+ * weight's shape and kind; it is in the key so that a weight whose int8 values are read anew per
+ * call can never reuse a choice made for other values. */
+enum { CACHE_M_BITS = 17 };
+#define CACHE_FULL ((uint64_t)1 << 63)
+#define CACHE_CHOICE_MASK ((uint64_t)0x3f << 39)
+
+static int cache_key(const qmm_context *ctx, const qmm_call *c, uint64_t *key) {
+    if (c->M >= ((int64_t)1 << CACHE_M_BITS) || (unsigned)c->x_dtype > 7 || (unsigned)c->y_dtype > 7) return 0;
+    *key = CACHE_FULL | (uint64_t)ctx->usable_engines | (uint64_t)c->x_dtype << 32 | (uint64_t)c->y_dtype << 35 |
+           (uint64_t)(c->token_scales_in != NULL) << 38 | (uint64_t)c->M << 45 |
+           (uint64_t)(c->w->has_neg128 != 0) << 62;
+    return 1;
+}
+
+qmm_engine_id qmm_plan_choose(const qmm_context *ctx, qmm_call *c) {
+    _Static_assert(QMM_ENGINE_MAX <= 32 && QMM_DTYPE_COUNT <= 8, "the cache word's fields (qmm.h)");
+    /* a weight is immutable but for this cache and fallback_logged, both atomic */
+    qmm_plan_cache *cache = (qmm_plan_cache *)&c->w->plan_cache;
+    uint64_t key = 0;
+    const int cacheable = cache_key(ctx, c, &key);
+    if (cacheable) {
+        for (int i = 0; i < QMM_PLAN_CACHE_SLOTS; i++) {
+            const uint64_t v = atomic_load_explicit(&cache->slot[i], memory_order_relaxed);
+            if ((v & ~CACHE_CHOICE_MASK) != key) continue;
+            c->fallback = (int)(v >> 44) & 1;
+            return (qmm_engine_id)((v >> 39) & 0x1f);
+        }
+    }
+    const qmm_engine_id id = walk(ctx, c, NULL);
+    if (cacheable && id != QMM_ENGINE_AUTO) { /* a refusal is an error path: its message needs the full plan */
+        const int i = (int)((key * 0x9E3779B97F4A7C15ull) >> 61) % QMM_PLAN_CACHE_SLOTS;
+        atomic_store_explicit(&cache->slot[i], key | (uint64_t)id << 39 | (uint64_t)(c->fallback != 0) << 44,
+                              memory_order_relaxed);
+    }
+    return id;
 }
 
 /* Is row i a refusing engine that the reasons text lists? */
@@ -77,6 +130,16 @@ void qmm_plan_reasons_text(const qmm_plan_info *p, int int8_only, char buf[QMM_R
         if (k < 0 || (size_t)k >= n - len) break;
         len += (size_t)k;
     }
+}
+
+int qmm_plan_admits(const qmm_plan_info *p, qmm_engine_id e) {
+    return p && (unsigned)e < QMM_ENGINE_MAX && p->admitted[e];
+}
+
+const char *qmm_plan_reason(const qmm_plan_info *p, qmm_engine_id e) {
+    if (!p || (unsigned)e >= QMM_ENGINE_MAX || p->admitted[e]) return "";
+    const char *r = p->reason[e];
+    return memchr(r, 0, QMM_REASON_MAX) ? r : ""; /* a reason is always terminated; a foreign struct may not be */
 }
 
 size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size) {

@@ -368,7 +368,6 @@ void qmm_tp_linear_get_info(const qmm_tp_linear *L, qmm_tp_linear_info *out) {
 }
 
 /* ---------------------------------------------------------------- run */
-static int is_float_t(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
 
 /* Do M rows of `width` elements of `es` bytes (plus `extra` elements) fit a size_t byte count
  * that is also below 2^62? Every per-call buffer is sized by such a product. */
@@ -404,7 +403,7 @@ static qmm_status run_row(qmm_tp_linear *L, qmm_context *ctx, const qmm_linear_a
             st = qmm_fail(QMM_ERR_UNSUPPORTED, "layer %s [%lld, %lld]: M=%lld tokens too many (buffer sizes overflow)",
                           L->name, (long long)N, (long long)L->K, (long long)M);
         else if (!args->x || !args->y) st = qmm_fail(QMM_ERR_INVALID_ARGUMENT, "layer %s: x or y is NULL", L->name);
-        else if (!is_float_t(args->y_dtype) || !is_float_t(args->x_dtype))
+        else if (!qmm_dtype_is_float(args->y_dtype) || !qmm_dtype_is_float(args->x_dtype))
             st = qmm_fail(QMM_ERR_UNSUPPORTED, "layer %s: row-parallel x/y dtypes %s/%s (need f32, f16 or bf16)",
                           L->name, qmm_dtype_name(args->x_dtype), qmm_dtype_name(args->y_dtype));
     }
@@ -491,7 +490,7 @@ static qmm_status run_column(qmm_tp_linear *L, qmm_context *ctx, const qmm_linea
                              qmm_status prior) {
     qmm_comm *c = L->comm;
     const int64_t M = args ? args->M : 0, nr = L->off[c->rank + 1] - L->off[c->rank], nloc = L->parts * nr;
-    const size_t es = args && is_float_t(args->y_dtype) ? qmm_dtype_size(args->y_dtype) : 1;
+    const size_t es = args && qmm_dtype_is_float(args->y_dtype) ? qmm_dtype_size(args->y_dtype) : 1;
     qmm_status st = prior;
     qmm_linear_args la = qmm_linear_args_default();
     if (st == QMM_OK) {
@@ -501,7 +500,7 @@ static qmm_status run_column(qmm_tp_linear *L, qmm_context *ctx, const qmm_linea
             st = qmm_fail(QMM_ERR_UNSUPPORTED, "layer %s [%lld, %lld]: M=%lld tokens too many (buffer sizes overflow)",
                           L->name, (long long)L->N, (long long)L->K, (long long)M);
         else if (!args->y) st = qmm_fail(QMM_ERR_INVALID_ARGUMENT, "layer %s: y is NULL", L->name);
-        else if (!is_float_t(args->y_dtype))
+        else if (!qmm_dtype_is_float(args->y_dtype))
             st = qmm_fail(QMM_ERR_UNSUPPORTED, "layer %s: column-parallel out dtype %s (needs f32, f16 or bf16)",
                           L->name, qmm_dtype_name(args->y_dtype));
         else if (!(flags & QMM_TP_Y_LOCAL) && args->ldy && args->ldy < L->N)

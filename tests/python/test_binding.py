@@ -1,6 +1,8 @@
 """The ctypes binding itself: info, errors (QmmError with status name and qmm_last_error()),
 plans, counters, last_engine, one context per process."""
 import ctypes
+import os
+import re
 import threading
 
 import pytest
@@ -15,9 +17,17 @@ def _weight(N=32, K=64, gs=0, name="t.fc"):
     return qmm.Weight.int8(w.data_ptr(), N, K, s.data_ptr(), N, convrot_gs=gs, name=name), w, s
 
 
+def _source_version():
+    """The version pyproject.toml gives the package (the library's must agree)."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    with open(os.path.join(root, "pyproject.toml")) as f:
+        return re.search(r'^version = "([^"]+)"', f.read(), re.M).group(1)
+
+
 def test_info_lists_engines_and_features():
     i = qmm.info()
-    assert i["version"] == "0.1.0"
+    assert i["version"] == qmm.__version__ == _source_version()
+    assert [e["name"] for e in qmm._lib.ENGINES] == list(i["engines"])   # the library's table
     assert "avx512_vnni" in i["engines"] and "ref" in i["engines"]
     for name, e in i["engines"].items():
         assert e["available"] or e["why"], name   # every unavailable engine says why
@@ -121,7 +131,35 @@ def test_struct_layout_matches_header():
     assert d.bias_dtype == qmm._lib.F32 and d.convrot_gs == 0 and d.n_scale in (0, 1)
     o = qmm._lib.qmm_context_options_default()
     assert o.max_isa == -1 and o.verbose == -1 and o.disabled_engines == 0
-    assert ctypes.sizeof(qmm._lib.PlanInfo) == 4 * 3 + 4 * 10 + 160 * 10
+    # the per-engine arrays: where the library's accessors find each engine's entry is where
+    # our mirror has it (no sizes hard-coded here)
+    L = qmm._lib
+    w, _, _ = _weight()
+    p = L.PlanInfo()
+    a = qmm.linear_args(3, "bf16")
+    assert L.qmm_plan(qmm.context().ptr, w.ptr, ctypes.byref(a), ctypes.byref(p)) == L.OK
+    reason_at = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(L.PlanInfo), ctypes.c_int)(
+        ("qmm_plan_reason", L.lib))
+    for e in L.ENGINES:
+        assert e["id"] < L.ENGINE_MAX
+        assert bool(L.qmm_plan_admits(ctypes.byref(p), e["id"])) == bool(p.admitted[e["id"]])
+        if not p.admitted[e["id"]]:
+            assert reason_at(ctypes.byref(p), e["id"]) == ctypes.addressof(p.reason[e["id"]])
+    assert p.admitted[p.engine] and L.qmm_plan_admits(ctypes.byref(p), p.engine)
+    # counters: one call lands on its engine's slot, one error on errors, nothing beyond
+    ctx = qmm.Context(n_threads=1)
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    y = torch.empty(3, 32, dtype=torch.bfloat16)
+    a.x, a.y = x.data_ptr(), y.data_ptr()
+    assert L.qmm_linear(ctx.ptr, w.ptr, ctypes.byref(a)) == L.OK
+    a.y = None
+    assert L.qmm_linear(ctx.ptr, w.ptr, ctypes.byref(a)) != L.OK
+    buf = (ctypes.c_uint64 * (ctypes.sizeof(L.Counters) // 8 + 4))(*([7] * (ctypes.sizeof(L.Counters) // 8 + 4)))
+    L.qmm_get_counters(ctx.ptr, ctypes.cast(buf, ctypes.POINTER(L.Counters)))
+    c = ctypes.cast(buf, ctypes.POINTER(L.Counters)).contents
+    assert c.calls[L.qmm_last_engine(ctx.ptr)] == 1 and sum(c.calls) == 1
+    assert c.fallbacks == 0 and c.errors == 1
+    assert list(buf[ctypes.sizeof(L.Counters) // 8:]) == [7] * 4   # the library wrote no more
 
 
 def test_python_m_qmm_prints_engines():
@@ -133,4 +171,4 @@ def test_python_m_qmm_prints_engines():
     assert r.returncode == 0, r.stderr
     for e in qmm.int8_engines_available():
         assert e in r.stdout
-    assert "qmm 0.1.0" in r.stdout
+    assert "qmm %s" % qmm.__version__ in r.stdout

@@ -110,9 +110,10 @@ def _kind(key, h, M, xdt, odt, act, awdt, kin, N):
     if st != L.OK:
         k = Refused("weight", (L.qmm_last_error() or b"").decode(errors="replace"))
     elif p.status != L.OK or p.is_fallback:
-        why = "; ".join("%s: %s" % (qmm.engine_name(e), p.reason[e].value.decode(errors="replace"))
-                        for e in range(L.ENGINE_COUNT)
-                        if p.reason[e].value and L.qmm_engine_is_int8(e))
+        pp = _byref(p)
+        why = "; ".join("%s: %s" % (e["name"], L.qmm_plan_reason(pp, e["id"]).decode(
+            errors="replace")) for e in L.ENGINES
+            if e["kind"] == L.KIND_INT8 and L.qmm_plan_reason(pp, e["id"]))
         k = Refused("x", "no int8 engine admits [%d, %d] M=%d (%s)" % (N, key[1], M, why))
     else:
         k = a

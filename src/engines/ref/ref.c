@@ -79,7 +79,6 @@ const qmm_engine qmm_engine_ref = {
     .isa = QMM_ISA_NONE,
     .cpu_features = 0,
     .built = 1,
-    .reads_borrowed = 1,
     .admit = ref_admit,
     .run = ref_run,
 };

@@ -11,6 +11,9 @@
  *   (b) bf16 float weights: B tiles straight from w->fp.bf16 (bf16 [Np/16][Kp/2][16][2]: the
  *       AMX-BF16 B tile layout); a = bf16(T(act(x))); y = out(acc + bias[n]).
  *   f32 weights are refused (the bf16 engine would round them).
+ *   A borrowed int8 weight (w->borrow: the caller's [N][ld] rows, read at every call): each block
+ *   is packed from those rows into the thread's n16k4 buffer (qmm_z_pack_n16k4) just before it is
+ *   widened; no prefetch of the next source.
  *
  *   A [M][Ka] bf16, Ka = the weight's Kp (64 for int8, 32 for bf16 weights: multiples of 32
  *   = one A tile row of 64 bytes); k-chunk kc of 32 values: A tile at A + kc*32, B tile of
@@ -24,6 +27,7 @@
  * replaced by the software model of amx_emu.c.
  */
 #include "amx_kernel.h"
+#include "pack_avx512.h"
 #include "simd_avx512.h"
 #include "float_act.h"
 #include "numerics.h"
@@ -61,6 +65,8 @@ typedef struct {
     size_t cbuf_floats; /* per thread */
     uint16_t *wide;     /* int8 weights: [threads][wide_elems] the widened B panel / B block */
     size_t wide_elems;  /* per thread */
+    int8_t *i8buf;      /* borrowed int8 weights: [threads][i8_bytes] one n16k4 block, packed */
+    size_t i8_bytes;    /* per thread */
 } bf16_job;
 
 /* ---------------------------------------------------------------- int8 → bf16 widening */
@@ -72,6 +78,23 @@ static inline __m256i widen16(__m128i b) {
 
 /* nk values of K (a multiple of 4) of one n16k4 block, from src (the block's quad row of the
  * first k) → bf16 [nk/2][16][2] at dst: one AMX-BF16 B tile per 32 k. */
+static void widen_block(const int8_t *src, int64_t nk, uint16_t *dst);
+
+/* Block nb over k [k0, k0 + nk) of an int8 weight widened into dst: from the packing, or (borrowed)
+ * from the caller's rows packed first into buf (nk·16 bytes). */
+static void widen_weight_block(const qmm_call *c, int64_t nb, int64_t Ka, int64_t k0, int64_t nk, int8_t *buf,
+                               uint16_t *dst) {
+    const qmm_weight *w = c->w;
+    if (w->i8.data) {
+        widen_block(w->i8.data + nb * Ka * 16 + k0 * 16, nk, dst);
+        return;
+    }
+    const int64_t n0 = nb * 16, k1 = k0 + nk < c->K ? k0 + nk : c->K;
+    qmm_z_pack_n16k4(w->borrow.data + n0 * w->borrow.ld, w->borrow.ld, c->N - n0 < 16 ? (int)(c->N - n0) : 16, k0, k1,
+                     buf, nk / 4);
+    widen_block(buf, nk, dst);
+}
+
 static void widen_block(const int8_t *src, int64_t nk, uint16_t *dst) {
     /* element t = n*2 + e of the even k-pair row comes from byte n*4 + e, of the odd row from
      * n*4 + 2 + e; lo holds bytes 0..31 (n 0..7), hi bytes 32..63 (n 8..15) */
@@ -197,12 +220,13 @@ static void panel_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     uint16_t *wide = j->wide ? j->wide + (size_t)thread * j->wide_elems : NULL;
     const int64_t Ka = j->Ka, bstride = Ka * 16;
     const int pf_b = j->regime == QMM_AMX_DECODE && !w->is_int8;
+    int8_t *i8buf = j->i8buf ? j->i8buf + (size_t)thread * j->i8_bytes : NULL;
     for (int64_t p = p_lo; p < p_hi; p++) {
         const int64_t nb = 2 * p, n0 = nb * 16, cols = c->N - n0 < 32 ? c->N - n0 : 32;
         const int two = nb + 1 < j->nblocks;
         const uint16_t *b0;
         if (w->is_int8) {
-            for (int64_t i = 0; i <= two; i++) widen_block(w->i8.data + (nb + i) * Ka * 16, Ka, wide + i * bstride);
+            for (int64_t i = 0; i <= two; i++) widen_weight_block(c, nb + i, Ka, 0, Ka, i8buf, wide + i * bstride);
             b0 = wide;
         } else {
             b0 = w->fp.bf16 + nb * bstride;
@@ -210,7 +234,7 @@ static void panel_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
         /* the next column panel's B source (int8 or bf16, contiguous after this one), prefetched
          * (T1) in equal shares by this panel's row panels, k-step by k-step */
         const int64_t nk = Ka / 32, nm = m_hi - m_lo, src_lines = Ka * 32 * (w->is_int8 ? 1 : 2) / 64;
-        const int64_t pfs_lines = !pf_b && p + 1 < p_hi ? (src_lines + nm * nk - 1) / (nm * nk) : 0;
+        const int64_t pfs_lines = !pf_b && !i8buf && p + 1 < p_hi ? (src_lines + nm * nk - 1) / (nm * nk) : 0;
         const char *pf_src = !pfs_lines ? NULL
                              : w->is_int8 ? (const char *)(w->i8.data + (nb + 2) * Ka * 16)
                                           : (const char *)(w->fp.bf16 + (nb + 2) * bstride);
@@ -251,6 +275,7 @@ static void blocked_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     float *stage = j->stage + (size_t)thread * 32 * 32;
     float *cbuf = j->cbuf + (size_t)thread * j->cbuf_floats;
     uint16_t *wide = j->wide ? j->wide + (size_t)thread * j->wide_elems : NULL;
+    int8_t *i8buf = j->i8buf ? j->i8buf + (size_t)thread * j->i8_bytes : NULL;
     /* bytes of one column block's K range of kw values in the source of B, and its stride */
     const int64_t src_es = w->is_int8 ? 1 : 2, src_stride = Ka * 16 * src_es;
     const char *src = w->is_int8 ? (const char *)w->i8.data : (const char *)w->fp.bf16;
@@ -267,7 +292,7 @@ static void blocked_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
                 int64_t bstride;
                 if (w->is_int8) { /* widen this B block once; every row panel reuses it */
                     for (int64_t nb = 2 * pc; nb < nb_hi; nb++)
-                        widen_block(w->i8.data + nb * Ka * 16 + k0 * 16, kw, wide + (nb - 2 * pc) * kw * 16);
+                        widen_weight_block(c, nb, Ka, k0, kw, i8buf, wide + (nb - 2 * pc) * kw * 16);
                     bblk = wide;
                     bstride = kw * 16;
                 } else {
@@ -278,7 +303,8 @@ static void blocked_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
                  * 0 of the next M block (same columns), else of the next N block */
                 const char *bnext = NULL;
                 int64_t kw_b = 0, nbl_next = 0;
-                if (kb + 1 < nkb) {
+                if (i8buf) { /* borrowed: the source is packed just before use */
+                } else if (kb + 1 < nkb) {
                     bnext = src + (2 * pc * Ka * 16 + (k0 + kw) * 16) * src_es;
                     kw_b = kw_next;
                     nbl_next = nb_hi - 2 * pc;
@@ -377,10 +403,12 @@ static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
     /* int8 weights: a 32 × Ka panel (decode/panel) or an nc × kc block (blocked) widened */
     j.wide_elems = !w->is_int8 ? 0 : blocked ? (size_t)j.bl.nc * (size_t)(kc < j.Ka ? kc : j.Ka) : (size_t)j.Ka * 32;
     j.wide_elems = (size_t)qmm_round_up((int64_t)j.wide_elems, 32); /* each thread's part 64-byte aligned */
+    /* borrowed int8 weights: one packed n16k4 block (Ka, or kc, values of K) */
+    j.i8_bytes = w->is_int8 && !w->i8.data ? (size_t)(blocked && kc < j.Ka ? kc : j.Ka) * 16 : 0;
     /* act scratch: a (all rows, or one M block); engine scratch: [packed block (blocked)]
      * [stage][C buffer][widened B] per thread */
     const size_t packed = blocked ? rows_bytes : 0;
-    const size_t per_thread = (32 * 32 + j.cbuf_floats) * sizeof(float) + j.wide_elems * 2;
+    const size_t per_thread = (32 * 32 + j.cbuf_floats) * sizeof(float) + j.wide_elems * 2 + j.i8_bytes;
     void *abuf, *ebuf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, rows_bytes, &abuf));
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, packed + (size_t)nt * per_thread, &ebuf));
@@ -388,6 +416,7 @@ static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
     j.stage = (float *)t;
     j.cbuf = j.stage + (size_t)nt * 32 * 32;
     j.wide = j.wide_elems ? (uint16_t *)(t + (size_t)nt * (32 * 32 + j.cbuf_floats) * sizeof(float)) : NULL;
+    j.i8buf = j.i8_bytes ? (int8_t *)j.wide + (size_t)nt * j.wide_elems * 2 : NULL;
     if (!blocked) {
         QMM_FORWARD_IF_ERROR(prepass_rows(ctx, c, 0, M, abuf, j.Ka));
         j.a = abuf;

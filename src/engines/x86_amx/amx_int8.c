@@ -20,7 +20,7 @@
  *                                kc(512) → m32 → n32, C partials in tiles within a K block and
  *                                in a per-thread C buffer between K blocks
  * Borrowed weights (w->borrow: the caller's int8 [N][ld], read at every call): the same kernels on
- * the weights packed per call into the thread's buffer (qmm_z_pack_n16k4, simd_avx512.h), since
+ * the weights packed per call into the thread's buffer (qmm_z_pack_n16k4, pack_avx512.h), since
  * one n16k4 block is exactly a B tile: decode/panel pack each 32-column panel over the whole K
  * (2 blocks Kp·16 bytes apart, as owned) before its row panels; blocked packs each nc × kc B
  * block (blocks kw·16 bytes apart) before its row panels. TDPBSSD needs no column sums.
@@ -40,6 +40,7 @@
 #include "amx_kernel.h"
 #include "numerics.h"
 #include "prepass.h"
+#include "pack_avx512.h"
 #include "simd_avx512.h"
 
 #include <stdio.h>
@@ -411,5 +412,4 @@ const qmm_engine QMM_AMX_SYM(qmm_engine_amx_int8) = {
     .built = QMM_AMX_BUILT,
     .admit = amx_int8_admit,
     .run = amx_int8_run,
-    .reads_borrowed = 1,
 };

@@ -12,7 +12,8 @@
  * Its one precondition: no weight equals -128 (VPSIGNB cannot negate it). qmm's quantizer never
  * produces -128 (SPEC §2); a weight that has one (w->has_neg128, found at creation) is refused
  * by admit() with that reason, so dispatch moves on (to the float fallback). A borrowed weight's
- * values are not known at admission: a call whose view found a -128 runs the exact scalar kernel.
+ * values are not known at admission: a panel whose packing found a -128 runs the exact scalar
+ * kernel (qmm_i8_tile.neg128).
  * Register blocking: up to 4 rows × 16 channels (8 accumulators). Blocking, threads, epilogue:
  * int8_gemm_avx2.h.
  */
@@ -78,8 +79,9 @@ static const char *admit(const qmm_call *c, char *why, size_t n) {
     return NULL;
 }
 
-/* The exact scalar form of the same kernel, for a borrowed weight that held -128 when this call
- * read it (admission cannot see a borrowed weight's values; they may change between calls). */
+/* The exact scalar form of the same kernel, for a panel of a borrowed weight that held -128 when
+ * this call packed it (admission cannot see a borrowed weight's values; they may change between
+ * calls). */
 static void scalar_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
                           int first, const int8_t *pf, int64_t pf_kq) {
     (void)pf;
@@ -94,7 +96,7 @@ static void scalar_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_
 }
 
 static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
-    qmm_a2_tile(g, t, t->neg128 || g->c->w->has_neg128 ? scalar_kernel : avx2_int8_kernel);
+    qmm_a2_tile(g, t, t->neg128 ? scalar_kernel : avx2_int8_kernel);
 }
 static const qmm_i8_engine k_avx2_int8 = QMM_A2_ENGINE(0, 4, tile);
 
@@ -109,5 +111,4 @@ const qmm_engine qmm_engine_avx2_int8 = {
     .built = 1,
     .admit = admit,
     .run = run,
-    .reads_borrowed = 1,
 };

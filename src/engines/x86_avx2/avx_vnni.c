@@ -140,5 +140,4 @@ const qmm_engine qmm_engine_avx_vnni = {
 #endif
     .admit = admit,
     .run = run,
-    .reads_borrowed = 1,
 };

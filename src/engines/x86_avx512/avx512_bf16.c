@@ -19,6 +19,7 @@
  * L1), A k-pairs broadcast (one dword) from the 6-row panel.
  */
 #include "float_act.h"
+#include "pack_avx512.h"
 #include "qmm_internal.h"
 
 #include <immintrin.h>
@@ -117,7 +118,7 @@ static qmm_status run(qmm_context *ctx, const qmm_call *c) {
     qmm_fgemm g = {
         .mr = MR, .nr = NR, .kc = KC, .bf16 = 1,
         .b_bytes = (size_t)(KC + 4) * NR * sizeof(uint16_t),
-        .prep_b = prep_b, .kernel = kernel, .epilogue = qmm_float_epilogue_avx512,
+        .prep_b = prep_b, .kernel = kernel, .epilogue = qmm_float_epilogue_avx512, .pack_i8 = qmm_z_pack_n16k4,
     };
     return qmm_float_gemm(ctx, c, &g);
 }

@@ -16,6 +16,7 @@
  * starting from 0 — the same chain as avx2_f32, so both f32 engines give identical bits.
  */
 #include "float_act.h"
+#include "pack_avx512.h"
 #include "qmm_internal.h"
 
 #include <immintrin.h>
@@ -123,7 +124,7 @@ static qmm_status run(qmm_context *ctx, const qmm_call *c) {
     qmm_fgemm g = {
         .mr = MR, .nr = NR, .kc = KC, .bf16 = 0,
         .b_bytes = (size_t)(KC + 4) * NR * sizeof(float),
-        .prep_b = prep_b, .kernel = kernel, .epilogue = qmm_float_epilogue_avx512,
+        .prep_b = prep_b, .kernel = kernel, .epilogue = qmm_float_epilogue_avx512, .pack_i8 = qmm_z_pack_n16k4,
     };
     return qmm_float_gemm(ctx, c, &g);
 }

@@ -25,6 +25,7 @@
 #include "numerics.h"
 #include "prepass.h"
 #include "qmm_internal.h"
+#include "pack_avx512.h"
 #include "simd_avx512.h"
 
 #include <immintrin.h>
@@ -236,13 +237,13 @@ static void vnni_tile(int mr, int nr, const vnni_job *j, const uint8_t *a, const
     }
     switch (mr * 8 + nr) {
         K_ROW(1) K_ROW(2) K_ROW(3) K_ROW(4) K_ROW(5) K_ROW(6)
-    default: break;
+    default: qmm_call_bug(j->c, "avx512_vnni: a tile beyond 6 rows x 3 blocks reached the C kernels"); break;
     }
 }
 
 /* ---------------------------------------------------------------- borrowed weights: panel pack */
 /* qmm_i8_pack_fn (int8_gemm.h) in AVX-512 (no -128 flag: this engine is exact with -128): per 64
- * bytes of K the 16 rows transposed by qmm_z_n16k4_step (simd_avx512.h), the column sums by
+ * bytes of K the 16 rows transposed by qmm_z_n16k4_step (pack_avx512.h), the column sums by
  * VPDPBUSD(1, w) on the n16k4 rows. */
 static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
                        int32_t *cs, int first, int *neg128) {
@@ -261,6 +262,76 @@ static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_
     }
     if (!first) csv = _mm512_add_epi32(csv, _mm512_loadu_si512(cs));
     _mm512_storeu_si512(cs, csv);
+}
+
+/* ---------------------------------------------------------------- borrowed weights: small M */
+enum {
+    ROWS_M = 2,       /* up to this M: rows_kernel (M = 3, 4 ran it at 10-11 GB/s per core, the tiles faster) */
+    ROWS_PF = 1024,   /* its prefetch distances, bytes: into L1 */
+    ROWS_PF2 = 8192   /* and into L2 (with ld == K: into the next rows) */
+};
+
+/* One row w of W (K bytes) against the M rows of a (u8, lda bytes apart): per 64 bytes of K one
+ * load of w (masked at the end: nothing past K is read) and M + 1 VPDPBUSD (the last against
+ * ones: the row's sum), alternating two sets of accumulators so the VPDPBUSD latency does not
+ * bound the stream. Rows are taken one after the other: with ld == K the weights are one
+ * sequential stream from memory (measured faster than 2 or 4 rows at once: bench/NOTES.md),
+ * prefetched ROWS_PF bytes ahead into L1 and ROWS_PF2 into L2, never past pf_end (the end of the
+ * weight).
+ * out[i][jn] = Σ a[i]·w, cs[jn] = Σ w. */
+static inline __attribute__((always_inline)) void rows_dot(const int m, const uint8_t *a, int64_t lda,
+                                                           const int8_t *w, int64_t K, int32_t out[ROWS_M][16],
+                                                           int32_t *cs, int jn, const int8_t *pf_end) {
+    const __m512i ones = _mm512_set1_epi8(1), z = _mm512_setzero_si512();
+    __m512i acc0[ROWS_M], acc1[ROWS_M], s0 = z, s1 = z;
+    for (int i = 0; i < ROWS_M; i++) acc0[i] = acc1[i] = z;
+    int64_t k = 0;
+    for (; k + 128 <= K; k += 128) {
+        if (w + k + ROWS_PF2 + 128 <= pf_end) {
+            _mm_prefetch((const char *)(w + k + ROWS_PF), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w + k + ROWS_PF + 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w + k + ROWS_PF2), _MM_HINT_T1);
+            _mm_prefetch((const char *)(w + k + ROWS_PF2 + 64), _MM_HINT_T1);
+        }
+        const __m512i x0 = _mm512_loadu_si512(w + k), x1 = _mm512_loadu_si512(w + k + 64);
+        s0 = dpbusd(s0, ones, x0);
+        s1 = dpbusd(s1, ones, x1);
+        for (int i = 0; i < ROWS_M; i++)
+            if (i < m) {
+                acc0[i] = dpbusd(acc0[i], _mm512_loadu_si512(a + i * lda + k), x0);
+                acc1[i] = dpbusd(acc1[i], _mm512_loadu_si512(a + i * lda + k + 64), x1);
+            }
+    }
+    for (; k < K; k += 64) {
+        const __mmask64 msk = K - k >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (K - k)) - 1;
+        const __m512i x0 = _mm512_maskz_loadu_epi8(msk, w + k);
+        s0 = dpbusd(s0, ones, x0);
+        for (int i = 0; i < ROWS_M; i++)
+            if (i < m) acc0[i] = dpbusd(acc0[i], _mm512_loadu_si512(a + i * lda + k), x0);
+    }
+    cs[jn] = _mm512_reduce_add_epi32(_mm512_add_epi32(s0, s1));
+    for (int i = 0; i < ROWS_M; i++)
+        if (i < m) out[i][jn] = _mm512_reduce_add_epi32(_mm512_add_epi32(acc0[i], acc1[i]));
+}
+
+/* 16-column blocks [b0, b1) of a borrowed weight for M <= ROWS_M (the driver's rows_kernel): row by
+ * row of W, then each block's outputs through store_out. a's bytes past K are the flipped zero
+ * padding (W is masked to zero there). */
+static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+    const qmm_call *c = g->c;
+    const int64_t N = c->N, K = c->K, ld = c->w->borrow.ld;
+    const int m = (int)c->M;
+    int32_t out[ROWS_M][16], cs[16];
+    const int8_t *end = c->w->borrow.data + (N - 1) * ld + K;
+    for (int64_t nb = b0; nb < b1; nb++) {
+        const int64_t n0 = nb * 16, cols = N - n0 < 16 ? N - n0 : 16;
+        for (int jn = 0; jn < (int)cols; jn++) {
+            const int8_t *w = c->w->borrow.data + (n0 + jn) * ld;
+            if (m == 1) rows_dot(1, g->a, g->Kp, w, K, out, cs, jn, end);
+            else rows_dot(2, g->a, g->Kp, w, K, out, cs, jn, end);
+        }
+        for (int i = 0; i < m; i++) store_out(c, cs, _mm512_loadu_si512(out[i]), i, n0, g->s[i]);
+    }
 }
 
 /* ---------------------------------------------------------------- the driver's callbacks */
@@ -296,6 +367,7 @@ static int64_t one_pass(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1
 static const qmm_i8_engine k_vnni = {
     .u8 = 1, .mr = MR, .nrb = NRB, .mc = MC, .nc = NC, .kc = KC, .whole_k_m = SMALL_M,
     .tile = tile, .one_pass_rows = one_pass_rows, .one_pass = one_pass, .pack = pack_block,
+    .rows_m = ROWS_M, .rows_kernel = rows_kernel,
 };
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_int8_gemm(ctx, c, &k_vnni); }
@@ -307,5 +379,5 @@ static const char *admit(const qmm_call *c, char *why, size_t n) { return qmm_ad
 const qmm_engine qmm_engine_avx512_vnni = {
     .id = QMM_ENGINE_AVX512_VNNI, .name = "avx512_vnni", .kind = QMM_KIND_INT8, .isa = QMM_ISA_AVX512_VNNI,
     .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512_VNNI, .built = 1,
-    .admit = admit, .run = run, .reads_borrowed = 1,
+    .admit = admit, .run = run,
 };
