@@ -64,7 +64,8 @@ def _rows(t, width):
 
 
 def _flat(t, n):
-    """t's n values as a 1-D contiguous tensor (a view when it already is one)."""
+    """t's n values contiguous in memory: t itself when it is contiguous, else a 1-D view or
+    copy."""
     if t.is_contiguous():
         return t
     v = t.reshape(-1)

@@ -5,9 +5,9 @@ shapes and strides of the caller's int8 matrix, its fp32 scales and its bias, an
 every call reads that memory as it is then. So a handle is valid for whatever tensor lives at
 those addresses with that layout, and it is found by exactly that:
     (data address, N, K, row stride, scale address, n_scale, bias address, bias dtype, group)
-Nothing can go stale (a write by any means is read by the next call), a re-wrapped Parameter
-over the same storage finds the same handle, creating one is O(1) (no copy, no repack), and
-two threads asking at once at worst both make one (each uses its own; one is kept).
+Nothing can go stale (a write by any means is read by the next call), creating a handle is O(1)
+(no copy, no repack, whatever N·K), and two threads asking at once at worst both make one (each
+uses its own; one is kept).
 
 handle(...) takes the scales as fp32 and the bias as given only when their memory can be read
 directly (fp32 scales, contiguous); otherwise the caller makes a per-call fp32 / contiguous copy
