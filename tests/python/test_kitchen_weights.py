@@ -215,8 +215,9 @@ def test_no_copy_resident(kitchen):
     q = torch.randint(-127, 128, (8192, 8192), dtype=torch.int8)
     s = torch.rand(8192, 1) * 1e-4
     x = torch.randn(1, 8192)
+    p = _param(q, s)
     r0 = rss_kib()
-    F.linear(x, _param(q, s))
+    F.linear(x, p)                    # p stays alive: a copy made for it would stay resident
     grown = (rss_kib() - r0) * 1024 / q.numel()
     print("resident growth at the first call: %.3fx the int8 bytes" % grown)
-    assert grown < 0.05
+    assert grown < 0.25               # a copy is >= 1.0
