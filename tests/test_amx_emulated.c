@@ -7,12 +7,14 @@
  *   amx_int8 (emulated) vs the reference engine: int32 accumulators and float outputs
  *     bit-exact; M = 1..33, 64, 100 and 4096, N odd / < 16 / several N blocks, K ∈ {1, 16, 63,
  *     64, 65, 200, 256, 600, 1001}, every x dtype, input_act, convrot size, per-tensor/per-row
- *     scale, bias, i32 output, strided x/y (padding untouched), token scales out and in, 1 vs 2
- *     threads identical. Every call runs in a regime (decode, panel, blocked) chosen at random
+ *     scale, bias, fused or kitchen epilogue, residual, i32 output, strided x/y (padding
+ *     untouched), token scales out and in, 1 vs 2 threads identical; the weight owned (n16k4) or
+ *     borrowed (read in place: ld > K, unaligned base), each regime run on both. Every call runs in a regime (decode, panel, blocked) chosen at random
  *     with small blocks (several N, M and K blocks, partial last ones) or the defaults, and
  *     the regime that ran is checked; each regime must have run for both engines.
  *   The blocking rules (QMM_AMX_BLOCKING parsing, switch points, min_m admission) and the tile
- *     traffic of each regime (C reloaded only between K blocks), counted by the emulator.
+ *     traffic of each regime (C reloaded only between K blocks), counted by the emulator, owned
+ *     and borrowed (K tail included).
  *   amx_bf16 (emulated), W8A16 fallback and bf16 weights, vs an fp64 sum of the same
  *     bf16-rounded operands: within fp32 summation noise + 1 ulp of the output dtype.
  *   Every call: zero emulated faults (shape/config rules of the SDM) and no tile config left.
@@ -33,6 +35,7 @@ static int g_quick;
 static qmm_context *g_ctx[2]; /* 1 and 2 threads */
 static long g_regime_runs[2][3]; /* [int8, bf16][regime]: emulated calls per regime */
 static long g_borrowed_runs[3];  /* amx_int8 on a borrowed weight (read in place), per regime */
+static int g_borrow = -1;        /* int8_case: 1 borrowed weight, 0 owned, -1 either at random */
 
 static qmm_call make_call(const qmm_weight *w, const qmm_linear_args *a, int fallback) {
     qmm_call c;
@@ -147,7 +150,7 @@ static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64
     const int64_t ldx = K_in + (strided ? tu_rand_int(1, 9) : 0), ldy = N + (strided ? tu_rand_int(1, 7) : 0);
     const size_t xs = qmm_dtype_size(xt), ys = qmm_dtype_size(yt);
 
-    const int borrowed = (int)tu_rand_int(0, 1), kitchen = (int)tu_rand_int(0, 1);
+    const int borrowed = g_borrow >= 0 ? g_borrow : (int)tu_rand_int(0, 1), kitchen = (int)tu_rand_int(0, 1);
     const int residual = yt != QMM_I32 && tu_rand_int(0, 2) == 0;
     const int64_t ld = K + (borrowed && tu_rand_int(0, 1) ? tu_rand_int(1, 70) : 0), woff = borrowed ? tu_rand_int(0, 63) : 0;
     int8_t *wbuf = malloc((size_t)(N * ld + woff)), *wq = wbuf + woff;
@@ -505,13 +508,17 @@ static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
      * of kc=512 / nc=512 / mc=512, each last one partial */
     if (!g_quick) {
         g_default_blocked = 1;
-        int8_case(ei, real, 600, 1100, 1100, 0);
+        for (g_borrow = 0; g_borrow < 2; g_borrow++) int8_case(ei, real, 600, 1100, 1100, 0);
+        g_borrow = -1;
         bf16_case(eb, real, 600, 1100, 600, 1);
         g_default_blocked = 0;
     }
     int64_t Mbig = g_quick ? 300 : 4096;
-    int8_case(ei, real, Mbig, 17, 64, 0);
-    int8_case(ei, real, Mbig, 5, 256, 0);
+    for (g_borrow = 0; g_borrow < 2; g_borrow++) {
+        int8_case(ei, real, Mbig, 17, 64, 0);
+        int8_case(ei, real, Mbig, 5, 256, 0);
+    }
+    g_borrow = -1;
     int8_case(ei, real, 64, 96, 1001, 0);
     for (int i = 0; i < 3; i++) int8_case(ei, real, tu_rand_int(1, 70), tu_rand_int(150, 260), 64 * tu_rand_int(1, 3), 0); /* several chunks */
     for (int iw = 0; iw < 2; iw++) {

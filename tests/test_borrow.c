@@ -10,9 +10,10 @@
  *     each dtype, residual, modulation, both epilogues, weights holding -128 (avx2_int8 refuses
  *     those owned; borrowed, it runs them exactly);
  *   - amx_int8 through the tile emulator (tests/borrow.cmake links the emulated build) on a
- *     borrowed weight, each regime (decode, panel, blocked) forced with default or small blocks,
- *     against the reference, and amx_bf16 (W8A16) borrowed against owned, with no emulated tile
- *     fault;
+ *     borrowed weight (read in place), each regime (decode, panel, blocked) forced with default or
+ *     small blocks, M = 1..20 then up to 200 and 300..700, N = 1 a quarter of the time, every
+ *     engine-level act, both epilogues, residual, against the reference, and amx_bf16 (W8A16)
+ *     borrowed against owned, with no emulated tile fault;
  *   - a weight, scale and bias changed between two calls: the second gives the new result;
  *   - two threads, each with its own context, making the first call on one borrowed weight at
  *     once: both exact;
