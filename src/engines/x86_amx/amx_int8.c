@@ -124,13 +124,12 @@ static inline __attribute__((always_inline)) void kblock(const int8_t *a, int64_
                                                          int keep, int r1, int two, int pf_b, const char *pfs,
                                                          int64_t pfs_lines, int64_t pfs_ld, int64_t pfs_step) {
     const int8_t *b1 = b0 + bstride;
-    if (keep) {
-    } else if (cin) {
+    if (!keep && cin) {
         QMM_TILE_LOAD(QMM_TC00, cin, 128);
         if (two) QMM_TILE_LOAD(QMM_TC01, cin + 16, 128);
         if (r1) QMM_TILE_LOAD(QMM_TC10, cin + 16 * 32, 128);
         if (r1 && two) QMM_TILE_LOAD(QMM_TC11, cin + 16 * 32 + 16, 128);
-    } else {
+    } else if (!keep) {
         QMM_TILE_ZERO(QMM_TC00);
         if (two) QMM_TILE_ZERO(QMM_TC01);
         if (r1) QMM_TILE_ZERO(QMM_TC10);
