@@ -41,11 +41,13 @@ def setup():
     if os.environ.get("QMM_KITCHEN", "1") == "0":
         log.info("qmm: QMM_KITCHEN=0, comfy-kitchen backend not registered")
         return
-    _kitchen.register()
+    if not _kitchen.register():
+        log.info("qmm: comfy-kitchen backend unavailable here (%s); INT8 layers keep running on "
+                 "comfy-kitchen's eager backend", _kitchen.unavailable_reason())
+        return
     info = qmm.info()
     log.info("qmm %s: comfy-kitchen backend registered first for CPU tensors; CPU %s; int8 "
-             "engines here: %s%s", info["version"], info["cpu"], ", ".join(engines) or "none",
-             "" if engines else " (INT8 layers keep running on comfy-kitchen's eager backend)")
+             "engines here: %s", info["version"], info["cpu"], ", ".join(engines))
 
 
 def _diffusion_module(model):
@@ -66,27 +68,28 @@ def int8_layers(module):
     return out
 
 
-def plan_text(model, tokens=4096, dtype="bf16"):
+_DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+
+
+def plan_text(model, tokens=4096, dtype="f32"):
     """One line per INT8 layer: name, shape, ConvRot group, the engine qmm picks for `tokens`
-    rows of `dtype` (or why none does); then qmm's counters and the declined calls."""
+    rows of `dtype` (f32: what ComfyUI sends on a CPU), or why qmm declines it; then qmm's
+    counters (the whole process) and the declined calls."""
+    import torch
+    from qmm.kitchen.linear import plan
     lines = []
+    dt = getattr(torch, _DTYPES[dtype])
     for name, q, scale, gs, bias in int8_layers(_diffusion_module(model)):
         N, K = q.shape
         try:
-            w = _kitchen.cache.get(q, scale, bias if hasattr(bias, "dtype") else None, gs)
-            p = qmm.plan(w, M=tokens, x_dtype=dtype)
-            if p.status == "QMM_OK" and not p.is_fallback:
-                what = p.engine
-            else:
-                what = "declined -> eager (%s)" % "; ".join(
-                    "%s: %s" % kv for kv in p.reasons.items() if kv[0] != "ref")
-        except qmm.QmmError as e:
+            what = plan(q, scale, bias if hasattr(bias, "dtype") else None, gs, tokens, dt)
+        except (_kitchen.Refused, qmm.QmmError) as e:
             what = "declined -> eager (%s)" % e
         lines.append("%-48s [%d, %d] g=%-4d %s" % (name, N, K, gs, what))
     if not lines:
         lines.append("no INT8 (TensorWiseINT8Layout) layers in this model")
     c = qmm.counters()
-    lines.append("qmm counters (this thread): calls %s, fallbacks %d, errors %d" % (
+    lines.append("qmm counters (process): calls %s, fallbacks %d, errors %d" % (
         c["calls"] or "{}", c["fallbacks"], c["errors"]))
     for (func, why), n in sorted(_kitchen.declines().items()):
         lines.append("declined %dx %s: %s" % (n, func, why))
@@ -100,7 +103,7 @@ class QmmPlan:
     def INPUT_TYPES(cls):  # noqa: N802 (ComfyUI's name)
         return {"required": {"model": ("MODEL",),
                              "tokens": ("INT", {"default": 4096, "min": 1, "max": 1 << 20}),
-                             "dtype": (["bf16", "f16", "f32"],)}}
+                             "dtype": (["f32", "bf16", "f16"],)}}
 
     RETURN_TYPES = ("STRING",)
     RETURN_NAMES = ("plan",)
@@ -108,7 +111,7 @@ class QmmPlan:
     CATEGORY = "qmm"
     OUTPUT_NODE = True
 
-    def plan(self, model, tokens=4096, dtype="bf16"):
+    def plan(self, model, tokens=4096, dtype="f32"):
         text = plan_text(model, tokens, dtype)
         log.info("qmm plan:\n%s", text)
         return {"ui": {"text": [text]}, "result": (text,)}

@@ -24,6 +24,10 @@
  * contexts and threads at once. A qmm_context is used by one thread at a time (it owns the
  * worker threads and the scratch arena of the calls made through it); use one context per
  * calling thread. The counters of a context are read safely while no call is running on it.
+ *
+ * Fork: contexts and weights made before fork() keep working in the child (the thread that
+ * called fork): a context's worker threads are started again at its next call, and
+ * qmm_context_destroy there frees it without waiting for the parent's threads.
  */
 #ifndef QMM_H
 #define QMM_H

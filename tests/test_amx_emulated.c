@@ -7,12 +7,14 @@
  *   amx_int8 (emulated) vs the reference engine: int32 accumulators and float outputs
  *     bit-exact; M = 1..33, 64, 100 and 4096, N odd / < 16 / several N blocks, K ∈ {1, 16, 63,
  *     64, 65, 200, 256, 600, 1001}, every x dtype, input_act, convrot size, per-tensor/per-row
- *     scale, bias, i32 output, strided x/y (padding untouched), token scales out and in, 1 vs 2
- *     threads identical. Every call runs in a regime (decode, panel, blocked) chosen at random
+ *     scale, bias, fused or kitchen epilogue, residual, i32 output, strided x/y (padding
+ *     untouched), token scales out and in, 1 vs 2 threads identical; the weight owned (n16k4) or
+ *     borrowed (read in place: ld > K, unaligned base), each regime run on both. Every call runs in a regime (decode, panel, blocked) chosen at random
  *     with small blocks (several N, M and K blocks, partial last ones) or the defaults, and
  *     the regime that ran is checked; each regime must have run for both engines.
  *   The blocking rules (QMM_AMX_BLOCKING parsing, switch points, min_m admission) and the tile
- *     traffic of each regime (C reloaded only between K blocks), counted by the emulator.
+ *     traffic of each regime (C reloaded only between K blocks), counted by the emulator, owned
+ *     and borrowed (K tail included).
  *   amx_bf16 (emulated), W8A16 fallback and bf16 weights, vs an fp64 sum of the same
  *     bf16-rounded operands: within fp32 summation noise + 1 ulp of the output dtype.
  *   Every call: zero emulated faults (shape/config rules of the SDM) and no tile config left.
@@ -32,6 +34,8 @@
 static int g_quick;
 static qmm_context *g_ctx[2]; /* 1 and 2 threads */
 static long g_regime_runs[2][3]; /* [int8, bf16][regime]: emulated calls per regime */
+static long g_borrowed_runs[3];  /* amx_int8 on a borrowed weight (read in place), per regime */
+static int g_borrow = -1;        /* int8_case: 1 borrowed weight, 0 owned, -1 either at random */
 
 static qmm_call make_call(const qmm_weight *w, const qmm_linear_args *a, int fallback) {
     qmm_call c;
@@ -51,6 +55,10 @@ static qmm_call make_call(const qmm_weight *w, const qmm_linear_args *a, int fal
     c.token_scales = a->token_scales;
     c.token_scales_in = a->token_scales_in;
     c.fallback = fallback;
+    c.epilogue = a->epilogue;
+    c.residual = a->residual;
+    c.ldr = a->residual ? (a->ldr ? a->ldr : w->N) : 0;
+    c.residual_scale = a->residual_scale;
     return c;
 }
 
@@ -89,7 +97,10 @@ static int force_regime(int64_t M, int64_t a_bytes) {
  * emulated engines run in a regime chosen at random (force_regime), checked after the call. */
 static qmm_status run_engine(const qmm_engine *e, int real, qmm_context *ctx, const qmm_weight *w,
                              const qmm_linear_args *a, int fallback) {
-    qmm_call c = make_call(w, a, fallback);
+    qmm_weight view; /* a borrowed weight runs on its per-call view (qmm_weight_for_call) */
+    const qmm_weight *wc = w;
+    if (w->borrowed) TU_CHECK_OK(qmm_weight_for_call(ctx, w, &view, &wc));
+    qmm_call c = make_call(wc, a, fallback);
     if (real) return e->run(ctx, &c); /* by its run function: the small-M rule is admission's */
     const int64_t Kp = w->is_int8 ? w->i8.Kp : w->fp.Kp;
     const int want = force_regime(c.M, c.M * Kp * (e->kind == QMM_KIND_FLOAT ? 2 : 1));
@@ -106,6 +117,7 @@ static qmm_status run_engine(const qmm_engine *e, int real, qmm_context *ctx, co
              (long long)Kp, (long long)b.small_m, (long long)b.panel_a, qmm_amx_last_regime_emu,
              qmm_amx_regime_name((qmm_amx_regime)want));
     g_regime_runs[e->kind == QMM_KIND_FLOAT][want]++;
+    if (w->borrowed && e->kind == QMM_KIND_INT8) g_borrowed_runs[want]++;
     return st;
 }
 
@@ -124,7 +136,10 @@ static const qmm_dtype k_fdt[3] = {QMM_F32, QMM_F16, QMM_BF16};
 
 /* ---------------------------------------------------------------- amx_int8 */
 /* ties != 0: token scales 1, weight scales powers of two, no bias — integer-valued outputs
- * with many exact halfway cases, so the round-to-nearest-even of bf16/f16 outputs is tested. */
+ * with many exact halfway cases, so the round-to-nearest-even of bf16/f16 outputs is tested.
+ * Half the cases borrow the weight (qmm_weight_borrow_int8: the caller's rows at an unaligned
+ * base, row stride ld >= K; amx_int8 reads them in place), the others own a packed copy; the
+ * epilogue is fused or kitchen, with a residual or not (float outputs). */
 static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64_t K, int ties) {
     const qmm_dtype xt = k_fdt[tu_rand_int(0, 2)];
     const qmm_dtype yt = ties ? k_fdt[tu_rand_int(1, 2)] : tu_rand_int(0, 3) == 3 ? QMM_I32 : k_fdt[tu_rand_int(0, 2)];
@@ -135,10 +150,13 @@ static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64
     const int64_t ldx = K_in + (strided ? tu_rand_int(1, 9) : 0), ldy = N + (strided ? tu_rand_int(1, 7) : 0);
     const size_t xs = qmm_dtype_size(xt), ys = qmm_dtype_size(yt);
 
-    int8_t *wq = malloc((size_t)(N * K));
+    const int borrowed = g_borrow >= 0 ? g_borrow : (int)tu_rand_int(0, 1), kitchen = (int)tu_rand_int(0, 1);
+    const int residual = yt != QMM_I32 && tu_rand_int(0, 2) == 0;
+    const int64_t ld = K + (borrowed && tu_rand_int(0, 1) ? tu_rand_int(1, 70) : 0), woff = borrowed ? tu_rand_int(0, 63) : 0;
+    int8_t *wbuf = malloc((size_t)(N * ld + woff)), *wq = wbuf + woff;
     float *sc = malloc((size_t)N * sizeof(float));
     float *bias = malloc((size_t)N * sizeof(float));
-    tu_fill_i8(wq, N * K, tu_rand_int(0, 3) == 0 ? -128 : -127, 127);
+    tu_fill_i8(wbuf, N * ld + woff, tu_rand_int(0, 3) == 0 ? -128 : -127, 127);
     for (int64_t n = 0; n < N; n++)
         sc[n] = ties ? ldexpf(1.0f, (int)tu_rand_int(-2, 0)) : 1e-3f * (1.0f + (float)tu_rand_int(0, 1000) / 100.0f);
     for (int64_t n = 0; n < N; n++) bias[n] = tu_rand_normal();
@@ -147,13 +165,16 @@ static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64
     d.N = N;
     d.K = K;
     d.data = wq;
+    d.ld = ld;
     d.scale = sc;
     d.n_scale = per_tensor ? 1 : N;
     d.bias = has_bias ? bias : NULL;
     d.bias_dtype = QMM_F32;
     d.convrot_gs = gs;
-    qmm_weight *w = NULL;
-    TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &w));
+    qmm_weight *w = NULL, *wown = NULL; /* wown: the reference runs on an owned copy */
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &wown));
+    if (borrowed) TU_CHECK_OK(qmm_weight_borrow_int8(g_ctx[0], &d, &w));
+    else w = wown;
     void *x = malloc((size_t)(M * ldx) * xs);
     tu_fill_float(x, xt, M * ldx, 2.0f);
     if (M > 2 && tu_rand_int(0, 3) == 0) qmm_store_f(x, xt, ldx + tu_rand_int(0, K_in - 1), 300.0f); /* outlier */
@@ -167,8 +188,18 @@ static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64
     qmm_linear_args a = qmm_linear_args_default();
     a.M = M; a.x = x; a.x_dtype = xt; a.ldx = ldx; a.y_dtype = yt; a.ldy = ldy; a.act = act;
     a.token_scales_in = scales_in ? sin : NULL;
+    a.epilogue = kitchen ? QMM_EPILOGUE_KITCHEN : QMM_EPILOGUE_FUSED;
+    const int64_t ldr = N + (strided ? tu_rand_int(0, 5) : 0);
+    void *res = NULL, *rscale = NULL;
+    if (residual) {
+        res = malloc((size_t)(M * ldr) * ys);
+        rscale = malloc((size_t)N * ys);
+        tu_fill_float(res, yt, M * ldr, 1.0f);
+        tu_fill_float(rscale, yt, N, 1.0f);
+        a.residual = res; a.ldr = ldr; a.residual_scale = rscale;
+    }
     a.y = yref; a.token_scales = sref; a.engine = QMM_ENGINE_REF;
-    TU_CHECK_OK(qmm_linear(g_ctx[0], w, &a));
+    TU_CHECK_OK(qmm_linear(g_ctx[0], wown, &a));
     a.engine = QMM_ENGINE_AUTO;
     for (int t = 0; t < 2; t++) {
         y[t] = malloc(ybytes);
@@ -183,10 +214,12 @@ static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64
         for (int64_t i = 0; i < M * ldy && bad < 0; i++)
             if (!tu_same_elem(yref, y[t], yt, i)) bad = i; /* bits, NaN as NaN (SPEC §7) */
         TU_CHECK(bad < 0,
-                 "%s %d thr M×N×K=%lld×%lld×%lld x=%s y=%s act=%s gs=%d %s bias=%d ldx=%lld ldy=%lld: first bad "
-                 "index %lld (row %lld col %lld): %g vs ref %g",
-                 e->name, t + 1, (long long)M, (long long)N, (long long)K, qmm_dtype_name(xt), qmm_dtype_name(yt),
-                 act_name(act), gs, per_tensor ? "per-tensor" : "per-row", has_bias, (long long)ldx, (long long)ldy,
+                 "%s %d thr M×N×K=%lld×%lld×%lld %s ld=%lld base%%64=%d x=%s y=%s act=%s gs=%d %s bias=%d %s "
+                 "residual=%d ldx=%lld ldy=%lld: first bad index %lld (row %lld col %lld): %g vs ref %g",
+                 e->name, t + 1, (long long)M, (long long)N, (long long)K, borrowed ? "borrowed" : "owned",
+                 (long long)ld, (int)((uintptr_t)wq % 64), qmm_dtype_name(xt), qmm_dtype_name(yt), act_name(act), gs,
+                 per_tensor ? "per-tensor" : "per-row", has_bias, kitchen ? "kitchen" : "fused", residual,
+                 (long long)ldx, (long long)ldy,
                  (long long)bad, (long long)(bad / ldy), (long long)(bad % ldy),
                  bad >= 0 ? tu_load(y[t], yt, bad) : 0.0, bad >= 0 ? tu_load(yref, yt, bad) : 0.0);
         TU_CHECK(tu_first_diff(sref, s[t], QMM_F32, M) < 0, "%s %d thr M×N×K=%lld×%lld×%lld: token scales differ",
@@ -195,8 +228,9 @@ static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64
     TU_CHECK(memcmp(y[0], y[1], ybytes) == 0, "%s M×N×K=%lld×%lld×%lld: 1 and 2 threads differ", e->name,
              (long long)M, (long long)N, (long long)K);
     for (int t = 0; t < 2; t++) { free(y[t]); free(s[t]); }
-    free(yref); free(sref); free(sin); free(x); free(wq); free(sc); free(bias);
-    qmm_weight_destroy(w);
+    free(yref); free(sref); free(sin); free(x); free(wbuf); free(sc); free(bias); free(res); free(rscale);
+    if (w != wown) qmm_weight_destroy(w);
+    qmm_weight_destroy(wown);
 }
 
 /* ---------------------------------------------------------------- amx_bf16 */
@@ -397,21 +431,34 @@ static void blocking_rules(void) {
  * with whole tiles: M=64, N=64, K=640 (2 × 2 blocks of 32 × 32, 10 k-steps of 64). Every
  * regime does 4 loads of A/B and 4 TDPBSSD per k-step; only the blocked one reloads C: 4
  * tiles per block per K block after the first (kc=128: 5 K blocks) — the C partials stay in
- * tiles within a K block and are never loaded for the first. */
+ * tiles within a K block and are never loaded for the first. The same counts for a borrowed
+ * weight read in place (W rows as A, token blocks as B), also with K = 600 (9 whole k-steps
+ * and the tail from the copied tail buffer: still one step). */
+static void op_counts_k(int borrowed, int64_t K);
 static void op_counts(void) {
-    const int64_t M = 64, N = 64, K = 640;
+    op_counts_k(0, 640);
+    op_counts_k(1, 640);
+    op_counts_k(1, 600);
+}
+
+static void op_counts_k(int borrowed, int64_t K) {
+    const int64_t M = 64, N = 64;
     int8_t *wq = malloc((size_t)(N * K));
     float sc = 0.01f;
     tu_fill_i8(wq, N * K, -127, 127);
     qmm_weight_desc d = qmm_weight_desc_default();
     d.N = N; d.K = K; d.data = wq; d.scale = &sc; d.n_scale = 1;
     qmm_weight *w = NULL;
-    TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &w));
+    if (borrowed) TU_CHECK_OK(qmm_weight_borrow_int8(g_ctx[0], &d, &w));
+    else TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &w));
     uint16_t *x = malloc((size_t)(M * K) * 2), *y = malloc((size_t)(M * N) * 2);
     tu_fill_float(x, QMM_BF16, M * K, 1.0f);
     qmm_linear_args a = qmm_linear_args_default();
     a.M = M; a.x = x; a.x_dtype = QMM_BF16; a.y = y; a.y_dtype = QMM_BF16;
-    qmm_call c = make_call(w, &a, 0);
+    qmm_weight view;
+    const qmm_weight *wc = w;
+    if (w && borrowed) TU_CHECK_OK(qmm_weight_for_call(g_ctx[0], w, &view, &wc));
+    qmm_call c = make_call(wc, &a, 0);
     static const struct { int64_t small_m, panel_a, kc; int regime; long ops; } cases[] = {
         {32, 1 << 20, 128, QMM_AMX_PANEL, 4 * 10 * 4 + 4 * 10 * 4},
         {32, 0, 128, QMM_AMX_BLOCKED, 4 * 10 * 4 + 4 * 10 * 4 + 4 * 4 * 4},
@@ -427,8 +474,9 @@ static void op_counts(void) {
         TU_CHECK_OK(qmm_engine_amx_int8_emu.run(g_ctx[0], &c));
         long ops = qmm_amx_emu_ops() - o0;
         TU_CHECK(qmm_amx_last_regime_emu == cases[i].regime && ops == cases[i].ops,
-                 "amx_int8 64×64×640 %s kc=%lld: %ld tile loads + dot products, want %ld",
-                 qmm_amx_regime_name((qmm_amx_regime)cases[i].regime), (long long)cases[i].kc, ops, cases[i].ops);
+                 "amx_int8 %s 64×64×%lld %s kc=%lld: %ld tile loads + dot products, want %ld",
+                 borrowed ? "borrowed" : "owned", (long long)K, qmm_amx_regime_name((qmm_amx_regime)cases[i].regime),
+                 (long long)cases[i].kc, ops, cases[i].ops);
     }
     qmm_amx_blocking_emu = qmm_amx_blocking_default();
     qmm_weight_destroy(w);
@@ -460,13 +508,17 @@ static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
      * of kc=512 / nc=512 / mc=512, each last one partial */
     if (!g_quick) {
         g_default_blocked = 1;
-        int8_case(ei, real, 600, 1100, 1100, 0);
+        for (g_borrow = 0; g_borrow < 2; g_borrow++) int8_case(ei, real, 600, 1100, 1100, 0);
+        g_borrow = -1;
         bf16_case(eb, real, 600, 1100, 600, 1);
         g_default_blocked = 0;
     }
     int64_t Mbig = g_quick ? 300 : 4096;
-    int8_case(ei, real, Mbig, 17, 64, 0);
-    int8_case(ei, real, Mbig, 5, 256, 0);
+    for (g_borrow = 0; g_borrow < 2; g_borrow++) {
+        int8_case(ei, real, Mbig, 17, 64, 0);
+        int8_case(ei, real, Mbig, 5, 256, 0);
+    }
+    g_borrow = -1;
     int8_case(ei, real, 64, 96, 1001, 0);
     for (int i = 0; i < 3; i++) int8_case(ei, real, tu_rand_int(1, 70), tu_rand_int(150, 260), 64 * tu_rand_int(1, 3), 0); /* several chunks */
     for (int iw = 0; iw < 2; iw++) {
@@ -509,6 +561,10 @@ int main(int argc, char **argv) {
             TU_CHECK(g_regime_runs[k][r] > 0, "%s: regime %s never ran", k ? "amx_bf16" : "amx_int8",
                      qmm_amx_regime_name((qmm_amx_regime)r));
     }
+    tu_note("amx_int8 on borrowed weights (in place) per regime: decode %ld, panel %ld, blocked %ld", g_borrowed_runs[0],
+            g_borrowed_runs[1], g_borrowed_runs[2]);
+    for (int r = 0; r < 3; r++)
+        TU_CHECK(g_borrowed_runs[r] > 0, "amx_int8 borrowed: regime %s never ran", qmm_amx_regime_name((qmm_amx_regime)r));
     TU_CHECK(qmm_amx_emu_ops() > ops0, "the emulated engines executed no tile instruction");
     char why[QMM_REASON_MAX];
     if (qmm_engine_available(QMM_ENGINE_AMX_INT8, why, sizeof why) &&

@@ -12,9 +12,10 @@
  *     tasks plus tails (the engines' small-M rows regimes and their switch to the panels), and q
  *     holding -128 (token_scales_in);
  *   - amx_int8 through the tile emulator (tests/borrow.cmake links the emulated build) on a
- *     borrowed weight, each regime (decode, panel, blocked) forced with default or small blocks,
- *     against the reference, and amx_bf16 (W8A16) borrowed against owned, with no emulated tile
- *     fault;
+ *     borrowed weight (read in place), each regime (decode, panel, blocked) forced with default or
+ *     small blocks, M = 1..20 then up to 200 and 300..700, N = 1 a quarter of the time, every
+ *     engine-level act, both epilogues, residual, against the reference, and amx_bf16 (W8A16)
+ *     borrowed against owned, with no emulated tile fault;
  *   - a weight, scale and bias changed between two calls: the second gives the new result;
  *   - two threads, each with its own context, making the first call on one borrowed weight at
  *     once: both exact;
@@ -249,13 +250,19 @@ static void force_regime(int want, int64_t M) {
     qmm_amx_blocking_emu = b;
 }
 
+/* amx_int8 (emulated) reads the borrowed rows in place: every x and y dtype, the acts an engine
+ * sees (none, swiglu, gelu_tanh: rms_norm, situ and the modulation are materialized before any
+ * engine runs), convrot groups, scale kinds, bias dtypes, both epilogues, residual. */
 static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
     layer L;
     layer_random(&L, M, N, K);
-    L.act = QMM_ACT_NONE; L.Kin = K; L.residual = 0; L.modulation = 0; L.kitchen = 0;
+    static const qmm_act engine_acts[3] = {QMM_ACT_NONE, QMM_ACT_SWIGLU, QMM_ACT_GELU_TANH};
+    L.act = engine_acts[tu_rand_int(0, 2)];
+    L.Kin = L.act == QMM_ACT_SWIGLU ? 2 * K : K;
+    L.modulation = 0;
     free(L.x);
-    L.x = malloc((size_t)(M * K) * 4);
-    tu_fill_float(L.x, L.xt, M * K, 1.0f);
+    L.x = malloc((size_t)(M * L.Kin) * 4);
+    tu_fill_float(L.x, L.xt, M * L.Kin, 1.0f);
     const qmm_weight_desc d = layer_desc(&L);
     qmm_weight *wo = NULL, *wb = NULL;
     TU_CHECK_OK(qmm_weight_create_int8(g_ctx, &d, &wo));
@@ -269,9 +276,12 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
         qmm_call c;
         memset(&c, 0, sizeof c);
         TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, &view, &c.w));
-        c.M = M; c.N = N; c.K = K; c.K_in = K;
-        c.x = L.x; c.x_dtype = L.xt; c.ldx = K;
+        c.M = M; c.N = N; c.K = K; c.K_in = L.Kin;
+        c.x = L.x; c.x_dtype = L.xt; c.ldx = L.Kin;
         c.y = y; c.y_dtype = L.yt; c.ldy = N;
+        c.act = L.act;
+        c.epilogue = L.kitchen ? QMM_EPILOGUE_KITCHEN : QMM_EPILOGUE_FUSED;
+        if (L.residual) { c.residual = L.res; c.ldr = N; c.residual_scale = L.rscale; }
         const int want = M <= 32 && tu_rand_int(0, 2) == 0 ? QMM_AMX_DECODE : M >= 2 ? (int)tu_rand_int(1, 2) : QMM_AMX_DECODE;
         force_regime(want, M);
         const long f0 = qmm_amx_emu_faults();
@@ -281,7 +291,8 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
         TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: tiles left configured", what);
         TU_CHECK(qmm_amx_last_regime_emu == want, "%s: regime %d ran, %d forced", what, qmm_amx_last_regime_emu, want);
         same(&L, y, yref, what, "the reference");
-        /* amx_bf16 (W8A16), emulated: borrowed and owned give the same bits, in the same regime */
+        /* amx_bf16 (W8A16), emulated: borrowed and owned give the same bits, in the same regime
+         * (a float engine ignores the int8 epilogue's form and the residual: qmm_linear adds it) */
         if (L.yt != QMM_I32) {
             void *yo = calloc(1, yb);
             qmm_call co = c;
@@ -472,9 +483,10 @@ static void *at_page_end(size_t bytes, void **map, size_t *maplen) {
 }
 
 static void check_guard_pages(void) {
-    static const int64_t shapes[][3] = {{1, 1, 1},     {3, 1, 61},    {17, 5, 67},   {1, 17, 130},  {24, 33, 255},
-                                        {64, 50, 193}, {9, 3, 4},     {2, 300, 129}, {5, 257, 67},  {8, 256, 64},
-                                        {12, 256, 100}, {16, 270, 131}, {4, 523, 255}, {11, 512, 33}, {1, 263, 5}};
+    static const int64_t shapes[][3] = {{1, 1, 1},     {3, 1, 61},     {17, 5, 67},    {1, 17, 130},  {24, 33, 255},
+                                        {64, 50, 193}, {9, 3, 4},      {40, 33, 64},   {5, 16, 128},  {33, 47, 320},
+                                        {2, 31, 2},    {2, 300, 129},  {5, 257, 67},   {8, 256, 64},  {12, 256, 100},
+                                        {16, 270, 131}, {4, 523, 255}, {11, 512, 33},  {1, 263, 5}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         layer L;
         layer_random(&L, shapes[si][0], shapes[si][1], shapes[si][2]);
@@ -563,7 +575,10 @@ int main(int argc, char **argv) {
         layer_free(&L);
     }
     for (int i = 0; i < (quick ? 10 : 40); i++)
-        check_amx_emulated(tu_rand_int(1, i % 4 ? 70 : 200), tu_rand_int(1, i % 3 ? 90 : 300), tu_rand_int(1, 1300));
+        check_amx_emulated(i < 20 ? i + 1 : tu_rand_int(1, i % 4 ? 100 : 200), tu_rand_int(0, 3) ? tu_rand_int(1, i % 3 ? 90 : 300) : 1,
+                           tu_rand_int(1, 1300));
+    for (int i = 0; i < (quick ? 1 : 4); i++) /* several M, N and K blocks (force_regime's small blocks or the defaults) */
+        check_amx_emulated(tu_rand_int(300, 700), tu_rand_int(100, 600), tu_rand_int(500, 1300));
     check_change();
     check_threads();
     qmm_context_destroy(g_ctx);

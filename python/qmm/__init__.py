@@ -10,15 +10,18 @@ AVX-VNNI, AVX2), from Python. A thin ctypes binding over include/qmm.h (see qmm.
 Rules kept here:
   - every failing library call raises qmm.QmmError carrying the status name and
     qmm_last_error() (the message names the layer, the shape and the reason);
-  - one qmm_context per calling thread (created on first use, destroyed with the thread), as
-    qmm.h asks: a context is used by one thread at a time; weights are shared by all;
+  - one qmm_context per process (made at first use, never at import), its calls serialized by
+    a lock as qmm.h asks (a context is used by one thread at a time); weights are shared by all;
+    counters are process-wide; fork()ed children keep working (see context());
   - the GIL is released during every library call (ctypes does so for foreign calls);
-  - no copies of caller memory here: callers pass pointers (torch: data_ptr()); the library
-    copies and packs a weight once, at Weight creation.
+  - no copies of caller memory here: callers pass pointers (torch: data_ptr()); Weight.int8
+    makes the library copy and pack a weight once, Weight.borrow_int8 reads the caller's memory
+    at every call (what the kitchen backend uses).
 
 The torch-facing parts are qmm.kitchen (the comfy-kitchen backend) and qmm.bench_kitchen.
 """
 import ctypes
+import os
 import threading
 
 from . import _lib as L
@@ -26,8 +29,8 @@ from . import _lib as L
 __version__ = L.qmm_version_string().decode()
 
 __all__ = ["QmmError", "Weight", "Plan", "info", "plan", "counters", "reset_counters",
-           "last_engine", "configure", "context", "library_path", "dtype_code", "act_code",
-           "engine_name", "has_quantize_rows"]
+           "last_engine", "configure", "context", "lock", "threads", "library_path", "dtype_code",
+           "act_code", "engine_name", "has_quantize_rows"]
 
 library_path = L.PATH
 
@@ -86,17 +89,35 @@ def has_quantize_rows():
     return L.qmm_quantize_rows is not None
 
 
-# ---------------------------------------------------------------- contexts: one per thread
-_options_lock = threading.Lock()
+# ---------------------------------------------------------------- the process context
+# One qmm_context per process, made at the first call that needs it (importing qmm or
+# registering the kitchen backend makes none). qmm.h lets one thread at a time use a context:
+# every call through it holds _lock (ctypes releases the GIL inside the call, so other Python
+# threads run meanwhile; their qmm calls wait their turn, and each uses the whole pool anyway).
+# Its worker count: configure(n_threads=N) if given, else the count a caller asks for at call
+# time (the kitchen backend passes torch.get_num_threads()), else QMM_NUM_THREADS or every CPU.
+# A different count re-makes the context; counters carry over. After os.fork() the child gets
+# a fresh lock (one held by another parent thread would never be released there); the library
+# starts the context's workers again itself (qmm.h, "Fork").
+_lock = threading.RLock()
 _options = {"n_threads": 0, "max_isa": -1, "fallback": L.FALLBACK_ALLOW, "verbose": -1,
             "disabled_engines": 0}
-_generation = 0  # bumped by configure(): contexts of an older generation are recreated
-_tls = threading.local()
+_proc = None               # the process Context, or None until first use
+_carried = L.Counters()    # counters of the process contexts re-made since the last reset
+
+
+def _after_fork_in_child():
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Context:
-    """One qmm_context (worker threads, scratch arena, counters). Use context() to get the
-    calling thread's; a Context must not be used by two threads at once."""
+    """One qmm_context (worker threads, scratch arena, counters). context() is the process's;
+    a Context of your own must not be used by two threads at once."""
 
     def __init__(self, n_threads=0, max_isa=-1, fallback=L.FALLBACK_ALLOW, verbose=-1,
                  disabled_engines=0):
@@ -109,6 +130,7 @@ class Context:
         p = ctypes.c_void_p()
         _check(L.qmm_context_create(ctypes.byref(o), ctypes.byref(p)), "qmm_context_create")
         self.ptr = p.value
+        self.threads = L.qmm_context_threads(self.ptr)
         self._destroy = L.qmm_context_destroy
 
     def __del__(self):
@@ -116,15 +138,13 @@ class Context:
             self._destroy(self.ptr)
             self.ptr = None
 
-    @property
-    def threads(self):
-        return L.qmm_context_threads(self.ptr)
-
-    def counters(self):
+    def raw_counters(self):
         c = L.Counters()
         L.qmm_get_counters(self.ptr, ctypes.byref(c))
-        calls = {e["name"]: int(c.calls[e["id"]]) for e in L.ENGINES if c.calls[e["id"]]}
-        return {"calls": calls, "fallbacks": int(c.fallbacks), "errors": int(c.errors)}
+        return c
+
+    def counters(self):
+        return _counters_dict(self.raw_counters())
 
     def reset_counters(self):
         L.qmm_reset_counters(self.ptr)
@@ -133,13 +153,35 @@ class Context:
         return engine_name(L.qmm_last_engine(self.ptr))
 
 
+def _counters_dict(c):
+    calls = {e["name"]: int(c.calls[e["id"]]) for e in L.ENGINES if c.calls[e["id"]]}
+    return {"calls": calls, "fallbacks": int(c.fallbacks), "errors": int(c.errors)}
+
+
+def _add_counters(dst, src):
+    for e in range(L.ENGINE_MAX):
+        dst.calls[e] += src.calls[e]
+    dst.fallbacks += src.fallbacks
+    dst.errors += src.errors
+
+
+def _retire():
+    """Drop the process context, adding its counters to _carried (caller holds _lock)."""
+    global _proc
+    if _proc is not None:
+        _add_counters(_carried, _proc.raw_counters())
+        _proc = None
+
+
 def configure(n_threads=None, max_isa=None, fallback=None, verbose=None, disabled_engines=None):
-    """Options of the contexts created from now on (each thread's context is recreated on its
-    next use). n_threads 0: QMM_NUM_THREADS or every online CPU; max_isa: a qmm_isa level or
-    -1; fallback: "allow" or "strict"; verbose: 1 turns dispatch logging (stderr) on."""
-    global _generation
-    with _options_lock:
+    """Options of the process context (re-made at its next use; counters carry over).
+    n_threads 0: the count the caller asks for at call time (the kitchen backend: torch's), else
+    QMM_NUM_THREADS or every online CPU; max_isa: a qmm_isa level or -1; fallback: "allow" or
+    "strict"; verbose: 1 turns dispatch logging (stderr) on."""
+    with _lock:
         if n_threads is not None:
+            if int(n_threads) < 0:
+                raise ValueError("qmm.configure: n_threads=%r (needs >= 0)" % (n_threads,))
             _options["n_threads"] = int(n_threads)
         if max_isa is not None:
             _options["max_isa"] = int(max_isa)
@@ -150,35 +192,67 @@ def configure(n_threads=None, max_isa=None, fallback=None, verbose=None, disable
             _options["verbose"] = int(verbose)
         if disabled_engines is not None:
             _options["disabled_engines"] = int(disabled_engines)
-        _generation += 1
+        _retire()
 
 
-def context():
-    """The calling thread's Context (created on first use with the configure() options)."""
-    ctx = getattr(_tls, "ctx", None)
-    if ctx is None or _tls.generation != _generation:
-        with _options_lock:
-            opts = dict(_options)
-            gen = _generation
-        _tls.ctx = None
-        ctx = Context(**opts)
-        _tls.ctx = ctx
-        _tls.generation = gen
-    return ctx
+def context(n_threads=0):
+    """The process Context, made on first use. n_threads > 0 asks for that many workers unless
+    configure(n_threads=...) fixed the count (a different count re-makes it). Use it while
+    holding qmm.lock() (Weight.linear, plan, ... do)."""
+    global _proc
+    with _lock:
+        want = _options["n_threads"] or n_threads
+        c = _proc
+        if c is None or (want and c.threads != want):
+            _retire()
+            c = _proc = Context(**dict(_options, n_threads=want))
+        return c
+
+
+def lock():
+    """The lock every call through the process context holds (re-entrant)."""
+    return _lock
+
+
+def threads():
+    """Workers of the process context if it exists, else how many it would get now."""
+    with _lock:
+        if _proc is not None:
+            return _proc.threads
+    return _options["n_threads"] or _default_threads()
+
+
+def _default_threads():
+    n = 0
+    try:
+        n = int(os.environ.get("QMM_NUM_THREADS", "0"))
+    except ValueError:
+        pass
+    return n if n > 0 else (os.cpu_count() or 1)
 
 
 def counters():
-    """Calls per engine, fallbacks and errors of this thread's context since creation/reset."""
-    return context().counters()
+    """Calls per engine, fallbacks and errors of every call through the process context (all
+    threads) since the last reset_counters()."""
+    with _lock:
+        c = L.Counters()
+        ctypes.memmove(ctypes.byref(c), ctypes.byref(_carried), ctypes.sizeof(c))
+        if _proc is not None:
+            _add_counters(c, _proc.raw_counters())
+        return _counters_dict(c)
 
 
 def reset_counters():
-    context().reset_counters()
+    with _lock:
+        ctypes.memset(ctypes.byref(_carried), 0, ctypes.sizeof(_carried))
+        if _proc is not None:
+            _proc.reset_counters()
 
 
 def last_engine():
-    """The engine that ran the last successful linear call of this thread ("auto" if none)."""
-    return context().last_engine()
+    """The engine that ran the last successful linear call of the process ("auto" if none)."""
+    with _lock:
+        return _proc.last_engine() if _proc is not None else "auto"
 
 
 # ---------------------------------------------------------------- weights and plans
@@ -254,8 +328,9 @@ class Weight:
         bias; convrot_gs 0 or the ConvRot group size the weight was rotated with."""
         d = cls._desc(data, N, K, scale, n_scale, ld, bias, bias_dtype, convrot_gs, name, full_precision)
         p = ctypes.c_void_p()
-        _check(L.qmm_weight_create_int8((ctx or context()).ptr, ctypes.byref(d), ctypes.byref(p)),
-               "qmm_weight_create_int8")
+        with _lock:
+            _check(L.qmm_weight_create_int8((ctx or context()).ptr, ctypes.byref(d),
+                                            ctypes.byref(p)), "qmm_weight_create_int8")
         return cls(p.value, name)
 
     @classmethod
@@ -271,8 +346,9 @@ class Weight:
         d = cls._desc(_address(data), N, K, _address(scale), n_scale, ld, _address(bias), bias_dtype,
                          convrot_gs, name, full_precision)
         p = ctypes.c_void_p()
-        _check(L.qmm_weight_borrow_int8((ctx or context()).ptr, ctypes.byref(d), ctypes.byref(p)),
-               "qmm_weight_borrow_int8")
+        with _lock:
+            _check(L.qmm_weight_borrow_int8((ctx or context()).ptr, ctypes.byref(d),
+                                            ctypes.byref(p)), "qmm_weight_borrow_int8")
         w = cls(p.value, name)
         w._borrowed = keep
         return w
@@ -294,10 +370,16 @@ class Weight:
                 "has_bias": bool(i.has_bias), "full_precision": bool(i.full_precision),
                 "packed_bytes": int(i.packed_bytes)}
 
-    def linear(self, args, ctx=None):
-        """qmm_linear with a filled _lib.LinearArgs (pointers already set by the caller)."""
-        _check(L.qmm_linear((ctx or context()).ptr, self.ptr, ctypes.byref(args)),
-               "qmm_linear(%s)" % (self.name or "?"))
+    def linear(self, args, ctx=None, n_threads=0):
+        """qmm_linear with a filled _lib.LinearArgs (pointers already set by the caller), on ctx
+        or the process context (n_threads as in context())."""
+        if ctx is not None:
+            st = L.qmm_linear(ctx.ptr, self.ptr, ctypes.byref(args))
+        else:
+            with _lock:
+                st = L.qmm_linear(context(n_threads).ptr, self.ptr, ctypes.byref(args))
+        if st != L.OK:
+            _check(st, "qmm_linear(%s)" % (self.name or "?"))
 
 
 def linear_args(M, x_dtype="bf16", y_dtype=None, act="none", epilogue="kitchen"):
@@ -317,14 +399,15 @@ def plan(weight, M=1, x_dtype="bf16", y_dtype=None, act="none", epilogue="kitche
     arguments themselves are invalid; a layer no engine admits comes back with .status set."""
     a = args if args is not None else linear_args(M, x_dtype, y_dtype, act, epilogue)
     p = L.PlanInfo()
-    _check(L.qmm_plan((ctx or context()).ptr, weight.ptr, ctypes.byref(a), ctypes.byref(p)),
-           "qmm_plan(%s)" % (weight.name or "?"))
+    with _lock:
+        _check(L.qmm_plan((ctx or context()).ptr, weight.ptr, ctypes.byref(a), ctypes.byref(p)),
+               "qmm_plan(%s)" % (weight.name or "?"))
     return Plan(p)
 
 
 def info():
     """Version, library path, CPU brand and features, and for every engine whether it is
-    available here and why not; threads of this thread's context."""
+    available here and why not; the process context's workers (threads())."""
     feats = L.qmm_cpu_features()
     names = []
     for bit in range(32):
@@ -340,11 +423,12 @@ def info():
                               "why": "" if ok else why.value.decode(errors="replace")}
     return {"version": L.qmm_version_string().decode(), "library": L.PATH,
             "cpu": L.qmm_cpu_brand().decode(errors="replace").strip(), "features": names,
-            "engines": engines, "threads": context().threads,
+            "engines": engines, "threads": threads(),
             "quantize_rows": has_quantize_rows()}
 
 
 def int8_engines_available():
-    """Names of the int8 engines this CPU/OS/build runs (best first)."""
-    return [n for n, e in info()["engines"].items() if e["available"] and e["int8"]]
+    """Names of the int8 engines this CPU/OS/build runs (best first); makes no context."""
+    return [e["name"] for e in L.ENGINES
+            if e["kind"] == L.KIND_INT8 and L.qmm_engine_available(e["id"], None, 0)]
 

@@ -3,8 +3,12 @@ torch, four ways, on the same CPU threads:
 
     eager   ComfyUI INT8 layers (ConvRot g=256) through comfy-kitchen's eager backend
     qmm     the same layers through comfy-kitchen with the qmm backend registered
-    bf16    torch bf16 linears (F.linear)
-    fp32    torch fp32, everything (activations too)
+    bf16    torch bf16, everything (weights and activations)
+    fp32    torch fp32, everything
+
+--dtype is the activations' dtype of the two INT8 paths: f32 (the default) is what ComfyUI sends
+to every INT8 layer on a CPU (also with --bf16-unet); bf16 for comparison. Attention is the one
+ComfyUI runs on a CPU (qmm.dit.sub_quad: its attention_sub_quad), or --attention sdpa.
 
 Each path runs in its own process (clean peak RSS): weights are made from a fixed seed (INT8
 weights directly as int8 + per-row scales: timing does not depend on their values), one
@@ -15,7 +19,7 @@ block against their int8 bytes, and the share of time spent outside the four lin
 
     python -m qmm.bench_kitchen                 # 1024 and 4096 tokens, 2 threads, 3 reps
     python -m qmm.bench_kitchen --quick         # 1024 tokens, 2 reps (a few minutes)
-    python -m qmm.bench_kitchen --spill /var/tmp   # qmm path: packed copy the only resident one
+    python -m qmm.bench_kitchen --dtype bf16    # bf16 activations on the INT8 paths
     python -m qmm.bench_kitchen --rounds 2      # each path twice, in turn; the faster round kept
 Not a test: no thresholds; the numbers go to bench/NOTES.md and the README.
 """
@@ -39,7 +43,7 @@ def _rss_mib():
     return 0.0
 
 
-def _one(path, tokens, threads, reps, width, spill):
+def _one(path, tokens, threads, reps, width, act_dtype, attention):
     import torch
     torch.set_num_threads(threads)
     import contextlib
@@ -67,15 +71,16 @@ def _one(path, tokens, threads, reps, width, spill):
     rss_weights = _rss_mib() - rss0
     ctx = contextlib.nullcontext()
     if path == "qmm":
-        qmm.kitchen.register(spill_dir=spill)
+        qmm.kitchen.register()
     elif path == "eager":
         ctx = ck.use_backend("eager")
-    dt = torch.float32 if path == "fp32" else torch.bfloat16
-    block = dit.Block(layers, hidden, heads, head_dim, dt)
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}.get(
+        path, torch.float32 if act_dtype == "f32" else torch.bfloat16)
+    block = dit.Block(layers, hidden, heads, head_dim, dt, attention=attention)
     x = torch.randn(1, tokens, hidden, generator=g).to(dt)
     with ctx, torch.inference_mode():
-        for _ in range(2):     # one token: packs the qmm weights (and with --spill moves the
-            block(x[:, :1])    # int8 tensors at their second call), allocates next to nothing
+        for _ in range(2):     # one token: plans each layer once, allocates next to nothing
+            block(x[:, :1])
         rss_after = _rss_mib() - rss0
         block(x)               # warm-up
         times, lin = [], []
@@ -90,13 +95,12 @@ def _one(path, tokens, threads, reps, width, spill):
            "outside_linears": statistics.median([1 - a / b for a, b in zip(lin, times)]),
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
            "weights_rss_mib": rss_weights, "resident_after_block_mib": rss_after,
-           "spilled_mib": qmm.kitchen.cache.spilled_bytes / 2 ** 20,
-           "int8_mib": int8_bytes / 2 ** 20, "finite": bool(torch.isfinite(y).all())}
+           "int8_mib": int8_bytes / 2 ** 20, "finite": bool(torch.isfinite(y).all()),
+           "act_dtype": str(dt).replace("torch.", ""), "attention": attention}
     if path == "qmm":
         c = qmm.counters()
         out["engines"] = c["calls"]
         out["fallbacks"] = c["fallbacks"]
-        out["packed_mib"] = qmm.kitchen.cache.packed_bytes() / 2 ** 20
     return out
 
 
@@ -112,8 +116,10 @@ def main(argv=None):
                     "in turn, and keep each path's fastest round (steadier on a shared machine)")
     ap.add_argument("--small", action="store_true", help="hidden 1536 instead of 5376 (a check "
                     "of the harness, not the SPEC shapes)")
-    ap.add_argument("--spill", default=None, help="qmm path: move each packed int8 tensor's "
-                    "bytes to an unlinked file in DIR (qmm.kitchen.register(spill_dir=DIR))")
+    ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32", help="activations of the "
+                    "INT8 paths (f32: what ComfyUI sends on a CPU)")
+    ap.add_argument("--attention", choices=("sub_quad", "sdpa"), default="sub_quad",
+                    help="sub_quad: ComfyUI's CPU attention (default); sdpa: torch's")
     ap.add_argument("--json", action="store_true", help="one JSON object per path and size")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -121,19 +127,20 @@ def main(argv=None):
     tokens = [int(t) for t in (a.tokens or ("1024" if a.quick else "1024,4096")).split(",")]
     reps = a.reps or (2 if a.quick else 3)
     if a.one:
-        print(json.dumps(_one(a.one, tokens[0], a.threads, reps, width, a.spill)))
+        print(json.dumps(_one(a.one, tokens[0], a.threads, reps, width, a.dtype, a.attention)))
         return 0
     import qmm
     info = qmm.info()
     print("qmm %s on %s (%s); %d threads; block hidden %d, %d heads x %d, FFN %d (SwiGLU), "
-          "ConvRot g=256" % (info["version"], info["cpu"], ", ".join(
-              qmm.int8_engines_available()), a.threads, *width))
+          "ConvRot g=256; INT8 paths with %s activations; attention %s" % (
+              info["version"], info["cpu"], ", ".join(qmm.int8_engines_available()), a.threads,
+              *width, a.dtype, a.attention))
     rows = []
     for T, rnd, p in [(T, rnd, p) for T in tokens for rnd in range(a.rounds)
                       for p in a.paths.split(",")]:
         cmd = [sys.executable, "-m", "qmm.bench_kitchen", "--one", p, "--tokens", str(T),
                "--threads", str(a.threads), "--reps", str(reps)] + \
-              (["--small"] if a.small else []) + (["--spill", a.spill] if a.spill else [])
+              (["--small"] if a.small else []) + ["--dtype", a.dtype, "--attention", a.attention]
         r = subprocess.run(cmd, capture_output=True, text=True,
                            env=dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
         if r.returncode != 0:
@@ -153,7 +160,7 @@ def main(argv=None):
                   flush=True)
     if not a.json:
         print()
-        print("| tokens | path | median / block | vs eager INT8 | vs torch bf16 | vs fp32 | "
+        print("| tokens | path | median / block | vs eager INT8 | vs torch bf16 | vs torch fp32 | "
               "outside linears | peak RSS | weights resident |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for T in tokens:
@@ -165,14 +172,15 @@ def main(argv=None):
                 wr = r["resident_after_block_mib"]
                 extra = " (%.2fx int8)" % (wr / r["int8_mib"]) if p in ("eager", "qmm") else ""
                 print("| %d | %s | %.3f s | %s | %s | %s | %.0f%% | %.0f MiB | %.0f MiB%s |" % (
-                    T, {"eager": "kitchen eager INT8", "qmm": "kitchen + qmm INT8",
+                    T, {"eager": "kitchen eager INT8 (%s)" % a.dtype,
+                        "qmm": "kitchen + qmm INT8 (%s)" % a.dtype,
                         "bf16": "torch bf16", "fp32": "torch fp32"}[p], r["median_s"],
                     sp("eager"), sp("bf16"), sp("fp32"), 100 * r["outside_linears"],
                     r["peak_rss_mib"], wr, extra))
         q = [r for r in rows if r["path"] == "qmm"]
         if q:
-            print("\nqmm engines: %s, fallbacks %d; packed weights %.0f MiB for %.0f MiB of int8" % (
-                q[0]["engines"], q[0]["fallbacks"], q[0]["packed_mib"], q[0]["int8_mib"]))
+            print("\nqmm engines: %s, fallbacks %d; %.0f MiB of int8 weights, borrowed (no copy)" % (
+                q[0]["engines"], q[0]["fallbacks"], q[0]["int8_mib"]))
     return 0
 
 

@@ -3,9 +3,13 @@
 The block (pre-norm, gated residuals, as the video DiTs ComfyUI runs):
     h = rms_norm(x) · (1 + scale1) + shift1
     q, k, v = qkv_proj(h)                          [T, 3·H·hd] → 3 × [H, T, hd]
-    x = x + gate1 · out_proj(sdpa(q, k, v))        residual fused into the linear where possible
+    x = x + gate1 · out_proj(attn(q, k, v))        residual fused into the linear where possible
     h = rms_norm(x) · (1 + scale2) + shift2
     x = x + gate2 · fc2(swiglu(fc1(h)))            swiglu fused into fc2 (input_act)
+attn is the attention ComfyUI runs on a CPU (comfy/ldm/modules/attention.py picks
+attention_sub_quad for a CPU device: with the memory to spare, the whole key/value length in one
+chunk and queries in chunks of 4096 — scores by baddbmm, softmax, then bmm; sub_quad() here), or
+torch's scaled_dot_product_attention (attention="sdpa").
 Its four linears are layers of one of three kinds:
     KitchenInt8Linear  a ComfyUI INT8 layer: comfy-kitchen's TensorWiseINT8Layout weight, run
                        through the kitchen's dispatch (eager, or qmm once registered);
@@ -79,11 +83,33 @@ class TorchLinear:
         return y
 
 
+def sub_quad(q, k, v, query_chunk=4096):
+    """Attention as ComfyUI's attention_sub_quad computes it on a CPU with memory to spare:
+    q, k, v [B, H, T, hd] → [B, H, T, hd]; per chunk of query_chunk queries, scores =
+    baddbmm(q, kᵀ, alpha=hd^-0.5), softmax over all keys, then bmm with v."""
+    B, H, T, hd = q.shape
+    q3, k3, v3 = q.reshape(B * H, T, hd), k.reshape(B * H, -1, hd), v.reshape(B * H, -1, hd)
+    kt = k3.transpose(1, 2)
+    out = torch.empty_like(q3)
+    for i in range(0, T, query_chunk):
+        qc = q3[:, i:i + query_chunk]
+        s = torch.baddbmm(torch.empty(qc.shape[0], qc.shape[1], kt.shape[2], dtype=q.dtype),
+                          qc, kt, beta=0, alpha=hd ** -0.5)
+        p = s.softmax(dim=-1)
+        del s
+        torch.bmm(p, v3, out=out[:, i:i + query_chunk])
+    return out.reshape(B, H, T, hd)
+
+
+ATTENTION = {"sub_quad": sub_quad, "sdpa": F.scaled_dot_product_attention}
+
+
 class Block:
     """The DiT block above over four layers {name: layer}; mod holds the modulation vectors."""
 
-    def __init__(self, layers, hidden, heads, head_dim, dtype, seed=0):
+    def __init__(self, layers, hidden, heads, head_dim, dtype, seed=0, attention="sub_quad"):
         self.layers, self.hidden, self.heads, self.head_dim = layers, hidden, heads, head_dim
+        self.attention = ATTENTION[attention]
         g = torch.Generator().manual_seed(seed)
 
         def vec(s=0.1, base=0.0):
@@ -100,7 +126,7 @@ class Block:
         h = F.rms_norm(x, (self.hidden,), self.norm1, 1e-6) * (1 + self.scale1) + self.shift1
         qkv = t.wrap(L["attn.qkv_proj"], h)
         q, k, v = qkv.reshape(-1, T, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v)
+        a = self.attention(q, k, v)
         a = a.transpose(1, 2).reshape(-1, T, self.heads * self.head_dim)
         x = t.wrap(L["attn.out_proj"], a, residual=x, residual_scale=self.gate1)
         h = F.rms_norm(x, (self.hidden,), self.norm2, 1e-6) * (1 + self.scale2) + self.shift2

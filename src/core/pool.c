@@ -7,6 +7,13 @@
  * qmm_pool_run(p, n, fn, arg): the calling thread acts as thread 0; workers 1..n-1 wake on a
  * generation counter, run their tasks and signal completion. One run at a time per pool
  * (a context is used by one thread at a time).
+ *
+ * Fork: a child process has only the thread that called fork(); the workers of every pool made
+ * before it are gone and the pool's mutex may have been held by one of them. A pthread_atfork
+ * child handler bumps a process-wide fork count; a pool made under an older count is re-made in
+ * place at its next run (fresh mutex and conditions, new workers; no join of the parent's
+ * threads), and destroying it only frees memory. If its workers cannot be started again, its
+ * tasks run on the calling thread.
  */
 #define _GNU_SOURCE
 #include "qmm_internal.h"
@@ -14,9 +21,13 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct qmm_pool {
     int n;
+    int pin;
+    int *cpus;        /* n entries when pinned to a list, else NULL */
+    unsigned forks;   /* fork_count when the workers were started */
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
@@ -30,6 +41,11 @@ struct qmm_pool {
 };
 
 typedef struct { qmm_pool *p; int index; int cpu; } worker_arg;
+
+static volatile unsigned fork_count;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void on_fork_child(void) { fork_count++; }
+static void install_atfork(void) { (void)pthread_atfork(NULL, NULL, on_fork_child); }
 
 static void pin_self(int cpu) {
     if (cpu < 0) return;
@@ -63,37 +79,76 @@ static void *worker_main(void *varg) {
     return NULL;
 }
 
-qmm_status qmm_pool_create(int n_threads, int pin, const int *cpu_list, qmm_pool **out) {
-    *out = NULL;
-    if (n_threads < 1) n_threads = 1;
-    qmm_pool *p = calloc(1, sizeof *p);
-    if (!p) return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "thread pool: out of memory");
-    p->n = n_threads;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
-    p->threads = calloc((size_t)n_threads, sizeof *p->threads);
-    if (!p->threads) { qmm_pool_destroy(p); return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "thread pool: out of memory"); }
-    if (pin) pin_self(cpu_list ? cpu_list[0] : 0);
+/* Starts workers 1..n-1 of p (its mutex and conditions initialized); on failure p->n is the
+ * number of threads that run (the started workers and the caller). */
+static qmm_status start_workers(qmm_pool *p, int n_threads) {
+    p->forks = fork_count;
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
-        if (!wa) { p->n = i; qmm_pool_destroy(p); return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "thread pool: out of memory"); }
+        if (!wa) { p->n = i; return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "thread pool: out of memory"); }
         wa->p = p;
         wa->index = i;
-        wa->cpu = pin ? (cpu_list ? cpu_list[i] : i) : -1;
+        wa->cpu = p->pin ? (p->cpus ? p->cpus[i] : i) : -1;
         if (pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
             free(wa);
             p->n = i;
-            qmm_pool_destroy(p);
             return qmm_fail(QMM_ERR_INTERNAL, "thread pool: cannot start thread %d of %d", i, n_threads);
         }
     }
+    p->n = n_threads;
+    return QMM_OK;
+}
+
+static void init_sync(qmm_pool *p) {
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->generation = 0;
+    p->pending = 0;
+    p->quit = 0;
+}
+
+qmm_status qmm_pool_create(int n_threads, int pin, const int *cpu_list, qmm_pool **out) {
+    *out = NULL;
+    (void)pthread_once(&atfork_once, install_atfork);
+    if (n_threads < 1) n_threads = 1;
+    qmm_pool *p = calloc(1, sizeof *p);
+    if (!p) return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "thread pool: out of memory");
+    p->n = 1;
+    p->pin = pin;
+    init_sync(p);
+    p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+    if (!p->threads) { qmm_pool_destroy(p); return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "thread pool: out of memory"); }
+    if (pin && cpu_list) {
+        p->cpus = malloc((size_t)n_threads * sizeof *p->cpus);
+        if (!p->cpus) { qmm_pool_destroy(p); return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "thread pool: out of memory"); }
+        memcpy(p->cpus, cpu_list, (size_t)n_threads * sizeof *p->cpus);
+    }
+    if (pin) pin_self(p->cpus ? p->cpus[0] : 0);
+    qmm_status st = start_workers(p, n_threads);
+    if (st != QMM_OK) { qmm_pool_destroy(p); return st; }
     *out = p;
     return QMM_OK;
 }
 
+/* In a child of fork(): the parent's workers do not exist here. Re-make the pool in place with
+ * as many threads as before (a failure leaves fewer: the caller runs the rest). */
+static void respawn_after_fork(qmm_pool *p) {
+    const int n = p->n;
+    init_sync(p);
+    memset(p->threads, 0, (size_t)n * sizeof *p->threads);
+    p->n = 1;
+    (void)start_workers(p, n);
+}
+
 void qmm_pool_destroy(qmm_pool *p) {
     if (!p) return;
+    if (p->forks != fork_count) { /* made before a fork: its workers are the parent's */
+        free(p->threads);
+        free(p->cpus);
+        free(p);
+        return;
+    }
     pthread_mutex_lock(&p->mu);
     p->quit = 1;
     pthread_cond_broadcast(&p->wake);
@@ -101,6 +156,7 @@ void qmm_pool_destroy(qmm_pool *p) {
     for (int i = 1; i < p->n; i++)
         if (p->threads && p->threads[i]) pthread_join(p->threads[i], NULL);
     free(p->threads);
+    free(p->cpus);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->done);
@@ -111,6 +167,7 @@ int qmm_pool_threads(const qmm_pool *p) { return p ? p->n : 1; }
 
 void qmm_pool_run(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, void *arg) {
     if (n_tasks <= 0) return;
+    if (p && p->forks != fork_count) respawn_after_fork(p);
     if (!p || p->n == 1 || n_tasks == 1) {
         for (int64_t t = 0; t < n_tasks; t++) fn(t, n_tasks, 0, arg);
         return;

@@ -21,3 +21,13 @@ def test_bench_kitchen_small_runs():
     assert all(x["finite"] and x["median_s"] > 0 for x in rows)
     q = rows[1]
     assert q["fallbacks"] == 0 and sum(q["engines"].values()) == 4 * 4   # 2 x 1 token, warm-up, 1 rep
+
+
+def test_bench_overhead_runs():
+    cmd = [sys.executable, "-m", "qmm.bench_overhead", "--n", "50", "--rounds", "1"]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for row in ("torch f32 linear", "qmm kernel (ctypes)", "kitchen floor (no-op backend)",
+                "kitchen + qmm", "qmm's own Python", "qmm's own, measured"):
+        assert row in r.stdout, r.stdout

@@ -49,11 +49,11 @@ class _StubModelPatcher:            # ComfyUI's MODEL: .model (BaseModel) .diffu
 
 
 def test_import_registers_and_logs_engines_once(caplog):
-    registry.set_priority([b for b in registry._priority if b != "qmm"])
+    registry.set_priority(["cuda", "triton", "eager"])
     with caplog.at_level(logging.INFO, logger="qmm.comfyui"):
         node = _import_node()
         node.setup()                   # a second setup (ComfyUI reloads) logs nothing more
-    assert registry._priority[0] == "qmm"
+    assert registry.get_capable_backend("int8_linear") == "qmm"
     msgs = [r.getMessage() for r in caplog.records if r.name == "qmm.comfyui"]
     assert len(msgs) == 1 and "int8 engines here: " in msgs[0]
     for e in qmm.int8_engines_available():

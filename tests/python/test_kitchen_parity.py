@@ -21,6 +21,9 @@ CPU (SPEC §1a; torch's own kernels differ between CPUs, qmm's promise must hold
 Every rotation case runs the eager side in each of exactness.TORCH_ORDERS (torch's own, the fp32
 upcast that AVX512-FP16 CPUs compute, the reversed fp32 sum), so both kinds of CPU are checked on
 any machine. The measured worst case and the share of identical elements are printed per case.
+f32 comes first in every matrix: ComfyUI sends f32 activations to every INT8 layer on a CPU (also
+with --bf16-unet); test_comfyui_cpu_path_f32 is that path on model-sized layers, printing the
+measured relative L2 error of qmm and of eager against the float model and qmm's against eager.
 """
 import pytest
 import torch
@@ -113,7 +116,7 @@ def make(x_dtype, M, K, act, scale_shape, bias, outliers=True):
 
 
 @pytest.mark.parametrize("gs,order", groups_and_orders([0, 4, 16, 64, 256, 1024]))
-@pytest.mark.parametrize("x_dtype", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("x_dtype", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize("M", [1, 7, 64, 300])
 def test_int8_linear_shapes_groups(kitchen, monkeypatch, x_dtype, M, gs, order):
     use_torch_order(monkeypatch, order)
@@ -131,8 +134,36 @@ def test_int8_linear_shapes_groups(kitchen, monkeypatch, x_dtype, M, gs, order):
                   rot=(linear_bound(x, gs, w, ws), b) if gs else None)
 
 
+@pytest.mark.parametrize("gs,order", groups_and_orders([0, 64, 256]))
+@pytest.mark.parametrize("M", [1, 2, 256, 1024])
+def test_comfyui_cpu_path_f32(kitchen, monkeypatch, M, gs, order):
+    # ComfyUI on a CPU: f32 activations and outputs, a bias, per-row scales, K = 3072
+    use_torch_order(monkeypatch, order)
+    Nl, K = 96, 3072
+    x, w, ws, b = make(torch.float32, M, K, None, "N1", True)
+    w = torch.randint(-127, 128, (Nl, K), dtype=torch.int8)
+    ws, b = ws[:1].expand(Nl, 1).contiguous() * (1 + torch.rand(Nl, 1)), torch.randn(Nl)
+    kw = dict(convrot=gs > 0, convrot_groupsize=gs or 256)
+    y = on_qmm("int8_linear", x, w, ws, b, torch.float32, **kw)
+    ye = eager("int8_linear", x, w, ws, b, torch.float32, **kw)
+    # the float model: the dequantized weight (rotated back) times x in f64
+    wf = w.double() * ws.double()
+    if gs:
+        h = _build_hadamard(gs, dtype=torch.float64)
+        wf = (wf.reshape(Nl, K // gs, gs) @ h.T).reshape(Nl, K)
+    yf = x.double() @ wf.T + b.double()
+
+    def rel(a, ref):
+        return ((a.double() - ref).norm() / ref.norm()).item()
+    print("f32 M=%d gs=%d (%s): rel L2 qmm-eager %.3g, qmm-float %.3g, eager-float %.3g" % (
+        M, gs, order, rel(y, ye.double()), rel(y, yf), rel(ye, yf)))
+    check(y, ye, exact_expected(x, None, gs), row_scales(x, None, None, 0, gs), ws,
+          "int8_linear f32 (ComfyUI CPU) M=%d gs=%d (%s)" % (M, gs, order),
+          rot=(linear_bound(x, gs, w, ws), b) if gs else None)
+
+
 @pytest.mark.parametrize("act", ["gelu_tanh", "swiglu", "situ", "rms_norm"])
-@pytest.mark.parametrize("x_dtype", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("x_dtype", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize("gs,order", groups_and_orders([0, 16, 256]))
 def test_int8_linear_input_acts(kitchen, monkeypatch, act, x_dtype, gs, order):
     use_torch_order(monkeypatch, order)
@@ -149,7 +180,7 @@ def test_int8_linear_input_acts(kitchen, monkeypatch, act, x_dtype, gs, order):
               "int8_linear act %s %s M=%d gs=%d (%s)" % (act, x_dtype, M, gs, order))
 
 
-@pytest.mark.parametrize("x_dtype", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("x_dtype", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize("rs_shape", ["N", "1"])
 @pytest.mark.parametrize("order", TORCH_ORDERS)
 def test_int8_linear_residual(kitchen, monkeypatch, x_dtype, rs_shape, order):
@@ -168,7 +199,7 @@ def test_int8_linear_residual(kitchen, monkeypatch, x_dtype, rs_shape, order):
               rot=(linear_bound(x, gs, w, ws) * rscale.float().abs(), res) if gs else None)
 
 
-@pytest.mark.parametrize("x_dtype", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("x_dtype", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize("gs,order", groups_and_orders([0, 64]))
 def test_int8_linear_modulated(kitchen, monkeypatch, x_dtype, gs, order):
     use_torch_order(monkeypatch, order)
@@ -185,7 +216,7 @@ def test_int8_linear_modulated(kitchen, monkeypatch, x_dtype, gs, order):
               rot=(linear_bound(xm, gs, w, ws), b) if gs else None)
 
 
-@pytest.mark.parametrize("x_dtype", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("x_dtype", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize("gs,order", groups_and_orders([0, 256]))
 def test_int8_linear_rms_modulated(kitchen, monkeypatch, x_dtype, gs, order):
     use_torch_order(monkeypatch, order)
@@ -221,7 +252,7 @@ def _quant_case(fn, *a):
         == "qmm", "%s is not routed to qmm (libqmm lacks qmm_quantize_rows?)" % fn
 
 
-@pytest.mark.parametrize("x_dtype", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("x_dtype", ["f32", "bf16", "f16"])
 def test_quantize_int8_rowwise(kitchen, x_dtype):
     dt = DT[x_dtype]
     x = (torch.randn(3, 37, 256) * 4).to(dt)
@@ -232,7 +263,7 @@ def test_quantize_int8_rowwise(kitchen, x_dtype):
     assert torch.equal(q, qe) and torch.equal(s, se)     # EXACT: the kitchen's rule
 
 
-@pytest.mark.parametrize("x_dtype", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("x_dtype", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize("scale", [None, "recalculate", 0.05, "tensor"])
 def test_quantize_int8_tensorwise(kitchen, x_dtype, scale):
     dt = DT[x_dtype]
@@ -263,7 +294,7 @@ def check_quantized(q, s, qe, se, a, gs, label):
         assert ((ss >= s_lo) & (ss <= s_hi)).all(), "%s: %s scales outside" % (label, side)
 
 
-@pytest.mark.parametrize("x_dtype", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("x_dtype", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize("gs", [4, 16, 64, 256, 1024])
 @pytest.mark.parametrize("order", TORCH_ORDERS)
 def test_quantize_and_rotate_rowwise(kitchen, monkeypatch, x_dtype, gs, order):

@@ -20,6 +20,12 @@
  *            nc/32 column panels, the nc × kc B block (256 KiB) in L2 across the mc/32 row
  *            panels, C partials in tiles within a K block and in a per-thread mc × nc buffer
  *            (L2) between K blocks.
+ * amx_int8 on a borrowed weight (read in place, yᵀ = W·xᵀ: amx_int8.c) runs the same regimes
+ * with the same constants and the operands' roles swapped: the 32 × kc token panel (16 KiB) in
+ * L1 across the nc/32 W panels, the nc × kc block of the caller's W rows (256 KiB, 512 rows ×
+ * 8 lines at stride ld) in L2 across the mc/32 token panels. With ld a multiple of 4 KiB those
+ * rows fall into 1/8 of the L2 sets (16 lines per set at nc = 512: the whole associativity), so
+ * nc = 256 may be needed there — an estimate, to measure (bench/NOTES.md).
  */
 #ifndef QMM_AMX_BLOCKING_H
 #define QMM_AMX_BLOCKING_H

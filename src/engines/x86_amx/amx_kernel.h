@@ -24,6 +24,9 @@
  *   tmm6 tmm7  B of column blocks nb and nb+1                       (colsb 64, rows 16)
  * r0 = min(16, rows left), r1 = min(16, rows left - 16) (0: tmm2, tmm3, tmm5 unconfigured).
  * Rows of a partial M panel are handled by a partial configuration, never by padding.
+ * amx_int8 on a borrowed weight (W read in place, yᵀ = W·xᵀ) uses the same plan with the roles
+ * swapped: A = 16 rows of W each (rows r0 / r1 of the W panel), B = 16 tokens each (token blocks;
+ * the tokens past M are zero), C = [W rows][tokens].
  */
 #ifndef QMM_AMX_KERNEL_H
 #define QMM_AMX_KERNEL_H

@@ -1,0 +1,196 @@
+"""qmm.kitchen — qmm as a comfy-kitchen backend for CPU tensors.
+
+    import qmm.kitchen
+    qmm.kitchen.register()     # backend "qmm", first in the kitchen's priority list
+
+After register(), the kitchen's INT8 functions on CPU tensors (comfy_kitchen.int8_linear, the
+torch.ops.comfy_kitchen.* custom ops ComfyUI's INT8 layers call, ...) run on qmm's integer
+matrix engines. Laid out as the kitchen lays out its own backends (comfy_kitchen/backends/<name>):
+this module holds _build_constraints() and _register(); the operations live in linear.py,
+quantize.py and dequantize.py, the borrowed weight handles in weights.py.
+
+Everything qmm does not run is declined by the backend's constraints and goes to the next
+backend (eager): the kitchen decides per call by validating FunctionConstraints (declarative
+ParamConstraints for dtypes and devices, then one call rule per function, which runs the same
+check as a direct call of the function), and a backend cannot hand a call on once it runs, so
+every refusal happens there. A refusal is logged on "comfy_kitchen.dispatch" (declines()).
+Any input that requires grad under grad mode is declined (qmm computes no gradients).
+
+Numerics: every linear call uses QMM_EPILOGUE_KITCHEN and the kitchen's input stage (SPEC §1a),
+so outputs are those of the eager backend (bit-identical where SPEC §1a says so). Calls qmm would
+run W8A16 on a float engine are declined.
+
+Weights are borrowed (qmm_weight_borrow_int8): qmm reads the kitchen's int8 tensor, scales and
+bias in place at every call. No packed copy exists, so nothing is repacked on a Parameter
+re-wrap, and any write to the tensor (copy_, indexing, numpy, under inference_mode or not) is
+seen by the next call.
+
+Threads: calls run on the process's qmm context with torch.get_num_threads() workers at call
+time (unless qmm.configure(n_threads=...) fixed the count); register() makes no context.
+Where this CPU has no int8 engine, or the loaded library cannot borrow weights, register()
+marks the backend unavailable in the kitchen with the reason (registry.mark_unavailable).
+"""
+import logging
+import sys
+import threading
+
+import torch
+from comfy_kitchen.constraints import FunctionConstraints, ParamConstraint
+from comfy_kitchen.registry import registry
+
+import qmm
+
+from . import dequantize as _dq
+from . import linear as _lin
+from . import quantize as _qz
+from . import weights
+from ._common import FLOATS, Refused
+from ._declines import decline, declines, reset_declines
+from .dequantize import (dequantize_int8_convrot_weight, dequantize_int8_convrot_weight_dtype,
+                         dequantize_int8_embedding, dequantize_int8_simple,
+                         dequantize_int8_simple_dtype)
+from .linear import int8_linear, int8_linear_modulated, int8_linear_rms_modulated
+from .probe import probe
+from .quantize import (quantize_and_rotate_rowwise, quantize_int8_convrot_weight,
+                       quantize_int8_rowwise, quantize_int8_tensorwise)
+
+__all__ = ["register", "unregister", "is_registered", "unavailable_reason", "declines",
+           "reset_declines", "probe", "weights", "Refused", "int8_linear",
+           "int8_linear_modulated", "int8_linear_rms_modulated", "quantize_int8_rowwise",
+           "quantize_int8_tensorwise", "quantize_and_rotate_rowwise",
+           "quantize_int8_convrot_weight", "dequantize_int8_simple",
+           "dequantize_int8_simple_dtype", "dequantize_int8_convrot_weight",
+           "dequantize_int8_convrot_weight_dtype", "dequantize_int8_embedding"]
+
+BACKEND = "qmm"
+log = logging.getLogger("qmm.kitchen")
+
+# The kitchen's own order (comfy_kitchen.registry / __init__); its registry has no public
+# getter of the current priority, so qmm is put before this list.
+KITCHEN_ORDER = ("hip", "ascend", "cuda", "triton", "eager")
+
+
+def _rule(module, func):
+    def call_rule(kw):
+        try:
+            module.check(func, kw)
+        except Refused as e:
+            return decline(func, e.param, e.reason)
+        from comfy_kitchen.constraints import ValidationResult
+        return ValidationResult.ok()
+    return call_rule
+
+
+def _build_constraints():
+    """{function: FunctionConstraints} of backend qmm (device cpu): dtypes declared per
+    parameter, everything else in each function's call rule."""
+    cpu = frozenset({"cpu"})
+    fl = ParamConstraint(dtypes=FLOATS)
+    i8 = ParamConstraint(dtypes=frozenset({torch.int8}))
+    intp = ParamConstraint(dtypes=frozenset({int}))
+    boolp = ParamConstraint(dtypes=frozenset({bool}))
+    flv = ParamConstraint(dtypes=frozenset({float, int}))
+    linear = {"x": fl, "weight": i8, "weight_scale": fl, "bias": fl, "out_dtype": fl,
+              "convrot": boolp, "convrot_groupsize": intp}
+
+    def fc(params, rule):
+        return FunctionConstraints(params=params, default_devices=cpu, call_rules=(rule,))
+
+    c = {
+        "int8_linear": fc(linear | {"input_act": ParamConstraint(dtypes=frozenset({str})),
+                                    "input_act_weight": fl, "input_act_eps": flv,
+                                    "residual": fl, "residual_scale": fl},
+                          _lin.rule("int8_linear")),
+        "int8_linear_modulated": fc(linear | {"modulation_scale": fl},
+                                    _lin.rule("int8_linear_modulated")),
+        "int8_linear_rms_modulated": fc(linear | {"modulation_scale": fl, "norm_weight": fl,
+                                                  "norm_eps": flv},
+                                        _lin.rule("int8_linear_rms_modulated")),
+    }
+    for f, extra in (("dequantize_int8_simple", {}),
+                     ("dequantize_int8_simple_dtype", {"output_dtype_code": intp}),
+                     ("dequantize_int8_convrot_weight", {"group_size": intp}),
+                     ("dequantize_int8_convrot_weight_dtype", {"group_size": intp,
+                                                              "output_dtype_code": intp}),
+                     ("dequantize_int8_embedding", {
+                         "indices": ParamConstraint(dtypes=frozenset({torch.int64,
+                                                                      torch.int32})),
+                         "group_size": intp, "output_dtype_code": intp})):
+        c[f] = fc({"q": i8, "scale": fl} | extra, _rule(_dq, f))
+    if qmm.has_quantize_rows():
+        sr = ParamConstraint(dtypes=frozenset({int}))
+        for f, params in (
+                ("quantize_int8_rowwise", {"x": fl, "stochastic_rounding": sr}),
+                ("quantize_int8_tensorwise", {"x": fl, "stochastic_rounding": sr,
+                                              "scale": ParamConstraint(
+                                                  dtypes=FLOATS | {float, int, str})}),
+                ("quantize_and_rotate_rowwise", {"x": fl, "h": fl, "H": fl,
+                                                 "group_size": intp, "stochastic_rounding": sr}),
+                ("quantize_int8_convrot_weight", {"weight": fl, "group_size": intp,
+                                                  "stochastic_rounding": sr})):
+            c[f] = fc(params, _rule(_qz, f))
+    return c
+
+
+_reg_lock = threading.Lock()
+_state = {"registered": False, "unavailable": None}
+
+
+def unavailable_reason():
+    """Why backend qmm cannot run here (no int8 engine, a library without borrowed weights),
+    or None."""
+    engines = qmm.int8_engines_available()
+    if not engines:
+        why = [n + ": " + e["why"] for n, e in qmm.info()["engines"].items()
+               if e["int8"] and not e["available"]]
+        return "no int8 engine on this CPU (%s)" % "; ".join(why)
+    return weights.available()
+
+
+def _priority(first):
+    others = [b for b in KITCHEN_ORDER if b != BACKEND]
+    return [BACKEND] + others if first else others + [BACKEND]
+
+
+def _register(first=True):
+    why = unavailable_reason()
+    if why:
+        registry.mark_unavailable(BACKEND, why)
+        registry.disable(BACKEND)
+        _state["registered"], _state["unavailable"] = False, why
+        log.info("comfy-kitchen backend qmm unavailable: %s", why)
+        return []
+    caps = _build_constraints()
+    registry.register(BACKEND, sys.modules[__name__], caps)
+    registry.enable(BACKEND)
+    registry.set_priority(_priority(first))
+    _state["registered"], _state["unavailable"] = True, None
+    return sorted(caps)
+
+
+def register(first=True):
+    """Add backend "qmm" to the kitchen registry (device cpu) and put it first in the kitchen's
+    priority list (first=False: last), so CPU calls try qmm before eager and every declined call
+    still reaches eager. Makes no qmm context. Idempotent (also undoes unregister()). Returns the
+    capability names; [] when the backend is unavailable here (the reason is in the kitchen's
+    list_backends() and in the log)."""
+    with _reg_lock:
+        caps = _register(first)
+    if caps:
+        log.info("comfy-kitchen backend qmm registered (%s; int8 engines here: %s)",
+                 qmm.library_path, ", ".join(qmm.int8_engines_available()))
+    return caps
+
+
+def unregister():
+    """Take qmm out of the kitchen's priority list and disable it (the registry has no
+    removal); drops the borrowed weight handles."""
+    with _reg_lock:
+        registry.set_priority([b for b in KITCHEN_ORDER if b != BACKEND])
+        registry.disable(BACKEND)
+        _state["registered"] = False
+    weights.clear()
+
+
+def is_registered():
+    return _state["registered"] and registry.is_available(BACKEND)
