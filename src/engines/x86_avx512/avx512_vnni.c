@@ -17,7 +17,7 @@
  *   pack      a borrowed weight's panels, packed per call (pack_block, M > ROWS_M);
  *   rows      a borrowed weight at M ≤ ROWS_M (12): the caller's rows read in place in long
  *             sequential streams, W as the flipped u8 operand against q as s8 (rows_dot for
- *             M ≤ 8, t16_task above; see "borrowed weights: small M").
+ *             M ≤ 8: rows_dot, rows_dot2; t16_task above; see "borrowed weights: small M").
  * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights;
  * M ≤ SMALL_M: whole K, a single row tile prefetching 1 KiB ahead per block (PF_STREAM), several
  * sharing an L2 prefetch of the next panel (PF_NEXT). With K chunks no software prefetch (a burst
@@ -274,14 +274,17 @@ static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_
  * flipped (w ^ 0x80 = w + 128), and q (s8: the driver leaves the pre-pass output unflipped in this
  * regime) as the s8 one: Σ (w + 128)·q = Σ w·q + 128·qsum[i] — a correction per token (the
  * driver's qsum), no column sums. Two kernels (measured, bench/NOTES.md):
- *   M <= ROWS_DOT_M  row dot products (rows_dot): R rows of W at once, R streams over equal runs
- *                    of the task's rows (stream r: rows n0 + r·len + j; with ld == K each a
- *                    sequential run of len·K bytes), each prefetched ROWS_PF bytes ahead into
- *                    L2; per 64 bytes of K one load and XOR per row, one 64-byte load of q per
- *                    token shared by the R rows, R·M VPDPBUSD into R·M accumulators. R (rows_r)
- *                    is the most that fits 32 registers (R + R·M + 1): more streams and more
- *                    reuse of each load of q, both measured to matter. The R·M accumulators of a
- *                    row step go to buf and, per 16 rows of a stream, 16 at a time through hsum16.
+ *   M <= ROWS_DOT_M  row dot products: R rows of W at once, R streams over equal runs of the
+ *                    task's rows (stream r: rows n0 + r·len + j; with ld == K each a sequential
+ *                    run of len·K bytes), each prefetched ROWS_PF bytes ahead into L2; per 64
+ *                    bytes of K one load and XOR per row, the 64 bytes of q of each token loaded
+ *                    once for the R rows, R·M VPDPBUSD. rows_dot (M <= 2) keeps R·M accumulators;
+ *                    rows_dot2 (3 <= M <= 8) puts two rows in one zmm (32 bytes of each, against
+ *                    32 bytes of q broadcast to both halves), R/2·M accumulators, so R can be
+ *                    larger. R (rows_r): the most that fits 32 registers, at most 8 streams —
+ *                    more streams and more reuse of each load of q both measured to matter. The
+ *                    accumulators of a row step go to buf and, per 16 rows of a stream, 16 at a
+ *                    time through hsum16.
  *   M <= ROWS_M      16 streams transposed in registers (t16_task): a task's 16 blocks, stream r
  *                    = block r read row after row; per 64 bytes of K the streams' bytes become 16
  *                    n16k4 quads (qmm_z_n16k4_step) that meet each token's broadcast 4 bytes (the
@@ -292,12 +295,14 @@ static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_
 enum {
     ROWS_DOT_M = 8,  /* up to this M: rows_dot */
     ROWS_M = 12,     /* up to this M: the rows regime (t16 above ROWS_DOT_M) */
-    ROWS_RMAX = 8,   /* the most rows of W per rows_dot step */
+    ROWS_RMAX = 8,   /* the most rows of W per step */
+    ROWS_PAIRS_FROM = 2, /* above this M: rows_dot2 (rows in pairs) */
     ROWS_PF = 4096   /* rows_dot's prefetch distance per stream, bytes (into L2) */
 };
 
-/* rows of W per rows_dot step for M tokens (R + R·M + 1 <= 32 zmm) */
-static inline int rows_r(int m) { return m <= 2 ? 8 : m == 3 ? 7 : m == 4 ? 6 : m == 5 ? 5 : m == 6 ? 4 : 3; }
+/* rows of W per step for M tokens: rows_dot (M <= ROWS_PAIRS_FROM) R + R·M + 1 <= 32 zmm; rows_dot2
+ * R + (R/2)·M + 2 <= 32; at most 8 streams */
+static inline int rows_r(int m) { return m <= 5 ? 8 : m <= 7 ? 6 : 4; }
 
 /* r[j] = Σ lanes of v[j], j < 16 (a 16 × 16 transpose-and-add, 45 instructions) */
 static inline __m512i hsum16(const __m512i v[16]) {
@@ -337,6 +342,43 @@ static inline __attribute__((always_inline)) void rows_dot(const int m, const in
         for (int i = 0; i < m; i++) _mm512_store_si512(buf + ((r * m + i) * 16 + jn) * 16, acc[r][i]);
 }
 
+/* rows_dot with rows in pairs: one zmm holds 32 bytes of row 2p (lanes 0..7) and of row 2p + 1
+ * (lanes 8..15) against 32 bytes of q broadcast to both halves, so one accumulator serves two
+ * rows (R = 2P rows in P·m accumulators); same buf layout as rows_dot. */
+static inline __attribute__((always_inline)) void rows_dot2(const int m, const int R, const int8_t *w, int64_t span,
+                                                            int64_t K, const int8_t *q, int64_t lda, int32_t *buf,
+                                                            int jn) {
+    const int P = R / 2;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512i acc[ROWS_RMAX / 2][ROWS_M], lo[ROWS_RMAX / 2], hi[ROWS_RMAX / 2];
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < m; i++) acc[p][i] = _mm512_setzero_si512();
+    for (int64_t k = 0; k < K; k += 64) {
+        const int64_t b0 = K - k >= 32 ? 32 : K - k, b1 = K - k >= 64 ? 32 : K - k > 32 ? K - k - 32 : 0;
+        const __mmask32 m0 = b0 >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << b0) - 1;
+        const __mmask32 m1 = b1 >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << b1) - 1;
+        for (int p = 0; p < P; p++) {
+            const int8_t *w0 = w + 2 * p * span + k, *w1 = w0 + span;
+            _mm_prefetch((const char *)(w0 + ROWS_PF), _MM_HINT_T1);
+            _mm_prefetch((const char *)(w1 + ROWS_PF), _MM_HINT_T1);
+            lo[p] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(m0, w0)),
+                                                        _mm256_maskz_loadu_epi8(m0, w1), 1), flip);
+            hi[p] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(m1, w0 + 32)),
+                                                        _mm256_maskz_loadu_epi8(m1, w1 + 32), 1), flip);
+        }
+        for (int i = 0; i < m; i++) {
+            const __m512i q0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(q + i * lda + k)));
+            const __m512i q1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(q + i * lda + k + 32)));
+            for (int p = 0; p < P; p++) acc[p][i] = dpbusd(dpbusd(acc[p][i], lo[p], q0), hi[p], q1);
+        }
+    }
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < m; i++) {
+            _mm512_store_si512(buf + (((2 * p) * m + i) * 16 + jn) * 16, _mm512_maskz_mov_epi32(0x00ff, acc[p][i]));
+            _mm512_store_si512(buf + (((2 * p + 1) * m + i) * 16 + jn) * 16, _mm512_maskz_mov_epi32(0xff00, acc[p][i]));
+        }
+}
+
 /* R streams of len rows each, stream r = rows s0 + r·span + j of W (j < len): row j of every
  * stream at once; after every 16 rows of the streams (and after the last) each stream's outputs
  * of those rows, per token: 16 column sums − 128·qsum through the epilogue. */
@@ -345,9 +387,10 @@ static inline __attribute__((always_inline)) void rows_run(const int m, const in
     const qmm_call *c = g->c;
     const int64_t K = c->K, ld = c->w->borrow.ld;
     const int8_t *q = (const int8_t *)g->a;
-    _Alignas(64) int32_t buf[25 * 256]; /* R·m <= 25 (rows_r), or R = 1 and m <= ROWS_M */
+    _Alignas(64) int32_t buf[42 * 256]; /* R·m <= 42 (rows_r), or R = 1 and m <= ROWS_M */
     for (int64_t j = 0; j < len; j++) {
-        rows_dot(m, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, q, g->Kp, buf, (int)(j % 16));
+        if (m > ROWS_PAIRS_FROM && R > 1) rows_dot2(m, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, q, g->Kp, buf, (int)(j % 16));
+        else rows_dot(m, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, q, g->Kp, buf, (int)(j % 16));
         if (j % 16 != 15 && j != len - 1) continue;
         const int cols = (int)(j % 16) + 1;
         for (int r = 0; r < R; r++)
