@@ -16,8 +16,8 @@
  *             driver's packed copy of the rows); the weight's last blocks use the row tiles;
  *   pack      a borrowed weight's panels, packed per call (pack_block, M > ROWS_M);
  *   rows      a borrowed weight at M ≤ ROWS_M (12): the caller's rows read in place in long
- *             sequential streams, W as the flipped u8 operand against q as s8 (rows_dot for
- *             M ≤ 8: rows_dot, rows_dot2; t16_task above; see "borrowed weights: small M").
+ *             sequential streams, W as the flipped u8 operand against q as s8 (M ≤ 8:
+ *             rows_dot, rows_dot2; t16_task above; see "borrowed weights: small M").
  * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights;
  * M ≤ SMALL_M: whole K, a single row tile prefetching 1 KiB ahead per block (PF_STREAM), several
  * sharing an L2 prefetch of the next panel (PF_NEXT). With K chunks no software prefetch (a burst
