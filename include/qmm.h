@@ -41,11 +41,11 @@ extern "C" {
 
 /* ---------------------------------------------------------------- version */
 #define QMM_VERSION_MAJOR 0
-#define QMM_VERSION_MINOR 1
+#define QMM_VERSION_MINOR 2
 #define QMM_VERSION_PATCH 0
 #define QMM_VERSION_NUMBER (QMM_VERSION_MAJOR * 10000 + QMM_VERSION_MINOR * 100 + QMM_VERSION_PATCH)
 unsigned    qmm_version_number(void); /* QMM_VERSION_NUMBER of the library actually linked */
-const char *qmm_version_string(void); /* "0.1.0" */
+const char *qmm_version_string(void); /* "0.2.0" */
 
 /* ---------------------------------------------------------------- status codes (pinned) */
 typedef enum qmm_status {
