@@ -130,15 +130,9 @@ static void count(qmm_context *ctx, qmm_engine_id id, int fallback) {
 
 /* y = T(fmaf(y, residual_scale[n], residual[r][n])) over the output (numerics.h): the residual of
  * the engines whose epilogue does not fuse it (float engines, the reference's float path). */
-typedef struct { const qmm_call *c; int64_t rows_per_task; } res_job;
-
-static void residual_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    (void)n_tasks;
+static void residual_rows(int64_t r0, int64_t r1, int thread, void *arg) {
     (void)thread;
-    const res_job *j = arg;
-    const qmm_call *c = j->c;
-    int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
-    if (r1 > c->M) r1 = c->M;
+    const qmm_call *c = arg;
     for (int64_t r = r0; r < r1; r++)
         for (int64_t n = 0; n < c->N; n++) {
             float y = qmm_load_f(c->y, c->y_dtype, r * c->ldy + n);
@@ -148,11 +142,7 @@ static void residual_task(int64_t task, int64_t n_tasks, int thread, void *arg) 
 }
 
 static qmm_status residual_pass(qmm_context *ctx, const qmm_call *c) {
-    res_job j = {c, 0};
-    int64_t tasks = (int64_t)ctx->n_threads * 4 < c->M ? (int64_t)ctx->n_threads * 4 : c->M;
-    j.rows_per_task = (c->M + tasks - 1) / tasks;
-    tasks = (c->M + j.rows_per_task - 1) / j.rows_per_task;
-    qmm_pool_run(ctx->pool, tasks, residual_task, &j);
+    qmm_pool_run_rows(ctx->pool, c->M, 1, residual_rows, (void *)c);
     return QMM_OK;
 }
 
@@ -312,16 +302,13 @@ qmm_status qmm_quantize_rows(qmm_context *ctx, const void *x, qmm_dtype x_dtype,
 typedef struct {
     const qmm_call *c;
     const int32_t *acc;
-    int64_t ldacc, rows_per_task;
+    int64_t ldacc;
     const float *s;
 } epi_job;
 
-static void epi_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    (void)n_tasks;
+static void epi_rows(int64_t r0, int64_t r1, int thread, void *arg) {
     (void)thread;
-    epi_job *j = arg;
-    int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
-    if (r1 > j->c->M) r1 = j->c->M;
+    const epi_job *j = arg;
     qmm_epilogue_block_ref(j->c, j->acc + r0 * j->ldacc, j->ldacc, r0, r1 - r0, 0, j->c->N, j->s + r0);
 }
 
@@ -344,10 +331,7 @@ qmm_status qmm_linear_epilogue(qmm_context *ctx, const qmm_weight *w, int64_t M,
     qmm_weight view;
     QMM_FORWARD_IF_ERROR(qmm_weight_for_call(ctx, w, &view, &c.w));
     c.M = M; c.N = w->N; c.K = w->K; c.y = y; c.y_dtype = yt; c.ldy = ldy;
-    epi_job j = {&c, acc, ldacc, 0, s};
-    int64_t tasks = ctx->n_threads * 4 < M ? ctx->n_threads * 4 : M;
-    j.rows_per_task = (M + tasks - 1) / tasks;
-    tasks = (M + j.rows_per_task - 1) / j.rows_per_task;
-    qmm_pool_run(ctx->pool, tasks, epi_task, &j);
+    epi_job j = {&c, acc, ldacc, s};
+    qmm_pool_run_rows(ctx->pool, M, 1, epi_rows, &j);
     return QMM_OK;
 }

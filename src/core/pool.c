@@ -8,6 +8,9 @@
  * generation counter, run their tasks and signal completion. One run at a time per pool
  * (a context is used by one thread at a time).
  *
+ * qmm_pool_run_rows(p, rows, unit, fn, arg): the row-range form of it that the passes over
+ * tokens use (pre-pass, input stage, epilogues): ranges of whole `unit`s of rows.
+ *
  * Fork: a child process has only the thread that called fork(); the workers of every pool made
  * before it are gone and the pool's mutex may have been held by one of them. A pthread_atfork
  * child handler bumps a process-wide fork count; a pool made under an older count is re-made in
@@ -184,4 +187,28 @@ void qmm_pool_run(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, void *arg) {
     pthread_mutex_lock(&p->mu);
     while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+}
+
+typedef struct {
+    int64_t rows, per_task;
+    qmm_rows_fn fn;
+    void *arg;
+} rows_job;
+
+static void rows_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    (void)n_tasks;
+    const rows_job *j = arg;
+    int64_t r0 = task * j->per_task, r1 = r0 + j->per_task;
+    if (r1 > j->rows) r1 = j->rows;
+    j->fn(r0, r1, thread, j->arg);
+}
+
+void qmm_pool_run_rows(qmm_pool *p, int64_t rows, int64_t unit, qmm_rows_fn fn, void *arg) {
+    if (rows <= 0) return;
+    if (unit < 1) unit = 1;
+    int64_t units = (rows + unit - 1) / unit;
+    int64_t tasks = (int64_t)(p ? p->n : 1) * 4;
+    if (tasks > units) tasks = units;
+    rows_job j = {rows, (units + tasks - 1) / tasks * unit, fn, arg};
+    qmm_pool_run(p, (rows + j.per_task - 1) / j.per_task, rows_task, &j);
 }
