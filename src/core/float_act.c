@@ -1,7 +1,7 @@
 /*
- * float_act.c — the float engines' activation pre-pass (act → rotation → f32 or bf16 panels:
- * the scalar panel function, the selection of the SIMD ones, the threaded driver) and their
- * blocked, threaded GEMM driver. Contract and layouts: float_act.h.
+ * float_act.c — the float engines' activation pre-pass (act → rotation → f32 or bf16 panels):
+ * the scalar panel function, the selection of the SIMD ones, the threaded pass over a chunk.
+ * Contract and layouts: float_act.h.
  */
 #include "float_act.h"
 
@@ -54,31 +54,30 @@ qmm_fact_panel_fn qmm_float_act_panel_select(const qmm_context *ctx) {
 /* ---------------------------------------------------------------- the A pre-pass */
 typedef struct {
     const qmm_call *c;
-    int64_t r0, rows;          /* chunk rows (rows rounded up to mr are written) */
+    int64_t r0;                /* the chunk's first row */
     int mr, bf16;
     void *A;
-    int64_t Ka;
+    int64_t Ka, Kn;            /* A's k extent; k written by the panel functions (K, or K rounded to 2) */
     float *tmp;                /* [threads][tmp_floats] */
-    int64_t tmp_floats, panels_per_task;
+    int64_t tmp_floats;
     qmm_fact_panel_fn panel;
 } act_job;
 
-static void act_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    (void)n_tasks;
+/* the panels of chunk rows [i0, i1) (whole panels: i0 a multiple of mr) */
+static void act_rows(int64_t i0, int64_t i1, int thread, void *arg) {
     act_job *j = arg;
     const qmm_call *c = j->c;
     const size_t xs = qmm_dtype_size(c->x_dtype);
     const size_t es = j->bf16 ? 2 : 4;
     float *tmp = j->tmp + (int64_t)thread * j->tmp_floats;
     qmm_fact_src src = {NULL, c->ldx, c->x_dtype, c->K, c->act, c->w->is_int8 ? c->w->convrot_gs : 0};
-    const int64_t panels = (j->rows + j->mr - 1) / j->mr;
-    int64_t p0 = task * j->panels_per_task, p1 = p0 + j->panels_per_task;
-    if (p1 > panels) p1 = panels;
-    for (int64_t p = p0; p < p1; p++) {
-        int64_t i = p * j->mr;  /* first row of the panel in the chunk */
-        int rows = (int)(j->rows - i < j->mr ? j->rows - i : j->mr);
+    for (int64_t i = i0; i < i1; i += j->mr) {
+        const int rows = (int)(i1 - i < j->mr ? i1 - i : j->mr);
+        char *Ap = (char *)j->A + (size_t)((i / j->mr) * j->Ka * j->mr) * es;
         src.x = (const char *)c->x + (size_t)((j->r0 + i) * c->ldx) * xs;
-        j->panel(&src, rows, j->mr, j->bf16, (char *)j->A + (size_t)(p * j->Ka * j->mr) * es, j->Ka, tmp);
+        j->panel(&src, rows, j->mr, j->bf16, Ap, j->Ka, tmp);
+        if (j->Ka > j->Kn) /* the k tail [Kn, Ka): mr values per k, contiguous */
+            memset(Ap + (size_t)(j->Kn * j->mr) * es, 0, (size_t)((j->Ka - j->Kn) * j->mr) * es);
     }
 }
 
@@ -88,214 +87,20 @@ qmm_status qmm_float_act_pack(qmm_context *ctx, const qmm_call *c, int64_t r0, i
     memset(&j, 0, sizeof j);
     j.c = c;
     j.r0 = r0;
-    j.rows = rows;
     j.mr = mr;
     j.bf16 = bf16;
     j.A = A;
     j.Ka = Ka;
+    j.Kn = bf16 ? qmm_round_up(c->K, 2) : c->K;
     j.tmp_floats = qmm_round_up((int64_t)qmm_float_act_tmp_floats(c->K, mr), 16);
     j.panel = qmm_float_act_panel_select(ctx);
     /* the SIMD panels work in chunks of QMM_FACT_KB k values: larger groups take the scalar one */
     if (c->w->is_int8 && c->w->convrot_gs > QMM_FACT_KB) j.panel = qmm_float_act_panel_ref;
-    int nt = ctx->n_threads;
     void *tmp;
-    QMM_FORWARD_IF_ERROR(
-        qmm_context_scratch(ctx, QMM_SCRATCH_PREPASS, (size_t)(nt * j.tmp_floats) * sizeof(float), &tmp));
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_PREPASS,
+                                             (size_t)(ctx->n_threads * j.tmp_floats) * sizeof(float), &tmp));
     j.tmp = tmp;
-    /* a few tasks per thread, whole panels each; the result does not depend on the split */
-    int64_t panels = (rows + mr - 1) / mr;
-    int64_t tasks = (int64_t)nt * 4;
-    if (tasks > panels) tasks = panels;
-    j.panels_per_task = (panels + tasks - 1) / tasks;
-    tasks = (panels + j.panels_per_task - 1) / j.panels_per_task;
-    qmm_pool_run(ctx->pool, tasks, act_task, &j);
-    return QMM_OK;
-}
-
-/* ---------------------------------------------------------------- weights of the next block */
-void qmm_float_prefetch_next(const qmm_weight *w, int64_t n0, int64_t nr, int64_t k0, int64_t kc) {
-    const int64_t k1 = k0 + kc;
-    const int64_t Np = w->is_int8 ? w->i8.Np : w->fp.Np, Kp = w->is_int8 ? w->i8.Kp : w->fp.Kp;
-    if (k1 >= Kp) return;
-    if (kc > Kp - k1) kc = Kp - k1;
-    for (int64_t n = n0; n < n0 + nr && n < Np; n += 16) {
-        const char *s;
-        int64_t bytes;
-        if (w->is_int8) {
-            s = (const char *)(w->i8.data + ((n / 16) * (Kp / 4) + k1 / 4) * 64);
-            bytes = kc * 16;
-        } else if (w->fp.bf16) {
-            s = (const char *)(w->fp.bf16 + ((n / 16) * (Kp / 2) + k1 / 2) * 32);
-            bytes = kc * 32;
-        } else {
-            s = (const char *)(w->fp.f32 + ((n / 16) * Kp + k1) * 16);
-            bytes = kc * 64;
-        }
-        for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(s + o, 0, 2);
-    }
-}
-
-/* ---------------------------------------------------------------- the epilogue */
-void qmm_float_epilogue_ref(const qmm_call *c, const float *C, int64_t ldc, int64_t rows, int64_t r0, int64_t n0,
-                            int64_t ncols) {
-    const qmm_weight *w = c->w;
-    for (int64_t i = 0; i < rows; i++) {
-        for (int64_t j = 0; j < ncols; j++) {
-            int64_t n = n0 + j;
-            float v = C[i * ldc + j];
-            if (w->is_int8) v = v * w->scale[n];
-            v = v + (w->bias ? w->bias[n] : 0.0f);
-            qmm_store_f(c->y, c->y_dtype, (r0 + i) * c->ldy + n, v);
-        }
-    }
-}
-
-/* ---------------------------------------------------------------- borrowed int8 weights */
-void qmm_float_pack_i8_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq) {
-    for (int64_t q = 0; q < nq; q++)
-        for (int j = 0; j < 16; j++)
-            for (int t = 0; t < 4; t++) {
-                const int64_t k = k0 + q * 4 + t;
-                dst[q * 64 + j * 4 + t] = j < rows && k < k1 ? W[j * ld + k] : 0;
-            }
-}
-
-/* The B block [n0, n0 + nr) × [k0, k0 + kc) of a borrowed weight, packed into pb (n16k4, blocks
- * nq·64 bytes apart), and *pv: a view of w whose packing is that buffer (prep_b then reads the
- * block at n = 0, k = 0). */
-static const qmm_weight *borrowed_block(const qmm_call *c, const qmm_fgemm *g, int64_t n0, int64_t k0, int64_t kc,
-                                        int8_t *pb, qmm_weight *pv) {
-    const qmm_weight *w = c->w;
-    const qmm_fpack_i8_fn pack = g->pack_i8 ? g->pack_i8 : qmm_float_pack_i8_ref;
-    const int64_t nq = (kc + 3) / 4, k1 = k0 + kc < c->K ? k0 + kc : c->K;
-    const int64_t ncols = c->N - n0 < g->nr ? c->N - n0 : g->nr, nbk = (ncols + 15) / 16;
-    for (int64_t b = 0; b < nbk; b++) {
-        const int64_t n = n0 + 16 * b;
-        pack(w->borrow.data + n * w->borrow.ld, w->borrow.ld, c->N - n < 16 ? (int)(c->N - n) : 16, k0, k1,
-             pb + b * nq * 64, nq);
-    }
-    qmm_weight_copy_plain(pv, w);
-    pv->i8.data = pb;
-    pv->i8.Kp = nq * 4;
-    pv->i8.Np = nbk * 16;
-    return pv;
-}
-
-/* ---------------------------------------------------------------- the GEMM driver */
-typedef struct {
-    const qmm_call *c;
-    const qmm_fgemm *g;
-    const void *A;             /* the chunk's panels */
-    int64_t Ka, Keff;          /* A's k extent; k extent the kernels run (K, or K rounded to 2) */
-    int64_t r0, rows;          /* chunk */
-    int64_t panels, pg, nrg;   /* panels in the chunk, panels per task, row groups */
-    int64_t ncb;               /* column blocks */
-    char *tscratch;            /* [threads][tbytes]: B block, then C tile, then (borrowed) the n16k4 block */
-    size_t tbytes, bbytes, cbytes;
-    qmm_fepilogue_fn epi;
-} gemm_job;
-
-static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    (void)n_tasks;
-    gemm_job *j = arg;
-    const qmm_fgemm *g = j->g;
-    const qmm_call *c = j->c;
-    const int64_t jb = task / j->nrg, rg = task % j->nrg;
-    const int64_t n0 = jb * g->nr;
-    const int64_t p0 = rg * j->pg;
-    int64_t p1 = p0 + j->pg;
-    if (p1 > j->panels) p1 = j->panels;
-    char *ts = j->tscratch + (size_t)thread * j->tbytes;
-    void *bbuf = ts;
-    float *C = (float *)(ts + j->bbytes);     /* [(p1 - p0) * mr][nr] */
-    const size_t es = g->bf16 ? 2 : 4;
-    for (int64_t k0 = 0; k0 < j->Keff; k0 += g->kc) {
-        int64_t kc = j->Keff - k0 < g->kc ? j->Keff - k0 : g->kc;
-        const void *b;
-        if (c->w->is_int8 && !c->w->i8.data) { /* borrowed */
-            qmm_weight pv;
-            b = g->prep_b(borrowed_block(c, g, n0, k0, kc, (int8_t *)ts + j->bbytes + j->cbytes, &pv), 0, 0, kc, bbuf);
-        } else {
-            b = g->prep_b(c->w, n0, k0, kc, bbuf);
-        }
-        for (int64_t p = p0; p < p1; p++) {
-            int64_t prow = p * g->mr;
-            int rows = (int)(j->rows - prow < g->mr ? j->rows - prow : g->mr);
-            const char *a = (const char *)j->A + (size_t)(p * j->Ka * g->mr + k0 * g->mr) * es;
-            g->kernel(rows, kc, a, b, C + (p - p0) * g->mr * g->nr, k0 > 0);
-        }
-    }
-    int64_t ncols = c->N - n0 < g->nr ? c->N - n0 : g->nr;
-    int64_t rfirst = p0 * g->mr;
-    int64_t rlast = p1 * g->mr < j->rows ? p1 * g->mr : j->rows;
-    j->epi(c, C, g->nr, rlast - rfirst, j->r0 + rfirst, n0, ncols);
-}
-
-/* Rows per chunk. The chunk's packed A is re-read by every column task (N / nr times), so it
- * must stay in the last-level cache: at most QMM_FLOAT_MC rows (bounds the C tile of a task and
- * the scratch) and at most QMM_FLOAT_A_BYTES of A (3/8 of the 32 MiB L3 it was tuned on;
- * bench/NOTES.md "float engines" version 3: 384 rows × K = 14336 in f32 = 22 MB fell out of L3
- * and ran at 46-55 % of the FMA peak; 16 MiB chunks 66-78 %, 12 MiB 77-80 %, 8 MiB 76-83 %).
- * Large chunks amortize the B block (widened or copied once per task and k-block, and f32
- * weights re-streamed once per chunk), so the chunks are as large as allowed and of equal size.
- * Results do not depend on the chunking (each output element is its own chain over k). */
-#define QMM_FLOAT_MC 384
-#define QMM_FLOAT_A_BYTES ((int64_t)12 << 20)
-
-static int64_t chunk_rows(int64_t M, int64_t Ka, size_t es, int mr) {
-    int64_t row_bytes = Ka * (int64_t)es;
-    if (row_bytes < 1) row_bytes = 1;
-    int64_t cap = QMM_FLOAT_A_BYTES / row_bytes / mr * mr;
-    const int64_t mc_max = qmm_round_up(QMM_FLOAT_MC, mr);
-    if (cap > mc_max) cap = mc_max;
-    if (cap < mr) cap = mr;
-    if (M <= cap) return qmm_round_up(M, mr);
-    const int64_t chunks = (M + cap - 1) / cap;
-    return qmm_round_up((M + chunks - 1) / chunks, mr); /* <= cap: cap is a multiple of mr */
-}
-
-qmm_status qmm_float_gemm(qmm_context *ctx, const qmm_call *c, const qmm_fgemm *g) {
-    const int64_t M = c->M, N = c->N, K = c->K;
-    const int nt = ctx->n_threads;
-    const int64_t Ka = g->bf16 ? qmm_round_up(K, 2) : K;
-    const size_t es = g->bf16 ? 2 : 4;
-    const int64_t mc = chunk_rows(M, Ka, es, g->mr);
-    size_t abytes;
-    QMM_RETURN_IF(!qmm_mul_ok((size_t)mc * (size_t)Ka, es, &abytes), QMM_ERR_UNSUPPORTED,
-                  "layer %s: K=%lld too large for the float engines", c->w->name, (long long)K);
-    void *A;
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, abytes, &A));
-    gemm_job j;
-    memset(&j, 0, sizeof j);
-    j.c = c;
-    j.g = g;
-    j.A = A;
-    j.Ka = Ka;
-    j.Keff = Ka;
-    j.ncb = (N + g->nr - 1) / g->nr;
-    j.epi = g->epilogue ? g->epilogue : qmm_float_epilogue_ref;
-    j.bbytes = (g->b_bytes + 63) & ~(size_t)63;
-    const int64_t max_panels = mc / g->mr;
-    j.cbytes = (size_t)qmm_round_up(max_panels * g->mr * g->nr * (int64_t)sizeof(float), 64);
-    /* a borrowed weight's n16k4 block: nr/16 blocks × the quads of kc */
-    const size_t pbytes = c->w->is_int8 && !c->w->i8.data ? (size_t)g->nr * (size_t)qmm_round_up(g->kc, 4) : 0;
-    j.tbytes = j.bbytes + j.cbytes + pbytes;
-    void *ts;
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, j.tbytes * (size_t)nt, &ts));
-    j.tscratch = ts;
-    for (int64_t r0 = 0; r0 < M; r0 += mc) {
-        int64_t rows = M - r0 < mc ? M - r0 : mc;
-        QMM_FORWARD_IF_ERROR(qmm_float_act_pack(ctx, c, r0, rows, g->mr, g->bf16, A, Ka));
-        j.r0 = r0;
-        j.rows = rows;
-        j.panels = (rows + g->mr - 1) / g->mr;
-        /* enough tasks for every thread: split the rows only when there are few column blocks */
-        int64_t want_groups = (4 * (int64_t)nt + j.ncb - 1) / j.ncb;
-        if (want_groups > j.panels) want_groups = j.panels;
-        if (want_groups < 1) want_groups = 1;
-        j.pg = (j.panels + want_groups - 1) / want_groups;
-        j.nrg = (j.panels + j.pg - 1) / j.pg;
-        qmm_pool_run(ctx->pool, j.ncb * j.nrg, gemm_task, &j);
-    }
+    /* whole panels per range; the result does not depend on the split */
+    qmm_pool_run_rows(ctx->pool, rows, mr, act_rows, &j);
     return QMM_OK;
 }

@@ -1,5 +1,5 @@
 /*
- * float_act_avx512.c — the float engines' activation panel and epilogue with AVX-512 (F/BW/VL/DQ).
+ * float_act_avx512.c — the float engines' activation panel with AVX-512 (F/BW/VL/DQ).
  *
  * Panel (qmm_float_act_panel_avx512, contract in float_act.h): per chunk of QMM_FACT_KB k values,
  * each row's act + rotation runs through qmm_z_act_rotate (simd_avx512.h: the int8 pre-pass's
@@ -9,36 +9,12 @@
  * into 16 dwords by one vpermt2w) of the 6 rows are 6 zmm in, 6 zmm out — three vpermt2d (rows
  * 0/1, 2/3, 4/5) and two blends per output. Other mr and the chunk's last k % 32 (bf16) or
  * k % 16 (f32) values take the scalar qmm_float_act_pack_rows.
- *
- * Epilogue (qmm_float_epilogue_avx512): per 16 columns,
- * v = C · w_scale[n] (int8 weights only), v = v + bias[n] (0 when absent), then one
- * round-to-nearest-even cast to the output dtype — the same operations, in the same order, as
- * qmm_float_epilogue_ref (bf16 rounding done with integer ops as qmm_f32_to_bf16, NaN kept quiet;
- * f16 with VCVTPS2PH in RNE, which matches qmm_f32_to_f16 incl. subnormals).
  */
 #include "float_act.h"
 #include "simd_avx512.h"
 
 #include <immintrin.h>
 #include <string.h>
-
-void qmm_float_epilogue_avx512(const qmm_call *c, const float *C, int64_t ldc, int64_t rows, int64_t r0, int64_t n0,
-                               int64_t ncols) {
-    const qmm_weight *w = c->w;
-    for (int64_t i = 0; i < rows; i++) {
-        const float *ci = C + i * ldc;
-        int64_t yrow = (r0 + i) * c->ldy + n0;
-        for (int64_t j = 0; j < ncols; j += 16) {
-            int64_t left = ncols - j;
-            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-            __m512 v = _mm512_maskz_loadu_ps(m, ci + j);
-            if (w->is_int8) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w->scale + n0 + j));
-            if (w->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, w->bias + n0 + j));
-            else v = _mm512_add_ps(v, _mm512_setzero_ps());
-            qmm_z_store16((char *)c->y + (size_t)(yrow + j) * qmm_dtype_size(c->y_dtype), c->y_dtype, m, v);
-        }
-    }
-}
 
 /* ---------------------------------------------------------------- the A panel */
 /* The 6-row transpose: output zmm j (j < 6) holds dwords [16j, 16j + 16) of a (16 × 6) block,

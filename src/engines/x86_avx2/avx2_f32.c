@@ -2,7 +2,7 @@
  * avx2_f32.c — the AVX2-FMA FP32 float engine: the float fallback (W8A16) and the float-weight
  * engine of machines without AVX-512.
  *
- * Contract (SPEC §4; driver and layouts in core/float_act.h):
+ * Contract (SPEC §4; driver and layouts in core/float_gemm.h):
  *   int8 weight (fallback / full_precision): a = act(x), rotated if w->convrot_gs (exactly
  *     qmm_ref_act_rotate_row, values in x's dtype), kept in f32; the int8 weights are widened
  *     to f32 inside the engine from the shared n16k4 packing, one (kc × 16) block at a time;
@@ -13,60 +13,52 @@
  * Micro-kernel: 6 rows × 16 columns (12 ymm accumulators), B block [kc][16] f32. Each output
  * element is one FMA chain over k in order from 0: the same bits as avx512_f32.
  */
-#include "float_act.h"
+#include "float_gemm.h"
 #include "qmm_internal.h"
 
 #include <immintrin.h>
-#include <string.h>
 
 #define MR 6
 #define NR 16
 #define KC 256
 
 /* ---------------------------------------------------------------- B blocks → [kc][16] f32 */
-static const void *prep_b(const qmm_weight *w, int64_t n0, int64_t k0, int64_t kc, void *buf) {
-    float *B = buf;
-    qmm_float_prefetch_next(w, n0, NR, k0, kc);
-    /* NR == 16: one block of 16 columns, always inside Np */
-    if (w->is_int8) {
-        const qmm_packed_i8 *p = &w->i8;
-        const int8_t *s = p->data + ((n0 / 16) * (p->Kp / 4) + k0 / 4) * 64;
-        const __m128i tr = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-        for (int64_t q = 0; q < (kc + 3) / 4; q++) {
-            /* lane l: columns 4l..4l+3 × 4 k → dword k = 4 columns of k */
-            __m128i l0 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(s + q * 64)), tr);
-            __m128i l1 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(s + q * 64 + 16)), tr);
-            __m128i l2 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(s + q * 64 + 32)), tr);
-            __m128i l3 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(s + q * 64 + 48)), tr);
-            __m128i a01 = _mm_unpacklo_epi32(l0, l1), b01 = _mm_unpackhi_epi32(l0, l1); /* k0,k1 | k2,k3 cols 0-7 */
-            __m128i a23 = _mm_unpacklo_epi32(l2, l3), b23 = _mm_unpackhi_epi32(l2, l3); /* cols 8-15 */
-            float *d = B + q * 4 * NR;
-            _mm256_storeu_ps(d + 0 * NR, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a01)));
-            _mm256_storeu_ps(d + 0 * NR + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a23)));
-            _mm256_storeu_ps(d + 1 * NR, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a01, 8))));
-            _mm256_storeu_ps(d + 1 * NR + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a23, 8))));
-            _mm256_storeu_ps(d + 2 * NR, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b01)));
-            _mm256_storeu_ps(d + 2 * NR + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b23)));
-            _mm256_storeu_ps(d + 3 * NR, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b01, 8))));
-            _mm256_storeu_ps(d + 3 * NR + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b23, 8))));
-        }
-    } else if (w->fp.bf16) {
-        const qmm_packed_f *p = &w->fp;
-        const uint16_t *s = p->bf16 + ((n0 / 16) * (p->Kp / 2) + k0 / 2) * 32;
-        const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
-        for (int64_t q = 0; q < (kc + 1) / 2; q++) {
-            __m256i x0 = _mm256_loadu_si256((const __m256i *)(s + q * 32));      /* columns 0..7 */
-            __m256i x1 = _mm256_loadu_si256((const __m256i *)(s + q * 32 + 16)); /* columns 8..15 */
-            float *d = B + 2 * q * NR;
-            _mm256_storeu_si256((__m256i *)d, _mm256_slli_epi32(x0, 16));
-            _mm256_storeu_si256((__m256i *)(d + 8), _mm256_slli_epi32(x1, 16));
-            _mm256_storeu_si256((__m256i *)(d + NR), _mm256_and_si256(x0, hi));
-            _mm256_storeu_si256((__m256i *)(d + NR + 8), _mm256_and_si256(x1, hi));
-        }
-    } else {
-        return w->fp.f32 + ((n0 / 16) * w->fp.Kp + k0) * 16; /* already [k][16] */
+/* The widens of the one 16-column block (float_gemm.h); f32 weights are read in place (f32_direct) */
+static void widen_i8(const void *src, int64_t nq, void *dst) {
+    const __m128i tr = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const int8_t *s = src;
+    for (int64_t q = 0; q < nq; q++) {
+        /* lane l: columns 4l..4l+3 × 4 k → dword k = 4 columns of k */
+        __m128i l0 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(s + q * 64)), tr);
+        __m128i l1 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(s + q * 64 + 16)), tr);
+        __m128i l2 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(s + q * 64 + 32)), tr);
+        __m128i l3 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(s + q * 64 + 48)), tr);
+        __m128i a01 = _mm_unpacklo_epi32(l0, l1), b01 = _mm_unpackhi_epi32(l0, l1); /* k0,k1 | k2,k3 cols 0-7 */
+        __m128i a23 = _mm_unpacklo_epi32(l2, l3), b23 = _mm_unpackhi_epi32(l2, l3); /* cols 8-15 */
+        float *d = (float *)dst + q * 4 * NR;
+        _mm256_storeu_ps(d + 0 * NR, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a01)));
+        _mm256_storeu_ps(d + 0 * NR + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(a23)));
+        _mm256_storeu_ps(d + 1 * NR, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a01, 8))));
+        _mm256_storeu_ps(d + 1 * NR + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(a23, 8))));
+        _mm256_storeu_ps(d + 2 * NR, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b01)));
+        _mm256_storeu_ps(d + 2 * NR + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b23)));
+        _mm256_storeu_ps(d + 3 * NR, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b01, 8))));
+        _mm256_storeu_ps(d + 3 * NR + 8, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b23, 8))));
     }
-    return B;
+}
+
+static void widen_bf16(const void *src, int64_t np, void *dst) {
+    const uint16_t *s = src;
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    for (int64_t q = 0; q < np; q++) { /* pair row (k, k+1) of 16 columns → rows k and k + 1, exactly */
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(s + q * 32));      /* columns 0..7 */
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)(s + q * 32 + 16)); /* columns 8..15 */
+        float *d = (float *)dst + 2 * q * NR;
+        _mm256_storeu_si256((__m256i *)d, _mm256_slli_epi32(x0, 16));
+        _mm256_storeu_si256((__m256i *)(d + 8), _mm256_slli_epi32(x1, 16));
+        _mm256_storeu_si256((__m256i *)(d + NR), _mm256_and_si256(x0, hi));
+        _mm256_storeu_si256((__m256i *)(d + NR + 8), _mm256_and_si256(x1, hi));
+    }
 }
 
 /* ---------------------------------------------------------------- the micro-kernel */
@@ -87,15 +79,11 @@ static inline __attribute__((always_inline)) void kern(const int rows, int64_t k
         for (int j = 0; j < 2; j++) _mm256_storeu_ps(C + i * NR + j * 8, c[i][j]);
 }
 
-static void kernel(int rows, int64_t kc, const void *a, const void *b, float *C, int accumulate) {
-    switch (rows) {
-    case 1: kern(1, kc, a, b, C, accumulate); break;
-    case 2: kern(2, kc, a, b, C, accumulate); break;
-    case 3: kern(3, kc, a, b, C, accumulate); break;
-    case 4: kern(4, kc, a, b, C, accumulate); break;
-    case 5: kern(5, kc, a, b, C, accumulate); break;
-    default: kern(6, kc, a, b, C, accumulate); break;
-    }
+/* C[6][16] (+)= A[kc][6]ᵀ · B[kc][16] */
+static void qmm_f32_gemm_ukernel_6x16__avx2_fma(const qmm_fgemm *g, int rows, int64_t kc, const void *a, const void *b,
+                                                float *C, int accumulate) {
+    (void)g;
+    QMM_FGEMM_ROWS6(kern, rows, kc, a, b, C, accumulate);
 }
 
 /* ---------------------------------------------------------------- engine */
@@ -106,10 +94,11 @@ static const char *admit(const qmm_call *c, char *why, size_t n) {
 }
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) {
-    qmm_fgemm g = {
+    const qmm_fgemm g = {
         .mr = MR, .nr = NR, .kc = KC, .bf16 = 0,
-        .b_bytes = (size_t)(KC + 4) * NR * sizeof(float),
-        .prep_b = prep_b, .kernel = kernel, .epilogue = NULL,
+        .b_bytes = (size_t)(KC + 4) * NR * sizeof(float), .b_col16 = 0 /* one block */,
+        .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, .f32_direct = 1,
+        .kernel = qmm_f32_gemm_ukernel_6x16__avx2_fma, .epilogue = NULL,
     };
     return qmm_float_gemm(ctx, c, &g);
 }

@@ -2,7 +2,7 @@
  * avx512_bf16.c — the AVX512-BF16 float engine (VDPBF16PS): the BF16 baseline, the engine of
  * bf16 float weights, and the W8A16 fallback for int8 weights on CPUs without AMX.
  *
- * Contract (SPEC §4; driver and layouts in core/float_act.h):
+ * Contract (SPEC §4; driver and layouts in core/float_gemm.h):
  *   int8 weight (fallback / full_precision): a = act(x), rotated if w->convrot_gs (exactly
  *     qmm_ref_act_rotate_row, values in x's dtype), then rounded to bf16 (RNE); the int8 weights
  *     (exact in bf16) are widened inside the engine from the shared n16k4 packing into the
@@ -18,57 +18,41 @@
  * Micro-kernel: 6 rows × 64 columns (24 zmm accumulators), B block [kc/2][64][2] bf16 (32 KiB, in
  * L1), A k-pairs broadcast (one dword) from the 6-row panel.
  */
-#include "float_act.h"
+#include "float_gemm.h"
 #include "pack_avx512.h"
 #include "qmm_internal.h"
 
 #include <immintrin.h>
-#include <string.h>
 
 #define MR 6
 #define NR 64
 #define KC 256
 
 /* ---------------------------------------------------------------- B blocks → [kc/2][64][2] bf16 */
-/* 16 columns × 4 k int8 (byte 4c + k) → two k-pair rows (k0,k1) and (k2,k3) of 16 columns */
-static inline void widen_i8_quad(const int8_t *src, uint16_t *dst /* 2 pair rows of stride 2·NR */) {
+/* The widens of one 16-column block (float_gemm.h): dst = its 16 columns of pair row k0/2, pair
+ * rows 2·NR values apart */
+static void widen_i8(const void *src, int64_t nq, void *dst) {
+    /* per quad: 16 columns × 4 k int8 (byte 4c + k) → two k-pair rows (k0,k1) and (k2,k3) */
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    __m512i x = _mm512_loadu_si512(src);
-    __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(x, 0)));
-    __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(x, 1)));
-    __m512 f2 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(x, 2)));
-    __m512 f3 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(x, 3)));
-    /* exact: int8 values are bf16 numbers. dword 2c = (k0,k1) of column c, 2c+1 = (k2,k3) */
-    __m512i lo = (__m512i)_mm512_cvtne2ps_pbh(f1, f0); /* columns 0..7 */
-    __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(f3, f2); /* columns 8..15 */
-    _mm512_storeu_si512(dst, _mm512_permutex2var_epi32(lo, even, hi));
-    _mm512_storeu_si512(dst + 2 * NR, _mm512_permutex2var_epi32(lo, odd, hi));
+    for (int64_t q = 0; q < nq; q++) {
+        uint16_t *d = (uint16_t *)dst + q * 4 * NR;
+        __m512i x = _mm512_loadu_si512((const int8_t *)src + q * 64);
+        __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(x, 0)));
+        __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(x, 1)));
+        __m512 f2 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(x, 2)));
+        __m512 f3 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(x, 3)));
+        /* exact: int8 values are bf16 numbers. dword 2c = (k0,k1) of column c, 2c+1 = (k2,k3) */
+        __m512i lo = (__m512i)_mm512_cvtne2ps_pbh(f1, f0); /* columns 0..7 */
+        __m512i hi = (__m512i)_mm512_cvtne2ps_pbh(f3, f2); /* columns 8..15 */
+        _mm512_storeu_si512(d, _mm512_permutex2var_epi32(lo, even, hi));
+        _mm512_storeu_si512(d + 2 * NR, _mm512_permutex2var_epi32(lo, odd, hi));
+    }
 }
 
-static const void *prep_b(const qmm_weight *w, int64_t n0, int64_t k0, int64_t kc, void *buf) {
-    uint16_t *B = buf;
-    qmm_float_prefetch_next(w, n0, NR, k0, kc);
-    const int64_t pairs = kc / 2; /* kc is even (K rounded up to 2) */
-    for (int jb = 0; jb < NR / 16; jb++) {
-        int64_t n = n0 + 16 * jb;
-        uint16_t *d = B + 32 * jb;
-        int64_t Np = w->is_int8 ? w->i8.Np : w->fp.Np;
-        if (n >= Np) {
-            for (int64_t q = 0; q < pairs; q++) memset(d + q * 2 * NR, 0, 64);
-            continue;
-        }
-        if (w->is_int8) {
-            const qmm_packed_i8 *p = &w->i8;
-            const int8_t *s = p->data + ((n / 16) * (p->Kp / 4) + k0 / 4) * 64;
-            for (int64_t q = 0; q < (kc + 3) / 4; q++) widen_i8_quad(s + q * 64, d + q * 4 * NR);
-        } else {
-            const qmm_packed_f *p = &w->fp;
-            const uint16_t *s = p->bf16 + ((n / 16) * (p->Kp / 2) + k0 / 2) * 32;
-            for (int64_t q = 0; q < pairs; q++) _mm512_storeu_si512(d + q * 2 * NR, _mm512_loadu_si512(s + q * 32));
-        }
-    }
-    return B;
+static void widen_bf16(const void *src, int64_t np, void *dst) { /* the n16k2 pair rows as they are */
+    for (int64_t q = 0; q < np; q++)
+        _mm512_storeu_si512((uint16_t *)dst + q * 2 * NR, _mm512_loadu_si512((const uint16_t *)src + q * 32));
 }
 
 /* ---------------------------------------------------------------- the micro-kernel */
@@ -94,15 +78,11 @@ static inline __attribute__((always_inline)) void kern(const int rows, int64_t k
         for (int j = 0; j < 4; j++) _mm512_storeu_ps(C + i * NR + j * 16, c[i][j]);
 }
 
-static void kernel(int rows, int64_t kc, const void *a, const void *b, float *C, int accumulate) {
-    switch (rows) {
-    case 1: kern(1, kc, a, b, C, accumulate); break;
-    case 2: kern(2, kc, a, b, C, accumulate); break;
-    case 3: kern(3, kc, a, b, C, accumulate); break;
-    case 4: kern(4, kc, a, b, C, accumulate); break;
-    case 5: kern(5, kc, a, b, C, accumulate); break;
-    default: kern(6, kc, a, b, C, accumulate); break;
-    }
+/* C[6][64] (+)= A[kc/2][6][2]ᵀ · B[kc/2][64][2] */
+static void qmm_bf16_f32_gemm_ukernel_6x64__avx512bf16(const qmm_fgemm *g, int rows, int64_t kc, const void *a,
+                                                       const void *b, float *C, int accumulate) {
+    (void)g;
+    QMM_FGEMM_ROWS6(kern, rows, kc, a, b, C, accumulate);
 }
 
 /* ---------------------------------------------------------------- engine */
@@ -115,10 +95,12 @@ static const char *admit(const qmm_call *c, char *why, size_t n) {
 }
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) {
-    qmm_fgemm g = {
+    const qmm_fgemm g = {
         .mr = MR, .nr = NR, .kc = KC, .bf16 = 1,
-        .b_bytes = (size_t)(KC + 4) * NR * sizeof(uint16_t),
-        .prep_b = prep_b, .kernel = kernel, .epilogue = qmm_float_epilogue_avx512, .pack_i8 = qmm_z_pack_n16k4,
+        .b_bytes = (size_t)(KC + 4) * NR * sizeof(uint16_t), .b_col16 = 32 * sizeof(uint16_t),
+        .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, /* f32 weights: refused by admit */
+        .kernel = qmm_bf16_f32_gemm_ukernel_6x64__avx512bf16, .epilogue = qmm_float_epilogue_avx512,
+        .pack_i8 = qmm_z_pack_n16k4,
     };
     return qmm_float_gemm(ctx, c, &g);
 }
