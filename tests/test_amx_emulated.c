@@ -15,8 +15,12 @@
  *   The blocking rules (QMM_AMX_BLOCKING parsing, switch points, min_m admission) and the tile
  *     traffic of each regime (C reloaded only between K blocks), counted by the emulator, owned
  *     and borrowed (K tail included).
- *   amx_bf16 (emulated), W8A16 fallback and bf16 weights, vs an fp64 sum of the same
- *     bf16-rounded operands: within fp32 summation noise + 1 ulp of the output dtype.
+ *   amx_bf16 (emulated, under the float GEMM driver), W8A16 fallback (weight owned or borrowed)
+ *     and bf16 weights: bit-exact against the engine's contract (amx_bf16.c: a rounded to bf16,
+ *     one fp32 chain over k in order with TDPBF16PS's DAZ/FTZ, the float epilogue), and within
+ *     fp32 summation noise + 1 ulp of the output dtype of an fp64 sum of the same operands;
+ *     M = 1..100 and 4096, odd N and K, every x/y dtype and act, bias or not, per-tensor or
+ *     per-row scale, strided x/y; small blockings (several k and column blocks) or the defaults.
  *   Every call: zero emulated faults (shape/config rules of the SDM) and no tile config left.
  *   Admission rules (small M, f32 weights) and the real engines' visible unavailability.
  * When the real AMX engines are available (an AMX machine), the same checks also run them.
@@ -24,6 +28,7 @@
 #include "testutil.h"
 
 #include "../src/engines/x86_amx/amx_emu.h"
+#include "float_gemm.h"
 #include "numerics.h"
 #include "qmm_internal.h"
 
@@ -33,7 +38,8 @@
 
 static int g_quick;
 static qmm_context *g_ctx[2]; /* 1 and 2 threads */
-static long g_regime_runs[2][3]; /* [int8, bf16][regime]: emulated calls per regime */
+static long g_regime_runs[2][3]; /* [int8, -][regime]: emulated amx_int8 calls per regime */
+static long g_bf16_runs[3];      /* emulated amx_bf16 calls: bf16 weight, int8 owned, int8 borrowed */
 static long g_borrowed_runs[3];  /* amx_int8 on a borrowed weight (read in place), per regime */
 static int g_borrow = -1;        /* int8_case: 1 borrowed weight, 0 owned, -1 either at random */
 
@@ -234,77 +240,147 @@ static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64
 }
 
 /* ---------------------------------------------------------------- amx_bf16 */
-/* W8A16 (int8 weight, fallback) or a bf16 float weight; expected value from an fp64 sum of
- * the same bf16-rounded operands. */
+/* Runs amx_bf16 (emulated, or the real one when real != 0) on the call; the emulated engine
+ * with small blocks (QMM_AMX_BLOCKING's kc and nc: several k blocks and column blocks, partial
+ * last ones) or the defaults, with zero tile faults and no tile configuration left. */
+static qmm_status run_bf16(const qmm_engine *e, int real, qmm_context *ctx, const qmm_weight *w,
+                           const qmm_linear_args *a) {
+    qmm_weight view; /* a borrowed weight runs on its per-call view (qmm_weight_for_call) */
+    const qmm_weight *wc = w;
+    if (w->borrowed) TU_CHECK_OK(qmm_weight_for_call(ctx, w, &view, &wc));
+    qmm_call c = make_call(wc, a, w->is_int8);
+    if (real) return e->run(ctx, &c);
+    qmm_amx_blocking b = qmm_amx_blocking_default();
+    if (tu_rand_int(0, 2)) {
+        static const int64_t kcs[] = {64, 128, 192, 512}, ncs[] = {32, 64, 96, 512};
+        b.kc = kcs[tu_rand_int(0, 3)];
+        b.nc = ncs[tu_rand_int(0, 3)];
+    }
+    qmm_amx_blocking_emu = b;
+    const long f0 = qmm_amx_emu_faults();
+    const qmm_status st = e->run(ctx, &c);
+    TU_CHECK(qmm_amx_emu_faults() == f0, "%s: %ld emulated tile faults: %s", e->name, qmm_amx_emu_faults() - f0,
+             qmm_amx_emu_first_fault());
+    TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: %ld threads left with tiles configured", e->name,
+             qmm_amx_emu_live_configs());
+    qmm_amx_blocking_emu = qmm_amx_blocking_default();
+    g_bf16_runs[w->is_int8 ? 1 + w->borrowed : 0]++;
+    return st;
+}
+
+/* bf16 → fp32 as TDPBF16PS reads it: denormals are zero (DAZ) */
+static float bf16_daz(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* W8A16 (int8 weight, owned or borrowed: the caller's rows at an unaligned base, ld >= K) or a
+ * bf16 float weight. Expected bits: amx_bf16's contract (amx_bf16.c) — a = bf16(act-rotate(x)),
+ * acc = FTZ(acc + DAZ(a)·DAZ(w)) in k order over K rounded up to 32, then the float epilogue
+ * (qmm_float_epilogue_ref: · w_scale, + bias, one RNE cast); also within fp32 summation noise
+ * of an fp64 sum of the same operands. 1 and 2 threads give the same bits. */
 static void bf16_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64_t K, int int8_weight) {
     const qmm_dtype xt = k_fdt[tu_rand_int(0, 2)], yt = k_fdt[tu_rand_int(0, 2)];
     const qmm_act act = (qmm_act)tu_rand_int(0, 2);
     const int gs = int8_weight ? pick_gs(K) : 0, has_bias = (int)tu_rand_int(0, 1);
     const int per_tensor = (int)tu_rand_int(0, 1), strided = (int)tu_rand_int(0, 1);
+    const int borrowed = int8_weight && tu_rand_int(0, 1);
     const int64_t K_in = act == QMM_ACT_SWIGLU ? 2 * K : K;
     const int64_t ldx = K_in + (strided ? tu_rand_int(1, 9) : 0), ldy = N + (strided ? tu_rand_int(1, 7) : 0);
+    const int64_t ld = K + (borrowed && tu_rand_int(0, 1) ? tu_rand_int(1, 70) : 0), woff = borrowed ? tu_rand_int(0, 63) : 0;
     const size_t xs = qmm_dtype_size(xt), ys = qmm_dtype_size(yt);
-    int8_t *wq = malloc((size_t)(N * K));
+    int8_t *wbuf = malloc((size_t)(N * ld + woff)), *wq = wbuf + woff;
     uint16_t *wb = malloc((size_t)(N * K) * 2);
     float *sc = malloc((size_t)N * sizeof(float)), *bias = malloc((size_t)N * sizeof(float));
-    tu_fill_i8(wq, N * K, -127, 127);
+    tu_fill_i8(wbuf, N * ld + woff, -128, 127);
     tu_fill_float(wb, QMM_BF16, N * K, 0.5f);
+    if (!int8_weight && tu_rand_int(0, 3) == 0) wb[tu_rand_int(0, N * K - 1)] = 0x0005; /* a denormal weight */
     for (int64_t n = 0; n < N; n++) sc[n] = 1e-2f * (1.0f + (float)tu_rand_int(0, 100) / 10.0f);
     for (int64_t n = 0; n < N; n++) bias[n] = tu_rand_normal();
-    qmm_weight *w = NULL;
+    qmm_weight *w = NULL, *wown = NULL; /* wown: the expected values' scales and bias */
     if (int8_weight) {
         qmm_weight_desc d = qmm_weight_desc_default();
         d.name = "amx.bf16.w8";
-        d.N = N; d.K = K; d.data = wq; d.scale = sc; d.n_scale = per_tensor ? 1 : N;
+        d.N = N; d.K = K; d.data = wq; d.ld = ld; d.scale = sc; d.n_scale = per_tensor ? 1 : N;
         d.bias = has_bias ? bias : NULL; d.convrot_gs = gs;
-        TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &w));
+        TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &wown));
+        if (borrowed) TU_CHECK_OK(qmm_weight_borrow_int8(g_ctx[0], &d, &w));
+        else w = wown;
     } else {
         TU_CHECK_OK(qmm_weight_create_float(g_ctx[0], "amx.bf16.wf", wb, QMM_BF16, N, K, 0, has_bias ? bias : NULL,
-                                            QMM_F32, &w));
+                                            QMM_F32, &wown));
+        w = wown;
     }
     void *x = malloc((size_t)(M * ldx) * xs);
     tu_fill_float(x, xt, M * ldx, 1.0f);
+    if (xt == QMM_F32 && M > 1 && tu_rand_int(0, 2) == 0) /* bf16 denormals in a: read as zero */
+        for (int64_t k = 0; k < K_in; k += 3) qmm_store_f(x, xt, ldx + k, 3e-39f * (float)(k % 5 - 2));
     const size_t ybytes = (size_t)(M * ldy) * ys;
-    unsigned char *y[2];
+    unsigned char *y[2], *yexp = malloc(ybytes);
     qmm_linear_args a = qmm_linear_args_default();
     a.M = M; a.x = x; a.x_dtype = xt; a.ldx = ldx; a.y_dtype = yt; a.ldy = ldy; a.act = act;
     for (int t = 0; t < 2; t++) {
         y[t] = malloc(ybytes);
         memset(y[t], 0xA5, ybytes);
         a.y = y[t];
-        qmm_status st = run_engine(e, real, g_ctx[t], w, &a, int8_weight);
+        qmm_status st = run_bf16(e, real, g_ctx[t], w, &a);
         TU_CHECK(st == QMM_OK, "%s M=%lld N=%lld K=%lld: %s %s", e->name, (long long)M, (long long)N, (long long)K,
                  qmm_status_name(st), qmm_last_error());
     }
     TU_CHECK(memcmp(y[0], y[1], ybytes) == 0, "%s M×N×K=%lld×%lld×%lld: 1 and 2 threads differ", e->name,
              (long long)M, (long long)N, (long long)K);
-    float *arow = malloc((size_t)K * sizeof(float));
+    /* the expected bits: the chain, then the scalar float epilogue into yexp */
+    const int64_t Ka = (K + 31) / 32 * 32;
+    float *arow = malloc((size_t)Ka * sizeof(float)), *acc = malloc((size_t)(M * N) * sizeof(float));
     double worst = 0.0;
     int64_t bad = -1;
     double badv = 0, bade = 0;
-    for (int64_t r = 0; r < M && bad < 0; r++) {
+    for (int64_t r = 0; r < M; r++) {
         qmm_ref_act_rotate_row((const char *)x + (size_t)(r * ldx) * xs, xt, K, act, gs, arow);
-        for (int64_t k = 0; k < K; k++) arow[k] = qmm_round_to(arow[k], QMM_BF16);
+        for (int64_t k = 0; k < Ka; k++) arow[k] = k < K ? qmm_round_to(arow[k], QMM_BF16) : 0.0f;
         for (int64_t n = 0; n < N; n++) {
+            float c = 0.0f;
             double sum = 0, sabs = 0;
-            for (int64_t k = 0; k < K; k++) {
-                double wv = int8_weight ? (double)wq[n * K + k] : (double)qmm_bf16_to_f32(wb[n * K + k]);
-                sum += (double)arow[k] * wv;
+            for (int64_t k = 0; k < Ka; k++) {
+                const float wv = k >= K ? 0.0f : int8_weight ? (float)wq[n * ld + k] : qmm_bf16_to_f32(wb[n * K + k]);
+                c = bf16_daz(fmaf(bf16_daz(arow[k]), bf16_daz(wv), c)); /* FTZ of the sum: the same test */
+                sum += (double)bf16_daz(arow[k]) * bf16_daz(wv);
                 sabs += fabs((double)arow[k] * wv);
             }
+            acc[r * N + n] = c;
+            if (bad >= 0) continue;
+            /* and the contract against the exact sum: fp32 summation noise + 1 ulp of the output */
             double ws = int8_weight ? (double)sc[per_tensor ? 0 : n] : 1.0, b = has_bias ? (double)bias[n] : 0.0;
             double ref = sum * ws + b;
             double got = tu_load(y[0], yt, r * ldy + n);
             double tol = (double)(K + 2) * ldexp(1.0, -24) * sabs * ws + ldexp(1.0, -22) * (fabs(ref) + fabs(b)) +
-                         tu_ulp(fabs(ref) + (double)(K + 2) * ldexp(1.0, -24) * sabs * ws, yt);
+                         tu_ulp(fabs(ref) + (double)(K + 2) * ldexp(1.0, -24) * sabs * ws, yt) +
+                         (double)(Ka + 2) * ldexp(1.0, -125) * ws; /* FTZ of the partial sums */
             double err = fabs(got - ref);
-            if (!(err <= tol)) { bad = r * ldy + n; badv = got; bade = ref; break; }
+            if (!(err <= tol)) { bad = r * ldy + n; badv = got; bade = ref; }
             if (fabs(ref) > 1e-3 && err / fabs(ref) > worst) worst = err / fabs(ref);
         }
     }
     TU_CHECK(bad < 0, "%s M×N×K=%lld×%lld×%lld %s x=%s y=%s act=%s gs=%d: first bad index %lld: %.9g vs fp64 %.9g",
              e->name, (long long)M, (long long)N, (long long)K, int8_weight ? "W8A16" : "bf16 weight",
              qmm_dtype_name(xt), qmm_dtype_name(yt), act_name(act), gs, (long long)bad, badv, bade);
+    memcpy(yexp, y[0], ybytes); /* the padding of strided outputs as the engine left it (checked below) */
+    a.y = yexp;
+    qmm_call ce = make_call(wown, &a, int8_weight);
+    qmm_float_epilogue_ref(&ce, acc, N, M, 0, 0, N);
+    int64_t diff = -1;
+    for (int64_t i = 0; i < M * ldy && diff < 0; i++)
+        if (!tu_same_elem(yexp, y[0], yt, i)) diff = i;
+    TU_CHECK(diff < 0,
+             "%s M×N×K=%lld×%lld×%lld %s%s x=%s y=%s act=%s gs=%d %s bias=%d: first index not bit-exact %lld "
+             "(row %lld col %lld): %.9g, the contract's chain %.9g",
+             e->name, (long long)M, (long long)N, (long long)K, int8_weight ? "W8A16" : "bf16 weight",
+             borrowed ? " borrowed" : "", qmm_dtype_name(xt), qmm_dtype_name(yt), act_name(act), gs,
+             per_tensor ? "per-tensor" : "per-row", has_bias, (long long)diff, (long long)(diff / ldy),
+             (long long)(diff % ldy), diff >= 0 ? tu_load(y[0], yt, diff) : 0.0, diff >= 0 ? tu_load(yexp, yt, diff) : 0.0);
     /* the padding of strided outputs is untouched */
     int pad_ok = 1;
     for (int64_t r = 0; r < M; r++)
@@ -315,10 +391,11 @@ static void bf16_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64
     if (M >= 1000) tu_note("%s %s M×N×K=%lld×%lld×%lld y=%s: worst relative error %.3g", e->name,
                            int8_weight ? "W8A16" : "bf16", (long long)M, (long long)N, (long long)K,
                            qmm_dtype_name(yt), worst);
-    free(arow);
+    free(arow); free(acc); free(yexp);
     for (int t = 0; t < 2; t++) free(y[t]);
-    free(x); free(wq); free(wb); free(sc); free(bias);
-    qmm_weight_destroy(w);
+    free(x); free(wbuf); free(wb); free(sc); free(bias);
+    if (w != wown) qmm_weight_destroy(w);
+    qmm_weight_destroy(wown);
 }
 
 /* ---------------------------------------------------------------- admission and availability */
@@ -554,13 +631,13 @@ int main(int argc, char **argv) {
     long ops0 = qmm_amx_emu_ops();
     sweep(&qmm_engine_amx_int8_emu, &qmm_engine_amx_bf16_emu, 0);
     tu_note("emulated tile instructions executed: %ld", qmm_amx_emu_ops() - ops0);
-    for (int k = 0; k < 2; k++) {
-        tu_note("%s emulated calls per regime: decode %ld, panel %ld, blocked %ld", k ? "amx_bf16" : "amx_int8",
-                g_regime_runs[k][0], g_regime_runs[k][1], g_regime_runs[k][2]);
-        for (int r = 0; r < 3; r++)
-            TU_CHECK(g_regime_runs[k][r] > 0, "%s: regime %s never ran", k ? "amx_bf16" : "amx_int8",
-                     qmm_amx_regime_name((qmm_amx_regime)r));
-    }
+    tu_note("amx_int8 emulated calls per regime: decode %ld, panel %ld, blocked %ld", g_regime_runs[0][0],
+            g_regime_runs[0][1], g_regime_runs[0][2]);
+    for (int r = 0; r < 3; r++)
+        TU_CHECK(g_regime_runs[0][r] > 0, "amx_int8: regime %s never ran", qmm_amx_regime_name((qmm_amx_regime)r));
+    tu_note("amx_bf16 emulated calls: bf16 weights %ld, int8 owned %ld, int8 borrowed %ld", g_bf16_runs[0],
+            g_bf16_runs[1], g_bf16_runs[2]);
+    for (int k = 0; k < 3; k++) TU_CHECK(g_bf16_runs[k] > 0, "amx_bf16: weight kind %d never ran", k);
     tu_note("amx_int8 on borrowed weights (in place) per regime: decode %ld, panel %ld, blocked %ld", g_borrowed_runs[0],
             g_borrowed_runs[1], g_borrowed_runs[2]);
     for (int r = 0; r < 3; r++)

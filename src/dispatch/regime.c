@@ -1,9 +1,9 @@
 /*
  * regime.c — what an engine tells about how it runs a call beyond being chosen, for `qmm bench`
- * and logs: the AMX engines' regime (decode, panel or blocked) by the very rule they use
+ * and logs: amx_int8's regime (decode, panel or blocked) by the very rule it uses
  * (engines/x86_amx/amx_blocking.h: plain C, no tile instructions, so it runs on any CPU) and
- * the blocking in force (QMM_AMX_BLOCKING applied as the engines apply it). Engines with one
- * regime tell nothing.
+ * the AMX blocking in force (QMM_AMX_BLOCKING applied as the engines apply it; amx_bf16, under
+ * the float GEMM driver, reads its kc and nc). Engines with one regime tell no regime.
  */
 #include "../engines/x86_amx/amx_blocking.h"
 #include "qmm_internal.h"
@@ -19,13 +19,13 @@ static int amx_blocking(qmm_amx_blocking *b) {
 }
 
 const char *qmm_engine_regime(qmm_engine_id e, const qmm_weight *w, int64_t M) {
-    if (!w || M < 1 || (e != QMM_ENGINE_AMX_INT8 && e != QMM_ENGINE_AMX_BF16)) return "";
+    if (!w || M < 1 || e != QMM_ENGINE_AMX_INT8) return "";
     qmm_amx_blocking b;
     (void)amx_blocking(&b);
-    /* bytes of the A operand: int8 M × Kp(64); bf16 2 × M × Ka (Kp of the int8 packing, or 32-padded bf16 weights) */
-    const int64_t Ka = w->is_int8 ? w->i8.Kp : qmm_round_up(w->K, 32);
-    if (M > INT64_MAX / 2 / Ka) return qmm_amx_regime_name(QMM_AMX_BLOCKED);
-    return qmm_amx_regime_name(qmm_amx_regime_of(&b, M, (e == QMM_ENGINE_AMX_INT8 ? 1 : 2) * M * Ka));
+    /* bytes of the A operand: M × Kp (64-padded) */
+    const int64_t Ka = w->is_int8 ? w->i8.Kp : qmm_round_up(w->K, 64);
+    if (M > INT64_MAX / Ka) return qmm_amx_regime_name(QMM_AMX_BLOCKED);
+    return qmm_amx_regime_name(qmm_amx_regime_of(&b, M, M * Ka));
 }
 
 qmm_status qmm_engine_tuning(qmm_engine_id e, char *buf, size_t size) {

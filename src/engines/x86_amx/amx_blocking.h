@@ -1,6 +1,6 @@
 /*
- * amx_blocking.h — the cache blocking of the AMX engines (amx_int8.c, amx_bf16.c) and the rule
- * that picks their regime from the call's shape. Plain C (no intrinsics, no library state), so
+ * amx_blocking.h — the cache blocking of the AMX engines (amx_int8.c; amx_bf16.c takes kc and
+ * nc for the float GEMM driver) and the rule that picks amx_int8's regime from the call's shape. Plain C (no intrinsics, no library state), so
  * that `qmm bench` labels its rows with the very rule the engines use.
  *
  * The sizes come from the tile-load costs measured on a Sapphire/Emerald Rapids VM (
@@ -9,7 +9,7 @@
  * measurement of this code: `QMM_AMX_BLOCKING="kc=512,nc=512,mc=512,panel_a=1572864,min_m=8"`
  * (any subset, comma-separated) overrides them for one process, to re-measure on an AMX machine.
  *
- * Regimes (bytes of A = M × Kp for int8, 2 × M × Kp for bf16):
+ * Regimes of amx_int8 (bytes of A = M × Kp):
  *   decode   M <= QMM_AMX_SMALL_M (one 32-row panel): each thread streams its share of the
  *            weight once, full K per 32 × 32 block, software prefetch of B ahead.
  *   panel    A fits L2 (bytes of A <= panel_a): N outer, full K per block with C in tiles for
@@ -85,7 +85,7 @@ static inline int qmm_amx_blocking_parse(const char *s, qmm_amx_blocking *b) {
     return 0;
 }
 
-/* The regime for M rows whose A operand takes a_bytes (int8: M × Kp; bf16: 2 × M × Kp). */
+/* The regime for M rows whose A operand takes a_bytes (M × Kp). */
 static inline qmm_amx_regime qmm_amx_regime_of(const qmm_amx_blocking *b, int64_t M, int64_t a_bytes) {
     if (M <= b->small_m) return QMM_AMX_DECODE;
     if (a_bytes <= b->panel_a) return QMM_AMX_PANEL;

@@ -26,7 +26,8 @@
  * Rows of a partial M panel are handled by a partial configuration, never by padding.
  * amx_int8 on a borrowed weight (W read in place, yᵀ = W·xᵀ) uses the same plan with the roles
  * swapped: A = 16 rows of W each (rows r0 / r1 of the W panel), B = 16 tokens each (token blocks;
- * the tokens past M are zero), C = [W rows][tokens].
+ * the tokens past M are zero), C = [W rows][tokens]; so does amx_bf16 (a micro-kernel of the
+ * float GEMM driver: B = the driver's 32-row bf16 panel, A = the widened W tiles, all 16 × 64).
  */
 #ifndef QMM_AMX_KERNEL_H
 #define QMM_AMX_KERNEL_H
