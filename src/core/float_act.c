@@ -83,16 +83,11 @@ static void act_rows(int64_t i0, int64_t i1, int thread, void *arg) {
 
 qmm_status qmm_float_act_pack(qmm_context *ctx, const qmm_call *c, int64_t r0, int64_t rows, int mr, int bf16,
                               void *A, int64_t Ka) {
-    act_job j;
-    memset(&j, 0, sizeof j);
-    j.c = c;
-    j.r0 = r0;
-    j.mr = mr;
-    j.bf16 = bf16;
-    j.A = A;
-    j.Ka = Ka;
-    j.Kn = bf16 ? qmm_round_up(c->K, 2) : c->K;
-    j.tmp_floats = qmm_round_up((int64_t)qmm_float_act_tmp_floats(c->K, mr), 16);
+    act_job j = {
+        .c = c, .r0 = r0, .mr = mr, .bf16 = bf16, .A = A, .Ka = Ka,
+        .Kn = bf16 ? qmm_round_up(c->K, 2) : c->K,
+        .tmp_floats = qmm_round_up((int64_t)qmm_float_act_tmp_floats(c->K, mr), 16),
+    };
     j.panel = qmm_float_act_panel_select(ctx);
     /* the SIMD panels work in chunks of QMM_FACT_KB k values: larger groups take the scalar one */
     if (c->w->is_int8 && c->w->convrot_gs > QMM_FACT_KB) j.panel = qmm_float_act_panel_ref;

@@ -206,15 +206,11 @@ qmm_status qmm_float_gemm(qmm_context *ctx, const qmm_call *c, const qmm_fgemm *
                   "layer %s: K=%lld too large for the float engines", c->w->name, (long long)K);
     void *A;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, abytes, &A));
-    gemm_job j;
-    memset(&j, 0, sizeof j);
-    j.c = c;
-    j.g = g;
-    j.A = A;
-    j.Ka = Ka;
-    j.ncb = (N + g->nr - 1) / g->nr;
-    j.epi = g->epilogue ? g->epilogue : qmm_float_epilogue_ref;
-    j.bbytes = (g->b_bytes + 63) & ~(size_t)63;
+    gemm_job j = {
+        .c = c, .g = g, .A = A, .Ka = Ka, .ncb = (N + g->nr - 1) / g->nr,
+        .epi = g->epilogue ? g->epilogue : qmm_float_epilogue_ref,
+        .bbytes = (g->b_bytes + 63) & ~(size_t)63,
+    };
     const int64_t max_panels = mc / g->mr;
     j.cbytes = (size_t)qmm_round_up(max_panels * g->mr * g->nr * (int64_t)sizeof(float), 64);
     /* a borrowed weight's n16k4 block: nr/16 blocks × the quads of kc */

@@ -87,21 +87,14 @@ static void qmm_f32_gemm_ukernel_6x16__avx2_fma(const qmm_fgemm *g, int rows, in
 }
 
 /* ---------------------------------------------------------------- engine */
-static const char *admit(const qmm_call *c, char *why, size_t n) {
-    const char *r = qmm_admit_common_float(c, why, n);
-    if (r) return r;
-    return NULL;
-}
+static const qmm_fgemm k_gemm = {
+    .mr = MR, .nr = NR, .kc = KC, .bf16 = 0,
+    .b_bytes = (size_t)(KC + 4) * NR * sizeof(float), .b_col16 = 0 /* one block */,
+    .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, .f32_direct = 1,
+    .kernel = qmm_f32_gemm_ukernel_6x16__avx2_fma, .epilogue = NULL,
+};
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) {
-    const qmm_fgemm g = {
-        .mr = MR, .nr = NR, .kc = KC, .bf16 = 0,
-        .b_bytes = (size_t)(KC + 4) * NR * sizeof(float), .b_col16 = 0 /* one block */,
-        .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, .f32_direct = 1,
-        .kernel = qmm_f32_gemm_ukernel_6x16__avx2_fma, .epilogue = NULL,
-    };
-    return qmm_float_gemm(ctx, c, &g);
-}
+static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_float_gemm(ctx, c, &k_gemm); }
 
 const qmm_engine qmm_engine_avx2_f32 = {
     .id = QMM_ENGINE_AVX2_F32,
@@ -110,6 +103,6 @@ const qmm_engine qmm_engine_avx2_f32 = {
     .isa = QMM_ISA_AVX2,
     .cpu_features = QMM_CPU_AVX2 | QMM_CPU_FMA,
     .built = 1,
-    .admit = admit,
+    .admit = qmm_admit_common_float,
     .run = run,
 };

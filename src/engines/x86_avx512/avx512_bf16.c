@@ -94,16 +94,15 @@ static const char *admit(const qmm_call *c, char *why, size_t n) {
     return NULL;
 }
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) {
-    const qmm_fgemm g = {
-        .mr = MR, .nr = NR, .kc = KC, .bf16 = 1,
-        .b_bytes = (size_t)(KC + 4) * NR * sizeof(uint16_t), .b_col16 = 32 * sizeof(uint16_t),
-        .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, /* f32 weights: refused by admit */
-        .kernel = qmm_bf16_f32_gemm_ukernel_6x64__avx512bf16, .epilogue = qmm_float_epilogue_avx512,
-        .pack_i8 = qmm_z_pack_n16k4,
-    };
-    return qmm_float_gemm(ctx, c, &g);
-}
+static const qmm_fgemm k_gemm = {
+    .mr = MR, .nr = NR, .kc = KC, .bf16 = 1,
+    .b_bytes = (size_t)(KC + 4) * NR * sizeof(uint16_t), .b_col16 = 32 * sizeof(uint16_t),
+    .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, /* f32 weights: refused by admit */
+    .kernel = qmm_bf16_f32_gemm_ukernel_6x64__avx512bf16, .epilogue = qmm_float_epilogue_avx512,
+    .pack_i8 = qmm_z_pack_n16k4,
+};
+
+static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_float_gemm(ctx, c, &k_gemm); }
 
 const qmm_engine qmm_engine_avx512_bf16 = {
     .id = QMM_ENGINE_AVX512_BF16,

@@ -87,22 +87,15 @@ static void qmm_f32_gemm_ukernel_6x64__avx512f(const qmm_fgemm *g, int rows, int
 }
 
 /* ---------------------------------------------------------------- engine */
-static const char *admit(const qmm_call *c, char *why, size_t n) {
-    const char *r = qmm_admit_common_float(c, why, n);
-    if (r) return r;
-    return NULL;
-}
+static const qmm_fgemm k_gemm = {
+    .mr = MR, .nr = NR, .kc = KC, .bf16 = 0,
+    .b_bytes = (size_t)(KC + 4) * NR * sizeof(float), .b_col16 = 16 * sizeof(float),
+    .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, .widen_f32 = widen_f32,
+    .kernel = qmm_f32_gemm_ukernel_6x64__avx512f, .epilogue = qmm_float_epilogue_avx512,
+    .pack_i8 = qmm_z_pack_n16k4,
+};
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) {
-    const qmm_fgemm g = {
-        .mr = MR, .nr = NR, .kc = KC, .bf16 = 0,
-        .b_bytes = (size_t)(KC + 4) * NR * sizeof(float), .b_col16 = 16 * sizeof(float),
-        .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, .widen_f32 = widen_f32,
-        .kernel = qmm_f32_gemm_ukernel_6x64__avx512f, .epilogue = qmm_float_epilogue_avx512,
-        .pack_i8 = qmm_z_pack_n16k4,
-    };
-    return qmm_float_gemm(ctx, c, &g);
-}
+static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_float_gemm(ctx, c, &k_gemm); }
 
 const qmm_engine qmm_engine_avx512_f32 = {
     .id = QMM_ENGINE_AVX512_F32,
@@ -111,6 +104,6 @@ const qmm_engine qmm_engine_avx512_f32 = {
     .isa = QMM_ISA_AVX512,
     .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ,
     .built = 1,
-    .admit = admit,
+    .admit = qmm_admit_common_float,
     .run = run,
 };
