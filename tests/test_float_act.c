@@ -10,6 +10,8 @@
  *   - every f16 and every bf16 code,
  *   - edge rows: zero, one NaN, ±Inf, denormals.
  * A failing case prints the function, dtype/act/gs/K/mr/rows, the first bad (k, row) and both values.
+ * Also the threaded pass over a chunk (qmm_float_act_pack): every panel as the scalar function
+ * writes it, the k past K up to the engine's Ka (e.g. 32 for amx_bf16) zero, any thread count.
  *
  * NaN results: with gcc every bit matches, NaN sign and payload included, and that is checked.
  * clang (LLVM) treats the sign and payload of a NaN produced by arithmetic as unspecified and may
@@ -216,6 +218,64 @@ static void edge_rows(void) {
     }
 }
 
+/* The threaded pass (qmm_float_act_pack) as the float GEMM driver calls it: chunk rows [r0, r0 +
+ * rows) of an int8 weight's call (convrot or not), mr = 6 or 32 (amx_bf16's), Ka = K rounded up
+ * to 1/2, or to 32 (amx_bf16's): every panel as the scalar panel function writes it, and k in
+ * [K, Ka) zero although the buffer held NaN bits before; 1 and 2 threads alike. */
+static void chunk_pass(void) {
+    static const int64_t Ks[] = {1, 31, 64, 100, 257};
+    qmm_context *ctx[2];
+    for (int t = 0; t < 2; t++) {
+        qmm_context_options o = qmm_context_options_default();
+        o.n_threads = t + 1;
+        TU_CHECK_OK(qmm_context_create(&o, &ctx[t]));
+    }
+    for (int ik = 0; ik < 5; ik++) {
+        const int64_t K = Ks[ik], M = tu_rand_int(1, 80);
+        const int gs = K % 64 == 0 ? 64 : 0, mr = tu_rand_int(0, 1) ? 32 : 6, bf16 = (int)tu_rand_int(0, 1);
+        const int64_t Ka = ik % 2 == 0 || tu_rand_int(0, 1) ? qmm_round_up(K, 32) : bf16 ? qmm_round_up(K, 2) : K;
+        const int64_t r0 = tu_rand_int(0, M - 1), rows = tu_rand_int(1, M - r0);
+        const qmm_dtype t = k_dtypes[tu_rand_int(0, 2)];
+        int8_t *wq = calloc((size_t)(16 * K), 1);
+        float sc = 1.0f;
+        qmm_weight_desc d = qmm_weight_desc_default();
+        d.N = 16; d.K = K; d.data = wq; d.scale = &sc; d.n_scale = 1; d.convrot_gs = gs;
+        qmm_weight *w = NULL;
+        TU_CHECK_OK(qmm_weight_create_int8(ctx[0], &d, &w));
+        void *x = malloc((size_t)(M * K) * qmm_dtype_size(t));
+        tu_fill_float(x, t, M * K, 1.0f);
+        qmm_call c;
+        memset(&c, 0, sizeof c);
+        c.w = w; c.M = M; c.N = 16; c.K = K; c.K_in = K; c.x = x; c.x_dtype = t; c.ldx = K; c.act = QMM_ACT_NONE;
+        const int64_t panels = (rows + mr - 1) / mr;
+        const size_t es = bf16 ? 2 : 4, bytes = (size_t)(panels * Ka * mr) * es;
+        unsigned char *A[2], *E = malloc(bytes);
+        float *tmp = malloc(qmm_float_act_tmp_floats(K, mr) * sizeof(float));
+        memset(E, 0, bytes);
+        qmm_fact_src src = {NULL, K, t, K, QMM_ACT_NONE, gs};
+        for (int64_t p = 0; p < panels; p++) {
+            src.x = (const char *)x + (size_t)((r0 + p * mr) * K) * qmm_dtype_size(t);
+            const int pr = (int)(rows - p * mr < mr ? rows - p * mr : mr);
+            qmm_float_act_panel_ref(&src, pr, mr, bf16, E + (size_t)(p * Ka * mr) * es, Ka, tmp);
+        }
+        for (int th = 0; th < 2; th++) {
+            A[th] = malloc(bytes);
+            memset(A[th], 0xff, bytes); /* NaN bits: the pass must overwrite every element */
+            TU_CHECK_OK(qmm_float_act_pack(ctx[th], &c, r0, rows, mr, bf16, A[th], Ka));
+            int64_t bad = -1;
+            for (size_t i = 0; i < bytes && bad < 0; i++)
+                if (A[th][i] != E[i]) bad = (int64_t)i;
+            TU_CHECK(bad < 0, "qmm_float_act_pack %d thr K=%lld Ka=%lld mr=%d %s x=%s gs=%d rows [%lld, +%lld): "
+                     "first bad byte %lld", th + 1, (long long)K, (long long)Ka, mr, bf16 ? "bf16" : "f32",
+                     qmm_dtype_name(t), gs, (long long)r0, (long long)rows, (long long)bad);
+            g_panels += (int)panels;
+        }
+        free(A[0]); free(A[1]); free(E); free(tmp); free(x); free(wq);
+        qmm_weight_destroy(w);
+    }
+    for (int t = 0; t < 2; t++) qmm_context_destroy(ctx[t]);
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_float_act");
     g_quick = getenv("QMM_TEST_QUICK") != NULL;
@@ -229,6 +289,7 @@ int main(int argc, char **argv) {
     edge_rows();
     all_codes();
     random_panels();
+    chunk_pass();
     tu_note("%d panels compared (%s%s)", g_panels, g_have_avx512 ? "avx512 " : "", g_have_avx2 ? "avx2" : "");
     if (!NAN_BITS_EXACT) tu_note("clang build: %d NaN elements matched as NaN with other sign/payload bits", g_nan_loose);
     return tu_finish();
