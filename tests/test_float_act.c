@@ -115,7 +115,7 @@ static int check_panel(const void *x, int64_t ldx, qmm_dtype t, int64_t K, qmm_a
     return ok;
 }
 
-static const int k_mrs[] = {6, 6, 6, 1, 4, 8, 16};
+static const int k_mrs[] = {6, 6, 6, 32, 32, 1, 4, 8, 16}; /* 6: the AVX engines', 32: amx_bf16's */
 
 static int64_t k_for(int gs) {
     if (gs) return gs * tu_rand_int(1, gs == 256 ? 4 : 12);

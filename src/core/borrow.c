@@ -5,7 +5,7 @@
  * fp32, read from the caller's scales (one repeated, or N) and bias (f32/f16/bf16 widened
  * exactly) into the context's QMM_SCRATCH_WEIGHT; i8.data/colsum stay NULL and every engine
  * reads the caller's rows (view->borrow) itself, packing per call what its kernels need
- * (int8_gemm.c, amx_int8.c, amx_bf16.c, float_act.c). Nothing is shared between calls or
+ * (int8_gemm.c, amx_int8.c, float_gemm.c). Nothing is shared between calls or
  * contexts: two threads calling one borrowed weight, each with its own context, never race.
  */
 #include "numerics.h"

@@ -7,10 +7,12 @@
  * packed. For mr == 6 (the engines' panel height) the packing is a register transpose: 16 k (f32)
  * or 16 k-pairs (bf16: integer RNE of qmm_f32_to_bf16, then the high halves of 32 values gathered
  * into 16 dwords by one vpermt2w) of the 6 rows are 6 zmm in, 6 zmm out — three vpermt2d (rows
- * 0/1, 2/3, 4/5) and two blends per output. Other mr and the chunk's last k % 32 (bf16) or
- * k % 16 (f32) values take the scalar qmm_float_act_pack_rows.
+ * 0/1, 2/3, 4/5) and two blends per output. For mr == 32 with bf16 (amx_bf16's panel) two 16 × 16
+ * dword transposes (qmm_z_n16k4_step) of the rows' k-pairs. Other mr and the chunk's last k % 32
+ * (bf16) or k % 16 (f32) values take the scalar qmm_float_act_pack_rows.
  */
 #include "float_act.h"
+#include "pack_avx512.h"
 #include "simd_avx512.h"
 
 #include <immintrin.h>
@@ -82,6 +84,25 @@ void qmm_float_act_panel_avx512(const qmm_fact_src *src, int rows, int mr, int b
                     r[i] = _mm512_permutex2var_epi16(_mm512_castps_si512(lo), odd, _mm512_castps_si512(hi));
                 }
                 t6_store(&tb, r, (uint32_t *)Ap + ((k0 + kk) / 2) * 6);
+            }
+        } else if (mr == 32 && bf16) {
+            /* amx_bf16's panel: per 32 k, each row's 16 k-pairs (as above) into a 32 × 16 dword
+             * block, then two 16 × 16 dword transposes: pair row p = the 32 rows' pair p */
+            kv = kb & ~(int64_t)31;
+            for (int64_t kk = 0; kk < kv; kk += 32) {
+                _Alignas(64) uint32_t blk[32][16];
+                for (int i = 0; i < 32; i++) {
+                    const float *a = tmp + (int64_t)i * QMM_FACT_KB + kk;
+                    __m512 lo = qmm_z_round_bf16(_mm512_loadu_ps(a)), hi = qmm_z_round_bf16(_mm512_loadu_ps(a + 16));
+                    _mm512_store_si512(blk[i],
+                                       _mm512_permutex2var_epi16(_mm512_castps_si512(lo), odd, _mm512_castps_si512(hi)));
+                }
+                for (int h = 0; h < 2; h++) {
+                    __m512i v[16];
+                    qmm_z_n16k4_step((const int8_t *)blk[16 * h], 64, 16, 0, 64, v);
+                    for (int p = 0; p < 16; p++)
+                        _mm512_storeu_si512((uint32_t *)Ap + ((k0 + kk) / 2 + p) * 32 + 16 * h, v[p]);
+                }
             }
         } else if (mr == 6) {
             kv = kb & ~(int64_t)15;
