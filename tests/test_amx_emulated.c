@@ -17,7 +17,8 @@
  *     and borrowed (K tail included).
  *   amx_bf16 (emulated, under the float GEMM driver), W8A16 fallback (weight owned or borrowed)
  *     and bf16 weights: bit-exact against the engine's contract (amx_bf16.c: a rounded to bf16,
- *     one fp32 chain over k in order with TDPBF16PS's DAZ/FTZ, the float epilogue), and within
+ *     one fp32 chain over k in order with TDPBF16PS's DAZ/FTZ as the SDM defines it, the float
+ *     epilogue; the real engine, where present, is only told apart from it in a note), and within
  *     fp32 summation noise + 1 ulp of the output dtype of an fp64 sum of the same operands;
  *     M = 1..100 and 4096, odd N and K, every x/y dtype and act, bias or not, per-tensor or
  *     per-row scale, strided x/y; small blockings (several k and column blocks) or the defaults.
@@ -374,6 +375,15 @@ static void bf16_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64
     int64_t diff = -1;
     for (int64_t i = 0; i < M * ldy && diff < 0; i++)
         if (!tu_same_elem(yexp, y[0], yt, i)) diff = i;
+    /* the emulator follows the SDM's definition of TDPBF16PS; the hardware's own rounding of the
+     * pair sums is not documented beyond it, so there only the tolerance above is required and
+     * a difference from the chain is reported */
+    if (real && diff >= 0) {
+        tu_note("%s (real) M×N×K=%lld×%lld×%lld: not bit-equal to the SDM chain from index %lld (%.9g vs %.9g)",
+                e->name, (long long)M, (long long)N, (long long)K, (long long)diff, tu_load(y[0], yt, diff),
+                tu_load(yexp, yt, diff));
+        diff = -1;
+    }
     TU_CHECK(diff < 0,
              "%s M×N×K=%lld×%lld×%lld %s%s x=%s y=%s act=%s gs=%d %s bias=%d: first index not bit-exact %lld "
              "(row %lld col %lld): %.9g, the contract's chain %.9g",

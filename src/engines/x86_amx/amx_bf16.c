@@ -16,7 +16,8 @@
  * over k = 0, 1, ..., Ka - 1 (Ka = K rounded up to 32; the terms past K are +0 · +0):
  *     acc = 0;  acc = FTZ(acc + DAZ(a[k]) · DAZ(w[k]))  rounded to nearest even, in k order
  * — TDPBF16PS as the SDM defines it (even element of a pair, then odd; products exact; bf16
- * inputs and fp32 results denormal → 0), continued across k blocks through C in memory.
+ * inputs and fp32 results denormal → 0), continued across k blocks through C in memory. The
+ * emulated build computes exactly that; on hardware SPEC §7's float tolerance is what is promised.
  *
  * Layout (the operands' roles as amx_int8's in-place path: W as the A tile, tokens as B):
  *   tokens  the driver's bf16 A panel, mr = 32: [Ka/2][32][2]. One k-pair row of 16 tokens is
