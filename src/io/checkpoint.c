@@ -474,18 +474,9 @@ qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const c
     if (st == QMM_OK) st = check_values(m, l, scale, bias);
     if (st == QMM_OK) st = read_copy(m->f, l->weight, &wd);
     if (st == QMM_OK && l->kind == QMM_LAYER_INT8) {
-        qmm_weight_desc d = qmm_weight_desc_default();
-        d.name = l->name;
-        d.N = l->N;
-        d.K = l->K;
-        d.data = wd;
-        d.ld = l->K;
-        d.scale = scale;
-        d.n_scale = l->n_scale;
-        d.bias = bias;
-        d.bias_dtype = bias_dt;
-        d.convrot_gs = l->convrot_gs;
-        d.full_precision = l->full_precision;
+        qmm_weight_desc d = {.name = l->name, .N = l->N, .K = l->K, .data = wd, .ld = l->K, .scale = scale,
+                             .n_scale = l->n_scale, .bias = bias, .bias_dtype = bias_dt,
+                             .convrot_gs = l->convrot_gs, .full_precision = l->full_precision};
         st = qmm_weight_create_int8(ctx, &d, out);
     } else if (st == QMM_OK) {
         st = qmm_weight_create_float(ctx, l->name, wd, (qmm_dtype)qmm_st_dtype_to_qmm(l->weight->dtype), l->N, l->K,
