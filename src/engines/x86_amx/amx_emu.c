@@ -26,7 +26,7 @@ typedef struct {
 } emu_tiles;
 
 static _Thread_local emu_tiles g_t;
-static atomic_long g_faults, g_live, g_ops;
+static atomic_long g_faults, g_live, g_ops, g_configs, g_releases;
 static atomic_int g_first_set;
 static char g_first[256];
 
@@ -44,8 +44,11 @@ long qmm_amx_emu_faults(void) { return atomic_load(&g_faults); }
 const char *qmm_amx_emu_first_fault(void) { return atomic_load(&g_first_set) ? g_first : ""; }
 long qmm_amx_emu_live_configs(void) { return atomic_load(&g_live); }
 long qmm_amx_emu_ops(void) { return atomic_load(&g_ops); }
+long qmm_amx_emu_configs(void) { return atomic_load(&g_configs); }
+long qmm_amx_emu_releases(void) { return atomic_load(&g_releases); }
 
 void qmm_amx_emu_release(void) {
+    atomic_fetch_add(&g_releases, 1);
     if (g_t.configured) atomic_fetch_sub(&g_live, 1);
     memset(&g_t, 0, sizeof g_t);
 }
@@ -66,6 +69,7 @@ void qmm_amx_emu_loadconfig(const void *cfgp) {
         if ((r == 0) != (c == 0)) { fault("ldtilecfg: tile %d rows=%d colsb=%d half configured (#GP)", i, r, c); return; }
     }
     if (!g_t.configured) atomic_fetch_add(&g_live, 1);
+    atomic_fetch_add(&g_configs, 1);
     memset(&g_t, 0, sizeof g_t);
     g_t.configured = 1;
     for (int i = 0; i < 8; i++) { g_t.rows[i] = cfg.rows[i]; g_t.colsb[i] = cfg.colsb[i]; }

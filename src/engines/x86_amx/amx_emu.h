@@ -36,6 +36,9 @@ const char *qmm_amx_emu_first_fault(void);
 long qmm_amx_emu_live_configs(void);
 /* Tile instructions executed (all threads): loads, dot products. */
 long qmm_amx_emu_ops(void);
+/* LDTILECFG (valid palette-1 configurations loaded) and TILERELEASE executed (all threads). */
+long qmm_amx_emu_configs(void);
+long qmm_amx_emu_releases(void);
 
 /* The emulated engines (test hooks; never in the dispatch table). */
 extern const qmm_engine qmm_engine_amx_int8_emu;
