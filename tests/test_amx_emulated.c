@@ -16,7 +16,8 @@
  *   The blocking rules (QMM_AMX_BLOCKING parsing, switch points, min_m admission) and the tile
  *     traffic of each regime (C reloaded only between K chunks), counted by the emulator, owned
  *     and borrowed (K tail included); amx_int8's tile configuration loaded once per thread (the
- *     driver's begin hook) and released once (its end hook).
+ *     driver's begin hook) and released once (its end hook); the prefetch of a borrowed
+ *     weight's next panel (inside the caller's rows, exactly the rows packed next).
  *   amx_bf16 (emulated), W8A16 fallback and bf16 weights, vs an fp64 sum of the same
  *     bf16-rounded operands: within fp32 summation noise + 1 ulp of the output dtype.
  *   Every call: zero emulated faults (shape/config rules of the SDM) and no tile config left.
@@ -493,6 +494,66 @@ static void op_counts_k(int borrowed, int64_t K) {
     free(wq); free(x); free(y);
 }
 
+/* The software prefetch of a borrowed weight's next panel (amx_int8.c next_rows): M=64 (2 row
+ * tiles), N=96 (one task of 3 panels), K=600 (10 k-steps, the last partial), 1 thread. Whole K
+ * (panel): the row tiles of panels 0 and 1 prefetch panels 1 and 2 — every line of rows 32..95,
+ * none of rows 0..31. K chunks of 128 bytes: within a chunk the next panel, after a chunk's last
+ * panel the first of the next chunk — every line but panel 0's first chunk (lines 0, 1 of rows
+ * 0..31). Every prefetch inside the caller's rows (the emulator faults otherwise), none past K.
+ * Owned weights, whole K: the next panel's prefetch (PF_NEXT) is issued. */
+static void prefetch_rows(void) {
+    const int64_t M = 64, N = 96, K = 600, ld = 613, lines = (K + 63) / 64;
+    int8_t *wq = malloc((size_t)(N * ld));
+    float sc = 0.01f;
+    tu_fill_i8(wq, N * ld, -127, 127);
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.N = N; d.K = K; d.ld = ld; d.data = wq; d.scale = &sc; d.n_scale = 1;
+    qmm_weight *wb = NULL, *wo = NULL;
+    TU_CHECK_OK(qmm_weight_borrow_int8(g_ctx[0], &d, &wb));
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &wo));
+    uint16_t *x = malloc((size_t)(M * K) * 2), *y = malloc((size_t)(M * N) * 2);
+    tu_fill_float(x, QMM_BF16, M * K, 1.0f);
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = M; a.x = x; a.x_dtype = QMM_BF16; a.y = y; a.y_dtype = QMM_BF16;
+    qmm_weight view;
+    const qmm_weight *wc = wb;
+    if (wb) TU_CHECK_OK(qmm_weight_for_call(g_ctx[0], wb, &view, &wc));
+    for (int chunked = 0; wb && chunked < 2; chunked++) {
+        qmm_call c = make_call(wc, &a, 0);
+        qmm_amx_blocking_emu = qmm_amx_blocking_default();
+        qmm_amx_blocking_emu.small_m = 32;
+        qmm_amx_blocking_emu.panel_a = chunked ? 0 : 1 << 20;
+        qmm_amx_blocking_emu.kc = 128;
+        const long f0 = qmm_amx_emu_faults();
+        qmm_amx_emu_watch(wq, ld, N, K);
+        TU_CHECK_OK(qmm_engine_amx_int8_emu.run(g_ctx[0], &c));
+        TU_CHECK(qmm_amx_emu_faults() == f0, "amx_int8 borrowed prefetch: %s", qmm_amx_emu_first_fault());
+        int64_t wrong = -1;
+        for (int64_t r = 0; r < N && wrong < 0; r++)
+            for (int64_t l = 0; l < lines && wrong < 0; l++) {
+                const int want = r >= 32 || (chunked && l >= 2);
+                if (qmm_amx_emu_watched(r, l) != want) wrong = r * lines + l;
+            }
+        TU_CHECK(wrong < 0, "amx_int8 borrowed %s: row %lld line %lld %s", chunked ? "K chunks" : "whole K",
+                 (long long)(wrong / lines), (long long)(wrong % lines),
+                 wrong >= 0 && qmm_amx_emu_watched(wrong / lines, wrong % lines) ? "prefetched, not packed next"
+                                                                                 : "packed next, not prefetched");
+        qmm_amx_emu_watch(NULL, 0, 0, 0);
+    }
+    if (wo) {
+        qmm_call c = make_call(wo, &a, 0);
+        qmm_amx_blocking_emu = qmm_amx_blocking_default();
+        const long p0 = qmm_amx_emu_prefetches();
+        TU_CHECK_OK(qmm_engine_amx_int8_emu.run(g_ctx[0], &c));
+        TU_CHECK(qmm_amx_last_regime_emu == QMM_AMX_PANEL && qmm_amx_emu_prefetches() > p0,
+                 "amx_int8 owned 64×96×600 (panel): no prefetch of the next panel");
+    }
+    qmm_amx_blocking_emu = qmm_amx_blocking_default();
+    qmm_weight_destroy(wb);
+    qmm_weight_destroy(wo);
+    free(wq); free(x); free(y);
+}
+
 static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
     static const int64_t Ks[] = {1, 16, 63, 64, 65, 256, 1001};
     const int nK = (int)(sizeof Ks / sizeof Ks[0]);
@@ -566,6 +627,7 @@ int main(int argc, char **argv) {
     admission();
     blocking_rules();
     op_counts();
+    prefetch_rows();
     long ops0 = qmm_amx_emu_ops();
     sweep(&qmm_engine_amx_int8_emu, &qmm_engine_amx_bf16_emu, 0);
     tu_note("emulated tile instructions executed: %ld", qmm_amx_emu_ops() - ops0);

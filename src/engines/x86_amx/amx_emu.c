@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -46,6 +47,46 @@ long qmm_amx_emu_live_configs(void) { return atomic_load(&g_live); }
 long qmm_amx_emu_ops(void) { return atomic_load(&g_ops); }
 long qmm_amx_emu_configs(void) { return atomic_load(&g_configs); }
 long qmm_amx_emu_releases(void) { return atomic_load(&g_releases); }
+
+static atomic_long g_prefetches;
+static struct {
+    const char *base;
+    int64_t ld, rows, K, lines;
+    unsigned char *marks; /* [rows][lines] */
+} g_watch;
+
+long qmm_amx_emu_prefetches(void) { return atomic_load(&g_prefetches); }
+
+void qmm_amx_emu_watch(const void *base, int64_t ld, int64_t rows, int64_t K) {
+    free(g_watch.marks);
+    memset(&g_watch, 0, sizeof g_watch);
+    if (!base) return;
+    g_watch.base = base;
+    g_watch.ld = ld;
+    g_watch.rows = rows;
+    g_watch.K = K;
+    g_watch.lines = (K + 63) / 64;
+    g_watch.marks = calloc((size_t)(rows * g_watch.lines), 1);
+}
+
+int qmm_amx_emu_watched(int64_t row, int64_t line) {
+    return g_watch.marks && row >= 0 && row < g_watch.rows && line >= 0 && line < g_watch.lines &&
+           g_watch.marks[row * g_watch.lines + line];
+}
+
+void qmm_amx_emu_prefetch(const void *p) {
+    atomic_fetch_add(&g_prefetches, 1);
+    _mm_prefetch((const char *)p, _MM_HINT_T1);
+    if (!g_watch.base) return;
+    const uintptr_t a = (uintptr_t)p, b = (uintptr_t)g_watch.base;
+    const int64_t off = a >= b ? (int64_t)(a - b) : -1;
+    if (off < 0 || off / g_watch.ld >= g_watch.rows || off % g_watch.ld >= g_watch.K) {
+        fault("prefetch %p outside the watched rows (offset %lld, ld %lld, rows %lld, K %lld)", p, (long long)off,
+              (long long)g_watch.ld, (long long)g_watch.rows, (long long)g_watch.K);
+        return;
+    }
+    g_watch.marks[off / g_watch.ld * g_watch.lines + off % g_watch.ld / 64] = 1;
+}
 
 void qmm_amx_emu_release(void) {
     atomic_fetch_add(&g_releases, 1);

@@ -36,6 +36,15 @@ const char *qmm_amx_emu_first_fault(void);
 long qmm_amx_emu_live_configs(void);
 /* Tile instructions executed (all threads): loads, dot products. */
 long qmm_amx_emu_ops(void);
+/* Software prefetches (T1) of the emulated engines' kernels (QMM_AMX_PREFETCH_T1; a real
+ * prefetch is issued too): counted. With a watch set (qmm_amx_emu_watch: rows × K bytes at base,
+ * row stride ld — the caller's rows of a borrowed weight), each must fall inside those bytes
+ * (else a fault) and marks its 64-byte line of the row (line index (offset mod ld) / 64);
+ * qmm_amx_emu_watched(row, line) reads the marks. Single-threaded calls only while watching. */
+void qmm_amx_emu_prefetch(const void *p);
+void qmm_amx_emu_watch(const void *base, int64_t ld, int64_t rows, int64_t K); /* base NULL: off */
+int qmm_amx_emu_watched(int64_t row, int64_t line);
+long qmm_amx_emu_prefetches(void);
 /* LDTILECFG (valid palette-1 configurations loaded) and TILERELEASE executed (all threads). */
 long qmm_amx_emu_configs(void);
 long qmm_amx_emu_releases(void);

@@ -110,16 +110,22 @@ typedef struct {
     int decode; /* decode regime: B streamed with a prefetch ahead (the driver's PF_STREAM) */
 } amx_int8_engine;
 
+/* A software prefetch (T1) spread over a tile's k-steps: lines [l0, l1) of a set of rows, line l
+ * at base + (l / per_row)·ld + (l mod per_row)·64, per_step of them per k-step (base NULL: none).
+ * A contiguous range is one row (ld 0). */
+typedef struct {
+    const char *base;
+    int64_t ld, per_row, l0, l1, per_step;
+} amx_pf;
+
 /* The 2×2 tile plan over nq quads (a multiple of 16) with its shape as compile-time flags:
  * r1 — a second 16-row A tile, two — a second B block. C at c (int32, rows ldc apart): loaded,
  * or zeroed when first; stored at the end. stream: prefetch (T1) both blocks
  * QMM_AMX_DECODE_PF_STEPS k-steps ahead (the address runs on into the blocks after, which come
- * next). pf: prefetch (T1) pf_step bytes per quad from pf (this row tile's share of the next
- * panel; NULL: none). */
+ * next). pf: the prefetch of what runs next (amx_pf). */
 static inline __attribute__((always_inline)) void kloop(const int r1, const int two, int64_t nq, const int8_t *a,
                                                         int64_t lda, const int8_t *b, int64_t ldb, int32_t *c,
-                                                        int64_t ldc, int first, int stream, const char *pf,
-                                                        int64_t pf_step) {
+                                                        int64_t ldc, int first, int stream, const amx_pf *pf) {
     const int8_t *b1 = b + ldb;
     const int64_t ldcb = ldc * (int64_t)sizeof(int32_t);
     if (first) {
@@ -133,15 +139,22 @@ static inline __attribute__((always_inline)) void kloop(const int r1, const int 
         if (r1) QMM_TILE_LOAD(QMM_TC10, c + 16 * ldc, ldcb);
         if (r1 && two) QMM_TILE_LOAD(QMM_TC11, c + 16 * ldc + 16, ldcb);
     }
-    const int64_t pf_bytes = pf ? 16 * pf_step : 0; /* per k-step */
+    const char *prow = pf->base ? pf->base + pf->l0 / pf->per_row * pf->ld : NULL; /* the prefetch position */
+    int64_t pcol = pf->base ? pf->l0 % pf->per_row : 0, pleft = pf->base ? pf->l1 - pf->l0 : 0;
     for (int64_t ks = 0; ks < nq / 16; ks++) {
-        for (int64_t o = 0; o < pf_bytes; o += 64) _mm_prefetch(pf + ks * pf_bytes + o, _MM_HINT_T1);
+        for (int64_t n = pleft < pf->per_step ? pleft : pf->per_step; n > 0; n--, pleft--) {
+            QMM_AMX_PREFETCH_T1(prow + pcol * 64);
+            if (++pcol == pf->per_row) {
+                pcol = 0;
+                prow += pf->ld;
+            }
+        }
         if (stream) {
             const char *p0 = (const char *)(b + (ks + QMM_AMX_DECODE_PF_STEPS) * 1024);
             const char *p1 = (const char *)(b1 + (ks + QMM_AMX_DECODE_PF_STEPS) * 1024);
             for (int l = 0; l < 1024; l += 64) {
-                _mm_prefetch(p0 + l, _MM_HINT_T1);
-                if (two) _mm_prefetch(p1 + l, _MM_HINT_T1);
+                QMM_AMX_PREFETCH_T1(p0 + l);
+                if (two) QMM_AMX_PREFETCH_T1(p1 + l);
             }
         }
         QMM_TILE_LOAD(QMM_TA0, a + ks * 64, lda);
@@ -169,13 +182,49 @@ static inline __attribute__((always_inline)) void kloop(const int r1, const int 
  * unless the row count changed). Prefetch as kloop. */
 static void qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx(int mr, int nr, int64_t nq, const int8_t *a, int64_t lda,
                                                   const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc, int first,
-                                                  int stream, const char *pf, int64_t pf_step) {
+                                                  int stream, const amx_pf *pf) {
     const int r0 = mr < 16 ? mr : 16;
     QMM_AMX_SYM(qmm_amx_tiles_config)(r0, mr - r0);
-    if (mr > 16 && nr > 1) kloop(1, 1, nq, a, lda, b, ldb, c, ldc, first, stream, pf, pf_step);
-    else if (mr > 16) kloop(1, 0, nq, a, lda, b, ldb, c, ldc, first, stream, pf, pf_step);
-    else if (nr > 1) kloop(0, 1, nq, a, lda, b, ldb, c, ldc, first, stream, pf, pf_step);
-    else kloop(0, 0, nq, a, lda, b, ldb, c, ldc, first, stream, pf, pf_step);
+    if (mr > 16 && nr > 1) kloop(1, 1, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
+    else if (mr > 16) kloop(1, 0, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
+    else if (nr > 1) kloop(0, 1, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
+    else kloop(0, 0, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
+}
+
+/* A borrowed weight: this row tile's share of the caller's rows that the driver packs next in
+ * this task (the next panel of this chunk, else the first panel of the next chunk; the next
+ * task's first panel is not prefetched), bytes of the chunk's K range only, so that the pack
+ * reads them from L2 and their DRAM stream runs under this panel's TDPBSSD. The task's geometry
+ * is the driver's (int8_gemm.c: rows_per_task rows, e->nc columns, task panels of 2 blocks). */
+static void next_rows(const qmm_i8_gemm *g, const qmm_i8_tile *t, amx_pf *pf) {
+    const qmm_call *c = g->c;
+    const int64_t mc = g->rows_per_task, m0 = t->r / mc * mc, m1 = m0 + mc < c->M ? m0 + mc : c->M;
+    const int64_t passes = (m1 - m0 + 31) / 32, i = (t->r - m0) / 32;
+    const int64_t bpt = g->e->nc / 16, nblocks = c->w->i8.Np / 16, nb = t->n / 16;
+    const int64_t b0 = nb / bpt * bpt, b1 = b0 + bpt < nblocks ? b0 + bpt : nblocks;
+    const int64_t q0 = (t->a - g->a - t->r * g->Kp) / 4;
+    int64_t pb, k0, k1;
+    if (nb + 2 < b1) { /* the next panel, this chunk */
+        pb = nb + 2;
+        k0 = q0 * 4;
+        k1 = (q0 + t->nq) * 4;
+    } else if (!t->last) { /* the first panel, next chunk */
+        pb = b0;
+        k0 = (q0 + t->nq) * 4;
+        k1 = k0 + g->kcq * 4;
+    } else {
+        return;
+    }
+    const int64_t pe = pb + 2 < b1 ? pb + 2 : b1, n0 = pb * 16, n1 = pe * 16 < c->N ? pe * 16 : c->N;
+    if (k1 > c->K) k1 = c->K;
+    if (n0 >= n1 || k0 >= k1) return;
+    const int64_t ld = c->w->borrow.ld, per_row = (k1 - k0 + 63) / 64, lines = (n1 - n0) * per_row;
+    pf->base = (const char *)(c->w->borrow.data + n0 * ld + k0);
+    pf->ld = ld;
+    pf->per_row = per_row;
+    pf->l0 = lines * i / passes;
+    pf->l1 = lines * (i + 1) / passes;
+    pf->per_step = (pf->l1 - pf->l0 + t->nq / 16 - 1) / (t->nq / 16);
 }
 
 /* ---------------------------------------------------------------- the driver's callbacks */
@@ -183,9 +232,17 @@ static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
     const qmm_call *c = g->c;
     const int64_t ldc = g->e->nc;
     const int stream = t->pf_mode == QMM_I8_PF_STREAM && ((const amx_int8_engine *)g->e)->decode;
-    const char *pf = t->pf_mode == QMM_I8_PF_NEXT ? (const char *)t->pf : NULL;
+    amx_pf pf = {NULL, 0, 1, 0, 0, 0};
+    if (t->pf_mode == QMM_I8_PF_NEXT) { /* owned, whole K: this row tile's share of the next panel */
+        pf.base = (const char *)t->pf;
+        pf.per_row = INT64_MAX;
+        pf.l1 = (t->nq * t->pf_step + 63) / 64;
+        pf.per_step = (16 * t->pf_step + 63) / 64;
+    } else if (g->borrowed) {
+        next_rows(g, t, &pf);
+    }
     qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx(t->mr, t->nr, t->nq, (const int8_t *)t->a, g->Kp, t->b, t->ldb, t->part,
-                                           ldc, t->first, stream, pf, t->pf_step);
+                                           ldc, t->first, stream, &pf);
     if (!t->last) return;
     for (int i = 0; i < t->mr; i++)
         for (int jb = 0; jb < t->nr; jb++) {

@@ -90,6 +90,7 @@ extern int qmm_amx_last_regime_emu; /* the regime of the last engine call (tests
 #define QMM_TILE_ZERO(t) qmm_amx_emu_zero(t)
 #define QMM_TDPBSSD(c, a, b) qmm_amx_emu_dpbssd((c), (a), (b))
 #define QMM_TDPBF16PS(c, a, b) qmm_amx_emu_dpbf16ps((c), (a), (b))
+#define QMM_AMX_PREFETCH_T1(p) qmm_amx_emu_prefetch(p)
 #else
 /* A compiler barrier: gcc's tileloadd asm declares no memory input, so buffers written by C
  * code just before (the widened B block, ...) must be forced to memory first. */
@@ -106,6 +107,7 @@ extern int qmm_amx_last_regime_emu; /* the regime of the last engine call (tests
 #define QMM_TILE_ZERO(t) _tile_zero(t)
 #define QMM_TDPBSSD(c, a, b) _tile_dpbssd(c, a, b)
 #define QMM_TDPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
+#define QMM_AMX_PREFETCH_T1(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 #endif
 
 /* The call restricted to rows [r0, r0 + rows): x, y, token_scales_in and residual offset to
