@@ -55,17 +55,22 @@
  *   panel    A and B from L2: 4 × 23 ≈ 92–114 cycles per 64: ≈ 56 % (as before).
  *   decode   W streams once, 2 B tiles per k-step per thread: bound by DRAM bandwidth.
  * Borrowed weights: the driver's per-call packing serves; the in-place yᵀ = W·xᵀ path (W rows as
- * A tiles, the activations transposed into token blocks) is gone. Its cost was the token
- * transpose, M × Kp once per call; this path's is the panel transpose, N × Kp once per row task:
- * qmm_z_n16k4_step is 64 shuffles per KiB (port 5: ≈ 64 cycles), and one packed KiB feeds
- * min(M, mc)/16 TDPBSSD of 16 cycles each — at M >= mc = 512: 512 cycles at peak, 1.7–2.5k at
- * the 25–40 % of peak that the 3 × avx512_vnni target needs (avx512_vnni ran 0.44–0.56 TOPS on
- * the AMX box, amx_int8 ran 0.9–1.1: ../shared/measurements/AMX-2026-12-01.md): 3–4 % of the
- * time; at M = 256 (one row task, 8 row tiles per panel) 6–8 %; the in-place path's transpose
- * was ≈ 1–2 % there. W comes from DRAM once per row task either way (the pack reads it instead
- * of the tile loads). A loss of a few % at M = 256 against a second driver of ≈ 250 lines (its
- * own tasks, grid, K-tail copies, transposed epilogue): the one path stays. At M = 8..32 both
- * are DRAM-bound (the pack runs at 17–21 GB/s per core, above a core's share of DRAM).
+ * A tiles, the activations transposed into token blocks) is gone. Its per-call cost was the token
+ * transpose, M × Kp bytes once; this path's is the panel pack, N × Kp bytes once per row task
+ * (⌈M/mc⌉ times). The pack (qmm_z_n16k4_step, 64 shuffles per KiB) runs at 51 ns per KiB with its
+ * source in L2 and 10–13 GB/s (75–100 ns per KiB) from DRAM on one Zen 5 core, quiet
+ * (bench/NOTES.md "## AMX under the int8 driver"); so each row tile prefetches (T1) its share of
+ * the caller's rows packed next (next_rows: the next panel of the chunk, else the first of the
+ * next chunk), their DRAM stream running under this panel's TDPBSSD as the in-place path's did,
+ * and the pack reads L2. One packed KiB feeds min(M, mc)/16 TDPBSSD of 16 cycles: at M >= mc =
+ * 512, 32 × 16 = 512 cycles = 256 ns at 2 GHz at peak, 0.65–1 µs at the 25–40 % of peak that the
+ * 3 × avx512_vnni target needs (avx512_vnni ran 0.44–0.56 TOPS on the AMX box, amx_int8
+ * 0.9–1.1: ../shared/measurements/AMX-2026-12-01.md) — the pack is 5–8 % of the time; at M = 256
+ * (one row task, 8 row tiles per panel) 10–15 %; the in-place path's transpose was 1–2 % there.
+ * Against that, a second driver of ≈ 250 lines (its own tasks, grid, K-tail copies, transposed
+ * epilogue) that was never run on AMX either: the one path stays, and the AMX measurement of
+ * bench/NOTES.md decides (borrowed ÷ packed at M = 256, 1024, 4096). At M = 8..32 both read W
+ * from DRAM once and are bound by it.
  * Threads: the driver's static grid (task i on thread i mod T; M tasks of mc rows, N tasks of nc
  * columns): every output is summed by one task in one k order, so the bits never depend on the
  * thread count or the blocking.
