@@ -200,10 +200,10 @@ static void qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx(int mr, int nr, int64_t nq, c
  * this task (the next panel of this chunk, else the first panel of the next chunk; the next
  * task's first panel is not prefetched), bytes of the chunk's K range only, so that the pack
  * reads them from L2 and their DRAM stream runs under this panel's TDPBSSD. The task's geometry
- * is the driver's (int8_gemm.c: rows_per_task rows, e->nc columns, task panels of 2 blocks). */
+ * is the driver's (int8_gemm.c: g->mc rows, e->nc columns, task panels of 2 blocks). */
 static void next_rows(const qmm_i8_gemm *g, const qmm_i8_tile *t, amx_pf *pf) {
     const qmm_call *c = g->c;
-    const int64_t mc = g->rows_per_task, m0 = t->r / mc * mc, m1 = m0 + mc < c->M ? m0 + mc : c->M;
+    const int64_t mc = g->mc, m0 = t->r / mc * mc, m1 = m0 + mc < c->M ? m0 + mc : c->M;
     const int64_t passes = (m1 - m0 + 31) / 32, i = (t->r - m0) / 32;
     const int64_t bpt = g->e->nc / 16, nblocks = c->w->i8.Np / 16, nb = t->n / 16;
     const int64_t b0 = nb / bpt * bpt, b1 = b0 + bpt < nblocks ? b0 + bpt : nblocks;
