@@ -17,7 +17,8 @@
  *     traffic of each regime (C reloaded only between K chunks), counted by the emulator, owned
  *     and borrowed (K tail included); amx_int8's tile configuration loaded once per thread (the
  *     driver's begin hook) and released once (its end hook); the prefetch of a borrowed
- *     weight's next panel (inside the caller's rows, exactly the rows packed next).
+ *     weight's next panel (inside the caller's rows, exactly the rows packed next); the micro-kernel
+ *     alone against an int32 triple loop (every mr 1..32, nr 1..2, first and accumulating).
  *   amx_bf16 (emulated), W8A16 fallback and bf16 weights, vs an fp64 sum of the same
  *     bf16-rounded operands: within fp32 summation noise + 1 ulp of the output dtype.
  *   Every call: zero emulated faults (shape/config rules of the SDM) and no tile config left.
@@ -554,6 +555,50 @@ static void prefetch_rows(void) {
     free(wq); free(x); free(y);
 }
 
+/* amx_int8's micro-kernel alone (qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx, emulated) against an
+ * int32 triple loop: mr 1..32 × nr 1..2, nq 16..64 quads (1..4 k-steps), A rows lda >= 4·nq bytes
+ * apart, B blocks ldb >= 64·nq apart, C rows ldc >= 16·nr apart, -128 in A and B; a first call
+ * (C zeroed), then one accumulating a second A (not first); nothing of C outside the mr × 16·nr
+ * tile written; the decode prefetch on or off. */
+static void ukernel_unit(void) {
+    const long f0 = qmm_amx_emu_faults();
+    for (int mr = 1; mr <= 32; mr++)
+        for (int nr = 1; nr <= 2; nr++) {
+            const int64_t nq = 16 * tu_rand_int(1, 4), lda = 4 * nq + 4 * tu_rand_int(0, 20);
+            const int64_t ldb = 64 * nq + 64 * tu_rand_int(0, 2), ldc = 16 * nr + tu_rand_int(0, 9);
+            int8_t *a = malloc((size_t)(2 * mr * lda)), *b = malloc((size_t)(nr * ldb));
+            int32_t *c = malloc((size_t)(32 * ldc) * sizeof(int32_t));
+            tu_fill_i8(a, 2 * mr * lda, -128, 127);
+            tu_fill_i8(b, nr * ldb, -128, 127);
+            for (int64_t i = 0; i < 32 * ldc; i++) c[i] = 0x5A5A5A5A;
+            const int stream = (int)tu_rand_int(0, 1);
+            qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx_emu(mr, nr, nq, a, lda, b, ldb, c, ldc, 1, stream, NULL);
+            qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx_emu(mr, nr, nq, a + mr * lda, lda, b, ldb, c, ldc, 0, stream, NULL);
+            qmm_amx_tiles_release_emu();
+            int64_t bad = -1;
+            int32_t want = 0;
+            for (int64_t i = 0; i < 32 && bad < 0; i++)
+                for (int64_t n = 0; n < ldc && bad < 0; n++) {
+                    want = 0x5A5A5A5A;
+                    if (i < mr && n < 16 * nr) {
+                        uint32_t sum = 0;
+                        for (int h = 0; h < 2; h++)
+                            for (int64_t k = 0; k < 4 * nq; k++)
+                                sum += (uint32_t)((int32_t)a[(h * mr + i) * lda + k] *
+                                                  (int32_t)b[n / 16 * ldb + k / 4 * 64 + n % 16 * 4 + k % 4]);
+                        want = (int32_t)sum;
+                    }
+                    if (c[i * ldc + n] != want) bad = i * ldc + n;
+                }
+            TU_CHECK(bad < 0, "ukernel 32x32c4__amx mr=%d nr=%d nq=%lld lda=%lld ldb=%lld ldc=%lld: C[%lld][%lld] = %d, want %d",
+                     mr, nr, (long long)nq, (long long)lda, (long long)ldb, (long long)ldc, (long long)(bad / ldc),
+                     (long long)(bad % ldc), bad >= 0 ? c[bad] : 0, want);
+            free(a); free(b); free(c);
+        }
+    TU_CHECK(qmm_amx_emu_faults() == f0 && qmm_amx_emu_live_configs() == 0, "ukernel: %ld emulated faults (%s), %ld configs left",
+             qmm_amx_emu_faults() - f0, qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
+}
+
 static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
     static const int64_t Ks[] = {1, 16, 63, 64, 65, 256, 1001};
     const int nK = (int)(sizeof Ks / sizeof Ks[0]);
@@ -626,6 +671,7 @@ int main(int argc, char **argv) {
     }
     admission();
     blocking_rules();
+    ukernel_unit();
     op_counts();
     prefetch_rows();
     long ops0 = qmm_amx_emu_ops();

@@ -49,6 +49,15 @@ long qmm_amx_emu_prefetches(void);
 long qmm_amx_emu_configs(void);
 long qmm_amx_emu_releases(void);
 
+/* amx_int8's micro-kernel (amx_int8.c), emulated: C[mr][16·nr] (int32, rows ldc apart) = (first ?
+ * 0 : C) + A[mr][4·nq] (s8, rows lda apart) · the nr n16k4 blocks at b (ldb bytes apart), nq a
+ * multiple of 16, mr 1..32, nr 1..2; stream and pf (NULL) as there. It configures this thread's
+ * tiles; qmm_amx_tiles_release_emu releases them. */
+void qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx_emu(int mr, int nr, int64_t nq, const int8_t *a, int64_t lda,
+                                               const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc, int first,
+                                               int stream, const void *pf);
+void qmm_amx_tiles_release_emu(void);
+
 /* The emulated engines (test hooks; never in the dispatch table). */
 extern const qmm_engine qmm_engine_amx_int8_emu;
 extern const qmm_engine qmm_engine_amx_bf16_emu;

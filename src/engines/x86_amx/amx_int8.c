@@ -184,10 +184,16 @@ static inline __attribute__((always_inline)) void kloop(const int r1, const int 
 /* The micro-kernel: C[mr][16·nr] (int32, rows ldc apart) = (first ? 0 : C) + A · B over nq quads
  * (a multiple of 16) — A: mr (1..32) rows of s8, lda bytes apart; B: nr (1..2) n16k4 blocks, ldb
  * bytes apart (64-byte multiples). The thread's tiles are configured here for mr rows (a no-op
- * unless the row count changed). Prefetch as kloop. */
-static void qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx(int mr, int nr, int64_t nq, const int8_t *a, int64_t lda,
-                                                  const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc, int first,
-                                                  int stream, const amx_pf *pf) {
+ * unless the row count changed; the caller releases them). Prefetch as kloop (pfv: an amx_pf, or
+ * NULL: none). External for the kernel-level test (amx_emu.h). */
+void QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(int mr, int nr, int64_t nq, const int8_t *a, int64_t lda,
+                                                        const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc,
+                                                        int first, int stream, const void *pfv);
+void QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(int mr, int nr, int64_t nq, const int8_t *a, int64_t lda,
+                                                        const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc,
+                                                        int first, int stream, const void *pfv) {
+    static const amx_pf none = {NULL, 0, 1, 0, 0, 0};
+    const amx_pf *pf = pfv ? (const amx_pf *)pfv : &none; /* an amx_pf (pfv: untyped for the test's prototype) */
     const int r0 = mr < 16 ? mr : 16;
     QMM_AMX_SYM(qmm_amx_tiles_config)(r0, mr - r0);
     if (mr > 16 && nr > 1) kloop(1, 1, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
@@ -246,8 +252,8 @@ static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
     } else if (g->borrowed) {
         next_rows(g, t, &pf);
     }
-    qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx(t->mr, t->nr, t->nq, (const int8_t *)t->a, g->Kp, t->b, t->ldb, t->part,
-                                           ldc, t->first, stream, &pf);
+    QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(t->mr, t->nr, t->nq, (const int8_t *)t->a, g->Kp, t->b, t->ldb,
+                                                        t->part, ldc, t->first, stream, &pf);
     if (!t->last) return;
     for (int i = 0; i < t->mr; i++)
         for (int jb = 0; jb < t->nr; jb++) {
