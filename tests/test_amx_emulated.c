@@ -441,6 +441,16 @@ static void blocking_rules(void) {
  * TILERELEASE on each thread that ran tasks (the driver's begin/end hooks; all row tiles
  * here are 32 rows, so no tile reconfigures) — 1 with one thread, 1..2 with two. */
 static void op_counts_k(int borrowed, int64_t K);
+
+/* A plain call's arguments on new buffers: x [M][K] bf16 (random), y [M][N] bf16. */
+static qmm_linear_args bf16_args(int64_t M, int64_t N, int64_t K, uint16_t **x, uint16_t **y) {
+    *x = malloc((size_t)(M * K) * 2);
+    *y = malloc((size_t)(M * N) * 2);
+    tu_fill_float(*x, QMM_BF16, M * K, 1.0f);
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = M; a.x = *x; a.x_dtype = QMM_BF16; a.y = *y; a.y_dtype = QMM_BF16;
+    return a;
+}
 static void op_counts(void) {
     op_counts_k(0, 640);
     op_counts_k(1, 640);
@@ -457,10 +467,8 @@ static void op_counts_k(int borrowed, int64_t K) {
     qmm_weight *w = NULL;
     if (borrowed) TU_CHECK_OK(qmm_weight_borrow_int8(g_ctx[0], &d, &w));
     else TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &w));
-    uint16_t *x = malloc((size_t)(M * K) * 2), *y = malloc((size_t)(M * N) * 2);
-    tu_fill_float(x, QMM_BF16, M * K, 1.0f);
-    qmm_linear_args a = qmm_linear_args_default();
-    a.M = M; a.x = x; a.x_dtype = QMM_BF16; a.y = y; a.y_dtype = QMM_BF16;
+    uint16_t *x, *y;
+    const qmm_linear_args a = bf16_args(M, N, K, &x, &y);
     qmm_weight view;
     const qmm_weight *wc = w;
     if (w && borrowed) TU_CHECK_OK(qmm_weight_for_call(g_ctx[0], w, &view, &wc));
@@ -512,10 +520,8 @@ static void prefetch_rows(void) {
     qmm_weight *wb = NULL, *wo = NULL;
     TU_CHECK_OK(qmm_weight_borrow_int8(g_ctx[0], &d, &wb));
     TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &wo));
-    uint16_t *x = malloc((size_t)(M * K) * 2), *y = malloc((size_t)(M * N) * 2);
-    tu_fill_float(x, QMM_BF16, M * K, 1.0f);
-    qmm_linear_args a = qmm_linear_args_default();
-    a.M = M; a.x = x; a.x_dtype = QMM_BF16; a.y = y; a.y_dtype = QMM_BF16;
+    uint16_t *x, *y;
+    const qmm_linear_args a = bf16_args(M, N, K, &x, &y);
     qmm_weight view;
     const qmm_weight *wc = wb;
     if (wb) TU_CHECK_OK(qmm_weight_for_call(g_ctx[0], wb, &view, &wc));
