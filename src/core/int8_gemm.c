@@ -154,6 +154,14 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     }
 }
 
+/* gemm_task with the engine's per-thread hooks around each thread's share of the tasks */
+static void gemm_thread_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    const qmm_i8_gemm *g = arg;
+    if (g->e->begin && task < g->nthreads) g->e->begin(g, thread);
+    gemm_task(task, n_tasks, thread, arg);
+    if (g->e->end && task + g->nthreads >= n_tasks) g->e->end(g, thread);
+}
+
 qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engine *e) {
     const qmm_weight *w = c->w;
     const int64_t M = c->M, Kp = w->i8.Kp;
@@ -163,7 +171,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
                   "layer %s: M=%lld x Kp=%lld activations too large", w->name, (long long)M, (long long)Kp);
     void *buf, *pbuf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 9, &buf));
-    const int64_t kq = (c->K + 3) / 4;
+    const int64_t kq = e->k64 ? Kp / 4 : (c->K + 3) / 4;
     const int borrowed = w->i8.data == NULL, rows = borrowed && M <= e->rows_m;
     const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M) : 0;
     const int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4;
@@ -171,7 +179,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
      * to 2·mc rows (in equal row tasks) while that still leaves two tasks per thread */
     int64_t mc = e->mc;
     const int64_t ntasks = (w->i8.Np / 16 + e->nc / 16 - 1) / (e->nc / 16);
-    if (borrowed && M > mc) {
+    if (borrowed && M > mc && !e->mc_fixed) {
         const int64_t mtasks = (M + 2 * mc - 1) / (2 * mc), mc2 = qmm_round_up((M + mtasks - 1) / mtasks, e->mr);
         if (mtasks * ntasks >= 2 * (int64_t)nt) mc = mc2;
     }
@@ -225,7 +233,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     g.kcq = kcq;
     g.mtasks = (M + mc - 1) / mc;
     g.ntasks = ntasks;
-    qmm_pool_run(ctx->pool, g.mtasks * g.ntasks, gemm_task, &g);
+    qmm_pool_run(ctx->pool, g.mtasks * g.ntasks, e->begin || e->end ? gemm_thread_task : gemm_task, &g);
     if (c->token_scales) memcpy(c->token_scales, s, (size_t)M * sizeof(float));
     return QMM_OK;
 }

@@ -67,7 +67,8 @@ typedef struct qmm_i8_tile {
  * stride ld; rows < 16: the rest are zero), bytes [k0, k1) of each (k0 a multiple of 4, k1 <= K:
  * nothing past k1 is read), into dst [nq][16][4] (64-byte aligned; quads past the bytes zero);
  * cs[0..16) = (first ? 0 : cs) + Σ of each row's bytes; *neg128 |= some byte is -128 (an engine
- * whose kernels are exact with -128 weights may leave it alone). */
+ * whose kernels are exact with -128 weights may leave it alone; an s8 engine whose kernels read no
+ * column sums may leave cs alone). */
 typedef void (*qmm_i8_pack_fn)(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst,
                                int64_t nq, int32_t *cs, int first, int *neg128);
 void qmm_i8_pack_block_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
@@ -93,6 +94,14 @@ typedef struct qmm_i8_engine {
      * where the weights stream from memory once. */
     int rows_m;
     void (*rows_kernel)(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+    /* Optional per-thread hooks of engines with thread state (AMX: LDTILECFG, TILERELEASE; oneDNN's
+     * brgemm set_hw_context / release_hw_context): begin(g, thread) before the thread's first task
+     * of the call, end(g, thread) after its last (task i runs on thread i mod T). */
+    void (*begin)(const qmm_i8_gemm *g, int thread);
+    void (*end)(const qmm_i8_gemm *g, int thread);
+    int k64;               /* tile() steps 64 bytes of K: kq = Kp/4, so every chunk is whole 64-byte
+                            * steps (q, the owned packing and a borrowed panel are zero past K) */
+    int mc_fixed;          /* borrowed weights keep mc rows per task (no 2·mc: partials sized for L2) */
 } qmm_i8_engine;
 
 /* One call's state, read by the engine's callbacks. */

@@ -1,9 +1,9 @@
 /*
  * regime.c — what an engine tells about how it runs a call beyond being chosen, for `qmm bench`
- * and logs: the AMX engines' regime (decode, panel or blocked) by the very rule they use
- * (engines/x86_amx/amx_blocking.h: plain C, no tile instructions, so it runs on any CPU) and
- * the blocking in force (QMM_AMX_BLOCKING applied as the engines apply it). Engines with one
- * regime tell nothing.
+ * and logs: the AMX engines' regime (decode, panel or blocked; for amx_int8 whole K or the int8
+ * driver's K chunks) by the very rule they use (engines/x86_amx/amx_blocking.h: plain C, no tile
+ * instructions, so it runs on any CPU) and the blocking in force (QMM_AMX_BLOCKING applied as the
+ * engines apply it). Engines with one regime tell nothing.
  */
 #include "../engines/x86_amx/amx_blocking.h"
 #include "qmm_internal.h"

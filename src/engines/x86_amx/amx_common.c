@@ -1,12 +1,14 @@
 /*
  * amx_common.c — what the two AMX engines share besides the header: the blocking in force
- * (amx_blocking.h; QMM_AMX_BLOCKING read once per process), the per-thread tile configuration
- * (see amx_kernel.h for the tile register plan) and the threaded copy of a row-major operand
- * into the K-blocked tile layout of the blocked regime.
+ * (amx_blocking.h; QMM_AMX_BLOCKING read once per process) and the per-thread tile configuration
+ * (see amx_kernel.h for the tile register plan); for amx_bf16, the call restricted to a row range
+ * and the threaded copy of a row-major operand into the K-blocked tile layout of its blocked
+ * regime.
  *
  * The tile configuration lives in thread-local storage (never on the stack: gcc 12 has
  * eliminated the stores to a stack-local LDTILECFG operand), is loaded only when the panel
- * shape changes, and is released with TILERELEASE at the end of every task, so an idle worker
+ * shape changes, and is released with TILERELEASE when a thread's work ends (amx_int8: the int8
+ * driver's end hook after the thread's last task; amx_bf16: every task), so an idle worker
  * holds no tile state.
  *
  * Not run on hardware here (no AMX available); exercised through the emulated build.
