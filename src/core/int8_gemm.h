@@ -19,9 +19,12 @@
  *              epilogue of its vector width: qmm_z_epilogue16 / qmm_y_epilogue8, epilogue.h's
  *              qmm_epilogue_store_ref for tails). Every output is summed by one task in one fixed
  *              k order: the bits never depend on the thread count or the blocking;
- *   prefetch   whole-K row tiles of one panel share a software prefetch of the panel this thread
- *              runs next (pf_mode NEXT: pf_step bytes per quad from pf); a single whole-K row
- *              tile streams (pf_mode STREAM: the engine may prefetch ahead in its own stream);
+ *   prefetch   each tile is told its software prefetch (qmm_i8_tile.pf_mode) and does that, no
+ *              other: whole-K row tiles of one panel share a prefetch of the panel this thread
+ *              runs next (NEXT: the lines from pf on, pf_step bytes per quad, into L2); a single
+ *              whole-K row tile of more than 64 quads streams (STREAM: the engine may prefetch
+ *              ahead in the tile's own weight stream); otherwise NONE (K chunks: the panel is in
+ *              L1/L2 already; borrowed weights: the panel was just packed);
  *   one pass   optional, for small M: the engine's one_pass() runs blocks with all rows in one
  *              register tile, from a copy of the rows packed [kq][wrows][4] (ap, written by the
  *              pre-pass, rows past M padded with the value of q = 0);
@@ -61,9 +64,9 @@ typedef struct qmm_i8_tile {
     int mr, nr;            /* rows (<= engine mr), blocks (<= engine nrb) */
     int first, last;       /* first chunk: store instead of add; last chunk: write the outputs */
     int64_t r, n;          /* output row and column of part[0] */
-    int pf_mode;           /* QMM_I8_PF_* */
-    const int8_t *pf;      /* PF_NEXT: this tile's share of the next panel */
-    int64_t pf_step;       /* PF_NEXT: bytes of it per quad (<= 128) */
+    int pf_mode;           /* QMM_I8_PF_*: the tile prefetches as told, and nothing else */
+    const int8_t *pf;      /* PF_NEXT: this tile's share of the next panel (nq·pf_step bytes) */
+    int64_t pf_step;       /* PF_NEXT: bytes of it per quad (<= 128: two lines per quad cover it) */
 } qmm_i8_tile;
 
 /* Packs one 16-row block of a borrowed weight for one K chunk: rows [0, rows) of W (int8, row
@@ -125,6 +128,9 @@ struct qmm_i8_gemm {
  * (cs, or the weight's), t->neg128. */
 void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
                       int first, qmm_i8_tile *t);
+
+/* The int8 driver's descriptor of engine id (qmm_engine.i8); NULL if it has none. */
+const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id);
 
 /* The whole call on engine e (pre-pass, GEMM with the engine's tiles and epilogue, token
  * scales). */
