@@ -27,6 +27,17 @@
 
 static int g_quick;
 
+/* a call writing y [M][ldy] of dtype yt from weight w (N × K), kernel bugs reported to *bug */
+static qmm_call unit_call(const qmm_weight *w, int64_t M, void *y, qmm_dtype yt, int64_t ldy, _Atomic(const char *) *bug) {
+    return (qmm_call){.w = w, .M = M, .N = w->N, .K = w->K, .y = y, .y_dtype = yt, .ldy = ldy, .bug = bug};
+}
+
+/* the driver's state as engine e's kernels read it: operand a (rows Kp bytes apart), scales s */
+static qmm_i8_gemm unit_gemm(const qmm_call *c, const qmm_i8_engine *e, const void *a, const float *s, int64_t Kp,
+                             int64_t kq, int64_t kcq) {
+    return (qmm_i8_gemm){.c = c, .e = e, .a = (uint8_t *)a, .s = s, .Kp = Kp, .kq = kq, .kcq = kcq};
+}
+
 /* a: the engine's operand byte as the kernel multiplies it */
 static int32_t a_val(const qmm_i8_engine *e, uint8_t a) { return e->u8 ? (int32_t)a : (int32_t)(int8_t)a; }
 
@@ -72,25 +83,8 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
     w.scale = scale;
     w.bias = tu_rand_int(0, 1) ? bias : NULL;
     _Atomic(const char *) bug = NULL;
-    qmm_call c;
-    memset(&c, 0, sizeof c);
-    c.w = &w;
-    c.M = M;
-    c.N = N;
-    c.K = K;
-    c.y = y;
-    c.y_dtype = yt;
-    c.ldy = ldy;
-    c.bug = &bug;
-    qmm_i8_gemm g;
-    memset(&g, 0, sizeof g);
-    g.c = &c;
-    g.e = e;
-    g.a = a;
-    g.s = s;
-    g.Kp = Kp;
-    g.kq = kq;
-    g.kcq = cq;
+    qmm_call c = unit_call(&w, M, y, yt, ldy, &bug);
+    const qmm_i8_gemm g = unit_gemm(&c, e, a, s, Kp, kq, cq);
     /* the expected outputs: exact sums through the scalar epilogue on y0 (I32: the sums) */
     qmm_call c0 = c;
     c0.y = y0;
@@ -273,25 +267,8 @@ static void rows_case(const char *name, const qmm_i8_engine *e, int64_t M, int64
     w.i8.Np = qmm_round_up(N, 16);
     w.i8.Kp = Kp;
     _Atomic(const char *) bug = NULL;
-    qmm_call c;
-    memset(&c, 0, sizeof c);
-    c.w = &w;
-    c.M = M;
-    c.N = N;
-    c.K = K;
-    c.y = y;
-    c.y_dtype = QMM_I32;
-    c.ldy = ldy;
-    c.bug = &bug;
-    qmm_i8_gemm g;
-    memset(&g, 0, sizeof g);
-    g.c = &c;
-    g.e = e;
-    g.a = (uint8_t *)q;
-    g.s = s;
-    g.Kp = Kp;
-    g.kq = (K + 3) / 4;
-    g.kcq = g.kq;
+    const qmm_call c = unit_call(&w, M, y, QMM_I32, ldy, &bug);
+    qmm_i8_gemm g = unit_gemm(&c, e, q, s, Kp, (K + 3) / 4, (K + 3) / 4);
     g.borrowed = 1;
     g.rows = 1;
     g.qsum = qsum;

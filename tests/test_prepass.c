@@ -280,15 +280,7 @@ static void driver_case(qmm_context *ctx, int64_t M, int64_t K, int form) {
     qmm_weight w;
     memset(&w, 0, sizeof w);
     w.convrot_gs = gs;
-    qmm_call c;
-    memset(&c, 0, sizeof c);
-    c.w = &w;
-    c.M = M;
-    c.K = K;
-    c.K_in = Kin;
-    c.ldx = ldx;
-    c.x_dtype = t;
-    c.act = act;
+    qmm_call c = {.w = &w, .M = M, .K = K, .K_in = Kin, .ldx = ldx, .x_dtype = t, .act = act};
     const size_t es = qmm_dtype_size(t);
     void *x = malloc((size_t)(M * ldx) * es);
     tu_fill_float(x, t, M * ldx, 3.0f);
@@ -302,21 +294,9 @@ static void driver_case(qmm_context *ctx, int64_t M, int64_t K, int form) {
     int32_t *qsum = malloc((size_t)M * 4);
     float *s = malloc((size_t)M * 4), *tmp = qmm_aligned_alloc((size_t)qmm_round_up(K, 16) * 4);
     memset(neg, 7, (size_t)M);
-    qmm_prepass_out o;
-    memset(&o, 0, sizeof o);
-    o.q = q;
-    o.ldq = ldq;
-    o.s = s;
-    o.flip = flip;
-    if (form == 1) {
-        o.qsum = qsum;
-        o.qneg128 = neg;
-    }
-    if (form == 2) {
-        o.ap = ap;
-        o.kq = kq;
-        o.wrows = wrows;
-    }
+    const qmm_prepass_out o = {.q = q, .ldq = ldq, .s = s, .flip = flip, .qsum = form == 1 ? qsum : NULL,
+                               .qneg128 = form == 1 ? neg : NULL, .ap = form == 2 ? ap : NULL, .kq = kq,
+                               .wrows = wrows};
     TU_CHECK_OK(qmm_prepass_to(ctx, &c, &o, tu_rand_int(0, 3) == 0)); /* 1: the scalar row kernel */
     int64_t bad = -1;
     const char *what = "";

@@ -179,17 +179,8 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     }
     /* one pass over the rows writes what the kernels read: a (u8 engines: q XOR 0x80, except in
      * the rows regime), the one-pass copy, the rows regime's sums */
-    qmm_prepass_out po;
-    memset(&po, 0, sizeof po);
-    po.q = q;
-    po.ldq = Kp;
-    po.s = s;
-    po.flip = e->u8 && !rows ? 0x80 : 0;
-    po.qsum = g.qsum;
-    po.qneg128 = g.qneg128;
-    po.ap = g.ap;
-    po.kq = kq;
-    po.wrows = wrows;
+    const qmm_prepass_out po = {.q = q, .ldq = Kp, .s = s, .flip = e->u8 && !rows ? 0x80 : 0, .qsum = g.qsum,
+                                .qneg128 = g.qneg128, .ap = g.ap, .kq = kq, .wrows = wrows};
     QMM_FORWARD_IF_ERROR(qmm_prepass_to(ctx, c, &po, 0));
     g.rows_per_task = mc;
     g.mc = mc;

@@ -109,11 +109,7 @@ qmm_status qmm_prepass_to(qmm_context *ctx, const qmm_call *c, const qmm_prepass
 }
 
 qmm_status qmm_prepass(qmm_context *ctx, const qmm_call *c, int8_t *q, int64_t ldq, float *s, int ref) {
-    qmm_prepass_out o;
-    memset(&o, 0, sizeof o);
-    o.q = q;
-    o.ldq = ldq;
-    o.s = s;
+    const qmm_prepass_out o = {.q = q, .ldq = ldq, .s = s};
     return run_prepass(ctx, c, &o, NULL, ref);
 }
 
