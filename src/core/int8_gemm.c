@@ -1,7 +1,8 @@
 /*
  * int8_gemm.c — the int8 GEMM driver (contract in int8_gemm.h): the pre-pass asked for the
- * engine's operand (u8 or s8, the one-pass row copy, the rows regime's row sums), the task grid, K chunks, the prefetch schedule, the weight panels (owned in
- * place, borrowed packed per call), token scales.
+ * engine's operand (u8 or s8, the one-pass row copy, the rows regime's row sums), the task grid,
+ * K chunks, the prefetch schedule, the weight panels (owned in place, borrowed packed per call),
+ * token scales; the engines' descriptors for the unit tests (qmm_i8_engine_of).
  */
 #include "int8_gemm.h"
 

@@ -38,8 +38,9 @@
  *              engine's rows_kernel reads the caller's rows directly instead (small M, the rows
  *              regime: a left as q, its row sums in qsum);
  *   out        token scales copied to c->token_scales when asked.
- * A new int8 engine is its micro-kernel(s), a qmm_i8_engine descriptor, its admit() and one
- * row of the engine table.
+ * A new int8 engine is its micro-kernel(s), a qmm_i8_engine descriptor (also its qmm_engine's
+ * .i8: test_int8_ukernels drives the kernels through it), its admit() and one row of the engine
+ * table.
  */
 #ifndef QMM_INT8_GEMM_H
 #define QMM_INT8_GEMM_H
