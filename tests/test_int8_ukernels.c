@@ -14,7 +14,10 @@
  *                with odd ends, nq past the bytes, first or accumulating column sums, the -128
  *                flag (for engines that need it: exact; nothing past k1 read, ASan's job);
  *   rows_kernel  borrowed rows at M = 1..rows_m against the triple loop, a = q (s8) with its row
- *                sums and -128 flags, over the driver's tasks of 16 blocks and over other ranges.
+ *                sums and -128 flags, over the driver's tasks of 16 blocks and over other ranges;
+ *   one_pass     at every M it takes (one_pass_rows(M) > 0), owned weights: the blocks it says it
+ *                did hold the triple loop's sums (padding rows of ap as the pre-pass writes
+ *                them), the rest of y untouched.
  * No kernel may report an impossible case (qmm_call_bug). Seeded (testutil.h): QMM_SEED=N or the
  * first argument replays a run; QMM_TEST_QUICK=1 runs fewer cases.
  */
@@ -314,6 +317,92 @@ static void test_rows(const char *name, const qmm_i8_engine *e) {
     tu_note("%s: %d rows-kernel calls", name, cases);
 }
 
+/* one_pass over all blocks of an owned weight (n16k4, Kp·16 bytes per block) at M rows */
+static void one_pass_case(const char *name, const qmm_i8_engine *e, int64_t M, int64_t N, int64_t K) {
+    const int wrows = e->one_pass_rows(M);
+    const int64_t Kp = qmm_round_up(K, 64), kq = (K + 3) / 4, Np = qmm_round_up(N, 16), ldy = N + tu_rand_int(0, 3);
+    const uint8_t flip = e->u8 ? 0x80 : 0;
+    int8_t *q = calloc((size_t)(M * Kp), 1);
+    uint8_t *a = qmm_aligned_alloc((size_t)(M * Kp)), *ap = qmm_aligned_alloc((size_t)qmm_round_up(kq * wrows * 4, 64));
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t k = 0; k < K; k++) q[r * Kp + k] = (int8_t)tu_rand_int(-128, 127);
+    for (int64_t i = 0; i < M * Kp; i++) a[i] = (uint8_t)q[i] ^ flip;
+    for (int64_t j = 0; j < kq; j++)
+        for (int r = 0; r < wrows; r++)
+            for (int b = 0; b < 4; b++) ap[(j * wrows + r) * 4 + b] = r < M ? a[r * Kp + 4 * j + b] : flip;
+    int8_t *W = malloc((size_t)(N * K)), *data = qmm_aligned_alloc((size_t)(Np * Kp));
+    int32_t *colsum = malloc(sizeof(int32_t) * (size_t)Np);
+    tu_fill_i8(W, N * K, -128, 127);
+    int flag = 0;
+    for (int64_t nb = 0; nb < Np / 16; nb++) {
+        const int rows = N - 16 * nb < 16 ? (int)(N - 16 * nb) : 16;
+        qmm_i8_pack_block_ref(W + 16 * nb * K, K, rows, 0, K, data + nb * Kp * 16, Kp / 4, colsum + 16 * nb, 1, &flag);
+    }
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)(M * ldy)), *y0 = malloc(sizeof(int32_t) * (size_t)(M * ldy));
+    int32_t *part = qmm_aligned_alloc(sizeof(int32_t) * (size_t)(e->mc > wrows ? e->mc : wrows) * (size_t)e->nc);
+    float *s = malloc(sizeof(float) * (size_t)M);
+    for (int64_t r = 0; r < M; r++) s[r] = 1.0f;
+    memset(y, 0xA5, sizeof(int32_t) * (size_t)(M * ldy));
+    qmm_weight w;
+    memset(&w, 0, sizeof w);
+    w.N = N;
+    w.K = K;
+    w.i8 = (qmm_packed_i8){.Np = Np, .Kp = Kp, .data = data, .colsum = colsum};
+    _Atomic(const char *) bug = NULL;
+    const qmm_call c = unit_call(&w, M, y, QMM_I32, ldy, &bug);
+    qmm_i8_gemm g = unit_gemm(&c, e, a, s, Kp, kq, kq);
+    g.ap = ap;
+    g.wrows = wrows;
+    g.nthreads = 1;
+    const int64_t nblocks = Np / 16;
+    int64_t done = e->one_pass(&g, 0, 0, nblocks, part);
+    if (done < 0) done = nblocks;
+    memcpy(y0, y, sizeof(int32_t) * (size_t)(M * ldy));
+    for (int64_t r = 0; r < M; r++) /* the blocks it did: the sums; the rest: as they were */
+        for (int64_t n = 0; n < N && n < 16 * done; n++) {
+            uint32_t acc = 0;
+            for (int64_t k = 0; k < K; k++) acc += (uint32_t)((int32_t)q[r * Kp + k] * W[n * K + k]);
+            y0[r * ldy + n] = (int32_t)acc;
+        }
+    int untouched = 1;
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t n = 16 * done; n < ldy; n++) untouched &= y[r * ldy + n] == (int32_t)0xA5A5A5A5;
+    const int64_t bad = tu_first_diff(y0, y, QMM_I32, M * ldy);
+    TU_CHECK(bad < 0 && untouched && done >= 0 && done <= nblocks,
+             "%s one_pass M=%lld (%d rows) N=%lld K=%lld: did %lld of %lld blocks; y[%lld][%lld] = %d, expected %d%s",
+             name, (long long)M, wrows, (long long)N, (long long)K, (long long)done, (long long)nblocks,
+             (long long)(bad / ldy), (long long)(bad % ldy), bad >= 0 ? y[bad] : 0, bad >= 0 ? y0[bad] : 0,
+             untouched ? "" : "; it wrote outputs past the blocks it did");
+    TU_CHECK(!atomic_load(&bug), "%s one_pass M=%lld: the kernel reported: %s", name, (long long)M, atomic_load(&bug));
+    free(q);
+    qmm_aligned_free(a);
+    qmm_aligned_free(ap);
+    free(W);
+    qmm_aligned_free(data);
+    free(colsum);
+    free(y);
+    free(y0);
+    qmm_aligned_free(part);
+    free(s);
+}
+
+static void test_one_pass(const char *name, const qmm_i8_engine *e) {
+    if (!e->one_pass_rows) {
+        tu_skip(name, "one_pass: none");
+        return;
+    }
+    static const int64_t Ks[] = {1, 5, 64, 65, 256, 1001};
+    int cases = 0;
+    for (int64_t M = 1; M <= 64; M++) {
+        if (!e->one_pass_rows(M)) continue;
+        for (int rep = 0; rep < (g_quick ? 1 : 3); rep++) {
+            one_pass_case(name, e, M, rep ? tu_rand_int(1, 300) : 16 * tu_rand_int(1, 12), Ks[tu_rand_int(0, 5)]);
+            cases++;
+        }
+    }
+    tu_note("%s: %d one-pass calls", name, cases);
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_int8_ukernels");
     g_quick = getenv("QMM_TEST_QUICK") != NULL;
@@ -328,6 +417,7 @@ int main(int argc, char **argv) {
         test_tiles(name, e);
         test_pack(name, e);
         test_rows(name, e);
+        test_one_pass(name, e);
         tested++;
     }
     tu_note("%d engines' micro-kernels tested", tested);
