@@ -169,8 +169,6 @@ static int as_bool(json_object *v, int *out) {
     return 0;
 }
 
-static int is_float_st(qmm_st_dtype t) { return t == QMM_ST_F32 || t == QMM_ST_F16 || t == QMM_ST_BF16; }
-
 /* Reads a quant config into layer l (whose name is set) and validates the layer's tensors. */
 static qmm_status read_quant_layer(qmm_model *m, qmm_layer_info *l, json_object *cfg, const char *src,
                                    const qmm_model_options *o) {
@@ -237,7 +235,7 @@ static qmm_status read_quant_layer(qmm_model *m, qmm_layer_info *l, json_object 
                   P, L, L, qmm_st_dtype_name(s->dtype), s->ndim, (long long)s->numel, (long long)l->N);
     l->n_scale = s->numel == 1 ? 1 : l->N;
     if (b) {
-        QMM_RETURN_IF(!is_float_st(b->dtype) || b->ndim != 1 || b->shape[0] != l->N, QMM_ERR_FORMAT,
+        QMM_RETURN_IF(!qmm_st_is_float(b->dtype) || b->ndim != 1 || b->shape[0] != l->N, QMM_ERR_FORMAT,
                       "%s: layer %s: %s.bias is %s %d-D (needs F32/F16/BF16 [%lld])", P, L, L,
                       qmm_st_dtype_name(b->dtype), b->ndim, (long long)l->N);
     }
@@ -312,7 +310,7 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
     const size_t n_quant = m->n;
     for (size_t i = 0; o->float_layers && i < qmm_st_count(f); i++) {
         const qmm_st_tensor *t = qmm_st_at(f, i);
-        if (!ends_with(t->name, ".weight") || t->ndim != 2 || !is_float_st(t->dtype)) continue;
+        if (!ends_with(t->name, ".weight") || t->ndim != 2 || !qmm_st_is_float(t->dtype)) continue;
         if (t->shape[0] < 1 || t->shape[1] < 1) continue;
         size_t ln = strlen(t->name) - strlen(".weight");
         if (has_layer(m->layers, n_quant, t->name, ln)) continue;
@@ -325,7 +323,7 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
         int oom = 0;
         const qmm_st_tensor *b = part(f, l->name, ".bias", &oom);
         QMM_RETURN_IF(oom, QMM_ERR_OUT_OF_MEMORY, "%s: layer %.200s: out of memory", P, l->name);
-        QMM_RETURN_IF(b && (!is_float_st(b->dtype) || b->ndim != 1 || b->shape[0] != l->N), QMM_ERR_FORMAT,
+        QMM_RETURN_IF(b && (!qmm_st_is_float(b->dtype) || b->ndim != 1 || b->shape[0] != l->N), QMM_ERR_FORMAT,
                       "%s: layer %s: %s.bias is %s %d-D with %lld values (the float layer [%lld, %lld] needs "
                       "F32/F16/BF16 [%lld])", P, l->name, l->name, qmm_st_dtype_name(b->dtype), b->ndim,
                       (long long)b->numel, (long long)l->N, (long long)l->K, (long long)l->N);

@@ -235,4 +235,5 @@ const qmm_engine qmm_engine_avx2_int8 = {
     .built = 1,
     .admit = admit,
     .run = run,
+    .i8 = &k_avx2_int8,
 };

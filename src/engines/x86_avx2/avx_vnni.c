@@ -140,4 +140,7 @@ const qmm_engine qmm_engine_avx_vnni = {
 #endif
     .admit = admit,
     .run = run,
+#ifdef QMM_HAVE_AVXVNNI_BUILD
+    .i8 = &k_avx_vnni,
+#endif
 };

@@ -188,21 +188,25 @@ static inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
     }
 
 /* rows [r, r+mr) × blocks [nb, nb+nr) over quads [q0, q0+nq). a: row r at quad q0; b: block nb at
- * quad q0 (blocks ldb bytes apart); part: the partial sums (NC int32 per row); cs: column sums. */
+ * quad q0 (blocks ldb bytes apart); part: the partial sums (NC int32 per row); cs: column sums;
+ * pfmode/pf/pfs: the driver's prefetch, as the asm kernels do it. */
 static inline __attribute__((always_inline)) void vnni_tile_c(const int mr, const int nr, const vnni_job *j, const uint8_t *a,
                                                          const int8_t *b, int64_t ldb, int64_t nq, int32_t *part,
-                                                         int first, int last, int64_t r, int64_t n, const int32_t *cs) {
+                                                         int first, int last, int64_t r, int64_t n, const int32_t *cs,
+                                                         int pfmode, const int8_t *pf, int64_t pfs) {
     const int64_t lda = j->Kp;
-    const int pf = j->kcq == j->kq && nq > 64;
     ACC_ROW(0) ACC_ROW(1) ACC_ROW(2) ACC_ROW(3) ACC_ROW(4) ACC_ROW(5)
     if (!first) { ACC_ALL(OP_LOAD) }
     const int8_t *p0 = b, *p1 = b + ldb, *p2 = b + 2 * ldb, *p3 = b + 3 * ldb;
     for (int64_t q = 0; q < nq; q++) {
-        if (pf) { /* small M: the weights stream from memory, a few lines ahead per block */
+        if (pfmode == PF_STREAM) { /* small M: the weights stream from memory, a few lines ahead per block */
             _mm_prefetch((const char *)p0 + q * 64 + PF_AHEAD, _MM_HINT_T0);
             if (nr > 1) _mm_prefetch((const char *)p1 + q * 64 + PF_AHEAD, _MM_HINT_T0);
             if (nr > 2) _mm_prefetch((const char *)p2 + q * 64 + PF_AHEAD, _MM_HINT_T0);
             if (nr > 3) _mm_prefetch((const char *)p3 + q * 64 + PF_AHEAD, _MM_HINT_T0);
+        } else if (pfmode == PF_NEXT) { /* this tile's share of the next panel, into L2 */
+            _mm_prefetch((const char *)pf + q * pfs, _MM_HINT_T1);
+            _mm_prefetch((const char *)pf + q * pfs + 64, _MM_HINT_T1);
         }
         const __m512i b0 = _mm512_load_si512(p0 + q * 64);
         const __m512i b1 = nr > 1 ? _mm512_load_si512(p1 + q * 64) : b0;
@@ -215,7 +219,7 @@ static inline __attribute__((always_inline)) void vnni_tile_c(const int mr, cons
 }
 
 #define K_CASE(MR_, NR_) \
-    case MR_ * 8 + NR_: vnni_tile_c(MR_, NR_, j, a, b, ldb, nq, part, first, last, r, n, cs); break;
+    case MR_ * 8 + NR_: vnni_tile_c(MR_, NR_, j, a, b, ldb, nq, part, first, last, r, n, cs, pfmode, pf, pfs); break;
 #define K_ROW(MR_) K_CASE(MR_, 1) K_CASE(MR_, 2) K_CASE(MR_, 3)
 
 typedef void (*asm_kernel_fn)(const uint8_t *, int64_t, const int8_t *, int64_t, int64_t, int32_t *, int64_t, int64_t,
@@ -520,5 +524,5 @@ static const char *admit(const qmm_call *c, char *why, size_t n) { return qmm_ad
 const qmm_engine qmm_engine_avx512_vnni = {
     .id = QMM_ENGINE_AVX512_VNNI, .name = "avx512_vnni", .kind = QMM_KIND_INT8, .isa = QMM_ISA_AVX512_VNNI,
     .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512_VNNI, .built = 1,
-    .admit = admit, .run = run,
+    .admit = admit, .run = run, .i8 = &k_vnni,
 };
