@@ -165,7 +165,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 9, &buf));
     const int64_t kq = (c->K + 3) / 4;
     const int borrowed = w->i8.data == NULL, rows = borrowed && M <= e->rows_m;
-    const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M) : 0;
+    const int wrows = rows ? (e->rows_ap_rows ? e->rows_ap_rows(M) : 0) : e->one_pass_rows ? e->one_pass_rows(M) : 0;
     const int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4;
     /* rows per task: the engine's mc; a borrowed weight's panels are packed once per task, so up
      * to 2·mc rows (in equal row tasks) while that still leaves two tasks per thread */
@@ -210,6 +210,8 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     }
     if (rows) {
         g.rows = 1;
+    }
+    if (rows && !wrows) { /* the rows kernel reads q and its row sums */
         g.qsum = qsum;
         g.qneg128 = qneg;
         memset(qneg, 0, (size_t)M);

@@ -15,9 +15,9 @@
  *             weights (avx512_vnni_small.c: 24, 20 or 16 × 1, 12 × 2 or 8 × 3 blocks, on the
  *             driver's packed copy of the rows); the weight's last blocks use the row tiles;
  *   pack      a borrowed weight's panels, packed per call (pack_block, M > ROWS_M);
- *   rows      a borrowed weight at M ≤ ROWS_M (12): the caller's rows read in place in long
- *             sequential streams, W as the flipped u8 operand against q as s8 (M ≤ 8:
- *             rows_dot, rows_dot2; t16_task above; see "borrowed weights: small M").
+ *   rows      a borrowed weight at M ≤ ROWS_M (16): the caller's rows read in place in long
+ *             sequential streams: row dot products at M ≤ 8 (rows_dot, rows_dot2), W broadcast
+ *             against the tokens in lanes above (bcast_dot); see "borrowed weights: small M").
  * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights;
  * M ≤ SMALL_M: whole K, a single row tile prefetching 1 KiB ahead per block (PF_STREAM), several
  * sharing an L2 prefetch of the next panel (PF_NEXT). With K chunks no software prefetch (a burst
@@ -270,34 +270,36 @@ static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_
 
 /* ---------------------------------------------------------------- borrowed weights: small M */
 /* The rows regime (M <= ROWS_M): the caller's rows are read in place, each byte once, in a few
- * long sequential streams, and meet all M rows of q at once. VPDPBUSD takes W as the u8 operand,
- * flipped (w ^ 0x80 = w + 128), and q (s8: the driver leaves the pre-pass output unflipped in this
- * regime) as the s8 one: Σ (w + 128)·q = Σ w·q + 128·qsum[i] — a correction per token (the
- * driver's qsum), no column sums. Two kernels (measured, bench/NOTES.md):
- *   M <= ROWS_DOT_M  row dot products: R rows of W at once, R streams over equal runs of the
- *                    task's rows (stream r: rows n0 + r·len + j; with ld == K each a sequential
- *                    run of len·K bytes), each prefetched ROWS_PF bytes ahead into L2; per 64
- *                    bytes of K one load and XOR per row, the 64 bytes of q of each token loaded
- *                    once for the R rows, R·M VPDPBUSD. rows_dot (M <= 2) keeps R·M accumulators;
- *                    rows_dot2 (3 <= M <= 8) puts two rows in one zmm (32 bytes of each, against
- *                    32 bytes of q broadcast to both halves), R/2·M accumulators, so R can be
- *                    larger. R (rows_r): the most that fits 32 registers, at most 8 streams —
- *                    more streams and more reuse of each load of q both measured to matter. The
- *                    accumulators of a row step go to buf and, per 16 rows of a stream, 16 at a
- *                    time through hsum16.
- *   M <= ROWS_M      16 streams transposed in registers (t16_task): a task's 16 blocks, stream r
- *                    = block r read row after row; per 64 bytes of K the streams' bytes become 16
- *                    n16k4 quads (qmm_z_n16k4_step) that meet each token's broadcast 4 bytes (the
- *                    packed kernels' form: each load of q serves 16 columns). Tasks of fewer than
- *                    16 whole blocks (the weight's last) take rows_dot with R = 1.
- * The last K bytes of a row are a masked load: nothing past W[n][K-1] is read (masked-off bytes
- * are 0, flipped 128, against q = 0 past K: nothing added). */
+ * long sequential streams (R equal runs of the task's rows, stream r: rows n0 + r·len + j; with
+ * ld == K each a sequential run of len·K bytes, prefetched ROWS_PF bytes ahead into L2; the
+ * leftover rows one at a time), and meet all M tokens at once. Two kernels (measured,
+ * bench/NOTES.md; per 64 bytes of one W row):
+ *   M <= ROWS_DOT_M  row dot products, qmm_qd8_qc8w_gemm_ukernel_Mx1c64__avx512vnni_rows: W is the
+ *                    u8 operand, flipped (w ^ 0x80 = w + 128), q (s8: the driver leaves the
+ *                    pre-pass output unflipped for this kernel) the s8 one: Σ (w + 128)·q = Σ w·q
+ *                    + 128·qsum[i], a correction per token (the driver's qsum). One load and XOR
+ *                    of W, M VPDPBUSD, the 64 bytes of q of each token loaded once for the R rows.
+ *                    rows_dot (M <= 2) keeps R·M accumulators; rows_dot2 (3 <= M <= 8) puts two
+ *                    rows in one zmm (32 bytes of each, against 32 bytes of q broadcast to both
+ *                    halves), R/2·M accumulators, so R can be larger. R (rows_r): the most that
+ *                    fits 32 registers, at most 8 streams. The accumulators of a row step go to
+ *                    buf and, per 16 rows of a stream, 16 at a time through hsum16.
+ *   M <= ROWS_M      W broadcast, tokens in lanes, qmm_qd8_qc8w_gemm_ukernel_16x1c4__avx512vnni_bcast
+ *                    (bcast_dot): the driver's token copy ap [kq][16][4] (rows_ap_rows), one zmm
+ *                    per k quad shared by BCAST_R rows, each W quad the m32{1to16} operand: 16
+ *                    VPDPBUSD (+1 at M = 16 for the row sum), 16/R loads of ap, no transposes
+ *                    but one 16 × 16 per 16 rows of a stream for the outputs. At M <= 8 its 16
+ *                    VPDPBUSD per 64 bytes (half the lanes idle) lose to rows_dot's M.
+ * The last K bytes of a row are a masked load: nothing past W[n][K-1] is read (rows_dot: masked-off
+ * bytes are 0, flipped 128, against q = 0 past K; bcast_dot: 0 against any token byte). */
 enum {
     ROWS_DOT_M = 8,  /* up to this M: rows_dot */
-    ROWS_M = 12,     /* up to this M: the rows regime (t16 above ROWS_DOT_M) */
+    ROWS_M = 16,     /* up to this M: the rows regime (the broadcast kernel above ROWS_DOT_M) */
     ROWS_RMAX = 8,   /* the most rows of W per step */
     ROWS_PAIRS_FROM = 2, /* above this M: rows_dot2 (rows in pairs) */
-    ROWS_PF = 4096   /* rows_dot's prefetch distance per stream, bytes (into L2) */
+    ROWS_PF = 4096,  /* rows_dot's prefetch distance per stream, bytes (into L2) */
+    BCAST_R = 8,     /* the broadcast kernel's rows of W per step (streams) */
+    BCAST_RMAX = BCAST_R
 };
 
 /* rows of W per step for M tokens: rows_dot (M <= ROWS_PAIRS_FROM) R + R·M + 1 <= 32 zmm; rows_dot2
@@ -324,7 +326,7 @@ static inline __attribute__((always_inline)) void rows_dot(const int m, const in
                                                            int64_t K, const int8_t *q, int64_t lda, int32_t *buf,
                                                            int jn) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512i acc[ROWS_RMAX][ROWS_M], x[ROWS_RMAX];
+    __m512i acc[ROWS_RMAX][ROWS_DOT_M], x[ROWS_RMAX];
     for (int r = 0; r < R; r++)
         for (int i = 0; i < m; i++) acc[r][i] = _mm512_setzero_si512();
     for (int64_t k = 0; k < K; k += 64) {
@@ -350,7 +352,7 @@ static inline __attribute__((always_inline)) void rows_dot2(const int m, const i
                                                             int jn) {
     const int P = R / 2;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512i acc[ROWS_RMAX / 2][ROWS_M], lo[ROWS_RMAX / 2], hi[ROWS_RMAX / 2];
+    __m512i acc[ROWS_RMAX / 2][ROWS_DOT_M], lo[ROWS_RMAX / 2], hi[ROWS_RMAX / 2];
     for (int p = 0; p < P; p++)
         for (int i = 0; i < m; i++) acc[p][i] = _mm512_setzero_si512();
     for (int64_t k = 0; k < K; k += 64) {
@@ -387,7 +389,7 @@ static inline __attribute__((always_inline)) void rows_run(const int m, const in
     const qmm_call *c = g->c;
     const int64_t K = c->K, ld = c->w->borrow.ld;
     const int8_t *q = (const int8_t *)g->a;
-    _Alignas(64) int32_t buf[42 * 256]; /* R·m <= 42 (rows_r), or R = 1 and m <= ROWS_M */
+    _Alignas(64) int32_t buf[42 * 256]; /* R·m <= 42 (rows_r), or R = 1 and m <= ROWS_DOT_M */
     for (int64_t j = 0; j < len; j++) {
         if (m > ROWS_PAIRS_FROM && R > 1) rows_dot2(m, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, q, g->Kp, buf, (int)(j % 16));
         else rows_dot(m, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, q, g->Kp, buf, (int)(j % 16));
@@ -418,46 +420,83 @@ static inline __m512i dpbusd_bc(__m512i acc, __m512i a, const int8_t *p) {
     return acc;
 }
 
-/* The 16 whole blocks b0 .. b0 + 15 for ROWS_DOT_M < m <= ROWS_M rows: 16 streams, stream r =
- * block b0 + r read row after row. After row j of every stream, lane r of token i's sum is column
- * n0 + 16r + j: stage[i][j], transposed at the end into the 16 blocks' outputs. */
-static inline __attribute__((always_inline)) void t16_task(const int m, const qmm_i8_gemm *g, int64_t b0) {
-    const qmm_call *c = g->c;
-    const int64_t K = c->K, ld = c->w->borrow.ld, n0 = b0 * 16, lda = g->Kp;
-    const int8_t *q = (const int8_t *)g->a;
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    _Alignas(64) int32_t stage[ROWS_M][16][16];
-    for (int j = 0; j < 16; j++) {
-        const int8_t *w = c->w->borrow.data + (n0 + j) * ld; /* stream r: w + r·16·ld */
-        __m512i acc[ROWS_M];
-        for (int i = 0; i < m; i++) acc[i] = _mm512_setzero_si512();
-        for (int64_t k = 0; k < K; k += 64) {
-            __m512i t[16];
-            qmm_z_n16k4_step(w, 16 * ld, 16, k, K - k < 64 ? K - k : 64, t);
-            for (int x = 0; x < 16; x++) {
-                const __m512i tx = _mm512_xor_si512(t[x], flip);
-                for (int i = 0; i < m; i++) acc[i] = dpbusd_bc(acc[i], tx, q + i * lda + k + 4 * x);
-            }
+/* W broadcast, tokens in lanes (yᵀ = W·xᵀ): the driver's token copy ap [kq][16][4] (u8 q + 128;
+ * lanes M..15 hold 128, the value of q = 0) is one zmm per k quad, and each 4 bytes of a W row
+ * are the s8 operand broadcast to the 16 lanes (VPDPBUSD m32{1to16}): lane t of row n's
+ * accumulator is Σ_k (q[t][k] + 128)·W[n][k]. The correction 128·Σ_k W[n][k] is lane 15 when
+ * M < 16; at M = 16 (full) a VPDPBUSD(1, 64 bytes of the row) per 64 bytes sums the row.
+ * R rows at once share each load of ap: per 64 bytes of W, 16 VPDPBUSD (+1 when full), 16/R
+ * loads of ap, a prefetch. out[r] lane t = Σ_k q[t][k]·w_r[k] (mod 2^32). The last K bytes of a
+ * row go through a masked load into tail[] (zero past K): nothing past W[n][K-1] is read. */
+static inline __attribute__((always_inline)) void bcast_dot(const int full, const int R, const int8_t *w,
+                                                            int64_t span, int64_t K, const uint8_t *ap,
+                                                            __m512i out[]) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i acc[BCAST_RMAX], rs[BCAST_RMAX];
+    for (int r = 0; r < R; r++) acc[r] = rs[r] = _mm512_setzero_si512();
+    const int64_t K64 = K & ~(int64_t)63;
+    for (int64_t k = 0; k < K64; k += 64) {
+        for (int r = 0; r < R; r++) {
+            _mm_prefetch((const char *)(w + r * span + k + ROWS_PF), _MM_HINT_T1);
+            if (full) rs[r] = dpbusd(rs[r], ones, _mm512_loadu_si512(w + r * span + k));
         }
-        for (int i = 0; i < m; i++) _mm512_store_si512(stage[i][j], acc[i]);
+        for (int x = 0; x < 16; x++) {
+            const __m512i t = _mm512_load_si512(ap + (k + 4 * x) * 16);
+            for (int r = 0; r < R; r++) acc[r] = dpbusd_bc(acc[r], t, w + r * span + k + 4 * x);
+        }
     }
-    for (int i = 0; i < m; i++) {
-        __m512i out[16];
-        qmm_z_n16k4_step((const int8_t *)stage[i], 64, 16, 0, 64, out); /* out[r] lane j = stage[i][j][r] */
-        const __m512i corr = _mm512_set1_epi32((int32_t)((uint32_t)g->qsum[i] << 7));
-        for (int r = 0; r < 16; r++) qmm_z_epilogue16(c, _mm512_sub_epi32(out[r], corr), i, n0 + 16 * r, g->s[i], 0xffff);
+    if (K64 < K) {
+        _Alignas(64) int8_t tail[BCAST_RMAX][64];
+        const __mmask64 msk = ((__mmask64)1 << (K - K64)) - 1;
+        for (int r = 0; r < R; r++) {
+            const __m512i z = _mm512_maskz_loadu_epi8(msk, w + r * span + K64);
+            _mm512_store_si512(tail[r], z);
+            if (full) rs[r] = dpbusd(rs[r], ones, z);
+        }
+        for (int x = 0; x < (K - K64 + 3) / 4; x++) {
+            const __m512i t = _mm512_load_si512(ap + (K64 + 4 * x) * 16);
+            for (int r = 0; r < R; r++) acc[r] = dpbusd_bc(acc[r], t, tail[r] + 4 * x);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        out[r] = _mm512_sub_epi32(acc[r], full ? _mm512_set1_epi32((int32_t)((uint32_t)_mm512_reduce_add_epi32(rs[r]) << 7))
+                                               : _mm512_permutexvar_epi32(_mm512_set1_epi32(15), acc[r]));
+}
+
+/* R streams of len rows each, stream r = rows s0 + r·span + j of W (j < len), against the m
+ * tokens in ap: after every 16 rows of the streams (and after the last) each stream's rows are
+ * transposed (lanes = tokens → lanes = columns) into the epilogue, 16 columns per token. */
+static inline __attribute__((always_inline)) void bcast_run(const int full, const int R, const qmm_i8_gemm *g,
+                                                            int64_t s0, int64_t span, int64_t len) {
+    const qmm_call *c = g->c;
+    const int64_t K = c->K, ld = c->w->borrow.ld, m = c->M;
+    _Alignas(64) int32_t stage[BCAST_RMAX][16][16];
+    for (int64_t j = 0; j < len; j++) {
+        __m512i out[BCAST_RMAX];
+        bcast_dot(full, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, g->ap, out);
+        for (int r = 0; r < R; r++) _mm512_store_si512(stage[r][j % 16], out[r]);
+        if (j % 16 != 15 && j != len - 1) continue;
+        const int cols = (int)(j % 16) + 1;
+        for (int r = 0; r < R; r++) {
+            __m512i tr[16];
+            qmm_z_n16k4_step((const int8_t *)stage[r], 64, cols, 0, 64, tr); /* tr[t] lane jn = stage[r][jn][t] */
+            for (int64_t t = 0; t < m; t++)
+                qmm_z_epilogue16(c, tr[t], t, s0 + r * span + j - cols + 1, g->s[t], qmm_z_tail_mask(cols));
+        }
     }
 }
 
-static inline __attribute__((always_inline)) void t16_blocks(const int m, const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    const int64_t N = g->c->N;
-    if (b1 - b0 == 16 && b1 * 16 <= N) t16_task(m, g, b0);
-    else rows_run(m, 1, g, b0 * 16, 0, (b1 * 16 < N ? b1 * 16 : N) - b0 * 16);
+/* qmm_qd8_qc8w_gemm_ukernel_16x1c4__avx512vnni_bcast: blocks [b0, b1) for ROWS_DOT_M < M <= 16
+ * tokens: R streams of ⌊rows / R⌋ rows, the rest one at a time */
+static inline __attribute__((always_inline)) void bcast_blocks(const int full, const int R, const qmm_i8_gemm *g,
+                                                               int64_t b0, int64_t b1) {
+    const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N, len = (n1 - n0) / R;
+    if (len > 0) bcast_run(full, R, g, n0, len, len);
+    if (n0 + R * len < n1) bcast_run(full, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
 }
 
 /* The driver's rows_kernel: 16-column blocks [b0, b1) of a borrowed weight, M <= ROWS_M. */
 static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    _Static_assert(NC == 256, "t16_task takes a task of 16 blocks");
     switch (g->c->M) {
     case 1: rows_blocks(1, g, b0, b1); break;
     case 2: rows_blocks(2, g, b0, b1); break;
@@ -467,13 +506,13 @@ static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     case 6: rows_blocks(6, g, b0, b1); break;
     case 7: rows_blocks(7, g, b0, b1); break;
     case 8: rows_blocks(8, g, b0, b1); break;
-    case 9: t16_blocks(9, g, b0, b1); break;
-    case 10: t16_blocks(10, g, b0, b1); break;
-    case 11: t16_blocks(11, g, b0, b1); break;
-    case 12: t16_blocks(12, g, b0, b1); break;
-    default: qmm_call_bug(g->c, "avx512_vnni: the rows regime reached M > 12"); break;
+    case 16: bcast_blocks(1, BCAST_R, g, b0, b1); break;
+    default: bcast_blocks(0, BCAST_R, g, b0, b1); break; /* 9..15 (rows_ap_rows: g->ap is set) */
     }
 }
+
+/* the rows regime's token copy: [kq][16][4] for the broadcast kernel (M > ROWS_DOT_M) */
+static int rows_ap_rows(int64_t M) { return M > ROWS_DOT_M ? 16 : 0; }
 
 /* ---------------------------------------------------------------- the driver's callbacks */
 static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
@@ -508,7 +547,7 @@ static int64_t one_pass(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1
 static const qmm_i8_engine k_vnni = {
     .u8 = 1, .mr = MR, .nrb = NRB, .mc = MC, .nc = NC, .kc = KC, .whole_k_m = SMALL_M,
     .tile = tile, .one_pass_rows = one_pass_rows, .one_pass = one_pass, .pack = pack_block,
-    .rows_m = ROWS_M, .rows_kernel = rows_kernel,
+    .rows_m = ROWS_M, .rows_kernel = rows_kernel, .rows_ap_rows = rows_ap_rows,
 };
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_int8_gemm(ctx, c, &k_vnni); }
