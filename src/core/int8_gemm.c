@@ -165,7 +165,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 9, &buf));
     const int64_t kq = (c->K + 3) / 4;
     const int borrowed = w->i8.data == NULL, rows = borrowed && M <= e->rows_m;
-    const int wrows = rows ? (e->rows_ap_rows ? e->rows_ap_rows(M) : 0) : e->one_pass_rows ? e->one_pass_rows(M) : 0;
+    const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M) : 0;
     const int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4;
     /* rows per task: the engine's mc; a borrowed weight's panels are packed once per task, so up
      * to 2·mc rows (in equal row tasks) while that still leaves two tasks per thread */
@@ -178,7 +178,8 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     /* [threads][mc·nc] partials, the one-pass rows [kq][wrows][4], and for a borrowed weight the
      * threads' panel buffers (nrb blocks × one chunk) and column sums, each 64-byte aligned */
     pbytes = (size_t)nt * (size_t)mc * (size_t)e->nc * sizeof(int32_t);
-    const size_t apbytes = (size_t)qmm_round_up(kq * wrows * 4, 64);
+    const int64_t rows_ap = rows && e->rows_ap_bytes ? e->rows_ap_bytes(M, Kp) : 0;
+    const size_t apbytes = (size_t)qmm_round_up(rows_ap ? rows_ap : kq * wrows * 4, 64);
     const int64_t panel_bytes = borrowed ? (int64_t)e->nrb * (kcq < kq ? kcq : kq) * 64 : 0;
     const size_t bbytes = borrowed ? (size_t)nt * ((size_t)panel_bytes + (size_t)qmm_round_up((int64_t)e->nc * 4, 64)) : 0;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, pbytes + apbytes + bbytes, &pbuf));
@@ -210,8 +211,6 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     }
     if (rows) {
         g.rows = 1;
-    }
-    if (rows && !wrows) { /* the rows kernel reads q and its row sums */
         g.qsum = qsum;
         g.qneg128 = qneg;
         memset(qneg, 0, (size_t)M);
@@ -221,6 +220,10 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         g.rows_per_task = (M + tasks - 1) / tasks;
         tasks = (M + g.rows_per_task - 1) / g.rows_per_task;
         qmm_pool_run(ctx->pool, tasks, flip_task, &g);
+    }
+    if (rows_ap) { /* the rows kernel's copy of q, in its layout */
+        g.ap = (uint8_t *)pbuf + pbytes;
+        e->rows_ap_fill(&g);
     }
     g.rows_per_task = mc;
     g.mc = mc;

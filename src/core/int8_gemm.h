@@ -7,8 +7,7 @@
  *   pre-pass   qmm_prepass → q [M][Kp] int8 (zero padded) + s [M] fp32 in QMM_SCRATCH_ACT; for
  *              u8 engines (VPDPBUSD: u8 × s8) q is flipped in place to a = q + 128 (XOR 0x80) and
  *              the engine's epilogue subtracts 128·colsum[n] (exact mod 2^32) — except in the rows
- *              regime (below) without a token copy, where a stays q and each row's Σq and -128 flag are
- *              computed;
+ *              regime (below), where a stays q and each row's Σq and -128 flag are computed;
  *   blocking   tasks = (mc rows) × (nc columns) of the output, a static partition on the pool
  *              (task i on thread i % n); inside a task, for each K chunk of kc bytes (all of K
  *              when M <= whole_k_m: each weight block is then streamed once, whole), for each
@@ -32,8 +31,8 @@
  *              packing — and run by the same micro-kernels from L1/L2. Each (task, chunk, panel)
  *              is packed once and serves every row tile of the task; for M <= rows_m the
  *              engine's rows_kernel reads the caller's rows directly instead (small M, the rows
- *              regime: a left as q, its row sums in qsum; or, where the engine's rows_ap_rows
- *              asks, the token-interleaved copy ap of the one-pass regime);
+ *              regime: a left as q, its row sums in qsum, and where the engine asks for one
+ *              (rows_ap_bytes) its own copy of q in the layout its kernel reads, ap);
  *   out        token scales copied to c->token_scales when asked.
  * A new int8 engine is its micro-kernel(s), a qmm_i8_engine descriptor, its admit() and one
  * row of the engine table.
@@ -95,11 +94,11 @@ typedef struct qmm_i8_engine {
      * where the weights stream from memory once. */
     int rows_m;
     void (*rows_kernel)(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-    /* Optional, the rows regime: rows_ap_rows(M) = the lanes of a token-interleaved copy of the
-     * activations that rows_kernel wants for this M (0: none, the q / qsum form above). When
-     * nonzero the driver builds g->ap [kq][rows][4] and g->wrows as in the one-pass regime (u8
-     * engines: q + 128; rows past M the value of q = 0) and no qsum / qneg128. */
-    int (*rows_ap_rows)(int64_t M);
+    /* Optional, the rows regime: rows_ap_bytes(M, Kp) = the bytes of a copy of the activations
+     * in the layout rows_kernel wants (0: none); rows_ap_fill(g) writes it to g->ap (64-byte
+     * aligned) from g->a = q, once per call, after qsum and before any rows_kernel. */
+    int64_t (*rows_ap_bytes)(int64_t M, int64_t Kp);
+    void (*rows_ap_fill)(const qmm_i8_gemm *g);
 } qmm_i8_engine;
 
 /* One call's state, read by the engine's callbacks. */
@@ -112,12 +111,12 @@ struct qmm_i8_gemm {
     int64_t Kp, kq, kcq;   /* padded K; quads of K; quads per chunk */
     int64_t mtasks, ntasks, nthreads, rows_per_task;
     int64_t mc;            /* rows per task (part: [threads][mc·nc]) */
-    uint8_t *ap;           /* one-pass regime, or rows regime with rows_ap_rows: [kq][wrows][4], else NULL */
+    uint8_t *ap;           /* one-pass regime: [kq][wrows][4]; rows regime: the engine's rows_ap copy; else NULL */
     int wrows;
     int borrowed;          /* the weight is the caller's rows (w->borrow), packed per panel */
     int rows;              /* the rows regime (borrowed, M <= e->rows_m): a is q (never flipped) */
-    int32_t *qsum;         /* rows regime without ap: [M] Σ_k q[r][k] */
-    uint8_t *qneg128;      /* rows regime without ap: [M] row r of q holds -128 */
+    int32_t *qsum;         /* rows regime: [M] Σ_k q[r][k] */
+    uint8_t *qneg128;      /* rows regime: [M] row r of q holds -128 */
     int8_t *panels;        /* borrowed: [threads][panel_bytes] panel buffers */
     int32_t *colsums;      /* borrowed: [threads][nc] column sums of the thread's task */
     int64_t panel_bytes;

@@ -17,7 +17,8 @@
  *   pack      a borrowed weight's panels, packed per call (pack_block, M > ROWS_M);
  *   rows      a borrowed weight at M ≤ ROWS_M (16): the caller's rows read in place in long
  *             sequential streams: row dot products at M ≤ 8 (rows_dot, rows_dot2), W broadcast
- *             against the tokens in lanes above (bcast_dot); see "borrowed weights: small M").
+ *             against the tokens in lanes above (lanes12_dot, bcast_dot); see "borrowed
+ *             weights: small M").
  * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights;
  * M ≤ SMALL_M: whole K, a single row tile prefetching 1 KiB ahead per block (PF_STREAM), several
  * sharing an L2 prefetch of the next panel (PF_NEXT). With K chunks no software prefetch (a burst
@@ -284,12 +285,16 @@ static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_
  *                    halves), R/2·M accumulators, so R can be larger. R (rows_r): the most that
  *                    fits 32 registers, at most 8 streams. The accumulators of a row step go to
  *                    buf and, per 16 rows of a stream, 16 at a time through hsum16.
- *   M <= ROWS_M      W broadcast, tokens in lanes, qmm_qd8_qc8w_gemm_ukernel_16x1c4__avx512vnni_bcast
- *                    (bcast_dot): the driver's token copy ap [kq][16][4] (rows_ap_rows), one zmm
- *                    per k quad shared by BCAST_R rows, each W quad the m32{1to16} operand: 16
- *                    VPDPBUSD (+1 at M = 16 for the row sum), 16/R loads of ap, no transposes
- *                    but one 16 × 16 per 16 rows of a stream for the outputs. At M <= 8 its 16
- *                    VPDPBUSD per 64 bytes (half the lanes idle) lose to rows_dot's M.
+ *   M <= ROWS_M      W broadcast, tokens in lanes (yᵀ = W·xᵀ): the engine's token copy of q
+ *                    (rows_ap_fill, once per call) in the lanes of a zmm shared by R rows, each W
+ *                    row's bytes broadcast against it, one accumulator (set) per row; no
+ *                    transposes but one 16 × 16 per 16 rows of a stream for the outputs.
+ *                    13 <= M <= 16: bcast_dot, 16 tokens × 4 k per zmm, W's 4 bytes the m32{1to16}
+ *                    operand: 16 VPDPBUSD (+1 at M = 16 for the row sum) per 64 bytes.
+ *                    9 <= M <= 12: lanes12_dot, 8 tokens × 8 k (VPBROADCASTQ of W) and 4 tokens ×
+ *                    16 k (VBROADCASTI32X4): 12 VPDPBUSD (+1 at M = 12) and 12 broadcast loads.
+ *                    At M <= 8 the same forms (8 × 8 k, 4 × 16 k) tie rows_dot in VPDPBUSD count
+ *                    (M rounded up to 4 or 8) and measured so; rows_dot stays.
  * The last K bytes of a row are a masked load: nothing past W[n][K-1] is read (rows_dot: masked-off
  * bytes are 0, flipped 128, against q = 0 past K; bcast_dot: 0 against any token byte). */
 enum {
@@ -298,7 +303,8 @@ enum {
     ROWS_RMAX = 8,   /* the most rows of W per step */
     ROWS_PAIRS_FROM = 2, /* above this M: rows_dot2 (rows in pairs) */
     ROWS_PF = 4096,  /* rows_dot's prefetch distance per stream, bytes (into L2) */
-    BCAST_R = 8,     /* the broadcast kernel's rows of W per step (streams) */
+    BCAST_R = 8,     /* bcast_dot's rows of W per step (streams) */
+    LANES12_R = 6,   /* lanes12_dot's (4 accumulators per row at M = 12) */
     BCAST_RMAX = BCAST_R
 };
 
@@ -420,7 +426,7 @@ static inline __m512i dpbusd_bc(__m512i acc, __m512i a, const int8_t *p) {
     return acc;
 }
 
-/* W broadcast, tokens in lanes (yᵀ = W·xᵀ): the driver's token copy ap [kq][16][4] (u8 q + 128;
+/* W broadcast, tokens in lanes (yᵀ = W·xᵀ), 13 <= M <= 16: the token copy ap [kq][16][4] (u8 q + 128;
  * lanes M..15 hold 128, the value of q = 0) is one zmm per k quad, and each 4 bytes of a W row
  * are the s8 operand broadcast to the 16 lanes (VPDPBUSD m32{1to16}): lane t of row n's
  * accumulator is Σ_k (q[t][k] + 128)·W[n][k]. The correction 128·Σ_k W[n][k] is lane 15 when
@@ -463,17 +469,87 @@ static inline __attribute__((always_inline)) void bcast_dot(const int full, cons
                                                : _mm512_permutexvar_epi32(_mm512_set1_epi32(15), acc[r]));
 }
 
+/* 9 <= M <= 12: tokens in lane groups of 8 and 4, so that no VPDPBUSD works on pad lanes beyond
+ * the 12th. Per 16 k the token copy holds three zmm (u8 q + 128, pad tokens 128): tokens 0..7,
+ * 8 bytes each (token t at byte 8t: k..k+7), the same for k+8..k+15, and tokens 8..11, 16 bytes
+ * each (token 8 + t at byte 16t: k..k+15). Against the first two, 8 bytes of a W row broadcast
+ * to the 8 qwords (VPBROADCASTQ m64); against the third, its 16 bytes to the 4 lanes
+ * (VBROADCASTI32X4 m128): per 64 bytes of W, 12 VPDPBUSD (+1 for the row sum at M = 12, full)
+ * and 12 broadcast loads, 12/R token loads, where the 16-lane form spends 16 VPDPBUSD. Two
+ * accumulators for the 8-token group (its two zmm per 16 k) keep the dependency chains short.
+ * out[r] as bcast_dot: lane t = token t, corrected (lane 11 when M < 12: a pad token). */
+static inline __attribute__((always_inline)) void lanes12_dot(const int full, const int R, const int8_t *w,
+                                                              int64_t span, int64_t K, const uint8_t *ap,
+                                                              __m512i out[]) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i a0[BCAST_RMAX], a1[BCAST_RMAX], b[BCAST_RMAX], rs[BCAST_RMAX];
+    for (int r = 0; r < R; r++) a0[r] = a1[r] = b[r] = rs[r] = _mm512_setzero_si512();
+#define LANES12_STEP(WP, AP)                                                                             \
+    do {                                                                                                 \
+        const __m512i t0 = _mm512_load_si512(AP), t1 = _mm512_load_si512((AP) + 64);                    \
+        const __m512i t2 = _mm512_load_si512((AP) + 128);                                                \
+        for (int r = 0; r < R; r++) {                                                                    \
+            int64_t v0, v1;                                                                              \
+            memcpy(&v0, (WP)[r], 8);                                                                     \
+            memcpy(&v1, (WP)[r] + 8, 8);                                                                 \
+            a0[r] = dpbusd(a0[r], t0, _mm512_set1_epi64(v0));                                            \
+            a1[r] = dpbusd(a1[r], t1, _mm512_set1_epi64(v1));                                            \
+            b[r] = dpbusd(b[r], t2, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(WP)[r]))); \
+        }                                                                                                \
+    } while (0)
+    const int64_t K64 = K & ~(int64_t)63;
+    for (int64_t k = 0; k < K64; k += 64) {
+        for (int r = 0; r < R; r++) {
+            _mm_prefetch((const char *)(w + r * span + k + ROWS_PF), _MM_HINT_T1);
+            if (full) rs[r] = dpbusd(rs[r], ones, _mm512_loadu_si512(w + r * span + k));
+        }
+        for (int x = 0; x < 4; x++) {
+            const int8_t *wp[BCAST_RMAX];
+            for (int r = 0; r < R; r++) wp[r] = w + r * span + k + 16 * x;
+            LANES12_STEP(wp, ap + (k / 16 + x) * 192);
+        }
+    }
+    if (K64 < K) {
+        _Alignas(64) int8_t tail[BCAST_RMAX][64];
+        const __mmask64 msk = ((__mmask64)1 << (K - K64)) - 1;
+        for (int r = 0; r < R; r++) {
+            const __m512i z = _mm512_maskz_loadu_epi8(msk, w + r * span + K64);
+            _mm512_store_si512(tail[r], z);
+            if (full) rs[r] = dpbusd(rs[r], ones, z);
+        }
+        for (int x = 0; x < (K - K64 + 15) / 16; x++) {
+            const int8_t *wp[BCAST_RMAX];
+            for (int r = 0; r < R; r++) wp[r] = tail[r] + 16 * x;
+            LANES12_STEP(wp, ap + (K64 / 16 + x) * 192);
+        }
+    }
+#undef LANES12_STEP
+    /* 8-token group: dwords 2t, 2t + 1 are token t; 4-token group: dwords 4t .. 4t + 3 token 8 + t */
+    const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 28, 28, 28, 28);
+    for (int r = 0; r < R; r++) {
+        __m512i sa = _mm512_add_epi32(a0[r], a1[r]), sb = b[r];
+        sa = _mm512_add_epi32(sa, _mm512_shuffle_epi32(sa, _MM_PERM_CDAB));
+        sb = _mm512_add_epi32(sb, _mm512_shuffle_epi32(sb, _MM_PERM_BADC));
+        sb = _mm512_add_epi32(sb, _mm512_shuffle_epi32(sb, _MM_PERM_CDAB));
+        const __m512i v = _mm512_permutex2var_epi32(sa, idx, sb);
+        out[r] = _mm512_sub_epi32(v, full ? _mm512_set1_epi32((int32_t)((uint32_t)_mm512_reduce_add_epi32(rs[r]) << 7))
+                                          : _mm512_permutexvar_epi32(_mm512_set1_epi32(11), v));
+    }
+}
+
 /* R streams of len rows each, stream r = rows s0 + r·span + j of W (j < len), against the m
- * tokens in ap: after every 16 rows of the streams (and after the last) each stream's rows are
+ * tokens in ap (lay: 16, bcast_dot; 12, lanes12_dot): after every 16 rows of the streams (and after the last) each stream's rows are
  * transposed (lanes = tokens → lanes = columns) into the epilogue, 16 columns per token. */
-static inline __attribute__((always_inline)) void bcast_run(const int full, const int R, const qmm_i8_gemm *g,
-                                                            int64_t s0, int64_t span, int64_t len) {
+static inline __attribute__((always_inline)) void bcast_run(const int lay, const int full, const int R,
+                                                            const qmm_i8_gemm *g, int64_t s0, int64_t span,
+                                                            int64_t len) {
     const qmm_call *c = g->c;
     const int64_t K = c->K, ld = c->w->borrow.ld, m = c->M;
     _Alignas(64) int32_t stage[BCAST_RMAX][16][16];
     for (int64_t j = 0; j < len; j++) {
         __m512i out[BCAST_RMAX];
-        bcast_dot(full, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, g->ap, out);
+        if (lay == 16) bcast_dot(full, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, g->ap, out);
+        else lanes12_dot(full, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, g->ap, out);
         for (int r = 0; r < R; r++) _mm512_store_si512(stage[r][j % 16], out[r]);
         if (j % 16 != 15 && j != len - 1) continue;
         const int cols = (int)(j % 16) + 1;
@@ -486,13 +562,14 @@ static inline __attribute__((always_inline)) void bcast_run(const int full, cons
     }
 }
 
-/* qmm_qd8_qc8w_gemm_ukernel_16x1c4__avx512vnni_bcast: blocks [b0, b1) for ROWS_DOT_M < M <= 16
- * tokens: R streams of ⌊rows / R⌋ rows, the rest one at a time */
-static inline __attribute__((always_inline)) void bcast_blocks(const int full, const int R, const qmm_i8_gemm *g,
-                                                               int64_t b0, int64_t b1) {
+/* blocks [b0, b1) for ROWS_DOT_M < M <= 16 tokens (lay 16: qmm_qd8_qc8w_gemm_ukernel_16x1c4__avx512vnni_bcast,
+ * lay 12: qmm_qd8_qc8w_gemm_ukernel_12x1c8__avx512vnni_bcast): R streams of ⌊rows / R⌋ rows, the
+ * rest one at a time */
+static inline __attribute__((always_inline)) void bcast_blocks(const int lay, const int full, const int R,
+                                                               const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N, len = (n1 - n0) / R;
-    if (len > 0) bcast_run(full, R, g, n0, len, len);
-    if (n0 + R * len < n1) bcast_run(full, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
+    if (len > 0) bcast_run(lay, full, R, g, n0, len, len);
+    if (n0 + R * len < n1) bcast_run(lay, full, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
 }
 
 /* The driver's rows_kernel: 16-column blocks [b0, b1) of a borrowed weight, M <= ROWS_M. */
@@ -506,13 +583,39 @@ static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     case 6: rows_blocks(6, g, b0, b1); break;
     case 7: rows_blocks(7, g, b0, b1); break;
     case 8: rows_blocks(8, g, b0, b1); break;
-    case 16: bcast_blocks(1, BCAST_R, g, b0, b1); break;
-    default: bcast_blocks(0, BCAST_R, g, b0, b1); break; /* 9..15 (rows_ap_rows: g->ap is set) */
+    case 9: case 10: case 11: bcast_blocks(12, 0, LANES12_R, g, b0, b1); break;
+    case 12: bcast_blocks(12, 1, LANES12_R, g, b0, b1); break;
+    case 16: bcast_blocks(16, 1, BCAST_R, g, b0, b1); break;
+    default: bcast_blocks(16, 0, BCAST_R, g, b0, b1); break; /* 13..15 */
     }
 }
 
-/* the rows regime's token copy: [kq][16][4] for the broadcast kernel (M > ROWS_DOT_M) */
-static int rows_ap_rows(int64_t M) { return M > ROWS_DOT_M ? 16 : 0; }
+/* The broadcast kernels' token copy (M > ROWS_DOT_M): 9..12 tokens, 192 bytes per 16 k
+ * (lanes12_dot); 13..16, [Kp/4][16][4] (bcast_dot) */
+static int64_t rows_ap_bytes(int64_t M, int64_t Kp) { return M <= ROWS_DOT_M ? 0 : M <= 12 ? Kp / 16 * 192 : Kp * 16; }
+
+/* g->ap from q (rows Kp bytes apart, zero past K): u8 q + 128, pad tokens 128 (q = 0) */
+static void rows_ap_fill(const qmm_i8_gemm *g) {
+    const int64_t M = g->c->M, Kp = g->Kp;
+    const uint8_t *q = g->a;
+    uint8_t *ap = g->ap;
+#define TOK(t, k) ((t) < M ? (uint8_t)(q[(t) * Kp + (k)] ^ 0x80) : (uint8_t)0x80)
+    if (M > 12) {
+        for (int64_t x = 0; x < Kp / 4; x++)
+            for (int t = 0; t < 16; t++)
+                for (int i = 0; i < 4; i++) ap[x * 64 + t * 4 + i] = TOK(t, 4 * x + i);
+    } else {
+        for (int64_t s = 0; s < Kp / 16; s++) {
+            uint8_t *d = ap + s * 192;
+            for (int h = 0; h < 2; h++)
+                for (int t = 0; t < 8; t++)
+                    for (int i = 0; i < 8; i++) d[h * 64 + t * 8 + i] = TOK(t, 16 * s + 8 * h + i);
+            for (int t = 0; t < 4; t++)
+                for (int i = 0; i < 16; i++) d[128 + t * 16 + i] = TOK(8 + t, 16 * s + i);
+        }
+    }
+#undef TOK
+}
 
 /* ---------------------------------------------------------------- the driver's callbacks */
 static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
@@ -547,7 +650,8 @@ static int64_t one_pass(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1
 static const qmm_i8_engine k_vnni = {
     .u8 = 1, .mr = MR, .nrb = NRB, .mc = MC, .nc = NC, .kc = KC, .whole_k_m = SMALL_M,
     .tile = tile, .one_pass_rows = one_pass_rows, .one_pass = one_pass, .pack = pack_block,
-    .rows_m = ROWS_M, .rows_kernel = rows_kernel, .rows_ap_rows = rows_ap_rows,
+    .rows_m = ROWS_M, .rows_kernel = rows_kernel, .rows_ap_bytes = rows_ap_bytes,
+    .rows_ap_fill = rows_ap_fill,
 };
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_int8_gemm(ctx, c, &k_vnni); }
