@@ -426,6 +426,29 @@ static inline __m512i dpbusd_bc(__m512i acc, __m512i a, const int8_t *p) {
     return acc;
 }
 
+/* The broadcast kernels' rows, per 64 bytes k of rows w, w + span, .. (R of them): the prefetch
+ * and, when full, the row sums (rs[r] += VPDPBUSD(1, the 64 bytes)). */
+static inline __attribute__((always_inline)) void bcast_head(const int full, const int R, const int8_t *w,
+                                                             int64_t span, int64_t k, __m512i rs[]) {
+    for (int r = 0; r < R; r++) {
+        _mm_prefetch((const char *)(w + r * span + k + ROWS_PF), _MM_HINT_T1);
+        if (full) rs[r] = dpbusd(rs[r], _mm512_set1_epi8(1), _mm512_loadu_si512(w + r * span + k));
+    }
+}
+
+/* Their last bytes [K64, K) (K - K64 < 64; a masked load: nothing past K is read) into tail[r],
+ * zero padded, and their row sums when full. */
+static inline __attribute__((always_inline)) void bcast_tail(const int full, const int R, const int8_t *w,
+                                                             int64_t span, int64_t K64, int64_t K,
+                                                             int8_t tail[][64], __m512i rs[]) {
+    const __mmask64 msk = ((__mmask64)1 << (K - K64)) - 1;
+    for (int r = 0; r < R; r++) {
+        const __m512i z = _mm512_maskz_loadu_epi8(msk, w + r * span + K64);
+        _mm512_store_si512(tail[r], z);
+        if (full) rs[r] = dpbusd(rs[r], _mm512_set1_epi8(1), z);
+    }
+}
+
 /* W broadcast, tokens in lanes (yᵀ = W·xᵀ), 13 <= M <= 16: the token copy ap [kq][16][4] (u8 q + 128;
  * lanes M..15 hold 128, the value of q = 0) is one zmm per k quad, and each 4 bytes of a W row
  * are the s8 operand broadcast to the 16 lanes (VPDPBUSD m32{1to16}): lane t of row n's
@@ -437,15 +460,11 @@ static inline __m512i dpbusd_bc(__m512i acc, __m512i a, const int8_t *p) {
 static inline __attribute__((always_inline)) void bcast_dot(const int full, const int R, const int8_t *w,
                                                             int64_t span, int64_t K, const uint8_t *ap,
                                                             __m512i out[]) {
-    const __m512i ones = _mm512_set1_epi8(1);
     __m512i acc[BCAST_RMAX], rs[BCAST_RMAX];
     for (int r = 0; r < R; r++) acc[r] = rs[r] = _mm512_setzero_si512();
     const int64_t K64 = K & ~(int64_t)63;
     for (int64_t k = 0; k < K64; k += 64) {
-        for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)(w + r * span + k + ROWS_PF), _MM_HINT_T1);
-            if (full) rs[r] = dpbusd(rs[r], ones, _mm512_loadu_si512(w + r * span + k));
-        }
+        bcast_head(full, R, w, span, k, rs);
         for (int x = 0; x < 16; x++) {
             const __m512i t = _mm512_load_si512(ap + (k + 4 * x) * 16);
             for (int r = 0; r < R; r++) acc[r] = dpbusd_bc(acc[r], t, w + r * span + k + 4 * x);
@@ -453,12 +472,7 @@ static inline __attribute__((always_inline)) void bcast_dot(const int full, cons
     }
     if (K64 < K) {
         _Alignas(64) int8_t tail[BCAST_RMAX][64];
-        const __mmask64 msk = ((__mmask64)1 << (K - K64)) - 1;
-        for (int r = 0; r < R; r++) {
-            const __m512i z = _mm512_maskz_loadu_epi8(msk, w + r * span + K64);
-            _mm512_store_si512(tail[r], z);
-            if (full) rs[r] = dpbusd(rs[r], ones, z);
-        }
+        bcast_tail(full, R, w, span, K64, K, tail, rs);
         for (int x = 0; x < (K - K64 + 3) / 4; x++) {
             const __m512i t = _mm512_load_si512(ap + (K64 + 4 * x) * 16);
             for (int r = 0; r < R; r++) acc[r] = dpbusd_bc(acc[r], t, tail[r] + 4 * x);
@@ -481,7 +495,6 @@ static inline __attribute__((always_inline)) void bcast_dot(const int full, cons
 static inline __attribute__((always_inline)) void lanes12_dot(const int full, const int R, const int8_t *w,
                                                               int64_t span, int64_t K, const uint8_t *ap,
                                                               __m512i out[]) {
-    const __m512i ones = _mm512_set1_epi8(1);
     __m512i a0[BCAST_RMAX], a1[BCAST_RMAX], b[BCAST_RMAX], rs[BCAST_RMAX];
     for (int r = 0; r < R; r++) a0[r] = a1[r] = b[r] = rs[r] = _mm512_setzero_si512();
 #define LANES12_STEP(WP, AP)                                                                             \
@@ -499,10 +512,7 @@ static inline __attribute__((always_inline)) void lanes12_dot(const int full, co
     } while (0)
     const int64_t K64 = K & ~(int64_t)63;
     for (int64_t k = 0; k < K64; k += 64) {
-        for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)(w + r * span + k + ROWS_PF), _MM_HINT_T1);
-            if (full) rs[r] = dpbusd(rs[r], ones, _mm512_loadu_si512(w + r * span + k));
-        }
+        bcast_head(full, R, w, span, k, rs);
         for (int x = 0; x < 4; x++) {
             const int8_t *wp[BCAST_RMAX];
             for (int r = 0; r < R; r++) wp[r] = w + r * span + k + 16 * x;
@@ -511,12 +521,7 @@ static inline __attribute__((always_inline)) void lanes12_dot(const int full, co
     }
     if (K64 < K) {
         _Alignas(64) int8_t tail[BCAST_RMAX][64];
-        const __mmask64 msk = ((__mmask64)1 << (K - K64)) - 1;
-        for (int r = 0; r < R; r++) {
-            const __m512i z = _mm512_maskz_loadu_epi8(msk, w + r * span + K64);
-            _mm512_store_si512(tail[r], z);
-            if (full) rs[r] = dpbusd(rs[r], ones, z);
-        }
+        bcast_tail(full, R, w, span, K64, K, tail, rs);
         for (int x = 0; x < (K - K64 + 15) / 16; x++) {
             const int8_t *wp[BCAST_RMAX];
             for (int r = 0; r < R; r++) wp[r] = tail[r] + 16 * x;
