@@ -599,27 +599,34 @@ static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
  * (lanes12_dot); 13..16, [Kp/4][16][4] (bcast_dot) */
 static int64_t rows_ap_bytes(int64_t M, int64_t Kp) { return M <= ROWS_DOT_M ? 0 : M <= 12 ? Kp / 16 * 192 : Kp * 16; }
 
-/* g->ap from q (rows Kp bytes apart, zero past K): u8 q + 128, pad tokens 128 (q = 0) */
+/* g->ap from q (rows Kp bytes apart, zero past K): u8 q + 128, pad tokens 128 (q = 0). 13..16
+ * tokens: per 64 k the 16 × 16 dword transpose of the rows (pad rows zero), flipped; 9..12: per
+ * 16 k, masked qword gathers (tokens past M zero), flipped. */
 static void rows_ap_fill(const qmm_i8_gemm *g) {
     const int64_t M = g->c->M, Kp = g->Kp;
-    const uint8_t *q = g->a;
+    const int8_t *q = (const int8_t *)g->a;
     uint8_t *ap = g->ap;
-#define TOK(t, k) ((t) < M ? (uint8_t)(q[(t) * Kp + (k)] ^ 0x80) : (uint8_t)0x80)
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
     if (M > 12) {
-        for (int64_t x = 0; x < Kp / 4; x++)
-            for (int t = 0; t < 16; t++)
-                for (int i = 0; i < 4; i++) ap[x * 64 + t * 4 + i] = TOK(t, 4 * x + i);
-    } else {
-        for (int64_t s = 0; s < Kp / 16; s++) {
-            uint8_t *d = ap + s * 192;
-            for (int h = 0; h < 2; h++)
-                for (int t = 0; t < 8; t++)
-                    for (int i = 0; i < 8; i++) d[h * 64 + t * 8 + i] = TOK(t, 16 * s + 8 * h + i);
-            for (int t = 0; t < 4; t++)
-                for (int i = 0; i < 16; i++) d[128 + t * 16 + i] = TOK(8 + t, 16 * s + i);
+        for (int64_t k = 0; k < Kp; k += 64) {
+            __m512i t[16];
+            qmm_z_n16k4_step(q, Kp, (int)M, k, 64, t);
+            for (int x = 0; x < 16; x++) _mm512_store_si512(ap + (k / 4 + x) * 64, _mm512_xor_si512(t[x], flip));
         }
+        return;
     }
-#undef TOK
+    /* qword slot l of the three zmm: token l at +0 / +8 (tokens 0..7); token 8 + l/2 at 8·(l & 1) */
+    const __m512i i0 = _mm512_setr_epi64(0, Kp, 2 * Kp, 3 * Kp, 4 * Kp, 5 * Kp, 6 * Kp, 7 * Kp);
+    const __m512i i2 = _mm512_setr_epi64(8 * Kp, 8 * Kp + 8, 9 * Kp, 9 * Kp + 8, 10 * Kp, 10 * Kp + 8, 11 * Kp, 11 * Kp + 8);
+    const __mmask8 m0 = (__mmask8)((1u << (M < 8 ? M : 8)) - 1), m2 = (__mmask8)((1u << (2 * (M - 8 > 0 ? M - 8 : 0))) - 1);
+    for (int64_t s = 0; s < Kp / 16; s++) {
+        const int8_t *base = q + 16 * s;
+        uint8_t *d = ap + s * 192;
+        const __m512i z = _mm512_setzero_si512();
+        _mm512_store_si512(d, _mm512_xor_si512(_mm512_mask_i64gather_epi64(z, m0, i0, base, 1), flip));
+        _mm512_store_si512(d + 64, _mm512_xor_si512(_mm512_mask_i64gather_epi64(z, m0, i0, base + 8, 1), flip));
+        _mm512_store_si512(d + 128, _mm512_xor_si512(_mm512_mask_i64gather_epi64(z, m2, i2, base, 1), flip));
+    }
 }
 
 /* ---------------------------------------------------------------- the driver's callbacks */
