@@ -449,6 +449,13 @@ static inline __attribute__((always_inline)) void bcast_tail(const int full, con
     }
 }
 
+/* v (lanes = tokens, u8 q + 128 against W) − 128·Σ_k W[n][k]: from the row sums rs when full,
+ * else from lane pad (a pad token, q = 0: its lane is exactly that) */
+static inline __m512i bcast_correct(const int full, __m512i v, __m512i rs, int pad) {
+    return _mm512_sub_epi32(v, full ? _mm512_set1_epi32((int32_t)((uint32_t)_mm512_reduce_add_epi32(rs) << 7))
+                                    : _mm512_permutexvar_epi32(_mm512_set1_epi32(pad), v));
+}
+
 /* W broadcast, tokens in lanes (yᵀ = W·xᵀ), 13 <= M <= 16: the token copy ap [kq][16][4] (u8 q + 128;
  * lanes M..15 hold 128, the value of q = 0) is one zmm per k quad, and each 4 bytes of a W row
  * are the s8 operand broadcast to the 16 lanes (VPDPBUSD m32{1to16}): lane t of row n's
@@ -479,8 +486,7 @@ static inline __attribute__((always_inline)) void bcast_dot(const int full, cons
         }
     }
     for (int r = 0; r < R; r++)
-        out[r] = _mm512_sub_epi32(acc[r], full ? _mm512_set1_epi32((int32_t)((uint32_t)_mm512_reduce_add_epi32(rs[r]) << 7))
-                                               : _mm512_permutexvar_epi32(_mm512_set1_epi32(15), acc[r]));
+        out[r] = bcast_correct(full, acc[r], rs[r], 15);
 }
 
 /* 9 <= M <= 12: tokens in lane groups of 8 and 4, so that no VPDPBUSD works on pad lanes beyond
@@ -537,14 +543,14 @@ static inline __attribute__((always_inline)) void lanes12_dot(const int full, co
         sb = _mm512_add_epi32(sb, _mm512_shuffle_epi32(sb, _MM_PERM_BADC));
         sb = _mm512_add_epi32(sb, _mm512_shuffle_epi32(sb, _MM_PERM_CDAB));
         const __m512i v = _mm512_permutex2var_epi32(sa, idx, sb);
-        out[r] = _mm512_sub_epi32(v, full ? _mm512_set1_epi32((int32_t)((uint32_t)_mm512_reduce_add_epi32(rs[r]) << 7))
-                                          : _mm512_permutexvar_epi32(_mm512_set1_epi32(11), v));
+        out[r] = bcast_correct(full, v, rs[r], 11);
     }
 }
 
 /* R streams of len rows each, stream r = rows s0 + r·span + j of W (j < len), against the m
- * tokens in ap (lay: 16, bcast_dot; 12, lanes12_dot): after every 16 rows of the streams (and after the last) each stream's rows are
- * transposed (lanes = tokens → lanes = columns) into the epilogue, 16 columns per token. */
+ * tokens in ap (lay: 16, bcast_dot; 12, lanes12_dot): after every 16 rows of the streams (and
+ * after the last) each stream's rows are transposed (lanes = tokens → lanes = columns) into the
+ * epilogue, 16 columns per token. */
 static inline __attribute__((always_inline)) void bcast_run(const int lay, const int full, const int R,
                                                             const qmm_i8_gemm *g, int64_t s0, int64_t span,
                                                             int64_t len) {
@@ -567,9 +573,10 @@ static inline __attribute__((always_inline)) void bcast_run(const int lay, const
     }
 }
 
-/* blocks [b0, b1) for ROWS_DOT_M < M <= 16 tokens (lay 16: qmm_qd8_qc8w_gemm_ukernel_16x1c4__avx512vnni_bcast,
- * lay 12: qmm_qd8_qc8w_gemm_ukernel_12x1c8__avx512vnni_bcast): R streams of ⌊rows / R⌋ rows, the
- * rest one at a time */
+/* blocks [b0, b1) for ROWS_DOT_M < M <= 16 tokens (lay 16:
+ * qmm_qd8_qc8w_gemm_ukernel_16x1c4__avx512vnni_bcast, lay 12:
+ * qmm_qd8_qc8w_gemm_ukernel_12x1c8__avx512vnni_bcast): R streams of ⌊rows / R⌋ rows, the rest one
+ * at a time */
 static inline __attribute__((always_inline)) void bcast_blocks(const int lay, const int full, const int R,
                                                                const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N, len = (n1 - n0) / R;
@@ -617,8 +624,10 @@ static void rows_ap_fill(const qmm_i8_gemm *g) {
     }
     /* qword slot l of the three zmm: token l at +0 / +8 (tokens 0..7); token 8 + l/2 at 8·(l & 1) */
     const __m512i i0 = _mm512_setr_epi64(0, Kp, 2 * Kp, 3 * Kp, 4 * Kp, 5 * Kp, 6 * Kp, 7 * Kp);
-    const __m512i i2 = _mm512_setr_epi64(8 * Kp, 8 * Kp + 8, 9 * Kp, 9 * Kp + 8, 10 * Kp, 10 * Kp + 8, 11 * Kp, 11 * Kp + 8);
-    const __mmask8 m0 = (__mmask8)((1u << (M < 8 ? M : 8)) - 1), m2 = (__mmask8)((1u << (2 * (M - 8 > 0 ? M - 8 : 0))) - 1);
+    const __m512i i2 =
+        _mm512_setr_epi64(8 * Kp, 8 * Kp + 8, 9 * Kp, 9 * Kp + 8, 10 * Kp, 10 * Kp + 8, 11 * Kp, 11 * Kp + 8);
+    const __mmask8 m0 = (__mmask8)((1u << (M < 8 ? M : 8)) - 1);
+    const __mmask8 m2 = (__mmask8)((1u << (2 * (M > 8 ? M - 8 : 0))) - 1);
     for (int64_t s = 0; s < Kp / 16; s++) {
         const int8_t *base = q + 16 * s;
         uint8_t *d = ap + s * 192;
