@@ -14,7 +14,8 @@
  *                with odd ends, nq past the bytes, first or accumulating column sums, the -128
  *                flag (for engines that need it: exact; nothing past k1 read, ASan's job);
  *   rows_kernel  borrowed rows at M = 1..rows_m against the triple loop, a = q (s8) with its row
- *                sums and -128 flags, over the driver's tasks of 16 blocks and over other ranges;
+ *                sums and -128 flags (and the engine's own copy of q where it asks for one:
+ *                rows_ap_fill), over the driver's tasks of 16 blocks and over other ranges;
  *   one_pass     at every M it takes (one_pass_rows(M) > 0), owned weights: the blocks it says it
  *                did hold the triple loop's sums (padding rows of ap as the pre-pass writes
  *                them), the rest of y untouched.
@@ -276,6 +277,13 @@ static void rows_case(const char *name, const qmm_i8_engine *e, int64_t M, int64
     g.rows = 1;
     g.qsum = qsum;
     g.qneg128 = qneg;
+    /* the engine's own copy of q, as the driver makes it (int8_gemm.h: rows_ap_bytes/rows_ap_fill) */
+    const int64_t apb = e->rows_ap_bytes ? e->rows_ap_bytes(M, Kp) : 0;
+    uint8_t *ap = apb ? qmm_aligned_alloc((size_t)apb) : NULL;
+    if (ap) {
+        g.ap = ap;
+        e->rows_ap_fill(&g);
+    }
     const int64_t nblocks = (N + 15) / 16, bpt = e->nc / 16;
     if (task_ranges) { /* the driver's tasks */
         for (int64_t b0 = 0; b0 < nblocks; b0 += bpt) e->rows_kernel(&g, b0, b0 + bpt < nblocks ? b0 + bpt : nblocks);
@@ -293,6 +301,7 @@ static void rows_case(const char *name, const qmm_i8_engine *e, int64_t M, int64
              bad >= 0 ? y0[bad] : 0);
     TU_CHECK(!atomic_load(&bug), "%s rows_kernel M=%lld: the kernel reported: %s", name, (long long)M, atomic_load(&bug));
     qmm_aligned_free(q);
+    qmm_aligned_free(ap);
     free(qsum);
     free(qneg);
     free(W);

@@ -153,7 +153,8 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     /* [threads][mc·nc] partials, the one-pass rows [kq][wrows][4], and for a borrowed weight the
      * threads' panel buffers (nrb blocks × one chunk) and column sums, each 64-byte aligned */
     pbytes = (size_t)nt * (size_t)mc * (size_t)e->nc * sizeof(int32_t);
-    const size_t apbytes = (size_t)qmm_round_up(kq * wrows * 4, 64);
+    const int64_t rows_ap = rows && e->rows_ap_bytes ? e->rows_ap_bytes(M, Kp) : 0;
+    const size_t apbytes = (size_t)qmm_round_up(rows_ap ? rows_ap : kq * wrows * 4, 64);
     const int64_t panel_bytes = borrowed ? (int64_t)e->nrb * (kcq < kq ? kcq : kq) * 64 : 0;
     const size_t bbytes = borrowed ? (size_t)nt * ((size_t)panel_bytes + (size_t)qmm_round_up((int64_t)e->nc * 4, 64)) : 0;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, pbytes + apbytes + bbytes, &pbuf));
@@ -191,6 +192,10 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     const qmm_prepass_out po = {.q = q, .ldq = Kp, .s = s, .flip = e->u8 && !rows ? 0x80 : 0, .qsum = g.qsum,
                                 .qneg128 = g.qneg128, .ap = g.ap, .kq = kq, .wrows = wrows};
     QMM_FORWARD_IF_ERROR(qmm_prepass_to(ctx, c, &po, 0));
+    if (rows_ap) { /* the rows kernel's copy of q, in its layout */
+        g.ap = (uint8_t *)pbuf + pbytes;
+        e->rows_ap_fill(&g);
+    }
     g.rows_per_task = mc;
     g.mc = mc;
     g.kcq = kcq;

@@ -36,7 +36,8 @@
  *              packing — and run by the same micro-kernels from L1/L2. Each (task, chunk, panel)
  *              is packed once and serves every row tile of the task; for M <= rows_m the
  *              engine's rows_kernel reads the caller's rows directly instead (small M, the rows
- *              regime: a left as q, its row sums in qsum);
+ *              regime: a left as q, its row sums in qsum, and where the engine asks for one
+ *              (rows_ap_bytes) its own copy of q in the layout its kernel reads, ap);
  *   out        token scales copied to c->token_scales when asked.
  * A new int8 engine is its micro-kernel(s), a qmm_i8_engine descriptor (also its qmm_engine's
  * .i8: test_int8_ukernels drives the kernels through it), its admit() and one row of the engine
@@ -109,6 +110,11 @@ typedef struct qmm_i8_engine {
     int k64;               /* tile() steps 64 bytes of K: kq = Kp/4, so every chunk is whole 64-byte
                             * steps (q, the owned packing and a borrowed panel are zero past K) */
     int mc_fixed;          /* borrowed weights keep mc rows per task (no 2·mc: partials sized for L2) */
+    /* Optional, the rows regime: rows_ap_bytes(M, Kp) = the bytes of a copy of the activations
+     * in the layout rows_kernel wants (0: none); rows_ap_fill(g) writes it to g->ap (64-byte
+     * aligned) from g->a = q, once per call, after qsum and before any rows_kernel. */
+    int64_t (*rows_ap_bytes)(int64_t M, int64_t Kp);
+    void (*rows_ap_fill)(const qmm_i8_gemm *g);
 } qmm_i8_engine;
 
 /* One call's state, read by the engine's callbacks. */
@@ -121,7 +127,7 @@ struct qmm_i8_gemm {
     int64_t Kp, kq, kcq;   /* padded K; quads of K; quads per chunk */
     int64_t mtasks, ntasks, nthreads, rows_per_task;
     int64_t mc;            /* rows per task (part: [threads][mc·nc]) */
-    uint8_t *ap;           /* one-pass regime: [kq][wrows][4], else NULL */
+    uint8_t *ap;           /* one-pass regime: [kq][wrows][4]; rows regime: the engine's rows_ap copy; else NULL */
     int wrows;
     int borrowed;          /* the weight is the caller's rows (w->borrow), packed per panel */
     int rows;              /* the rows regime (borrowed, M <= e->rows_m): a is q (never flipped) */
