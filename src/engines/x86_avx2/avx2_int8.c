@@ -20,54 +20,21 @@
  */
 #include "int8_gemm_avx2.h"
 
-static inline __attribute__((always_inline)) void avx2_int8_mrx16(const uint8_t *a, int64_t lda, const int8_t *b,
-                                                              int64_t kq, int32_t *c, int64_t ldc, const int mr,
-                                                              int first, const int8_t *pf, int64_t pf_kq) {
-    __m256i lo[4], hi[4];
-    const __m256i ones = _mm256_set1_epi16(1);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        if (r < mr) { lo[r] = _mm256_setzero_si256(); hi[r] = _mm256_setzero_si256(); }
-    }
-    for (int64_t i = 0; i < kq; i++) {
-        if (i < pf_kq) _mm_prefetch((const char *)(pf + i * 64), _MM_HINT_T1);
-        __m256i b0 = _mm256_load_si256((const __m256i *)(b + i * 64));
-        __m256i b1 = _mm256_load_si256((const __m256i *)(b + i * 64 + 32));
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            if (r < mr) {
-                int32_t v;
-                memcpy(&v, a + r * lda + i * 4, 4);
-                __m256i av = _mm256_set1_epi32(v);
-                __m256i mag = _mm256_abs_epi8(av);
-                __m256i p0 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(b0, av));
-                __m256i p1 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(b1, av));
-                lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(p0, ones));
-                hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(p1, ones));
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        if (r < mr) {
-            __m256i *c0 = (__m256i *)(c + r * ldc), *c1 = (__m256i *)(c + r * ldc + 8);
-            if (!first) {
-                lo[r] = _mm256_add_epi32(lo[r], _mm256_loadu_si256(c0));
-                hi[r] = _mm256_add_epi32(hi[r], _mm256_loadu_si256(c1));
-            }
-            _mm256_storeu_si256(c0, lo[r]);
-            _mm256_storeu_si256(c1, hi[r]);
-        }
-    }
+/* qmm_a2_step_fn: |a| · (w with a's sign) in pairs (VPMADDUBSW, u8 × s8: the pair sums stay
+ * within 2·128·127, see above), then the pairs summed into dwords (VPMADDWD by 1) */
+static inline void avx2_int8_step(__m256i av, __m256i b0, __m256i b1, __m256i *lo, __m256i *hi) {
+    const __m256i ones = _mm256_set1_epi16(1), mag = _mm256_abs_epi8(av);
+    *lo = _mm256_add_epi32(*lo, _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(b0, av)), ones));
+    *hi = _mm256_add_epi32(*hi, _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(b1, av)), ones));
 }
 
 static void avx2_int8_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
                         int first, const int8_t *pf, int64_t pf_kq) {
     switch (mr) {
-    case 1: avx2_int8_mrx16(a, lda, b, kq, c, ldc, 1, first, pf, pf_kq); break;
-    case 2: avx2_int8_mrx16(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq); break;
-    case 3: avx2_int8_mrx16(a, lda, b, kq, c, ldc, 3, first, pf, pf_kq); break;
-    default: avx2_int8_mrx16(a, lda, b, kq, c, ldc, 4, first, pf, pf_kq); break;
+    case 1: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 1, first, pf, pf_kq, avx2_int8_step); break;
+    case 2: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq, avx2_int8_step); break;
+    case 3: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 3, first, pf, pf_kq, avx2_int8_step); break;
+    default: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 4, first, pf, pf_kq, avx2_int8_step); break;
     }
 }
 
