@@ -27,7 +27,7 @@ clang:
 
 # The clang tree runs the kernel testers too: clang vectorizes differently from gcc (it once
 # turned avx2_int8's multiply-adds into AVX-VNNI instructions under a too-wide -m flag).
-CLANG_TESTS = engines|prepass|numerics|float_act|test_api$$|fuzz_corpus
+CLANG_TESTS = engines|ukernels|prepass|numerics|float_act|test_api$$|fuzz_corpus
 
 # The README's test command: every test in the release build, then again under ASan+UBSan
 # (smaller shapes there: QMM_TEST_QUICK=1); the clang build must compile warning-free and pass

@@ -4,17 +4,21 @@
  * every tile instruction replaced by the SDM model of src/engines/x86_amx/amx_emu.c. No
  * machine here has AMX, so this is the only execution evidence for those kernels.
  *
- *   amx_int8 (emulated) vs the reference engine: int32 accumulators and float outputs
- *     bit-exact; M = 1..33, 64, 100 and 4096, N odd / < 16 / several N blocks, K ∈ {1, 16, 63,
- *     64, 65, 200, 256, 600, 1001}, every x dtype, input_act, convrot size, per-tensor/per-row
- *     scale, bias, fused or kitchen epilogue, residual, i32 output, strided x/y (padding
- *     untouched), token scales out and in, 1 vs 2 threads identical; the weight owned (n16k4) or
- *     borrowed (read in place: ld > K, unaligned base), each regime run on both. Every call runs in a regime (decode, panel, blocked) chosen at random
- *     with small blocks (several N, M and K blocks, partial last ones) or the defaults, and
- *     the regime that ran is checked; each regime must have run for both engines.
+ *   amx_int8 (emulated; its micro-kernel under the core int8 driver) vs the reference engine:
+ *     int32 accumulators and float outputs bit-exact; M = 1..100 and 4096, N odd / < 16 / several
+ *     N blocks, K ∈ {1, 16, 63, 64, 65, 200, 256, 600, 1001}, every x dtype, input_act, convrot
+ *     size, per-tensor/per-row scale, bias, fused or kitchen epilogue, residual, i32 output,
+ *     strided x/y (padding untouched), token scales out and in, 1 vs 2 threads identical; the
+ *     weight owned (n16k4) or borrowed (packed per call by the driver: ld > K, unaligned base),
+ *     each regime run on both. Every call runs in a regime (decode, panel, blocked) chosen at
+ *     random with small blocks (several N, M and K blocks, partial last ones) or the defaults,
+ *     and the regime that ran is checked; each regime must have run for both engines.
  *   The blocking rules (QMM_AMX_BLOCKING parsing, switch points, min_m admission) and the tile
- *     traffic of each regime (C reloaded only between K blocks), counted by the emulator, owned
- *     and borrowed (K tail included).
+ *     traffic of each regime (C reloaded only between K chunks), counted by the emulator, owned
+ *     and borrowed (K tail included); amx_int8's tile configuration loaded once per thread (the
+ *     driver's begin hook) and released once (its end hook); the prefetch of a borrowed
+ *     weight's next panel (inside the caller's rows, exactly the rows packed next); the micro-kernel
+ *     alone against an int32 triple loop (every mr 1..32, nr 1..2, first and accumulating).
  *   amx_bf16 (emulated, under the float GEMM driver), W8A16 fallback (weight owned or borrowed)
  *     and bf16 weights: bit-exact against the engine's contract (amx_bf16.c: a rounded to bf16,
  *     one fp32 chain over k in order with TDPBF16PS's DAZ/FTZ as the SDM defines it, the float
@@ -41,7 +45,7 @@ static int g_quick;
 static qmm_context *g_ctx[2]; /* 1 and 2 threads */
 static long g_regime_runs[2][3]; /* [int8, -][regime]: emulated amx_int8 calls per regime */
 static long g_bf16_runs[3];      /* emulated amx_bf16 calls: bf16 weight, int8 owned, int8 borrowed */
-static long g_borrowed_runs[3];  /* amx_int8 on a borrowed weight (read in place), per regime */
+static long g_borrowed_runs[3];  /* amx_int8 on a borrowed weight (packed per call), per regime */
 static int g_borrow = -1;        /* int8_case: 1 borrowed weight, 0 owned, -1 either at random */
 
 static qmm_call make_call(const qmm_weight *w, const qmm_linear_args *a, int fallback) {
@@ -145,7 +149,7 @@ static const qmm_dtype k_fdt[3] = {QMM_F32, QMM_F16, QMM_BF16};
 /* ties != 0: token scales 1, weight scales powers of two, no bias — integer-valued outputs
  * with many exact halfway cases, so the round-to-nearest-even of bf16/f16 outputs is tested.
  * Half the cases borrow the weight (qmm_weight_borrow_int8: the caller's rows at an unaligned
- * base, row stride ld >= K; amx_int8 reads them in place), the others own a packed copy; the
+ * base, row stride ld >= K; the driver packs them per call), the others own a packed copy; the
  * epilogue is fused or kitchen, with a residual or not (float outputs). */
 static void int8_case(const qmm_engine *e, int real, int64_t M, int64_t N, int64_t K, int ties) {
     const qmm_dtype xt = k_fdt[tu_rand_int(0, 2)];
@@ -517,11 +521,23 @@ static void blocking_rules(void) {
 /* The tile traffic of each regime, counted by the emulator (loads + dot products) on a shape
  * with whole tiles: M=64, N=64, K=640 (2 × 2 blocks of 32 × 32, 10 k-steps of 64). Every
  * regime does 4 loads of A/B and 4 TDPBSSD per k-step; only the blocked one reloads C: 4
- * tiles per block per K block after the first (kc=128: 5 K blocks) — the C partials stay in
- * tiles within a K block and are never loaded for the first. The same counts for a borrowed
- * weight read in place (W rows as A, token blocks as B), also with K = 600 (9 whole k-steps
- * and the tail from the copied tail buffer: still one step). */
+ * tiles per block per K chunk after the first (kc=128: 5 chunks) — the C partials stay in
+ * tiles within a chunk and are never loaded for the first. The same counts for a borrowed
+ * weight (its panels packed per call), also with K = 600 (9 whole k-steps and the tail: the
+ * packed panel and q are zero past K, still one step). Every call: one LDTILECFG and one
+ * TILERELEASE on each thread that ran tasks (the driver's begin/end hooks; all row tiles
+ * here are 32 rows, so no tile reconfigures) — 1 with one thread, 1..2 with two. */
 static void op_counts_k(int borrowed, int64_t K);
+
+/* A plain call's arguments on new buffers: x [M][K] bf16 (random), y [M][N] bf16. */
+static qmm_linear_args bf16_args(int64_t M, int64_t N, int64_t K, uint16_t **x, uint16_t **y) {
+    *x = malloc((size_t)(M * K) * 2);
+    *y = malloc((size_t)(M * N) * 2);
+    tu_fill_float(*x, QMM_BF16, M * K, 1.0f);
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = M; a.x = *x; a.x_dtype = QMM_BF16; a.y = *y; a.y_dtype = QMM_BF16;
+    return a;
+}
 static void op_counts(void) {
     op_counts_k(0, 640);
     op_counts_k(1, 640);
@@ -538,10 +554,8 @@ static void op_counts_k(int borrowed, int64_t K) {
     qmm_weight *w = NULL;
     if (borrowed) TU_CHECK_OK(qmm_weight_borrow_int8(g_ctx[0], &d, &w));
     else TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &w));
-    uint16_t *x = malloc((size_t)(M * K) * 2), *y = malloc((size_t)(M * N) * 2);
-    tu_fill_float(x, QMM_BF16, M * K, 1.0f);
-    qmm_linear_args a = qmm_linear_args_default();
-    a.M = M; a.x = x; a.x_dtype = QMM_BF16; a.y = y; a.y_dtype = QMM_BF16;
+    uint16_t *x, *y;
+    const qmm_linear_args a = bf16_args(M, N, K, &x, &y);
     qmm_weight view;
     const qmm_weight *wc = w;
     if (w && borrowed) TU_CHECK_OK(qmm_weight_for_call(g_ctx[0], w, &view, &wc));
@@ -552,22 +566,130 @@ static void op_counts_k(int borrowed, int64_t K) {
         {32, 0, 640, QMM_AMX_BLOCKED, 4 * 10 * 4 + 4 * 10 * 4},
         {32, 0, 256, QMM_AMX_BLOCKED, 4 * 10 * 4 + 4 * 10 * 4 + 4 * 4 * 2},
     };
-    for (size_t i = 0; w && i < sizeof cases / sizeof cases[0]; i++) {
+    for (size_t i = 0; w && i < 2 * sizeof cases / sizeof cases[0]; i++) {
+        const size_t ic = i % (sizeof cases / sizeof cases[0]);
+        const int nt = i < sizeof cases / sizeof cases[0] ? 1 : 2;
         qmm_amx_blocking_emu = qmm_amx_blocking_default();
-        qmm_amx_blocking_emu.small_m = cases[i].small_m;
-        qmm_amx_blocking_emu.panel_a = cases[i].panel_a;
-        qmm_amx_blocking_emu.kc = cases[i].kc;
-        long o0 = qmm_amx_emu_ops();
-        TU_CHECK_OK(qmm_engine_amx_int8_emu.run(g_ctx[0], &c));
-        long ops = qmm_amx_emu_ops() - o0;
-        TU_CHECK(qmm_amx_last_regime_emu == cases[i].regime && ops == cases[i].ops,
-                 "amx_int8 %s 64×64×%lld %s kc=%lld: %ld tile loads + dot products, want %ld",
-                 borrowed ? "borrowed" : "owned", (long long)K, qmm_amx_regime_name((qmm_amx_regime)cases[i].regime),
-                 (long long)cases[i].kc, ops, cases[i].ops);
+        qmm_amx_blocking_emu.small_m = cases[ic].small_m;
+        qmm_amx_blocking_emu.panel_a = cases[ic].panel_a;
+        qmm_amx_blocking_emu.kc = cases[ic].kc;
+        qmm_amx_blocking_emu.nc = nt == 2 ? 32 : qmm_amx_blocking_emu.nc; /* two N tasks: both threads */
+        const long o0 = qmm_amx_emu_ops(), c0 = qmm_amx_emu_configs(), r0 = qmm_amx_emu_releases();
+        TU_CHECK_OK(qmm_engine_amx_int8_emu.run(g_ctx[nt - 1], &c));
+        const long ops = qmm_amx_emu_ops() - o0, cfgs = qmm_amx_emu_configs() - c0, rels = qmm_amx_emu_releases() - r0;
+        TU_CHECK(qmm_amx_last_regime_emu == cases[ic].regime && ops == cases[ic].ops,
+                 "amx_int8 %s 64×64×%lld %s kc=%lld %d thr: %ld tile loads + dot products, want %ld",
+                 borrowed ? "borrowed" : "owned", (long long)K, qmm_amx_regime_name((qmm_amx_regime)cases[ic].regime),
+                 (long long)cases[ic].kc, nt, ops, cases[ic].ops);
+        TU_CHECK(cfgs == nt && rels == nt,
+                 "amx_int8 %s 64×64×%lld %d thr: %ld LDTILECFG and %ld TILERELEASE, want one each per thread",
+                 borrowed ? "borrowed" : "owned", (long long)K, nt, cfgs, rels);
     }
     qmm_amx_blocking_emu = qmm_amx_blocking_default();
     qmm_weight_destroy(w);
     free(wq); free(x); free(y);
+}
+
+/* The software prefetch of a borrowed weight's next panel (amx_int8.c next_rows): M=64 (2 row
+ * tiles), N=96 (one task of 3 panels), K=600 (10 k-steps, the last partial), 1 thread. Whole K
+ * (panel): the row tiles of panels 0 and 1 prefetch panels 1 and 2 — every line of rows 32..95,
+ * none of rows 0..31. K chunks of 128 bytes: within a chunk the next panel, after a chunk's last
+ * panel the first of the next chunk — every line but panel 0's first chunk (lines 0, 1 of rows
+ * 0..31). Every prefetch inside the caller's rows (the emulator faults otherwise), none past K.
+ * Owned weights, whole K: the next panel's prefetch (PF_NEXT) is issued. */
+static void prefetch_rows(void) {
+    const int64_t M = 64, N = 96, K = 600, ld = 613, lines = (K + 63) / 64;
+    int8_t *wq = malloc((size_t)(N * ld));
+    float sc = 0.01f;
+    tu_fill_i8(wq, N * ld, -127, 127);
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.N = N; d.K = K; d.ld = ld; d.data = wq; d.scale = &sc; d.n_scale = 1;
+    qmm_weight *wb = NULL, *wo = NULL;
+    TU_CHECK_OK(qmm_weight_borrow_int8(g_ctx[0], &d, &wb));
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx[0], &d, &wo));
+    uint16_t *x, *y;
+    const qmm_linear_args a = bf16_args(M, N, K, &x, &y);
+    qmm_weight view;
+    const qmm_weight *wc = wb;
+    if (wb) TU_CHECK_OK(qmm_weight_for_call(g_ctx[0], wb, &view, &wc));
+    for (int chunked = 0; wb && chunked < 2; chunked++) {
+        qmm_call c = make_call(wc, &a, 0);
+        qmm_amx_blocking_emu = qmm_amx_blocking_default();
+        qmm_amx_blocking_emu.small_m = 32;
+        qmm_amx_blocking_emu.panel_a = chunked ? 0 : 1 << 20;
+        qmm_amx_blocking_emu.kc = 128;
+        const long f0 = qmm_amx_emu_faults();
+        qmm_amx_emu_watch(wq, ld, N, K);
+        TU_CHECK_OK(qmm_engine_amx_int8_emu.run(g_ctx[0], &c));
+        TU_CHECK(qmm_amx_emu_faults() == f0, "amx_int8 borrowed prefetch: %s", qmm_amx_emu_first_fault());
+        int64_t wrong = -1;
+        for (int64_t r = 0; r < N && wrong < 0; r++)
+            for (int64_t l = 0; l < lines && wrong < 0; l++) {
+                const int want = r >= 32 || (chunked && l >= 2);
+                if (qmm_amx_emu_watched(r, l) != want) wrong = r * lines + l;
+            }
+        TU_CHECK(wrong < 0, "amx_int8 borrowed %s: row %lld line %lld %s", chunked ? "K chunks" : "whole K",
+                 (long long)(wrong / lines), (long long)(wrong % lines),
+                 wrong >= 0 && qmm_amx_emu_watched(wrong / lines, wrong % lines) ? "prefetched, not packed next"
+                                                                                 : "packed next, not prefetched");
+        qmm_amx_emu_watch(NULL, 0, 0, 0);
+    }
+    if (wo) {
+        qmm_call c = make_call(wo, &a, 0);
+        qmm_amx_blocking_emu = qmm_amx_blocking_default();
+        const long p0 = qmm_amx_emu_prefetches();
+        TU_CHECK_OK(qmm_engine_amx_int8_emu.run(g_ctx[0], &c));
+        TU_CHECK(qmm_amx_last_regime_emu == QMM_AMX_PANEL && qmm_amx_emu_prefetches() > p0,
+                 "amx_int8 owned 64×96×600 (panel): no prefetch of the next panel");
+    }
+    qmm_amx_blocking_emu = qmm_amx_blocking_default();
+    qmm_weight_destroy(wb);
+    qmm_weight_destroy(wo);
+    free(wq); free(x); free(y);
+}
+
+/* amx_int8's micro-kernel alone (qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx, emulated) against an
+ * int32 triple loop: mr 1..32 × nr 1..2, nq 16..64 quads (1..4 k-steps), A rows lda >= 4·nq bytes
+ * apart, B blocks ldb >= 64·nq apart, C rows ldc >= 16·nr apart, -128 in A and B; a first call
+ * (C zeroed), then one accumulating a second A (not first); nothing of C outside the mr × 16·nr
+ * tile written; the decode prefetch on or off. */
+static void ukernel_unit(void) {
+    const long f0 = qmm_amx_emu_faults();
+    for (int mr = 1; mr <= 32; mr++)
+        for (int nr = 1; nr <= 2; nr++) {
+            const int64_t nq = 16 * tu_rand_int(1, 4), lda = 4 * nq + 4 * tu_rand_int(0, 20);
+            const int64_t ldb = 64 * nq + 64 * tu_rand_int(0, 2), ldc = 16 * nr + tu_rand_int(0, 9);
+            int8_t *a = malloc((size_t)(2 * mr * lda)), *b = malloc((size_t)(nr * ldb));
+            int32_t *c = malloc((size_t)(32 * ldc) * sizeof(int32_t));
+            tu_fill_i8(a, 2 * mr * lda, -128, 127);
+            tu_fill_i8(b, nr * ldb, -128, 127);
+            for (int64_t i = 0; i < 32 * ldc; i++) c[i] = 0x5A5A5A5A;
+            const int stream = (int)tu_rand_int(0, 1);
+            qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx_emu(mr, nr, nq, a, lda, b, ldb, c, ldc, 1, stream, NULL);
+            qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx_emu(mr, nr, nq, a + mr * lda, lda, b, ldb, c, ldc, 0, stream, NULL);
+            qmm_amx_tiles_release_emu();
+            int64_t bad = -1;
+            int32_t want = 0;
+            for (int64_t i = 0; i < 32 && bad < 0; i++)
+                for (int64_t n = 0; n < ldc && bad < 0; n++) {
+                    want = 0x5A5A5A5A;
+                    if (i < mr && n < 16 * nr) {
+                        uint32_t sum = 0;
+                        for (int h = 0; h < 2; h++)
+                            for (int64_t k = 0; k < 4 * nq; k++)
+                                sum += (uint32_t)((int32_t)a[(h * mr + i) * lda + k] *
+                                                  (int32_t)b[n / 16 * ldb + k / 4 * 64 + n % 16 * 4 + k % 4]);
+                        want = (int32_t)sum;
+                    }
+                    if (c[i * ldc + n] != want) bad = i * ldc + n;
+                }
+            TU_CHECK(bad < 0, "ukernel 32x32c4__amx mr=%d nr=%d nq=%lld lda=%lld ldb=%lld ldc=%lld: C[%lld][%lld] = %d, want %d",
+                     mr, nr, (long long)nq, (long long)lda, (long long)ldb, (long long)ldc, (long long)(bad / ldc),
+                     (long long)(bad % ldc), bad >= 0 ? c[bad] : 0, want);
+            free(a); free(b); free(c);
+        }
+    TU_CHECK(qmm_amx_emu_faults() == f0 && qmm_amx_emu_live_configs() == 0, "ukernel: %ld emulated faults (%s), %ld configs left",
+             qmm_amx_emu_faults() - f0, qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
 }
 
 static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
@@ -578,6 +700,11 @@ static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
         int64_t K = Ks[(M + tu_rand_int(0, nK - 1)) % nK];
         if (g_quick && K > 256) K = 65;
         int8_case(ei, real, M, N, K, 0);
+    }
+    for (int64_t M = 34; M <= 100; M += g_quick ? 11 : tu_rand_int(1, 4)) { /* several row tiles, partial last */
+        int64_t K = Ks[tu_rand_int(0, nK - 1)];
+        if (g_quick && K > 256) K = 65;
+        int8_case(ei, real, M, tu_rand_int(1, 70), K, 0);
     }
     for (int i = 0; i < nK; i++) int8_case(ei, real, tu_rand_int(1, 40), tu_rand_int(1, 50), Ks[i], 0);
     for (int i = 0; i < 6; i++) int8_case(ei, real, tu_rand_int(8, 40), tu_rand_int(8, 50), i < 3 ? 64 : 256, 1);
@@ -637,7 +764,9 @@ int main(int argc, char **argv) {
     }
     admission();
     blocking_rules();
+    ukernel_unit();
     op_counts();
+    prefetch_rows();
     long ops0 = qmm_amx_emu_ops();
     sweep(&qmm_engine_amx_int8_emu, &qmm_engine_amx_bf16_emu, 0);
     tu_note("emulated tile instructions executed: %ld", qmm_amx_emu_ops() - ops0);
@@ -648,7 +777,7 @@ int main(int argc, char **argv) {
     tu_note("amx_bf16 emulated calls: bf16 weights %ld, int8 owned %ld, int8 borrowed %ld", g_bf16_runs[0],
             g_bf16_runs[1], g_bf16_runs[2]);
     for (int k = 0; k < 3; k++) TU_CHECK(g_bf16_runs[k] > 0, "amx_bf16: weight kind %d never ran", k);
-    tu_note("amx_int8 on borrowed weights (in place) per regime: decode %ld, panel %ld, blocked %ld", g_borrowed_runs[0],
+    tu_note("amx_int8 on borrowed weights (packed per call) per regime: decode %ld, panel %ld, blocked %ld", g_borrowed_runs[0],
             g_borrowed_runs[1], g_borrowed_runs[2]);
     for (int r = 0; r < 3; r++)
         TU_CHECK(g_borrowed_runs[r] > 0, "amx_int8 borrowed: regime %s never ran", qmm_amx_regime_name((qmm_amx_regime)r));

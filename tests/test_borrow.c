@@ -210,7 +210,8 @@ done:
 /* ---------------------------------------------------------------- small M: the rows regimes */
 /* Every M in 1..20 (the engines' rows regimes and the switch to the panels above them) on weights
  * of one or two whole 256-row tasks plus a tail task and a tail block (the long-stream split and
- * its leftover rows), K with tails of 4 and 64; and q holding -128 (token_scales_in far below the
+ * its leftover rows), K with tails of 4 and 64; W holding -128 (a whole row of it: its row sum is
+ * the correction of the broadcast kernel); and q holding -128 (token_scales_in far below the
  * activations: q saturates), which avx2_int8's rows regime runs with exact scalar dots. */
 static void check_small_m(int quick) {
     static const int64_t Ns[] = {300, 529, 256, 17};
@@ -222,6 +223,15 @@ static void check_small_m(int quick) {
             check_layer(&L);
             layer_free(&L);
         }
+    for (int64_t M = 1; M <= 17; M++) { /* W holding -128: one whole row of it, and a few more */
+        layer L;
+        layer_random(&L, M, Ns[(M + 1) % 4], Ks[(M * 5 + 1) % 6]);
+        L.neg128 = 1;
+        memset(L.W + tu_rand_int(0, L.N - 1) * L.ld, -128, (size_t)L.K);
+        for (int i = 0; i < 8; i++) L.W[tu_rand_int(0, L.N - 1) * L.ld + tu_rand_int(0, L.K - 1)] = -128;
+        check_layer(&L);
+        layer_free(&L);
+    }
     for (int64_t M = 1; M <= 17; M += quick ? 4 : 1) {
         layer L;
         layer_random(&L, M, Ns[M % 4], Ks[M % 6]);
@@ -486,7 +496,8 @@ static void check_guard_pages(void) {
     static const int64_t shapes[][3] = {{1, 1, 1},     {3, 1, 61},     {17, 5, 67},    {1, 17, 130},  {24, 33, 255},
                                         {64, 50, 193}, {9, 3, 4},      {40, 33, 64},   {5, 16, 128},  {33, 47, 320},
                                         {2, 31, 2},    {2, 300, 129},  {5, 257, 67},   {8, 256, 64},  {12, 256, 100},
-                                        {16, 270, 131}, {4, 523, 255}, {11, 512, 33},  {1, 263, 5}};
+                                        {16, 270, 131}, {4, 523, 255}, {11, 512, 33},  {1, 263, 5},   {13, 300, 63},
+                                        {15, 17, 5}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         layer L;
         layer_random(&L, shapes[si][0], shapes[si][1], shapes[si][2]);

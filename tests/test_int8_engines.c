@@ -5,12 +5,19 @@
  *   - int32 accumulators (y dtype I32) bit-exact, float outputs (f32/f16/bf16) bit-exact, token
  *     scales identical, the gaps of strided outputs untouched;
  *   - 1 and 2 threads give the same bits;
- *   - K ∈ {1, 16, 63, 64, 65, 256, 1000+odd}, M ∈ 1..33 and 4096 (small N), N odd and N < 16,
- *     ldx > K_in, ldy > N, every x dtype, out dtype, input_act and convrot group (16/64/256 with
- *     K a multiple), per-tensor and per-row scales, with/without bias (of each dtype), zero / NaN /
- *     Inf rows, and weights holding -128 (an engine may refuse those: then it must say why);
+ *   - K ∈ {1, 16, 63, 64, 65, 256, 1000+odd} and past the K chunk (1536, 2071), M ∈ 1..33, past
+ *     the row block (230) and 4096 (small N), N odd, N < 16 and past the task's columns (257, 300,
+ *     515), ldx > K_in, ldy > N, every x dtype × out dtype × act, every convrot group (16/64/256
+ *     with K a multiple), per-tensor and per-row scales, with/without bias (of each dtype), token
+ *     scales computed or given (small given scales saturate q at -128 and 127: the full range
+ *     VPMADDUBSW must survive), outlier activations, ±127 weights, zero / NaN / Inf rows, and
+ *     weights holding -128 (an engine may refuse those: then it must say why);
  *   - both epilogues (fused, kitchen), the residual (its own buffer, or in place in y), the
- *     kitchen input acts rms_norm and situ and the modulation.
+ *     kitchen input acts rms_norm and situ and the modulation;
+ *   - the -128 policy: avx2_int8 refuses such a weight with the reason (plan and by name) and
+ *     AUTO moves past it; the u8 engines run it exactly.
+ * Under QMM_MAX_ISA (tests/int8_engines.cmake: avx_vnni) the contexts take the cap, so the
+ * pre-pass runs its AVX2 row kernel, and the engines above the cap are skipped.
  * An unavailable engine prints "skipped: <engine>: <why>". QMM_TEST_QUICK=1: fewer, smaller cases.
  * A failing case prints M×N×K, engine, dtype/act/gs and the first bad index.
  */
@@ -37,6 +44,8 @@ typedef struct {
     int kitchen;          /* QMM_EPILOGUE_KITCHEN */
     int residual;         /* 0 none, 1 its own buffer, 2 in place (residual = y) */
     int modulation;       /* a = T(a · T(1 + m)) */
+    int scales_in;        /* token scales given (token_scales_in), small: q saturates */
+    int outliers;         /* two values per row ×30 */
 } tcase;
 
 static qmm_context *g_ctx[3]; /* [1]: 1 thread, [2]: 2 threads */
@@ -50,6 +59,8 @@ static void describe(const tcase *t, qmm_engine_id e, char *buf, size_t n) {
              (long long)t->ldy_pad, t->kitchen ? " kitchen epilogue" : "",
              t->residual == 1 ? " residual" : t->residual == 2 ? " residual in place" : "");
     if (t->modulation) snprintf(buf + strlen(buf), n - strlen(buf), " modulated");
+    if (t->scales_in) snprintf(buf + strlen(buf), n - strlen(buf), " scales given");
+    if (t->outliers) snprintf(buf + strlen(buf), n - strlen(buf), " outliers");
 }
 
 /* Runs engine e (1 and 2 threads) and the reference on case t; compares everything. */
@@ -61,6 +72,7 @@ static void run_case(const tcase *t, qmm_engine_id e) {
     const int64_t ldx = Kin + t->ldx_pad, ldy = N + t->ldy_pad;
     int8_t *wq = malloc((size_t)(N * K));
     tu_fill_i8(wq, N * K, -127, 127);
+    for (int i = 0; i < 8; i++) wq[tu_rand_int(0, N * K - 1)] = (int8_t)(tu_rand_int(0, 1) ? 127 : -127);
     if (t->neg128) wq[tu_rand_int(0, N * K - 1)] = -128;
     float *ws = malloc((size_t)N * 4);
     for (int64_t n = 0; n < N; n++) ws[n] = (float)tu_rand_int(1, 1 << 20) / (float)(1 << 27);
@@ -81,6 +93,10 @@ static void run_case(const tcase *t, qmm_engine_id e) {
     size_t xs = qmm_dtype_size(t->xt), ys = qmm_dtype_size(t->yt);
     void *x = malloc((size_t)(M * ldx) * xs);
     tu_fill_float(x, t->xt, M * ldx, tu_rand_int(0, 3) == 0 ? 40.0f : 1.0f);
+    for (int64_t r = 0; r < M && t->outliers; r++)
+        for (int o = 0; o < 2; o++) qmm_store_f(x, t->xt, r * ldx + tu_rand_int(0, Kin - 1), tu_rand_normal() * 30.0f);
+    float *tsi = malloc((size_t)M * 4);
+    for (int64_t r = 0; r < M; r++) tsi[r] = 0.002f + 0.02f * (float)(tu_rand_u64() % 1000) / 1000.0f;
     if (t->special_rows && M > 1) {
         int64_t r = tu_rand_int(0, M - 1);
         for (int64_t k = 0; k < Kin; k++) qmm_store_f(x, t->xt, r * ldx + k, 0.0f);        /* zero row */
@@ -113,6 +129,7 @@ static void run_case(const tcase *t, qmm_engine_id e) {
     a.ldy = ldy;
     a.act = t->act;
     a.epilogue = t->kitchen ? QMM_EPILOGUE_KITCHEN : QMM_EPILOGUE_FUSED;
+    a.token_scales_in = t->scales_in ? tsi : NULL;
     /* rms_norm weight (any float dtype) and the modulation (x's dtype) */
     float *aw = malloc((size_t)K * 4);
     void *mod = malloc((size_t)K * 4);
@@ -143,10 +160,11 @@ static void run_case(const tcase *t, qmm_engine_id e) {
         a.y = y1;
         a.token_scales = s1;
         qmm_status st = qmm_linear(g_ctx[th], w, &a);
-        /* allowed, with a reason: refusing weights that hold -128 (avx2_int8's exact scheme), and
-         * amx_int8's small-M rule (the emulated AMX test covers small M through the kernel) */
-        if (st == QMM_ERR_UNSUPPORTED &&
-            (t->neg128 || (e == QMM_ENGINE_AMX_INT8 && strstr(qmm_last_error(), "tiny M")))) {
+        /* allowed, with a reason: avx2_int8 refusing weights that hold -128 (its exact scheme;
+         * every other engine runs them exactly), and amx_int8's small-M rule (the emulated AMX
+         * test covers small M through the kernel) */
+        if (st == QMM_ERR_UNSUPPORTED && ((t->neg128 && e == QMM_ENGINE_AVX2_INT8) ||
+                                          (e == QMM_ENGINE_AMX_INT8 && strstr(qmm_last_error(), "tiny M")))) {
             g_refusals++;
             TU_CHECK(strlen(qmm_last_error()) > 10, "%s: refused without a reason", what);
             break;
@@ -182,6 +200,7 @@ static void run_case(const tcase *t, qmm_engine_id e) {
     free(rscale);
     free(aw);
     free(mod);
+    free(tsi);
 }
 
 static const int64_t k_K[] = {1, 16, 63, 64, 65, 256, 1001};
@@ -210,6 +229,8 @@ static tcase random_case(int64_t M, int64_t N, int64_t K) {
     t.kitchen = (int)tu_rand_int(0, 1);
     t.residual = tu_rand_int(0, 3) ? 0 : (int)tu_rand_int(1, 2);
     t.modulation = tu_rand_int(0, 5) == 0;
+    t.scales_in = tu_rand_int(0, 3) == 0;
+    t.outliers = (int)tu_rand_int(0, 1);
     return t;
 }
 
@@ -242,6 +263,28 @@ static void test_engine(qmm_engine_id e, int quick) {
             t.yt = k_yt[(ki + xi) % 4];
             run_case(&t, e);
         }
+    /* every x dtype × out dtype × act of the pre-pass, small M */
+    for (int xi = 0; xi < 3; xi++)
+        for (int yi = 0; yi < 4; yi++)
+            for (int ai = 0; ai < 3; ai++) {
+                tcase t = random_case(tu_rand_int(1, 12), 33, 256);
+                t.xt = k_xt[xi];
+                t.yt = k_yt[yi];
+                t.act = k_acts[ai];
+                run_case(&t, e);
+            }
+    /* K past the K chunk (512 bytes) with small M; N past the task's 256 columns */
+    static const int64_t k_K_long[] = {1536, 2071}, k_N_long[] = {257, 300, 515};
+    for (int ki = 0; ki < 2; ki++) {
+        tcase t = random_case(tu_rand_int(1, 33), random_n(), k_K_long[ki]);
+        t.gs = 0;
+        t.K = k_K_long[ki];
+        run_case(&t, e);
+    }
+    for (int ni = 0; ni < 3; ni++) {
+        tcase t = random_case(tu_rand_int(1, 20), k_N_long[ni], 0);
+        run_case(&t, e);
+    }
     /* each convrot group with each act */
     for (int g = 4; g <= 1024; g *= 4)
         for (int ai = 0; ai < 5; ai++) {
@@ -255,6 +298,13 @@ static void test_engine(qmm_engine_id e, int quick) {
         tcase t = random_case(40 + i * 163, 70 + i * 130, 1001);
         t.gs = 0;
         t.K = 1001;
+        run_case(&t, e);
+    }
+    /* past the row block and the channel block, several K chunks */
+    {
+        tcase t = random_case(quick ? 100 : 230, quick ? 270 : 530, quick ? 1024 : 2304);
+        t.gs = 0;
+        t.K = quick ? 1024 : 2304;
         run_case(&t, e);
     }
     /* random cases, larger shapes, and M = 4096 with small N */
@@ -291,6 +341,46 @@ static void test_engine(qmm_engine_id e, int quick) {
     tu_note("%s: %d cases", qmm_engine_name(e), g_cases - before);
 }
 
+/* The -128 policy: avx2_int8 refuses a weight holding -128 (plan shows the reason, AUTO moves on,
+ * by name it fails with the reason); the u8 engines run it exactly (the cases above). */
+static void test_neg128_policy(void) {
+    char why[QMM_REASON_MAX];
+    if (!qmm_engine_available(QMM_ENGINE_AVX2_INT8, why, sizeof why)) {
+        tu_skip("avx2_int8 -128 refusal", why);
+        return;
+    }
+    int8_t wq[4 * 64];
+    tu_fill_i8(wq, 4 * 64, -127, 127);
+    wq[77] = -128;
+    float sc = 0.01f;
+    qmm_weight_desc wd = qmm_weight_desc_default();
+    wd.name = "neg128.layer";
+    wd.N = 4;
+    wd.K = 64;
+    wd.data = wq;
+    wd.scale = &sc;
+    wd.n_scale = 1;
+    qmm_weight *w;
+    TU_CHECK_OK(qmm_weight_create_int8(g_ctx[2], &wd, &w));
+    qmm_linear_args a = qmm_linear_args_default();
+    a.M = 2;
+    qmm_plan_info p;
+    TU_CHECK_OK(qmm_plan(g_ctx[2], w, &a, &p));
+    TU_CHECK(!p.admitted[QMM_ENGINE_AVX2_INT8] && strstr(p.reason[QMM_ENGINE_AVX2_INT8], "-128"),
+             "avx2_int8 must refuse a -128 weight with the reason; got admitted=%d reason '%s'",
+             p.admitted[QMM_ENGINE_AVX2_INT8], p.reason[QMM_ENGINE_AVX2_INT8]);
+    TU_CHECK(p.engine != QMM_ENGINE_AVX2_INT8, "dispatch must move past avx2_int8 (chose %s)", qmm_engine_name(p.engine));
+    float x[2 * 64], y[2 * 4];
+    tu_fill_float(x, QMM_F32, 2 * 64, 1.0f);
+    a.x = x;
+    a.y = y;
+    a.engine = QMM_ENGINE_AVX2_INT8;
+    qmm_status st = qmm_linear(g_ctx[2], w, &a);
+    TU_CHECK(st == QMM_ERR_UNSUPPORTED && strstr(qmm_last_error(), "-128"), "avx2_int8 by name on a -128 weight: %s (%s)",
+             qmm_status_name(st), qmm_last_error());
+    qmm_weight_destroy(w);
+}
+
 /* the comparison itself: NaN matches any NaN, nothing else is loosened */
 static void test_same_elem(void) {
     const float f[] = {0.0f, -0.0f, 1.0f, 0x1.000002p0f, INFINITY, -INFINITY, NAN, -NAN};
@@ -320,7 +410,9 @@ int main(int argc, char **argv) {
     for (int th = 1; th <= 2; th++) {
         qmm_context_options o = qmm_context_options_default();
         o.n_threads = th;
-        o.max_isa = QMM_ISA_MAX; /* engines are named explicitly; the cap is tested elsewhere */
+        /* engines are named explicitly, so no cap is needed to reach the lower ones; a cap in the
+         * environment is taken (the AVX2 pre-pass under QMM_MAX_ISA=avx_vnni) */
+        o.max_isa = getenv("QMM_MAX_ISA") ? -1 : QMM_ISA_MAX;
         o.verbose = 0;
         if (qmm_context_create(&o, &g_ctx[th]) != QMM_OK) {
             printf("cannot create a context: %s\n", qmm_last_error());
@@ -329,6 +421,7 @@ int main(int argc, char **argv) {
     }
     qmm_engine_id i8[QMM_ENGINE_COUNT];
     for (int i = 0, n = tu_engines(TU_ENGINES_INT8, i8); i < n; i++) test_engine(i8[i], quick);
+    test_neg128_policy();
     if (g_refusals) tu_note("%d runs refused weights holding -128 (with a reason)", g_refusals);
     tu_note("%lld NaN outputs matched as NaN with other payload/sign bits", (long long)tu_nan_matched());
     qmm_context_destroy(g_ctx[1]);

@@ -1,15 +1,26 @@
 /*
- * test_prepass.c — the AVX-512 activation pre-pass row kernels (prepass_avx512.c) against the
- * scalar reference (qmm_prepass_row_ref, qmm_amax_row_ref): q bytes and the scale's bits must be
- * identical for every x dtype, input_act and convrot group, given or computed scales, on
- *   - random rows (normal values at scales from denormal to huge),
- *   - random bit patterns (denormals, Inf, at most one NaN per row),
- *   - every f16 and every bf16 code (1024 rows of 64 consecutive codes, NaN codes kept in a few rows),
- *   - edge rows: all zero, one NaN, ±Inf, exact half steps, -128 reachable.
- * And the kitchen input stage's AVX-512 row (input_stage_avx512.c) against its scalar row
- * (qmm_input_stage_row_ref): rms_norm, situ, every act with and without the modulation, every
- * dtype, random K (tails), random values and random bit patterns — identical bytes.
- * A failing case prints dtype/act/gs/K, the first bad index and both values.
+ * test_prepass.c — the activation pre-pass, every part against the scalar reference:
+ *   row kernels  the AVX-512 one (prepass_avx512.c) and the AVX2 one (prepass_avx2.c), each
+ *                against qmm_prepass_row_ref / qmm_amax_row_ref: q bytes (as s8 and as the u8
+ *                form q XOR 0x80, padding included), the scale's bits and the amax bits identical
+ *                for every x dtype, input_act and convrot group, given or computed scales, on
+ *                - random rows (normal values at scales from denormal to huge, outliers),
+ *                - random bit patterns (denormals, Inf, at most one NaN per row),
+ *                - special values (NaN, ±Inf, ±0, denormals, the edges of qmm_expf's range,
+ *                  f16/bf16 overflow), K with and without a vector tail, exp's range densely,
+ *                - every f16 and every bf16 code (1024 rows of 64 consecutive codes, NaN codes
+ *                  kept in a few rows),
+ *                - edge rows: all zero, one NaN, ±Inf, exact half steps, -128 reachable;
+ *                a kernel this CPU cannot run is skipped visibly;
+ *   the driver   qmm_prepass_to (1 and 2 threads, each row kernel the context selects) against the
+ *                reference rows: a as s8 or u8, the rows regime's Σq and -128 flags, the one-pass
+ *                copy ap with its padding rows, token scales given or computed;
+ *   input stage  the kitchen input stage's AVX-512 row (input_stage_avx512.c) against its scalar
+ *                row (qmm_input_stage_row_ref): rms_norm, situ, every act with and without the
+ *                modulation, every dtype, random K (tails), random values and bit patterns.
+ * Through qmm_linear, with the ISA capped so that the AVX2 row kernel runs: test_int8_engines
+ * under QMM_MAX_ISA=avx_vnni (tests/int8_engines.cmake). A failing case prints
+ * kernel/dtype/act/gs/K, the first bad index and both values.
  */
 #include "numerics.h"
 #include "prepass.h"
@@ -25,33 +36,89 @@ static const int k_gs[6] = {0, 16, 64, 256, 4, 1024}; /* the first 4 in the exha
 
 static int g_quick;
 static int g_cases;
+static int g_neg_rows; /* driver rows holding -128 (the flag's check is not vacuous) */
 
-/* x holds K_in = (swiglu ? 2K : K) values of dtype t. Compares both row kernels. */
+/* the row kernel under test */
+typedef struct {
+    const char *name;
+    qmm_prepass_row_fn row;
+    qmm_amax_row_fn amax;
+} row_kernel;
+static row_kernel g_k;
+
+/* x holds K_in = (swiglu ? 2K : K) values of dtype t. Compares g_k with the reference, as s8 and
+ * (a random half of the rows) as u8, and the reference's u8 form with its s8 one XOR 0x80. */
 static int check_row(const void *x, qmm_dtype t, int64_t K, qmm_act act, int gs, const float *s_in, const char *what) {
     int64_t qcols = qmm_round_up(K, 64);
-    int8_t *q0 = malloc((size_t)qcols), *q1 = malloc((size_t)qcols);
+    const uint8_t flip = tu_rand_int(0, 1) ? 0x80 : 0;
+    int8_t *q0 = malloc((size_t)qcols), *q1 = malloc((size_t)qcols), *qs = malloc((size_t)qcols);
     float *tmp0 = qmm_aligned_alloc((size_t)qmm_round_up(K, 16) * 4), *tmp1 = qmm_aligned_alloc((size_t)qmm_round_up(K, 16) * 4);
+    memset(q0, 0x33, (size_t)qcols);
     memset(q1, 0x55, (size_t)qcols);
-    float s0 = 0, s1 = 0;
-    qmm_prepass_row_ref(x, t, K, act, gs, s_in, q0, qcols, &s0, tmp0);
-    qmm_prepass_row_avx512_ptr(x, t, K, act, gs, s_in, q1, qcols, &s1, tmp1);
+    float s0 = 0, s1 = 0, s2 = 0;
+    qmm_prepass_row_ref(x, t, K, act, gs, s_in, q0, qcols, flip, &s0, tmp0);
+    g_k.row(x, t, K, act, gs, s_in, q1, qcols, flip, &s1, tmp1);
     float m0 = qmm_amax_row_ref(x, t, K, act, gs, tmp0);
-    float m1 = qmm_amax_row_avx512_ptr(x, t, K, act, gs, tmp1);
-    int64_t bad = -1;
+    float m1 = g_k.amax(x, t, K, act, gs, tmp1);
+    int64_t bad = -1, fbad = -1;
     for (int64_t k = 0; k < qcols && bad < 0; k++)
         if (q0[k] != q1[k]) bad = k;
+    if (flip) { /* the u8 form is the s8 one XOR 0x80, padding included */
+        qmm_prepass_row_ref(x, t, K, act, gs, s_in, qs, qcols, 0, &s2, tmp0);
+        for (int64_t k = 0; k < qcols && fbad < 0; k++)
+            if ((uint8_t)q0[k] != ((uint8_t)qs[k] ^ 0x80)) fbad = k;
+    }
     g_cases++;
     int ok = TU_CHECK(bad < 0 && qmm_f32_bits(s0) == qmm_f32_bits(s1) && qmm_f32_bits(m0) == qmm_f32_bits(m1),
-                      "prepass avx512 vs ref (%s): dtype %s act %s gs %d K=%lld s_in=%s: first bad q index %lld "
-                      "(ref %d, avx512 %d); s %08x vs %08x; amax %08x vs %08x",
-                      what, qmm_dtype_name(t), qmm_act_name(act), gs, (long long)K, s_in ? "given" : "computed",
-                      (long long)bad, bad >= 0 ? q0[bad] : 0, bad >= 0 ? q1[bad] : 0, qmm_f32_bits(s0),
-                      qmm_f32_bits(s1), qmm_f32_bits(m0), qmm_f32_bits(m1));
+                      "prepass %s vs ref (%s): dtype %s act %s gs %d K=%lld s_in=%s flip %02x: first bad q index %lld "
+                      "(ref %d, %s %d); s %08x vs %08x; amax %08x vs %08x",
+                      g_k.name, what, qmm_dtype_name(t), qmm_act_name(act), gs, (long long)K,
+                      s_in ? "given" : "computed", flip, (long long)bad, bad >= 0 ? q0[bad] : 0, g_k.name,
+                      bad >= 0 ? q1[bad] : 0, qmm_f32_bits(s0), qmm_f32_bits(s1), qmm_f32_bits(m0), qmm_f32_bits(m1));
+    ok &= TU_CHECK(fbad < 0, "prepass ref (%s): dtype %s act %s gs %d K=%lld: u8 byte %lld = %d is not s8 %d XOR 0x80",
+                   what, qmm_dtype_name(t), qmm_act_name(act), gs, (long long)K, (long long)fbad,
+                   fbad >= 0 ? q0[fbad] : 0, fbad >= 0 ? qs[fbad] : 0);
     free(q0);
     free(q1);
+    free(qs);
     qmm_aligned_free(tmp0);
     qmm_aligned_free(tmp1);
     return ok;
+}
+
+static float special(void) {
+    static const float v[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -3e-39f, 87.3f, -87.3f, 88.7f,
+                              -88.7f, 88.8f, -87.4f, 44.0f, -44.0f, 65504.0f, 70000.0f, -1e30f, 3e38f, 6e-8f, 1e-5f};
+    return v[tu_rand_int(0, (int64_t)(sizeof v / sizeof v[0]) - 1)];
+}
+
+/* one row of normal values (scale 1 or 20), with three special values when asked */
+static void special_row(qmm_dtype t, int64_t K, qmm_act act, int gs, int with_special, int given_scale) {
+    const int64_t K_in = act == QMM_ACT_SWIGLU ? 2 * K : K;
+    void *x = malloc((size_t)K_in * qmm_dtype_size(t));
+    tu_fill_float(x, t, K_in, tu_rand_int(0, 1) ? 1.0f : 20.0f);
+    if (with_special)
+        for (int i = 0; i < 3; i++) qmm_store_f(x, t, tu_rand_int(0, K_in - 1), special());
+    float sin = 0.001f + 0.05f * (float)(tu_rand_u64() % 1000) / 1000.0f;
+    check_row(x, t, K, act, gs, given_scale ? &sin : NULL, with_special ? "special values" : "normal values");
+    free(x);
+}
+
+/* every dtype × act × group, K with and without a tail of the vector width, special values; then
+ * exp's whole range, densely, through gelu and swiglu */
+static void special_rows(void) {
+    const int gss[6] = {0, 4, 16, 64, 256, 1024};
+    for (int ti = 0; ti < 3; ti++)
+        for (int act = 0; act < 3; act++)
+            for (int gi = 0; gi < 6; gi++)
+                for (int rep = 0; rep < (g_quick ? 3 : 12); rep++) {
+                    int gs = gss[gi];
+                    int64_t K = gs ? gs * tu_rand_int(1, gs > 256 ? 2 : 6) : tu_rand_int(1, 300);
+                    if (rep == 0 && !gs) K = tu_rand_int(1, 7); /* all tail */
+                    special_row(k_dtypes[ti], K, k_acts[act], gs, rep % 3 == 2, rep % 4 == 1);
+                }
+    for (int i = 0; i < (g_quick ? 50 : 400); i++)
+        special_row(k_dtypes[i % 3], 8 * tu_rand_int(1, 40), k_acts[1 + i % 2], 0, 1, 0);
 }
 
 static int64_t k_for(int gs) {
@@ -201,24 +268,117 @@ static void input_stage_rows(void) {
     }
 }
 
+/* qmm_prepass_to on ctx against the reference rows: a (s8 or u8), s, the rows regime's sums, ap */
+static void driver_case(qmm_context *ctx, int64_t M, int64_t K, int form) {
+    const qmm_dtype t = k_dtypes[tu_rand_int(0, 2)];
+    const qmm_act act = k_acts[tu_rand_int(0, 2)];
+    const int gs = K % 16 == 0 && tu_rand_int(0, 1) ? 16 : 0;
+    const int64_t Kin = act == QMM_ACT_SWIGLU ? 2 * K : K, ldx = Kin + tu_rand_int(0, 3);
+    const int64_t ldq = qmm_round_up(K, 64), kq = (K + 3) / 4;
+    const int wrows = form == 2 ? (int)(M + tu_rand_int(0, 5)) : 0;
+    const uint8_t flip = form == 1 ? 0 : tu_rand_int(0, 1) ? 0x80 : 0;
+    qmm_weight w;
+    memset(&w, 0, sizeof w);
+    w.convrot_gs = gs;
+    qmm_call c = {.w = &w, .M = M, .K = K, .K_in = Kin, .ldx = ldx, .x_dtype = t, .act = act};
+    const size_t es = qmm_dtype_size(t);
+    void *x = malloc((size_t)(M * ldx) * es);
+    tu_fill_float(x, t, M * ldx, 3.0f);
+    for (int64_t r = 0; r < M; r += 3) qmm_store_f(x, t, r * ldx, -1e4f); /* q = -128 in some rows */
+    c.x = x;
+    float *sin = malloc((size_t)M * 4);
+    for (int64_t r = 0; r < M; r++) sin[r] = 0.01f + (float)tu_rand_int(0, 100) / 50.0f;
+    c.token_scales_in = tu_rand_int(0, 1) ? sin : NULL; /* small given scales: q saturates at -128 */
+    int8_t *q = malloc((size_t)(M * ldq)), *qr = malloc((size_t)ldq);
+    uint8_t *ap = malloc((size_t)(kq * (wrows ? wrows : 1) * 4)), *neg = malloc((size_t)M);
+    int32_t *qsum = malloc((size_t)M * 4);
+    float *s = malloc((size_t)M * 4), *tmp = qmm_aligned_alloc((size_t)qmm_round_up(K, 16) * 4);
+    memset(neg, 7, (size_t)M);
+    const qmm_prepass_out o = {.q = q, .ldq = ldq, .s = s, .flip = flip, .qsum = form == 1 ? qsum : NULL,
+                               .qneg128 = form == 1 ? neg : NULL, .ap = form == 2 ? ap : NULL, .kq = kq,
+                               .wrows = wrows};
+    TU_CHECK_OK(qmm_prepass_to(ctx, &c, &o, tu_rand_int(0, 3) == 0)); /* 1: the scalar row kernel */
+    int64_t bad = -1;
+    const char *what = "";
+    for (int64_t r = 0; r < M && bad < 0; r++) {
+        float sr;
+        qmm_prepass_row_ref((const char *)x + (size_t)(r * ldx) * es, t, K, act, gs, c.token_scales_in ? &sin[r] : NULL,
+                            qr, ldq, flip, &sr, tmp);
+        if (memcmp(qr, q + r * ldq, (size_t)ldq)) bad = r, what = "a";
+        else if (qmm_f32_bits(sr) != qmm_f32_bits(s[r])) bad = r, what = "s";
+        if (bad >= 0 || !form) continue;
+        int32_t sum = 0;
+        int m = 0;
+        for (int64_t k = 0; k < K; k++) sum += qr[k], m |= qr[k] == -128;
+        g_neg_rows += form == 1 && m;
+        if (form == 1 && (qsum[r] != sum || neg[r] != m)) bad = r, what = "qsum / qneg128";
+        for (int64_t j = 0; form == 2 && j < kq && bad < 0; j++)
+            if (memcmp(ap + (j * wrows + r) * 4, qr + 4 * j, 4)) bad = r, what = "ap";
+    }
+    for (int64_t j = 0; form == 2 && j < kq && bad < 0; j++)
+        for (int64_t r = M; r < wrows && bad < 0; r++)
+            for (int b = 0; b < 4; b++)
+                if (ap[(j * wrows + r) * 4 + b] != flip) bad = r, what = "ap padding row";
+    g_cases++;
+    TU_CHECK(bad < 0, "qmm_prepass_to (%d threads) M=%lld K=%lld %s act %s gs %d flip %02x%s%s%s: row %lld: %s differs",
+             qmm_pool_threads(ctx->pool), (long long)M, (long long)K, qmm_dtype_name(t), qmm_act_name(act), gs, flip,
+             c.token_scales_in ? " scales given" : "", form == 1 ? " with qsum" : "", form == 2 ? " with ap" : "",
+             (long long)bad, what);
+    free(x); free(sin); free(q); free(qr); free(ap); free(neg); free(qsum); free(s);
+    qmm_aligned_free(tmp);
+}
+
+static void driver(void) {
+    for (int th = 1; th <= 2; th++) {
+        qmm_context_options opt = qmm_context_options_default();
+        opt.n_threads = th;
+        qmm_context *ctx;
+        TU_CHECK_OK(qmm_context_create(&opt, &ctx));
+        for (int rep = 0; rep < (g_quick ? 12 : 60); rep++) {
+            static const int64_t ks[] = {1, 5, 63, 64, 65, 256, 1001};
+            driver_case(ctx, tu_rand_int(1, rep % 4 ? 30 : 200), ks[rep % 7], rep % 3);
+        }
+        qmm_context_destroy(ctx);
+    }
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_prepass");
     g_quick = getenv("QMM_TEST_QUICK") != NULL;
-    const uint32_t need = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
-    if (!qmm_prepass_row_avx512_ptr || !qmm_amax_row_avx512_ptr) {
-        tu_skip("prepass_avx512", "not built");
-        tu_finish();
-        return 77;
+    const uint32_t f = qmm_cpu_features();
+    const struct {
+        row_kernel k;
+        uint32_t need;
+        const char *lacks;
+    } kernels[2] = {
+        {{"avx512", qmm_prepass_row_avx512_ptr, qmm_amax_row_avx512_ptr},
+         QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ, "CPU lacks AVX-512 F/BW/VL/DQ"},
+        {{"avx2", qmm_prepass_row_avx2_ptr, qmm_amax_row_avx2_ptr}, QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C,
+         "CPU lacks AVX2/FMA/F16C"},
+    };
+    int ran = 0;
+    for (int i = 0; i < 2; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "prepass_%s", kernels[i].k.name);
+        if (!kernels[i].k.row || !kernels[i].k.amax) { tu_skip(what, "not built"); continue; }
+        if ((f & kernels[i].need) != kernels[i].need) { tu_skip(what, kernels[i].lacks); continue; }
+        g_k = kernels[i].k;
+        const int before = g_cases;
+        edge_rows();
+        all_codes();
+        random_rows();
+        special_rows();
+        tu_note("%s: %d rows compared", g_k.name, g_cases - before);
+        ran++;
     }
-    if ((qmm_cpu_features() & need) != need) {
-        tu_skip("prepass_avx512", "CPU lacks AVX-512 F/BW/VL/DQ");
-        tu_finish();
-        return 77;
-    }
-    edge_rows();
-    all_codes();
-    random_rows();
-    input_stage_rows();
-    tu_note("%d rows compared", g_cases);
-    return tu_finish();
+    const int before = g_cases;
+    driver();
+    tu_note("qmm_prepass_to: %d calls compared, %d rows with qsum held -128", g_cases - before, g_neg_rows);
+    if ((f & (QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ)) ==
+        (QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ))
+        input_stage_rows();
+    else
+        tu_skip("input_stage_avx512", "CPU lacks AVX-512 F/BW/VL/DQ");
+    int rc = tu_finish();
+    return ran ? rc : (rc ? rc : 77);
 }

@@ -97,7 +97,7 @@ static void usage(FILE *f) {
                "                 [--full] [--dram-mb MB]\n"
                "  default shapes: the performance targets (M=4096 21504x5376 g256, 5376x14336 swiglu;\n"
                "  M=256 5376x5376; M=1 and M=16 28672x5376); --all: every N x K of SPEC §8 at M=256.\n"
-               "  --layouts: the int8 weights packed at creation and/or borrowed (read in place), side by side.\n"
+               "  --layouts: the int8 weights packed at creation and/or borrowed (the caller's memory, read at every call), side by side.\n"
                "  --regimes: rows for every AMX regime and switch point (amx_int8 also below its min M).\n"
                "  --quick: a tiny shape, short peak loops and bandwidth buffer (smoke test).\n"
                "  repeats (default 3) shrink to ~6 s per row; a row over 5 s per call reports its first\n"

@@ -77,18 +77,14 @@ typedef struct {
     const qmm_call *c;
     void *out;            /* [M][K] of T */
     float *tmp;           /* [threads][K] */
-    int64_t rows_per_task;
     qmm_input_stage_row_fn row;
 } stage_job;
 
-static void stage_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    (void)n_tasks;
+static void stage_rows(int64_t r0, int64_t r1, int thread, void *arg) {
     const stage_job *j = arg;
     const qmm_call *c = j->c;
     const size_t es = qmm_dtype_size(c->x_dtype);
     float *a = j->tmp + (int64_t)thread * c->K;
-    int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
-    if (r1 > c->M) r1 = c->M;
     for (int64_t r = r0; r < r1; r++)
         j->row(c, (const char *)c->x + (size_t)(r * c->ldx) * es, (char *)j->out + (size_t)(r * c->K) * es, a);
 }
@@ -110,13 +106,9 @@ qmm_status qmm_input_stage(qmm_context *ctx, qmm_call *c) {
     void *buf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_STAGE, qmm_round_up((int64_t)out_bytes, 64) + tmp_bytes,
                                              &buf));
-    stage_job j = {c, buf, (float *)((char *)buf + qmm_round_up((int64_t)out_bytes, 64)), 0,
+    stage_job j = {c, buf, (float *)((char *)buf + qmm_round_up((int64_t)out_bytes, 64)),
                    qmm_input_stage_row_select(ctx)};
-    int64_t tasks = (int64_t)ctx->n_threads * 4;
-    if (tasks > c->M) tasks = c->M;
-    j.rows_per_task = (c->M + tasks - 1) / tasks;
-    tasks = (c->M + j.rows_per_task - 1) / j.rows_per_task;
-    qmm_pool_run(ctx->pool, tasks, stage_task, &j);
+    qmm_pool_run_rows(ctx->pool, c->M, 1, stage_rows, &j);
     c->x = buf;
     c->ldx = c->K;
     c->K_in = c->K;

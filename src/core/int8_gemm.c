@@ -1,7 +1,8 @@
 /*
- * int8_gemm.c — the int8 GEMM driver (contract in int8_gemm.h): pre-pass, u8 flip and the
- * one-pass row copy, the task grid, K chunks, the prefetch schedule, the weight panels (owned in
- * place, borrowed packed per call), token scales.
+ * int8_gemm.c — the int8 GEMM driver (contract in int8_gemm.h): the pre-pass asked for the
+ * engine's operand (u8 or s8, the one-pass row copy, the rows regime's row sums), the task grid,
+ * K chunks, the prefetch schedule, the weight panels (owned in place, borrowed packed per call),
+ * token scales; the engines' descriptors for the unit tests (qmm_i8_engine_of).
  */
 #include "int8_gemm.h"
 
@@ -9,43 +10,9 @@
 
 #include <string.h>
 
-/* rows [r0, r1): a = q ^ 0x80 in place (u8 engines), and the one-pass copy ap [kq][wrows][4]; in
- * the rows regime instead qsum[r] = Σ_k q[r][k] (a stays q) */
-static void flip_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    (void)n_tasks;
-    (void)thread;
-    const qmm_i8_gemm *g = arg;
-    const int64_t M = g->c->M, nb = g->kq * 4;
-    const int64_t r0 = task * g->rows_per_task, r1 = r0 + g->rows_per_task < M ? r0 + g->rows_per_task : M;
-    for (int64_t r = r0; r < r1; r++) {
-        uint8_t *row = g->a + r * g->Kp;
-        if (g->qsum) {
-            int32_t sum = 0;
-            int neg = 0;
-            for (int64_t k = 0; k < nb; k++) {
-                sum += (int8_t)row[k];
-                neg |= row[k] == 0x80;
-            }
-            g->qsum[r] = sum;
-            if (neg) g->qneg128[r] = 1;
-            continue;
-        }
-        if (g->e->u8) { /* 8 bytes at a time (rows start 64-byte aligned), then the tail */
-            int64_t k = 0;
-            for (; k + 8 <= nb; k += 8) {
-                uint64_t v;
-                memcpy(&v, row + k, 8);
-                v ^= 0x8080808080808080ull;
-                memcpy(row + k, &v, 8);
-            }
-            for (; k < nb; k++) row[k] ^= 0x80;
-        }
-        if (g->ap)
-            for (int64_t q = 0; q < g->kq; q++) memcpy(g->ap + (q * g->wrows + r) * 4, row + q * 4, 4);
-    }
-    if (g->ap && r1 == M) /* the tile's rows past M: the value of q = 0 */
-        for (int64_t q = 0; q < g->kq; q++)
-            memset(g->ap + (q * g->wrows + M) * 4, g->e->u8 ? 0x80 : 0, (size_t)(g->wrows - M) * 4);
+const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id) {
+    const qmm_engine *e = qmm_engine_get(id);
+    return e ? e->i8 : NULL;
 }
 
 void qmm_i8_pack_block_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
@@ -154,6 +121,14 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     }
 }
 
+/* gemm_task with the engine's per-thread hooks around each thread's share of the tasks */
+static void gemm_thread_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    const qmm_i8_gemm *g = arg;
+    if (g->e->begin && task < g->nthreads) g->e->begin(g, thread);
+    gemm_task(task, n_tasks, thread, arg);
+    if (g->e->end && task + g->nthreads >= n_tasks) g->e->end(g, thread);
+}
+
 qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engine *e) {
     const qmm_weight *w = c->w;
     const int64_t M = c->M, Kp = w->i8.Kp;
@@ -163,7 +138,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
                   "layer %s: M=%lld x Kp=%lld activations too large", w->name, (long long)M, (long long)Kp);
     void *buf, *pbuf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 9, &buf));
-    const int64_t kq = (c->K + 3) / 4;
+    const int64_t kq = e->k64 ? Kp / 4 : (c->K + 3) / 4;
     const int borrowed = w->i8.data == NULL, rows = borrowed && M <= e->rows_m;
     const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M) : 0;
     const int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4;
@@ -171,14 +146,15 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
      * to 2·mc rows (in equal row tasks) while that still leaves two tasks per thread */
     int64_t mc = e->mc;
     const int64_t ntasks = (w->i8.Np / 16 + e->nc / 16 - 1) / (e->nc / 16);
-    if (borrowed && M > mc) {
+    if (borrowed && M > mc && !e->mc_fixed) {
         const int64_t mtasks = (M + 2 * mc - 1) / (2 * mc), mc2 = qmm_round_up((M + mtasks - 1) / mtasks, e->mr);
         if (mtasks * ntasks >= 2 * (int64_t)nt) mc = mc2;
     }
     /* [threads][mc·nc] partials, the one-pass rows [kq][wrows][4], and for a borrowed weight the
      * threads' panel buffers (nrb blocks × one chunk) and column sums, each 64-byte aligned */
     pbytes = (size_t)nt * (size_t)mc * (size_t)e->nc * sizeof(int32_t);
-    const size_t apbytes = (size_t)qmm_round_up(kq * wrows * 4, 64);
+    const int64_t rows_ap = rows && e->rows_ap_bytes ? e->rows_ap_bytes(M, Kp) : 0;
+    const size_t apbytes = (size_t)qmm_round_up(rows_ap ? rows_ap : kq * wrows * 4, 64);
     const int64_t panel_bytes = borrowed ? (int64_t)e->nrb * (kcq < kq ? kcq : kq) * 64 : 0;
     const size_t bbytes = borrowed ? (size_t)nt * ((size_t)panel_bytes + (size_t)qmm_round_up((int64_t)e->nc * 4, 64)) : 0;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, pbytes + apbytes + bbytes, &pbuf));
@@ -186,8 +162,6 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     float *s = (float *)(q + qbytes); /* [M] (Kp is a multiple of 64: aligned) */
     int32_t *qsum = (int32_t *)(s + M); /* [M], the rows regime */
     uint8_t *qneg = (uint8_t *)(qsum + M); /* [M], the rows regime */
-    QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, q, Kp, s, 0));
-
     qmm_i8_gemm g;
     memset(&g, 0, sizeof g);
     g.c = c;
@@ -212,20 +186,22 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         g.rows = 1;
         g.qsum = qsum;
         g.qneg128 = qneg;
-        memset(qneg, 0, (size_t)M);
     }
-    if (e->u8 || g.ap || rows) { /* a few row ranges per thread */
-        int64_t tasks = (int64_t)nt * 4 < M ? (int64_t)nt * 4 : M;
-        g.rows_per_task = (M + tasks - 1) / tasks;
-        tasks = (M + g.rows_per_task - 1) / g.rows_per_task;
-        qmm_pool_run(ctx->pool, tasks, flip_task, &g);
+    /* one pass over the rows writes what the kernels read: a (u8 engines: q XOR 0x80, except in
+     * the rows regime), the one-pass copy, the rows regime's sums */
+    const qmm_prepass_out po = {.q = q, .ldq = Kp, .s = s, .flip = e->u8 && !rows ? 0x80 : 0, .qsum = g.qsum,
+                                .qneg128 = g.qneg128, .ap = g.ap, .kq = kq, .wrows = wrows};
+    QMM_FORWARD_IF_ERROR(qmm_prepass_to(ctx, c, &po, 0));
+    if (rows_ap) { /* the rows kernel's copy of q, in its layout */
+        g.ap = (uint8_t *)pbuf + pbytes;
+        e->rows_ap_fill(&g);
     }
     g.rows_per_task = mc;
     g.mc = mc;
     g.kcq = kcq;
     g.mtasks = (M + mc - 1) / mc;
     g.ntasks = ntasks;
-    qmm_pool_run(ctx->pool, g.mtasks * g.ntasks, gemm_task, &g);
+    qmm_pool_run(ctx->pool, g.mtasks * g.ntasks, e->begin || e->end ? gemm_thread_task : gemm_task, &g);
     if (c->token_scales) memcpy(c->token_scales, s, (size_t)M * sizeof(float));
     return QMM_OK;
 }

@@ -4,25 +4,30 @@
  * parts are the engine's callbacks.
  *
  * What the driver owns, for one call y = epilogue(q · Wᵀ):
- *   pre-pass   qmm_prepass → q [M][Kp] int8 (zero padded) + s [M] fp32 in QMM_SCRATCH_ACT; for
- *              u8 engines (VPDPBUSD: u8 × s8) q is flipped in place to a = q + 128 (XOR 0x80) and
+ *   pre-pass   one qmm_prepass_to (prepass.h: one pool run over the rows) writes the operand the
+ *              kernels read, a [M][Kp] (padded with the value of q = 0), and s [M] fp32 in
+ *              QMM_SCRATCH_ACT: for u8 engines (VPDPBUSD: u8 × s8) a = q + 128 (q XOR 0x80) and
  *              the engine's epilogue subtracts 128·colsum[n] (exact mod 2^32) — except in the rows
- *              regime (below), where a stays q and each row's Σq and -128 flag are computed;
+ *              regime (below), where a = q and the pre-pass adds each row's Σq and -128 flag;
+ *              in the one-pass regime it also writes the packed copy ap;
  *   blocking   tasks = (mc rows) × (nc columns) of the output, a static partition on the pool
  *              (task i on thread i % n); inside a task, for each K chunk of kc bytes (all of K
  *              when M <= whole_k_m: each weight block is then streamed once, whole), for each
  *              panel of nrb 16-column blocks, for each row tile of mr rows: the engine's tile()
  *              adds the tile's int32 sums into the task's partials (a per-thread mc × nc block in
  *              QMM_SCRATCH_ENGINE) and, on the last chunk, writes its outputs (the engine's
- *              epilogue of its vector width: qmm_z_epilogue16 / qmm_y_epilogue8, prepass.h's
+ *              epilogue of its vector width: qmm_z_epilogue16 / qmm_y_epilogue8, epilogue.h's
  *              qmm_epilogue_store_ref for tails). Every output is summed by one task in one fixed
  *              k order: the bits never depend on the thread count or the blocking;
- *   prefetch   whole-K row tiles of one panel share a software prefetch of the panel this thread
- *              runs next (pf_mode NEXT: pf_step bytes per quad from pf); a single whole-K row
- *              tile streams (pf_mode STREAM: the engine may prefetch ahead in its own stream);
+ *   prefetch   each tile is told its software prefetch (qmm_i8_tile.pf_mode) and does that, no
+ *              other: whole-K row tiles of one panel share a prefetch of the panel this thread
+ *              runs next (NEXT: the lines from pf on, pf_step bytes per quad, into L2); a single
+ *              whole-K row tile of more than 64 quads streams (STREAM: the engine may prefetch
+ *              ahead in the tile's own weight stream); otherwise NONE (K chunks: the panel is in
+ *              L1/L2 already; borrowed weights: the panel was just packed);
  *   one pass   optional, for small M: the engine's one_pass() runs blocks with all rows in one
- *              register tile, from a copy of the rows packed [kq][wrows][4] (ap, filled by the
- *              driver, rows past M padded with the value of q = 0);
+ *              register tile, from a copy of the rows packed [kq][wrows][4] (ap, written by the
+ *              pre-pass, rows past M padded with the value of q = 0);
  *   weights    every tile reads its weight panel through qmm_i8_get_panel: an owned weight's
  *              n16k4 packing in place (blocks Kp·16 bytes apart, colsum from the weight); a
  *              borrowed weight's rows (the caller's [N][ld] int8, w->borrow) packed per call, per
@@ -31,14 +36,17 @@
  *              packing — and run by the same micro-kernels from L1/L2. Each (task, chunk, panel)
  *              is packed once and serves every row tile of the task; for M <= rows_m the
  *              engine's rows_kernel reads the caller's rows directly instead (small M, the rows
- *              regime: a left as q, its row sums in qsum);
+ *              regime: a left as q, its row sums in qsum, and where the engine asks for one
+ *              (rows_ap_bytes) its own copy of q in the layout its kernel reads, ap);
  *   out        token scales copied to c->token_scales when asked.
- * A new int8 engine is its micro-kernel(s), a qmm_i8_engine descriptor, its admit() and one
- * row of the engine table.
+ * A new int8 engine is its micro-kernel(s), a qmm_i8_engine descriptor (also its qmm_engine's
+ * .i8: test_int8_ukernels drives the kernels through it), its admit() and one row of the engine
+ * table.
  */
 #ifndef QMM_INT8_GEMM_H
 #define QMM_INT8_GEMM_H
 
+#include "epilogue.h"
 #include "qmm_internal.h"
 
 enum { QMM_I8_PF_NONE = 0, QMM_I8_PF_NEXT = 1, QMM_I8_PF_STREAM = 2 };
@@ -58,16 +66,17 @@ typedef struct qmm_i8_tile {
     int mr, nr;            /* rows (<= engine mr), blocks (<= engine nrb) */
     int first, last;       /* first chunk: store instead of add; last chunk: write the outputs */
     int64_t r, n;          /* output row and column of part[0] */
-    int pf_mode;           /* QMM_I8_PF_* */
-    const int8_t *pf;      /* PF_NEXT: this tile's share of the next panel */
-    int64_t pf_step;       /* PF_NEXT: bytes of it per quad (<= 128) */
+    int pf_mode;           /* QMM_I8_PF_*: the tile prefetches as told, and nothing else */
+    const int8_t *pf;      /* PF_NEXT: this tile's share of the next panel (nq·pf_step bytes) */
+    int64_t pf_step;       /* PF_NEXT: bytes of it per quad (<= 128: two lines per quad cover it) */
 } qmm_i8_tile;
 
 /* Packs one 16-row block of a borrowed weight for one K chunk: rows [0, rows) of W (int8, row
  * stride ld; rows < 16: the rest are zero), bytes [k0, k1) of each (k0 a multiple of 4, k1 <= K:
  * nothing past k1 is read), into dst [nq][16][4] (64-byte aligned; quads past the bytes zero);
  * cs[0..16) = (first ? 0 : cs) + Σ of each row's bytes; *neg128 |= some byte is -128 (an engine
- * whose kernels are exact with -128 weights may leave it alone). */
+ * whose kernels are exact with -128 weights may leave it alone; an s8 engine whose kernels read no
+ * column sums may leave cs alone). */
 typedef void (*qmm_i8_pack_fn)(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst,
                                int64_t nq, int32_t *cs, int first, int *neg128);
 void qmm_i8_pack_block_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
@@ -93,6 +102,19 @@ typedef struct qmm_i8_engine {
      * where the weights stream from memory once. */
     int rows_m;
     void (*rows_kernel)(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+    /* Optional per-thread hooks of engines with thread state (AMX: LDTILECFG, TILERELEASE; oneDNN's
+     * brgemm set_hw_context / release_hw_context): begin(g, thread) before the thread's first task
+     * of the call, end(g, thread) after its last (task i runs on thread i mod T). */
+    void (*begin)(const qmm_i8_gemm *g, int thread);
+    void (*end)(const qmm_i8_gemm *g, int thread);
+    int k64;               /* tile() steps 64 bytes of K: kq = Kp/4, so every chunk is whole 64-byte
+                            * steps (q, the owned packing and a borrowed panel are zero past K) */
+    int mc_fixed;          /* borrowed weights keep mc rows per task (no 2·mc: partials sized for L2) */
+    /* Optional, the rows regime: rows_ap_bytes(M, Kp) = the bytes of a copy of the activations
+     * in the layout rows_kernel wants (0: none); rows_ap_fill(g) writes it to g->ap (64-byte
+     * aligned) from g->a = q, once per call, after qsum and before any rows_kernel. */
+    int64_t (*rows_ap_bytes)(int64_t M, int64_t Kp);
+    void (*rows_ap_fill)(const qmm_i8_gemm *g);
 } qmm_i8_engine;
 
 /* One call's state, read by the engine's callbacks. */
@@ -105,7 +127,7 @@ struct qmm_i8_gemm {
     int64_t Kp, kq, kcq;   /* padded K; quads of K; quads per chunk */
     int64_t mtasks, ntasks, nthreads, rows_per_task;
     int64_t mc;            /* rows per task (part: [threads][mc·nc]) */
-    uint8_t *ap;           /* one-pass regime: [kq][wrows][4], else NULL */
+    uint8_t *ap;           /* one-pass regime: [kq][wrows][4]; rows regime: the engine's rows_ap copy; else NULL */
     int wrows;
     int borrowed;          /* the weight is the caller's rows (w->borrow), packed per panel */
     int rows;              /* the rows regime (borrowed, M <= e->rows_m): a is q (never flipped) */
@@ -123,7 +145,10 @@ struct qmm_i8_gemm {
 void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
                       int first, qmm_i8_tile *t);
 
-/* The whole call on engine e (pre-pass, flip, GEMM with the engine's tiles and epilogue, token
+/* The int8 driver's descriptor of engine id (qmm_engine.i8); NULL if it has none. */
+const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id);
+
+/* The whole call on engine e (pre-pass, GEMM with the engine's tiles and epilogue, token
  * scales). */
 qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engine *e);
 

@@ -7,6 +7,7 @@
  * name. Also qmm_plan and the SPEC §6 building blocks (amax, epilogue).
  */
 #include "dispatch.h"
+#include "epilogue.h"
 #include "numerics.h"
 #include "prepass.h"
 

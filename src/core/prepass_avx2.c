@@ -13,7 +13,8 @@
  *     ymm; the same butterflies as qmm_rotate_f32) → × 1/sqrt(g) → rounded to T (bf16: integer
  *     RNE as qmm_f32_to_bf16; f16: vcvtps2ph RNE and back) → a in tmp, max |a|.
  *   amax: a row holding a NaN takes the scalar qmm_amax_f32 over tmp (first NaN, as the reference).
- *   pass 2: q = clamp(rne_int(T(a / T(s))), -128, 127), NaN → 0; columns K..qcols zeroed.
+ *   pass 2: q = clamp(rne_int(T(a / T(s))), -128, 127), NaN → 0, XOR flip (0, or 0x80: the u8
+ *   form) after the saturating packs; columns K..qcols hold flip (the value of q = 0).
  *   Tails (K % 8 without rotation) use the scalar definitions element by element.
  *   The vector primitives are shared with the float engines' pre-pass: simd_avx2.h.
  */
@@ -36,12 +37,13 @@ static float act_rotate_amax(const void *x, qmm_dtype t, int64_t K, qmm_act act,
 
 /* ---------------------------------------------------------------- the row kernels */
 static void prepass_row_avx2(const void *x, qmm_dtype t, int64_t K, qmm_act act, int gs, const float *s_in, int8_t *q,
-                             int64_t qcols, float *s_out, float *tmp) {
+                             int64_t qcols, uint8_t flip, float *s_out, float *tmp) {
     float amax = act_rotate_amax(x, t, K, act, gs, tmp);
     float s = s_in ? *s_in : qmm_scale_of(amax);
     const float sT = qmm_quant_divisor(s, t);
     const __m256 vs = _mm256_set1_ps(sT);
     const __m256 lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f);
+    const __m128i vflip = _mm_set1_epi8((char)flip);
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
         __m256 v = qmm_y_round_to(_mm256_div_ps(_mm256_loadu_ps(tmp + k), vs), t);
@@ -49,17 +51,17 @@ static void prepass_row_avx2(const void *x, qmm_dtype t, int64_t K, qmm_act act,
         v = _mm256_min_ps(_mm256_max_ps(_mm256_round_ps(v, QMM_Y_RNE), lo), hi);
         __m256i i = _mm256_and_si256(_mm256_cvtps_epi32(v), _mm256_castps_si256(ok));
         __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
-        _mm_storel_epi64((__m128i *)(q + k), _mm_packs_epi16(w16, w16));
+        _mm_storel_epi64((__m128i *)(q + k), _mm_xor_si128(_mm_packs_epi16(w16, w16), vflip));
     }
     for (; k < K; k++) {
         float v = qmm_round_to(tmp[k] / sT, t);
-        if (v != v) { q[k] = 0; continue; }
+        if (v != v) { q[k] = (int8_t)flip; continue; }
         v = rintf(v);
         if (v > 127.0f) v = 127.0f;
         if (v < -128.0f) v = -128.0f;
-        q[k] = (int8_t)v;
+        q[k] = (int8_t)((uint8_t)(int8_t)v ^ flip);
     }
-    if (qcols > K) memset(q + K, 0, (size_t)(qcols - K));
+    if (qcols > K) memset(q + K, flip, (size_t)(qcols - K));
     *s_out = s;
 }
 

@@ -13,7 +13,8 @@
  *     which keeps denormals and NaN payloads as qmm_f32_to_f16 does) → a stored in tmp,
  *     max |a| accumulated.
  *   amax: a row holding a NaN takes the scalar qmm_amax_f32 over tmp (first NaN, as the reference).
- *   pass 2: q = clamp(rne_int(T(a / T(s))), -128, 127), NaN → 0; columns K..qcols zeroed.
+ *   pass 2: q = clamp(rne_int(T(a / T(s))), -128, 127), NaN → 0, XOR flip (0, or 0x80: the u8
+ *   form), stored by a truncating vpmovdb; columns K..qcols hold flip (the value of q = 0).
  *
  * The vector primitives (conversions, exp, activations, rotation, act + rotation of a row) are
  * shared with the float engines' pre-pass: simd_avx512.h.
@@ -38,20 +39,21 @@ static float act_rotate_amax(const void *x, qmm_dtype t, int64_t K, qmm_act act,
 
 /* ---------------------------------------------------------------- the row kernels */
 static void prepass_row_avx512(const void *x, qmm_dtype t, int64_t K, qmm_act act, int gs, const float *s_in, int8_t *q,
-                               int64_t qcols, float *s_out, float *tmp) {
+                               int64_t qcols, uint8_t flip, float *s_out, float *tmp) {
     float amax = act_rotate_amax(x, t, K, act, gs, tmp);
     float s = s_in ? *s_in : qmm_scale_of(amax);
     const __m512 vs = _mm512_set1_ps(qmm_quant_divisor(s, t));
     const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+    const __m512i vflip = _mm512_set1_epi32(flip);
     for (int64_t k = 0; k < K; k += 16) {
         __mmask16 m = qmm_z_tail_mask(K - k);
         __m512 v = qmm_z_round_to(_mm512_div_ps(_mm512_maskz_loadu_ps(m, tmp + k), vs), t);
         __mmask16 ok = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
         v = _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(v, QMM_Z_RNE), lo), hi);
-        __m512i i = _mm512_maskz_cvtps_epi32(ok, v);
+        __m512i i = _mm512_xor_si512(_mm512_maskz_cvtps_epi32(ok, v), vflip);
         _mm512_mask_cvtepi32_storeu_epi8(q + k, m, i);
     }
-    if (qcols > K) memset(q + K, 0, (size_t)(qcols - K));
+    if (qcols > K) memset(q + K, flip, (size_t)(qcols - K));
     *s_out = s;
 }
 

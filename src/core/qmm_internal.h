@@ -223,6 +223,8 @@ static inline void qmm_call_bug(const qmm_call *c, const char *what) {
     if (c->bug) atomic_store(c->bug, what);
 }
 
+struct qmm_i8_engine; /* int8_gemm.h */
+
 typedef struct qmm_engine {
     qmm_engine_id id;
     const char *name;
@@ -240,6 +242,10 @@ typedef struct qmm_engine {
      * is owned (w->i8.data: the n16k4 packing) or borrowed (w->i8.data NULL: the engine reads
      * the caller's rows w->borrow itself, packing per call what its kernels need). */
     qmm_status (*run)(qmm_context *ctx, const qmm_call *c);
+    /* An engine on the core int8 driver: its micro-kernel descriptor (what run() passes to
+     * qmm_int8_gemm), so that tests can drive its tile, pack and rows kernels directly
+     * (qmm_i8_engine_of); NULL for the others. */
+    const struct qmm_i8_engine *i8;
 } qmm_engine;
 
 const qmm_engine *qmm_engine_get(qmm_engine_id id);  /* NULL for AUTO / out of range */

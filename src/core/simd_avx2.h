@@ -15,7 +15,7 @@
  *   qmm_y_act_rotate  qmm_ref_act_rotate_row on the k range [k0, k1) of one row, written to
  *                     a[0 .. k1 - k0), with the running max |a| and NaN flags for the amax.
  *   qmm_y_store8      8 f32 lanes stored as f32 / f16 / bf16 (RNE, NaN quiet)
- *   qmm_y_epilogue8   the int8 epilogue of 8 outputs of a call: qmm_epilogue_store_ref (prepass.c)
+ *   qmm_y_epilogue8   the int8 epilogue of 8 outputs of a call: qmm_epilogue_store_ref (epilogue.h)
  */
 #ifndef QMM_SIMD_AVX2_H
 #define QMM_SIMD_AVX2_H

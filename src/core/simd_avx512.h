@@ -16,7 +16,7 @@
  *   qmm_z_act_rotate  qmm_ref_act_rotate_row on the k range [k0, k1) of one row, written to
  *                     a[0 .. k1 - k0), with the running max |a| and NaN mask for the amax.
  *   qmm_z_store16     16 f32 lanes stored as f32 / f16 / bf16 (RNE, NaN quiet), masked
- *   qmm_z_epilogue16  the int8 epilogue of 16 outputs of a call: qmm_epilogue_store_ref (prepass.c)
+ *   qmm_z_epilogue16  the int8 epilogue of 16 outputs of a call: qmm_epilogue_store_ref (epilogue.h)
  */
 #ifndef QMM_SIMD_AVX512_H
 #define QMM_SIMD_AVX512_H

@@ -355,16 +355,9 @@ qmm_status qmm_weight_quantize(qmm_context *ctx, const char *name, const void *w
     int gs = 0;
     qmm_status st = qmm_quantize_weight(wf, wt, N, K, ld, opt, wq, sc, &gs);
     if (st == QMM_OK) {
-        qmm_weight_desc d = qmm_weight_desc_default();
-        d.name = name;
-        d.N = N;
-        d.K = K;
-        d.data = wq;
-        d.scale = sc;
-        d.n_scale = opt && opt->per_tensor ? 1 : N;
-        d.bias = bias;
-        d.bias_dtype = bias_dtype;
-        d.convrot_gs = gs;
+        qmm_weight_desc d = {.name = name, .N = N, .K = K, .data = wq, .scale = sc,
+                             .n_scale = opt && opt->per_tensor ? 1 : N, .bias = bias, .bias_dtype = bias_dtype,
+                             .convrot_gs = gs};
         st = qmm_weight_create_int8(ctx, &d, out);
     }
     free(wq);

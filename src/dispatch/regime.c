@@ -1,9 +1,10 @@
 /*
  * regime.c — what an engine tells about how it runs a call beyond being chosen, for `qmm bench`
- * and logs: amx_int8's regime (decode, panel or blocked) by the very rule it uses
- * (engines/x86_amx/amx_blocking.h: plain C, no tile instructions, so it runs on any CPU) and
- * the AMX blocking in force (QMM_AMX_BLOCKING applied as the engines apply it; amx_bf16, under
- * the float GEMM driver, reads its kc and nc). Engines with one regime tell no regime.
+ * and logs: amx_int8's regime (decode, panel or blocked: whole K or the int8 driver's K chunks)
+ * by the very rule it uses (engines/x86_amx/amx_blocking.h: plain C, no tile instructions, so it
+ * runs on any CPU) and the AMX blocking in force (QMM_AMX_BLOCKING applied as the engines apply
+ * it; amx_bf16, under the float GEMM driver, reads its kc and nc). Engines with one regime tell
+ * no regime.
  */
 #include "../engines/x86_amx/amx_blocking.h"
 #include "qmm_internal.h"

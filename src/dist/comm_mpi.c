@@ -28,22 +28,23 @@ static MPI_Comm comm_of(qmm_comm *c) { return ((mpi_impl *)c->impl)->comm; }
 
 enum { CHUNK = 1 << 28 }; /* elements per MPI call (well under INT_MAX) */
 
-static qmm_status allreduce_max_f32(qmm_comm *c, float *buf, int64_t n) {
+/* One in-place all-reduce of n elements, in calls of at most CHUNK elements. */
+static qmm_status allreduce(qmm_comm *c, void *buf, int64_t n, size_t es, MPI_Datatype t, MPI_Op op,
+                            const char *what) {
     for (int64_t i = 0; i < n; i += CHUNK) {
         int k = (int)(n - i < CHUNK ? n - i : CHUNK);
-        int rc = MPI_Allreduce(MPI_IN_PLACE, buf + i, k, MPI_FLOAT, MPI_MAX, comm_of(c));
-        if (rc != MPI_SUCCESS) return mpi_err(rc, "all-reduce MAX f32");
+        int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + (size_t)i * es, k, t, op, comm_of(c));
+        if (rc != MPI_SUCCESS) return mpi_err(rc, what);
     }
     return QMM_OK;
 }
 
+static qmm_status allreduce_max_f32(qmm_comm *c, float *buf, int64_t n) {
+    return allreduce(c, buf, n, sizeof *buf, MPI_FLOAT, MPI_MAX, "all-reduce MAX f32");
+}
+
 static qmm_status allreduce_sum_i32(qmm_comm *c, int32_t *buf, int64_t n) {
-    for (int64_t i = 0; i < n; i += CHUNK) {
-        int k = (int)(n - i < CHUNK ? n - i : CHUNK);
-        int rc = MPI_Allreduce(MPI_IN_PLACE, buf + i, k, MPI_INT32_T, MPI_SUM, comm_of(c));
-        if (rc != MPI_SUCCESS) return mpi_err(rc, "all-reduce SUM i32");
-    }
-    return QMM_OK;
+    return allreduce(c, buf, n, sizeof *buf, MPI_INT32_T, MPI_SUM, "all-reduce SUM i32");
 }
 
 static qmm_status allgather(qmm_comm *c, const void *send, void *recv, const size_t *counts, const size_t *displs) {

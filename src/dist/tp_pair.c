@@ -111,15 +111,11 @@ qmm_status qmm_tp_pair_create(qmm_context *ctx, qmm_comm *comm, const qmm_weight
     p->F = second->K;
     int64_t u = opt->unit > 0 ? opt->unit : 1, g = second->convrot_gs > 0 ? second->convrot_gs : 1;
     int64_t unit = u / gcd64(u, g) * g;
-    qmm_tp_options o1 = qmm_tp_options_default(), o2 = qmm_tp_options_default();
-    o1.kind = QMM_TP_COLUMN;
-    o1.parts = opt->parts;
-    o1.unit = unit;
-    o1.split = opt->split;
-    o2.kind = QMM_TP_ROW;
-    o2.unit = unit;
-    o2.split = opt->split;
-    o1.no_fingerprint = o2.no_fingerprint = opt->no_fingerprint;
+    /* the first column-parallel over `parts` blocks, the second row-parallel, on one unit */
+    const qmm_tp_options o1 = {.kind = QMM_TP_COLUMN, .parts = opt->parts, .unit = unit, .split = opt->split,
+                               .no_fingerprint = opt->no_fingerprint};
+    const qmm_tp_options o2 = {.kind = QMM_TP_ROW, .parts = 1, .unit = unit, .split = opt->split,
+                               .no_fingerprint = opt->no_fingerprint};
     st = qmm_tp_linear_create(ctx, comm, first, &o1, &p->first);
     if (st == QMM_OK) st = qmm_tp_linear_create(ctx, comm, second, &o2, &p->second);
     if (st != QMM_OK) {
@@ -156,23 +152,19 @@ qmm_status qmm_tp_pair_run(qmm_tp_pair *p, qmm_context *ctx, int64_t M, const vo
                       (long long)M);
     else
         st = tp_grow(&p->mid, &p->mid_bytes, (size_t)M * (size_t)wmid * ms);
-    qmm_linear_args a1 = qmm_linear_args_default();
-    a1.M = M;
+    qmm_linear_args a1 = qmm_linear_args_default(), a2 = a1;
+    a1.M = a2.M = M;
+    a1.engine = a2.engine = engine;
     a1.x = x;
     a1.x_dtype = x_dtype;
     a1.ldx = ldx;
     a1.y = p->mid;
-    a1.y_dtype = mid_dtype;
+    a1.y_dtype = a2.x_dtype = mid_dtype;
     a1.ldy = wmid;
-    a1.engine = engine;
     QMM_FORWARD_IF_ERROR(tp_linear_run_ex(p->first, ctx, &a1, QMM_TP_Y_LOCAL, st));
-    qmm_linear_args a2 = qmm_linear_args_default();
-    a2.M = M;
-    a2.x_dtype = mid_dtype;
     a2.y = y;
     a2.y_dtype = y_dtype;
     a2.ldy = ldy;
-    a2.engine = engine;
     if (p->core) {
         st = tp_grow(&p->core_out, &p->core_bytes, (size_t)M * (size_t)fr * ms);
         if (st == QMM_OK) st = p->core(p->core_user, M, p->mid, wmid, p->core_out, fr, fr, mid_dtype);

@@ -169,8 +169,6 @@ static int as_bool(json_object *v, int *out) {
     return 0;
 }
 
-static int is_float_st(qmm_st_dtype t) { return t == QMM_ST_F32 || t == QMM_ST_F16 || t == QMM_ST_BF16; }
-
 /* Reads a quant config into layer l (whose name is set) and validates the layer's tensors. */
 static qmm_status read_quant_layer(qmm_model *m, qmm_layer_info *l, json_object *cfg, const char *src,
                                    const qmm_model_options *o) {
@@ -237,7 +235,7 @@ static qmm_status read_quant_layer(qmm_model *m, qmm_layer_info *l, json_object 
                   P, L, L, qmm_st_dtype_name(s->dtype), s->ndim, (long long)s->numel, (long long)l->N);
     l->n_scale = s->numel == 1 ? 1 : l->N;
     if (b) {
-        QMM_RETURN_IF(!is_float_st(b->dtype) || b->ndim != 1 || b->shape[0] != l->N, QMM_ERR_FORMAT,
+        QMM_RETURN_IF(!qmm_st_is_float(b->dtype) || b->ndim != 1 || b->shape[0] != l->N, QMM_ERR_FORMAT,
                       "%s: layer %s: %s.bias is %s %d-D (needs F32/F16/BF16 [%lld])", P, L, L,
                       qmm_st_dtype_name(b->dtype), b->ndim, (long long)l->N);
     }
@@ -312,7 +310,7 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
     const size_t n_quant = m->n;
     for (size_t i = 0; o->float_layers && i < qmm_st_count(f); i++) {
         const qmm_st_tensor *t = qmm_st_at(f, i);
-        if (!ends_with(t->name, ".weight") || t->ndim != 2 || !is_float_st(t->dtype)) continue;
+        if (!ends_with(t->name, ".weight") || t->ndim != 2 || !qmm_st_is_float(t->dtype)) continue;
         if (t->shape[0] < 1 || t->shape[1] < 1) continue;
         size_t ln = strlen(t->name) - strlen(".weight");
         if (has_layer(m->layers, n_quant, t->name, ln)) continue;
@@ -325,7 +323,7 @@ static qmm_status read_convention(qmm_model *m, const qmm_model_options *o) {
         int oom = 0;
         const qmm_st_tensor *b = part(f, l->name, ".bias", &oom);
         QMM_RETURN_IF(oom, QMM_ERR_OUT_OF_MEMORY, "%s: layer %.200s: out of memory", P, l->name);
-        QMM_RETURN_IF(b && (!is_float_st(b->dtype) || b->ndim != 1 || b->shape[0] != l->N), QMM_ERR_FORMAT,
+        QMM_RETURN_IF(b && (!qmm_st_is_float(b->dtype) || b->ndim != 1 || b->shape[0] != l->N), QMM_ERR_FORMAT,
                       "%s: layer %s: %s.bias is %s %d-D with %lld values (the float layer [%lld, %lld] needs "
                       "F32/F16/BF16 [%lld])", P, l->name, l->name, qmm_st_dtype_name(b->dtype), b->ndim,
                       (long long)b->numel, (long long)l->N, (long long)l->K, (long long)l->N);
@@ -474,18 +472,9 @@ qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const c
     if (st == QMM_OK) st = check_values(m, l, scale, bias);
     if (st == QMM_OK) st = read_copy(m->f, l->weight, &wd);
     if (st == QMM_OK && l->kind == QMM_LAYER_INT8) {
-        qmm_weight_desc d = qmm_weight_desc_default();
-        d.name = l->name;
-        d.N = l->N;
-        d.K = l->K;
-        d.data = wd;
-        d.ld = l->K;
-        d.scale = scale;
-        d.n_scale = l->n_scale;
-        d.bias = bias;
-        d.bias_dtype = bias_dt;
-        d.convrot_gs = l->convrot_gs;
-        d.full_precision = l->full_precision;
+        qmm_weight_desc d = {.name = l->name, .N = l->N, .K = l->K, .data = wd, .ld = l->K, .scale = scale,
+                             .n_scale = l->n_scale, .bias = bias, .bias_dtype = bias_dt,
+                             .convrot_gs = l->convrot_gs, .full_precision = l->full_precision};
         st = qmm_weight_create_int8(ctx, &d, out);
     } else if (st == QMM_OK) {
         st = qmm_weight_create_float(ctx, l->name, wd, (qmm_dtype)qmm_st_dtype_to_qmm(l->weight->dtype), l->N, l->K,

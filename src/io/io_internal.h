@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A float tensor dtype of a safetensors file (F32, F16, BF16). */
+static inline bool qmm_st_is_float(qmm_st_dtype t) { return t == QMM_ST_F32 || t == QMM_ST_F16 || t == QMM_ST_BF16; }
+
 /* ---------------------------------------------------------------- byte buffer */
 typedef struct qmm_buf {
     char *p;

@@ -72,8 +72,6 @@ static char *cat(const char *L, size_t ln, const char *suffix) {
     return s;
 }
 
-static int is_float_st(qmm_st_dtype t) { return t == QMM_ST_F32 || t == QMM_ST_F16 || t == QMM_ST_BF16; }
-
 /* The layer names of __metadata__["_quantization_metadata"]["layers"], sorted: parsed once per
  * file (a per-tensor parse made quantizing quadratic in the layer count). A metadata entry that
  * is not such JSON names no layer (the model reader reports it). */
@@ -123,7 +121,7 @@ static int selects(const qmm_st_file *f, const qmm_st_tensor *t, const qmm_quant
     size_t len = strlen(t->name);
     const char *r = NULL;
     if (len < 7 || strcmp(t->name + len - 7, ".weight") != 0) r = "not a .weight tensor";
-    else if (t->ndim != 2 || !is_float_st(t->dtype)) r = "not a 2-D float tensor";
+    else if (t->ndim != 2 || !qmm_st_is_float(t->dtype)) r = "not a 2-D float tensor";
     if (r) goto no;
     L = cat(t->name, len - 7, "");
     cq = cat(t->name, len - 7, ".comfy_quant");
@@ -204,7 +202,7 @@ static qmm_status declare_all(const qmm_st_file *f, const qmm_quantize_file_opti
         QMM_RETURN_IF(!bn, QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", P);
         const qmm_st_tensor *b = qmm_st_get(f, bn);
         free(bn);
-        QMM_RETURN_IF(b && (!is_float_st(b->dtype) || b->ndim != 1 || b->shape[0] != N), QMM_ERR_FORMAT,
+        QMM_RETURN_IF(b && (!qmm_st_is_float(b->dtype) || b->ndim != 1 || b->shape[0] != N), QMM_ERR_FORMAT,
                       "%s: layer %.*s [%lld, %lld]: its bias is %s %d-D with %lld values (needs F32/F16/BF16 [%lld])",
                       P, (int)ln, t->name, (long long)N, (long long)K, qmm_st_dtype_name(b->dtype), b->ndim,
                       (long long)b->numel, (long long)N);

@@ -164,6 +164,18 @@ qmm_status qmm_st_writer_create(const char *path, qmm_st_writer **out) {
     return QMM_OK;
 }
 
+/* Room for element n of the array *p of *cap elements of es bytes (doubled when full, `first`
+ * when empty); false when out of memory (the array is left as it was). */
+static bool room_for_one(void **p, size_t *cap, size_t n, size_t es, size_t first) {
+    if (n < *cap) return true;
+    size_t c = *cap ? 2 * *cap : first;
+    void *q = c <= SIZE_MAX / es ? realloc(*p, c * es) : NULL;
+    if (!q) return false;
+    *p = q;
+    *cap = c;
+    return true;
+}
+
 static bool name_ok(const char *s) { return qmm_utf8_valid((const unsigned char *)s, strlen(s), NULL); }
 
 qmm_status qmm_st_writer_set_metadata(qmm_st_writer *w, const char *key, const char *value) {
@@ -180,13 +192,8 @@ qmm_status qmm_st_writer_set_metadata(qmm_st_writer *w, const char *key, const c
             w->meta[i].value = v;
             return QMM_OK;
         }
-    if (w->n_meta == w->cap_meta) {
-        size_t cap = w->cap_meta ? 2 * w->cap_meta : 8;
-        qmm_st_meta *m = realloc(w->meta, cap * sizeof *m);
-        QMM_RETURN_IF(!m, QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", w->path);
-        w->meta = m;
-        w->cap_meta = cap;
-    }
+    QMM_RETURN_IF(!room_for_one((void **)&w->meta, &w->cap_meta, w->n_meta, sizeof *w->meta, 8),
+                  QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", w->path);
     qmm_st_meta *m = &w->meta[w->n_meta];
     m->key = strdup(key);
     m->value = strdup(value);
@@ -225,13 +232,8 @@ qmm_status qmm_st_writer_declare(qmm_st_writer *w, const char *name, qmm_st_dtyp
     uint64_t nbytes = numel * bits / 8;
     QMM_RETURN_IF(nbytes > (uint64_t)INT64_MAX - w->data_size, QMM_ERR_INVALID_ARGUMENT, "%s: file too large",
                   w->path);
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? 2 * w->cap : 64;
-        wtensor *t = realloc(w->t, cap * sizeof *t);
-        QMM_RETURN_IF(!t, QMM_ERR_OUT_OF_MEMORY, "%s: out of memory", w->path);
-        w->t = t;
-        w->cap = cap;
-    }
+    QMM_RETURN_IF(!room_for_one((void **)&w->t, &w->cap, w->n, sizeof *w->t, 64), QMM_ERR_OUT_OF_MEMORY,
+                  "%s: out of memory", w->path);
     wtensor *t = &w->t[w->n];
     memset(t, 0, sizeof *t);
     t->name = strdup(name);

@@ -10,6 +10,7 @@
  *   float weight: a = act(x) (rounded to x's dtype); y[r][n] = Σ_k a[r][k] · W[n][k] + bias[n]
  *                 summed in fp64, rounded once to fp32 then to y's dtype.
  */
+#include "epilogue.h"
 #include "numerics.h"
 #include "prepass.h"
 #include "qmm_internal.h"

@@ -14,18 +14,13 @@
  *            weight once, full K per 32 × 32 block, software prefetch of B ahead.
  *   panel    A fits L2 (bytes of A <= panel_a): N outer, full K per block with C in tiles for
  *            the whole K; each 32 × K B panel is reused from L2 by every row panel, A from L2.
- *   blocked  otherwise: M blocks of mc rows, each pre-passed, packed per K block into tile
- *            layout and then multiplied by the whole weight (its A stays in the last-level
- *            cache): nc → kc → m32 → n32. The 32 × kc A panel (16 KiB) stays in L1 across the
- *            nc/32 column panels, the nc × kc B block (256 KiB) in L2 across the mc/32 row
- *            panels, C partials in tiles within a K block and in a per-thread mc × nc buffer
- *            (L2) between K blocks.
- * amx_int8 on a borrowed weight (read in place, yᵀ = W·xᵀ: amx_int8.c) runs the same regimes
- * with the same constants and the operands' roles swapped: the 32 × kc token panel (16 KiB) in
- * L1 across the nc/32 W panels, the nc × kc block of the caller's W rows (256 KiB, 512 rows ×
- * 8 lines at stride ld) in L2 across the mc/32 token panels. With ld a multiple of 4 KiB those
- * rows fall into 1/8 of the L2 sets (16 lines per set at nc = 512: the whole associativity), so
- * nc = 256 may be needed there — an estimate, to measure (bench/NOTES.md).
+ *   blocked  otherwise: K blocks of kc bytes with C partials in a per-thread mc × nc buffer (L2)
+ *            between them. amx_int8, under the core int8 driver: tasks of mc rows × nc columns,
+ *            per K chunk each 32-column B panel (16 KiB at kc = 512, L1) against every 32-row
+ *            tile of the task's mc × kc A block (L2); amx_bf16: M blocks of mc rows, each
+ *            pre-passed and packed per K block into tile layout, then nc → kc → m32 → n32 (the
+ *            32 × kc A panel in L1 across the nc/32 column panels, the nc × kc B block in L2).
+ * Borrowed int8 weights run the same regimes on the driver's per-call n16k4 panels.
  */
 #ifndef QMM_AMX_BLOCKING_H
 #define QMM_AMX_BLOCKING_H

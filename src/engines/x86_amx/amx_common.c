@@ -1,12 +1,13 @@
 /*
  * amx_common.c — what the two AMX engines share besides the header: the blocking in force
- * (amx_blocking.h; QMM_AMX_BLOCKING read once per process), the per-thread tile configuration
- * (see amx_kernel.h for the tile register plan) and the threaded copy of a row-major operand
- * into the K-blocked tile layout of the blocked regime.
+ * (amx_blocking.h; QMM_AMX_BLOCKING read once per process) and the per-thread tile configuration
+ * (see amx_kernel.h for the tile register plan).
  *
  * The tile configuration lives in thread-local storage (never on the stack: gcc 12 has
  * eliminated the stores to a stack-local LDTILECFG operand), is loaded only when the panel
- * shape changes, and is released with TILERELEASE at the end of every task, so an idle worker
+ * shape changes, and is released with TILERELEASE when a thread's work ends (amx_int8: the int8
+ * driver's end hook after the thread's last task; amx_bf16: the float driver's end hook after
+ * every task), so an idle worker
  * holds no tile state.
  *
  * Not run on hardware here (no AMX available); exercised through the emulated build.
@@ -66,45 +67,6 @@ void QMM_AMX_SYM(qmm_amx_tiles_release)(void) {
     if (t_key < 0) return;
     QMM_TILE_RELEASE();
     t_key = -1;
-}
-
-qmm_call QMM_AMX_SYM(qmm_amx_rows)(const qmm_call *c, int64_t r0, int64_t rows) {
-    qmm_call s = *c;
-    s.M = rows;
-    s.x = (const char *)c->x + (size_t)(r0 * c->ldx) * qmm_dtype_size(c->x_dtype);
-    s.y = (char *)c->y + (size_t)(r0 * c->ldy) * qmm_dtype_size(c->y_dtype);
-    s.token_scales = NULL;
-    if (c->token_scales_in) s.token_scales_in = c->token_scales_in + r0;
-    if (c->residual) s.residual = (const char *)c->residual + (size_t)(r0 * c->ldr) * qmm_dtype_size(c->y_dtype);
-    return s;
-}
-
-typedef struct {
-    const char *src;
-    int64_t lds, M, row_bytes, kc, rows_per_task;
-    char *dst;
-} pack_job;
-
-static void pack_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    (void)n_tasks;
-    (void)thread;
-    const pack_job *j = arg;
-    int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task;
-    if (r1 > j->M) r1 = j->M;
-    for (int64_t k0 = 0; k0 < j->row_bytes; k0 += j->kc) {
-        const int64_t kw = j->row_bytes - k0 < j->kc ? j->row_bytes - k0 : j->kc;
-        char *blk = j->dst + k0 * j->M;
-        for (int64_t r = r0; r < r1; r++) memcpy(blk + r * kw, j->src + r * j->lds + k0, (size_t)kw);
-    }
-}
-
-void QMM_AMX_SYM(qmm_amx_pack_a)(qmm_context *ctx, const void *src, int64_t lds, int64_t M, int64_t row_bytes,
-                                 int64_t kc, void *dst) {
-    pack_job j = {src, lds, M, row_bytes, kc, 0, dst};
-    int64_t tasks = (int64_t)ctx->n_threads * 4 < M ? (int64_t)ctx->n_threads * 4 : M;
-    j.rows_per_task = (M + tasks - 1) / tasks;
-    tasks = (M + j.rows_per_task - 1) / j.rows_per_task;
-    qmm_pool_run(ctx->pool, tasks, pack_task, &j);
 }
 
 #endif /* QMM_AMX_KERNELS */

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -26,7 +27,7 @@ typedef struct {
 } emu_tiles;
 
 static _Thread_local emu_tiles g_t;
-static atomic_long g_faults, g_live, g_ops;
+static atomic_long g_faults, g_live, g_ops, g_configs, g_releases;
 static atomic_int g_first_set;
 static char g_first[256];
 
@@ -44,8 +45,51 @@ long qmm_amx_emu_faults(void) { return atomic_load(&g_faults); }
 const char *qmm_amx_emu_first_fault(void) { return atomic_load(&g_first_set) ? g_first : ""; }
 long qmm_amx_emu_live_configs(void) { return atomic_load(&g_live); }
 long qmm_amx_emu_ops(void) { return atomic_load(&g_ops); }
+long qmm_amx_emu_configs(void) { return atomic_load(&g_configs); }
+long qmm_amx_emu_releases(void) { return atomic_load(&g_releases); }
+
+static atomic_long g_prefetches;
+static struct {
+    const char *base;
+    int64_t ld, rows, K, lines;
+    unsigned char *marks; /* [rows][lines] */
+} g_watch;
+
+long qmm_amx_emu_prefetches(void) { return atomic_load(&g_prefetches); }
+
+void qmm_amx_emu_watch(const void *base, int64_t ld, int64_t rows, int64_t K) {
+    free(g_watch.marks);
+    memset(&g_watch, 0, sizeof g_watch);
+    if (!base) return;
+    g_watch.base = base;
+    g_watch.ld = ld;
+    g_watch.rows = rows;
+    g_watch.K = K;
+    g_watch.lines = (K + 63) / 64;
+    g_watch.marks = calloc((size_t)(rows * g_watch.lines), 1);
+}
+
+int qmm_amx_emu_watched(int64_t row, int64_t line) {
+    return g_watch.marks && row >= 0 && row < g_watch.rows && line >= 0 && line < g_watch.lines &&
+           g_watch.marks[row * g_watch.lines + line];
+}
+
+void qmm_amx_emu_prefetch(const void *p) {
+    atomic_fetch_add(&g_prefetches, 1);
+    _mm_prefetch((const char *)p, _MM_HINT_T1);
+    if (!g_watch.base) return;
+    const uintptr_t a = (uintptr_t)p, b = (uintptr_t)g_watch.base;
+    const int64_t off = a >= b ? (int64_t)(a - b) : -1;
+    if (off < 0 || off / g_watch.ld >= g_watch.rows || off % g_watch.ld >= g_watch.K) {
+        fault("prefetch %p outside the watched rows (offset %lld, ld %lld, rows %lld, K %lld)", p, (long long)off,
+              (long long)g_watch.ld, (long long)g_watch.rows, (long long)g_watch.K);
+        return;
+    }
+    g_watch.marks[off / g_watch.ld * g_watch.lines + off % g_watch.ld / 64] = 1;
+}
 
 void qmm_amx_emu_release(void) {
+    atomic_fetch_add(&g_releases, 1);
     if (g_t.configured) atomic_fetch_sub(&g_live, 1);
     memset(&g_t, 0, sizeof g_t);
 }
@@ -66,6 +110,7 @@ void qmm_amx_emu_loadconfig(const void *cfgp) {
         if ((r == 0) != (c == 0)) { fault("ldtilecfg: tile %d rows=%d colsb=%d half configured (#GP)", i, r, c); return; }
     }
     if (!g_t.configured) atomic_fetch_add(&g_live, 1);
+    atomic_fetch_add(&g_configs, 1);
     memset(&g_t, 0, sizeof g_t);
     g_t.configured = 1;
     for (int i = 0; i < 8; i++) { g_t.rows[i] = cfg.rows[i]; g_t.colsb[i] = cfg.colsb[i]; }

@@ -36,6 +36,27 @@ const char *qmm_amx_emu_first_fault(void);
 long qmm_amx_emu_live_configs(void);
 /* Tile instructions executed (all threads): loads, dot products. */
 long qmm_amx_emu_ops(void);
+/* Software prefetches (T1) of the emulated engines' kernels (QMM_AMX_PREFETCH_T1; a real
+ * prefetch is issued too): counted. With a watch set (qmm_amx_emu_watch: rows × K bytes at base,
+ * row stride ld — the caller's rows of a borrowed weight), each must fall inside those bytes
+ * (else a fault) and marks its 64-byte line of the row (line index (offset mod ld) / 64);
+ * qmm_amx_emu_watched(row, line) reads the marks. Single-threaded calls only while watching. */
+void qmm_amx_emu_prefetch(const void *p);
+void qmm_amx_emu_watch(const void *base, int64_t ld, int64_t rows, int64_t K); /* base NULL: off */
+int qmm_amx_emu_watched(int64_t row, int64_t line);
+long qmm_amx_emu_prefetches(void);
+/* LDTILECFG (valid palette-1 configurations loaded) and TILERELEASE executed (all threads). */
+long qmm_amx_emu_configs(void);
+long qmm_amx_emu_releases(void);
+
+/* amx_int8's micro-kernel (amx_int8.c), emulated: C[mr][16·nr] (int32, rows ldc apart) = (first ?
+ * 0 : C) + A[mr][4·nq] (s8, rows lda apart) · the nr n16k4 blocks at b (ldb bytes apart), nq a
+ * multiple of 16, mr 1..32, nr 1..2; stream and pf (NULL) as there. It configures this thread's
+ * tiles; qmm_amx_tiles_release_emu releases them. */
+void qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx_emu(int mr, int nr, int64_t nq, const int8_t *a, int64_t lda,
+                                               const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc, int first,
+                                               int stream, const void *pf);
+void qmm_amx_tiles_release_emu(void);
 
 /* The emulated engines (test hooks; never in the dispatch table). */
 extern const qmm_engine qmm_engine_amx_int8_emu;

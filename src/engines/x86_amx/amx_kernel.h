@@ -1,7 +1,7 @@
 /*
  * amx_kernel.h — what the two AMX engines (amx_int8.c: TDPBSSD, amx_bf16.c: TDPBF16PS) share:
- * the tile instructions behind macros, the tile register plan, the per-thread tile
- * configuration, and the AVX-512 stores of the fused epilogue.
+ * the tile instructions behind macros, the tile register plan and the per-thread tile
+ * configuration.
  *
  * One source, two builds:
  *   normal build  the macros are the real AMX instructions (compiled with -mamx-tile
@@ -24,10 +24,11 @@
  *   tmm6 tmm7  B of column blocks nb and nb+1                       (colsb 64, rows 16)
  * r0 = min(16, rows left), r1 = min(16, rows left - 16) (0: tmm2, tmm3, tmm5 unconfigured).
  * Rows of a partial M panel are handled by a partial configuration, never by padding.
- * amx_int8 on a borrowed weight (W read in place, yᵀ = W·xᵀ) uses the same plan with the roles
- * swapped: A = 16 rows of W each (rows r0 / r1 of the W panel), B = 16 tokens each (token blocks;
- * the tokens past M are zero), C = [W rows][tokens]; so does amx_bf16 (a micro-kernel of the
- * float GEMM driver: B = the driver's 32-row bf16 panel, A = the widened W tiles, all 16 × 64).
+ * amx_int8 runs this plan as a micro-kernel under the core int8 driver (int8_gemm.h: B = the
+ * n16k4 blocks of the weight panel, owned or packed per call). amx_bf16 runs it as a micro-kernel
+ * of the float GEMM driver (float_gemm.h) with the operands' roles swapped: A = 16 widened W rows
+ * per tile, B = 16 tokens of the driver's 32-row bf16 panel, C = [W rows][tokens], every tile
+ * 16 × 64 (configured once per task).
  */
 #ifndef QMM_AMX_KERNEL_H
 #define QMM_AMX_KERNEL_H
@@ -92,6 +93,7 @@ extern int qmm_amx_last_regime_emu; /* the regime of the last engine call (tests
 #define QMM_TILE_ZERO(t) qmm_amx_emu_zero(t)
 #define QMM_TDPBSSD(c, a, b) qmm_amx_emu_dpbssd((c), (a), (b))
 #define QMM_TDPBF16PS(c, a, b) qmm_amx_emu_dpbf16ps((c), (a), (b))
+#define QMM_AMX_PREFETCH_T1(p) qmm_amx_emu_prefetch(p)
 #else
 /* A compiler barrier: gcc's tileloadd asm declares no memory input, so buffers written by C
  * code just before (the widened B block, ...) must be forced to memory first. */
@@ -108,26 +110,15 @@ extern int qmm_amx_last_regime_emu; /* the regime of the last engine call (tests
 #define QMM_TILE_ZERO(t) _tile_zero(t)
 #define QMM_TDPBSSD(c, a, b) _tile_dpbssd(c, a, b)
 #define QMM_TDPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
+#define QMM_AMX_PREFETCH_T1(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 #endif
-
-/* The call restricted to rows [r0, r0 + rows): x, y, token_scales_in and residual offset to
- * row r0, token_scales (out) NULL — the caller copies the scales. Everything else (weight,
- * per-column and per-K arguments) as in c. */
-qmm_call QMM_AMX_SYM(qmm_amx_rows)(const qmm_call *c, int64_t r0, int64_t rows);
-
-/* Copies the row-major operand src (M rows of row_bytes, row stride lds bytes) into the
- * K-blocked tile layout of the blocked regime, threaded over rows:
- *     dst block kb (bytes [kb*kc, kb*kc + kw) of every row, kw = min(kc, row_bytes - kb*kc))
- *     at dst + kb*kc*M, row r of it at + r*kw
- * so the 32 × kw panel of rows [m0, m0+32) is contiguous (no L1 set conflicts whatever Kp is)
- * and its tiles load with stride kw. row_bytes and kc are multiples of 64. */
-void QMM_AMX_SYM(qmm_amx_pack_a)(qmm_context *ctx, const void *src, int64_t lds, int64_t M, int64_t row_bytes,
-                                 int64_t kc, void *dst);
 
 /* Configures this thread's tiles for an M panel of r0 + r1 rows (1 <= r0 <= 16, 0 <= r1 <=
  * 16, r1 > 0 only if r0 == 16); loads the config only when it differs from the current one. */
 void QMM_AMX_SYM(qmm_amx_tiles_config)(int r0, int r1);
-/* Releases this thread's tile state (TILERELEASE) if configured: at the end of every task. */
+/* Releases this thread's tile state (TILERELEASE) if configured: at the end of a thread's work
+ * (amx_int8: the int8 driver's end hook after its last task; amx_bf16: the float driver's
+ * end hook after every task). */
 void QMM_AMX_SYM(qmm_amx_tiles_release)(void);
 
 #endif /* QMM_AMX_KERNELS */

@@ -13,61 +13,28 @@
  * produces -128 (SPEC §2); a weight that has one (w->has_neg128, found at creation) is refused
  * by admit() with that reason, so dispatch moves on (to the float fallback). A borrowed weight's
  * values are not known at admission: a panel whose packing found a -128 runs the exact scalar
- * kernel (qmm_i8_tile.neg128); at M ≤ ROWS_M (12) a borrowed weight takes the rows regime below,
+ * kernel (qmm_i8_tile.neg128); at M ≤ ROWS_M (16) a borrowed weight takes the rows regime below,
  * which swaps the roles (|w| · sign(q, w): exact for every weight, and for q without -128).
  * Register blocking: up to 4 rows × 16 channels (8 accumulators). Blocking, threads, epilogue:
  * int8_gemm_avx2.h.
  */
 #include "int8_gemm_avx2.h"
 
-static inline __attribute__((always_inline)) void avx2_int8_mrx16(const uint8_t *a, int64_t lda, const int8_t *b,
-                                                              int64_t kq, int32_t *c, int64_t ldc, const int mr,
-                                                              int first, const int8_t *pf, int64_t pf_kq) {
-    __m256i lo[4], hi[4];
-    const __m256i ones = _mm256_set1_epi16(1);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        if (r < mr) { lo[r] = _mm256_setzero_si256(); hi[r] = _mm256_setzero_si256(); }
-    }
-    for (int64_t i = 0; i < kq; i++) {
-        if (i < pf_kq) _mm_prefetch((const char *)(pf + i * 64), _MM_HINT_T1);
-        __m256i b0 = _mm256_load_si256((const __m256i *)(b + i * 64));
-        __m256i b1 = _mm256_load_si256((const __m256i *)(b + i * 64 + 32));
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            if (r < mr) {
-                int32_t v;
-                memcpy(&v, a + r * lda + i * 4, 4);
-                __m256i av = _mm256_set1_epi32(v);
-                __m256i mag = _mm256_abs_epi8(av);
-                __m256i p0 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(b0, av));
-                __m256i p1 = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(b1, av));
-                lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(p0, ones));
-                hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(p1, ones));
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        if (r < mr) {
-            __m256i *c0 = (__m256i *)(c + r * ldc), *c1 = (__m256i *)(c + r * ldc + 8);
-            if (!first) {
-                lo[r] = _mm256_add_epi32(lo[r], _mm256_loadu_si256(c0));
-                hi[r] = _mm256_add_epi32(hi[r], _mm256_loadu_si256(c1));
-            }
-            _mm256_storeu_si256(c0, lo[r]);
-            _mm256_storeu_si256(c1, hi[r]);
-        }
-    }
+/* qmm_a2_step_fn: |a| · (w with a's sign) in pairs (VPMADDUBSW, u8 × s8: the pair sums stay
+ * within 2·128·127, see above), then the pairs summed into dwords (VPMADDWD by 1) */
+static inline void avx2_int8_step(__m256i av, __m256i b0, __m256i b1, __m256i *lo, __m256i *hi) {
+    const __m256i ones = _mm256_set1_epi16(1), mag = _mm256_abs_epi8(av);
+    *lo = _mm256_add_epi32(*lo, _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(b0, av)), ones));
+    *hi = _mm256_add_epi32(*hi, _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(b1, av)), ones));
 }
 
 static void avx2_int8_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
                         int first, const int8_t *pf, int64_t pf_kq) {
     switch (mr) {
-    case 1: avx2_int8_mrx16(a, lda, b, kq, c, ldc, 1, first, pf, pf_kq); break;
-    case 2: avx2_int8_mrx16(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq); break;
-    case 3: avx2_int8_mrx16(a, lda, b, kq, c, ldc, 3, first, pf, pf_kq); break;
-    default: avx2_int8_mrx16(a, lda, b, kq, c, ldc, 4, first, pf, pf_kq); break;
+    case 1: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 1, first, pf, pf_kq, avx2_int8_step); break;
+    case 2: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq, avx2_int8_step); break;
+    case 3: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 3, first, pf, pf_kq, avx2_int8_step); break;
+    default: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 4, first, pf, pf_kq, avx2_int8_step); break;
     }
 }
 
@@ -108,13 +75,16 @@ static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
  * ·), VPMADDWD(1): pair sums <= 2·128·127, never saturate, and -128 weights are exact (|-128| =
  * 128 as u8); the precondition moves to q: a call whose q holds -128 (driver's qneg128, rare: only
  * from token_scales_in or a clamped rounding) takes the exact scalar dot products. R·M
- * accumulators (R·(M + 2) + 2 <= 16 ymm: R = 4, 3, 2, 2 for M = 1, 2, 3, 4; R = 1 above; past
- * M = 12 they spill and the panels were faster: bench/NOTES.md). Each
+ * accumulators (R·(M + 2) + 2 <= 16 ymm: R = 4, 3, 2, 2 for M = 1, 2, 3, 4; R = 1 above). Past
+ * M = ROWS_DOT_M (12) they would spill: 13 <= M <= 16 takes two token groups, 8 and M - 8, one
+ * after the other on each row (the second reads the row from L1: the same memory traffic, one
+ * more load and |w| per 32 bytes). Each
  * (row, token) sum is reduced at the end of its row; per 16 rows of a stream the outputs go
  * through qmm_a2_epilogue_row. The last K % 32 bytes of a row are copied into a zeroed buffer:
  * nothing past W[n][K-1] is read. */
 enum {
-    ROWS_M = 12,      /* up to this M: the rows regime (above, the accumulators spill) */
+    ROWS_M = 16,      /* up to this M: the rows regime */
+    ROWS_DOT_M = 12,  /* up to this M: one token group per row (above, the accumulators would spill) */
     ROWS_RMAX = 4,    /* the most rows of W per step */
     ROWS_PF = 4096    /* prefetch distance per stream, bytes (into L2) */
 };
@@ -133,7 +103,7 @@ static inline __attribute__((always_inline)) void rows_dot(const int m, const in
                                                            int64_t K, const int8_t *q, int64_t lda,
                                                            int32_t out[ROWS_M][ROWS_RMAX * 16], int jn) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i acc[ROWS_RMAX][ROWS_M];
+    __m256i acc[ROWS_RMAX][ROWS_DOT_M];
     for (int r = 0; r < R; r++)
         for (int i = 0; i < m; i++) acc[r][i] = _mm256_setzero_si256();
     for (int64_t k = 0; k < K; k += 32) {
@@ -171,10 +141,13 @@ static void rows_dot_scalar(int m, const int8_t *w, int64_t K, const int8_t *q, 
     }
 }
 
-/* R streams of len rows, stream r = rows s0 + r·span + j (j < len); after every 16 rows of the
- * streams (and after the last) their outputs through the epilogue */
-static inline __attribute__((always_inline)) void rows_run(const int m, const int R, const qmm_i8_gemm *g, int64_t s0,
-                                                           int64_t span, int64_t len) {
+/* R streams of len rows, stream r = rows s0 + r·span + j (j < len), against tokens [0, m1) and
+ * then [m1, m1 + m2) (m2 = 0: one group); after every 16 rows of the streams (and after the last)
+ * their outputs through the epilogue */
+static inline __attribute__((always_inline)) void rows_run(const int m1, const int m2, const int R,
+                                                           const qmm_i8_gemm *g, int64_t s0, int64_t span,
+                                                           int64_t len) {
+    const int m = m1 + m2;
     const qmm_call *c = g->c;
     const int64_t K = c->K, ld = c->w->borrow.ld;
     const int8_t *q = (const int8_t *)g->a;
@@ -186,8 +159,10 @@ static inline __attribute__((always_inline)) void rows_run(const int m, const in
         const int8_t *w = c->w->borrow.data + (s0 + j) * ld;
         if (scalar)
             for (int r = 0; r < R; r++) rows_dot_scalar(m, w + r * span * ld, K, q, g->Kp, out, (int)(j % 16) + r * 16);
-        else
-            rows_dot(m, R, w, span * ld, K, q, g->Kp, out, (int)(j % 16));
+        else {
+            rows_dot(m1, R, w, span * ld, K, q, g->Kp, out, (int)(j % 16));
+            if (m2) rows_dot(m2, R, w, span * ld, K, q + m1 * g->Kp, g->Kp, out + m1, (int)(j % 16));
+        }
         if (j % 16 != 15 && j != len - 1) continue;
         const int cols = (int)(j % 16) + 1;
         for (int r = 0; r < R; r++)
@@ -196,29 +171,35 @@ static inline __attribute__((always_inline)) void rows_run(const int m, const in
     }
 }
 
-static inline __attribute__((always_inline)) void rows_blocks(const int m, const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    const int R = rows_r(m);
+/* blocks [b0, b1) for m1 + m2 tokens: R streams of ⌊rows / R⌋ rows, the rest one at a time */
+static inline __attribute__((always_inline)) void rows_blocks(const int m1, const int m2, const qmm_i8_gemm *g,
+                                                              int64_t b0, int64_t b1) {
+    const int R = m2 ? 1 : rows_r(m1);
     const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N, len = (n1 - n0) / R;
-    if (len > 0) rows_run(m, R, g, n0, len, len);
-    if (n0 + R * len < n1) rows_run(m, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
+    if (len > 0) rows_run(m1, m2, R, g, n0, len, len);
+    if (n0 + R * len < n1) rows_run(m1, m2, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
 }
 
 /* The driver's rows_kernel: 16-column blocks [b0, b1) of a borrowed weight, M <= ROWS_M. */
 static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     switch (g->c->M) {
-    case 1: rows_blocks(1, g, b0, b1); break;
-    case 2: rows_blocks(2, g, b0, b1); break;
-    case 3: rows_blocks(3, g, b0, b1); break;
-    case 4: rows_blocks(4, g, b0, b1); break;
-    case 5: rows_blocks(5, g, b0, b1); break;
-    case 6: rows_blocks(6, g, b0, b1); break;
-    case 7: rows_blocks(7, g, b0, b1); break;
-    case 8: rows_blocks(8, g, b0, b1); break;
-    case 9: rows_blocks(9, g, b0, b1); break;
-    case 10: rows_blocks(10, g, b0, b1); break;
-    case 11: rows_blocks(11, g, b0, b1); break;
-    case 12: rows_blocks(12, g, b0, b1); break;
-    default: qmm_call_bug(g->c, "avx2_int8: the rows regime reached M > 12"); break;
+    case 1: rows_blocks(1, 0, g, b0, b1); break;
+    case 2: rows_blocks(2, 0, g, b0, b1); break;
+    case 3: rows_blocks(3, 0, g, b0, b1); break;
+    case 4: rows_blocks(4, 0, g, b0, b1); break;
+    case 5: rows_blocks(5, 0, g, b0, b1); break;
+    case 6: rows_blocks(6, 0, g, b0, b1); break;
+    case 7: rows_blocks(7, 0, g, b0, b1); break;
+    case 8: rows_blocks(8, 0, g, b0, b1); break;
+    case 9: rows_blocks(9, 0, g, b0, b1); break;
+    case 10: rows_blocks(10, 0, g, b0, b1); break;
+    case 11: rows_blocks(11, 0, g, b0, b1); break;
+    case 12: rows_blocks(12, 0, g, b0, b1); break;
+    case 13: rows_blocks(8, 5, g, b0, b1); break;
+    case 14: rows_blocks(8, 6, g, b0, b1); break;
+    case 15: rows_blocks(8, 7, g, b0, b1); break;
+    case 16: rows_blocks(8, 8, g, b0, b1); break;
+    default: qmm_call_bug(g->c, "avx2_int8: the rows regime reached M > 16"); break;
     }
 }
 
@@ -235,4 +216,5 @@ const qmm_engine qmm_engine_avx2_int8 = {
     .built = 1,
     .admit = admit,
     .run = run,
+    .i8 = &k_avx2_int8,
 };

@@ -20,43 +20,10 @@
 #endif
 
 #ifdef QMM_HAVE_AVXVNNI_BUILD
-/* C[r][0..16) (+)= Σ a[r][4kq..4kq+4) · panel[kq] — see qmm_a2_kernel_fn. mr ≤ 6 (a constant
- * after inlining into the switch below, so the accumulators stay in registers). */
-static inline __attribute__((always_inline)) void avx_vnni_mrx16(const uint8_t *a, int64_t lda, const int8_t *b,
-                                                              int64_t kq, int32_t *c, int64_t ldc, const int mr,
-                                                              int first, const int8_t *pf, int64_t pf_kq) {
-    __m256i lo[6], hi[6];
-#pragma GCC unroll 6
-    for (int r = 0; r < 6; r++) {
-        if (r < mr) { lo[r] = _mm256_setzero_si256(); hi[r] = _mm256_setzero_si256(); }
-    }
-    for (int64_t i = 0; i < kq; i++) {
-        if (i < pf_kq) _mm_prefetch((const char *)(pf + i * 64), _MM_HINT_T1);
-        __m256i b0 = _mm256_load_si256((const __m256i *)(b + i * 64));
-        __m256i b1 = _mm256_load_si256((const __m256i *)(b + i * 64 + 32));
-#pragma GCC unroll 6
-        for (int r = 0; r < 6; r++) {
-            if (r < mr) {
-                int32_t v;
-                memcpy(&v, a + r * lda + i * 4, 4);
-                __m256i av = _mm256_set1_epi32(v);
-                lo[r] = QMM_DPBUSD(lo[r], av, b0);
-                hi[r] = QMM_DPBUSD(hi[r], av, b1);
-            }
-        }
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < 6; r++) {
-        if (r < mr) {
-            __m256i *c0 = (__m256i *)(c + r * ldc), *c1 = (__m256i *)(c + r * ldc + 8);
-            if (!first) {
-                lo[r] = _mm256_add_epi32(lo[r], _mm256_loadu_si256(c0));
-                hi[r] = _mm256_add_epi32(hi[r], _mm256_loadu_si256(c1));
-            }
-            _mm256_storeu_si256(c0, lo[r]);
-            _mm256_storeu_si256(c1, hi[r]);
-        }
-    }
+/* qmm_a2_step_fn: one VPDPBUSD per half (u8 a × s8 w, 4 products summed into each dword) */
+static inline void avx_vnni_step(__m256i av, __m256i b0, __m256i b1, __m256i *lo, __m256i *hi) {
+    *lo = QMM_DPBUSD(*lo, av, b0);
+    *hi = QMM_DPBUSD(*hi, av, b1);
 }
 
 /* One row (decode, M tails): weight-streaming bound; two accumulator pairs (even / odd k-quads)
@@ -100,11 +67,11 @@ static void avx_vnni_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int6
                         int first, const int8_t *pf, int64_t pf_kq) {
     switch (mr) {
     case 1: avx_vnni_1x16(a, b, kq, c, first, pf, pf_kq); break;
-    case 2: avx_vnni_mrx16(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq); break;
-    case 3: avx_vnni_mrx16(a, lda, b, kq, c, ldc, 3, first, pf, pf_kq); break;
-    case 4: avx_vnni_mrx16(a, lda, b, kq, c, ldc, 4, first, pf, pf_kq); break;
-    case 5: avx_vnni_mrx16(a, lda, b, kq, c, ldc, 5, first, pf, pf_kq); break;
-    default: avx_vnni_mrx16(a, lda, b, kq, c, ldc, 6, first, pf, pf_kq); break;
+    case 2: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq, avx_vnni_step); break;
+    case 3: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 3, first, pf, pf_kq, avx_vnni_step); break;
+    case 4: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 4, first, pf, pf_kq, avx_vnni_step); break;
+    case 5: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 5, first, pf, pf_kq, avx_vnni_step); break;
+    default: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 6, first, pf, pf_kq, avx_vnni_step); break;
     }
 }
 #endif
@@ -140,4 +107,7 @@ const qmm_engine qmm_engine_avx_vnni = {
 #endif
     .admit = admit,
     .run = run,
+#ifdef QMM_HAVE_AVXVNNI_BUILD
+    .i8 = &k_avx_vnni,
+#endif
 };

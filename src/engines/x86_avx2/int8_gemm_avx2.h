@@ -34,6 +34,50 @@ enum { QMM_A2_MC = 96, QMM_A2_NC = 256, QMM_A2_KC = 512 };
 typedef void (*qmm_a2_kernel_fn)(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c,
                                  int64_t ldc, int mr, int first, const int8_t *pf, int64_t pf_kq);
 
+/* One k-quad of one row: *lo, *hi (channels 0..7, 8..15) += the dot products of the 4 activation
+ * bytes broadcast in av with each channel's 4 bytes in b0, b1 — the engine's instruction(s). */
+typedef void (*qmm_a2_step_fn)(__m256i av, __m256i b0, __m256i b1, __m256i *lo, __m256i *hi);
+
+/* The engines' mr × 16 micro-kernel (a qmm_a2_kernel_fn) over their step, mr <= 6: each k-quad
+ * row of the panel loaded once (two ymm) for the mr rows, mr·2 ymm accumulators. Always inlined
+ * into the engine's switch on mr with a constant mr and step, so the accumulators stay in
+ * registers and the step is inlined. */
+static inline __attribute__((always_inline)) void qmm_a2_mrx16(const uint8_t *a, int64_t lda, const int8_t *b,
+                                                               int64_t kq, int32_t *c, int64_t ldc, const int mr,
+                                                               int first, const int8_t *pf, int64_t pf_kq,
+                                                               qmm_a2_step_fn step) {
+    __m256i lo[6], hi[6];
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) {
+        if (r < mr) { lo[r] = _mm256_setzero_si256(); hi[r] = _mm256_setzero_si256(); }
+    }
+    for (int64_t i = 0; i < kq; i++) {
+        if (i < pf_kq) _mm_prefetch((const char *)(pf + i * 64), _MM_HINT_T1);
+        const __m256i b0 = _mm256_load_si256((const __m256i *)(b + i * 64));
+        const __m256i b1 = _mm256_load_si256((const __m256i *)(b + i * 64 + 32));
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++) {
+            if (r < mr) {
+                int32_t v;
+                memcpy(&v, a + r * lda + i * 4, 4);
+                step(_mm256_set1_epi32(v), b0, b1, &lo[r], &hi[r]);
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) {
+        if (r < mr) {
+            __m256i *c0 = (__m256i *)(c + r * ldc), *c1 = (__m256i *)(c + r * ldc + 8);
+            if (!first) {
+                lo[r] = _mm256_add_epi32(lo[r], _mm256_loadu_si256(c0));
+                hi[r] = _mm256_add_epi32(hi[r], _mm256_loadu_si256(c1));
+            }
+            _mm256_storeu_si256(c0, lo[r]);
+            _mm256_storeu_si256(c1, hi[r]);
+        }
+    }
+}
+
 /* Epilogue of one output row r: acc[0..cols) are columns n0.. (− 128·cs[j] for u8 A, cs the column sums), then
  * qmm_y_epilogue8 (simd_avx2.h) per 8 columns and qmm_epilogue_store_ref for the last ones. */
 static inline void qmm_a2_epilogue_row(const qmm_call *c, const int32_t *cs, const int32_t *acc, int64_t r, int64_t n0,

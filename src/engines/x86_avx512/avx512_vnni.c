@@ -15,9 +15,10 @@
  *             weights (avx512_vnni_small.c: 24, 20 or 16 × 1, 12 × 2 or 8 × 3 blocks, on the
  *             driver's packed copy of the rows); the weight's last blocks use the row tiles;
  *   pack      a borrowed weight's panels, packed per call (pack_block, M > ROWS_M);
- *   rows      a borrowed weight at M ≤ ROWS_M (12): the caller's rows read in place in long
- *             sequential streams, W as the flipped u8 operand against q as s8 (M ≤ 8:
- *             rows_dot, rows_dot2; t16_task above; see "borrowed weights: small M").
+ *   rows      a borrowed weight at M ≤ ROWS_M (16): the caller's rows read in place in long
+ *             sequential streams: row dot products at M ≤ 8 (rows_dot, rows_dot2), W broadcast
+ *             against the tokens in lanes above (lanes12_dot, bcast_dot); see "borrowed
+ *             weights: small M").
  * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights;
  * M ≤ SMALL_M: whole K, a single row tile prefetching 1 KiB ahead per block (PF_STREAM), several
  * sharing an L2 prefetch of the next panel (PF_NEXT). With K chunks no software prefetch (a burst
@@ -188,21 +189,25 @@ static inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
     }
 
 /* rows [r, r+mr) × blocks [nb, nb+nr) over quads [q0, q0+nq). a: row r at quad q0; b: block nb at
- * quad q0 (blocks ldb bytes apart); part: the partial sums (NC int32 per row); cs: column sums. */
+ * quad q0 (blocks ldb bytes apart); part: the partial sums (NC int32 per row); cs: column sums;
+ * pfmode/pf/pfs: the driver's prefetch, as the asm kernels do it. */
 static inline __attribute__((always_inline)) void vnni_tile_c(const int mr, const int nr, const vnni_job *j, const uint8_t *a,
                                                          const int8_t *b, int64_t ldb, int64_t nq, int32_t *part,
-                                                         int first, int last, int64_t r, int64_t n, const int32_t *cs) {
+                                                         int first, int last, int64_t r, int64_t n, const int32_t *cs,
+                                                         int pfmode, const int8_t *pf, int64_t pfs) {
     const int64_t lda = j->Kp;
-    const int pf = j->kcq == j->kq && nq > 64;
     ACC_ROW(0) ACC_ROW(1) ACC_ROW(2) ACC_ROW(3) ACC_ROW(4) ACC_ROW(5)
     if (!first) { ACC_ALL(OP_LOAD) }
     const int8_t *p0 = b, *p1 = b + ldb, *p2 = b + 2 * ldb, *p3 = b + 3 * ldb;
     for (int64_t q = 0; q < nq; q++) {
-        if (pf) { /* small M: the weights stream from memory, a few lines ahead per block */
+        if (pfmode == PF_STREAM) { /* small M: the weights stream from memory, a few lines ahead per block */
             _mm_prefetch((const char *)p0 + q * 64 + PF_AHEAD, _MM_HINT_T0);
             if (nr > 1) _mm_prefetch((const char *)p1 + q * 64 + PF_AHEAD, _MM_HINT_T0);
             if (nr > 2) _mm_prefetch((const char *)p2 + q * 64 + PF_AHEAD, _MM_HINT_T0);
             if (nr > 3) _mm_prefetch((const char *)p3 + q * 64 + PF_AHEAD, _MM_HINT_T0);
+        } else if (pfmode == PF_NEXT) { /* this tile's share of the next panel, into L2 */
+            _mm_prefetch((const char *)pf + q * pfs, _MM_HINT_T1);
+            _mm_prefetch((const char *)pf + q * pfs + 64, _MM_HINT_T1);
         }
         const __m512i b0 = _mm512_load_si512(p0 + q * 64);
         const __m512i b1 = nr > 1 ? _mm512_load_si512(p1 + q * 64) : b0;
@@ -215,7 +220,7 @@ static inline __attribute__((always_inline)) void vnni_tile_c(const int mr, cons
 }
 
 #define K_CASE(MR_, NR_) \
-    case MR_ * 8 + NR_: vnni_tile_c(MR_, NR_, j, a, b, ldb, nq, part, first, last, r, n, cs); break;
+    case MR_ * 8 + NR_: vnni_tile_c(MR_, NR_, j, a, b, ldb, nq, part, first, last, r, n, cs, pfmode, pf, pfs); break;
 #define K_ROW(MR_) K_CASE(MR_, 1) K_CASE(MR_, 2) K_CASE(MR_, 3)
 
 typedef void (*asm_kernel_fn)(const uint8_t *, int64_t, const int8_t *, int64_t, int64_t, int32_t *, int64_t, int64_t,
@@ -270,34 +275,41 @@ static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_
 
 /* ---------------------------------------------------------------- borrowed weights: small M */
 /* The rows regime (M <= ROWS_M): the caller's rows are read in place, each byte once, in a few
- * long sequential streams, and meet all M rows of q at once. VPDPBUSD takes W as the u8 operand,
- * flipped (w ^ 0x80 = w + 128), and q (s8: the driver leaves the pre-pass output unflipped in this
- * regime) as the s8 one: Σ (w + 128)·q = Σ w·q + 128·qsum[i] — a correction per token (the
- * driver's qsum), no column sums. Two kernels (measured, bench/NOTES.md):
- *   M <= ROWS_DOT_M  row dot products: R rows of W at once, R streams over equal runs of the
- *                    task's rows (stream r: rows n0 + r·len + j; with ld == K each a sequential
- *                    run of len·K bytes), each prefetched ROWS_PF bytes ahead into L2; per 64
- *                    bytes of K one load and XOR per row, the 64 bytes of q of each token loaded
- *                    once for the R rows, R·M VPDPBUSD. rows_dot (M <= 2) keeps R·M accumulators;
- *                    rows_dot2 (3 <= M <= 8) puts two rows in one zmm (32 bytes of each, against
- *                    32 bytes of q broadcast to both halves), R/2·M accumulators, so R can be
- *                    larger. R (rows_r): the most that fits 32 registers, at most 8 streams —
- *                    more streams and more reuse of each load of q both measured to matter. The
- *                    accumulators of a row step go to buf and, per 16 rows of a stream, 16 at a
- *                    time through hsum16.
- *   M <= ROWS_M      16 streams transposed in registers (t16_task): a task's 16 blocks, stream r
- *                    = block r read row after row; per 64 bytes of K the streams' bytes become 16
- *                    n16k4 quads (qmm_z_n16k4_step) that meet each token's broadcast 4 bytes (the
- *                    packed kernels' form: each load of q serves 16 columns). Tasks of fewer than
- *                    16 whole blocks (the weight's last) take rows_dot with R = 1.
- * The last K bytes of a row are a masked load: nothing past W[n][K-1] is read (masked-off bytes
- * are 0, flipped 128, against q = 0 past K: nothing added). */
+ * long sequential streams (R equal runs of the task's rows, stream r: rows n0 + r·len + j; with
+ * ld == K each a sequential run of len·K bytes, prefetched ROWS_PF bytes ahead into L2; the
+ * leftover rows one at a time), and meet all M tokens at once. Two kernels (measured,
+ * bench/NOTES.md; per 64 bytes of one W row):
+ *   M <= ROWS_DOT_M  row dot products, qmm_qd8_qc8w_gemm_ukernel_Mx1c64__avx512vnni_rows: W is the
+ *                    u8 operand, flipped (w ^ 0x80 = w + 128), q (s8: the driver leaves the
+ *                    pre-pass output unflipped for this kernel) the s8 one: Σ (w + 128)·q = Σ w·q
+ *                    + 128·qsum[i], a correction per token (the driver's qsum). One load and XOR
+ *                    of W, M VPDPBUSD, the 64 bytes of q of each token loaded once for the R rows.
+ *                    rows_dot (M <= 2) keeps R·M accumulators; rows_dot2 (3 <= M <= 8) puts two
+ *                    rows in one zmm (32 bytes of each, against 32 bytes of q broadcast to both
+ *                    halves), R/2·M accumulators, so R can be larger. R (rows_r): the most that
+ *                    fits 32 registers, at most 8 streams. The accumulators of a row step go to
+ *                    buf and, per 16 rows of a stream, 16 at a time through hsum16.
+ *   M <= ROWS_M      W broadcast, tokens in lanes (yᵀ = W·xᵀ): the engine's token copy of q
+ *                    (rows_ap_fill, once per call) in the lanes of a zmm shared by R rows, each W
+ *                    row's bytes broadcast against it, one accumulator (set) per row; no
+ *                    transposes but one 16 × 16 per 16 rows of a stream for the outputs.
+ *                    13 <= M <= 16: bcast_dot, 16 tokens × 4 k per zmm, W's 4 bytes the m32{1to16}
+ *                    operand: 16 VPDPBUSD (+1 at M = 16 for the row sum) per 64 bytes.
+ *                    9 <= M <= 12: lanes12_dot, 8 tokens × 8 k (VPBROADCASTQ of W) and 4 tokens ×
+ *                    16 k (VBROADCASTI32X4): 12 VPDPBUSD (+1 at M = 12) and 12 broadcast loads.
+ *                    At M <= 8 the same forms (8 × 8 k, 4 × 16 k) tie rows_dot in VPDPBUSD count
+ *                    (M rounded up to 4 or 8) and measured so; rows_dot stays.
+ * The last K bytes of a row are a masked load: nothing past W[n][K-1] is read (rows_dot: masked-off
+ * bytes are 0, flipped 128, against q = 0 past K; bcast_dot: 0 against any token byte). */
 enum {
     ROWS_DOT_M = 8,  /* up to this M: rows_dot */
-    ROWS_M = 12,     /* up to this M: the rows regime (t16 above ROWS_DOT_M) */
+    ROWS_M = 16,     /* up to this M: the rows regime (the broadcast kernel above ROWS_DOT_M) */
     ROWS_RMAX = 8,   /* the most rows of W per step */
     ROWS_PAIRS_FROM = 2, /* above this M: rows_dot2 (rows in pairs) */
-    ROWS_PF = 4096   /* rows_dot's prefetch distance per stream, bytes (into L2) */
+    ROWS_PF = 4096,  /* rows_dot's prefetch distance per stream, bytes (into L2) */
+    BCAST_R = 8,     /* bcast_dot's rows of W per step (streams) */
+    LANES12_R = 6,   /* lanes12_dot's (4 accumulators per row at M = 12) */
+    BCAST_RMAX = BCAST_R
 };
 
 /* rows of W per step for M tokens: rows_dot (M <= ROWS_PAIRS_FROM) R + R·M + 1 <= 32 zmm; rows_dot2
@@ -324,7 +336,7 @@ static inline __attribute__((always_inline)) void rows_dot(const int m, const in
                                                            int64_t K, const int8_t *q, int64_t lda, int32_t *buf,
                                                            int jn) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512i acc[ROWS_RMAX][ROWS_M], x[ROWS_RMAX];
+    __m512i acc[ROWS_RMAX][ROWS_DOT_M], x[ROWS_RMAX];
     for (int r = 0; r < R; r++)
         for (int i = 0; i < m; i++) acc[r][i] = _mm512_setzero_si512();
     for (int64_t k = 0; k < K; k += 64) {
@@ -350,7 +362,7 @@ static inline __attribute__((always_inline)) void rows_dot2(const int m, const i
                                                             int jn) {
     const int P = R / 2;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512i acc[ROWS_RMAX / 2][ROWS_M], lo[ROWS_RMAX / 2], hi[ROWS_RMAX / 2];
+    __m512i acc[ROWS_RMAX / 2][ROWS_DOT_M], lo[ROWS_RMAX / 2], hi[ROWS_RMAX / 2];
     for (int p = 0; p < P; p++)
         for (int i = 0; i < m; i++) acc[p][i] = _mm512_setzero_si512();
     for (int64_t k = 0; k < K; k += 64) {
@@ -387,7 +399,7 @@ static inline __attribute__((always_inline)) void rows_run(const int m, const in
     const qmm_call *c = g->c;
     const int64_t K = c->K, ld = c->w->borrow.ld;
     const int8_t *q = (const int8_t *)g->a;
-    _Alignas(64) int32_t buf[42 * 256]; /* R·m <= 42 (rows_r), or R = 1 and m <= ROWS_M */
+    _Alignas(64) int32_t buf[42 * 256]; /* R·m <= 42 (rows_r), or R = 1 and m <= ROWS_DOT_M */
     for (int64_t j = 0; j < len; j++) {
         if (m > ROWS_PAIRS_FROM && R > 1) rows_dot2(m, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, q, g->Kp, buf, (int)(j % 16));
         else rows_dot(m, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, q, g->Kp, buf, (int)(j % 16));
@@ -418,46 +430,166 @@ static inline __m512i dpbusd_bc(__m512i acc, __m512i a, const int8_t *p) {
     return acc;
 }
 
-/* The 16 whole blocks b0 .. b0 + 15 for ROWS_DOT_M < m <= ROWS_M rows: 16 streams, stream r =
- * block b0 + r read row after row. After row j of every stream, lane r of token i's sum is column
- * n0 + 16r + j: stage[i][j], transposed at the end into the 16 blocks' outputs. */
-static inline __attribute__((always_inline)) void t16_task(const int m, const qmm_i8_gemm *g, int64_t b0) {
-    const qmm_call *c = g->c;
-    const int64_t K = c->K, ld = c->w->borrow.ld, n0 = b0 * 16, lda = g->Kp;
-    const int8_t *q = (const int8_t *)g->a;
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    _Alignas(64) int32_t stage[ROWS_M][16][16];
-    for (int j = 0; j < 16; j++) {
-        const int8_t *w = c->w->borrow.data + (n0 + j) * ld; /* stream r: w + r·16·ld */
-        __m512i acc[ROWS_M];
-        for (int i = 0; i < m; i++) acc[i] = _mm512_setzero_si512();
-        for (int64_t k = 0; k < K; k += 64) {
-            __m512i t[16];
-            qmm_z_n16k4_step(w, 16 * ld, 16, k, K - k < 64 ? K - k : 64, t);
-            for (int x = 0; x < 16; x++) {
-                const __m512i tx = _mm512_xor_si512(t[x], flip);
-                for (int i = 0; i < m; i++) acc[i] = dpbusd_bc(acc[i], tx, q + i * lda + k + 4 * x);
-            }
-        }
-        for (int i = 0; i < m; i++) _mm512_store_si512(stage[i][j], acc[i]);
-    }
-    for (int i = 0; i < m; i++) {
-        __m512i out[16];
-        qmm_z_n16k4_step((const int8_t *)stage[i], 64, 16, 0, 64, out); /* out[r] lane j = stage[i][j][r] */
-        const __m512i corr = _mm512_set1_epi32((int32_t)((uint32_t)g->qsum[i] << 7));
-        for (int r = 0; r < 16; r++) qmm_z_epilogue16(c, _mm512_sub_epi32(out[r], corr), i, n0 + 16 * r, g->s[i], 0xffff);
+/* The broadcast kernels' rows, per 64 bytes k of rows w, w + span, .. (R of them): the prefetch
+ * and, when full, the row sums (rs[r] += VPDPBUSD(1, the 64 bytes)). */
+static inline __attribute__((always_inline)) void bcast_head(const int full, const int R, const int8_t *w,
+                                                             int64_t span, int64_t k, __m512i rs[]) {
+    for (int r = 0; r < R; r++) {
+        _mm_prefetch((const char *)(w + r * span + k + ROWS_PF), _MM_HINT_T1);
+        if (full) rs[r] = dpbusd(rs[r], _mm512_set1_epi8(1), _mm512_loadu_si512(w + r * span + k));
     }
 }
 
-static inline __attribute__((always_inline)) void t16_blocks(const int m, const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    const int64_t N = g->c->N;
-    if (b1 - b0 == 16 && b1 * 16 <= N) t16_task(m, g, b0);
-    else rows_run(m, 1, g, b0 * 16, 0, (b1 * 16 < N ? b1 * 16 : N) - b0 * 16);
+/* Their last bytes [K64, K) (K - K64 < 64; a masked load: nothing past K is read) into tail[r],
+ * zero padded, and their row sums when full. */
+static inline __attribute__((always_inline)) void bcast_tail(const int full, const int R, const int8_t *w,
+                                                             int64_t span, int64_t K64, int64_t K,
+                                                             int8_t tail[][64], __m512i rs[]) {
+    const __mmask64 msk = ((__mmask64)1 << (K - K64)) - 1;
+    for (int r = 0; r < R; r++) {
+        const __m512i z = _mm512_maskz_loadu_epi8(msk, w + r * span + K64);
+        _mm512_store_si512(tail[r], z);
+        if (full) rs[r] = dpbusd(rs[r], _mm512_set1_epi8(1), z);
+    }
+}
+
+/* v (lanes = tokens, u8 q + 128 against W) − 128·Σ_k W[n][k]: from the row sums rs when full,
+ * else from lane pad (a pad token, q = 0: its lane is exactly that) */
+static inline __m512i bcast_correct(const int full, __m512i v, __m512i rs, int pad) {
+    return _mm512_sub_epi32(v, full ? _mm512_set1_epi32((int32_t)((uint32_t)_mm512_reduce_add_epi32(rs) << 7))
+                                    : _mm512_permutexvar_epi32(_mm512_set1_epi32(pad), v));
+}
+
+/* W broadcast, tokens in lanes (yᵀ = W·xᵀ), 13 <= M <= 16: the token copy ap [kq][16][4] (u8 q + 128;
+ * lanes M..15 hold 128, the value of q = 0) is one zmm per k quad, and each 4 bytes of a W row
+ * are the s8 operand broadcast to the 16 lanes (VPDPBUSD m32{1to16}): lane t of row n's
+ * accumulator is Σ_k (q[t][k] + 128)·W[n][k]. The correction 128·Σ_k W[n][k] is lane 15 when
+ * M < 16; at M = 16 (full) a VPDPBUSD(1, 64 bytes of the row) per 64 bytes sums the row.
+ * R rows at once share each load of ap: per 64 bytes of W, 16 VPDPBUSD (+1 when full), 16/R
+ * loads of ap, a prefetch. out[r] lane t = Σ_k q[t][k]·w_r[k] (mod 2^32). The last K bytes of a
+ * row go through a masked load into tail[] (zero past K): nothing past W[n][K-1] is read. */
+static inline __attribute__((always_inline)) void bcast_dot(const int full, const int R, const int8_t *w,
+                                                            int64_t span, int64_t K, const uint8_t *ap,
+                                                            __m512i out[]) {
+    __m512i acc[BCAST_RMAX], rs[BCAST_RMAX];
+    for (int r = 0; r < R; r++) acc[r] = rs[r] = _mm512_setzero_si512();
+    const int64_t K64 = K & ~(int64_t)63;
+    for (int64_t k = 0; k < K64; k += 64) {
+        bcast_head(full, R, w, span, k, rs);
+        for (int x = 0; x < 16; x++) {
+            const __m512i t = _mm512_load_si512(ap + (k + 4 * x) * 16);
+            for (int r = 0; r < R; r++) acc[r] = dpbusd_bc(acc[r], t, w + r * span + k + 4 * x);
+        }
+    }
+    if (K64 < K) {
+        _Alignas(64) int8_t tail[BCAST_RMAX][64];
+        bcast_tail(full, R, w, span, K64, K, tail, rs);
+        for (int x = 0; x < (K - K64 + 3) / 4; x++) {
+            const __m512i t = _mm512_load_si512(ap + (K64 + 4 * x) * 16);
+            for (int r = 0; r < R; r++) acc[r] = dpbusd_bc(acc[r], t, tail[r] + 4 * x);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        out[r] = bcast_correct(full, acc[r], rs[r], 15);
+}
+
+/* 9 <= M <= 12: tokens in lane groups of 8 and 4, so that no VPDPBUSD works on pad lanes beyond
+ * the 12th. Per 16 k the token copy holds three zmm (u8 q + 128, pad tokens 128): tokens 0..7,
+ * 8 bytes each (token t at byte 8t: k..k+7), the same for k+8..k+15, and tokens 8..11, 16 bytes
+ * each (token 8 + t at byte 16t: k..k+15). Against the first two, 8 bytes of a W row broadcast
+ * to the 8 qwords (VPBROADCASTQ m64); against the third, its 16 bytes to the 4 lanes
+ * (VBROADCASTI32X4 m128): per 64 bytes of W, 12 VPDPBUSD (+1 for the row sum at M = 12, full)
+ * and 12 broadcast loads, 12/R token loads, where the 16-lane form spends 16 VPDPBUSD. Two
+ * accumulators for the 8-token group (its two zmm per 16 k) keep the dependency chains short.
+ * out[r] as bcast_dot: lane t = token t, corrected (lane 11 when M < 12: a pad token). */
+static inline __attribute__((always_inline)) void lanes12_dot(const int full, const int R, const int8_t *w,
+                                                              int64_t span, int64_t K, const uint8_t *ap,
+                                                              __m512i out[]) {
+    __m512i a0[BCAST_RMAX], a1[BCAST_RMAX], b[BCAST_RMAX], rs[BCAST_RMAX];
+    for (int r = 0; r < R; r++) a0[r] = a1[r] = b[r] = rs[r] = _mm512_setzero_si512();
+#define LANES12_STEP(WP, AP)                                                                             \
+    do {                                                                                                 \
+        const __m512i t0 = _mm512_load_si512(AP), t1 = _mm512_load_si512((AP) + 64);                    \
+        const __m512i t2 = _mm512_load_si512((AP) + 128);                                                \
+        for (int r = 0; r < R; r++) {                                                                    \
+            int64_t v0, v1;                                                                              \
+            memcpy(&v0, (WP)[r], 8);                                                                     \
+            memcpy(&v1, (WP)[r] + 8, 8);                                                                 \
+            a0[r] = dpbusd(a0[r], t0, _mm512_set1_epi64(v0));                                            \
+            a1[r] = dpbusd(a1[r], t1, _mm512_set1_epi64(v1));                                            \
+            b[r] = dpbusd(b[r], t2, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(WP)[r]))); \
+        }                                                                                                \
+    } while (0)
+    const int64_t K64 = K & ~(int64_t)63;
+    for (int64_t k = 0; k < K64; k += 64) {
+        bcast_head(full, R, w, span, k, rs);
+        for (int x = 0; x < 4; x++) {
+            const int8_t *wp[BCAST_RMAX];
+            for (int r = 0; r < R; r++) wp[r] = w + r * span + k + 16 * x;
+            LANES12_STEP(wp, ap + (k / 16 + x) * 192);
+        }
+    }
+    if (K64 < K) {
+        _Alignas(64) int8_t tail[BCAST_RMAX][64];
+        bcast_tail(full, R, w, span, K64, K, tail, rs);
+        for (int x = 0; x < (K - K64 + 15) / 16; x++) {
+            const int8_t *wp[BCAST_RMAX];
+            for (int r = 0; r < R; r++) wp[r] = tail[r] + 16 * x;
+            LANES12_STEP(wp, ap + (K64 / 16 + x) * 192);
+        }
+    }
+#undef LANES12_STEP
+    /* 8-token group: dwords 2t, 2t + 1 are token t; 4-token group: dwords 4t .. 4t + 3 token 8 + t */
+    const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 28, 28, 28, 28);
+    for (int r = 0; r < R; r++) {
+        __m512i sa = _mm512_add_epi32(a0[r], a1[r]), sb = b[r];
+        sa = _mm512_add_epi32(sa, _mm512_shuffle_epi32(sa, _MM_PERM_CDAB));
+        sb = _mm512_add_epi32(sb, _mm512_shuffle_epi32(sb, _MM_PERM_BADC));
+        sb = _mm512_add_epi32(sb, _mm512_shuffle_epi32(sb, _MM_PERM_CDAB));
+        const __m512i v = _mm512_permutex2var_epi32(sa, idx, sb);
+        out[r] = bcast_correct(full, v, rs[r], 11);
+    }
+}
+
+/* R streams of len rows each, stream r = rows s0 + r·span + j of W (j < len), against the m
+ * tokens in ap (lay: 16, bcast_dot; 12, lanes12_dot): after every 16 rows of the streams (and
+ * after the last) each stream's rows are transposed (lanes = tokens → lanes = columns) into the
+ * epilogue, 16 columns per token. */
+static inline __attribute__((always_inline)) void bcast_run(const int lay, const int full, const int R,
+                                                            const qmm_i8_gemm *g, int64_t s0, int64_t span,
+                                                            int64_t len) {
+    const qmm_call *c = g->c;
+    const int64_t K = c->K, ld = c->w->borrow.ld, m = c->M;
+    _Alignas(64) int32_t stage[BCAST_RMAX][16][16];
+    for (int64_t j = 0; j < len; j++) {
+        __m512i out[BCAST_RMAX];
+        if (lay == 16) bcast_dot(full, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, g->ap, out);
+        else lanes12_dot(full, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, g->ap, out);
+        for (int r = 0; r < R; r++) _mm512_store_si512(stage[r][j % 16], out[r]);
+        if (j % 16 != 15 && j != len - 1) continue;
+        const int cols = (int)(j % 16) + 1;
+        for (int r = 0; r < R; r++) {
+            __m512i tr[16];
+            qmm_z_n16k4_step((const int8_t *)stage[r], 64, cols, 0, 64, tr); /* tr[t] lane jn = stage[r][jn][t] */
+            for (int64_t t = 0; t < m; t++)
+                qmm_z_epilogue16(c, tr[t], t, s0 + r * span + j - cols + 1, g->s[t], qmm_z_tail_mask(cols));
+        }
+    }
+}
+
+/* blocks [b0, b1) for ROWS_DOT_M < M <= 16 tokens (lay 16:
+ * qmm_qd8_qc8w_gemm_ukernel_16x1c4__avx512vnni_bcast, lay 12:
+ * qmm_qd8_qc8w_gemm_ukernel_12x1c8__avx512vnni_bcast): R streams of ⌊rows / R⌋ rows, the rest one
+ * at a time */
+static inline __attribute__((always_inline)) void bcast_blocks(const int lay, const int full, const int R,
+                                                               const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+    const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N, len = (n1 - n0) / R;
+    if (len > 0) bcast_run(lay, full, R, g, n0, len, len);
+    if (n0 + R * len < n1) bcast_run(lay, full, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
 }
 
 /* The driver's rows_kernel: 16-column blocks [b0, b1) of a borrowed weight, M <= ROWS_M. */
 static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    _Static_assert(NC == 256, "t16_task takes a task of 16 blocks");
     switch (g->c->M) {
     case 1: rows_blocks(1, g, b0, b1); break;
     case 2: rows_blocks(2, g, b0, b1); break;
@@ -467,11 +599,46 @@ static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     case 6: rows_blocks(6, g, b0, b1); break;
     case 7: rows_blocks(7, g, b0, b1); break;
     case 8: rows_blocks(8, g, b0, b1); break;
-    case 9: t16_blocks(9, g, b0, b1); break;
-    case 10: t16_blocks(10, g, b0, b1); break;
-    case 11: t16_blocks(11, g, b0, b1); break;
-    case 12: t16_blocks(12, g, b0, b1); break;
-    default: qmm_call_bug(g->c, "avx512_vnni: the rows regime reached M > 12"); break;
+    case 9: case 10: case 11: bcast_blocks(12, 0, LANES12_R, g, b0, b1); break;
+    case 12: bcast_blocks(12, 1, LANES12_R, g, b0, b1); break;
+    case 16: bcast_blocks(16, 1, BCAST_R, g, b0, b1); break;
+    default: bcast_blocks(16, 0, BCAST_R, g, b0, b1); break; /* 13..15 */
+    }
+}
+
+/* The broadcast kernels' token copy (M > ROWS_DOT_M): 9..12 tokens, 192 bytes per 16 k
+ * (lanes12_dot); 13..16, [Kp/4][16][4] (bcast_dot) */
+static int64_t rows_ap_bytes(int64_t M, int64_t Kp) { return M <= ROWS_DOT_M ? 0 : M <= 12 ? Kp / 16 * 192 : Kp * 16; }
+
+/* g->ap from q (rows Kp bytes apart, zero past K): u8 q + 128, pad tokens 128 (q = 0). 13..16
+ * tokens: per 64 k the 16 × 16 dword transpose of the rows (pad rows zero), flipped; 9..12: per
+ * 16 k, masked qword gathers (tokens past M zero), flipped. */
+static void rows_ap_fill(const qmm_i8_gemm *g) {
+    const int64_t M = g->c->M, Kp = g->Kp;
+    const int8_t *q = (const int8_t *)g->a;
+    uint8_t *ap = g->ap;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    if (M > 12) {
+        for (int64_t k = 0; k < Kp; k += 64) {
+            __m512i t[16];
+            qmm_z_n16k4_step(q, Kp, (int)M, k, 64, t);
+            for (int x = 0; x < 16; x++) _mm512_store_si512(ap + (k / 4 + x) * 64, _mm512_xor_si512(t[x], flip));
+        }
+        return;
+    }
+    /* qword slot l of the three zmm: token l at +0 / +8 (tokens 0..7); token 8 + l/2 at 8·(l & 1) */
+    const __m512i i0 = _mm512_setr_epi64(0, Kp, 2 * Kp, 3 * Kp, 4 * Kp, 5 * Kp, 6 * Kp, 7 * Kp);
+    const __m512i i2 =
+        _mm512_setr_epi64(8 * Kp, 8 * Kp + 8, 9 * Kp, 9 * Kp + 8, 10 * Kp, 10 * Kp + 8, 11 * Kp, 11 * Kp + 8);
+    const __mmask8 m0 = (__mmask8)((1u << (M < 8 ? M : 8)) - 1);
+    const __mmask8 m2 = (__mmask8)((1u << (2 * (M > 8 ? M - 8 : 0))) - 1);
+    for (int64_t s = 0; s < Kp / 16; s++) {
+        const int8_t *base = q + 16 * s;
+        uint8_t *d = ap + s * 192;
+        const __m512i z = _mm512_setzero_si512();
+        _mm512_store_si512(d, _mm512_xor_si512(_mm512_mask_i64gather_epi64(z, m0, i0, base, 1), flip));
+        _mm512_store_si512(d + 64, _mm512_xor_si512(_mm512_mask_i64gather_epi64(z, m0, i0, base + 8, 1), flip));
+        _mm512_store_si512(d + 128, _mm512_xor_si512(_mm512_mask_i64gather_epi64(z, m2, i2, base, 1), flip));
     }
 }
 
@@ -508,7 +675,8 @@ static int64_t one_pass(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1
 static const qmm_i8_engine k_vnni = {
     .u8 = 1, .mr = MR, .nrb = NRB, .mc = MC, .nc = NC, .kc = KC, .whole_k_m = SMALL_M,
     .tile = tile, .one_pass_rows = one_pass_rows, .one_pass = one_pass, .pack = pack_block,
-    .rows_m = ROWS_M, .rows_kernel = rows_kernel,
+    .rows_m = ROWS_M, .rows_kernel = rows_kernel, .rows_ap_bytes = rows_ap_bytes,
+    .rows_ap_fill = rows_ap_fill,
 };
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_int8_gemm(ctx, c, &k_vnni); }
@@ -520,5 +688,5 @@ static const char *admit(const qmm_call *c, char *why, size_t n) { return qmm_ad
 const qmm_engine qmm_engine_avx512_vnni = {
     .id = QMM_ENGINE_AVX512_VNNI, .name = "avx512_vnni", .kind = QMM_KIND_INT8, .isa = QMM_ISA_AVX512_VNNI,
     .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512_VNNI, .built = 1,
-    .admit = admit, .run = run,
+    .admit = admit, .run = run, .i8 = &k_vnni,
 };

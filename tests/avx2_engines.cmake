@@ -1,6 +1,0 @@
-# The 256-bit int8 engines again with the ISA capped at avx_vnni: the pre-pass then runs its
-# AVX2 row kernel (prepass_avx2.c) instead of the AVX-512 one, and must still give the
-# reference's bits end to end.
-add_test(NAME test_avx2_engines_capped COMMAND test_avx2_engines)
-set_tests_properties(test_avx2_engines_capped PROPERTIES ENVIRONMENT "QMM_MAX_ISA=avx_vnni" TIMEOUT 900
-                     SKIP_RETURN_CODE 77)

@@ -1,0 +1,434 @@
+/*
+ * test_int8_ukernels.c — the int8 engines' micro-kernels as units, outside the driver: every
+ * engine with a core-driver descriptor (qmm_i8_engine_of: avx512_vnni, avx_vnni, avx2_int8; an
+ * int8 engine without one is listed as skipped, as is an engine this CPU cannot run), against an
+ * int32 triple loop on the same bytes:
+ *   tile         qmm_i8_engine.tile over mr = 1..MR, nr = 1..nrb blocks (the last block partial:
+ *                N not a multiple of 16), K split into chunks of nq quads (1, odd, even, all of
+ *                K) run first → last: after each chunk the partials hold Σ a·w over the quads so
+ *                far (a as the engine's operand: u8 = q XOR 0x80, or s8), after the last the
+ *                outputs (I32: the exact Σ q·w; f32: qmm_epilogue_store_ref of it, bit for bit)
+ *                and nothing else of y written; weights with -128 (the panel's neg128 flag set),
+ *                activations with -128, every prefetch mode (NONE, STREAM, NEXT);
+ *   pack         qmm_i8_engine.pack against qmm_i8_pack_block_ref: rows 1..16, chunks [k0, k1)
+ *                with odd ends, nq past the bytes, first or accumulating column sums, the -128
+ *                flag (for engines that need it: exact; nothing past k1 read, ASan's job);
+ *   rows_kernel  borrowed rows at M = 1..rows_m against the triple loop, a = q (s8) with its row
+ *                sums and -128 flags (and the engine's own copy of q where it asks for one:
+ *                rows_ap_fill), over the driver's tasks of 16 blocks and over other ranges;
+ *   one_pass     at every M it takes (one_pass_rows(M) > 0), owned weights: the blocks it says it
+ *                did hold the triple loop's sums (padding rows of ap as the pre-pass writes
+ *                them), the rest of y untouched.
+ * No kernel may report an impossible case (qmm_call_bug). Seeded (testutil.h): QMM_SEED=N or the
+ * first argument replays a run; QMM_TEST_QUICK=1 runs fewer cases.
+ */
+#include "int8_gemm.h"
+#include "numerics.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int g_quick;
+
+/* a call writing y [M][ldy] of dtype yt from weight w (N × K), kernel bugs reported to *bug */
+static qmm_call unit_call(const qmm_weight *w, int64_t M, void *y, qmm_dtype yt, int64_t ldy, _Atomic(const char *) *bug) {
+    return (qmm_call){.w = w, .M = M, .N = w->N, .K = w->K, .y = y, .y_dtype = yt, .ldy = ldy, .bug = bug};
+}
+
+/* the driver's state as engine e's kernels read it: operand a (rows Kp bytes apart), scales s */
+static qmm_i8_gemm unit_gemm(const qmm_call *c, const qmm_i8_engine *e, const void *a, const float *s, int64_t Kp,
+                             int64_t kq, int64_t kcq) {
+    return (qmm_i8_gemm){.c = c, .e = e, .a = (uint8_t *)a, .s = s, .Kp = Kp, .kq = kq, .kcq = kcq};
+}
+
+/* a: the engine's operand byte as the kernel multiplies it */
+static int32_t a_val(const qmm_i8_engine *e, uint8_t a) { return e->u8 ? (int32_t)a : (int32_t)(int8_t)a; }
+
+/* one tile: rows [r0, r0 + mr) × blocks [0, nr) of a weight with N columns (the last block may be
+ * partial), K = 4·kq bytes in chunks of cq quads */
+static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, int64_t kq, int64_t cq, int neg128,
+                      qmm_dtype yt, int pf_mode) {
+    const int64_t K = 4 * kq - tu_rand_int(0, 3), Kp = qmm_round_up(4 * kq, 64), N = 16 * (nr - 1) + tu_rand_int(1, 16);
+    const int64_t r0 = tu_rand_int(0, 3), M = r0 + mr, ldy = N + tu_rand_int(0, 5), nc = e->nc;
+    /* q: the activations (zero past K); a: the engine's operand, rows Kp bytes apart */
+    int8_t *q = calloc((size_t)(M * Kp), 1);
+    uint8_t *a = qmm_aligned_alloc((size_t)(M * Kp));
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t k = 0; k < K; k++) q[r * Kp + k] = (int8_t)tu_rand_int(-128, 127);
+    for (int64_t i = 0; i < M * Kp; i++) a[i] = (uint8_t)q[i] ^ (e->u8 ? 0x80 : 0);
+    /* W [16·nr][K] and its n16k4 packing over all of K (qmm_i8_pack_block_ref), column sums */
+    int8_t *W = calloc((size_t)(16 * nr * K), 1);
+    tu_fill_i8(W, N * K, -127, 127);
+    if (neg128) W[tu_rand_int(0, N * K - 1)] = -128;
+    const int64_t ldb = kq * 64;
+    int8_t *b = qmm_aligned_alloc((size_t)(nr * ldb) + 4096), *pfbuf = qmm_aligned_alloc(128 * (size_t)kq + 64);
+    int32_t *cs = malloc(sizeof(int32_t) * 16 * (size_t)nr);
+    int flag = 0;
+    for (int jb = 0; jb < nr; jb++) {
+        const int rows = N - 16 * jb < 16 ? (int)(N - 16 * jb) : 16;
+        qmm_i8_pack_block_ref(W + 16 * jb * K, K, rows, 0, K, b + jb * ldb, kq, cs + 16 * jb, 1, &flag);
+    }
+    int32_t *part = qmm_aligned_alloc(sizeof(int32_t) * (size_t)(e->mr * nc));
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)(M * ldy)), *y0 = malloc(sizeof(int32_t) * (size_t)(M * ldy));
+    float *s = malloc(sizeof(float) * (size_t)M), *scale = malloc(sizeof(float) * (size_t)N);
+    float *bias = malloc(sizeof(float) * (size_t)N);
+    for (int64_t r = 0; r < M; r++) s[r] = (float)tu_rand_int(1, 1000) / 4096.0f;
+    for (int64_t n = 0; n < N; n++) {
+        scale[n] = (float)tu_rand_int(1, 1 << 20) / (float)(1 << 27);
+        bias[n] = tu_rand_normal();
+    }
+    memset(y, 0xA5, sizeof(int32_t) * (size_t)(M * ldy));
+    memcpy(y0, y, sizeof(int32_t) * (size_t)(M * ldy));
+    qmm_weight w;
+    memset(&w, 0, sizeof w);
+    w.N = N;
+    w.K = K;
+    w.scale = scale;
+    w.bias = tu_rand_int(0, 1) ? bias : NULL;
+    _Atomic(const char *) bug = NULL;
+    qmm_call c = unit_call(&w, M, y, yt, ldy, &bug);
+    const qmm_i8_gemm g = unit_gemm(&c, e, a, s, Kp, kq, cq);
+    /* the expected outputs: exact sums through the scalar epilogue on y0 (I32: the sums) */
+    qmm_call c0 = c;
+    c0.y = y0;
+    for (int i = 0; i < mr; i++)
+        for (int64_t n = 0; n < N; n++) {
+            uint32_t acc = 0;
+            for (int64_t k = 0; k < K; k++) acc += (uint32_t)((int32_t)q[(r0 + i) * Kp + k] * W[n * K + k]);
+            qmm_epilogue_store_ref(&c0, (int32_t)acc, r0 + i, n, s[r0 + i]);
+        }
+    char what[200];
+    snprintf(what, sizeof what, "%s tile mr=%d nr=%d N=%lld K=%lld (%lld quads, chunks of %lld) y %s pf %d%s", name, mr,
+             nr, (long long)N, (long long)K, (long long)kq, (long long)cq, qmm_dtype_name(yt), pf_mode,
+             neg128 ? " W has -128" : "");
+    int ok = 1;
+    for (int64_t q0 = 0; q0 < kq && ok; q0 += cq) {
+        qmm_i8_tile t;
+        memset(&t, 0, sizeof t);
+        t.nq = kq - q0 < cq ? kq - q0 : cq;
+        t.a = a + r0 * Kp + q0 * 4;
+        t.b = b + q0 * 64;
+        t.ldb = ldb;
+        t.colsum = cs;
+        t.neg128 = flag;
+        t.part = part;
+        t.mr = mr;
+        t.nr = nr;
+        t.first = q0 == 0;
+        t.last = q0 + t.nq >= kq;
+        t.r = r0;
+        t.n = 0;
+        t.pf_mode = pf_mode;
+        t.pf = pf_mode == QMM_I8_PF_NEXT ? pfbuf : NULL;
+        t.pf_step = 128;
+        e->tile(&g, &t);
+        if (t.last) break;
+        /* the partials: Σ a·w over quads [0, q0 + nq) (the operand as the kernel reads it) */
+        const int64_t kend = (q0 + t.nq) * 4;
+        for (int i = 0; i < mr && ok; i++)
+            for (int64_t n = 0; n < 16 * nr && ok; n++) {
+                uint32_t acc = 0;
+                for (int64_t k = 0; k < kend; k++)
+                    acc += (uint32_t)(a_val(e, a[(r0 + i) * Kp + k]) * (n < N && k < K ? W[n * K + k] : 0));
+                ok = TU_CHECK(part[i * nc + n] == (int32_t)acc, "%s: after the chunk ending at quad %lld: part[%d][%lld] = %d, expected %d",
+                              what, (long long)(q0 + t.nq), i, (long long)n, part[i * nc + n], (int32_t)acc);
+            }
+    }
+    if (ok) {
+        const int64_t bad = tu_first_diff(y0, y, yt == QMM_I32 ? QMM_I32 : QMM_F32, M * ldy);
+        ok = TU_CHECK(bad < 0, "%s: y[%lld][%lld] = %d (bits), expected %d", what, (long long)(bad / ldy),
+                      (long long)(bad % ldy), bad >= 0 ? y[bad] : 0, bad >= 0 ? y0[bad] : 0);
+    }
+    TU_CHECK(!atomic_load(&bug), "%s: the kernel reported: %s", what, atomic_load(&bug));
+    free(q);
+    qmm_aligned_free(a);
+    free(W);
+    qmm_aligned_free(b);
+    qmm_aligned_free(pfbuf);
+    free(cs);
+    qmm_aligned_free(part);
+    free(y);
+    free(y0);
+    free(s);
+    free(scale);
+    free(bias);
+}
+
+static void test_tiles(const char *name, const qmm_i8_engine *e) {
+    static const int64_t kqs[] = {1, 2, 3, 7, 16, 17, 33, 64, 65, 130};
+    const int nk = (int)(sizeof kqs / sizeof kqs[0]);
+    int cases = 0;
+    for (int mr = 1; mr <= e->mr; mr++)
+        for (int nr = 1; nr <= e->nrb; nr++)
+            for (int rep = 0; rep < (g_quick ? 2 : 6); rep++) {
+                const int64_t kq = kqs[tu_rand_int(0, nk - 1)];
+                /* chunks: 1 quad, an odd count, all of K, or random */
+                const int64_t cqs[4] = {1, kq > 2 ? (kq / 2) | 1 : 1, kq, tu_rand_int(1, kq)};
+                const int64_t cq = cqs[rep % 4];
+                tile_case(name, e, mr, nr, kq, cq, rep % 3 == 2, rep % 2 ? QMM_I32 : QMM_F32, (int)tu_rand_int(0, 2));
+                cases++;
+            }
+    /* the edges once more: one quad, one chunk per quad, -128 in W, each prefetch mode */
+    for (int pf = 0; pf < 3; pf++) {
+        tile_case(name, e, e->mr, e->nrb, 1, 1, 1, QMM_I32, pf);
+        tile_case(name, e, 1, 1, 5, 1, 1, QMM_I32, QMM_I8_PF_NONE);
+        tile_case(name, e, e->mr, e->nrb, 67, 67, 0, QMM_F32, pf);
+        cases += 3;
+    }
+    tu_note("%s: %d tiles", name, cases);
+}
+
+static void test_pack(const char *name, const qmm_i8_engine *e) {
+    if (!e->pack) {
+        tu_skip(name, "pack: none (the driver uses qmm_i8_pack_block_ref)");
+        return;
+    }
+    int cases = 0;
+    for (int rep = 0; rep < (g_quick ? 60 : 400); rep++) {
+        const int rows = rep < 16 ? rep + 1 : (int)tu_rand_int(1, 16);
+        const int64_t K = tu_rand_int(1, rep % 5 ? 300 : 1100), k0 = 4 * tu_rand_int(0, (K - 1) / 4);
+        const int64_t k1 = rep % 3 ? K : tu_rand_int(k0 + 1, K), ld = K + tu_rand_int(0, 9);
+        const int64_t nq = (k1 - k0 + 3) / 4 + (rep % 4 == 3 ? tu_rand_int(1, 9) : 0);
+        /* the last row ends at k1: a read past it is a heap overflow (ASan) */
+        int8_t *W = malloc((size_t)((rows - 1) * ld + k1));
+        tu_fill_i8(W, (rows - 1) * ld + k1, -127, 127);
+        const int neg = rep % 4 == 1;
+        if (neg) {
+            const int r = (int)tu_rand_int(0, rows - 1);
+            W[r * ld + tu_rand_int(k0, k1 - 1)] = -128;
+        }
+        int8_t *d0 = qmm_aligned_alloc((size_t)(nq * 64)), *d1 = qmm_aligned_alloc((size_t)(nq * 64));
+        memset(d0, 0x11, (size_t)(nq * 64));
+        memset(d1, 0x22, (size_t)(nq * 64));
+        int32_t cs0[16], cs1[16];
+        const int first = rep % 2;
+        for (int j = 0; j < 16; j++) cs0[j] = cs1[j] = (int32_t)tu_rand_int(-100000, 100000);
+        const int flag_in = rep % 8 == 5;
+        int f0 = flag_in, f1 = flag_in;
+        qmm_i8_pack_block_ref(W, ld, rows, k0, k1, d0, nq, cs0, first, &f0);
+        e->pack(W, ld, rows, k0, k1, d1, nq, cs1, first, &f1);
+        int64_t bad = -1;
+        for (int64_t i = 0; i < nq * 64 && bad < 0; i++)
+            if (d0[i] != d1[i]) bad = i;
+        int csbad = -1;
+        for (int j = 0; j < 16 && csbad < 0; j++)
+            if (cs0[j] != cs1[j]) csbad = j;
+        TU_CHECK(bad < 0 && csbad < 0, "%s pack rows=%d K=%lld [%lld, %lld) nq=%lld ld=%lld first=%d: byte %lld (%d vs %d), colsum %d",
+                 name, rows, (long long)K, (long long)k0, (long long)k1, (long long)nq, (long long)ld, first,
+                 (long long)bad, bad >= 0 ? d1[bad] : 0, bad >= 0 ? d0[bad] : 0, csbad);
+        /* the -128 flag: an engine whose kernels need it (s8 × s8 with VPSIGNB) must set it, and
+         * none may clear it */
+        if (!e->u8) TU_CHECK(f1 == f0, "%s pack: -128 flag %d, expected %d (W %s -128)", name, f1, f0, neg ? "has" : "lacks");
+        else TU_CHECK(f1 >= flag_in, "%s pack: the -128 flag was cleared", name);
+        free(W);
+        qmm_aligned_free(d0);
+        qmm_aligned_free(d1);
+        cases++;
+    }
+    tu_note("%s: %d packs", name, cases);
+}
+
+/* the rows kernel over blocks [b0, b1) of a borrowed weight, M rows of q */
+static void rows_case(const char *name, const qmm_i8_engine *e, int64_t M, int64_t N, int64_t K, int task_ranges,
+                      int neg_q) {
+    const int64_t Kp = qmm_round_up(K, 64), ld = K + tu_rand_int(0, 2) * tu_rand_int(0, 70), ldy = N + tu_rand_int(0, 3);
+    int8_t *q = qmm_aligned_alloc((size_t)(M * Kp));
+    memset(q, 0, (size_t)(M * Kp));
+    int32_t *qsum = malloc(sizeof(int32_t) * (size_t)M);
+    uint8_t *qneg = malloc((size_t)M);
+    for (int64_t r = 0; r < M; r++) {
+        int32_t sum = 0;
+        int m = 0;
+        for (int64_t k = 0; k < K; k++) {
+            q[r * Kp + k] = (int8_t)tu_rand_int(neg_q ? -128 : -127, 127);
+            sum += q[r * Kp + k];
+            m |= q[r * Kp + k] == -128;
+        }
+        qsum[r] = sum;
+        qneg[r] = (uint8_t)m;
+    }
+    int8_t *W = malloc((size_t)((N - 1) * ld + K));
+    tu_fill_i8(W, (N - 1) * ld + K, -128, 127);
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)(M * ldy)), *y0 = malloc(sizeof(int32_t) * (size_t)(M * ldy));
+    float *s = malloc(sizeof(float) * (size_t)M);
+    for (int64_t r = 0; r < M; r++) s[r] = 1.0f;
+    memset(y, 0xA5, sizeof(int32_t) * (size_t)(M * ldy));
+    memcpy(y0, y, sizeof(int32_t) * (size_t)(M * ldy));
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t n = 0; n < N; n++) {
+            uint32_t acc = 0;
+            for (int64_t k = 0; k < K; k++) acc += (uint32_t)((int32_t)q[r * Kp + k] * W[n * ld + k]);
+            y0[r * ldy + n] = (int32_t)acc;
+        }
+    qmm_weight w;
+    memset(&w, 0, sizeof w);
+    w.N = N;
+    w.K = K;
+    w.borrowed = 1;
+    w.borrow.data = W;
+    w.borrow.ld = ld;
+    w.i8.Np = qmm_round_up(N, 16);
+    w.i8.Kp = Kp;
+    _Atomic(const char *) bug = NULL;
+    const qmm_call c = unit_call(&w, M, y, QMM_I32, ldy, &bug);
+    qmm_i8_gemm g = unit_gemm(&c, e, q, s, Kp, (K + 3) / 4, (K + 3) / 4);
+    g.borrowed = 1;
+    g.rows = 1;
+    g.qsum = qsum;
+    g.qneg128 = qneg;
+    /* the engine's own copy of q, as the driver makes it (int8_gemm.h: rows_ap_bytes/rows_ap_fill) */
+    const int64_t apb = e->rows_ap_bytes ? e->rows_ap_bytes(M, Kp) : 0;
+    uint8_t *ap = apb ? qmm_aligned_alloc((size_t)apb) : NULL;
+    if (ap) {
+        g.ap = ap;
+        e->rows_ap_fill(&g);
+    }
+    const int64_t nblocks = (N + 15) / 16, bpt = e->nc / 16;
+    if (task_ranges) { /* the driver's tasks */
+        for (int64_t b0 = 0; b0 < nblocks; b0 += bpt) e->rows_kernel(&g, b0, b0 + bpt < nblocks ? b0 + bpt : nblocks);
+    } else { /* any ranges */
+        for (int64_t b0 = 0; b0 < nblocks;) {
+            const int64_t b1 = b0 + tu_rand_int(1, 20) < nblocks ? b0 + tu_rand_int(1, 20) : nblocks;
+            e->rows_kernel(&g, b0, b1);
+            b0 = b1;
+        }
+    }
+    const int64_t bad = tu_first_diff(y0, y, QMM_I32, M * ldy);
+    TU_CHECK(bad < 0, "%s rows_kernel M=%lld N=%lld K=%lld ld=%lld %s%s: y[%lld][%lld] = %d, expected %d", name,
+             (long long)M, (long long)N, (long long)K, (long long)ld, task_ranges ? "driver tasks" : "random ranges",
+             neg_q ? " q has -128" : "", (long long)(bad / ldy), (long long)(bad % ldy), bad >= 0 ? y[bad] : 0,
+             bad >= 0 ? y0[bad] : 0);
+    TU_CHECK(!atomic_load(&bug), "%s rows_kernel M=%lld: the kernel reported: %s", name, (long long)M, atomic_load(&bug));
+    qmm_aligned_free(q);
+    qmm_aligned_free(ap);
+    free(qsum);
+    free(qneg);
+    free(W);
+    free(y);
+    free(y0);
+    free(s);
+}
+
+static void test_rows(const char *name, const qmm_i8_engine *e) {
+    if (!e->rows_kernel) {
+        tu_skip(name, "rows_kernel: none");
+        return;
+    }
+    static const int64_t Ks[] = {1, 3, 32, 63, 64, 65, 100, 256, 1001};
+    int cases = 0;
+    for (int64_t M = 1; M <= e->rows_m; M++)
+        for (int rep = 0; rep < (g_quick ? 2 : 4); rep++) {
+            const int64_t N = rep == 0 ? 256 + tu_rand_int(1, 40) : rep == 1 ? 512 : tu_rand_int(1, 300);
+            rows_case(name, e, M, N, Ks[tu_rand_int(0, 8)], rep != 3, rep % 2 == 1);
+            cases++;
+        }
+    tu_note("%s: %d rows-kernel calls", name, cases);
+}
+
+/* one_pass over all blocks of an owned weight (n16k4, Kp·16 bytes per block) at M rows */
+static void one_pass_case(const char *name, const qmm_i8_engine *e, int64_t M, int64_t N, int64_t K) {
+    const int wrows = e->one_pass_rows(M);
+    const int64_t Kp = qmm_round_up(K, 64), kq = (K + 3) / 4, Np = qmm_round_up(N, 16), ldy = N + tu_rand_int(0, 3);
+    const uint8_t flip = e->u8 ? 0x80 : 0;
+    int8_t *q = calloc((size_t)(M * Kp), 1);
+    uint8_t *a = qmm_aligned_alloc((size_t)(M * Kp)), *ap = qmm_aligned_alloc((size_t)qmm_round_up(kq * wrows * 4, 64));
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t k = 0; k < K; k++) q[r * Kp + k] = (int8_t)tu_rand_int(-128, 127);
+    for (int64_t i = 0; i < M * Kp; i++) a[i] = (uint8_t)q[i] ^ flip;
+    for (int64_t j = 0; j < kq; j++)
+        for (int r = 0; r < wrows; r++)
+            for (int b = 0; b < 4; b++) ap[(j * wrows + r) * 4 + b] = r < M ? a[r * Kp + 4 * j + b] : flip;
+    int8_t *W = malloc((size_t)(N * K)), *data = qmm_aligned_alloc((size_t)(Np * Kp));
+    int32_t *colsum = malloc(sizeof(int32_t) * (size_t)Np);
+    tu_fill_i8(W, N * K, -128, 127);
+    int flag = 0;
+    for (int64_t nb = 0; nb < Np / 16; nb++) {
+        const int rows = N - 16 * nb < 16 ? (int)(N - 16 * nb) : 16;
+        qmm_i8_pack_block_ref(W + 16 * nb * K, K, rows, 0, K, data + nb * Kp * 16, Kp / 4, colsum + 16 * nb, 1, &flag);
+    }
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)(M * ldy)), *y0 = malloc(sizeof(int32_t) * (size_t)(M * ldy));
+    int32_t *part = qmm_aligned_alloc(sizeof(int32_t) * (size_t)(e->mc > wrows ? e->mc : wrows) * (size_t)e->nc);
+    float *s = malloc(sizeof(float) * (size_t)M);
+    for (int64_t r = 0; r < M; r++) s[r] = 1.0f;
+    memset(y, 0xA5, sizeof(int32_t) * (size_t)(M * ldy));
+    qmm_weight w;
+    memset(&w, 0, sizeof w);
+    w.N = N;
+    w.K = K;
+    w.i8 = (qmm_packed_i8){.Np = Np, .Kp = Kp, .data = data, .colsum = colsum};
+    _Atomic(const char *) bug = NULL;
+    const qmm_call c = unit_call(&w, M, y, QMM_I32, ldy, &bug);
+    qmm_i8_gemm g = unit_gemm(&c, e, a, s, Kp, kq, kq);
+    g.ap = ap;
+    g.wrows = wrows;
+    g.nthreads = 1;
+    const int64_t nblocks = Np / 16;
+    int64_t done = e->one_pass(&g, 0, 0, nblocks, part);
+    if (done < 0) done = nblocks;
+    memcpy(y0, y, sizeof(int32_t) * (size_t)(M * ldy));
+    for (int64_t r = 0; r < M; r++) /* the blocks it did: the sums; the rest: as they were */
+        for (int64_t n = 0; n < N && n < 16 * done; n++) {
+            uint32_t acc = 0;
+            for (int64_t k = 0; k < K; k++) acc += (uint32_t)((int32_t)q[r * Kp + k] * W[n * K + k]);
+            y0[r * ldy + n] = (int32_t)acc;
+        }
+    int untouched = 1;
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t n = 16 * done; n < ldy; n++) untouched &= y[r * ldy + n] == (int32_t)0xA5A5A5A5;
+    const int64_t bad = tu_first_diff(y0, y, QMM_I32, M * ldy);
+    TU_CHECK(bad < 0 && untouched && done >= 0 && done <= nblocks,
+             "%s one_pass M=%lld (%d rows) N=%lld K=%lld: did %lld of %lld blocks; y[%lld][%lld] = %d, expected %d%s",
+             name, (long long)M, wrows, (long long)N, (long long)K, (long long)done, (long long)nblocks,
+             (long long)(bad / ldy), (long long)(bad % ldy), bad >= 0 ? y[bad] : 0, bad >= 0 ? y0[bad] : 0,
+             untouched ? "" : "; it wrote outputs past the blocks it did");
+    TU_CHECK(!atomic_load(&bug), "%s one_pass M=%lld: the kernel reported: %s", name, (long long)M, atomic_load(&bug));
+    free(q);
+    qmm_aligned_free(a);
+    qmm_aligned_free(ap);
+    free(W);
+    qmm_aligned_free(data);
+    free(colsum);
+    free(y);
+    free(y0);
+    qmm_aligned_free(part);
+    free(s);
+}
+
+static void test_one_pass(const char *name, const qmm_i8_engine *e) {
+    if (!e->one_pass_rows) {
+        tu_skip(name, "one_pass: none");
+        return;
+    }
+    static const int64_t Ks[] = {1, 5, 64, 65, 256, 1001};
+    int cases = 0;
+    for (int64_t M = 1; M <= 64; M++) {
+        if (!e->one_pass_rows(M)) continue;
+        for (int rep = 0; rep < (g_quick ? 1 : 3); rep++) {
+            one_pass_case(name, e, M, rep ? tu_rand_int(1, 300) : 16 * tu_rand_int(1, 12), Ks[tu_rand_int(0, 5)]);
+            cases++;
+        }
+    }
+    tu_note("%s: %d one-pass calls", name, cases);
+}
+
+int main(int argc, char **argv) {
+    tu_init(argc, argv, "test_int8_ukernels");
+    g_quick = getenv("QMM_TEST_QUICK") != NULL;
+    qmm_engine_id ids[QMM_ENGINE_COUNT];
+    int tested = 0;
+    for (int i = 0, n = tu_engines(TU_ENGINES_INT8, ids); i < n; i++) {
+        const char *name = qmm_engine_name(ids[i]);
+        const qmm_i8_engine *e = qmm_i8_engine_of(ids[i]);
+        char why[QMM_REASON_MAX];
+        if (!qmm_engine_available(ids[i], why, sizeof why)) { tu_skip(name, why); continue; }
+        if (!e) { tu_skip(name, "not on the core int8 driver (no qmm_i8_engine)"); continue; }
+        test_tiles(name, e);
+        test_pack(name, e);
+        test_rows(name, e);
+        test_one_pass(name, e);
+        tested++;
+    }
+    tu_note("%d engines' micro-kernels tested", tested);
+    return tu_finish();
+}
