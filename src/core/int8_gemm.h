@@ -1,6 +1,6 @@
 /*
  * int8_gemm.h — the int8 GEMM driver the int8 engines plug their micro-kernels into (the
- * counterpart of the float engines' qmm_float_gemm, float_act.h). Plain C11: the ISA-specific
+ * counterpart of the float engines' qmm_float_gemm, float_gemm.h). Plain C11: the ISA-specific
  * parts are the engine's callbacks.
  *
  * What the driver owns, for one call y = epilogue(q · Wᵀ):
