@@ -28,8 +28,9 @@ static inline void avx2_int8_step(__m256i av, __m256i b0, __m256i b1, __m256i *l
     *hi = _mm256_add_epi32(*hi, _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(b1, av)), ones));
 }
 
-static void avx2_int8_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
-                        int first, const int8_t *pf, int64_t pf_kq) {
+static void qmm_qd8_qc8w_gemm_ukernel_4x16c4__avx2(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq,
+                                                   int32_t *c, int64_t ldc, int mr, int first, const int8_t *pf,
+                                                   int64_t pf_kq) {
     switch (mr) {
     case 1: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 1, first, pf, pf_kq, avx2_int8_step); break;
     case 2: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq, avx2_int8_step); break;
@@ -64,7 +65,7 @@ static void scalar_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_
 }
 
 static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
-    qmm_a2_tile(g, t, t->neg128 ? scalar_kernel : avx2_int8_kernel);
+    qmm_a2_tile(g, t, t->neg128 ? scalar_kernel : qmm_qd8_qc8w_gemm_ukernel_4x16c4__avx2);
 }
 
 /* ---------------------------------------------------------------- borrowed weights: small M */

@@ -63,8 +63,9 @@ static void avx_vnni_1x16(const uint8_t *a, const int8_t *b, int64_t kq, int32_t
     _mm256_storeu_si256((__m256i *)(c + 8), hi0);
 }
 
-static void avx_vnni_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
-                        int first, const int8_t *pf, int64_t pf_kq) {
+static void qmm_qd8_qc8w_gemm_ukernel_6x16c4__avxvnni(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq,
+                                                     int32_t *c, int64_t ldc, int mr, int first, const int8_t *pf,
+                                                     int64_t pf_kq) {
     switch (mr) {
     case 1: avx_vnni_1x16(a, b, kq, c, first, pf, pf_kq); break;
     case 2: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq, avx_vnni_step); break;
@@ -81,7 +82,7 @@ static const char *admit(const qmm_call *c, char *why, size_t n) {
 }
 
 #ifdef QMM_HAVE_AVXVNNI_BUILD
-static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, avx_vnni_kernel); }
+static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, qmm_qd8_qc8w_gemm_ukernel_6x16c4__avxvnni); }
 static const qmm_i8_engine k_avx_vnni = QMM_A2_ENGINE(1, 6, tile, 0, NULL);
 #endif
 

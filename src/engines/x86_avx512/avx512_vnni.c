@@ -6,7 +6,8 @@
  * included —, MC × NC tasks, KC chunks, prefetch schedule) and supplies:
  *   tile      the MR × NRB micro-kernel (6 rows × 4 16-column blocks: 24 zmm accumulators, one
  *             broadcast of 4 activation bytes per row and one 64-byte weight row per block per
- *             4 k), in asm for 4 blocks (vnni_<mr>x64_asm) and in C for the last blocks of N;
+ *             4 k), in asm for 4 blocks (qmm_qd8_qc8w_gemm_ukernel_<mr>x64c4__avx512vnni_asm) and in C
+ *             for the last blocks of N (qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni);
  *             the partial sums of a task live in the driver's MC × NC int32 block between K
  *             chunks; on the last chunk the outputs are written by store_out: acc − 128·colsum,
  *             then qmm_z_epilogue16 (simd_avx512.h: I32, or the fused / kitchen epilogue, bias,
@@ -124,9 +125,9 @@ enum { PF_NONE = QMM_I8_PF_NONE, PF_STREAM = QMM_I8_PF_STREAM, PF_NEXT = QMM_I8_
 #define V_PF_NEXT "prefetcht1 (%[pf])\n\tprefetcht1 64(%[pf])\n\tadd %[pfs], %[pf]\n\t"
 
 #define V_KERNEL(MR_)                                                                            \
-    static void vnni_##MR_##x64_asm(const uint8_t *a, int64_t lda, const int8_t *b, int64_t ldb, \
-                                     int64_t nq, int32_t *part, int64_t first, int64_t pfmode,    \
-                                     const int8_t *pf, int64_t pfs) {                             \
+    static void qmm_qd8_qc8w_gemm_ukernel_##MR_##x64c4__avx512vnni_asm(                          \
+        const uint8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t nq, int32_t *part,  \
+        int64_t first, int64_t pfmode, const int8_t *pf, int64_t pfs) {                          \
         _Static_assert(NC == 256, "row offsets assume NC = 256 int32");                           \
         const uint8_t *a3 = a + 3 * lda;                                                          \
         const int8_t *b3 = b + 3 * ldb;                                                           \
@@ -191,10 +192,11 @@ static inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
 /* rows [r, r+mr) × blocks [nb, nb+nr) over quads [q0, q0+nq). a: row r at quad q0; b: block nb at
  * quad q0 (blocks ldb bytes apart); part: the partial sums (NC int32 per row); cs: column sums;
  * pfmode/pf/pfs: the driver's prefetch, as the asm kernels do it. */
-static inline __attribute__((always_inline)) void vnni_tile_c(const int mr, const int nr, const vnni_job *j, const uint8_t *a,
-                                                         const int8_t *b, int64_t ldb, int64_t nq, int32_t *part,
-                                                         int first, int last, int64_t r, int64_t n, const int32_t *cs,
-                                                         int pfmode, const int8_t *pf, int64_t pfs) {
+static inline __attribute__((always_inline)) void
+qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni(const int mr, const int nr, const vnni_job *j, const uint8_t *a,
+                                             const int8_t *b, int64_t ldb, int64_t nq, int32_t *part, int first,
+                                             int last, int64_t r, int64_t n, const int32_t *cs, int pfmode,
+                                             const int8_t *pf, int64_t pfs) {
     const int64_t lda = j->Kp;
     ACC_ROW(0) ACC_ROW(1) ACC_ROW(2) ACC_ROW(3) ACC_ROW(4) ACC_ROW(5)
     if (!first) { ACC_ALL(OP_LOAD) }
@@ -220,13 +222,20 @@ static inline __attribute__((always_inline)) void vnni_tile_c(const int mr, cons
 }
 
 #define K_CASE(MR_, NR_) \
-    case MR_ * 8 + NR_: vnni_tile_c(MR_, NR_, j, a, b, ldb, nq, part, first, last, r, n, cs, pfmode, pf, pfs); break;
+    case MR_ * 8 + NR_: qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni(MR_, NR_, j, a, b, ldb, nq, part, first, last, r, n, cs, pfmode, pf, pfs); break;
 #define K_ROW(MR_) K_CASE(MR_, 1) K_CASE(MR_, 2) K_CASE(MR_, 3)
 
 typedef void (*asm_kernel_fn)(const uint8_t *, int64_t, const int8_t *, int64_t, int64_t, int32_t *, int64_t, int64_t,
                               const int8_t *, int64_t);
-static const asm_kernel_fn k_vnni_x64_asm[MR + 1] = {NULL, vnni_1x64_asm, vnni_2x64_asm, vnni_3x64_asm,
-                                           vnni_4x64_asm, vnni_5x64_asm, vnni_6x64_asm};
+static const asm_kernel_fn k_vnni_x64_asm[MR + 1] = {
+    NULL,
+    qmm_qd8_qc8w_gemm_ukernel_1x64c4__avx512vnni_asm,
+    qmm_qd8_qc8w_gemm_ukernel_2x64c4__avx512vnni_asm,
+    qmm_qd8_qc8w_gemm_ukernel_3x64c4__avx512vnni_asm,
+    qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx512vnni_asm,
+    qmm_qd8_qc8w_gemm_ukernel_5x64c4__avx512vnni_asm,
+    qmm_qd8_qc8w_gemm_ukernel_6x64c4__avx512vnni_asm,
+};
 
 /* rows [r, r+mr) × blocks [nb, nb+nr): the asm tiles for 4 blocks (any mr), the C ones for the
  * last blocks of N; pfmode/pf/pfs: the asm kernels' prefetch (see above). */
@@ -662,7 +671,7 @@ static int64_t one_pass(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1
     for (; nb < b1 && nb + wblocks <= nblocks; nb += wblocks) {
         qmm_i8_tile t;
         qmm_i8_get_panel(g, thread, nb, wblocks, 0, g->kq, cs, 1, &t);
-        qmm_vnni_small_kernel(g->wrows, g->ap, t.b, t.ldb, g->kq, part);
+        qmm_qd8_qc8w_gemm_ukernel_onepass_c4__avx512vnni(g->wrows, g->ap, t.b, t.ldb, g->kq, part);
         for (int64_t i = 0; i < c->M; i++)
             for (int jb = 0; jb < wblocks && nb + jb < b1; jb++)
                 if ((nb + jb) * 16 < c->N)

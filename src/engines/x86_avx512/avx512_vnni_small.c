@@ -89,7 +89,8 @@ S_KERNEL(kernel_8x3, ROWS8, 3, 32)
 int qmm_vnni_small_rows(int64_t M) { return M <= 8 ? 8 : M <= 12 ? 12 : M <= 16 ? 16 : M <= 20 ? 20 : 24; }
 int qmm_vnni_small_blocks(int rows) { return rows == 8 ? 3 : rows == 12 ? 2 : 1; }
 
-void qmm_vnni_small_kernel(int rows, const uint8_t *ap, const int8_t *b, int64_t ldb, int64_t nq, int32_t *part) {
+void qmm_qd8_qc8w_gemm_ukernel_onepass_c4__avx512vnni(int rows, const uint8_t *ap, const int8_t *b, int64_t ldb,
+                                                      int64_t nq, int32_t *part) {
     switch (rows) {
     case 8: kernel_8x3(ap, b, ldb, nq, part); break;
     case 12: kernel_12x2(ap, b, ldb, nq, part); break;

@@ -15,6 +15,8 @@ int qmm_vnni_small_blocks(int rows);
 /* part[i * 256 + jb * 16 + l] = Σ_q Σ_t ap[q][i][t] · b[jb * ldb + q * 64 + l * 4 + t] for rows
  * i < rows, blocks jb < blocks, l < 16, over nq quads; u8 × s8, exact int32 (mod 2^32).
  * ap is [nq][rows][4] u8; b: n16k4 blocks ldb bytes apart, 64-byte aligned. */
-void qmm_vnni_small_kernel(int rows, const uint8_t *ap, const int8_t *b, int64_t ldb, int64_t nq, int32_t *part);
+/* the one-pass tiles: 8 rows × 48 columns, 12 × 32, 16..24 × 16 (qmm_vnni_small_blocks) */
+void qmm_qd8_qc8w_gemm_ukernel_onepass_c4__avx512vnni(int rows, const uint8_t *ap, const int8_t *b, int64_t ldb,
+                                                      int64_t nq, int32_t *part);
 
 #endif /* QMM_AVX512_VNNI_SMALL_H */
