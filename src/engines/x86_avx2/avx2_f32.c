@@ -64,19 +64,34 @@ static void widen_bf16(const void *src, int64_t np, void *dst) {
 /* ---------------------------------------------------------------- the micro-kernel */
 static inline __attribute__((always_inline)) void kern(const int rows, int64_t kc, const float *a, const float *b,
                                                        float *C, int accumulate) {
-    __m256 c[MR][2];
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < 2; j++) c[i][j] = accumulate ? _mm256_loadu_ps(C + i * NR + j * 8) : _mm256_setzero_ps();
-    for (int64_t k = 0; k < kc; k++) {
-        __m256 b0 = _mm256_loadu_ps(b + k * NR), b1 = _mm256_loadu_ps(b + k * NR + 8);
-        for (int i = 0; i < rows; i++) {
-            __m256 av = _mm256_broadcast_ss(a + k * MR + i);
-            c[i][0] = _mm256_fmadd_ps(av, b0, c[i][0]);
-            c[i][1] = _mm256_fmadd_ps(av, b1, c[i][1]);
+    /* 12 accumulators + 2 B vectors + 1 broadcast = 15 of the 16 ymm: the loops over rows are
+     * unrolled (rows is a constant here) so that the accumulators stay in registers */
+    __m256 c0[MR], c1[MR];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) {
+        if (i < rows) {
+            c0[i] = accumulate ? _mm256_loadu_ps(C + i * NR) : _mm256_setzero_ps();
+            c1[i] = accumulate ? _mm256_loadu_ps(C + i * NR + 8) : _mm256_setzero_ps();
         }
     }
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < 2; j++) _mm256_storeu_ps(C + i * NR + j * 8, c[i][j]);
+    for (int64_t k = 0; k < kc; k++) {
+        const __m256 b0 = _mm256_loadu_ps(b + k * NR), b1 = _mm256_loadu_ps(b + k * NR + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            if (i < rows) {
+                const __m256 av = _mm256_broadcast_ss(a + k * MR + i);
+                c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
+                c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) {
+        if (i < rows) {
+            _mm256_storeu_ps(C + i * NR, c0[i]);
+            _mm256_storeu_ps(C + i * NR + 8, c1[i]);
+        }
+    }
 }
 
 /* C[6][16] (+)= A[kc][6]ᵀ · B[kc][16] */

@@ -60,23 +60,39 @@ static void widen_f32(const void *src, int64_t nk, void *dst) {
 /* ---------------------------------------------------------------- the micro-kernel */
 static inline __attribute__((always_inline)) void kern(const int rows, int64_t kc, const float *a, const float *b,
                                                        float *C, int accumulate) {
-    __m512 c[MR][4];
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < 4; j++) c[i][j] = accumulate ? _mm512_loadu_ps(C + i * NR + j * 16) : _mm512_setzero_ps();
-    for (int64_t k = 0; k < kc; k++) {
-        const float *bk = b + k * NR;
-        __m512 b0 = _mm512_load_ps(bk), b1 = _mm512_load_ps(bk + 16), b2 = _mm512_load_ps(bk + 32),
-               b3 = _mm512_load_ps(bk + 48);
-        for (int i = 0; i < rows; i++) {
-            __m512 av = _mm512_set1_ps(a[k * MR + i]);
-            c[i][0] = _mm512_fmadd_ps(av, b0, c[i][0]);
-            c[i][1] = _mm512_fmadd_ps(av, b1, c[i][1]);
-            c[i][2] = _mm512_fmadd_ps(av, b2, c[i][2]);
-            c[i][3] = _mm512_fmadd_ps(av, b3, c[i][3]);
+    /* 24 accumulators + 4 B vectors + 1 broadcast of the 32 zmm: the loops over rows are
+     * unrolled (rows is a constant here) so that the accumulators stay in registers */
+    __m512 c[4][MR];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) {
+        if (i < rows) {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                c[j][i] = accumulate ? _mm512_loadu_ps(C + i * NR + j * 16) : _mm512_setzero_ps();
         }
     }
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < 4; j++) _mm512_storeu_ps(C + i * NR + j * 16, c[i][j]);
+    for (int64_t k = 0; k < kc; k++) {
+        const float *bk = b + k * NR;
+        const __m512 b0 = _mm512_load_ps(bk), b1 = _mm512_load_ps(bk + 16), b2 = _mm512_load_ps(bk + 32),
+                     b3 = _mm512_load_ps(bk + 48);
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            if (i < rows) {
+                const __m512 av = _mm512_set1_ps(a[k * MR + i]);
+                c[0][i] = _mm512_fmadd_ps(av, b0, c[0][i]);
+                c[1][i] = _mm512_fmadd_ps(av, b1, c[1][i]);
+                c[2][i] = _mm512_fmadd_ps(av, b2, c[2][i]);
+                c[3][i] = _mm512_fmadd_ps(av, b3, c[3][i]);
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) {
+        if (i < rows) {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) _mm512_storeu_ps(C + i * NR + j * 16, c[j][i]);
+        }
+    }
 }
 
 /* C[6][64] (+)= A[kc][6]ᵀ · B[kc][64] */
