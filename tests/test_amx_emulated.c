@@ -262,10 +262,15 @@ static qmm_status run_bf16(const qmm_engine *e, int real, qmm_context *ctx, cons
         b.nc = ncs[tu_rand_int(0, 3)];
     }
     qmm_amx_blocking_emu = b;
-    const long f0 = qmm_amx_emu_faults();
+    const long f0 = qmm_amx_emu_faults(), c0 = qmm_amx_emu_configs(), r0 = qmm_amx_emu_releases();
     const qmm_status st = e->run(ctx, &c);
     TU_CHECK(qmm_amx_emu_faults() == f0, "%s: %ld emulated tile faults: %s", e->name, qmm_amx_emu_faults() - f0,
              qmm_amx_emu_first_fault());
+    /* one LDTILECFG and one TILERELEASE per thread and pool run (one run per M chunk of <= 384 rows) */
+    const long cfgs = qmm_amx_emu_configs() - c0, rels = qmm_amx_emu_releases() - r0;
+    TU_CHECK(st != QMM_OK || (cfgs == rels && cfgs >= 1 && (a->M > 384 || cfgs <= ctx->n_threads)),
+             "%s M=%lld: %ld LDTILECFG, %ld TILERELEASE with %d threads", e->name, (long long)a->M, cfgs, rels,
+             ctx->n_threads);
     TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: %ld threads left with tiles configured", e->name,
              qmm_amx_emu_live_configs());
     qmm_amx_blocking_emu = qmm_amx_blocking_default();

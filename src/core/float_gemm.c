@@ -144,7 +144,6 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     /* a block with columns past Np (past N when borrowed): those stay zero for every k block */
     if (!borrowed ? n0 + g->nr > (w->is_int8 ? w->i8.Np : w->fp.Np) : ncols < g->nr) memset(bbuf, 0, j->bbytes);
     const size_t es = g->bf16 ? 2 : 4;
-    if (g->begin) g->begin();
     for (int64_t k0 = 0; k0 < j->Ka; k0 += g->kc) {
         int64_t kc = j->Ka - k0 < g->kc ? j->Ka - k0 : g->kc;
         const void *b;
@@ -164,7 +163,17 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     int64_t rfirst = p0 * g->mr;
     int64_t rlast = p1 * g->mr < j->rows ? p1 * g->mr : j->rows;
     j->epi(c, C, g->nr, rlast - rfirst, j->r0 + rfirst, n0, ncols);
-    if (g->end) g->end();
+}
+
+/* the engine's per-thread hooks, around each thread's share of the tasks (the pool places them) */
+static void fgemm_begin(int thread, void *arg) {
+    (void)thread;
+    ((const gemm_job *)arg)->g->begin();
+}
+
+static void fgemm_end(int thread, void *arg) {
+    (void)thread;
+    ((const gemm_job *)arg)->g->end();
 }
 
 /* Rows per chunk. The chunk's packed A is re-read by every column task (N / nr times), so it
@@ -231,7 +240,8 @@ qmm_status qmm_float_gemm(qmm_context *ctx, const qmm_call *c, const qmm_fgemm *
         if (want_groups < 1) want_groups = 1;
         j.pg = (j.panels + want_groups - 1) / want_groups;
         j.nrg = (j.panels + j.pg - 1) / j.pg;
-        qmm_pool_run(ctx->pool, j.ncb * j.nrg, gemm_task, &j);
+        qmm_pool_run_bracketed(ctx->pool, j.ncb * j.nrg, gemm_task, g->begin ? fgemm_begin : NULL,
+                               g->end ? fgemm_end : NULL, &j);
     }
     return QMM_OK;
 }

@@ -24,13 +24,14 @@
  * The driver: M in equal chunks of up to QMM_FLOAT_MC rows (fewer at large K, so that a chunk's
  * packed A stays in the last-level cache), each packed by the threaded pre-pass
  * (qmm_float_act_pack); then tasks = (column block of nr columns) × (group of panels), run on
- * ctx->pool with a static partition. A task: begin(); per k block [k0, k0 + kc) (kc = g->kc, the
+ * ctx->pool with a static partition, begin() before each thread's first task and end() after
+ * its last (qmm_pool_run_bracketed). A task: per k block [k0, k0 + kc) (kc = g->kc, the
  * last one shorter; every one a multiple of g->ka): the B block is prepared — for each 16-column
  * block below Np the engine's widen function of the weight kind writes it into the thread's
  * buffer at byte offset jb · b_col16 (a borrowed int8 weight: the caller's rows packed first into
  * the thread's n16k4 buffer by pack_i8, and widened from there); columns past Np are zero (the
  * buffer cleared once per task that has any) — and the kernel runs over the task's panels,
- * accumulating into the task's fp32 C tile; then the epilogue, then end().
+ * accumulating into the task's fp32 C tile; then the epilogue.
  */
 #ifndef QMM_FLOAT_GEMM_H
 #define QMM_FLOAT_GEMM_H
@@ -80,8 +81,8 @@ struct qmm_fgemm {
     qmm_fkernel_fn kernel;
     qmm_fepilogue_fn epilogue; /* NULL: qmm_float_epilogue_ref */
     qmm_fpack_i8_fn pack_i8;   /* borrowed int8 weights; NULL: qmm_float_pack_i8_ref */
-    void (*begin)(void);       /* NULL or: on the worker thread, before a task's first kernel */
-    void (*end)(void);         /* NULL or: on the worker thread, after the task's epilogue */
+    void (*begin)(void);       /* NULL or: on each worker thread, before its first task of a pool run */
+    void (*end)(void);         /* NULL or: on each worker thread, after its last task of a pool run */
 };
 
 /* Runs the whole call c with the engine's pieces g. */

@@ -121,12 +121,15 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     }
 }
 
-/* gemm_task with the engine's per-thread hooks around each thread's share of the tasks */
-static void gemm_thread_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+/* the engine's per-thread hooks, around each thread's share of the tasks (the pool places them) */
+static void gemm_begin(int thread, void *arg) {
     const qmm_i8_gemm *g = arg;
-    if (g->e->begin && task < g->nthreads) g->e->begin(g, thread);
-    gemm_task(task, n_tasks, thread, arg);
-    if (g->e->end && task + g->nthreads >= n_tasks) g->e->end(g, thread);
+    g->e->begin(g, thread);
+}
+
+static void gemm_end(int thread, void *arg) {
+    const qmm_i8_gemm *g = arg;
+    g->e->end(g, thread);
 }
 
 qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engine *e) {
@@ -201,7 +204,8 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     g.kcq = kcq;
     g.mtasks = (M + mc - 1) / mc;
     g.ntasks = ntasks;
-    qmm_pool_run(ctx->pool, g.mtasks * g.ntasks, e->begin || e->end ? gemm_thread_task : gemm_task, &g);
+    qmm_pool_run_bracketed(ctx->pool, g.mtasks * g.ntasks, gemm_task, e->begin ? gemm_begin : NULL,
+                           e->end ? gemm_end : NULL, &g);
     if (c->token_scales) memcpy(c->token_scales, s, (size_t)M * sizeof(float));
     return QMM_OK;
 }

@@ -104,7 +104,7 @@ typedef struct qmm_i8_engine {
     void (*rows_kernel)(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
     /* Optional per-thread hooks of engines with thread state (AMX: LDTILECFG, TILERELEASE; oneDNN's
      * brgemm set_hw_context / release_hw_context): begin(g, thread) before the thread's first task
-     * of the call, end(g, thread) after its last (task i runs on thread i mod T). */
+     * of the call, end(g, thread) after its last (placed by the pool: qmm_pool_run_bracketed). */
     void (*begin)(const qmm_i8_gemm *g, int thread);
     void (*end)(const qmm_i8_gemm *g, int thread);
     int k64;               /* tile() steps 64 bytes of K: kq = Kp/4, so every chunk is whole 64-byte

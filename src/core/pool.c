@@ -8,6 +8,9 @@
  * generation counter, run their tasks and signal completion. One run at a time per pool
  * (a context is used by one thread at a time).
  *
+ * qmm_pool_run_bracketed(p, n, fn, begin, end, arg): the same, with begin(thread) before a thread's
+ * first task of the run and end(thread) after its last (threads with no task: neither) — per-thread
+ * state of an engine (AMX tile configuration), placed by the pool that knows which thread runs what.
  * qmm_pool_run_rows(p, rows, unit, fn, arg): the row-range form of it that the passes over
  * tokens use (pre-pass, input stage, epilogues): ranges of whole `unit`s of rows.
  *
@@ -40,6 +43,7 @@ struct qmm_pool {
     /* the current job */
     int64_t n_tasks;
     qmm_task_fn fn;
+    qmm_thread_fn begin, end;
     void *arg;
 };
 
@@ -59,7 +63,10 @@ static void pin_self(int cpu) {
 }
 
 static void run_share(qmm_pool *p, int index) {
+    if (index >= p->n_tasks) return;
+    if (p->begin) p->begin(index, p->arg);
     for (int64_t t = index; t < p->n_tasks; t += p->n) p->fn(t, p->n_tasks, index, p->arg);
+    if (p->end) p->end(index, p->arg);
 }
 
 static void *worker_main(void *varg) {
@@ -169,15 +176,24 @@ void qmm_pool_destroy(qmm_pool *p) {
 int qmm_pool_threads(const qmm_pool *p) { return p ? p->n : 1; }
 
 void qmm_pool_run(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, void *arg) {
+    qmm_pool_run_bracketed(p, n_tasks, fn, NULL, NULL, arg);
+}
+
+void qmm_pool_run_bracketed(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, qmm_thread_fn begin, qmm_thread_fn end,
+                            void *arg) {
     if (n_tasks <= 0) return;
     if (p && p->forks != fork_count) respawn_after_fork(p);
     if (!p || p->n == 1 || n_tasks == 1) {
+        if (begin) begin(0, arg);
         for (int64_t t = 0; t < n_tasks; t++) fn(t, n_tasks, 0, arg);
+        if (end) end(0, arg);
         return;
     }
     pthread_mutex_lock(&p->mu);
     p->n_tasks = n_tasks;
     p->fn = fn;
+    p->begin = begin;
+    p->end = end;
     p->arg = arg;
     p->pending = p->n - 1;
     p->generation++;

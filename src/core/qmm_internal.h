@@ -70,6 +70,11 @@ qmm_status qmm_pool_create(int n_threads, int pin, const int *cpu_list, qmm_pool
 void       qmm_pool_destroy(qmm_pool *p);
 int        qmm_pool_threads(const qmm_pool *p);
 void       qmm_pool_run(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, void *arg);
+/* qmm_pool_run with begin(thread, arg) before each thread's first task of the run and
+ * end(thread, arg) after its last, on that thread (either may be NULL). */
+typedef void (*qmm_thread_fn)(int thread, void *arg);
+void       qmm_pool_run_bracketed(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, qmm_thread_fn begin,
+                                  qmm_thread_fn end, void *arg);
 /* fn(r0, r1, thread, arg) over rows [0, rows) split into equal ranges of whole units of `unit`
  * rows (the last range may be shorter), a few ranges per thread (at most 4·threads), statically
  * as qmm_pool_run: the split depends only on rows, unit and the thread count. */

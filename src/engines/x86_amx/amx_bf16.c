@@ -31,7 +31,7 @@
  *   C       tile = yᵀ [16 n][16 tokens]; stored into the driver's C [32][nr] at the place of its
  *           16 × 16 block of y, transposed; the epilogue transposes each block back in registers,
  *           then runs the shared qmm_float_epilogue_avx512.
- * Tile plan (amx_kernel.h numbers, all 16 × 64 bytes, configured once per task by the begin
+ * Tile plan (amx_kernel.h numbers, all 16 × 64 bytes, configured once per thread and call by the begin
  * hook, released by the end hook): tmm0/tmm1 C of column block 2j × tokens 0-15 / 16-31,
  * tmm2/tmm3 the same for block 2j+1, tmm4/tmm5 W of blocks 2j, 2j+1, tmm6/tmm7 the tokens.
  * A panel with at most 16 rows runs only tokens 0-15 (2 TDPBF16PS per k-step, not 4).
