@@ -13,9 +13,11 @@ ComfyUI runs on a CPU (qmm.dit.sub_quad: its attention_sub_quad), or --attention
 Each path runs in its own process (clean peak RSS): weights are made from a fixed seed (INT8
 weights directly as int8 + per-row scales: timing does not depend on their values), one
 warm-up block, then --reps timed blocks. Printed per path and token count: the median time
-per block, the speedups, the peak RSS, the resident memory of the weights after the first
-block against their int8 bytes, and the share of time spent outside the four linears
-(attention, norms, modulation, residual glue).
+per block, the speedups, the peak RSS, the share of time spent outside the four linears
+(attention, norms, modulation, residual glue), and the resident memory: the weights' (RSS growth
+over their creation, against their int8 bytes) and what two one-token blocks add to it (torch's
+and qmm's run-time state, and any copy of a weight made on a first call; the eager path, the
+same tensors without qmm, is the control).
 
     python -m qmm.bench_kitchen                 # 1024 and 4096 tokens, 2 threads, 3 reps
     python -m qmm.bench_kitchen --quick         # 1024 tokens, 2 reps (a few minutes)
@@ -161,22 +163,23 @@ def main(argv=None):
     if not a.json:
         print()
         print("| tokens | path | median / block | vs eager INT8 | vs torch bf16 | vs torch fp32 | "
-              "outside linears | peak RSS | weights resident |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+              "outside linears | peak RSS | weights resident | + first calls |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for T in tokens:
             by = {r["path"]: r for r in rows if r["tokens"] == T}
             for p in [p for p in PATHS if p in by]:
                 r = by[p]
                 def sp(ref):
                     return "%.2fx" % (by[ref]["median_s"] / r["median_s"]) if ref in by else "-"
-                wr = r["resident_after_block_mib"]
+                wr, wa = r["weights_rss_mib"], r["resident_after_block_mib"]
                 extra = " (%.2fx int8)" % (wr / r["int8_mib"]) if p in ("eager", "qmm") else ""
-                print("| %d | %s | %.3f s | %s | %s | %s | %.0f%% | %.0f MiB | %.0f MiB%s |" % (
-                    T, {"eager": "kitchen eager INT8 (%s)" % a.dtype,
-                        "qmm": "kitchen + qmm INT8 (%s)" % a.dtype,
-                        "bf16": "torch bf16", "fp32": "torch fp32"}[p], r["median_s"],
-                    sp("eager"), sp("bf16"), sp("fp32"), 100 * r["outside_linears"],
-                    r["peak_rss_mib"], wr, extra))
+                print("| %d | %s | %.3f s | %s | %s | %s | %.0f%% | %.0f MiB | %.0f MiB%s | "
+                      "%+.0f MiB |" % (
+                          T, {"eager": "kitchen eager INT8 (%s)" % a.dtype,
+                              "qmm": "kitchen + qmm INT8 (%s)" % a.dtype,
+                              "bf16": "torch bf16", "fp32": "torch fp32"}[p], r["median_s"],
+                          sp("eager"), sp("bf16"), sp("fp32"), 100 * r["outside_linears"],
+                          r["peak_rss_mib"], wr, extra, wa - wr))
         q = [r for r in rows if r["path"] == "qmm"]
         if q:
             print("\nqmm engines: %s, fallbacks %d; %.0f MiB of int8 weights, borrowed (no copy)" % (

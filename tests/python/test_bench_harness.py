@@ -21,6 +21,17 @@ def test_bench_kitchen_small_runs():
     assert all(x["finite"] and x["median_s"] > 0 for x in rows)
     q = rows[1]
     assert q["fallbacks"] == 0 and sum(q["engines"].values()) == 4 * 4   # 2 x 1 token, warm-up, 1 rep
+    assert q["weights_rss_mib"] >= 0.9 * q["int8_mib"]   # the measurement sees the weights
+
+
+def test_bench_kitchen_table():
+    cmd = [sys.executable, "-m", "qmm.bench_kitchen", "--small", "--tokens", "16", "--reps", "1",
+           "--paths", "eager,qmm"]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| 16 |")]
+    assert len(rows) == 2 and all("x int8) | +" in x or "x int8) | -" in x for x in rows), r.stdout
 
 
 def test_bench_overhead_runs():
