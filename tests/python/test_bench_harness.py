@@ -1,13 +1,16 @@
-"""python -m qmm.bench_kitchen runs end to end (a tiny block: a check of the harness, no timing
-is asserted): every path reports a finite output, qmm's path ran on qmm with zero fallbacks."""
+"""The benchmark harnesses run end to end on tiny shapes (a check of the harness; no timing is
+asserted): python -m qmm.bench_kitchen (every path finite, qmm's path on qmm with zero fallbacks,
+its table), python -m qmm.bench_overhead, bench/layouts.py (a row per engine and shape)."""
 import json
 import os
 import subprocess
 import sys
 
+import pytest
+
 import qmm
 
-from conftest import ROOT
+from conftest import ROOT, cli_path
 
 
 def test_bench_kitchen_small_runs():
@@ -42,3 +45,22 @@ def test_bench_overhead_runs():
     for row in ("torch f32 linear", "qmm kernel (ctypes)", "kitchen floor (no-op backend)",
                 "kitchen + qmm", "qmm's own Python", "qmm's own, measured"):
         assert row in r.stdout, r.stdout
+
+
+def test_bench_layouts_runs():
+    """bench/layouts.py: every int8 engine this CPU runs gets a borrowed/packed row per shape, and
+    the ratio table against the reference engine when there is a second engine."""
+    cli = cli_path()
+    if cli is None:
+        pytest.skip("no qmm CLI (build/qmm or $QMM_CLI)")
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "layouts.py"), "--qmm", cli, "--quick", "--rounds", "2",
+           "--repeats", "1", "--shape", "3x40x70", "--shape", "256x64x128:g64"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    engines = qmm.int8_engines_available()
+    for shape in ("3x40x70", "256x64x128:g64"):
+        for e in engines:
+            assert any(line.startswith("| %s | %s | " % (shape, e)) for line in r.stdout.splitlines()), r.stdout
+    assert "Lowest against the targets" in r.stdout
+    if "avx512_vnni" in engines and len(engines) > 1:
+        assert "÷ avx512_vnni, packed" in r.stdout
