@@ -22,7 +22,7 @@
  *   - bad descriptors: an error status whose message names the field;
  *   - no read past the caller's memory: W, its scales and its bias each end at a page followed by
  *     a PROT_NONE page (an over-read is a SIGSEGV, with or without ASan), every engine (the AMX
- *     ones emulated, each regime), K tails, the small-M rows regimes (M = 1..16, N of whole tasks
+ *     ones emulated, each regime), K tails, the small-M rows regimes (M = 1..64, N of whole tasks
  *     and tails).
  * An unavailable engine prints "skipped: <engine>: <why>". QMM_TEST_QUICK=1: fewer cases.
  */
@@ -208,7 +208,8 @@ done:
 }
 
 /* ---------------------------------------------------------------- small M: the rows regimes */
-/* Every M in 1..20 (the engines' rows regimes and the switch to the panels above them) on weights
+/* Every M in 1..20 and the token groups above (the engines' rows regimes to 32 and 64 and the
+ * switch to the panels above them: every remainder of 8 and 16, the last M of each regime) on weights
  * of one or two whole 256-row tasks plus a tail task and a tail block (the long-stream split and
  * its leftover rows), K with tails of 4 and 64; W holding -128 (a whole row of it: its row sum is
  * the correction of the broadcast kernel); and q holding -128 (token_scales_in far below the
@@ -216,14 +217,17 @@ done:
 static void check_small_m(int quick) {
     static const int64_t Ns[] = {300, 529, 256, 17};
     static const int64_t Ks[] = {5, 63, 100, 129, 256, 301};
-    for (int64_t M = 1; M <= 20; M++)
+    static const int64_t Mbig[] = {21, 24, 25, 28, 29, 31, 32, 33, 36, 41, 45, 48, 49, 57, 63, 64, 65, 70};
+    const int nbig = (int)(sizeof Mbig / sizeof Mbig[0]);
+    for (int mi = 0; mi < 20 + nbig; mi++)
         for (int v = 0; v < (quick ? 1 : 2); v++) {
+            const int64_t M = mi < 20 ? mi + 1 : Mbig[mi - 20];
             layer L;
             layer_random(&L, M, Ns[(M + v) % 4], Ks[(M * 3 + v) % 6]);
             check_layer(&L);
             layer_free(&L);
         }
-    for (int64_t M = 1; M <= 17; M++) { /* W holding -128: one whole row of it, and a few more */
+    for (int64_t M = 1; M <= 64; M += M < 17 ? 1 : 7) { /* W holding -128: one whole row of it, and a few more */
         layer L;
         layer_random(&L, M, Ns[(M + 1) % 4], Ks[(M * 5 + 1) % 6]);
         L.neg128 = 1;
@@ -232,7 +236,7 @@ static void check_small_m(int quick) {
         check_layer(&L);
         layer_free(&L);
     }
-    for (int64_t M = 1; M <= 17; M += quick ? 4 : 1) {
+    for (int64_t M = 1; M <= 40; M += quick ? 4 : M < 17 ? 1 : 5) {
         layer L;
         layer_random(&L, M, Ns[M % 4], Ks[M % 6]);
         L.act = QMM_ACT_NONE; L.Kin = L.K; L.modulation = 0;
@@ -497,7 +501,8 @@ static void check_guard_pages(void) {
                                         {64, 50, 193}, {9, 3, 4},      {40, 33, 64},   {5, 16, 128},  {33, 47, 320},
                                         {2, 31, 2},    {2, 300, 129},  {5, 257, 67},   {8, 256, 64},  {12, 256, 100},
                                         {16, 270, 131}, {4, 523, 255}, {11, 512, 33},  {1, 263, 5},   {13, 300, 63},
-                                        {15, 17, 5}};
+                                        {15, 17, 5},   {20, 300, 129}, {33, 263, 65},  {48, 256, 200}, {64, 520, 63},
+                                        {29, 257, 5}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         layer L;
         layer_random(&L, shapes[si][0], shapes[si][1], shapes[si][2]);

@@ -13,7 +13,7 @@
  * produces -128 (SPEC §2); a weight that has one (w->has_neg128, found at creation) is refused
  * by admit() with that reason, so dispatch moves on (to the float fallback). A borrowed weight's
  * values are not known at admission: a panel whose packing found a -128 runs the exact scalar
- * kernel (qmm_i8_tile.neg128); at M ≤ ROWS_M (16) a borrowed weight takes the rows regime below,
+ * kernel (qmm_i8_tile.neg128); at M ≤ ROWS_M (32) a borrowed weight takes the rows regime below,
  * which swaps the roles (|w| · sign(q, w): exact for every weight, and for q without -128).
  * Register blocking: up to 4 rows × 16 channels (8 accumulators). Blocking, threads, epilogue:
  * int8_gemm_avx2.h.
@@ -77,14 +77,14 @@ static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
  * 128 as u8); the precondition moves to q: a call whose q holds -128 (driver's qneg128, rare: only
  * from token_scales_in or a clamped rounding) takes the exact scalar dot products. R·M
  * accumulators (R·(M + 2) + 2 <= 16 ymm: R = 4, 3, 2, 2 for M = 1, 2, 3, 4; R = 1 above). Past
- * M = ROWS_DOT_M (12) they would spill: 13 <= M <= 16 takes two token groups, 8 and M - 8, one
- * after the other on each row (the second reads the row from L1: the same memory traffic, one
- * more load and |w| per 32 bytes). Each
+ * M = ROWS_DOT_M (12) they would spill: 13 <= M <= ROWS_M takes token groups, ng of 8 and a
+ * last of 5..12, one after the other on each row (the later ones read the row from L1: the same
+ * memory traffic, one more load and |w| per 32 bytes and group). Each
  * (row, token) sum is reduced at the end of its row; per 16 rows of a stream the outputs go
  * through qmm_a2_epilogue_row. The last K % 32 bytes of a row are copied into a zeroed buffer:
  * nothing past W[n][K-1] is read. */
 enum {
-    ROWS_M = 16,      /* up to this M: the rows regime */
+    ROWS_M = 32,      /* up to this M: the rows regime */
     ROWS_DOT_M = 12,  /* up to this M: one token group per row (above, the accumulators would spill) */
     ROWS_RMAX = 4,    /* the most rows of W per step */
     ROWS_PF = 4096    /* prefetch distance per stream, bytes (into L2) */
@@ -142,13 +142,13 @@ static void rows_dot_scalar(int m, const int8_t *w, int64_t K, const int8_t *q, 
     }
 }
 
-/* R streams of len rows, stream r = rows s0 + r·span + j (j < len), against tokens [0, m1) and
- * then [m1, m1 + m2) (m2 = 0: one group); after every 16 rows of the streams (and after the last)
+/* R streams of len rows, stream r = rows s0 + r·span + j (j < len), against ng token groups of 8
+ * and then the last, [8·ng, 8·ng + last); after every 16 rows of the streams (and after the last)
  * their outputs through the epilogue */
-static inline __attribute__((always_inline)) void rows_run(const int m1, const int m2, const int R,
+static inline __attribute__((always_inline)) void rows_run(const int last, const int ng, const int R,
                                                            const qmm_i8_gemm *g, int64_t s0, int64_t span,
                                                            int64_t len) {
-    const int m = m1 + m2;
+    const int m = 8 * ng + last;
     const qmm_call *c = g->c;
     const int64_t K = c->K, ld = c->w->borrow.ld;
     const int8_t *q = (const int8_t *)g->a;
@@ -161,8 +161,9 @@ static inline __attribute__((always_inline)) void rows_run(const int m1, const i
         if (scalar)
             for (int r = 0; r < R; r++) rows_dot_scalar(m, w + r * span * ld, K, q, g->Kp, out, (int)(j % 16) + r * 16);
         else {
-            rows_dot(m1, R, w, span * ld, K, q, g->Kp, out, (int)(j % 16));
-            if (m2) rows_dot(m2, R, w, span * ld, K, q + m1 * g->Kp, g->Kp, out + m1, (int)(j % 16));
+            for (int gi = 0; gi < ng; gi++)
+                rows_dot(8, R, w, span * ld, K, q + 8 * gi * g->Kp, g->Kp, out + 8 * gi, (int)(j % 16));
+            rows_dot(last, R, w, span * ld, K, q + 8 * ng * g->Kp, g->Kp, out + 8 * ng, (int)(j % 16));
         }
         if (j % 16 != 15 && j != len - 1) continue;
         const int cols = (int)(j % 16) + 1;
@@ -172,13 +173,19 @@ static inline __attribute__((always_inline)) void rows_run(const int m1, const i
     }
 }
 
-/* blocks [b0, b1) for m1 + m2 tokens: R streams of ⌊rows / R⌋ rows, the rest one at a time */
-static inline __attribute__((always_inline)) void rows_blocks(const int m1, const int m2, const qmm_i8_gemm *g,
+/* blocks [b0, b1) for 8·ng + last tokens: R streams of ⌊rows / R⌋ rows, the rest one at a time
+ * (with token groups, ng > 0, one stream: R = 1, a constant, so the accumulators stay in registers) */
+static inline __attribute__((always_inline)) void rows_blocks(const int last, const int ng, const qmm_i8_gemm *g,
                                                               int64_t b0, int64_t b1) {
-    const int R = m2 ? 1 : rows_r(m1);
-    const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N, len = (n1 - n0) / R;
-    if (len > 0) rows_run(m1, m2, R, g, n0, len, len);
-    if (n0 + R * len < n1) rows_run(m1, m2, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
+    const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N;
+    if (ng > 0) {
+        rows_run(last, ng, 1, g, n0, 0, n1 - n0);
+        return;
+    }
+    const int R = rows_r(last);
+    const int64_t len = (n1 - n0) / R;
+    if (len > 0) rows_run(last, 0, R, g, n0, len, len);
+    if (n0 + R * len < n1) rows_run(last, ng, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
 }
 
 /* The driver's rows_kernel: 16-column blocks [b0, b1) of a borrowed weight, M <= ROWS_M. */
@@ -196,11 +203,24 @@ static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     case 10: rows_blocks(10, 0, g, b0, b1); break;
     case 11: rows_blocks(11, 0, g, b0, b1); break;
     case 12: rows_blocks(12, 0, g, b0, b1); break;
-    case 13: rows_blocks(8, 5, g, b0, b1); break;
-    case 14: rows_blocks(8, 6, g, b0, b1); break;
-    case 15: rows_blocks(8, 7, g, b0, b1); break;
-    case 16: rows_blocks(8, 8, g, b0, b1); break;
-    default: qmm_call_bug(g->c, "avx2_int8: the rows regime reached M > 16"); break;
+    default: { /* 13..ROWS_M: groups of 8, the last of 1..8 */
+        if (g->c->M < 13 || g->c->M > ROWS_M) {
+            qmm_call_bug(g->c, "avx2_int8: the rows regime reached M > ROWS_M");
+            break;
+        }
+        const int ng = (int)(g->c->M - 1) / 8;
+        switch (g->c->M - 8 * ng) {
+        case 1: rows_blocks(1, ng, g, b0, b1); break;
+        case 2: rows_blocks(2, ng, g, b0, b1); break;
+        case 3: rows_blocks(3, ng, g, b0, b1); break;
+        case 4: rows_blocks(4, ng, g, b0, b1); break;
+        case 5: rows_blocks(5, ng, g, b0, b1); break;
+        case 6: rows_blocks(6, ng, g, b0, b1); break;
+        case 7: rows_blocks(7, ng, g, b0, b1); break;
+        default: rows_blocks(8, ng, g, b0, b1); break;
+        }
+        break;
+    }
     }
 }
 

@@ -16,10 +16,10 @@
  *             weights (avx512_vnni_small.c: 24, 20 or 16 × 1, 12 × 2 or 8 × 3 blocks, on the
  *             driver's packed copy of the rows); the weight's last blocks use the row tiles;
  *   pack      a borrowed weight's panels, packed per call (pack_block, M > ROWS_M);
- *   rows      a borrowed weight at M ≤ ROWS_M (16): the caller's rows read in place in long
+ *   rows      a borrowed weight at M ≤ ROWS_M (64): the caller's rows read in place in long
  *             sequential streams: row dot products at M ≤ 8 (rows_dot, rows_dot2), W broadcast
- *             against the tokens in lanes above (lanes12_dot, bcast_dot); see "borrowed
- *             weights: small M").
+ *             against the tokens in lanes above (bcast_dot, lanes_dot; in groups of 16 tokens
+ *             above 16); see "borrowed weights: small M").
  * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights;
  * M ≤ SMALL_M: whole K, a single row tile prefetching 1 KiB ahead per block (PF_STREAM), several
  * sharing an L2 prefetch of the next panel (PF_NEXT). With K chunks no software prefetch (a burst
@@ -304,20 +304,26 @@ static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_
  *                    transposes but one 16 × 16 per 16 rows of a stream for the outputs.
  *                    13 <= M <= 16: bcast_dot, 16 tokens × 4 k per zmm, W's 4 bytes the m32{1to16}
  *                    operand: 16 VPDPBUSD (+1 at M = 16 for the row sum) per 64 bytes.
- *                    9 <= M <= 12: lanes12_dot, 8 tokens × 8 k (VPBROADCASTQ of W) and 4 tokens ×
+ *                    9 <= M <= 12: lanes_dot, 8 tokens × 8 k (VPBROADCASTQ of W) and 4 tokens ×
  *                    16 k (VBROADCASTI32X4): 12 VPDPBUSD (+1 at M = 12) and 12 broadcast loads.
+ *                    17 <= M <= 64: groups of 16 tokens (bcast_dot) and a last group of 4, 8,
+ *                    12 or 16 lanes (lanes_dot, bcast_dot), one after the other on the same R
+ *                    rows (the later groups read them from L1/L2; the first sums them): per 64
+ *                    bytes M rounded up to 4 VPDPBUSD, +1; the token copy, ≤ 64·Kp bytes, is
+ *                    read once per R rows from L2/L3 (K = 25600: 1.6 MiB, measured at parity).
  *                    At M <= 8 the same forms (8 × 8 k, 4 × 16 k) tie rows_dot in VPDPBUSD count
  *                    (M rounded up to 4 or 8) and measured so; rows_dot stays.
  * The last K bytes of a row are a masked load: nothing past W[n][K-1] is read (rows_dot: masked-off
  * bytes are 0, flipped 128, against q = 0 past K; bcast_dot: 0 against any token byte). */
 enum {
     ROWS_DOT_M = 8,  /* up to this M: rows_dot */
-    ROWS_M = 16,     /* up to this M: the rows regime (the broadcast kernel above ROWS_DOT_M) */
+    ROWS_M = 64,     /* up to this M: the rows regime (the broadcast kernels above ROWS_DOT_M) */
+    BCAST_G = 4,     /* bcast_dot's token groups of 16 (M <= 16·BCAST_G) */
     ROWS_RMAX = 8,   /* the most rows of W per step */
     ROWS_PAIRS_FROM = 2, /* above this M: rows_dot2 (rows in pairs) */
     ROWS_PF = 4096,  /* rows_dot's prefetch distance per stream, bytes (into L2) */
     BCAST_R = 8,     /* bcast_dot's rows of W per step (streams) */
-    LANES12_R = 6,   /* lanes12_dot's (4 accumulators per row at M = 12) */
+    LANES12_R = 6,   /* lanes_dot's at 9 <= M <= 12 (4 accumulators per row with the row sums) */
     BCAST_RMAX = BCAST_R
 };
 
@@ -462,26 +468,35 @@ static inline __attribute__((always_inline)) void bcast_tail(const int full, con
     }
 }
 
-/* v (lanes = tokens, u8 q + 128 against W) − 128·Σ_k W[n][k]: from the row sums rs when full,
- * else from lane pad (a pad token, q = 0: its lane is exactly that) */
-static inline __m512i bcast_correct(const int full, __m512i v, __m512i rs, int pad) {
-    return _mm512_sub_epi32(v, full ? _mm512_set1_epi32((int32_t)((uint32_t)_mm512_reduce_add_epi32(rs) << 7))
+/* How a broadcast kernel corrects its lanes (u8 q + 128 against W) by 128·Σ_k W[n][k]: from a
+ * pad token's lane (q = 0: its lane is exactly that), from the row sums it computes (a
+ * VPDPBUSD(1, the 64 bytes) per 64 bytes of the row), or from row sums given (computed by the
+ * kernel's first token group on the same rows). */
+enum { BC_PAD = 0, BC_SUMS = 1, BC_GIVEN = 2 };
+
+/* v − 128·Σ_k W[n][k]: from the row sums rs unless BC_PAD, else from lane pad */
+static inline __m512i bcast_correct(const int corr, __m512i v, __m512i rs, int pad) {
+    return _mm512_sub_epi32(v, corr != BC_PAD ? _mm512_set1_epi32((int32_t)((uint32_t)_mm512_reduce_add_epi32(rs) << 7))
                                     : _mm512_permutexvar_epi32(_mm512_set1_epi32(pad), v));
 }
 
-/* W broadcast, tokens in lanes (yᵀ = W·xᵀ), 13 <= M <= 16: the token copy ap [kq][16][4] (u8 q + 128;
- * lanes M..15 hold 128, the value of q = 0) is one zmm per k quad, and each 4 bytes of a W row
- * are the s8 operand broadcast to the 16 lanes (VPDPBUSD m32{1to16}): lane t of row n's
- * accumulator is Σ_k (q[t][k] + 128)·W[n][k]. The correction 128·Σ_k W[n][k] is lane 15 when
- * M < 16; at M = 16 (full) a VPDPBUSD(1, 64 bytes of the row) per 64 bytes sums the row.
- * R rows at once share each load of ap: per 64 bytes of W, 16 VPDPBUSD (+1 when full), 16/R
- * loads of ap, a prefetch. out[r] lane t = Σ_k q[t][k]·w_r[k] (mod 2^32). The last K bytes of a
- * row go through a masked load into tail[] (zero past K): nothing past W[n][K-1] is read. */
-static inline __attribute__((always_inline)) void bcast_dot(const int full, const int R, const int8_t *w,
+/* W broadcast, tokens in lanes (yᵀ = W·xᵀ), one group of up to 16 tokens: the token copy ap
+ * [kq][16][4] (u8 q + 128; lanes past the group's tokens hold 128, the value of q = 0) is one
+ * zmm per k quad, and each 4 bytes of a W row are the s8 operand broadcast to the 16 lanes
+ * (VPDPBUSD m32{1to16}): lane t of row n's accumulator is Σ_k (q[t][k] + 128)·W[n][k]. The
+ * correction (corr): lane 15 when the group has < 16 tokens (BC_PAD); else the row sums rs,
+ * computed here (BC_SUMS) or given (BC_GIVEN). R rows at once share each load of ap: per 64
+ * bytes of W, 16 VPDPBUSD (+1 with BC_SUMS), 16/R loads of ap, a prefetch. out[r] lane t =
+ * Σ_k q[t][k]·w_r[k] (mod 2^32). The last K bytes of a row go through a masked load into tail[]
+ * (zero past K): nothing past W[n][K-1] is read. */
+static inline __attribute__((always_inline)) void bcast_dot(const int corr, const int R, const int8_t *w,
                                                             int64_t span, int64_t K, const uint8_t *ap,
-                                                            __m512i out[]) {
-    __m512i acc[BCAST_RMAX], rs[BCAST_RMAX];
-    for (int r = 0; r < R; r++) acc[r] = rs[r] = _mm512_setzero_si512();
+                                                            __m512i rs[], __m512i out[]) {
+    const int full = corr == BC_SUMS; /* the row sums are computed here */
+    __m512i acc[BCAST_RMAX];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();
+    if (full)
+        for (int r = 0; r < R; r++) rs[r] = _mm512_setzero_si512();
     const int64_t K64 = K & ~(int64_t)63;
     for (int64_t k = 0; k < K64; k += 64) {
         bcast_head(full, R, w, span, k, rs);
@@ -499,35 +514,43 @@ static inline __attribute__((always_inline)) void bcast_dot(const int full, cons
         }
     }
     for (int r = 0; r < R; r++)
-        out[r] = bcast_correct(full, acc[r], rs[r], 15);
+        out[r] = bcast_correct(corr, acc[r], rs[r], 15);
 }
 
-/* 9 <= M <= 12: tokens in lane groups of 8 and 4, so that no VPDPBUSD works on pad lanes beyond
- * the 12th. Per 16 k the token copy holds three zmm (u8 q + 128, pad tokens 128): tokens 0..7,
- * 8 bytes each (token t at byte 8t: k..k+7), the same for k+8..k+15, and tokens 8..11, 16 bytes
- * each (token 8 + t at byte 16t: k..k+15). Against the first two, 8 bytes of a W row broadcast
- * to the 8 qwords (VPBROADCASTQ m64); against the third, its 16 bytes to the 4 lanes
- * (VBROADCASTI32X4 m128): per 64 bytes of W, 12 VPDPBUSD (+1 for the row sum at M = 12, full)
- * and 12 broadcast loads, 12/R token loads, where the 16-lane form spends 16 VPDPBUSD. Two
- * accumulators for the 8-token group (its two zmm per 16 k) keep the dependency chains short.
- * out[r] as bcast_dot: lane t = token t, corrected (lane 11 when M < 12: a pad token). */
-static inline __attribute__((always_inline)) void lanes12_dot(const int full, const int R, const int8_t *w,
-                                                              int64_t span, int64_t K, const uint8_t *ap,
-                                                              __m512i out[]) {
-    __m512i a0[BCAST_RMAX], a1[BCAST_RMAX], b[BCAST_RMAX], rs[BCAST_RMAX];
-    for (int r = 0; r < R; r++) a0[r] = a1[r] = b[r] = rs[r] = _mm512_setzero_si512();
-#define LANES12_STEP(WP, AP)                                                                             \
-    do {                                                                                                 \
-        const __m512i t0 = _mm512_load_si512(AP), t1 = _mm512_load_si512((AP) + 64);                    \
-        const __m512i t2 = _mm512_load_si512((AP) + 128);                                                \
-        for (int r = 0; r < R; r++) {                                                                    \
-            int64_t v0, v1;                                                                              \
-            memcpy(&v0, (WP)[r], 8);                                                                     \
-            memcpy(&v1, (WP)[r] + 8, 8);                                                                 \
-            a0[r] = dpbusd(a0[r], t0, _mm512_set1_epi64(v0));                                            \
-            a1[r] = dpbusd(a1[r], t1, _mm512_set1_epi64(v1));                                            \
-            b[r] = dpbusd(b[r], t2, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(WP)[r]))); \
-        }                                                                                                \
+/* A group of up to 12 tokens in lane groups of 8 and 4, so that no VPDPBUSD works on more pad
+ * lanes than the group needs: n8, tokens 0..7, two zmm per 16 k, 8 bytes each (token t at byte
+ * 8t: k..k+7, then k+8..k+15), against 8 bytes of a W row broadcast to the 8 qwords
+ * (VPBROADCASTQ m64); n4, the next 4 tokens, one zmm per 16 k, 16 bytes each (token t at byte
+ * 16t: k..k+15), against the row's 16 bytes broadcast to the 4 lanes (VBROADCASTI32X4 m128). The
+ * token copy holds, per 16 k, those 2·n8 + n4 zmm (u8 q + 128, pad tokens 128). Per 64 bytes of
+ * W: 8·n8 + 4·n4 VPDPBUSD (+1 with BC_SUMS) and as many broadcast loads, where the 16-lane form
+ * spends 16. Two accumulators for the 8-token group keep the dependency chains short. Kernels:
+ * qmm_qd8_qc8w_gemm_ukernel_12x1c8__avx512vnni_bcast (n8 and n4), ..._8x1c8_.. (n8), ..._4x1c16_..
+ * (n4). out[r] as bcast_dot: lane t = token t, corrected (corr as bcast_dot; the pad lane is the
+ * last, 8·n8 + 4·n4 − 1). */
+static inline __attribute__((always_inline)) void lanes_dot(const int n8, const int n4, const int corr, const int R,
+                                                            const int8_t *w, int64_t span, int64_t K,
+                                                            const uint8_t *ap, __m512i rs[], __m512i out[]) {
+    const int full = corr == BC_SUMS, S = 64 * (2 * n8 + n4); /* bytes of the token copy per 16 k */
+    __m512i a0[BCAST_RMAX], a1[BCAST_RMAX], b[BCAST_RMAX];
+    for (int r = 0; r < R; r++) a0[r] = a1[r] = b[r] = _mm512_setzero_si512();
+    if (full)
+        for (int r = 0; r < R; r++) rs[r] = _mm512_setzero_si512();
+#define LANES_STEP(WP, AP)                                                                                   \
+    do {                                                                                                     \
+        const __m512i t0 = n8 ? _mm512_load_si512(AP) : _mm512_setzero_si512();                             \
+        const __m512i t1 = n8 ? _mm512_load_si512((AP) + 64) : t0;                                           \
+        const __m512i t2 = n4 ? _mm512_load_si512((AP) + 128 * n8) : t0;                                     \
+        for (int r = 0; r < R; r++) {                                                                        \
+            if (n8) {                                                                                        \
+                int64_t v0, v1;                                                                              \
+                memcpy(&v0, (WP)[r], 8);                                                                     \
+                memcpy(&v1, (WP)[r] + 8, 8);                                                                 \
+                a0[r] = dpbusd(a0[r], t0, _mm512_set1_epi64(v0));                                            \
+                a1[r] = dpbusd(a1[r], t1, _mm512_set1_epi64(v1));                                            \
+            }                                                                                                \
+            if (n4) b[r] = dpbusd(b[r], t2, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(WP)[r]))); \
+        }                                                                                                    \
     } while (0)
     const int64_t K64 = K & ~(int64_t)63;
     for (int64_t k = 0; k < K64; k += 64) {
@@ -535,7 +558,7 @@ static inline __attribute__((always_inline)) void lanes12_dot(const int full, co
         for (int x = 0; x < 4; x++) {
             const int8_t *wp[BCAST_RMAX];
             for (int r = 0; r < R; r++) wp[r] = w + r * span + k + 16 * x;
-            LANES12_STEP(wp, ap + (k / 16 + x) * 192);
+            LANES_STEP(wp, ap + (k / 16 + x) * S);
         }
     }
     if (K64 < K) {
@@ -544,52 +567,80 @@ static inline __attribute__((always_inline)) void lanes12_dot(const int full, co
         for (int x = 0; x < (K - K64 + 15) / 16; x++) {
             const int8_t *wp[BCAST_RMAX];
             for (int r = 0; r < R; r++) wp[r] = tail[r] + 16 * x;
-            LANES12_STEP(wp, ap + (K64 / 16 + x) * 192);
+            LANES_STEP(wp, ap + (K64 / 16 + x) * S);
         }
     }
-#undef LANES12_STEP
-    /* 8-token group: dwords 2t, 2t + 1 are token t; 4-token group: dwords 4t .. 4t + 3 token 8 + t */
-    const __m512i idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 28, 28, 28, 28);
+#undef LANES_STEP
+    /* 8-token group: dwords 2t, 2t + 1 are token t; 4-token group: dwords 4t .. 4t + 3 its token t */
+    const __m512i i84 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 28, 28, 28, 28);
+    const __m512i i8 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 14, 14, 14, 14, 14, 14, 14, 14);
+    const __m512i i4 = _mm512_setr_epi32(0, 4, 8, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12);
     for (int r = 0; r < R; r++) {
         __m512i sa = _mm512_add_epi32(a0[r], a1[r]), sb = b[r];
         sa = _mm512_add_epi32(sa, _mm512_shuffle_epi32(sa, _MM_PERM_CDAB));
         sb = _mm512_add_epi32(sb, _mm512_shuffle_epi32(sb, _MM_PERM_BADC));
         sb = _mm512_add_epi32(sb, _mm512_shuffle_epi32(sb, _MM_PERM_CDAB));
-        const __m512i v = _mm512_permutex2var_epi32(sa, idx, sb);
-        out[r] = bcast_correct(full, v, rs[r], 11);
+        const __m512i v = n8 && n4 ? _mm512_permutex2var_epi32(sa, i84, sb)
+                          : n8     ? _mm512_permutexvar_epi32(i8, sa)
+                                   : _mm512_permutexvar_epi32(i4, sb);
+        out[r] = bcast_correct(corr, v, rs[r], 8 * n8 + 4 * n4 - 1);
     }
 }
 
+/* The lanes of a token group of r tokens (1..16): 16 (bcast_dot), else 12, 8 or 4 (lanes_dot).
+ * Its token copy is Kp·lanes bytes. */
+static inline int group_lanes(int64_t r) { return r > 12 ? 16 : r > 8 ? 12 : r > 4 ? 8 : 4; }
+
 /* R streams of len rows each, stream r = rows s0 + r·span + j of W (j < len), against the m
- * tokens in ap (lay: 16, bcast_dot; 12, lanes12_dot): after every 16 rows of the streams (and
- * after the last) each stream's rows are transposed (lanes = tokens → lanes = columns) into the
- * epilogue, 16 columns per token. */
+ * tokens in ap. lay 12 (9 <= m <= 12): lanes_dot on one group of 12 lanes; lay 16 (13 <= m <= 16):
+ * bcast_dot on one group; full: m = 12 or 16 (no pad lane: the kernel sums the rows). lay 0
+ * (m > 16): G = ⌈m / 16⌉ groups, tokens 16·gi.. — the first G − 1 of 16 (bcast_dot, copy at
+ * ap + gi·Kp·16), the last of group_lanes(its tokens) lanes (after them); the first group reads
+ * the R rows from DRAM and sums them, the others read them again from L1/L2 and take those sums.
+ * After every 16 rows of the streams (and after the last) each stream's rows are transposed (lanes
+ * = tokens → lanes = columns) into the epilogue, 16 columns per token. */
 static inline __attribute__((always_inline)) void bcast_run(const int lay, const int full, const int R,
                                                             const qmm_i8_gemm *g, int64_t s0, int64_t span,
                                                             int64_t len) {
     const qmm_call *c = g->c;
-    const int64_t K = c->K, ld = c->w->borrow.ld, m = c->M;
-    _Alignas(64) int32_t stage[BCAST_RMAX][16][16];
+    const int64_t K = c->K, ld = c->w->borrow.ld, m = c->M, Kp = g->Kp;
+    const int G = lay ? 1 : (int)((m + 15) / 16), L = group_lanes(m - 16 * (G - 1));
+    const uint8_t *last = g->ap + (size_t)(G - 1) * (size_t)Kp * 16;
+    _Alignas(64) int32_t stage[BCAST_G][BCAST_RMAX][16][16];
     for (int64_t j = 0; j < len; j++) {
-        __m512i out[BCAST_RMAX];
-        if (lay == 16) bcast_dot(full, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, g->ap, out);
-        else lanes12_dot(full, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, g->ap, out);
-        for (int r = 0; r < R; r++) _mm512_store_si512(stage[r][j % 16], out[r]);
+        const int8_t *w = c->w->borrow.data + (s0 + j) * ld;
+        const int64_t sp = span * ld;
+        __m512i out[BCAST_RMAX], rs[BCAST_RMAX];
+        if (lay == 12) lanes_dot(1, 1, full ? BC_SUMS : BC_PAD, R, w, sp, K, g->ap, rs, out);
+        else bcast_dot(lay == 0 || full ? BC_SUMS : BC_PAD, R, w, sp, K, g->ap, rs, out);
+        for (int r = 0; r < R; r++) _mm512_store_si512(stage[0][r][j % 16], out[r]);
+        if (lay == 0) {
+            for (int gi = 1; gi < G - 1; gi++) {
+                bcast_dot(BC_GIVEN, R, w, sp, K, g->ap + (size_t)gi * (size_t)Kp * 16, rs, out);
+                for (int r = 0; r < R; r++) _mm512_store_si512(stage[gi][r][j % 16], out[r]);
+            }
+            switch (L) {
+            case 16: bcast_dot(BC_GIVEN, R, w, sp, K, last, rs, out); break;
+            case 12: lanes_dot(1, 1, BC_GIVEN, R, w, sp, K, last, rs, out); break;
+            case 8: lanes_dot(1, 0, BC_GIVEN, R, w, sp, K, last, rs, out); break;
+            default: lanes_dot(0, 1, BC_GIVEN, R, w, sp, K, last, rs, out); break;
+            }
+            for (int r = 0; r < R; r++) _mm512_store_si512(stage[G - 1][r][j % 16], out[r]);
+        }
         if (j % 16 != 15 && j != len - 1) continue;
         const int cols = (int)(j % 16) + 1;
-        for (int r = 0; r < R; r++) {
-            __m512i tr[16];
-            qmm_z_n16k4_step((const int8_t *)stage[r], 64, cols, 0, 64, tr); /* tr[t] lane jn = stage[r][jn][t] */
-            for (int64_t t = 0; t < m; t++)
-                qmm_z_epilogue16(c, tr[t], t, s0 + r * span + j - cols + 1, g->s[t], qmm_z_tail_mask(cols));
-        }
+        for (int gi = 0; gi < G; gi++)
+            for (int r = 0; r < R; r++) {
+                __m512i tr[16];
+                qmm_z_n16k4_step((const int8_t *)stage[gi][r], 64, cols, 0, 64, tr); /* tr[t] lane jn = stage[gi][r][jn][t] */
+                for (int64_t t = 16 * gi; t < m && t < 16 * gi + 16; t++)
+                    qmm_z_epilogue16(c, tr[t - 16 * gi], t, s0 + r * span + j - cols + 1, g->s[t], qmm_z_tail_mask(cols));
+            }
     }
 }
 
-/* blocks [b0, b1) for ROWS_DOT_M < M <= 16 tokens (lay 16:
- * qmm_qd8_qc8w_gemm_ukernel_16x1c4__avx512vnni_bcast, lay 12:
- * qmm_qd8_qc8w_gemm_ukernel_12x1c8__avx512vnni_bcast): R streams of ⌊rows / R⌋ rows, the rest one
- * at a time */
+/* blocks [b0, b1) for ROWS_DOT_M < M <= ROWS_M tokens (bcast_run): R streams of ⌊rows / R⌋ rows,
+ * the rest one at a time */
 static inline __attribute__((always_inline)) void bcast_blocks(const int lay, const int full, const int R,
                                                                const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N, len = (n1 - n0) / R;
@@ -610,44 +661,63 @@ static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     case 8: rows_blocks(8, g, b0, b1); break;
     case 9: case 10: case 11: bcast_blocks(12, 0, LANES12_R, g, b0, b1); break;
     case 12: bcast_blocks(12, 1, LANES12_R, g, b0, b1); break;
+    case 13: case 14: case 15: bcast_blocks(16, 0, BCAST_R, g, b0, b1); break;
     case 16: bcast_blocks(16, 1, BCAST_R, g, b0, b1); break;
-    default: bcast_blocks(16, 0, BCAST_R, g, b0, b1); break; /* 13..15 */
+    default: bcast_blocks(0, 1, BCAST_R, g, b0, b1); break; /* 17..ROWS_M: groups of 16 */
     }
 }
 
-/* The broadcast kernels' token copy (M > ROWS_DOT_M): 9..12 tokens, 192 bytes per 16 k
- * (lanes12_dot); 13..16, [Kp/4][16][4] (bcast_dot) */
-static int64_t rows_ap_bytes(int64_t M, int64_t Kp) { return M <= ROWS_DOT_M ? 0 : M <= 12 ? Kp / 16 * 192 : Kp * 16; }
+/* The broadcast kernels' token copy (M > ROWS_DOT_M): one group of 9..16 tokens, Kp·lanes bytes;
+ * above 16, ⌈M / 16⌉ − 1 groups of 16 and the last group (bcast_run). */
+static int64_t rows_ap_bytes(int64_t M, int64_t Kp) {
+    if (M <= ROWS_DOT_M) return 0;
+    const int64_t G = (M + 15) / 16;
+    return (G - 1) * Kp * 16 + Kp * group_lanes(M - 16 * (G - 1));
+}
 
-/* g->ap from q (rows Kp bytes apart, zero past K): u8 q + 128, pad tokens 128 (q = 0). 13..16
- * tokens: per 64 k the 16 × 16 dword transpose of the rows (pad rows zero), flipped; 9..12: per
- * 16 k, masked qword gathers (tokens past M zero), flipped. */
-static void rows_ap_fill(const qmm_i8_gemm *g) {
-    const int64_t M = g->c->M, Kp = g->Kp;
-    const int8_t *q = (const int8_t *)g->a;
-    uint8_t *ap = g->ap;
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    if (M > 12) {
+/* One group's copy at ap from its r tokens' rows q (Kp bytes apart, zero past K): u8 q + 128, pad
+ * tokens 128 (q = 0). 16 lanes: per 64 k the 16 × 16 dword transpose of the rows (pad rows zero),
+ * flipped; 12, 8, 4 lanes (lanes_dot's layout): per 16 k, masked qword gathers (tokens past r
+ * zero), flipped. */
+static void fill_group(const int8_t *q, int64_t Kp, int64_t r, uint8_t *ap) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80), z = _mm512_setzero_si512();
+    const int L = group_lanes(r);
+    if (L == 16) {
         for (int64_t k = 0; k < Kp; k += 64) {
             __m512i t[16];
-            qmm_z_n16k4_step(q, Kp, (int)M, k, 64, t);
+            qmm_z_n16k4_step(q, Kp, (int)r, k, 64, t);
             for (int x = 0; x < 16; x++) _mm512_store_si512(ap + (k / 4 + x) * 64, _mm512_xor_si512(t[x], flip));
         }
         return;
     }
-    /* qword slot l of the three zmm: token l at +0 / +8 (tokens 0..7); token 8 + l/2 at 8·(l & 1) */
+    /* qword slot l: token l at +0 / +8 (the 8 group); its 4 group's token l/2 at 8·(l & 1) */
+    const int n8 = L >= 8, n4 = L != 8, S = 16 * L;
+    const int64_t t4 = n8 ? 8 : 0; /* the 4 group's first token */
     const __m512i i0 = _mm512_setr_epi64(0, Kp, 2 * Kp, 3 * Kp, 4 * Kp, 5 * Kp, 6 * Kp, 7 * Kp);
-    const __m512i i2 =
-        _mm512_setr_epi64(8 * Kp, 8 * Kp + 8, 9 * Kp, 9 * Kp + 8, 10 * Kp, 10 * Kp + 8, 11 * Kp, 11 * Kp + 8);
-    const __mmask8 m0 = (__mmask8)((1u << (M < 8 ? M : 8)) - 1);
-    const __mmask8 m2 = (__mmask8)((1u << (2 * (M > 8 ? M - 8 : 0))) - 1);
+    const __m512i i2 = _mm512_setr_epi64(t4 * Kp, t4 * Kp + 8, (t4 + 1) * Kp, (t4 + 1) * Kp + 8, (t4 + 2) * Kp,
+                                         (t4 + 2) * Kp + 8, (t4 + 3) * Kp, (t4 + 3) * Kp + 8);
+    const __mmask8 m0 = (__mmask8)((1u << (r < 8 ? r : 8)) - 1);
+    const __mmask8 m2 = (__mmask8)((1u << (2 * (r > t4 ? r - t4 : 0))) - 1);
     for (int64_t s = 0; s < Kp / 16; s++) {
         const int8_t *base = q + 16 * s;
-        uint8_t *d = ap + s * 192;
-        const __m512i z = _mm512_setzero_si512();
-        _mm512_store_si512(d, _mm512_xor_si512(_mm512_mask_i64gather_epi64(z, m0, i0, base, 1), flip));
-        _mm512_store_si512(d + 64, _mm512_xor_si512(_mm512_mask_i64gather_epi64(z, m0, i0, base + 8, 1), flip));
-        _mm512_store_si512(d + 128, _mm512_xor_si512(_mm512_mask_i64gather_epi64(z, m2, i2, base, 1), flip));
+        uint8_t *d = ap + s * S;
+        if (n8) {
+            _mm512_store_si512(d, _mm512_xor_si512(_mm512_mask_i64gather_epi64(z, m0, i0, base, 1), flip));
+            _mm512_store_si512(d + 64, _mm512_xor_si512(_mm512_mask_i64gather_epi64(z, m0, i0, base + 8, 1), flip));
+        }
+        if (n4) _mm512_store_si512(d + 128 * n8, _mm512_xor_si512(_mm512_mask_i64gather_epi64(z, m2, i2, base, 1), flip));
+    }
+}
+
+/* g->ap from q: each token group's copy in turn (rows_ap_bytes) */
+static void rows_ap_fill(const qmm_i8_gemm *g) {
+    const int64_t M = g->c->M, Kp = g->Kp;
+    const int8_t *q = (const int8_t *)g->a;
+    uint8_t *ap = g->ap;
+    for (int64_t t0 = 0; t0 < M; t0 += 16) {
+        const int64_t r = M - t0 < 16 ? M - t0 : 16;
+        fill_group(q + t0 * Kp, Kp, r, ap);
+        ap += Kp * group_lanes(r);
     }
 }
 
