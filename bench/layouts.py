@@ -5,6 +5,7 @@ engine, taken side by side over alternating rounds of `qmm bench`.
     python3 bench/layouts.py                       # the default shapes, every int8 engine, 3 rounds
     python3 bench/layouts.py --rounds 5 --engines amx_int8,avx512_vnni
     python3 bench/layouts.py --shape 16x28672x5376:g256 --shape 256x5376x5376:g256 --json
+    python3 bench/layouts.py --w8a16               # qmm bench's W8A16 rows too (the fallback)
 
 Each round is one `qmm bench --json --no-float --layouts borrowed,packed` run over every shape and
 engine (qmm bench times each borrowed row right before its packed twin); the engine order is
@@ -14,8 +15,9 @@ best round is kept: the lowest median time, the highest %DRAM. Printed:
      ms: > 1 means borrowed is faster), and %DRAM of both for M <= 32 (the rows judged by the
      bandwidth of the weight stream);
   2. per shape and engine: its speed ÷ the reference engine's (--vs), per layout;
-  3. the lowest of each against the targets of docs/SPEC.md and bench/NOTES.md (borrowed >= 0.95x
+  3. the lowest of each against the int8 engines' targets of bench/NOTES.md (borrowed >= 0.95x
      packed at M >= 256; M <= 16 at >= 85 % of DRAM; amx_int8 >= 3x avx512_vnni at M >= 256).
+With --w8a16 the float engines' rows on the int8 weights (the fallback) join tables 1 and 2.
 Not a test: it reports, it never fails on a number. Machines are noisy: quote the best of rounds,
 and the rounds' spread (--json prints every round's rows).
 """
@@ -41,8 +43,8 @@ def label(k):
     return "%dx%dx%d%s%s" % (M, N, K, "" if act == "none" else ":" + act, ":g%d" % gs if gs else "")
 
 
-def run_round(qmm, shapes, engines, rnd, extra):
-    cmd = [qmm, "bench", "--json", "--no-float", "--layouts", "borrowed,packed"] + extra
+def run_round(qmm, shapes, engines, rnd, extra, w8a16):
+    cmd = [qmm, "bench", "--json", "--layouts", "borrowed,packed"] + ([] if w8a16 else ["--no-float"]) + extra
     for s in shapes:
         cmd += ["--shape", s]
     if engines:
@@ -53,17 +55,23 @@ def run_round(qmm, shapes, engines, rnd, extra):
     return json.loads(r.stdout)
 
 
+def engine_of(r):
+    """the engine column: int8 rows by engine name, W8A16 rows (a float engine on the int8 weight)
+    marked as such"""
+    return r["engine"] + (" W8A16" if r["kind"] == "w8a16" else "")
+
+
 def best_of(rounds):
     """{(shape key, engine, layout): best row}, and {engine: reason} for the engines refused"""
     best, refused = {}, {}
     for rows in rounds:
         for r in rows:
-            if r["kind"] != "int8":
+            if r["kind"] not in ("int8", "w8a16"):
                 continue
             if r["status"] != "ok" or r["median_ms"] is None:
-                refused[r["engine"]] = r["reason"] or r["status"]
+                refused[engine_of(r)] = r["reason"] or r["status"]
                 continue
-            k = (key(r), r["engine"], r["layout"])
+            k = (key(r), engine_of(r), r["layout"])
             b = best.get(k)
             if b is None:
                 best[k] = dict(r)
@@ -98,6 +106,8 @@ def report(best, refused, vs, out=sys.stdout):
             p("| %s | %s | %.3f | %.3f | %.2f | %s | %s |" % (
                 label(s), e, b["median_ms"], q["median_ms"], ratio,
                 pct(b["pct_dram"]) if bw else "-", pct(q["pct_dram"]) if bw else "-"))
+            if e.endswith(" W8A16"):
+                continue   # the targets are the int8 engines'
             if s[0] >= 256:
                 low("borrowed ÷ packed at M >= 256 (target >= 0.95), " + e, ratio, label(s))
             if s[0] <= 16 and b["pct_dram"] is not None:
@@ -112,10 +122,13 @@ def report(best, refused, vs, out=sys.stdout):
                 cells = []
                 for lay in ("packed", "borrowed"):
                     a, r = best.get((s, e, lay)), best.get((s, vs, lay))
-                    cells.append("-" if a is None or r is None else "%.2f" % (r["median_ms"] / a["median_ms"]))
-                    if a is not None and r is not None and e == "amx_int8" and vs == "avx512_vnni" and s[0] >= 256:
-                        low("amx_int8 ÷ avx512_vnni at M >= 256 (target >= 3), " + lay, r["median_ms"] / a["median_ms"],
-                            label(s))
+                    if a is None or r is None:
+                        cells.append("-")
+                        continue
+                    x = r["median_ms"] / a["median_ms"]
+                    cells.append("%.2f" % x)
+                    if e == "amx_int8" and vs == "avx512_vnni" and s[0] >= 256:
+                        low("amx_int8 ÷ avx512_vnni at M >= 256 (target >= 3), " + lay, x, label(s))
                 p("| %s | %s | %s | %s |" % (label(s), e, cells[0], cells[1]))
     if lo:
         p("")
@@ -138,6 +151,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=None, help="passed to qmm bench")
     ap.add_argument("--threads", type=int, default=None, help="passed to qmm bench")
     ap.add_argument("--quick", action="store_true", help="qmm bench --quick (short peak and DRAM loops)")
+    ap.add_argument("--w8a16", action="store_true", help="also the float engines on the int8 weights "
+                    "(W8A16, the fallback), borrowed against packed")
     ap.add_argument("--json", action="store_true", help="every round's rows, then the best ones")
     a = ap.parse_args(argv)
     if a.rounds < 1:
@@ -145,15 +160,17 @@ def main(argv=None):
     if not os.access(a.qmm, os.X_OK):
         ap.error("no qmm CLI at %s (build it, or give --qmm)" % a.qmm)
     extra = (["--repeats", str(a.repeats)] if a.repeats is not None else []) + \
-            (["--threads", str(a.threads)] if a.threads is not None else []) + (["--quick"] if a.quick else [])
+            (["--threads", str(a.threads)] if a.threads is not None else []) + \
+            (["--quick"] if a.quick else [])
     engines = [e for e in a.engines.split(",") if e]
     rounds = []
     for rnd in range(a.rounds):
-        rounds.append(run_round(a.qmm, a.shape or SHAPES, engines, rnd, extra))
+        rounds.append(run_round(a.qmm, a.shape or SHAPES, engines, rnd, extra, a.w8a16))
         print("round %d of %d done" % (rnd + 1, a.rounds), file=sys.stderr, flush=True)
     best, refused = best_of(rounds)
     if a.json:
-        print(json.dumps({"rounds": rounds, "best": [dict(v, key=list(k[0])) for k, v in sorted(best.items())]}))
+        print(json.dumps({"rounds": rounds,
+                          "best": [dict(v, key=list(k[0])) for k, v in sorted(best.items())]}))
     else:
         report(best, refused, a.vs)
     return 0

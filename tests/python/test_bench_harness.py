@@ -1,6 +1,6 @@
 """The benchmark harnesses run end to end on tiny shapes (a check of the harness; no timing is
 asserted): python -m qmm.bench_kitchen (every path finite, qmm's path on qmm with zero fallbacks,
-its table), python -m qmm.bench_overhead, bench/layouts.py (a row per engine and shape)."""
+its table), python -m qmm.bench_overhead, bench/layouts.py (a row per engine and shape, W8A16 too)."""
 import json
 import os
 import subprocess
@@ -53,14 +53,19 @@ def test_bench_layouts_runs():
     cli = cli_path()
     if cli is None:
         pytest.skip("no qmm CLI (build/qmm or $QMM_CLI)")
-    cmd = [sys.executable, os.path.join(ROOT, "bench", "layouts.py"), "--qmm", cli, "--quick", "--rounds", "2",
-           "--repeats", "1", "--shape", "3x40x70", "--shape", "256x64x128:g64"]
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "layouts.py"), "--qmm", cli, "--quick",
+           "--rounds", "2", "--repeats", "1", "--shape", "3x40x70", "--shape", "256x64x128:g64", "--w8a16"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     engines = qmm.int8_engines_available()
+    lines = r.stdout.splitlines()
     for shape in ("3x40x70", "256x64x128:g64"):
         for e in engines:
-            assert any(line.startswith("| %s | %s | " % (shape, e)) for line in r.stdout.splitlines()), r.stdout
+            assert any(line.startswith("| %s | %s | " % (shape, e)) for line in lines), r.stdout
     assert "Lowest against the targets" in r.stdout
+    floats = [n for n, e in qmm.info()["engines"].items()
+              if e["available"] and not e["int8"] and n != "ref"]
+    if floats:   # --w8a16: qmm bench's float engine on the int8 weights, borrowed against packed
+        assert any(x.startswith("| 3x40x70 | ") and " W8A16 | " in x for x in lines), r.stdout
     if "avx512_vnni" in engines and len(engines) > 1:
         assert "÷ avx512_vnni, packed" in r.stdout
