@@ -208,8 +208,8 @@ done:
 }
 
 /* ---------------------------------------------------------------- small M: the rows regimes */
-/* Every M in 1..20 and the token groups above (the engines' rows regimes to 32 and 64 and the
- * switch to the panels above them: every remainder of 8 and 16, the last M of each regime) on weights
+/* Every M in 1..20 and the token groups above (the engines' rows regimes to 64 and the switch
+ * to the panels above them: every remainder of 8 and 16, the last M of each regime) on weights
  * of one or two whole 256-row tasks plus a tail task and a tail block (the long-stream split and
  * its leftover rows), K with tails of 4 and 64; W holding -128 (a whole row of it: its row sum is
  * the correction of the broadcast kernel); and q holding -128 (token_scales_in far below the

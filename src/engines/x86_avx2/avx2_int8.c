@@ -13,7 +13,7 @@
  * produces -128 (SPEC §2); a weight that has one (w->has_neg128, found at creation) is refused
  * by admit() with that reason, so dispatch moves on (to the float fallback). A borrowed weight's
  * values are not known at admission: a panel whose packing found a -128 runs the exact scalar
- * kernel (qmm_i8_tile.neg128); at M ≤ ROWS_M (32) a borrowed weight takes the rows regime below,
+ * kernel (qmm_i8_tile.neg128); at M ≤ ROWS_M (64) a borrowed weight takes the rows regime below,
  * which swaps the roles (|w| · sign(q, w): exact for every weight, and for q without -128).
  * Register blocking: up to 4 rows × 16 channels (8 accumulators). Blocking, threads, epilogue:
  * int8_gemm_avx2.h.
@@ -84,7 +84,7 @@ static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
  * through qmm_a2_epilogue_row. The last K % 32 bytes of a row are copied into a zeroed buffer:
  * nothing past W[n][K-1] is read. */
 enum {
-    ROWS_M = 32,      /* up to this M: the rows regime */
+    ROWS_M = 64,      /* up to this M: the rows regime */
     ROWS_DOT_M = 12,  /* up to this M: one token group per row (above, the accumulators would spill) */
     ROWS_RMAX = 4,    /* the most rows of W per step */
     ROWS_PF = 4096    /* prefetch distance per stream, bytes (into L2) */
