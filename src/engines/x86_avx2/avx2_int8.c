@@ -185,7 +185,7 @@ static inline __attribute__((always_inline)) void rows_blocks(const int last, co
     const int R = rows_r(last);
     const int64_t len = (n1 - n0) / R;
     if (len > 0) rows_run(last, 0, R, g, n0, len, len);
-    if (n0 + R * len < n1) rows_run(last, ng, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
+    if (n0 + R * len < n1) rows_run(last, 0, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
 }
 
 /* The driver's rows_kernel: 16-column blocks [b0, b1) of a borrowed weight, M <= ROWS_M. */
