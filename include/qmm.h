@@ -400,6 +400,47 @@ const char *qmm_engine_regime(qmm_engine_id e, const qmm_weight *w, int64_t M);
  * keep their defaults, which buf shows). */
 qmm_status  qmm_engine_tuning(qmm_engine_id e, char *buf, size_t size);
 
+/* ---------------------------------------------------------------- attention (SPEC §9) */
+/* out = softmax(scale · q·kᵀ + mask) · v per batch and head, flash-attention style: tiles of
+ * queries × keys, the softmax online in f32, nothing of size S × Skv allocated (per-thread
+ * scratch of O(Skv · D) from the context). Dispatch as for linears (SPEC §4): every float
+ * engine that offers attention, best first, admits or refuses with a reason; the first that
+ * admits runs; the reference only by name (args.engine = QMM_ENGINE_REF). */
+typedef enum qmm_attn_mode {
+    QMM_ATTN_BEST = 0,   /* the fastest engine: bf16 operands (q, k, p, v rounded to bf16, RNE)
+                            with f32 accumulation where the CPU has them, else f32 */
+    QMM_ATTN_F32 = 1,    /* f32 operands only (engines with bf16 operands refuse) */
+    QMM_ATTN_MODE_COUNT = 2
+} qmm_attn_mode;
+
+typedef struct qmm_attention_args {
+    /* q [B, H, S, D], k and v [B, Hkv, Skv, D] (H a multiple of Hkv: query head h reads kv
+     * head h / (H / Hkv)), out [B, H, S, D]; 1 <= D <= QMM_ATTN_MAX_D. */
+    int64_t B, H, Hkv, S, Skv, D;
+    /* Each tensor: a pointer, its dtype (F32, F16 or BF16) and its strides in elements between
+     * batches, heads and tokens ([0], [1], [2]); the last dimension (D) is contiguous. Input
+     * strides are >= 0 (0 repeats); out's must not make two elements share memory. ComfyUI's
+     * two layouts: [B, H, S, D] = {H·S·D, S·D, D}, [B, S, H·D] = {S·H·D, D, H·D}. */
+    const void *q; qmm_dtype q_dtype; int64_t q_stride[3];
+    const void *k; const void *v; qmm_dtype kv_dtype; int64_t k_stride[3]; int64_t v_stride[3];
+    void *out; qmm_dtype out_dtype; int64_t out_stride[3];
+    float scale;           /* finite and > 0; 0 = 1/sqrt(D) */
+    /* Optional mask [B, H, S, Skv] read through mask_stride (batch, head, query, key; a stride
+     * of 0 broadcasts, as torch's expand): U8 = bool (nonzero: attend), or F32/F16/BF16 added
+     * to the scaled scores. A query row whose every key is masked (false, or -inf) gives 0. */
+    const void *mask; qmm_dtype mask_dtype; int64_t mask_stride[4];
+    qmm_attn_mode mode;
+    qmm_engine_id engine;  /* AUTO, or a named engine (REF for tests) */
+} qmm_attention_args;
+#define QMM_ATTN_MAX_D 256
+/* Every field zero but mode BEST, engine AUTO, the dtypes F32 and mask_dtype U8. */
+qmm_attention_args qmm_attention_args_default(void);
+/* Runs the attention on the engine dispatch chooses (or args->engine). Errors name the bad
+ * argument. Thread safety: one call at a time per context, as qmm_linear. */
+qmm_status qmm_attention(qmm_context *ctx, const qmm_attention_args *args);
+/* Which engine would run it, and every engine's reason (pointers may be NULL here). */
+qmm_status qmm_attention_plan(qmm_context *ctx, const qmm_attention_args *args, qmm_plan_info *out);
+
 #ifdef __cplusplus
 }
 #endif
