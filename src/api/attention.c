@@ -92,6 +92,7 @@ static qmm_status make_attn_call(const qmm_attention_args *a, int need_data, qmm
     c->mask = a->mask; c->mask_dtype = a->mask_dtype;
     memcpy(c->ms, a->mask_stride, sizeof c->ms);
     c->mode = a->mode;
+    c->by_name = a->engine != QMM_ENGINE_AUTO;
     /* dtypes and strides (checked with or without data: a plan reads the dtypes) */
     static const void *const placeholder = &placeholder;
     const void *q = need_data ? a->q : placeholder, *k = need_data ? a->k : placeholder,

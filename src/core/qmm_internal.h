@@ -240,6 +240,8 @@ typedef struct qmm_attn_call {
     float scale;
     const void *mask; qmm_dtype mask_dtype; int64_t ms[4];  /* mask NULL: none; U8: bool */
     qmm_attn_mode mode;
+    int by_name;   /* the engine was asked for by name: an admit's preference rules (where another
+                      engine is faster) give way, its capability rules do not */
 } qmm_attn_call;
 
 struct qmm_i8_engine; /* int8_gemm.h */
