@@ -1,5 +1,5 @@
 /*
- * test_attention.c — qmm_attention (SPEC §9): every engine that offers attention, asked for by
+ * test_attention.c — qmm_attention (SPEC §10): every engine that offers attention, asked for by
  * name, against the reference (fp64 sums, no tiling) on randomized calls — B, H, Hkv (GQA), S and
  * Skv from 1 to odd sizes past the key block, D from 1 to 256, q/kv/out in f32, f16 and bf16,
  * the [B, H, S, D] and [B, S, H·D] layouts and padded token strides, no mask / bool / additive

@@ -1,5 +1,5 @@
 /*
- * attention.c — the public attention calls (qmm.h, SPEC §9): qmm_attention_args_default, the
+ * attention.c — the public attention calls (qmm.h, SPEC §10): qmm_attention_args_default, the
  * validation of a call into a qmm_attn_call (every error names the argument), qmm_attention
  * (dispatch or the named engine, the engine's attn_run, the counters) and qmm_attention_plan.
  */

@@ -228,7 +228,7 @@ static inline void qmm_call_bug(const qmm_call *c, const char *what) {
     if (c->bug) atomic_store(c->bug, what);
 }
 
-/* What an engine is asked to run for qmm_attention (SPEC §9): the arguments, validated
+/* What an engine is asked to run for qmm_attention (SPEC §10): the arguments, validated
  * (src/api/attention.c): sizes >= 1, H a multiple of Hkv, D <= QMM_ATTN_MAX_D, float dtypes,
  * strides >= 0 and every element's offset within int64, out's elements distinct and its memory
  * apart from the inputs', scale finite (the default already applied). */
@@ -267,7 +267,7 @@ typedef struct qmm_engine {
      * qmm_int8_gemm), so that tests can drive its tile, pack and rows kernels directly
      * (qmm_i8_engine_of); NULL for the others. */
     const struct qmm_i8_engine *i8;
-    /* The second operation, attention (SPEC §9), through the same table and plan: NULL when the
+    /* The second operation, attention (SPEC §10), through the same table and plan: NULL when the
      * engine offers none. attn_admit reads the whole call (attention's choice is not cached);
      * attn_run's preconditions: admitted, the call validated. */
     const char *(*attn_admit)(const qmm_attn_call *c, char *why, size_t n);

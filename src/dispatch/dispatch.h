@@ -46,7 +46,7 @@ void qmm_plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p);
  * repeated call costs one lookup. */
 qmm_engine_id qmm_plan_choose(const qmm_context *ctx, qmm_call *c);
 
-/* The same walk for an attention call (SPEC §9): the engines whose attn_admit admits c, best
+/* The same walk for an attention call (SPEC §10): the engines whose attn_admit admits c, best
  * first (the int8 engines offer no attention; a float engine is no fallback there). _choose is
  * the choice alone (not cached: an attention call's verdicts read the whole call). */
 void qmm_plan_attention(const qmm_context *ctx, const qmm_attn_call *c, qmm_plan_info *p);

@@ -1,5 +1,5 @@
 /*
- * avx512_bf16_attn.c — attention on avx512_bf16 (SPEC §9): q, k, v and the probabilities p
+ * avx512_bf16_attn.c — attention on avx512_bf16 (SPEC §10): q, k, v and the probabilities p
  * rounded to bf16 (nearest even), products exact and sums in f32 (VDPBF16PS); the softmax, its
  * running max and sum, and O in f32; the tile loop of attention_avx512.h. Refuses mode F32.
  *
