@@ -9,7 +9,7 @@ The block (pre-norm, gated residuals, as the video DiTs ComfyUI runs):
 attn is the attention ComfyUI runs on a CPU (comfy/ldm/modules/attention.py picks
 attention_sub_quad for a CPU device: with the memory to spare, the whole key/value length in one
 chunk and queries in chunks of 4096 — scores by baddbmm, softmax, then bmm; sub_quad() here), or
-torch's scaled_dot_product_attention (attention="sdpa").
+torch's scaled_dot_product_attention (attention="sdpa"), or qmm's (attention="qmm").
 Its four linears are layers of one of three kinds:
     KitchenInt8Linear  a ComfyUI INT8 layer: comfy-kitchen's TensorWiseINT8Layout weight, run
                        through the kitchen's dispatch (eager, or qmm once registered);
@@ -101,7 +101,13 @@ def sub_quad(q, k, v, query_chunk=4096):
     return out.reshape(B, H, T, hd)
 
 
-ATTENTION = {"sub_quad": sub_quad, "sdpa": F.scaled_dot_product_attention}
+def qmm_attention(q, k, v):
+    """qmm.attention (SPEC §10) on q, k, v [B, H, T, hd]: the engine qmm's plan picks here."""
+    import qmm
+    return qmm.attention(q, k, v)
+
+
+ATTENTION = {"sub_quad": sub_quad, "sdpa": F.scaled_dot_product_attention, "qmm": qmm_attention}
 
 
 class Block:
