@@ -1,11 +1,11 @@
 /*
- * engines.c — the ordered engine table (dispatch.h: best first, one row per engine), engine and
- * ISA names, availability on this machine (hardware, OS permission, build, ISA cap, disabled
+ * engines.c — the ordered engine table (qmm_internal.h: best first, one row per engine), engine
+ * and ISA names, availability on this machine (hardware, OS permission, build, ISA cap, disabled
  * set), the admission checks that all int8 or all float engines share, and the table's public
  * view (qmm_engine_count, qmm_engine_get_info). Each engine's own admit() lives beside its kernel
  * and calls the common check first.
  */
-#include "dispatch.h"
+#include "qmm_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
