@@ -203,6 +203,13 @@ typedef struct qmm_engine {
      * qmm_int8_gemm), so that tests can drive its tile, pack and rows kernels directly
      * (qmm_i8_engine_of); NULL for the others. */
     const struct qmm_i8_engine *i8;
+    /* What the engine tells `qmm bench` and logs about a call beyond being chosen, NULL when it
+     * has nothing to tell (plain C: callable on any CPU, whether the engine runs here or not):
+     * regime(w, M), the name of the regime it runs w in at M rows (w non-NULL, M >= 1;
+     * qmm_engine_regime), and tuning(buf, size), its tuning in force as text (buf non-NULL when
+     * size > 0, already ""; qmm_engine_tuning). */
+    const char *(*regime)(const qmm_weight *w, int64_t M);
+    qmm_status (*tuning)(char *buf, size_t size);
 } qmm_engine;
 
 const qmm_engine *qmm_engine_get(qmm_engine_id id);  /* NULL for AUTO / out of range */
