@@ -7,6 +7,7 @@ if(TARGET test_amx_emulated)
   add_library(qmm_amx_emu OBJECT
     src/engines/x86_amx/amx_int8.c
     src/engines/x86_amx/amx_bf16.c
+    src/engines/x86_amx/amx_bf16_attn.c
     src/engines/x86_amx/amx_common.c
     src/engines/x86_amx/amx_emu.c)
   target_compile_definitions(qmm_amx_emu PRIVATE QMM_AMX_EMULATE=1)
@@ -14,4 +15,8 @@ if(TARGET test_amx_emulated)
   target_compile_options(qmm_amx_emu PRIVATE ${QMM_AMX_EMU_FLAGS})
   target_include_directories(qmm_amx_emu PRIVATE include src/base src/core)
   target_link_libraries(test_amx_emulated PRIVATE qmm_amx_emu m)
+  if(TARGET test_attention) # amx_bf16's attention, emulated, beside the other attention engines
+    target_link_libraries(test_attention PRIVATE qmm_amx_emu m)
+    target_compile_definitions(test_attention PRIVATE QMM_TEST_AMX_EMU=1)
+  endif()
 endif()

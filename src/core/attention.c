@@ -40,6 +40,9 @@ static void attn_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     j->k->tile(c, kv, q, rows, mask, out, kv + j->kv_bytes);
 }
 
+static void attn_begin(int thread, void *arg) { (void)thread; ((const attn_job *)arg)->k->begin(); }
+static void attn_end(int thread, void *arg) { (void)thread; ((const attn_job *)arg)->k->end(); }
+
 qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm_attn_kernels *k) {
     const int T = qmm_pool_threads(ctx->pool);
     attn_job j = {.c = c, .k = k};
@@ -55,6 +58,7 @@ qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm
     for (int i = 0; i < T; i++) j.packed[i] = -1;
     j.tiles = (c->S + k->mq - 1) / k->mq;
     j.group = c->H / c->Hkv;
-    qmm_pool_run(ctx->pool, c->B * c->H * j.tiles, attn_task, &j);
+    qmm_pool_run_bracketed(ctx->pool, c->B * c->H * j.tiles, attn_task, k->begin ? attn_begin : NULL,
+                           k->end ? attn_end : NULL, &j);
     return QMM_OK;
 }

@@ -28,6 +28,10 @@ typedef struct qmm_attn_kernels {
      * (token stride c->os[2]); scratch: tile_bytes, 64-aligned. */
     void (*tile)(const qmm_attn_call *c, const void *kv, const void *q, int64_t rows, const void *mask,
                  void *out, void *scratch);
+    /* optional, on each thread before its first task and after its last (AMX: LDTILECFG and
+     * TILERELEASE) */
+    void (*begin)(void);
+    void (*end)(void);
 } qmm_attn_kernels;
 
 /* Runs c with the engine's kernels k on ctx's threads. */

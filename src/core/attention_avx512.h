@@ -31,21 +31,23 @@ static inline __mmask16 qmm_za_lanes(int64_t n) { return n >= 16 ? (__mmask16)0x
 /* D rounded up to 16: the width of a Q, O and (f32) V row */
 static inline int64_t qmm_za_dp(int64_t D) { return qmm_round_up(D, 16); }
 
-/* A tile's scratch: S and P [MQ][NK] f32, O [MQ][Dp] f32, Q [MQ][Dp] f32 (or bf16 in its
- * first half), m, l, alpha [MQ], the mask row of a block [NK]. */
+/* A tile's scratch, for rows of Dp values (D rounded up to the engine's multiple of 16):
+ * S and P [MQ][NK] f32, O [MQ][Dp] f32, Q [MQ][Dp] f32 (or bf16 in its first half), m, l,
+ * alpha [MQ], the mask row of a block [NK] and a [16][64] f32 block of the engine's own. */
 typedef struct {
-    float *S, *P, *O, *m, *l, *alpha, *mtmp;
+    float *S, *P, *O, *m, *l, *alpha, *mtmp, *blk;
     void *Q;
+    int64_t Dp;
 } qmm_za_tile;
 
-static inline size_t qmm_za_tile_bytes(int64_t D) {
-    return (size_t)(QMM_ZA_MQ * QMM_ZA_NK * 2 + QMM_ZA_MQ * qmm_za_dp(D) * 2 + QMM_ZA_MQ * 3 + QMM_ZA_NK) * sizeof(float);
+static inline size_t qmm_za_tile_bytes(int64_t Dp) {
+    return (size_t)(QMM_ZA_MQ * QMM_ZA_NK * 2 + QMM_ZA_MQ * Dp * 2 + QMM_ZA_MQ * 3 + QMM_ZA_NK + 16 * 64) * sizeof(float);
 }
 
-static inline qmm_za_tile qmm_za_tile_of(void *scratch, int64_t D) {
+static inline qmm_za_tile qmm_za_tile_of(void *scratch, int64_t Dp) {
     qmm_za_tile t;
     float *f = scratch;
-    const int64_t Dp = qmm_za_dp(D);
+    t.Dp = Dp;
     t.S = f;             f += QMM_ZA_MQ * QMM_ZA_NK;
     t.P = f;             f += QMM_ZA_MQ * QMM_ZA_NK;
     t.O = f;             f += QMM_ZA_MQ * Dp;
@@ -53,14 +55,14 @@ static inline qmm_za_tile qmm_za_tile_of(void *scratch, int64_t D) {
     t.m = f;             f += QMM_ZA_MQ;
     t.l = f;             f += QMM_ZA_MQ;
     t.alpha = f;         f += QMM_ZA_MQ;
-    t.mtmp = f;
+    t.mtmp = f;          f += QMM_ZA_NK;
+    t.blk = f;
     return t;
 }
 
 /* Query row i of the tile (q: the tile's first row) → Q f32 [Dp] (bf16 = 0) or bf16 [Dp]
  * rounded to nearest even (bf16 = 1), zero past D. */
-static inline void qmm_za_load_q(const qmm_attn_call *c, const void *q, int64_t i, void *Q, int bf16) {
-    const int64_t Dp = qmm_za_dp(c->D);
+static inline void qmm_za_load_q(const qmm_attn_call *c, const void *q, int64_t i, void *Q, int64_t Dp, int bf16) {
     const char *row = (const char *)q + i * c->qs[2] * (int64_t)qmm_dtype_size(c->q_dtype);
     for (int64_t d = 0; d < Dp; d += 16) {
         const __m512 x = qmm_z_load16(row, c->q_dtype, d, qmm_za_lanes(c->D - d));
@@ -142,13 +144,44 @@ static inline void qmm_za_softmax(const qmm_attn_call *c, const qmm_za_tile *t, 
 
 /* out row i = O[i] / l[i] (0 where l = 0) in out's dtype */
 static inline void qmm_za_store(const qmm_attn_call *c, const qmm_za_tile *t, int64_t i, void *out) {
-    const int64_t Dp = qmm_za_dp(c->D);
+    const int64_t Dp = t->Dp;
     const size_t es = qmm_dtype_size(c->out_dtype);
     char *row = (char *)out + i * c->os[2] * (int64_t)es;
     const __m512 inv = _mm512_set1_ps(t->l[i] > 0.0f ? 1.0f / t->l[i] : 0.0f);
     for (int64_t d = 0; d < c->D; d += 16)
         qmm_z_store16(row + d * (int64_t)es, c->out_dtype, qmm_z_tail_mask(c->D - d),
                       _mm512_mul_ps(_mm512_loadu_ps(t->O + i * Dp + d), inv));
+}
+
+/* One kv head → bf16 blocks of NK keys (keys past Skv and d past D zero), Dp a multiple of 16:
+ * nblk K blocks [Dp/2][NK][2] (per d-pair and 16 keys one zmm: the VDPBF16PS operand against a
+ * broadcast q pair, and 16 consecutive pair rows one AMX B tile at a row stride of NK·4 bytes),
+ * then nblk V blocks [NK/2][Dp][2] (per key pair and 16 of D one zmm against a broadcast p pair;
+ * 16 consecutive key-pair rows one AMX B tile at a row stride of Dp·4 bytes). */
+static inline void qmm_za_pack_kv_bf16(const qmm_attn_call *c, const void *k, const void *v, void *kv, int64_t Dp) {
+    const int64_t D = c->D, NK = QMM_ZA_NK, nblk = (c->Skv + NK - 1) / NK;
+    const size_t es = qmm_dtype_size(c->kv_dtype);
+    uint16_t *K = kv, *V = (uint16_t *)kv + nblk * Dp * NK;
+    uint16_t kr16[QMM_ATTN_MAX_D + 32], vr16[QMM_ATTN_MAX_D + 32];
+    for (int64_t j = 0; j < nblk * NK; j++) {
+        for (int64_t d = 0; d < Dp; d += 16) {
+            __m512 kx = _mm512_setzero_ps(), vx = _mm512_setzero_ps();
+            if (j < c->Skv) {
+                const __mmask16 mk = qmm_za_lanes(D - d);
+                kx = qmm_z_load16((const char *)k + j * c->ks[2] * (int64_t)es, c->kv_dtype, d, mk);
+                vx = qmm_z_load16((const char *)v + j * c->vs[2] * (int64_t)es, c->kv_dtype, d, mk);
+            }
+            qmm_z_store16(kr16 + d, QMM_BF16, 0xffff, kx);
+            qmm_z_store16(vr16 + d, QMM_BF16, 0xffff, vx);
+        }
+        /* K block: element (d, key jj) at ((d/2)·NK + jj)·2 + d%2 */
+        uint32_t *kd = (uint32_t *)(K + (j / NK) * Dp * NK) + (j % NK);
+        const uint32_t *kp = (const uint32_t *)kr16;
+        for (int64_t p = 0; p < Dp / 2; p++) kd[p * NK] = kp[p];
+        /* V block: element (key jj, d) at ((jj/2)·Dp + d)·2 + jj%2 */
+        uint16_t *vd = V + (j / NK) * NK * Dp + ((j % NK) / 2) * Dp * 2 + (j % 2);
+        for (int64_t d = 0; d < Dp; d++) vd[d * 2] = vr16[d];
+    }
 }
 
 typedef void (*qmm_za_qk_fn)(int rows, const void *Q, int64_t D, const void *Kb, float *S);
@@ -160,11 +193,11 @@ static inline __attribute__((always_inline)) void qmm_za_tile_run(const qmm_attn
                                                                   int64_t rows, const void *mask, void *out, void *scratch,
                                                                   int bf16, size_t kb_bytes, size_t vb_bytes,
                                                                   qmm_za_qk_fn qk, qmm_za_pv_fn pv) {
-    const qmm_za_tile t = qmm_za_tile_of(scratch, c->D);
     const int64_t Dp = qmm_za_dp(c->D), nblk = (c->Skv + QMM_ZA_NK - 1) / QMM_ZA_NK;
+    const qmm_za_tile t = qmm_za_tile_of(scratch, Dp);
     const size_t qrow = bf16 ? (size_t)Dp * 2 : (size_t)Dp * 4, prow = bf16 ? QMM_ZA_NK * 2 : QMM_ZA_NK * 4;
     for (int64_t i = 0; i < rows; i++) {
-        qmm_za_load_q(c, q, i, t.Q, bf16);
+        qmm_za_load_q(c, q, i, t.Q, Dp, bf16);
         t.m[i] = -INFINITY;
         t.l[i] = 0.0f;
         for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(t.O + i * Dp + d, _mm512_setzero_ps());

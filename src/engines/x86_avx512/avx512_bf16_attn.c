@@ -25,31 +25,7 @@ static size_t kv_bytes(int64_t Skv, int64_t D) {
 }
 
 static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
-    const int64_t D = c->D, Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;
-    const size_t es = qmm_dtype_size(c->kv_dtype);
-    uint16_t *K = kv, *V = (uint16_t *)kv + nblk * Dp * NK;
-    uint16_t kr16[QMM_ATTN_MAX_D + 16], vr16[QMM_ATTN_MAX_D + 16];
-    for (int64_t j = 0; j < nblk * NK; j++) {
-        if (j < c->Skv) {
-            const char *kr = (const char *)k + j * c->ks[2] * (int64_t)es, *vr = (const char *)v + j * c->vs[2] * (int64_t)es;
-            for (int64_t d = 0; d < Dp; d += 16) {
-                const __mmask16 mk = qmm_za_lanes(D - d);
-                _mm256_storeu_si256((__m256i *)(kr16 + d), (__m256i)_mm512_cvtneps_pbh(qmm_z_load16(kr, c->kv_dtype, d, mk)));
-                _mm256_storeu_si256((__m256i *)(vr16 + d), (__m256i)_mm512_cvtneps_pbh(qmm_z_load16(vr, c->kv_dtype, d, mk)));
-            }
-        } else {
-            for (int64_t d = 0; d < Dp; d++) kr16[d] = vr16[d] = 0;
-        }
-        /* K block: element (d, key jj) at ((d/2)·64 + jj)·2 + d%2 */
-        uint16_t *kd = K + (j / NK) * Dp * NK + (j % NK) * 2;
-        for (int64_t d = 0; d < Dp; d += 2) {
-            kd[(d / 2) * NK * 2] = kr16[d];
-            kd[(d / 2) * NK * 2 + 1] = kr16[d + 1];
-        }
-        /* V block: element (key jj, d) at ((jj/2)·Dp + d)·2 + jj%2 */
-        uint16_t *vd = V + (j / NK) * NK * Dp + ((j % NK) / 2) * Dp * 2 + (j % 2);
-        for (int64_t d = 0; d < Dp; d++) vd[d * 2] = vr16[d];
-    }
+    qmm_za_pack_kv_bf16(c, k, v, kv, qmm_za_dp(c->D));
 }
 
 static inline __attribute__((always_inline)) void qk_n(const int rows, const uint16_t *Q, int64_t D,
@@ -131,7 +107,7 @@ static void pv(int rows, const void *Pv, const void *Vv, float *O, const float *
     }
 }
 
-static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(D); }
+static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(qmm_za_dp(D)); }
 
 static void tile(const qmm_attn_call *c, const void *kv, const void *q, int64_t rows, const void *mask, void *out,
                  void *scratch) {

@@ -122,7 +122,7 @@ static void pv(int rows, const void *Pv, const void *Vv, float *O, const float *
     }
 }
 
-static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(D); }
+static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(qmm_za_dp(D)); }
 
 static void tile(const qmm_attn_call *c, const void *kv, const void *q, int64_t rows, const void *mask, void *out,
                  void *scratch) {
