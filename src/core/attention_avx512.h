@@ -184,6 +184,50 @@ static inline void qmm_za_pack_kv_bf16(const qmm_attn_call *c, const void *k, co
     }
 }
 
+/* The f32 P·V of avx512_f32 and avx512_vnni: O[i][0..Dp) = O[i]·alpha[i] + Σ_j P[i][j]·V[j] for
+ * rows i < rows (1..6), P [rows][NK] f32, the V block [NK][Dp] f32 (V's rows, Dp a multiple of 16);
+ * 6 rows × 64 of D (24 zmm) per pass, per key 4 V loads and 6 broadcasts of p[i][j]. */
+static inline __attribute__((always_inline)) void qmm_za_pv_f32_n(const int rows, const int nz, const float *P, const float *Vb,
+                                                        float *O, const float *alpha, int64_t Dp, int64_t d0) {
+    __m512 acc[QMM_ZA_MR][4];
+    for (int i = 0; i < rows; i++)
+        for (int z = 0; z < nz; z++) acc[i][z] = _mm512_setzero_ps();
+    for (int j = 0; j < QMM_ZA_NK; j++) {
+        const float *vj = Vb + j * Dp + d0;
+        __m512 v[4];
+        for (int z = 0; z < nz; z++) v[z] = _mm512_loadu_ps(vj + 16 * z);
+        for (int i = 0; i < rows; i++) {
+            const __m512 p = _mm512_set1_ps(P[i * QMM_ZA_NK + j]);
+            for (int z = 0; z < nz; z++) acc[i][z] = _mm512_fmadd_ps(p, v[z], acc[i][z]);
+        }
+    }
+    for (int i = 0; i < rows; i++) {
+        const __m512 a = _mm512_set1_ps(alpha[i]);
+        float *o = O + i * Dp + d0;
+        for (int z = 0; z < nz; z++) _mm512_storeu_ps(o + 16 * z, _mm512_fmadd_ps(_mm512_loadu_ps(o + 16 * z), a, acc[i][z]));
+    }
+}
+
+#define QMM_ZA_PV_ROWS(nz)                                                  \
+    switch (rows) {                                                  \
+    case 6: qmm_za_pv_f32_n(6, nz, P, Vb, O, alpha, Dp, d0); break;             \
+    case 5: qmm_za_pv_f32_n(5, nz, P, Vb, O, alpha, Dp, d0); break;             \
+    case 4: qmm_za_pv_f32_n(4, nz, P, Vb, O, alpha, Dp, d0); break;             \
+    case 3: qmm_za_pv_f32_n(3, nz, P, Vb, O, alpha, Dp, d0); break;             \
+    case 2: qmm_za_pv_f32_n(2, nz, P, Vb, O, alpha, Dp, d0); break;             \
+    default: qmm_za_pv_f32_n(1, nz, P, Vb, O, alpha, Dp, d0); break;            \
+    }
+
+static inline void qmm_za_pv_f32(int rows, const float *P, const float *Vb, float *O, const float *alpha, int64_t Dp) {
+    for (int64_t d0 = 0; d0 < Dp; d0 += 64) {
+        const int64_t nz = (Dp - d0) / 16 >= 4 ? 4 : (Dp - d0) / 16;
+        if (nz == 4) { QMM_ZA_PV_ROWS(4) }
+        else if (nz == 3) { QMM_ZA_PV_ROWS(3) }
+        else if (nz == 2) { QMM_ZA_PV_ROWS(2) }
+        else { QMM_ZA_PV_ROWS(1) }
+    }
+}
+
 typedef void (*qmm_za_qk_fn)(int rows, const void *Q, int64_t D, const void *Kb, float *S);
 typedef void (*qmm_za_pv_fn)(int rows, const void *P, const void *Vb, float *O, const float *alpha, int64_t D);
 

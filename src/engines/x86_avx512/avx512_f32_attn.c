@@ -6,7 +6,7 @@
  * side by side per d: 4 zmm), then the V blocks [64][Dp] f32 (V's rows, D padded to 16); keys
  * past Skv and d past D are zero.
  * qk: 6 query rows × 64 keys (24 zmm), per d 4 K loads and 6 broadcasts of q[i][d].
- * pv: 6 rows × 64 of D (24 zmm) per pass, per key 4 V loads and 6 broadcasts of p[i][j].
+ * pv: qmm_za_pv_f32 (attention_avx512.h).
  * Each score and each output is one FMA chain in order of d (of j within a block).
  */
 #include "attention_avx512.h"
@@ -78,48 +78,8 @@ static void qk(int rows, const void *Q, int64_t D, const void *Kb, float *S) {
     }
 }
 
-/* nz (1..4) zmm of D from column d0 */
-static inline __attribute__((always_inline)) void pv_n(const int rows, const int nz, const float *P, const float *Vb,
-                                                        float *O, const float *alpha, int64_t Dp, int64_t d0) {
-    __m512 acc[QMM_ZA_MR][4];
-    for (int i = 0; i < rows; i++)
-        for (int z = 0; z < nz; z++) acc[i][z] = _mm512_setzero_ps();
-    for (int j = 0; j < NK; j++) {
-        const float *vj = Vb + j * Dp + d0;
-        __m512 v[4];
-        for (int z = 0; z < nz; z++) v[z] = _mm512_loadu_ps(vj + 16 * z);
-        for (int i = 0; i < rows; i++) {
-            const __m512 p = _mm512_set1_ps(P[i * NK + j]);
-            for (int z = 0; z < nz; z++) acc[i][z] = _mm512_fmadd_ps(p, v[z], acc[i][z]);
-        }
-    }
-    for (int i = 0; i < rows; i++) {
-        const __m512 a = _mm512_set1_ps(alpha[i]);
-        float *o = O + i * Dp + d0;
-        for (int z = 0; z < nz; z++) _mm512_storeu_ps(o + 16 * z, _mm512_fmadd_ps(_mm512_loadu_ps(o + 16 * z), a, acc[i][z]));
-    }
-}
-
-#define PV_ROWS(nz)                                                  \
-    switch (rows) {                                                  \
-    case 6: pv_n(6, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    case 5: pv_n(5, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    case 4: pv_n(4, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    case 3: pv_n(3, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    case 2: pv_n(2, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    default: pv_n(1, nz, P, Vb, O, alpha, Dp, d0); break;            \
-    }
-
-static void pv(int rows, const void *Pv, const void *Vv, float *O, const float *alpha, int64_t D) {
-    const float *P = Pv, *Vb = Vv;
-    const int64_t Dp = qmm_za_dp(D);
-    for (int64_t d0 = 0; d0 < Dp; d0 += 64) {
-        const int64_t nz = (Dp - d0) / 16 >= 4 ? 4 : (Dp - d0) / 16;
-        if (nz == 4) { PV_ROWS(4) }
-        else if (nz == 3) { PV_ROWS(3) }
-        else if (nz == 2) { PV_ROWS(2) }
-        else { PV_ROWS(1) }
-    }
+static void pv(int rows, const void *P, const void *Vb, float *O, const float *alpha, int64_t D) {
+    qmm_za_pv_f32(rows, P, Vb, O, alpha, qmm_za_dp(D));
 }
 
 static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(qmm_za_dp(D)); }
