@@ -239,8 +239,11 @@ def test_fallback_with_reason_logged_once(caplog):
     _declined(lambda: optimized_attention(qg, q, q, 2, skip_reshape=True, transformer_options=to),
               "requires grad")
     q3 = torch.randn(1, 5, 30)
-    _declined(lambda: optimized_attention(q3, q3, q3, 4, transformer_options=to),
-              "not a multiple of heads")
+
+    def bad_width():
+        with pytest.raises(RuntimeError):
+            optimized_attention(q3, q3, q3, 4, transformer_options=to)
+    _declined(bad_width, "not a multiple of heads")
 
 
 def test_library_refusal_falls_back(monkeypatch):
