@@ -424,7 +424,7 @@ typedef struct qmm_attention_args {
     const void *q; qmm_dtype q_dtype; int64_t q_stride[3];
     const void *k; const void *v; qmm_dtype kv_dtype; int64_t k_stride[3]; int64_t v_stride[3];
     void *out; qmm_dtype out_dtype; int64_t out_stride[3];
-    float scale;           /* finite and > 0; 0 = 1/sqrt(D) */
+    float scale;           /* finite; 0 = 1/sqrt(D) */
     /* Optional mask [B, H, S, Skv] read through mask_stride (batch, head, query, key; a stride
      * of 0 broadcasts, as torch's expand): U8 = bool (nonzero: attend), or F32/F16/BF16 added
      * to the scaled scores. A query row whose every key is masked (false, or -inf) gives 0. */

@@ -228,6 +228,20 @@ static inline void qmm_call_bug(const qmm_call *c, const char *what) {
     if (c->bug) atomic_store(c->bug, what);
 }
 
+/* What an engine is asked to run for qmm_attention (SPEC §9): the arguments, validated
+ * (src/api/attention.c): sizes >= 1, H a multiple of Hkv, D <= QMM_ATTN_MAX_D, float dtypes,
+ * strides >= 0 and every element's offset within int64, out's elements distinct and its memory
+ * apart from the inputs', scale finite (the default already applied). */
+typedef struct qmm_attn_call {
+    int64_t B, H, Hkv, S, Skv, D;
+    const void *q; qmm_dtype q_dtype; int64_t qs[3];
+    const void *k; const void *v; qmm_dtype kv_dtype; int64_t ks[3]; int64_t vs[3];
+    void *out; qmm_dtype out_dtype; int64_t os[3];
+    float scale;
+    const void *mask; qmm_dtype mask_dtype; int64_t ms[4];  /* mask NULL: none; U8: bool */
+    qmm_attn_mode mode;
+} qmm_attn_call;
+
 struct qmm_i8_engine; /* int8_gemm.h */
 
 typedef struct qmm_engine {
@@ -251,6 +265,11 @@ typedef struct qmm_engine {
      * qmm_int8_gemm), so that tests can drive its tile, pack and rows kernels directly
      * (qmm_i8_engine_of); NULL for the others. */
     const struct qmm_i8_engine *i8;
+    /* The second operation, attention (SPEC §9), through the same table and plan: NULL when the
+     * engine offers none. attn_admit reads the whole call (attention's choice is not cached);
+     * attn_run's preconditions: admitted, the call validated. */
+    const char *(*attn_admit)(const qmm_attn_call *c, char *why, size_t n);
+    qmm_status (*attn_run)(qmm_context *ctx, const qmm_attn_call *c);
 } qmm_engine;
 
 const qmm_engine *qmm_engine_get(qmm_engine_id id);  /* NULL for AUTO / out of range */

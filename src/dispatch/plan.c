@@ -12,23 +12,40 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The walk of SPEC §4: every int8 engine, then every float engine (a float engine is only a
- * fallback when every int8 engine refused; the table lists them in that order), each one usable
- * here and admitting c or not. With p, every engine's verdict and reason goes into p; without,
- * the walk stops at the first admitting engine and formats no reason of its own. Returns the
- * chosen engine (AUTO if none) and sets c->fallback for it. */
-static qmm_engine_id walk(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p) {
+/* One operation's verdict of an engine for the walk: NULL if e admits the call, else its reason.
+ * fallback: the walk asks a float engine for an int8 weight (W8A16). */
+typedef const char *(*op_admit_fn)(const qmm_engine *e, void *call, int fallback, char *why, size_t n);
+
+static const char *admit_linear(const qmm_engine *e, void *call, int fallback, char *why, size_t n) {
+    qmm_call *c = call;
+    c->fallback = fallback;
+    return e->admit(c, why, n);
+}
+
+static const char *admit_attention(const qmm_engine *e, void *call, int fallback, char *why, size_t n) {
+    (void)fallback;
+    return e->attn_admit ? e->attn_admit(call, why, n) : "offers no attention";
+}
+
+/* The walk of SPEC §4, for any operation: every int8 engine, then every float engine (a float
+ * engine is only a fallback when every int8 engine refused an int8 weight, float_fallback; the
+ * table lists them in that order), each one usable here and admitting the call or not. With p,
+ * every engine's verdict and reason goes into p; without, the walk stops at the first admitting
+ * engine and formats no reason of its own. Returns the chosen engine (AUTO if none) and, in
+ * *fallback, whether it is a fallback. */
+static qmm_engine_id walk(const qmm_context *ctx, op_admit_fn admit, void *call, int float_fallback,
+                          qmm_plan_info *p, int *fallback) {
     qmm_engine_id chosen = QMM_ENGINE_AUTO;
-    int chosen_fallback = 0;
+    *fallback = 0;
     for (int kind = QMM_KIND_INT8; kind <= QMM_KIND_FLOAT; kind++) {
         for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
             const qmm_engine *e = qmm_engine_table[i].engine;
             if ((int)e->kind != kind) continue;
-            c->fallback = kind == QMM_KIND_FLOAT && c->w->is_int8;
+            const int fb = kind == QMM_KIND_FLOAT && float_fallback;
             char why[QMM_REASON_MAX];
             const int usable = p ? qmm_engine_usable(e, ctx->max_isa, ctx->disabled_engines, why, sizeof why)
                                  : (int)((ctx->usable_engines >> e->id) & 1u);
-            const char *r = usable ? e->admit(c, why, sizeof why) : p ? why : "unusable";
+            const char *r = usable ? admit(e, call, fb, why, sizeof why) : p ? why : "unusable";
             if (r) {
                 if (p) snprintf(p->reason[e->id], QMM_REASON_MAX, "%s", r);
                 continue;
@@ -36,24 +53,35 @@ static qmm_engine_id walk(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p)
             if (p) p->admitted[e->id] = 1;
             if (chosen == QMM_ENGINE_AUTO) {
                 chosen = e->id;
-                chosen_fallback = c->fallback;
-                if (!p) goto done;
+                *fallback = fb;
+                if (!p) return chosen;
             }
         }
     }
-done:
-    c->fallback = chosen_fallback;
     return chosen;
 }
 
-void qmm_plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p) {
+static void plan_of(const qmm_context *ctx, op_admit_fn admit, void *call, int float_fallback, qmm_plan_info *p) {
     memset(p, 0, sizeof *p);
     snprintf(p->reason[QMM_ENGINE_REF], QMM_REASON_MAX, "reference: runs only when asked for by name");
-    p->engine = walk(ctx, c, p);
-    p->is_fallback = c->fallback;
+    p->engine = walk(ctx, admit, call, float_fallback, p, &p->is_fallback);
     p->status = p->engine == QMM_ENGINE_AUTO ? QMM_ERR_NO_ENGINE
               : (p->is_fallback && ctx->fallback == QMM_FALLBACK_STRICT) ? QMM_ERR_FALLBACK_REFUSED
                                                                           : QMM_OK;
+}
+
+void qmm_plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p) {
+    plan_of(ctx, admit_linear, c, c->w->is_int8, p);
+    c->fallback = p->is_fallback;
+}
+
+void qmm_plan_attention(const qmm_context *ctx, const qmm_attn_call *c, qmm_plan_info *p) {
+    plan_of(ctx, admit_attention, (void *)c, 0, p);
+}
+
+qmm_engine_id qmm_plan_attention_choose(const qmm_context *ctx, const qmm_attn_call *c) {
+    int fallback;
+    return walk(ctx, admit_attention, (void *)c, 0, NULL, &fallback);
 }
 
 /* A call class and dispatch's choice for it in one 64-bit word (qmm_plan_cache):
@@ -91,7 +119,9 @@ qmm_engine_id qmm_plan_choose(const qmm_context *ctx, qmm_call *c) {
             return (qmm_engine_id)((v >> 39) & 0x1f);
         }
     }
-    const qmm_engine_id id = walk(ctx, c, NULL);
+    int fallback;
+    const qmm_engine_id id = walk(ctx, admit_linear, c, c->w->is_int8, NULL, &fallback);
+    c->fallback = fallback;
     if (cacheable && id != QMM_ENGINE_AUTO) { /* a refusal is an error path: its message needs the full plan */
         const int i = (int)((key * 0x9E3779B97F4A7C15ull) >> 61) % QMM_PLAN_CACHE_SLOTS;
         atomic_store_explicit(&cache->slot[i], key | (uint64_t)id << 39 | (uint64_t)(c->fallback != 0) << 44,

@@ -32,6 +32,8 @@ src/engines/x86_avx512/avx512_vnni.c        avx512f,avx512bw,avx512vl,avx512_vnn
 src/engines/x86_avx512/avx512_vnni_small.c  avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
 src/engines/x86_avx512/avx512_bf16.c        avx512f,avx512bw,avx512vl,avx512_bf16        avx512_bf16
 src/engines/x86_avx512/avx512_f32.c         avx512f,avx512bw,avx512vl,avx512dq           avx512f
+src/engines/x86_avx512/avx512_f32_attn.c    avx512f,avx512bw,avx512vl,avx512dq           avx512f
+src/engines/x86_avx512/avx512_bf16_attn.c   avx512f,avx512bw,avx512vl,avx512_bf16        avx512_bf16
 src/core/prepass_avx512.c                   avx512f,avx512bw,avx512vl,avx512dq           avx512f
 src/core/input_stage_avx512.c               avx512f,avx512bw,avx512vl,avx512dq           avx512f
 src/core/float_act_avx512.c                 avx512f,avx512bw,avx512vl,avx512dq           avx512f

@@ -73,6 +73,9 @@ static qmm_status ref_run(qmm_context *ctx, const qmm_call *c) {
     return c->w->is_int8 ? ref_run_int8(ctx, c) : ref_run_float(ctx, c);
 }
 
+const char *qmm_ref_attn_admit(const qmm_attn_call *c, char *why, size_t n);
+qmm_status qmm_ref_attn_run(qmm_context *ctx, const qmm_attn_call *c);
+
 const qmm_engine qmm_engine_ref = {
     .id = QMM_ENGINE_REF,
     .name = "ref",
@@ -82,4 +85,6 @@ const qmm_engine qmm_engine_ref = {
     .built = 1,
     .admit = ref_admit,
     .run = ref_run,
+    .attn_admit = qmm_ref_attn_admit,
+    .attn_run = qmm_ref_attn_run,
 };

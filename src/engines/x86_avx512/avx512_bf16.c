@@ -104,6 +104,9 @@ static const qmm_fgemm k_gemm = {
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_float_gemm(ctx, c, &k_gemm); }
 
+const char *qmm_avx512_bf16_attn_admit(const qmm_attn_call *c, char *why, size_t n);
+qmm_status qmm_avx512_bf16_attn_run(qmm_context *ctx, const qmm_attn_call *c);
+
 const qmm_engine qmm_engine_avx512_bf16 = {
     .id = QMM_ENGINE_AVX512_BF16,
     .name = "avx512_bf16",
@@ -113,4 +116,6 @@ const qmm_engine qmm_engine_avx512_bf16 = {
     .built = 1,
     .admit = admit,
     .run = run,
+    .attn_admit = qmm_avx512_bf16_attn_admit,
+    .attn_run = qmm_avx512_bf16_attn_run,
 };

@@ -113,6 +113,9 @@ static const qmm_fgemm k_gemm = {
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_float_gemm(ctx, c, &k_gemm); }
 
+const char *qmm_avx512_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n);
+qmm_status qmm_avx512_f32_attn_run(qmm_context *ctx, const qmm_attn_call *c);
+
 const qmm_engine qmm_engine_avx512_f32 = {
     .id = QMM_ENGINE_AVX512_F32,
     .name = "avx512_f32",
@@ -122,4 +125,6 @@ const qmm_engine qmm_engine_avx512_f32 = {
     .built = 1,
     .admit = qmm_admit_common_float,
     .run = run,
+    .attn_admit = qmm_avx512_f32_attn_admit,
+    .attn_run = qmm_avx512_f32_attn_run,
 };

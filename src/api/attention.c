@@ -1,0 +1,187 @@
+/*
+ * attention.c — the public attention calls (qmm.h, SPEC §9): qmm_attention_args_default, the
+ * validation of a call into a qmm_attn_call (every error names the argument), qmm_attention
+ * (dispatch or the named engine, the engine's attn_run, the counters) and qmm_attention_plan.
+ */
+#include "dispatch.h"
+#include "qmm_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+qmm_attention_args qmm_attention_args_default(void) {
+    qmm_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.q_dtype = a.kv_dtype = a.out_dtype = QMM_F32;
+    a.mask_dtype = QMM_U8;
+    a.mode = QMM_ATTN_BEST;
+    a.engine = QMM_ENGINE_AUTO;
+    return a;
+}
+
+/* The last byte + 1 of a strided tensor of dims sizes n[0..nd) (strides s, elements) whose last
+ * dimension of `last` elements is contiguous, in bytes of es each; 0 if it overflows int64. */
+static int64_t extent(const int64_t *n, const int64_t *s, int nd, int64_t last, size_t es) {
+    int64_t off = last;
+    for (int i = 0; i < nd; i++) {
+        int64_t t;
+        if (__builtin_mul_overflow(n[i] - 1, s[i], &t) || __builtin_add_overflow(off, t, &off)) return 0;
+    }
+    int64_t bytes;
+    if (__builtin_mul_overflow(off, (int64_t)es, &bytes)) return 0;
+    return bytes;
+}
+
+/* Do the out elements [n0][n1][n2][D] with strides s (D contiguous) all have distinct addresses?
+ * Sorted by stride, each dimension of size > 1 must step past everything below it. */
+static int distinct(const int64_t n[3], const int64_t s[3], int64_t D) {
+    int idx[3] = {0, 1, 2};
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; j < 3; j++)
+            if (s[idx[j]] < s[idx[i]]) { int t = idx[i]; idx[i] = idx[j]; idx[j] = t; }
+    int64_t span = D;
+    for (int i = 0; i < 3; i++) {
+        const int d = idx[i];
+        if (n[d] == 1) continue;
+        if (s[d] < span) return 0;
+        span = s[d] * (n[d] - 1) + span;
+    }
+    return 1;
+}
+
+static int overlaps(const void *a, int64_t abytes, const void *b, int64_t bbytes) {
+    const char *a0 = a, *b0 = b;
+    return a0 < b0 + bbytes && b0 < a0 + abytes;
+}
+
+static qmm_status check_tensor(const char *name, const void *p, qmm_dtype t, const int64_t *s, int nd) {
+    QMM_RETURN_IF(!p, QMM_ERR_INVALID_ARGUMENT, "attention: %s is NULL", name);
+    QMM_RETURN_IF(!qmm_dtype_is_float(t), QMM_ERR_INVALID_ARGUMENT, "attention: %s dtype %s: needs f32, f16 or bf16",
+                  name, qmm_dtype_name(t));
+    for (int i = 0; i < nd; i++)
+        QMM_RETURN_IF(s[i] < 0, QMM_ERR_INVALID_ARGUMENT, "attention: %s stride[%d] = %lld is negative", name, i,
+                      (long long)s[i]);
+    return QMM_OK;
+}
+
+/* args → c, every rule of qmm.h checked; need_data: the pointers must be given (not for a plan) */
+static qmm_status make_attn_call(const qmm_attention_args *a, int need_data, qmm_attn_call *c) {
+    QMM_RETURN_IF(!a, QMM_ERR_INVALID_ARGUMENT, "attention: args is NULL");
+    const int64_t dims[6] = {a->B, a->H, a->Hkv, a->S, a->Skv, a->D};
+    static const char *const names[6] = {"B", "H", "Hkv", "S", "Skv", "D"};
+    for (int i = 0; i < 6; i++)
+        QMM_RETURN_IF(dims[i] < 1, QMM_ERR_INVALID_ARGUMENT, "attention: %s = %lld: must be >= 1", names[i],
+                      (long long)dims[i]);
+    QMM_RETURN_IF(a->D > QMM_ATTN_MAX_D, QMM_ERR_UNSUPPORTED, "attention: D = %lld > %d", (long long)a->D, QMM_ATTN_MAX_D);
+    QMM_RETURN_IF(a->H % a->Hkv != 0, QMM_ERR_INVALID_ARGUMENT, "attention: H = %lld is not a multiple of Hkv = %lld",
+                  (long long)a->H, (long long)a->Hkv);
+    QMM_RETURN_IF(!isfinite(a->scale), QMM_ERR_INVALID_ARGUMENT, "attention: scale %g is not finite", (double)a->scale);
+    QMM_RETURN_IF((unsigned)a->mode >= QMM_ATTN_MODE_COUNT, QMM_ERR_INVALID_ARGUMENT, "attention: mode %d unknown",
+                  (int)a->mode);
+    memset(c, 0, sizeof *c);
+    c->B = a->B; c->H = a->H; c->Hkv = a->Hkv; c->S = a->S; c->Skv = a->Skv; c->D = a->D;
+    c->q = a->q; c->q_dtype = a->q_dtype;
+    c->k = a->k; c->v = a->v; c->kv_dtype = a->kv_dtype;
+    c->out = a->out; c->out_dtype = a->out_dtype;
+    memcpy(c->qs, a->q_stride, sizeof c->qs);
+    memcpy(c->ks, a->k_stride, sizeof c->ks);
+    memcpy(c->vs, a->v_stride, sizeof c->vs);
+    memcpy(c->os, a->out_stride, sizeof c->os);
+    c->scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)a->D));
+    c->mask = a->mask; c->mask_dtype = a->mask_dtype;
+    memcpy(c->ms, a->mask_stride, sizeof c->ms);
+    c->mode = a->mode;
+    /* dtypes and strides (checked with or without data: a plan reads the dtypes) */
+    static const void *const placeholder = &placeholder;
+    const void *q = need_data ? a->q : placeholder, *k = need_data ? a->k : placeholder,
+               *v = need_data ? a->v : placeholder, *o = need_data ? a->out : placeholder;
+    QMM_FORWARD_IF_ERROR(check_tensor("q", q, a->q_dtype, a->q_stride, 3));
+    QMM_FORWARD_IF_ERROR(check_tensor("k", k, a->kv_dtype, a->k_stride, 3));
+    QMM_FORWARD_IF_ERROR(check_tensor("v", v, a->kv_dtype, a->v_stride, 3));
+    QMM_FORWARD_IF_ERROR(check_tensor("out", o, a->out_dtype, a->out_stride, 3));
+    if (a->mask) {
+        QMM_RETURN_IF(a->mask_dtype != QMM_U8 && !qmm_dtype_is_float(a->mask_dtype), QMM_ERR_INVALID_ARGUMENT,
+                      "attention: mask dtype %s: needs u8 (bool) or f32, f16, bf16 (additive)", qmm_dtype_name(a->mask_dtype));
+        for (int i = 0; i < 4; i++)
+            QMM_RETURN_IF(a->mask_stride[i] < 0, QMM_ERR_INVALID_ARGUMENT, "attention: mask stride[%d] = %lld is negative",
+                          i, (long long)a->mask_stride[i]);
+    }
+    if (!need_data) return QMM_OK; /* a plan reads the sizes, dtypes and mode only */
+    const int64_t nq[3] = {a->B, a->H, a->S}, nk[3] = {a->B, a->Hkv, a->Skv};
+    const int64_t qb = extent(nq, a->q_stride, 3, a->D, qmm_dtype_size(a->q_dtype));
+    const int64_t kb = extent(nk, a->k_stride, 3, a->D, qmm_dtype_size(a->kv_dtype));
+    const int64_t vb = extent(nk, a->v_stride, 3, a->D, qmm_dtype_size(a->kv_dtype));
+    const int64_t ob = extent(nq, a->out_stride, 3, a->D, qmm_dtype_size(a->out_dtype));
+    QMM_RETURN_IF(!qb || !kb || !vb || !ob, QMM_ERR_UNSUPPORTED, "attention: %s's extent overflows int64",
+                  !qb ? "q" : !kb ? "k" : !vb ? "v" : "out");
+    QMM_RETURN_IF(!distinct(nq, a->out_stride, a->D), QMM_ERR_INVALID_ARGUMENT,
+                  "attention: out strides {%lld, %lld, %lld} make elements share memory", (long long)a->out_stride[0],
+                  (long long)a->out_stride[1], (long long)a->out_stride[2]);
+    int64_t mb = 0;
+    if (a->mask) {
+        const int64_t nm[3] = {a->B, a->H, a->S};
+        int64_t t;
+        mb = extent(nm, a->mask_stride, 3, 1, 1);
+        QMM_RETURN_IF(!mb || __builtin_mul_overflow(a->Skv - 1, a->mask_stride[3], &t) ||
+                          __builtin_add_overflow(mb, t, &mb) ||
+                          __builtin_mul_overflow(mb, (int64_t)qmm_dtype_size(a->mask_dtype), &mb),
+                      QMM_ERR_UNSUPPORTED, "attention: mask's extent overflows int64");
+    }
+    {
+        QMM_RETURN_IF(overlaps(a->out, ob, a->q, qb) || overlaps(a->out, ob, a->k, kb) || overlaps(a->out, ob, a->v, vb) ||
+                          (a->mask && overlaps(a->out, ob, a->mask, mb)),
+                      QMM_ERR_INVALID_ARGUMENT, "attention: out overlaps %s", overlaps(a->out, ob, a->q, qb) ? "q"
+                      : overlaps(a->out, ob, a->k, kb) ? "k" : overlaps(a->out, ob, a->v, vb) ? "v" : "mask");
+    }
+    return QMM_OK;
+}
+
+static const char *shape(const qmm_attn_call *c, char *buf, size_t n) {
+    snprintf(buf, n, "attention B=%lld H=%lld Hkv=%lld S=%lld Skv=%lld D=%lld", (long long)c->B, (long long)c->H,
+             (long long)c->Hkv, (long long)c->S, (long long)c->Skv, (long long)c->D);
+    return buf;
+}
+
+qmm_status qmm_attention_plan(qmm_context *ctx, const qmm_attention_args *args, qmm_plan_info *out) {
+    QMM_RETURN_IF(!ctx || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_attention_plan: %s is NULL", !ctx ? "ctx" : "out");
+    qmm_attn_call c;
+    QMM_FORWARD_IF_ERROR(make_attn_call(args, 0, &c));
+    qmm_plan_attention(ctx, &c, out);
+    return QMM_OK;
+}
+
+static qmm_status attention(qmm_context *ctx, const qmm_attention_args *args) {
+    qmm_attn_call c;
+    QMM_FORWARD_IF_ERROR(make_attn_call(args, 1, &c));
+    char why[QMM_REASON_MAX], sh[160];
+    const qmm_engine *e;
+    if (args->engine != QMM_ENGINE_AUTO) {
+        e = qmm_engine_get(args->engine);
+        QMM_RETURN_IF(!e, QMM_ERR_INVALID_ARGUMENT, "attention: engine %d unknown", (int)args->engine);
+        QMM_RETURN_IF(!qmm_engine_usable(e, ctx->max_isa, 0, why, sizeof why), QMM_ERR_UNSUPPORTED_HARDWARE,
+                      "%s: engine %s unavailable: %s", shape(&c, sh, sizeof sh), e->name, why);
+        const char *r = e->attn_admit ? e->attn_admit(&c, why, sizeof why) : "offers no attention";
+        QMM_RETURN_IF(r, QMM_ERR_UNSUPPORTED, "%s: engine %s refuses: %s", shape(&c, sh, sizeof sh), e->name, r);
+    } else {
+        e = qmm_engine_get(qmm_plan_attention_choose(ctx, &c));
+        if (!e) {
+            qmm_plan_info p;
+            char reasons[QMM_REASONS_TEXT_MAX];
+            qmm_plan_attention(ctx, &c, &p);
+            qmm_plan_reasons_text(&p, 0, reasons);
+            return qmm_fail(QMM_ERR_NO_ENGINE, "%s: no engine admits it: %s", shape(&c, sh, sizeof sh), reasons);
+        }
+        qmm_log(ctx, "dispatch: %s → %s", shape(&c, sh, sizeof sh), e->name);
+    }
+    QMM_FORWARD_IF_ERROR(e->attn_run(ctx, &c));
+    ctx->counters.calls[e->id]++;
+    return QMM_OK;
+}
+
+qmm_status qmm_attention(qmm_context *ctx, const qmm_attention_args *args) {
+    QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_attention: ctx is NULL");
+    const qmm_status st = attention(ctx, args);
+    if (st != QMM_OK) ctx->counters.errors++;
+    return st;
+}

@@ -1,0 +1,36 @@
+/*
+ * attention.h — the attention driver every attention engine runs under (SPEC §9): it splits a
+ * call into tasks of one query head × one tile of query rows, gives each thread its scratch
+ * from the context, has the engine pack each kv head once per thread (K and V in the engine's
+ * operand layout, padded to whole key blocks with zeros), and calls the engine's tile kernel,
+ * which runs the flash-attention loop over the key blocks for its rows: S = Q·Kᵀ on a block,
+ * the softmax online in f32, O = O·α + P·V, and at the end out = O / l.
+ *
+ * Tasks: (b, kv head, query head of its group, tile), tile-major within a head, task i on
+ * thread i mod T (pool.c), so a thread's consecutive tasks share a kv head and every output row
+ * is computed by one task in one fixed order: the bits never depend on the thread count.
+ * Scratch: per thread kv_bytes(Skv, D) + tile_bytes(D) — O(Skv · D), nothing of size S × Skv.
+ */
+#ifndef QMM_ATTENTION_H
+#define QMM_ATTENTION_H
+
+#include "qmm_internal.h"
+
+typedef struct qmm_attn_kernels {
+    int64_t mq;      /* query rows per tile call (the last tile may have fewer) */
+    /* bytes of one kv head packed (K and V, Skv keys of D values) and of a tile's own scratch */
+    size_t (*kv_bytes)(int64_t Skv, int64_t D);
+    size_t (*tile_bytes)(int64_t D);
+    /* k, v: row 0 of one kv head (token strides c->ks[2], c->vs[2]) → kv (kv_bytes, 64-aligned) */
+    void (*pack_kv)(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+    /* rows (1..mq) query rows from q (token stride c->qs[2]) against the packed head kv; mask:
+     * the first row's mask row (strides c->ms[2], c->ms[3]) or NULL; out: the first output row
+     * (token stride c->os[2]); scratch: tile_bytes, 64-aligned. */
+    void (*tile)(const qmm_attn_call *c, const void *kv, const void *q, int64_t rows, const void *mask,
+                 void *out, void *scratch);
+} qmm_attn_kernels;
+
+/* Runs c with the engine's kernels k on ctx's threads. */
+qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm_attn_kernels *k);
+
+#endif /* QMM_ATTENTION_H */

@@ -1,0 +1,323 @@
+/*
+ * test_attention.c — qmm_attention (SPEC §9): every engine that offers attention, asked for by
+ * name, against the reference (fp64 sums, no tiling) on randomized calls — B, H, Hkv (GQA), S and
+ * Skv from 1 to odd sizes past the key block, D from 1 to 256, q/kv/out in f32, f16 and bf16,
+ * the [B, H, S, D] and [B, S, H·D] layouts and padded token strides, no mask / bool / additive
+ * f32 or bf16 masks broadcast over batch, heads and queries (stride 0), strided keys, fully
+ * masked rows (exactly 0), scale given or default.
+ *
+ * Bound per element, from the operations (max|v| = the largest |v| of the call; A = the largest
+ * scale·Σ_d |q_d·k_d| over the call's (query, key) pairs; 2^-24 = f32's unit roundoff u):
+ *   f32 operands:  |out − ref| <= max|v| · (2A · (D + 2)·2u + (Skv + 8)·2u) + 1 ulp of out's dtype
+ *   bf16 operands: the same plus max|v| · (2A · 2^-8 + 2^-7): q and k rounded to bf16 move each
+ *                  score by at most A·2^-8, p and v rounded move out by at most 2^-8·max|v|.
+ * Each engine's worst |err| / bound is printed. Also: the bits do not depend on the thread
+ * count; the plan (int8 engines offer no attention, mode f32 refused by bf16 engines, the
+ * reference only by name); counters; every bad argument gets its status and names itself.
+ */
+#include "testutil.h"
+
+#include "dispatch.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int64_t B, H, Hkv, S, Skv, D;
+    qmm_dtype qt, kvt, ot, mt;
+    int lq, lkv, lo;       /* layout: 0 [B,H,S,D], 1 [B,S,H·D], 2 [B,H,S,D] with padded tokens */
+    int mask;              /* 0 none, 1 bool, 2 additive */
+    int mb, mh, mq;        /* the mask's batch / head / query dims broadcast */
+    int mk;                /* key stride of the mask: 1 or 3 */
+    int masked_rows;       /* some query rows fully masked */
+    float scale;
+} acase;
+
+typedef struct {
+    void *q, *k, *v, *mask;
+    qmm_attention_args a;
+} abuf;
+
+static void strides_of(int layout, int64_t B, int64_t H, int64_t S, int64_t D, int64_t s[3], int64_t *elems) {
+    (void)B;
+    if (layout == 1) { s[0] = S * H * D; s[1] = D; s[2] = H * D; }
+    else {
+        const int64_t ts = layout == 2 ? D + 5 : D;
+        s[0] = H * S * ts; s[1] = S * ts; s[2] = ts;
+    }
+    *elems = B * s[0];
+}
+
+static void build(const acase *t, abuf *b) {
+    qmm_attention_args a = qmm_attention_args_default();
+    a.B = t->B; a.H = t->H; a.Hkv = t->Hkv; a.S = t->S; a.Skv = t->Skv; a.D = t->D;
+    int64_t nq, nk, nv, no;
+    strides_of(t->lq, t->B, t->H, t->S, t->D, a.q_stride, &nq);
+    strides_of(t->lkv, t->B, t->Hkv, t->Skv, t->D, a.k_stride, &nk);
+    strides_of(t->lkv == 1 ? 2 : t->lkv, t->B, t->Hkv, t->Skv, t->D, a.v_stride, &nv);
+    strides_of(t->lo, t->B, t->H, t->S, t->D, a.out_stride, &no);
+    a.q_dtype = t->qt; a.kv_dtype = t->kvt; a.out_dtype = t->ot;
+    b->q = calloc((size_t)nq, 4); b->k = calloc((size_t)nk, 4); b->v = calloc((size_t)nv, 4);
+    tu_fill_float(b->q, t->qt, nq, 1.0f);
+    tu_fill_float(b->k, t->kvt, nk, 1.0f);
+    tu_fill_float(b->v, t->kvt, nv, 1.0f);
+    a.q = b->q; a.k = b->k; a.v = b->v;
+    a.scale = t->scale;
+    b->mask = NULL;
+    if (t->mask) {
+        const int64_t MB = t->mb ? 1 : t->B, MH = t->mh ? 1 : t->H, MQ = t->mq ? 1 : t->S, MK = t->Skv * t->mk;
+        const int64_t n = MB * MH * MQ * MK;
+        a.mask_dtype = t->mt;
+        a.mask_stride[3] = t->mk;
+        a.mask_stride[2] = t->mq ? 0 : MK;
+        a.mask_stride[1] = t->mh ? 0 : MQ * MK;
+        a.mask_stride[0] = t->mb ? 0 : MH * MQ * MK;
+        b->mask = calloc((size_t)n, 4);
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t row = i / MK;
+            const int dead = t->masked_rows && row % 3 == 1;
+            if (t->mt == QMM_U8) ((uint8_t *)b->mask)[i] = !dead && tu_rand_int(0, 4) != 0;
+            else {
+                float x = dead || tu_rand_int(0, 6) == 0 ? -INFINITY : tu_rand_normal();
+                tu_store_bits(b->mask, t->mt, i, 0);
+                if (t->mt == QMM_F32) ((float *)b->mask)[i] = x;
+                else { uint32_t u; memcpy(&u, &x, 4); ((uint16_t *)b->mask)[i] = (uint16_t)(u >> 16); }
+            }
+        }
+        a.mask = b->mask;
+    }
+    a.out = calloc((size_t)no, 4);
+    b->a = a;
+}
+
+static void release(abuf *b) {
+    free(b->q); free(b->k); free(b->v); free(b->mask); free(b->a.out);
+}
+
+static int64_t out_index(const qmm_attention_args *a, int64_t bb, int64_t h, int64_t s) {
+    return bb * a->out_stride[0] + h * a->out_stride[1] + s * a->out_stride[2];
+}
+
+static double g_worst[QMM_ENGINE_MAX];
+
+/* engine e's output against ref's on call t; returns 1 if every element is within the bound */
+static int compare(qmm_engine_id e, const acase *t, const abuf *b, const float *ref) {
+    const qmm_attention_args *a = &b->a;
+    const float scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)a->D));
+    double vmax = 0, A = 0;
+    for (int64_t bb = 0; bb < a->B; bb++)
+        for (int64_t hk = 0; hk < a->Hkv; hk++)
+            for (int64_t j = 0; j < a->Skv; j++)
+                for (int64_t d = 0; d < a->D; d++) {
+                    double v = fabs(tu_load(a->v, a->kv_dtype, bb * a->v_stride[0] + hk * a->v_stride[1] + j * a->v_stride[2] + d));
+                    if (v > vmax) vmax = v;
+                }
+    for (int64_t bb = 0; bb < a->B; bb++)
+        for (int64_t h = 0; h < a->H; h++)
+            for (int64_t s = 0; s < a->S; s++)
+                for (int64_t j = 0; j < a->Skv; j++) {
+                    const int64_t hk = h / (a->H / a->Hkv);
+                    double acc = 0;
+                    for (int64_t d = 0; d < a->D; d++)
+                        acc += fabs((double)tu_load(a->q, a->q_dtype, bb * a->q_stride[0] + h * a->q_stride[1] + s * a->q_stride[2] + d) *
+                                    tu_load(a->k, a->kv_dtype, bb * a->k_stride[0] + hk * a->k_stride[1] + j * a->k_stride[2] + d));
+                    acc *= fabs(scale);
+                    if (acc > A) A = acc;
+                }
+    const double u = ldexp(1.0, -24);
+    double base = vmax * (2 * A * (double)(a->D + 2) * 2 * u + (double)(a->Skv + 8) * 2 * u);
+    if (e == QMM_ENGINE_AVX512_BF16 || e == QMM_ENGINE_AMX_BF16) base += vmax * (2 * A * ldexp(1.0, -8) + ldexp(1.0, -7));
+    int ok = 1;
+    for (int64_t bb = 0; bb < a->B && ok; bb++)
+        for (int64_t h = 0; h < a->H && ok; h++)
+            for (int64_t s = 0; s < a->S && ok; s++)
+                for (int64_t d = 0; d < a->D; d++) {
+                    const double r = ref[((bb * a->H + h) * a->S + s) * a->D + d];
+                    const double y = tu_load(a->out, a->out_dtype, out_index(a, bb, h, s) + d);
+                    const double tol = base + tu_ulp(r, a->out_dtype);
+                    const double err = fabs(y - r);
+                    if (tol > 0 && err / tol > g_worst[e]) g_worst[e] = err / tol;
+                    if (!(err <= tol)) {
+                        TU_CHECK(0, "%s: B=%lld H=%lld Hkv=%lld S=%lld Skv=%lld D=%lld q %s kv %s out %s layouts %d/%d/%d "
+                                    "mask %d (%s, bcast %d%d%d, kstride %d, dead rows %d): out[%lld][%lld][%lld][%lld] = %g, "
+                                    "ref %g, |err| %g > %g",
+                                 qmm_engine_name(e), (long long)a->B, (long long)a->H, (long long)a->Hkv, (long long)a->S,
+                                 (long long)a->Skv, (long long)a->D, qmm_dtype_name(a->q_dtype), qmm_dtype_name(a->kv_dtype),
+                                 qmm_dtype_name(a->out_dtype), t->lq, t->lkv, t->lo, t->mask, qmm_dtype_name(t->mt), t->mb,
+                                 t->mh, t->mq, t->mk, t->masked_rows, (long long)bb, (long long)h, (long long)s, (long long)d,
+                                 y, r, err, tol);
+                        ok = 0;
+                        break;
+                    }
+                    if (r == 0.0 && t->masked_rows && y != 0.0) { TU_CHECK(0, "%s: a fully masked row is not 0", qmm_engine_name(e)); ok = 0; break; }
+                }
+    return ok;
+}
+
+static const int64_t k_D[] = {1, 2, 8, 16, 17, 31, 40, 64, 72, 80, 96, 127, 128, 160, 256};
+static const qmm_dtype k_float[] = {QMM_F32, QMM_F16, QMM_BF16};
+
+static acase random_case(int quick) {
+    acase t;
+    memset(&t, 0, sizeof t);
+    t.B = tu_rand_int(1, 2);
+    t.Hkv = tu_rand_int(1, 3);
+    t.H = t.Hkv * tu_rand_int(1, 3);
+    const int64_t smax = quick ? 70 : 200;
+    t.S = tu_rand_int(0, 5) == 0 ? 1 : tu_rand_int(1, smax);
+    t.Skv = tu_rand_int(0, 5) == 0 ? tu_rand_int(1, 3) : tu_rand_int(1, smax + 60);
+    t.D = k_D[tu_rand_int(0, (int64_t)(sizeof k_D / sizeof k_D[0]) - 1)];
+    t.qt = k_float[tu_rand_int(0, 2)];
+    t.kvt = k_float[tu_rand_int(0, 2)];
+    t.ot = k_float[tu_rand_int(0, 2)];
+    t.lq = (int)tu_rand_int(0, 2); t.lkv = (int)tu_rand_int(0, 2); t.lo = (int)tu_rand_int(0, 2);
+    t.mask = (int)tu_rand_int(0, 2);
+    t.mt = t.mask == 1 ? QMM_U8 : tu_rand_int(0, 1) ? QMM_F32 : QMM_BF16;
+    t.mb = (int)tu_rand_int(0, 1); t.mh = (int)tu_rand_int(0, 1); t.mq = (int)tu_rand_int(0, 3) == 0;
+    t.mk = tu_rand_int(0, 3) == 0 ? 3 : 1;
+    t.masked_rows = t.mask && !t.mq && tu_rand_int(0, 2) == 0;
+    t.scale = tu_rand_int(0, 1) ? 0.0f : (float)tu_rand_normal() * 0.3f;
+    return t;
+}
+
+static qmm_engine_id g_attn[QMM_ENGINE_COUNT];
+static int g_n_attn;
+
+static void sweep(qmm_context *ctx, qmm_context *ctx1, int cases, int quick) {
+    for (int n = 0; n < cases; n++) {
+        acase t = random_case(quick);
+        abuf b;
+        build(&t, &b);
+        /* the reference into f32 [B, H, S, D] */
+        const int64_t elems = t.B * t.H * t.S * t.D;
+        float *ref = calloc((size_t)elems, 4);
+        qmm_attention_args ra = b.a;
+        ra.out = ref; ra.out_dtype = QMM_F32;
+        ra.out_stride[0] = t.H * t.S * t.D; ra.out_stride[1] = t.S * t.D; ra.out_stride[2] = t.D;
+        ra.engine = QMM_ENGINE_REF;
+        TU_CHECK_OK(qmm_attention(ctx, &ra));
+        for (int i = 0; i < g_n_attn; i++) {
+            b.a.engine = g_attn[i];
+            qmm_status st = qmm_attention(ctx, &b.a);
+            TU_CHECK(st == QMM_OK, "%s: %s", qmm_engine_name(g_attn[i]), qmm_last_error());
+            if (st != QMM_OK || !compare(g_attn[i], &t, &b, ref)) continue;
+            if (n % 4 == 0) { /* one thread: the same bits */
+                int64_t no;
+                int64_t s3[3];
+                strides_of(t.lo, t.B, t.H, t.S, t.D, s3, &no);
+                const size_t bytes = (size_t)no * qmm_dtype_size(t.ot);
+                void *first = malloc(bytes);
+                memcpy(first, b.a.out, bytes);
+                TU_CHECK_OK(qmm_attention(ctx1, &b.a));
+                TU_CHECK(memcmp(first, b.a.out, bytes) == 0, "%s: 1 thread differs from %d threads", qmm_engine_name(g_attn[i]),
+                         qmm_context_threads(ctx));
+                free(first);
+            }
+        }
+        free(ref);
+        release(&b);
+    }
+}
+
+/* bad input: each gets its status and names the argument */
+static void expect(qmm_context *ctx, const qmm_attention_args *a, qmm_status want, const char *needle) {
+    qmm_status st = qmm_attention(ctx, a);
+    TU_CHECK(st == want && strstr(qmm_last_error(), needle), "want %s naming '%s', got %s: %s", qmm_status_name(want),
+             needle, qmm_status_name(st), qmm_last_error());
+}
+
+static void bad_input(qmm_context *ctx) {
+    acase t = {.B = 1, .H = 4, .Hkv = 2, .S = 8, .Skv = 9, .D = 16, .qt = QMM_F32, .kvt = QMM_F32, .ot = QMM_F32,
+               .mask = 1, .mt = QMM_U8, .mk = 1};
+    abuf b;
+    build(&t, &b);
+    qmm_attention_args a;
+    TU_CHECK(qmm_attention(NULL, &b.a) == QMM_ERR_INVALID_ARGUMENT, "NULL ctx");
+    TU_CHECK(qmm_attention(ctx, NULL) == QMM_ERR_INVALID_ARGUMENT, "NULL args");
+    a = b.a; a.D = 0; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "D = 0");
+    a = b.a; a.S = -3; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "S = -3");
+    a = b.a; a.Hkv = 3; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "Hkv");
+    a = b.a; a.D = QMM_ATTN_MAX_D + 1; expect(ctx, &a, QMM_ERR_UNSUPPORTED, "D = 257");
+    a = b.a; a.q = NULL; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "q is NULL");
+    a = b.a; a.v = NULL; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "v is NULL");
+    a = b.a; a.out = NULL; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "out is NULL");
+    a = b.a; a.q_dtype = QMM_I8; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "q dtype i8");
+    a = b.a; a.out_dtype = QMM_I32; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "out dtype i32");
+    a = b.a; a.mask_dtype = QMM_I32; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "mask dtype");
+    a = b.a; a.k_stride[2] = -16; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "k stride[2]");
+    a = b.a; a.mask_stride[0] = -1; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "mask stride[0]");
+    a = b.a; a.out_stride[2] = 8; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "out strides");
+    a = b.a; a.out_stride[1] = 0; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "out strides");
+    a = b.a; a.scale = NAN; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "scale");
+    a = b.a; a.scale = INFINITY; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "scale");
+    a = b.a; a.mode = (qmm_attn_mode)7; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "mode 7");
+    a = b.a; a.engine = (qmm_engine_id)31; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "engine 31");
+    a = b.a; a.engine = QMM_ENGINE_AVX512_VNNI; expect(ctx, &a, qmm_engine_available(QMM_ENGINE_AVX512_VNNI, NULL, 0)
+                                                       ? QMM_ERR_UNSUPPORTED : QMM_ERR_UNSUPPORTED_HARDWARE,
+                                                       qmm_engine_available(QMM_ENGINE_AVX512_VNNI, NULL, 0) ? "offers no attention" : "unavailable");
+    a = b.a; a.q_stride[2] = INT64_MAX / 4; expect(ctx, &a, QMM_ERR_UNSUPPORTED, "q's extent");
+    a = b.a; a.out = b.q; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "out overlaps q");
+    a = b.a; a.out = (char *)b.k + 4; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "out overlaps k");
+    /* the counters count the errors and the calls */
+    qmm_counters c0, c1;
+    qmm_get_counters(ctx, &c0);
+    a = b.a; a.D = 0; (void)qmm_attention(ctx, &a);
+    a = b.a; a.engine = QMM_ENGINE_REF; TU_CHECK_OK(qmm_attention(ctx, &a));
+    qmm_get_counters(ctx, &c1);
+    TU_CHECK(c1.errors == c0.errors + 1 && c1.calls[QMM_ENGINE_REF] == c0.calls[QMM_ENGINE_REF] + 1,
+             "counters: errors %llu -> %llu, ref calls %llu -> %llu", (unsigned long long)c0.errors,
+             (unsigned long long)c1.errors, (unsigned long long)c0.calls[QMM_ENGINE_REF],
+             (unsigned long long)c1.calls[QMM_ENGINE_REF]);
+    release(&b);
+}
+
+static void plan(qmm_context *ctx) {
+    qmm_attention_args a = qmm_attention_args_default();
+    a.B = 1; a.H = 2; a.Hkv = 1; a.S = 10; a.Skv = 10; a.D = 64;
+    qmm_plan_info p;
+    TU_CHECK_OK(qmm_attention_plan(ctx, &a, &p));
+    TU_CHECK((!qmm_plan_admits(&p, QMM_ENGINE_AVX512_VNNI) && strstr(qmm_plan_reason(&p, QMM_ENGINE_AVX512_VNNI), "attention")) ||
+                 !qmm_engine_available(QMM_ENGINE_AVX512_VNNI, NULL, 0),
+             "int8 engines offer no attention: %s", qmm_plan_reason(&p, QMM_ENGINE_AVX512_VNNI));
+    TU_CHECK(p.engine != QMM_ENGINE_REF, "the plan never picks the reference");
+    char text[4096];
+    qmm_plan_format(&p, text, sizeof text);
+    tu_note("attention plan (mode best):\n%s", text);
+    if (g_n_attn) TU_CHECK(p.engine == g_attn[0], "plan picks %s, the best attention engine here is %s",
+                           qmm_engine_name(p.engine), qmm_engine_name(g_attn[0]));
+    a.mode = QMM_ATTN_F32;
+    TU_CHECK_OK(qmm_attention_plan(ctx, &a, &p));
+    if (qmm_engine_available(QMM_ENGINE_AVX512_BF16, NULL, 0))
+        TU_CHECK(!qmm_plan_admits(&p, QMM_ENGINE_AVX512_BF16) && strstr(qmm_plan_reason(&p, QMM_ENGINE_AVX512_BF16), "bf16"),
+                 "mode f32: avx512_bf16 refuses (%s)", qmm_plan_reason(&p, QMM_ENGINE_AVX512_BF16));
+    TU_CHECK(p.engine == QMM_ENGINE_AUTO || p.engine == QMM_ENGINE_AVX512_F32 || p.engine == QMM_ENGINE_AVX2_F32,
+             "mode f32 runs on an f32 engine, not %s", qmm_engine_name(p.engine));
+}
+
+int main(int argc, char **argv) {
+    tu_init(argc, argv, "test_attention");
+    const int quick = getenv("QMM_TEST_QUICK") != NULL;
+    qmm_context *ctx, *ctx1;
+    TU_CHECK_OK(qmm_context_create(NULL, &ctx));
+    qmm_context_options o = qmm_context_options_default();
+    o.n_threads = 1;
+    TU_CHECK_OK(qmm_context_create(&o, &ctx1));
+    qmm_engine_id all[QMM_ENGINE_COUNT];
+    const int n = tu_engines(TU_ENGINES_FLOAT, all);
+    for (int i = 0; i < n; i++) {
+        const qmm_engine *e = qmm_engine_get(all[i]);
+        char why[QMM_REASON_MAX];
+        if (!e->attn_run) continue;
+        if (!qmm_engine_available(all[i], why, sizeof why)) { tu_skip(e->name, why); continue; }
+        g_attn[g_n_attn++] = all[i];
+    }
+    plan(ctx);
+    bad_input(ctx);
+    sweep(ctx, ctx1, quick ? 40 : 160, quick);
+    for (int i = 0; i < g_n_attn; i++)
+        tu_note("%s: worst |err| / bound %.3f", qmm_engine_name(g_attn[i]), g_worst[g_attn[i]]);
+    qmm_context_destroy(ctx1);
+    qmm_context_destroy(ctx);
+    return tu_finish();
+}
