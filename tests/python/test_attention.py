@@ -4,7 +4,7 @@ random shapes (seeded: QMM_TEST_SEED, printed): S and Skv from 1 to odd sizes ne
 layouts, bool and additive masks with broadcasting, fully masked rows, f32/bf16/f16 in and out;
 and every ValueError path.
 
-The bounds (measured on an AVX512-BF16 Xeon and an AMX Xeon, then stated here with margin) are
+The bounds (measured first, then stated here with margin) are
 on err = max |out − ref| / max |v| (the output is a convex combination of v's rows), ref the
 softmax attention in f64 of the very values passed (so the bound does not depend on any torch
 kernel of the CPU that runs the test):
@@ -12,6 +12,9 @@ kernel of the CPU that runs the test):
     mode "best"  BEST_BOUND (bf16 operands q, k, p, v (RNE), f32 accumulation; f32 operands on a
                              CPU without bf16 instructions, which is inside the bound too)
 plus the rounding of the output dtype (half an ulp of max |ref|: OUT_ULP).
+Measured (2-core AVX512-BF16 Xeon without AMX: engines avx512_f32 and avx512_bf16; QMM_TEST_SEED
+1..5 and 10..29, 48 random cases each): worst f32-out err 3.6e-6 in mode "f32" and 1.16e-2 in
+mode "best" (torch's own bf16 SDPA on the same cases, printed by the test, is of the same order).
 """
 import ctypes
 import math
@@ -26,7 +29,7 @@ import qmm._attention as A
 from conftest import SEED
 
 F32_BOUND = 2e-5
-BEST_BOUND = 1.6e-2
+BEST_BOUND = 2e-2
 OUT_ULP = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 DS = (16, 40, 64, 72, 128, 256)
@@ -139,7 +142,7 @@ def _run_case(c, g, mode):
         assert out.is_contiguous()
     assert out.shape == (B, H, S, D) and out.dtype == c["odt"]
     ref = reference(q, k, v, mask, c["scale"])
-    return rel_err(out, ref, v), ref, out
+    return rel_err(out, ref, v), ref, out, (q, k, v, mask)
 
 
 @needs_attention
@@ -147,16 +150,28 @@ def _run_case(c, g, mode):
 def test_random_shapes_against_f64(mode):
     g = torch.Generator().manual_seed(SEED)
     worst = {}
+    torch_bf16 = 0.0
     for i in range(48):
         c = _case(g, i)
-        err, _, out = _run_case(c, g, mode)
+        err, ref, out, (q, k, v, mask) = _run_case(c, g, mode)
         assert torch.isfinite(out).all(), c
         key = c["odt"]
         worst[key] = max(worst.get(key, 0.0), err)
         assert err <= bound(mode, c["odt"]), (err, bound(mode, c["odt"]), c)
-    print("mode %s: worst err (max|out-ref|/max|v|) by out dtype: %s; bounds %s" % (
+        if mode == "best":            # for the record: torch's SDPA with bf16 casts, f32 out
+            m = None if mask is None else mask.expand(c["B"], c["H"], c["S"], c["Skv"])
+            m = m if m is None or m.dtype == torch.bool else m.bfloat16()
+            sd = F.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(),
+                                                attn_mask=m, scale=c["scale"],
+                                                enable_gqa=c["H"] != c["Hkv"]).float()
+            ok = ~torch.isnan(sd)
+            torch_bf16 = max(torch_bf16, ((sd.double() - ref).abs()[ok].max().item() /
+                                          v.double().abs().max().item()) if ok.any() else 0.0)
+    print("mode %s: worst err (max|out-ref|/max|v|) by out dtype: %s; bounds %s%s" % (
         mode, {str(k): "%.2e" % e for k, e in worst.items()},
-        {str(k): "%.2e" % bound(mode, k) for k in worst}))
+        {str(k): "%.2e" % bound(mode, k) for k in worst},
+        "; torch SDPA bf16 (casts, f32 out) on the same cases: %.2e" % torch_bf16
+        if mode == "best" else ""))
 
 
 @needs_attention
