@@ -1,7 +1,7 @@
 /*
  * qmm.h — the public API of libqmm: INT8 (W8A8) linear layers of transformer models on the
  * CPU's integer matrix engine (AMX-INT8, AVX512-VNNI, AVX-VNNI, AVX2), with a counted,
- * same-device float fallback and nothing silent. The numerical contract is docs/SPEC.md §1–§9.
+ * same-device float fallback and nothing silent. The numerical contract is docs/SPEC.md §1–§10.
  *
  * The model of use (select once, execute many times):
  *
@@ -400,7 +400,7 @@ const char *qmm_engine_regime(qmm_engine_id e, const qmm_weight *w, int64_t M);
  * keep their defaults, which buf shows). */
 qmm_status  qmm_engine_tuning(qmm_engine_id e, char *buf, size_t size);
 
-/* ---------------------------------------------------------------- attention (SPEC §9) */
+/* ---------------------------------------------------------------- attention (SPEC §10) */
 /* out = softmax(scale · q·kᵀ + mask) · v per batch and head, flash-attention style: tiles of
  * queries × keys, the softmax online in f32, nothing of size S × Skv allocated (per-thread
  * scratch of O(Skv · D) from the context). Dispatch as for linears (SPEC §4): every float

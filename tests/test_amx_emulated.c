@@ -33,6 +33,7 @@
 #include "testutil.h"
 
 #include "../src/engines/x86_amx/amx_emu.h"
+#include "borrow.h"
 #include "float_gemm.h"
 #include "numerics.h"
 #include "qmm_internal.h"

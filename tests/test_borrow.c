@@ -28,6 +28,7 @@
  */
 #define _GNU_SOURCE /* pthread barriers, MAP_ANONYMOUS */
 #include "../src/engines/x86_amx/amx_emu.h"
+#include "borrow.h"
 #include "testutil.h"
 
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /*
- * test_engine_table.c — the one ordered engine table (src/dispatch/dispatch.h) and what is
+ * test_engine_table.c — the one ordered engine table (src/base/engines.c) and what is
  * derived from it: every engine id but AUTO appears exactly once; rows are best first by kind
  * (int8, then float, then the reference); each row's engine descriptor carries its own id, a
  * name that round-trips through qmm_engine_from_name, an ISA level, CPU features, a peak

@@ -22,6 +22,7 @@
  * under QMM_MAX_ISA=avx_vnni (tests/int8_engines.cmake). A failing case prints
  * kernel/dtype/act/gs/K, the first bad index and both values.
  */
+#include "input_stage.h"
 #include "numerics.h"
 #include "prepass.h"
 #include "testutil.h"

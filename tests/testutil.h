@@ -58,7 +58,7 @@ float tu_load(const void *p, qmm_dtype t, int64_t i);
 /* 1 ulp of dtype t at magnitude |v| */
 double tu_ulp(double v, qmm_dtype t);
 
-/* The engines of the engine table (src/dispatch/dispatch.h), best first: TU_ENGINES_INT8 or
+/* The engines of the engine table (src/base/engines.c), best first: TU_ENGINES_INT8 or
  * TU_ENGINES_FLOAT, or TU_ENGINES_ALL (every engine but the reference). Returns the count. */
 enum { TU_ENGINES_ALL = 0, TU_ENGINES_INT8 = 1, TU_ENGINES_FLOAT = 2 };
 int tu_engines(int which, qmm_engine_id out[QMM_ENGINE_COUNT]);

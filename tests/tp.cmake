@@ -1,7 +1,7 @@
 # tp.cmake — the tensor-parallel tests (SPEC §6), built only when libqmm has MPI. Each runs under
 # `mpirun -np 2` and `-np 3` (oversubscribed, root-safe, loopback only) through
 # tests/mpi/run_mpi.sh, which skips (77) when mpirun is missing. TIMEOUT: a hang fails.
-if(QMM_DIST_SRC)
+if(QMM_TP_SRC)
   add_executable(tp_mpi tests/mpi/tp_mpi.c)
   target_link_libraries(tp_mpi PRIVATE qmm_testutil)
   set(QMM_TP_ENV "")
@@ -22,7 +22,7 @@ if(QMM_DIST_SRC)
 endif()
 # Ranks started with different options (mpirun's MPMD form) must all stop with an error naming the
 # option and every rank's value, not hang in mismatched collectives: the TIMEOUT fails a hang.
-if(QMM_DIST_SRC)
+if(QMM_TP_SRC)
   set(QMM_TP_SMALL --layer mlp --M 8 --N 64 --K 64 --F 96 --engine ref)
   # name|option on rank 0|its value|option on rank 1|its value|the option the error must name
   foreach(case "iters|--iters|3|--iters|5|--iters" "M|--M|8|--M|9|--M" "engine|--engine|ref|--engine|avx2_int8|--engine"
@@ -45,7 +45,7 @@ if(QMM_DIST_SRC)
 endif()
 # Out-of-range numbers are refused by name (strtoll + range, no signed overflow under UBSan), and a
 # seeded layer beyond qmm_weight_create_int8's N*K <= 2^36 is refused before anything is allocated.
-if(QMM_DIST_SRC)
+if(QMM_TP_SRC)
   foreach(case "hugeK|--K|4611686018427387904|--K 4611686018427387904: needs a whole number"
                "hugeM|--M|99999999999999999999999|--M 99999999999999999999999: needs a whole number"
                "negiters|--iters|-3|--iters -3: needs a whole number" "junkF|--F|12x|--F 12x: needs a whole number"

@@ -18,7 +18,7 @@ Rules kept here:
     makes the library copy and pack a weight once, Weight.borrow_int8 reads the caller's memory
     at every call (what the kitchen backend uses).
 
-Attention (SPEC §9) on torch CPU tensors, flash-attention style on the same engines:
+Attention (SPEC §10) on torch CPU tensors, flash-attention style on the same engines:
 
     out = qmm.attention(q, k, v, mask=None, scale=None, mode=None, out_dtype=None)
     qmm.attention_plan(q, k, v)      # which engine would run it, every engine's reason
@@ -98,7 +98,7 @@ def has_quantize_rows():
 
 
 def has_attention():
-    """Whether the loaded library has qmm_attention (SPEC §9)."""
+    """Whether the loaded library has qmm_attention (SPEC §10)."""
     return L.qmm_attention is not None and L.qmm_attention_plan is not None
 
 

@@ -1,4 +1,4 @@
-"""qmm._attention — qmm_attention (qmm.h, SPEC §9) on torch CPU tensors: what qmm.attention and
+"""qmm._attention — qmm_attention (qmm.h, SPEC §10) on torch CPU tensors: what qmm.attention and
 qmm.attention_plan run. Imported at the first such call, so that `import qmm` needs no torch.
 
 (The module is not called qmm.attention: importing a submodule of that name would replace the

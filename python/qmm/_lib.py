@@ -78,7 +78,7 @@ class PlanInfo(Structure):
 
 
 class AttentionArgs(Structure):
-    """qmm_attention_args (qmm.h, SPEC §9): q [B, H, S, D], k and v [B, Hkv, Skv, D], out
+    """qmm_attention_args (qmm.h, SPEC §10): q [B, H, S, D], k and v [B, Hkv, Skv, D], out
     [B, H, S, D], each with strides in elements between batches, heads and tokens; the mask
     [B, H, S, Skv] with four strides (0 broadcasts)."""
     _fields_ = [("B", c_int64), ("H", c_int64), ("Hkv", c_int64), ("S", c_int64),
@@ -201,7 +201,7 @@ ENGINE_COUNT = 1 + max([ENGINE_REF] + [e["id"] for e in ENGINES])
 qmm_quantize_rows = _fn("qmm_quantize_rows", c_int, c_void_p, c_void_p, c_int, c_int64, c_int64,
                         c_int64, c_int, c_void_p, c_void_p, c_int64, c_void_p, optional=True)
 
-# Attention (SPEC §9); newer libraries only: None when the loaded library lacks them.
+# Attention (SPEC §10); newer libraries only: None when the loaded library lacks them.
 qmm_attention_args_default = _fn("qmm_attention_args_default", AttentionArgs, optional=True)
 qmm_attention = _fn("qmm_attention", c_int, c_void_p, POINTER(AttentionArgs), optional=True)
 qmm_attention_plan = _fn("qmm_attention_plan", c_int, c_void_p, POINTER(AttentionArgs),

@@ -103,7 +103,7 @@ def sub_quad(q, k, v, query_chunk=4096):
 
 
 def qmm_attention(q, k, v):
-    """qmm.attention (mode best) writing [B, T, H·hd] directly: returned as its [B, H, T, hd]
+    """qmm.attention (SPEC §10; mode best) writing [B, T, H·hd] directly: returned as its [B, H, T, hd]
     view, so the block's transpose + reshape back is free."""
     import qmm
     B, H, T, hd = q.shape

@@ -1,5 +1,5 @@
 /*
- * attention.c — the public attention calls (qmm.h, SPEC §9): qmm_attention_args_default, the
+ * attention.c — the public attention calls (qmm.h, SPEC §10): qmm_attention_args_default, the
  * validation of a call into a qmm_attn_call (every error names the argument), qmm_attention
  * (dispatch or the named engine, the engine's attn_run, the counters) and qmm_attention_plan.
  */
@@ -92,6 +92,7 @@ static qmm_status make_attn_call(const qmm_attention_args *a, int need_data, qmm
     c->mask = a->mask; c->mask_dtype = a->mask_dtype;
     memcpy(c->ms, a->mask_stride, sizeof c->ms);
     c->mode = a->mode;
+    c->by_name = a->engine != QMM_ENGINE_AUTO;
     /* dtypes and strides (checked with or without data: a plan reads the dtypes) */
     static const void *const placeholder = &placeholder;
     const void *q = need_data ? a->q : placeholder, *k = need_data ? a->k : placeholder,

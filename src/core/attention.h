@@ -1,5 +1,5 @@
 /*
- * attention.h — the attention driver every attention engine runs under (SPEC §9): it splits a
+ * attention.h — the attention driver every attention engine runs under (SPEC §10): it splits a
  * call into tasks of one query head × one tile of query rows, gives each thread its scratch
  * from the context, has the engine pack each kv head once per thread (K and V in the engine's
  * operand layout, padded to whole key blocks with zeros), and calls the engine's tile kernel,

@@ -8,8 +8,9 @@
  * (int8_gemm.c, amx_int8.c, float_gemm.c). Nothing is shared between calls or
  * contexts: two threads calling one borrowed weight, each with its own context, never race.
  */
+#include "borrow.h"
+
 #include "numerics.h"
-#include "qmm_internal.h"
 
 
 qmm_status qmm_weight_for_call(qmm_context *ctx, const qmm_weight *w, qmm_weight *view, const qmm_weight **out) {

@@ -22,9 +22,10 @@
  * a fixed lane order; torch uses its own vector library and reduction order, so against torch
  * these acts agree within a bound (one ulp of T before quantization), not bit for bit.
  */
+#include "input_stage.h"
+
 #include "numerics.h"
 #include "prepass.h"
-#include "qmm_internal.h"
 
 #include <math.h>
 #include <string.h>

@@ -9,8 +9,8 @@
  *   others     qmm_z_act16 (the pre-pass's own act);
  *   modulation T(a · T(1 + m)).
  */
+#include "input_stage.h"
 #include "numerics.h"
-#include "qmm_internal.h"
 #include "simd_avx512.h"
 
 #include <immintrin.h>

@@ -1,36 +1,14 @@
 /*
- * dispatch.h — the ordered engine table and the plan (SPEC §4). The API calls (core/linear.c:
- * qmm_linear, qmm_plan) ask dispatch which engine runs a call; dispatch walks the table
- * best-first, asks each engine's availability (dispatch/engines.c) and its admit() (beside its
- * kernel), and returns the choice (cached per call class) or the whole plan. Below dispatch, the
- * engines and core's helpers (pre-pass, numerics, pool) never call back into it.
- *
- * The table (dispatch/engines.c) is the one list of engines: dispatch and the tests iterate it,
- * everything outside the library reads it through qmm_engine_count / qmm_engine_get_info (the
- * CLI, bench/, Python). One row per engine, best first: the int8
- * engines (AMX, AVX512-VNNI, AVX-VNNI, AVX2), then the float engines (the W8A16 fallback and float
- * weights), then the scalar reference (run only when asked for by name). Adding an engine: its
- * kernel file with its admit() and its `const qmm_engine` (qmm_internal.h), its flags in
- * CMakeLists.txt (QMM_ISA_SOURCES) and tests/isa/check_isa.sh, a QMM_ENGINE_* id (qmm.h), and one
- * row here.
+ * dispatch.h — the plan (SPEC §4). The API calls (api/linear.c: qmm_linear, qmm_plan) ask
+ * dispatch which engine runs a call; dispatch walks the engine table (base/engines.c,
+ * qmm_internal.h) best-first, asks each engine's availability (base/engines.c) and its admit()
+ * (beside its kernel), and returns the choice (cached per call class) or the whole plan. Below
+ * dispatch, base, core and the engines never include it (tests/layers.py).
  */
 #ifndef QMM_DISPATCH_H
 #define QMM_DISPATCH_H
 
 #include "qmm_internal.h"
-
-typedef struct qmm_engine_row {
-    const qmm_engine *engine;  /* id, name, kind, ISA level, CPU features, admit(), run() */
-    qmm_dtype operands;        /* what its multiply instructions take: I8, BF16 or F32 */
-    const char *peak_insn;     /* its core instruction, as bench/peak.c times it for the peak */
-    int hw_verified;           /* 1: its kernels have run on a CPU with its ISA; 0: only emulated */
-} qmm_engine_row;
-
-/* Every engine id except AUTO, once, best first. */
-#define QMM_ENGINE_TABLE_LEN (QMM_ENGINE_COUNT - 1)
-extern const qmm_engine_row qmm_engine_table[QMM_ENGINE_TABLE_LEN];
-/* The row of an engine id; NULL for AUTO and unknown ids. */
-const qmm_engine_row *qmm_engine_row_of(qmm_engine_id id);
 
 /* Walks the table for call c: every int8 engine, then every float engine (c->fallback set for an
  * int8 weight on a float engine); fills p with the first usable engine that admits, each engine's
@@ -46,7 +24,7 @@ void qmm_plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p);
  * repeated call costs one lookup. */
 qmm_engine_id qmm_plan_choose(const qmm_context *ctx, qmm_call *c);
 
-/* The same walk for an attention call (SPEC §9): the engines whose attn_admit admits c, best
+/* The same walk for an attention call (SPEC §10): the engines whose attn_admit admits c, best
  * first (the int8 engines offer no attention; a float engine is no fallback there). _choose is
  * the choice alone (not cached: an attention call's verdicts read the whole call). */
 void qmm_plan_attention(const qmm_context *ctx, const qmm_attn_call *c, qmm_plan_info *p);

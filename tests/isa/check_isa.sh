@@ -8,8 +8,9 @@
 #                AVX-512 registers zmm / k / xmm16+, AVX512-DQ, F16C, FMA).
 # AVX-512 implies FMA, F16C and AVX2 here (every AVX-512 CPU has them). Every object under
 # src/engines/x86_*/ and src/core/*_avx* must be in the table below, and each engine's signature
-# instruction must be found (so that the detection is known to work). Exit 77 (skipped, said
-# loudly) when objdump is missing.
+# instruction must be found (so that the detection is known to work); "none" is plain C beside an
+# engine's kernels (its hooks that run on any CPU): no -m flag, none of these instructions.
+# Exit 77 (skipped, said loudly) when objdump is missing.
 set -eu
 build=${1:?usage: check_isa.sh BUILD_DIR}
 objdir=$build/CMakeFiles/qmm_obj.dir
@@ -25,6 +26,7 @@ cc_json=$build/compile_commands.json
 table='
 src/engines/x86_avx2/avx2_int8.c            avx2,fma,f16c                                -
 src/engines/x86_avx2/avx2_f32.c             avx2,fma                                     fma
+src/engines/x86_avx2/avx2_f32_attn.c        avx2,fma                                     fma
 src/engines/x86_avx2/avx_vnni.c             avx2,fma,f16c,avx_vnni                       avx_vnni
 src/core/prepass_avx2.c                     avx2,fma,f16c                                f16c
 src/core/float_act_avx2.c                   avx2,fma,f16c                                f16c
@@ -42,6 +44,7 @@ src/engines/x86_amx/amx_int8.c              avx512f,avx512bw,avx512vl,avx512dq,a
 src/engines/x86_amx/amx_bf16.c              avx512f,avx512bw,avx512vl,avx512dq,amx_tile,amx_bf16 amx_bf16
 src/engines/x86_amx/amx_common.c            avx512f,avx512bw,avx512vl,avx512dq,amx_tile  amx_tile
 src/engines/x86_amx/amx_emu.c               avx512f,avx512bw,avx512vl,avx512dq,amx_tile  -
+src/engines/x86_amx/amx_regime.c            none                                         -
 '
 
 flag_of() {
@@ -49,6 +52,7 @@ flag_of() {
     avx2) echo -mavx2 ;; fma) echo -mfma ;; f16c) echo -mf16c ;; avx_vnni) echo -mavxvnni ;;
     avx512f) echo -mavx512f ;; avx512bw) echo -mavx512bw ;; avx512vl) echo -mavx512vl ;;
     avx512dq) echo -mavx512dq ;; avx512_vnni) echo -mavx512vnni ;; avx512_bf16) echo -mavx512bf16 ;;
+    none) ;;
     amx_tile) echo -mamx-tile ;; amx_int8) echo -mamx-int8 ;; amx_bf16) echo -mamx-bf16 ;;
     *) echo "?$1" ;;
     esac
@@ -101,9 +105,7 @@ while read -r src allowed sig; do
         case $cmd in *QMM_NO_AMX_BUILD*) noamx=1 ;; esac
     fi
     if [ $noamx = 1 ]; then allowed=avx512f,avx512bw,avx512vl,avx512dq; sig=-; fi
-    want=""
-    for f in $(echo "$allowed" | tr ',' ' '); do want="$want $(flag_of "$f")"; done
-    want=$(echo $want | tr ' ' '\n' | sort -u | tr '\n' ' ')
+    want=$(for f in $(echo "$allowed" | tr ',' ' '); do flag_of "$f"; done | sort -u | tr '\n' ' ')
     got="(not recorded) "
     if [ -f "$cc_json" ]; then
         if [ -z "$cmd" ]; then

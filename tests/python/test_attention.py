@@ -1,4 +1,4 @@
-"""qmm.attention (qmm_attention, SPEC §9) against an f64 computation of the same inputs, over
+"""qmm.attention (qmm_attention, SPEC §10) against an f64 computation of the same inputs, over
 random shapes (seeded: QMM_TEST_SEED, printed): S and Skv from 1 to odd sizes near 300, D in
 {16, 40, 64, 72, 128, 256}, GQA, cross-attention, strided and transposed inputs, both output
 layouts, bool and additive masks with broadcasting, fully masked rows, f32/bf16/f16 in and out;

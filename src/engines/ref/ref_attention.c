@@ -1,5 +1,5 @@
 /*
- * ref_attention.c — the reference attention (SPEC §9), the yardstick of the attention tests:
+ * ref_attention.c — the reference attention (SPEC §10), the yardstick of the attention tests:
  * for each batch, head and query row, in plain C with fp64 sums and no tiling, independent of
  * the attention driver:
  *

@@ -54,6 +54,7 @@
  * the software model of amx_emu.c, bit-exact against the chain above.
  */
 #include "amx_kernel.h"
+#include "amx_regime.h"
 #include "float_gemm.h"
 #include "pack_avx512.h"
 
@@ -222,4 +223,5 @@ const qmm_engine QMM_AMX_SYM(qmm_engine_amx_bf16) = {
     .built = QMM_AMX_BUILT,
     .admit = amx_bf16_admit,
     .run = amx_bf16_run,
+    .tuning = qmm_amx_tuning,
 };

@@ -85,6 +85,7 @@
  * tile instruction replaced by the software model of amx_emu.c.
  */
 #include "amx_kernel.h"
+#include "amx_regime.h"
 #include "int8_gemm.h"
 #include "numerics.h"
 #include "pack_avx512.h"
@@ -317,4 +318,6 @@ const qmm_engine QMM_AMX_SYM(qmm_engine_amx_int8) = {
     .built = QMM_AMX_BUILT,
     .admit = amx_int8_admit,
     .run = amx_int8_run,
+    .regime = qmm_amx_int8_regime,
+    .tuning = qmm_amx_tuning,
 };

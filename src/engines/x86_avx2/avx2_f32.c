@@ -111,6 +111,9 @@ static const qmm_fgemm k_gemm = {
 
 static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_float_gemm(ctx, c, &k_gemm); }
 
+const char *qmm_avx2_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n);
+qmm_status qmm_avx2_f32_attn_run(qmm_context *ctx, const qmm_attn_call *c);
+
 const qmm_engine qmm_engine_avx2_f32 = {
     .id = QMM_ENGINE_AVX2_F32,
     .name = "avx2_f32",
@@ -120,4 +123,6 @@ const qmm_engine qmm_engine_avx2_f32 = {
     .built = 1,
     .admit = qmm_admit_common_float,
     .run = run,
+    .attn_admit = qmm_avx2_f32_attn_admit,
+    .attn_run = qmm_avx2_f32_attn_run,
 };

@@ -7,7 +7,7 @@
  *   qk(rows, Q tile, K block, S)        S[i][0..NK) = Σ_d Q[i][d]·K[j][d]     (fp32 accumulation)
  *   pv(rows, P, V block, O, alpha, D)   O[i][0..D) = O[i]·alpha[i] + Σ_j P[i][j]·V[j]
  *
- * The softmax of row i on a block (SPEC §9): s = scale·S (+ additive mask; bool false, and keys
+ * The softmax of row i on a block (SPEC §10): s = scale·S (+ additive mask; bool false, and keys
  * past Skv: -inf); m' = max(m, max s); alpha = exp(m − m'); p = exp(s − m');
  * l = l·alpha + Σ p; m = m'. While every score of a row so far is -inf, p = 0 and l stays 0;
  * out = O / l at the end, 0 where l = 0. Included only by files compiled with AVX-512 F/BW/VL/DQ.

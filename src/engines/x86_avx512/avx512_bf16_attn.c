@@ -1,5 +1,5 @@
 /*
- * avx512_bf16_attn.c — attention on avx512_bf16 (SPEC §9): q, k, v and the probabilities p
+ * avx512_bf16_attn.c — attention on avx512_bf16 (SPEC §10): q, k, v and the probabilities p
  * rounded to bf16 (nearest even), products exact and sums in f32 (VDPBF16PS); the softmax, its
  * running max and sum, and O in f32; the tile loop of attention_avx512.h. Refuses mode F32.
  *
@@ -141,9 +141,17 @@ static void tile(const qmm_attn_call *c, const void *kv, const void *q, int64_t 
 static const qmm_attn_kernels kernels = {
     .mq = QMM_ZA_MQ, .kv_bytes = kv_bytes, .tile_bytes = tile_bytes, .pack_kv = pack_kv, .tile = tile};
 
+/* Where bf16 operands pay. Intel cores with AVX512-FP16 (Sapphire Rapids and later) issue
+ * VDPBF16PS zmm at half the rate of FMA zmm (16 bf16 pairs per cycle against 2 × 16 f32
+ * products): there avx512_f32 runs attention about 1.6× faster (bench/NOTES.md, "Attention"),
+ * so mode best leaves it to avx512_f32 (or to amx_bf16's tiles). On AMD Zen 4/5, VDPBF16PS
+ * gives twice FMA's products per cycle and this engine is the faster one. */
+static int bf16_pays(void) { return !(qmm_cpu_features() & QMM_CPU_AVX512_FP16); }
+
 const char *qmm_avx512_bf16_attn_admit(const qmm_attn_call *c, char *why, size_t n) {
     (void)why; (void)n;
     if (c->mode == QMM_ATTN_F32) return "mode f32: this engine rounds q, k, v and p to bf16";
+    if (!c->by_name && !bf16_pays()) return "mode best: VDPBF16PS runs at half FMA's rate on this CPU (avx512_f32 is faster)";
     return NULL;
 }
 

@@ -1,5 +1,5 @@
 /*
- * avx512_f32_attn.c — attention on avx512_f32 (SPEC §9): f32 operands, FMA, f32 accumulation;
+ * avx512_f32_attn.c — attention on avx512_f32 (SPEC §10): f32 operands, FMA, f32 accumulation;
  * the tile loop and softmax of attention_avx512.h.
  *
  * Packed kv head (per thread, once per head): nblk = ceil(Skv / 64) K blocks [D][64] f32 (64 keys

@@ -6,8 +6,10 @@
  * per weight, refused in strict mode), and never pick the scalar reference unless asked for by
  * name. Also qmm_plan and the SPEC §6 building blocks (amax, epilogue).
  */
+#include "borrow.h"
 #include "dispatch.h"
 #include "epilogue.h"
+#include "input_stage.h"
 #include "numerics.h"
 #include "prepass.h"
 

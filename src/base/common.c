@@ -1,8 +1,7 @@
 /*
- * common.c — version, status/dtype/act names, element conversion, the per-thread last-error
- * message, aligned memory and dispatch logging.
+ * common.c — version, status/dtype/act names, the per-thread last-error message, aligned memory
+ * and dispatch logging.
  */
-#include "numerics.h"
 #include "qmm_internal.h"
 
 #include <stdio.h>
@@ -53,15 +52,6 @@ qmm_act qmm_act_from_name(const char *name) {
     for (int a = 0; name && a < QMM_ACT_COUNT; a++)
         if (strcmp(name, qmm_act_name((qmm_act)a)) == 0) return (qmm_act)a;
     return QMM_ACT_COUNT;
-}
-
-qmm_status qmm_convert(const void *src, qmm_dtype src_dtype, void *dst, qmm_dtype dst_dtype, int64_t n) {
-    QMM_RETURN_IF(!src || !dst, QMM_ERR_INVALID_ARGUMENT, "qmm_convert: %s is NULL", !src ? "src" : "dst");
-    QMM_RETURN_IF(n < 0, QMM_ERR_INVALID_ARGUMENT, "qmm_convert: n=%lld", (long long)n);
-    QMM_RETURN_IF(!qmm_dtype_is_float(src_dtype) || !qmm_dtype_is_float(dst_dtype), QMM_ERR_UNSUPPORTED,
-                  "qmm_convert: %s to %s (needs f32, f16 or bf16)", qmm_dtype_name(src_dtype), qmm_dtype_name(dst_dtype));
-    for (int64_t i = 0; i < n; i++) qmm_store_f(dst, dst_dtype, i, qmm_load_f(src, src_dtype, i));
-    return QMM_OK;
 }
 
 static _Thread_local char g_last_error[QMM_ERROR_MAX];

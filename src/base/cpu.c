@@ -3,7 +3,7 @@
  * brand string, XCR0 (the OS saves the YMM / ZMM / tile state) and, for AMX, the Linux
  * permission request arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): a refusal means
  * "no AMX". The result is a bitmask of QMM_CPU_* (XNNPACK-style), read by every engine's
- * availability check.
+ * availability check and by qmm_core_simd (the vector level of core's shared kernels).
  */
 #define _GNU_SOURCE
 #include "qmm_internal.h"
@@ -115,4 +115,14 @@ const char *qmm_cpu_feature_name(uint32_t bit) {
     for (int i = 0; i < QMM_CPU_FEATURE_COUNT; i++)
         if (bit == (1u << i)) return names[i];
     return NULL;
+}
+
+int qmm_core_simd(const qmm_context *ctx) {
+    const uint32_t f = qmm_cpu_features();
+    const uint32_t avx512 = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
+    const uint32_t avx2 = QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C;
+    const int cap = ctx ? ctx->max_isa : -1;
+    if ((f & avx512) == avx512 && (cap < 0 || cap >= QMM_ISA_AVX512)) return QMM_ISA_AVX512;
+    if ((f & avx2) == avx2 && (cap < 0 || cap >= QMM_ISA_AVX2)) return QMM_ISA_AVX2;
+    return QMM_ISA_NONE;
 }

@@ -1,13 +1,14 @@
 /*
- * regime.c — what an engine tells about how it runs a call beyond being chosen, for `qmm bench`
- * and logs: amx_int8's regime (decode, panel or blocked: whole K or the int8 driver's K chunks)
- * by the very rule it uses (engines/x86_amx/amx_blocking.h: plain C, no tile instructions, so it
- * runs on any CPU) and the AMX blocking in force (QMM_AMX_BLOCKING applied as the engines apply
- * it; amx_bf16, under the float GEMM driver, reads its kc and nc). Engines with one regime tell
- * no regime.
+ * amx_regime.c — what the AMX engines tell `qmm bench` and logs about a call beyond being chosen
+ * (their qmm_engine's regime and tuning hooks, read by qmm_engine_regime and qmm_engine_tuning):
+ * amx_int8's regime (decode, panel or blocked: whole K or the int8 driver's K chunks) by the very
+ * rule it uses (amx_blocking.h) and the AMX blocking in force (QMM_AMX_BLOCKING applied as the
+ * engines apply it; amx_bf16, under the float GEMM driver, reads its kc and nc). Plain C,
+ * compiled without -m flags (QMM_FLAGS_PLAIN), so it runs on any CPU, AMX built or not.
  */
-#include "../engines/x86_amx/amx_blocking.h"
-#include "qmm_internal.h"
+#include "amx_regime.h"
+
+#include "amx_blocking.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,8 +20,7 @@ static int amx_blocking(qmm_amx_blocking *b) {
     return qmm_amx_blocking_parse(getenv("QMM_AMX_BLOCKING"), b);
 }
 
-const char *qmm_engine_regime(qmm_engine_id e, const qmm_weight *w, int64_t M) {
-    if (!w || M < 1 || e != QMM_ENGINE_AMX_INT8) return "";
+const char *qmm_amx_int8_regime(const qmm_weight *w, int64_t M) {
     qmm_amx_blocking b;
     (void)amx_blocking(&b);
     /* bytes of the A operand: M × Kp (64-padded) */
@@ -29,10 +29,7 @@ const char *qmm_engine_regime(qmm_engine_id e, const qmm_weight *w, int64_t M) {
     return qmm_amx_regime_name(qmm_amx_regime_of(&b, M, M * Ka));
 }
 
-qmm_status qmm_engine_tuning(qmm_engine_id e, char *buf, size_t size) {
-    QMM_RETURN_IF(!buf && size, QMM_ERR_INVALID_ARGUMENT, "qmm_engine_tuning: buf is NULL");
-    if (size) buf[0] = 0;
-    if (e != QMM_ENGINE_AMX_INT8 && e != QMM_ENGINE_AMX_BF16) return QMM_OK;
+qmm_status qmm_amx_tuning(char *buf, size_t size) {
     qmm_amx_blocking b;
     const int bad = amx_blocking(&b);
     if (size)

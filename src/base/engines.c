@@ -1,11 +1,12 @@
 /*
- * engines.c — the ordered engine table (dispatch.h: best first, one row per engine), engine and
- * ISA names, availability on this machine (hardware, OS permission, build, ISA cap, disabled
+ * engines.c — the ordered engine table (qmm_internal.h: best first, one row per engine), engine
+ * and ISA names, availability on this machine (hardware, OS permission, build, ISA cap, disabled
  * set), the admission checks that all int8 or all float engines share, and the table's public
- * view (qmm_engine_count, qmm_engine_get_info). Each engine's own admit() lives beside its kernel
- * and calls the common check first.
+ * view (qmm_engine_count, qmm_engine_get_info; qmm_engine_regime and qmm_engine_tuning through
+ * the engine's hooks). Each engine's own admit() lives beside its kernel and calls the common
+ * check first.
  */
-#include "dispatch.h"
+#include "qmm_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,19 @@ qmm_engine_id qmm_engine_from_name(const char *name) {
     for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++)
         if (strcmp(qmm_engine_table[i].engine->name, name) == 0) return qmm_engine_table[i].engine->id;
     return QMM_ENGINE_UNKNOWN;
+}
+
+const char *qmm_engine_regime(qmm_engine_id e, const qmm_weight *w, int64_t M) {
+    const qmm_engine *en = qmm_engine_get(e);
+    if (!w || M < 1 || !en || !en->regime) return "";
+    return en->regime(w, M);
+}
+
+qmm_status qmm_engine_tuning(qmm_engine_id e, char *buf, size_t size) {
+    QMM_RETURN_IF(!buf && size, QMM_ERR_INVALID_ARGUMENT, "qmm_engine_tuning: buf is NULL");
+    if (size) buf[0] = 0;
+    const qmm_engine *en = qmm_engine_get(e);
+    return en && en->tuning ? en->tuning(buf, size) : QMM_OK;
 }
 
 int qmm_engine_is_int8(qmm_engine_id e) {

@@ -22,7 +22,7 @@
  * tasks run on the calling thread.
  */
 #define _GNU_SOURCE
-#include "qmm_internal.h"
+#include "qmm_base.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,5 +1,5 @@
 /*
- * qmm.c — the command-line tool: `qmm <command> [options]`. See `qmm help`.
+ * main.c — the command-line tool: `qmm <command> [options]`. See `qmm help`.
  */
 #include "commands.h"
 #include "qmm.h"

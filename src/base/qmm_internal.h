@@ -1,7 +1,9 @@
 /*
- * qmm_internal.h — what the library's parts share and callers never see: the layout of a
- * context and of a weight, the error helpers, the engine interface and the shared int8
- * packing.
+ * qmm_internal.h — the engine interface, what every part of the library above base/ shares and
+ * callers never see: the layout of a context and of a weight (the shared int8 packing), one
+ * call's arguments (qmm_call), the engine (qmm_engine), the engine table and its usability and
+ * the admission checks every engine shares (engines.c), the context's scratch (scratch.c). The
+ * error helpers, memory, threads and logging below it: qmm_base.h.
  *
  * The packed int8 weight layout "n16k4" serves every int8 engine (and the W8A16 float
  * engines, which widen it in-kernel):
@@ -20,66 +22,11 @@
 #ifndef QMM_INTERNAL_H
 #define QMM_INTERNAL_H
 
-#include "qmm.h"
+#include "qmm_base.h"
 
-#include <stdarg.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* ---------------------------------------------------------------- errors */
-/* Records the message for qmm_last_error() and returns st. printf-style. */
-qmm_status qmm_fail(qmm_status st, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-void qmm_clear_error(void);
-/* The longest message the library writes: a layer name (128), its shape and M, and every
- * engine's name with its full reason (qmm_linear's "no engine admits it"). */
-#define QMM_ERROR_MAX (256 + QMM_ENGINE_MAX * (QMM_REASON_MAX + 32))
-
-#define QMM_RETURN_IF(cond, st, ...) \
-    do { if (cond) return qmm_fail((st), __VA_ARGS__); } while (0)
-#define QMM_FORWARD_IF_ERROR(expr) \
-    do { qmm_status st_ = (expr); if (st_ != QMM_OK) return st_; } while (0)
-
-/* F32, F16 or BF16: the dtypes of activations, outputs and float weights */
-static inline int qmm_dtype_is_float(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
-
-/* ---------------------------------------------------------------- memory */
-void *qmm_aligned_alloc(size_t bytes);   /* 64-byte aligned, NULL on failure (or overflow) */
-void  qmm_aligned_free(void *p);
-/* a*b with overflow check: returns false on overflow */
-static inline bool qmm_mul_ok(size_t a, size_t b, size_t *out) {
-    if (a != 0 && b > SIZE_MAX / a) return false;
-    *out = a * b;
-    return true;
-}
-/* The largest weight accepted (N·K elements): refused as too large before any allocation. */
-#define QMM_MAX_WEIGHT_ELEMS ((int64_t)1 << 36)
-static inline int64_t qmm_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-/* ---------------------------------------------------------------- threads (pool.c) */
-typedef struct qmm_pool qmm_pool;
-/* fn(task, n_tasks, thread_index, arg) for task in [0, n_tasks): task i always runs on thread
- * (i % n_threads), so a static partition gives deterministic results. */
-typedef void (*qmm_task_fn)(int64_t task, int64_t n_tasks, int thread, void *arg);
-qmm_status qmm_pool_create(int n_threads, int pin, const int *cpu_list, qmm_pool **out);
-void       qmm_pool_destroy(qmm_pool *p);
-int        qmm_pool_threads(const qmm_pool *p);
-void       qmm_pool_run(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, void *arg);
-/* qmm_pool_run with begin(thread, arg) before each thread's first task of the run and
- * end(thread, arg) after its last, on that thread (either may be NULL). */
-typedef void (*qmm_thread_fn)(int thread, void *arg);
-void       qmm_pool_run_bracketed(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, qmm_thread_fn begin,
-                                  qmm_thread_fn end, void *arg);
-/* fn(r0, r1, thread, arg) over rows [0, rows) split into equal ranges of whole units of `unit`
- * rows (the last range may be shorter), a few ranges per thread (at most 4·threads), statically
- * as qmm_pool_run: the split depends only on rows, unit and the thread count. */
-typedef void (*qmm_rows_fn)(int64_t r0, int64_t r1, int thread, void *arg);
-void       qmm_pool_run_rows(qmm_pool *p, int64_t rows, int64_t unit, qmm_rows_fn fn, void *arg);
 
 /* ---------------------------------------------------------------- context */
 enum {
@@ -106,10 +53,10 @@ struct qmm_context {
  * rows of the pre-pass), QMM_SCRATCH_ENGINE (an engine's own: partial sums, packed A, ...),
  * QMM_SCRATCH_STAGE (the kitchen input stage's output, input_stage.c), QMM_SCRATCH_RESIDUAL (a
  * copy of a residual that overlaps y, for the float path, which adds it after writing y),
- * QMM_SCRATCH_WEIGHT (a borrowed weight's per-call scales and bias; borrow.c). */
+ * QMM_SCRATCH_WEIGHT (a borrowed weight's per-call scales and bias; borrow.c). scratch.c. */
 qmm_status qmm_context_scratch(qmm_context *ctx, int slot, size_t bytes, void **out);
 
-/* The vector level of the core's shared kernels (pre-pass rows, float panels, input stage):
+/* (cpu.c) The vector level of the core's shared kernels (pre-pass rows, float panels, input stage):
  * QMM_ISA_AVX512 when the CPU has AVX-512 F/BW/VL/DQ and ctx's cap allows it, else QMM_ISA_AVX2
  * with AVX2/FMA/F16C under the cap, else QMM_ISA_NONE (scalar). All levels give the same bits. */
 int qmm_core_simd(const qmm_context *ctx);
@@ -201,6 +148,11 @@ static inline void qmm_weight_copy_plain(qmm_weight *dst, const qmm_weight *src)
     __builtin_memset((char *)dst + plain, 0, sizeof *dst - plain);
 }
 
+/* W[n][k] of an int8 weight, borrowed (the caller's memory) or packed. */
+static inline int8_t qmm_weight_i8_at(const qmm_weight *w, int64_t n, int64_t k) {
+    return w->borrowed ? w->borrow.data[n * w->borrow.ld + k] : qmm_packed_i8_at(&w->i8, n, k);
+}
+
 /* ---------------------------------------------------------------- engines */
 /* What an engine is asked to run: the weight and one call's arguments, validated. */
 typedef struct qmm_call {
@@ -228,7 +180,7 @@ static inline void qmm_call_bug(const qmm_call *c, const char *what) {
     if (c->bug) atomic_store(c->bug, what);
 }
 
-/* What an engine is asked to run for qmm_attention (SPEC §9): the arguments, validated
+/* What an engine is asked to run for qmm_attention (SPEC §10): the arguments, validated
  * (src/api/attention.c): sizes >= 1, H a multiple of Hkv, D <= QMM_ATTN_MAX_D, float dtypes,
  * strides >= 0 and every element's offset within int64, out's elements distinct and its memory
  * apart from the inputs', scale finite (the default already applied). */
@@ -240,6 +192,8 @@ typedef struct qmm_attn_call {
     float scale;
     const void *mask; qmm_dtype mask_dtype; int64_t ms[4];  /* mask NULL: none; U8: bool */
     qmm_attn_mode mode;
+    int by_name;   /* the engine was asked for by name: an admit's preference rules (where another
+                      engine is faster) give way, its capability rules do not */
 } qmm_attn_call;
 
 struct qmm_i8_engine; /* int8_gemm.h */
@@ -265,7 +219,14 @@ typedef struct qmm_engine {
      * qmm_int8_gemm), so that tests can drive its tile, pack and rows kernels directly
      * (qmm_i8_engine_of); NULL for the others. */
     const struct qmm_i8_engine *i8;
-    /* The second operation, attention (SPEC §9), through the same table and plan: NULL when the
+    /* What the engine tells `qmm bench` and logs about a call beyond being chosen, NULL when it
+     * has nothing to tell (plain C: callable on any CPU, whether the engine runs here or not):
+     * regime(w, M), the name of the regime it runs w in at M rows (w non-NULL, M >= 1;
+     * qmm_engine_regime), and tuning(buf, size), its tuning in force as text (buf non-NULL when
+     * size > 0, already ""; qmm_engine_tuning). */
+    const char *(*regime)(const qmm_weight *w, int64_t M);
+    qmm_status (*tuning)(char *buf, size_t size);
+    /* The second operation, attention (SPEC §10), through the same table and plan: NULL when the
      * engine offers none. attn_admit reads the whole call (attention's choice is not cached);
      * attn_run's preconditions: admitted, the call validated. */
     const char *(*attn_admit)(const qmm_attn_call *c, char *why, size_t n);
@@ -285,6 +246,27 @@ extern const qmm_engine qmm_engine_avx512_bf16;
 extern const qmm_engine qmm_engine_avx512_f32;
 extern const qmm_engine qmm_engine_avx2_f32;
 
+/* ---------------------------------------------------------------- the engine table (engines.c) */
+/* The one list of engines: dispatch and the tests iterate it, everything outside the library
+ * reads it through qmm_engine_count / qmm_engine_get_info (the CLI, bench/, Python). One row per
+ * engine, best first: the int8 engines (AMX, AVX512-VNNI, AVX-VNNI, AVX2), then the float engines
+ * (the W8A16 fallback and float weights), then the scalar reference (run only when asked for by
+ * name). Adding an engine: its kernel file with its admit() and its `const qmm_engine` (above),
+ * its flags in CMakeLists.txt (QMM_ISA_SOURCES) and tests/isa/check_isa.sh, a QMM_ENGINE_* id
+ * (qmm.h), and one row in engines.c. */
+typedef struct qmm_engine_row {
+    const qmm_engine *engine;  /* id, name, kind, ISA level, CPU features, admit(), run() */
+    qmm_dtype operands;        /* what its multiply instructions take: I8, BF16 or F32 */
+    const char *peak_insn;     /* its core instruction, as bench/peak.c times it for the peak */
+    int hw_verified;           /* 1: its kernels have run on a CPU with its ISA; 0: only emulated */
+} qmm_engine_row;
+
+/* Every engine id except AUTO, once, best first. */
+#define QMM_ENGINE_TABLE_LEN (QMM_ENGINE_COUNT - 1)
+extern const qmm_engine_row qmm_engine_table[QMM_ENGINE_TABLE_LEN];
+/* The row of an engine id; NULL for AUTO and unknown ids. */
+const qmm_engine_row *qmm_engine_row_of(qmm_engine_id id);
+
 int qmm_env_max_isa(void);   /* QMM_MAX_ISA parsed, -1 if unset/unknown */
 /* Availability on this machine under a cap (hardware, OS permission, build, cap, disabled). */
 int qmm_engine_usable(const qmm_engine *e, int max_isa, uint32_t disabled, char *why, size_t n);
@@ -298,37 +280,5 @@ uint32_t qmm_engines_usable(int max_isa, uint32_t disabled);
  * Engines call it first, then add their own. */
 const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n);
 const char *qmm_admit_common_float(const qmm_call *c, char *why, size_t n);
-
-/* ---------------------------------------------------------------- borrowed weights (borrow.c) */
-/* The weight one call runs on: w itself when it is owned; for a borrowed w, *view, with scale [N]
- * and bias [N] fp32 read from the caller's memory as it is now (QMM_SCRATCH_WEIGHT);
- * view->i8.data/colsum stay NULL: the engine reads view->borrow itself. */
-qmm_status qmm_weight_for_call(qmm_context *ctx, const qmm_weight *w, qmm_weight *view, const qmm_weight **out);
-/* W[n][k] of an int8 weight, borrowed (the caller's memory) or packed. */
-static inline int8_t qmm_weight_i8_at(const qmm_weight *w, int64_t n, int64_t k) {
-    return w->borrowed ? w->borrow.data[n * w->borrow.ld + k] : qmm_packed_i8_at(&w->i8, n, k);
-}
-
-/* ---------------------------------------------------------------- kitchen input stage (input_stage.c) */
-/* Does the call carry rms_norm, situ or a modulation? */
-int qmm_input_stage_needed(const qmm_call *c);
-/* If needed: materializes a = modulate(act(x)) [M][K] of x's dtype in QMM_SCRATCH_STAGE and
- * rewrites c to read it (act none, no modulation). */
-qmm_status qmm_input_stage(qmm_context *ctx, qmm_call *c);
-/* One row: x (K_in values of T) → out (K values of T); tmp: K floats. The AVX-512 version
- * (input_stage_avx512.c, NULL when not built) gives the same bits as the scalar one. */
-typedef void (*qmm_input_stage_row_fn)(const qmm_call *c, const void *x, void *out, float *tmp);
-void qmm_input_stage_row_ref(const qmm_call *c, const void *x, void *out, float *tmp);
-extern const qmm_input_stage_row_fn qmm_input_stage_row_avx512_ptr;
-qmm_input_stage_row_fn qmm_input_stage_row_select(const qmm_context *ctx);
-/* rms_norm's 1 / sqrtf(sumsq / K + eps) */
-float qmm_rms_norm_factor(const qmm_call *c, float sumsq);
-
-/* ---------------------------------------------------------------- logging */
-void qmm_log(const qmm_context *ctx, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
 
 #endif /* QMM_INTERNAL_H */

@@ -1,7 +1,7 @@
 /*
  * context.c — a context: thread pool, fallback policy, ISA cap, dispatch logging, the scratch
- * arena of its calls and the counters. Options not given come from the environment:
- * QMM_NUM_THREADS, QMM_MAX_ISA, QMM_VERBOSE=dispatch.
+ * arena of its calls (handed out by base/scratch.c) and the counters. Options not given come
+ * from the environment: QMM_NUM_THREADS, QMM_MAX_ISA, QMM_VERBOSE=dispatch.
  */
 #define _GNU_SOURCE
 #include "qmm_internal.h"
@@ -74,18 +74,6 @@ void qmm_context_destroy(qmm_context *ctx) {
 int qmm_context_threads(const qmm_context *ctx) { return ctx ? ctx->n_threads : 0; }
 int qmm_context_max_isa(const qmm_context *ctx) { return ctx ? ctx->max_isa : -1; }
 
-qmm_status qmm_context_scratch(qmm_context *ctx, int slot, size_t bytes, void **out) {
-    if (bytes > ctx->scratch_bytes[slot]) {
-        void *p = qmm_aligned_alloc(bytes);
-        QMM_RETURN_IF(!p, QMM_ERR_OUT_OF_MEMORY, "scratch: cannot allocate %zu bytes", bytes);
-        qmm_aligned_free(ctx->scratch[slot]);
-        ctx->scratch[slot] = p;
-        ctx->scratch_bytes[slot] = bytes;
-    }
-    *out = ctx->scratch[slot];
-    return QMM_OK;
-}
-
 void qmm_get_counters(const qmm_context *ctx, qmm_counters *out) {
     if (!out) return;
     if (!ctx) { memset(out, 0, sizeof *out); return; }
@@ -94,14 +82,4 @@ void qmm_get_counters(const qmm_context *ctx, qmm_counters *out) {
 
 void qmm_reset_counters(qmm_context *ctx) {
     if (ctx) memset(&ctx->counters, 0, sizeof ctx->counters);
-}
-
-int qmm_core_simd(const qmm_context *ctx) {
-    const uint32_t f = qmm_cpu_features();
-    const uint32_t avx512 = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
-    const uint32_t avx2 = QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C;
-    const int cap = ctx ? ctx->max_isa : -1;
-    if ((f & avx512) == avx512 && (cap < 0 || cap >= QMM_ISA_AVX512)) return QMM_ISA_AVX512;
-    if ((f & avx2) == avx2 && (cap < 0 || cap >= QMM_ISA_AVX2)) return QMM_ISA_AVX2;
-    return QMM_ISA_NONE;
 }

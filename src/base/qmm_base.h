@@ -1,0 +1,75 @@
+/*
+ * qmm_base.h — the bottom of the library, included by every part of it: the error helpers
+ * (common.c), aligned memory, the thread pool (pool.c) and dispatch logging.
+ */
+#ifndef QMM_BASE_H
+#define QMM_BASE_H
+
+#include "qmm.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------------- errors */
+/* Records the message for qmm_last_error() and returns st. printf-style. */
+qmm_status qmm_fail(qmm_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void qmm_clear_error(void);
+/* The longest message the library writes: a layer name (128), its shape and M, and every
+ * engine's name with its full reason (qmm_linear's "no engine admits it"). */
+#define QMM_ERROR_MAX (256 + QMM_ENGINE_MAX * (QMM_REASON_MAX + 32))
+
+#define QMM_RETURN_IF(cond, st, ...) \
+    do { if (cond) return qmm_fail((st), __VA_ARGS__); } while (0)
+#define QMM_FORWARD_IF_ERROR(expr) \
+    do { qmm_status st_ = (expr); if (st_ != QMM_OK) return st_; } while (0)
+
+/* F32, F16 or BF16: the dtypes of activations, outputs and float weights */
+static inline int qmm_dtype_is_float(qmm_dtype t) { return t == QMM_F32 || t == QMM_F16 || t == QMM_BF16; }
+
+/* ---------------------------------------------------------------- memory */
+void *qmm_aligned_alloc(size_t bytes);   /* 64-byte aligned, NULL on failure (or overflow) */
+void  qmm_aligned_free(void *p);
+/* a*b with overflow check: returns false on overflow */
+static inline bool qmm_mul_ok(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) return false;
+    *out = a * b;
+    return true;
+}
+/* The largest weight accepted (N·K elements): refused as too large before any allocation. */
+#define QMM_MAX_WEIGHT_ELEMS ((int64_t)1 << 36)
+static inline int64_t qmm_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* ---------------------------------------------------------------- threads (pool.c) */
+typedef struct qmm_pool qmm_pool;
+/* fn(task, n_tasks, thread_index, arg) for task in [0, n_tasks): task i always runs on thread
+ * (i % n_threads), so a static partition gives deterministic results. */
+typedef void (*qmm_task_fn)(int64_t task, int64_t n_tasks, int thread, void *arg);
+qmm_status qmm_pool_create(int n_threads, int pin, const int *cpu_list, qmm_pool **out);
+void       qmm_pool_destroy(qmm_pool *p);
+int        qmm_pool_threads(const qmm_pool *p);
+void       qmm_pool_run(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, void *arg);
+/* qmm_pool_run with begin(thread, arg) before each thread's first task of the run and
+ * end(thread, arg) after its last, on that thread (either may be NULL). */
+typedef void (*qmm_thread_fn)(int thread, void *arg);
+void       qmm_pool_run_bracketed(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, qmm_thread_fn begin,
+                                  qmm_thread_fn end, void *arg);
+/* fn(r0, r1, thread, arg) over rows [0, rows) split into equal ranges of whole units of `unit`
+ * rows (the last range may be shorter), a few ranges per thread (at most 4·threads), statically
+ * as qmm_pool_run: the split depends only on rows, unit and the thread count. */
+typedef void (*qmm_rows_fn)(int64_t r0, int64_t r1, int thread, void *arg);
+void       qmm_pool_run_rows(qmm_pool *p, int64_t rows, int64_t unit, qmm_rows_fn fn, void *arg);
+
+/* ---------------------------------------------------------------- logging */
+void qmm_log(const qmm_context *ctx, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#endif /* QMM_BASE_H */
