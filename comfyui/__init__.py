@@ -6,6 +6,20 @@ qmm's integer matrix engines, and logs once which engines this CPU has. Calls qm
 go to the kitchen's eager backend; each reason is logged once (logger comfy_kitchen.dispatch).
 Set QMM_KITCHEN=0 to load the node without registering the backend.
 
+Attention (ComfyUI 0.3.60 and later, 0.29 and 0.30 included): qmm's attention
+(qmm.comfy_attention) is registered as ComfyUI attention function "qmm"
+(register_attention_function) and, by default, set as the attention override
+(transformer_options["optimized_attention_override"], which ComfyUI's wrap_attn consults at every
+attention call) of every diffusion model ComfyUI loads onto the CPU. Calls qmm does not take
+(another device, dtype, mask kind, head dim above 256, ...) go to the function ComfyUI would have
+run (on a CPU: attention_sub_quad); each reason is logged once (logger qmm.comfyui).
+QMM_ATTENTION=0 turns that default off; QMM_ATTENTION=f32 makes it run f32 operands only (default
+"auto": bf16 operands with f32 accumulation unless the model asks for attn_precision float32).
+Node "qmm attention": MODEL in, MODEL out, applies (enabled) or removes (disabled) qmm attention
+on that model, whatever its device or the default.
+An older ComfyUI (no wrap_attn) never consults the override: the node then says so and returns
+the model unchanged.
+
 Node "qmm plan": for the loaded model's INT8 layers, the engine qmm picks for a given number
 of tokens (and every engine's reason when none admits), qmm's counters and the declined calls.
 
@@ -29,14 +43,119 @@ except ImportError:
 import qmm.kitchen as _kitchen
 
 _registered = False
+_attention = {"registered": False, "default": None, "why": ""}
+
+
+def _comfy_attention_module():
+    """ComfyUI's comfy.ldm.modules.attention if this process runs ComfyUI, else None."""
+    mod = sys.modules.get("comfy.ldm.modules.attention")
+    if mod is None and "comfy" in sys.modules:
+        try:
+            import comfy.ldm.modules.attention as mod
+        except Exception as e:   # noqa: BLE001 — ComfyUI's import, not ours
+            log.debug("qmm: comfy.ldm.modules.attention does not import: %s", e)
+            return None
+    return mod
+
+
+def attention_mode_from_env():
+    """QMM_ATTENTION: "0" → None (no default), "f32" / "best" → that mode, else "auto"."""
+    v = os.environ.get("QMM_ATTENTION", "1").strip().lower()
+    if v in ("0", "off", "false", "no"):
+        return None
+    return v if v in ("f32", "best") else "auto"
+
+
+def _is_cpu_diffusion_model(patcher):
+    try:
+        import torch
+        if torch.device(patcher.load_device).type != "cpu":
+            return False
+    except Exception:   # noqa: BLE001
+        return False
+    try:
+        from comfy.model_base import BaseModel
+    except Exception:   # noqa: BLE001 — no ComfyUI model classes: any CPU model
+        return True
+    return isinstance(getattr(patcher, "model", None), BaseModel)
+
+
+def install_attention_default(mode, model_patcher_cls=None):
+    """Make every ModelPatcher of a CPU diffusion model start with qmm's attention override
+    in its model_options (ComfyUI copies model_options into every clone, so a node's change —
+    the qmm attention node switched off — carries on). Returns True if installed."""
+    import qmm.comfy_attention as ca
+    if model_patcher_cls is None:
+        import comfy.model_patcher
+        model_patcher_cls = comfy.model_patcher.ModelPatcher
+    orig = model_patcher_cls.__init__
+    if getattr(orig, "_qmm_attention_default", False):
+        return True
+
+    def __init__(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        try:
+            if _is_cpu_diffusion_model(self):
+                to = self.model_options.setdefault("transformer_options", {})
+                if to.get(ca.KEY) is None:
+                    ca.apply(self.model_options, True, mode)
+        except Exception as e:   # noqa: BLE001 — never break model loading
+            log.debug("qmm: attention default not applied: %s", e)
+    __init__._qmm_attention_default = True
+    __init__.__wrapped__ = orig
+    __init__.__doc__ = orig.__doc__
+    model_patcher_cls.__init__ = __init__
+    return True
+
+
+def setup_attention():
+    """Register "qmm" with ComfyUI's attention functions and install the default for CPU
+    models (unless QMM_ATTENTION=0), once per process; silent outside ComfyUI."""
+    if _attention["registered"] or _attention["why"]:
+        return
+    import qmm.comfy_attention as ca
+    mod = _comfy_attention_module()
+    if mod is None:
+        _attention["why"] = "ComfyUI is not loaded in this process"
+        return
+    if not hasattr(mod, "wrap_attn") or not hasattr(mod, "register_attention_function"):
+        _attention["why"] = ("this ComfyUI has no attention override (wrap_attn and "
+                             "register_attention_function come with ComfyUI 0.3.60)")
+        log.info("qmm: %s: qmm attention is not applied; attention stays ComfyUI's",
+                 _attention["why"])
+        return
+    if not qmm.has_attention():
+        log.info("qmm: the loaded libqmm (%s) lacks qmm_attention: every attention call would "
+                 "fall back; qmm attention registered anyway", qmm.library_path)
+    funcs = getattr(mod, "REGISTERED_ATTENTION_FUNCTIONS", {})
+    if "qmm" not in funcs:
+        mod.register_attention_function("qmm", mod.wrap_attn(ca.attention))
+    _attention["registered"] = True
+    mode = attention_mode_from_env()
+    if mode is None:
+        log.info("qmm: attention function \"qmm\" registered; QMM_ATTENTION=0: not the default "
+                 "for CPU models (the node \"qmm attention\" applies it to a model)")
+        return
+    try:
+        install_attention_default(mode)
+        _attention["default"] = mode
+        log.info("qmm: attention function \"qmm\" registered and the default for diffusion "
+                 "models on the CPU (mode %s; QMM_ATTENTION=0 turns this off)", mode)
+    except Exception as e:   # noqa: BLE001
+        log.info("qmm: attention function \"qmm\" registered; no default for CPU models (%s)", e)
 
 
 def setup():
-    """Register the backend (unless QMM_KITCHEN=0) and log the engines, once per process."""
+    """Register the backend (unless QMM_KITCHEN=0) and log the engines, once per process;
+    then qmm attention (setup_attention)."""
     global _registered
     if _registered:
         return
     _registered = True
+    try:
+        setup_attention()
+    except Exception as e:   # noqa: BLE001 — attention is optional; the kitchen backend is not
+        log.info("qmm: attention not set up: %s", e)
     engines = qmm.int8_engines_available()
     if os.environ.get("QMM_KITCHEN", "1") == "0":
         log.info("qmm: QMM_KITCHEN=0, comfy-kitchen backend not registered")
@@ -93,6 +212,12 @@ def plan_text(model, tokens=4096, dtype="f32"):
         c["calls"] or "{}", c["fallbacks"], c["errors"]))
     for (func, why), n in sorted(_kitchen.declines().items()):
         lines.append("declined %dx %s: %s" % (n, func, why))
+    try:
+        import qmm.comfy_attention as ca
+        for why, n in sorted(ca.declines().items()):
+            lines.append("attention passed on %dx: %s" % (n, why))
+    except ImportError:
+        pass
     return "\n".join(lines)
 
 
@@ -117,7 +242,38 @@ class QmmPlan:
         return {"ui": {"text": [text]}, "result": (text,)}
 
 
-NODE_CLASS_MAPPINGS = {"QmmPlan": QmmPlan}
-NODE_DISPLAY_NAME_MAPPINGS = {"QmmPlan": "qmm plan (INT8 engines)"}
+class QmmAttention:
+    """Applies (enabled) or removes (disabled) qmm's attention on a MODEL, through the
+    attention override ComfyUI's wrap_attn consults (transformer_options)."""
+
+    @classmethod
+    def INPUT_TYPES(cls):  # noqa: N802 (ComfyUI's name)
+        return {"required": {"model": ("MODEL",),
+                             "enabled": ("BOOLEAN", {"default": True}),
+                             "mode": (["auto", "best", "f32"],)}}
+
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+    CATEGORY = "qmm"
+    DESCRIPTION = ("qmm attention on the CPU's matrix engines: auto = bf16 operands with f32 "
+                   "accumulation unless the model asks for float32 attention; f32 = f32 "
+                   "operands only. Calls qmm does not take (another device, ...) run "
+                   "ComfyUI's attention.")
+
+    def patch(self, model, enabled=True, mode="auto"):
+        import qmm.comfy_attention as ca
+        mod = _comfy_attention_module()
+        if mod is not None and not hasattr(mod, "wrap_attn"):
+            log.warning("qmm attention: this ComfyUI has no attention override (ComfyUI >= "
+                        "0.3.60): model returned unchanged")
+            return (model,)
+        m = model.clone()
+        ca.apply(m.model_options, bool(enabled), mode)
+        return (m,)
+
+
+NODE_CLASS_MAPPINGS = {"QmmPlan": QmmPlan, "QmmAttention": QmmAttention}
+NODE_DISPLAY_NAME_MAPPINGS = {"QmmPlan": "qmm plan (INT8 engines)",
+                              "QmmAttention": "qmm attention"}
 
 setup()

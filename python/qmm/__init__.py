@@ -18,6 +18,13 @@ Rules kept here:
     makes the library copy and pack a weight once, Weight.borrow_int8 reads the caller's memory
     at every call (what the kitchen backend uses).
 
+Attention (SPEC §10) on torch CPU tensors, flash-attention style on the same engines:
+
+    out = qmm.attention(q, k, v, mask=None, scale=None, mode=None, out_dtype=None)
+    qmm.attention_plan(q, k, v)      # which engine would run it, every engine's reason
+
+(torch is imported at the first such call; see qmm._attention for the contract.)
+
 The torch-facing parts are qmm.kitchen (the comfy-kitchen backend) and qmm.bench_kitchen.
 """
 import ctypes
@@ -30,7 +37,8 @@ __version__ = L.qmm_version_string().decode()
 
 __all__ = ["QmmError", "Weight", "Plan", "info", "plan", "counters", "reset_counters",
            "last_engine", "configure", "context", "lock", "threads", "library_path", "dtype_code",
-           "act_code", "engine_name", "has_quantize_rows"]
+           "act_code", "engine_name", "has_quantize_rows", "attention", "attention_plan",
+           "has_attention"]
 
 library_path = L.PATH
 
@@ -87,6 +95,33 @@ def engine_name(e):
 def has_quantize_rows():
     """Whether the loaded library has qmm_quantize_rows (the kitchen's quantize_* functions)."""
     return L.qmm_quantize_rows is not None
+
+
+def has_attention():
+    """Whether the loaded library has qmm_attention (SPEC §10)."""
+    return L.qmm_attention is not None and L.qmm_attention_plan is not None
+
+
+def attention(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=None, out=None):
+    """softmax(scale · q·kᵀ + mask) · v on torch CPU tensors through qmm_attention: q [B, H, S,
+    D], k and v [B, Hkv, Skv, D] (H a multiple of Hkv, 1 <= D <= 256; float32, bfloat16 or
+    float16; any strides, a last dimension that is not contiguous is copied), mask None, bool
+    (True = attend) or additive float, broadcast to [B, H, S, Skv] as torch's SDPA does (strides
+    of 0, never copied); scale None (D^-1/2) or finite > 0; mode None/"best" (bf16 operands with
+    f32 accumulation where the CPU has them) or "f32"; out_dtype (q's unless given) or out, a
+    [B, H, S, D] tensor to write, e.g. y.view(B, S, H, D).transpose(1, 2) of y [B, S, H·D];
+    engine None/"auto" or a name ("ref"). Returns out [B, H, S, D]. A bad argument raises a
+    ValueError naming it; a library failure QmmError. Fully masked query rows give 0."""
+    from . import _attention
+    return _attention.attention(q, k, v, mask, scale, mode, out_dtype, engine, out)
+
+
+def attention_plan(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=None,
+                   out=None):
+    """The Plan of qmm.attention with these arguments (qmm_attention_plan): which engine would
+    run it and every engine's reason; nothing is computed."""
+    from . import _attention
+    return _attention.attention_plan(q, k, v, mask, scale, mode, out_dtype, engine, out)
 
 
 # ---------------------------------------------------------------- the process context

@@ -29,6 +29,8 @@ KIND_REF, KIND_INT8, KIND_FLOAT = 0, 1, 2
 ENGINE_MAX = 32      # capacity of the per-engine arrays (qmm.h, pinned); the engines: ENGINES below
 FALLBACK_ALLOW, FALLBACK_STRICT = 0, 1
 REASON_MAX = 160
+ATTN_BEST, ATTN_F32, ATTN_MODE_COUNT = 0, 1, 2     # qmm_attn_mode
+ATTN_MAX_D = 256                                 # QMM_ATTN_MAX_D
 
 
 # ---------------------------------------------------------------- structs (same order as qmm.h)
@@ -73,6 +75,22 @@ class PlanInfo(Structure):
     _fields_ = [("engine", c_int), ("is_fallback", c_int), ("status", c_int),
                 ("admitted", c_int * ENGINE_MAX),
                 ("reason", (c_char * REASON_MAX) * ENGINE_MAX)]
+
+
+class AttentionArgs(Structure):
+    """qmm_attention_args (qmm.h, SPEC §10): q [B, H, S, D], k and v [B, Hkv, Skv, D], out
+    [B, H, S, D], each with strides in elements between batches, heads and tokens; the mask
+    [B, H, S, Skv] with four strides (0 broadcasts)."""
+    _fields_ = [("B", c_int64), ("H", c_int64), ("Hkv", c_int64), ("S", c_int64),
+                ("Skv", c_int64), ("D", c_int64),
+                ("q", c_void_p), ("q_dtype", c_int), ("q_stride", c_int64 * 3),
+                ("k", c_void_p), ("v", c_void_p), ("kv_dtype", c_int),
+                ("k_stride", c_int64 * 3), ("v_stride", c_int64 * 3),
+                ("out", c_void_p), ("out_dtype", c_int), ("out_stride", c_int64 * 3),
+                ("scale", c_float),
+                ("mask", c_void_p), ("mask_dtype", c_int), ("mask_stride", c_int64 * 4),
+                ("mode", c_int),
+                ("engine", c_int)]
 
 
 class EngineInfo(Structure):
@@ -182,5 +200,11 @@ ENGINE_COUNT = 1 + max([ENGINE_REF] + [e["id"] for e in ENGINES])
 # Kitchen-exact per-row quantization (the kitchen's quantize_* functions); newer libraries only.
 qmm_quantize_rows = _fn("qmm_quantize_rows", c_int, c_void_p, c_void_p, c_int, c_int64, c_int64,
                         c_int64, c_int, c_void_p, c_void_p, c_int64, c_void_p, optional=True)
+
+# Attention (SPEC §10); newer libraries only: None when the loaded library lacks them.
+qmm_attention_args_default = _fn("qmm_attention_args_default", AttentionArgs, optional=True)
+qmm_attention = _fn("qmm_attention", c_int, c_void_p, POINTER(AttentionArgs), optional=True)
+qmm_attention_plan = _fn("qmm_attention_plan", c_int, c_void_p, POINTER(AttentionArgs),
+                         POINTER(PlanInfo), optional=True)
 
 __all__ = ["lib", "PATH", "c_int8", "c_int32", "c_float"]

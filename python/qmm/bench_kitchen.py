@@ -8,7 +8,8 @@ torch, four ways, on the same CPU threads:
 
 --dtype is the activations' dtype of the two INT8 paths: f32 (the default) is what ComfyUI sends
 to every INT8 layer on a CPU (also with --bf16-unet); bf16 for comparison. Attention is the one
-ComfyUI runs on a CPU (qmm.dit.sub_quad: its attention_sub_quad), or --attention sdpa / qmm.
+ComfyUI runs on a CPU (qmm.dit.sub_quad: its attention_sub_quad), or --attention sdpa (torch's),
+qmm (qmm.attention, what the ComfyUI node makes the CPU default) or sdpa_bf16.
 
 Each path runs in its own process (clean peak RSS): weights are made from a fixed seed (INT8
 weights directly as int8 + per-row scales: timing does not depend on their values), one
@@ -120,8 +121,10 @@ def main(argv=None):
                     "of the harness, not the SPEC shapes)")
     ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32", help="activations of the "
                     "INT8 paths (f32: what ComfyUI sends on a CPU)")
-    ap.add_argument("--attention", choices=("sub_quad", "sdpa", "qmm"), default="sub_quad",
-                    help="sub_quad: ComfyUI's CPU attention (default); sdpa: torch's; qmm: qmm.attention")
+    ap.add_argument("--attention", choices=("sub_quad", "sdpa", "qmm", "sdpa_bf16"),
+                    default="sub_quad",
+                    help="sub_quad: ComfyUI's CPU attention (default); sdpa: torch's; qmm: "
+                    "qmm.attention; sdpa_bf16: torch's in bf16 (casts included)")
     ap.add_argument("--json", action="store_true", help="one JSON object per path and size")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

@@ -9,7 +9,8 @@ The block (pre-norm, gated residuals, as the video DiTs ComfyUI runs):
 attn is the attention ComfyUI runs on a CPU (comfy/ldm/modules/attention.py picks
 attention_sub_quad for a CPU device: with the memory to spare, the whole key/value length in one
 chunk and queries in chunks of 4096 — scores by baddbmm, softmax, then bmm; sub_quad() here), or
-torch's scaled_dot_product_attention (attention="sdpa"), or qmm's (attention="qmm").
+torch's scaled_dot_product_attention (attention="sdpa"; "sdpa_bf16": in bf16, cast from and back to
+the block's dtype), or qmm's (attention="qmm": qmm.attention, mode best).
 Its four linears are layers of one of three kinds:
     KitchenInt8Linear  a ComfyUI INT8 layer: comfy-kitchen's TensorWiseINT8Layout weight, run
                        through the kitchen's dispatch (eager, or qmm once registered);
@@ -102,12 +103,21 @@ def sub_quad(q, k, v, query_chunk=4096):
 
 
 def qmm_attention(q, k, v):
-    """qmm.attention (SPEC §10) on q, k, v [B, H, T, hd]: the engine qmm's plan picks here."""
+    """qmm.attention (SPEC §10; mode best) writing [B, T, H·hd] directly: returned as its [B, H, T, hd]
+    view, so the block's transpose + reshape back is free."""
     import qmm
-    return qmm.attention(q, k, v)
+    B, H, T, hd = q.shape
+    y = torch.empty(B, T, H * hd, dtype=q.dtype)
+    return qmm.attention(q, k, v, out=y.view(B, T, H, hd).transpose(1, 2))
 
 
-ATTENTION = {"sub_quad": sub_quad, "sdpa": F.scaled_dot_product_attention, "qmm": qmm_attention}
+def sdpa_bf16(q, k, v):
+    """torch's SDPA in bf16 for f32 tensors: the casts there and back included."""
+    return F.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16()).to(q.dtype)
+
+
+ATTENTION = {"sub_quad": sub_quad, "sdpa": F.scaled_dot_product_attention, "qmm": qmm_attention,
+             "sdpa_bf16": sdpa_bf16}
 
 
 class Block:

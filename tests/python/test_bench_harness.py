@@ -69,3 +69,24 @@ def test_bench_layouts_runs():
         assert any(x.startswith("| 3x40x70 | ") and " W8A16 | " in x for x in lines), r.stdout
     if "avx512_vnni" in engines and len(engines) > 1:
         assert "÷ avx512_vnni, packed" in r.stdout
+
+
+def test_bench_attention_tiny_runs():
+    """python -m qmm.bench_attention on a tiny shape: every variant timed, finite, its ratio."""
+    cmd = [sys.executable, "-m", "qmm.bench_attention", "--seq", "33", "--heads", "2", "--dim",
+           "64", "--rounds", "1", "--json"]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    names = [x["variant"] for x in rows]
+    assert {"sdpa f32", "sdpa bf16", "sdpa bf16+casts"} <= set(names)
+    assert any(n.startswith("sub_quad") for n in names)
+    if qmm.has_attention():
+        assert any(n.startswith("qmm ") and n.endswith(" f32") for n in names)
+        assert any(n.startswith("qmm ") and n.endswith(" best") for n in names)
+    for x in rows:
+        assert x["ms"] > 0 and x["tflops"] > 0 and x["vs_sdpa_bf16_casts"] > 0, x
+        assert x["err_vs_sdpa_f32"] < 2e-2, x
+    r = subprocess.run(cmd[:-1], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert r.returncode == 0 and "| sdpa bf16+casts | " in r.stdout and "1.00x" in r.stdout

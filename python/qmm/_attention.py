@@ -1,0 +1,279 @@
+"""qmm._attention — qmm_attention (qmm.h, SPEC §10) on torch CPU tensors: what qmm.attention and
+qmm.attention_plan run. Imported at the first such call, so that `import qmm` needs no torch.
+
+(The module is not called qmm.attention: importing a submodule of that name would replace the
+function qmm.attention on the package.)
+
+The contract, checked here before the library is called (a ValueError naming the argument):
+  q [B, H, S, D], k and v [B, Hkv, Skv, D] (H a multiple of Hkv), 1 <= D <= 256, CPU tensors of
+  float32, bfloat16 or float16 (k and v of one dtype; q's may differ). Any strides: they are
+  passed to the library as they are (a stride of 0, as expand makes, included); a tensor whose
+  last dimension is not contiguous (stride != 1, with D > 1) is copied into a contiguous one
+  first — nothing else is ever copied.
+  out: a tensor [B, H, S, D] to write (any strides with the last one 1 and no two elements
+  sharing memory, e.g. y.view(B, S, H, D).transpose(1, 2) of a [B, S, H·D] tensor y), or
+  None for a new contiguous [B, H, S, D] tensor of out_dtype (q's dtype unless given).
+  mask: None, a bool tensor (True = attend) or an additive float tensor (float32, bfloat16,
+  float16) broadcastable to [B, H, S, Skv] as torch's scaled_dot_product_attention broadcasts
+  attn_mask; broadcasting is passed as strides of 0, never materialized. A query whose every
+  key is masked gets 0 (torch's SDPA gives NaN there).
+  scale: None (D^-1/2) or a finite number > 0.
+  mode: None or "best" (bf16 operands, f32 accumulation, where the CPU has the instructions;
+  else f32), "f32" (f32 operands only); "int8" is not offered yet.
+  engine: None or "auto" (dispatch chooses), or an engine name ("ref" for tests).
+Library failures raise qmm.QmmError. The call holds qmm's context lock; ctypes releases the
+GIL during it.
+"""
+import ctypes
+import math
+
+import torch
+
+from . import _lib as L
+
+_TORCH_DTYPES = {torch.float32: L.F32, torch.bfloat16: L.BF16, torch.float16: L.F16}
+_NAMED_DTYPES = {"f32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+                 "bfloat16": torch.bfloat16, "f16": torch.float16, "float16": torch.float16}
+MODES = {None: L.ATTN_BEST, "best": L.ATTN_BEST, "f32": L.ATTN_F32}
+MAX_D = L.ATTN_MAX_D
+
+
+def _tensor(name, t, fn):
+    if not isinstance(t, torch.Tensor):
+        raise ValueError("%s: %s is %s, not a torch tensor" % (fn, name, type(t).__name__))
+    if t.device.type != "cpu":
+        raise ValueError("%s: %s is on %s (qmm runs CPU tensors)" % (fn, name, t.device))
+    if t.layout != torch.strided:
+        raise ValueError("%s: %s has layout %s (strided tensors only)" % (fn, name, t.layout))
+    if t.dtype not in _TORCH_DTYPES:
+        raise ValueError("%s: %s has dtype %s (float32, bfloat16 or float16)" % (fn, name,
+                                                                                  t.dtype))
+    return t
+
+
+def _last_contiguous(t):
+    return t if t.shape[-1] <= 1 or t.stride(-1) == 1 else t.contiguous()
+
+
+def _out_dtype(out_dtype, q, fn):
+    if out_dtype is None:
+        return q.dtype
+    if isinstance(out_dtype, str):
+        if out_dtype not in _NAMED_DTYPES:
+            raise ValueError("%s: out_dtype=%r (float32, bfloat16 or float16)" % (fn, out_dtype))
+        return _NAMED_DTYPES[out_dtype]
+    if out_dtype not in _TORCH_DTYPES:
+        raise ValueError("%s: out_dtype=%r (float32, bfloat16 or float16)" % (fn, out_dtype))
+    return out_dtype
+
+
+def _mode(mode, fn):
+    if isinstance(mode, str):
+        mode = mode.lower()
+    if mode in MODES:
+        return MODES[mode]
+    if mode == "int8":
+        raise ValueError("%s: mode='int8' is not offered yet (None/'best' or 'f32')" % fn)
+    raise ValueError("%s: mode=%r (None/'best' or 'f32')" % (fn, mode))
+
+
+def _engine(engine, fn):
+    if engine is None:
+        return L.ENGINE_AUTO
+    if isinstance(engine, int) and not isinstance(engine, bool):
+        return engine
+    if isinstance(engine, str):
+        e = L.qmm_engine_from_name(engine.encode())
+        if e != L.ENGINE_UNKNOWN:
+            return e
+    names = ", ".join(["auto"] + [e["name"] for e in L.ENGINES])
+    raise ValueError("%s: engine=%r is no engine (%s)" % (fn, engine, names))
+
+
+def _scale(scale, fn):
+    if scale is None:
+        return 0.0
+    try:
+        s = float(scale)
+    except (TypeError, ValueError):
+        raise ValueError("%s: scale=%r is not a number" % (fn, scale)) from None
+    if not math.isfinite(s) or s <= 0.0:
+        raise ValueError("%s: scale=%r (a finite number > 0, or None for D^-1/2)" % (fn, scale))
+    if not math.isfinite(float(ctypes.c_float(s).value)) or ctypes.c_float(s).value <= 0.0:
+        raise ValueError("%s: scale=%r is out of float32's range" % (fn, scale))
+    return s
+
+
+def _overlaps_itself(t):
+    """Whether two elements of t share memory (expand, as_strided...)."""
+    dims = sorted((t.stride(i), t.shape[i]) for i in range(t.dim()) if t.shape[i] > 1)
+    reach = 0            # the furthest element offset reached by the smaller dims
+    for stride, size in dims:
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
+
+
+def _span(t):
+    """[first byte, one past the last byte] of t's storage that t can touch."""
+    if t.numel() == 0:
+        return (0, 0)
+    start = t.data_ptr()
+    last = sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    return (start, start + (last + 1) * t.element_size())
+
+
+def _disjoint(a, b):
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a1 <= a0 or b1 <= b0 or a1 <= b0 or b1 <= a0
+
+
+class _Call:
+    """The checked arguments of one call: .args (L.AttentionArgs), .out, and the tensors the
+    pointers in .args point into (kept alive as long as this object)."""
+
+
+def prepare(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=None, out=None,
+            fn="qmm.attention", allocate=True):
+    _tensor("q", q, fn)
+    _tensor("k", k, fn)
+    _tensor("v", v, fn)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError("%s: %s has shape %s; q is [B, H, S, D], k and v [B, Hkv, Skv, D]"
+                             % (fn, name, list(t.shape)))
+    B, H, S, D = q.shape
+    Bk, Hkv, Skv, Dk = k.shape
+    if k.dtype != v.dtype:
+        raise ValueError("%s: k is %s but v is %s (k and v share one dtype)" % (fn, k.dtype,
+                                                                                v.dtype))
+    if Bk != B:
+        raise ValueError("%s: k has batch %d but q has %d (k %s, q %s)" % (
+            fn, Bk, B, list(k.shape), list(q.shape)))
+    if Dk != D:
+        raise ValueError("%s: k has head dim %d but q has %d (k %s, q %s)" % (
+            fn, Dk, D, list(k.shape), list(q.shape)))
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError("%s: v has shape %s but k has %s (v is [B, Hkv, Skv, D] as k)" % (
+            fn, list(v.shape), list(k.shape)))
+    if not 1 <= D <= MAX_D:
+        raise ValueError("%s: head dim D = %d of q %s is out of range (1 to %d)" % (
+            fn, D, list(q.shape), MAX_D))
+    if H < 1 or Hkv < 1:
+        raise ValueError("%s: heads H = %d (q) and Hkv = %d (k, v) must be >= 1" % (fn, H, Hkv))
+    if H % Hkv != 0:
+        raise ValueError("%s: heads: q has %d, k and v %d: H must be a multiple of Hkv" % (
+            fn, H, Hkv))
+    if Skv < 1:
+        raise ValueError("%s: k and v have %d tokens (Skv >= 1)" % (fn, Skv))
+    c = _Call()
+    c.mode = _mode(mode, fn)
+    c.engine = _engine(engine, fn)
+    c.scale = _scale(scale, fn)
+    if out is not None:
+        _tensor("out", out, fn)
+        if tuple(out.shape) != (B, H, S, D):
+            raise ValueError("%s: out has shape %s, needs [B, H, S, D] = %s" % (
+                fn, list(out.shape), [B, H, S, D]))
+        if out_dtype is not None and _out_dtype(out_dtype, q, fn) != out.dtype:
+            raise ValueError("%s: out is %s but out_dtype=%r" % (fn, out.dtype, out_dtype))
+        if D > 1 and out.stride(-1) != 1:
+            raise ValueError("%s: out's last dimension is not contiguous (strides %s)" % (
+                fn, list(out.stride())))
+        if _overlaps_itself(out):
+            raise ValueError("%s: out has elements that share memory (strides %s)" % (
+                fn, list(out.stride())))
+        for name, t in (("q", q), ("k", k), ("v", v), ("mask", mask)):
+            if isinstance(t, torch.Tensor) and not _disjoint(out, t):
+                raise ValueError("%s: out overlaps %s in memory" % (fn, name))
+    elif allocate:
+        out = torch.empty((B, H, S, D), dtype=_out_dtype(out_dtype, q, fn))
+    c.out = out
+    c.out_dtype = out.dtype if out is not None else _out_dtype(out_dtype, q, fn)
+    m = None
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor):
+            raise ValueError("%s: mask is %s, not a torch tensor" % (fn, type(mask).__name__))
+        if mask.device.type != "cpu":
+            raise ValueError("%s: mask is on %s (qmm runs CPU tensors)" % (fn, mask.device))
+        if mask.layout != torch.strided:
+            raise ValueError("%s: mask has layout %s (strided tensors only)" % (fn, mask.layout))
+        if mask.dtype != torch.bool and mask.dtype not in _TORCH_DTYPES:
+            raise ValueError("%s: mask has dtype %s (bool: True = attend, or an additive "
+                             "float32, bfloat16 or float16)" % (fn, mask.dtype))
+        if mask.dim() > 4 or mask.dim() < 1:
+            raise ValueError("%s: mask has shape %s, which does not broadcast to [B, H, S, Skv] "
+                             "= %s" % (fn, list(mask.shape), [B, H, S, Skv]))
+        try:
+            m = mask.expand(B, H, S, Skv)
+        except RuntimeError:
+            raise ValueError("%s: mask has shape %s, which does not broadcast to [B, H, S, Skv] "
+                             "= %s" % (fn, list(mask.shape), [B, H, S, Skv])) from None
+    c.q, c.k, c.v, c.mask = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v), m
+    c.B, c.H, c.Hkv, c.S, c.Skv, c.D = B, H, Hkv, S, Skv, D
+    c.args = _args(c)
+    return c
+
+
+def _args(c):
+    a = L.qmm_attention_args_default() if L.qmm_attention_args_default else L.AttentionArgs()
+    a.B, a.H, a.Hkv, a.S, a.Skv, a.D = c.B, c.H, c.Hkv, c.S, c.Skv, c.D
+    a.q, a.q_dtype = c.q.data_ptr(), _TORCH_DTYPES[c.q.dtype]
+    a.q_stride[:] = c.q.stride()[:3]
+    a.k, a.v, a.kv_dtype = c.k.data_ptr(), c.v.data_ptr(), _TORCH_DTYPES[c.k.dtype]
+    a.k_stride[:] = c.k.stride()[:3]
+    a.v_stride[:] = c.v.stride()[:3]
+    a.out_dtype = _TORCH_DTYPES[c.out_dtype]
+    if c.out is not None:
+        a.out = c.out.data_ptr()
+        a.out_stride[:] = c.out.stride()[:3]
+    else:                                   # a plan: the contiguous [B, H, S, D] layout
+        a.out = None
+        a.out_stride[:] = (c.H * c.S * c.D, c.S * c.D, c.D)
+    a.scale = c.scale
+    if c.mask is not None:
+        a.mask = c.mask.data_ptr()
+        a.mask_dtype = L.U8 if c.mask.dtype == torch.bool else _TORCH_DTYPES[c.mask.dtype]
+        a.mask_stride[:] = c.mask.stride()
+    else:
+        a.mask = None
+        a.mask_dtype = L.U8
+        a.mask_stride[:] = (0, 0, 0, 0)
+    a.mode = c.mode
+    a.engine = c.engine
+    return a
+
+
+def _missing(call):
+    from . import QmmError
+    return QmmError(L.ERR_UNSUPPORTED, "the loaded library %s lacks %s (older than this package)"
+                    % (L.PATH, call), call)
+
+
+def attention(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=None, out=None):
+    from . import _check, context, lock
+    c = prepare(q, k, v, mask, scale, mode, out_dtype, engine, out)
+    if L.qmm_attention is None:
+        raise _missing("qmm_attention")
+    if c.B == 0 or c.S == 0:
+        return c.out
+    with lock():
+        st = L.qmm_attention(context(torch.get_num_threads()).ptr, ctypes.byref(c.args))
+    if st != L.OK:
+        _check(st, "qmm_attention")
+    return c.out
+
+
+def attention_plan(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=None,
+                   out=None):
+    from . import Plan, _check, context, lock
+    c = prepare(q, k, v, mask, scale, mode, out_dtype, engine, out,
+                fn="qmm.attention_plan", allocate=False)
+    if L.qmm_attention_plan is None:
+        raise _missing("qmm_attention_plan")
+    p = L.PlanInfo()
+    with lock():
+        _check(L.qmm_attention_plan(context(torch.get_num_threads()).ptr, ctypes.byref(c.args),
+                                    ctypes.byref(p)), "qmm_attention_plan")
+    return Plan(p)
