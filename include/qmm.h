@@ -438,7 +438,9 @@ qmm_attention_args qmm_attention_args_default(void);
 /* Runs the attention on the engine dispatch chooses (or args->engine). Errors name the bad
  * argument. Thread safety: one call at a time per context, as qmm_linear. */
 qmm_status qmm_attention(qmm_context *ctx, const qmm_attention_args *args);
-/* Which engine would run it, and every engine's reason (pointers may be NULL here). */
+/* Which engine would run it, and every engine's reason (pointers may be NULL here). With
+ * args->engine named, that engine's verdict decides, as in qmm_attention: engine = it and status
+ * OK if it runs the call, else engine AUTO and the status qmm_attention would return. */
 qmm_status qmm_attention_plan(qmm_context *ctx, const qmm_attention_args *args, qmm_plan_info *out);
 
 #ifdef __cplusplus

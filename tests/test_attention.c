@@ -337,6 +337,15 @@ static void plan(qmm_context *ctx) {
                  "mode f32: avx512_bf16 refuses (%s)", qmm_plan_reason(&p, QMM_ENGINE_AVX512_BF16));
     TU_CHECK(p.engine == QMM_ENGINE_AUTO || p.engine == QMM_ENGINE_AVX512_F32 || p.engine == QMM_ENGINE_AVX2_F32,
              "mode f32 runs on an f32 engine, not %s", qmm_engine_name(p.engine));
+    /* a named engine: its own verdict, as qmm_attention gives it */
+    a.mode = QMM_ATTN_BEST;
+    a.engine = QMM_ENGINE_REF;
+    TU_CHECK_OK(qmm_attention_plan(ctx, &a, &p));
+    TU_CHECK(p.engine == QMM_ENGINE_REF && p.status == QMM_OK, "plan of ref by name: %s", qmm_engine_name(p.engine));
+    a.engine = QMM_ENGINE_AVX2_INT8;
+    TU_CHECK_OK(qmm_attention_plan(ctx, &a, &p));
+    TU_CHECK(p.engine == QMM_ENGINE_AUTO && p.status != QMM_OK && strstr(qmm_plan_reason(&p, QMM_ENGINE_AVX2_INT8), "attention"),
+             "plan of avx2_int8 by name: %s %s", qmm_status_name(p.status), qmm_plan_reason(&p, QMM_ENGINE_AVX2_INT8));
 }
 
 int main(int argc, char **argv) {

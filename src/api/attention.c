@@ -144,11 +144,33 @@ static const char *shape(const qmm_attn_call *c, char *buf, size_t n) {
     return buf;
 }
 
+/* A named engine's verdict, as qmm_attention gives it: NULL if it runs c, else the reason (why
+ * holds QMM_REASON_MAX bytes) and *st the status the call would return. */
+static const char *named_verdict(const qmm_context *ctx, const qmm_engine *e, const qmm_attn_call *c, char *why,
+                                 qmm_status *st) {
+    if (!qmm_engine_usable(e, ctx->max_isa, 0, why, QMM_REASON_MAX)) { *st = QMM_ERR_UNSUPPORTED_HARDWARE; return why; }
+    const char *r = e->attn_admit ? e->attn_admit(c, why, QMM_REASON_MAX) : "offers no attention";
+    *st = r ? QMM_ERR_UNSUPPORTED : QMM_OK;
+    return r;
+}
+
 qmm_status qmm_attention_plan(qmm_context *ctx, const qmm_attention_args *args, qmm_plan_info *out) {
     QMM_RETURN_IF(!ctx || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_attention_plan: %s is NULL", !ctx ? "ctx" : "out");
     qmm_attn_call c;
     QMM_FORWARD_IF_ERROR(make_attn_call(args, 0, &c));
     qmm_plan_attention(ctx, &c, out);
+    if (args->engine != QMM_ENGINE_AUTO) { /* the named engine decides, as in qmm_attention */
+        const qmm_engine *e = qmm_engine_get(args->engine);
+        QMM_RETURN_IF(!e, QMM_ERR_INVALID_ARGUMENT, "attention: engine %d unknown", (int)args->engine);
+        char why[QMM_REASON_MAX];
+        qmm_status st;
+        const char *r = named_verdict(ctx, e, &c, why, &st);
+        out->engine = r ? QMM_ENGINE_AUTO : e->id;
+        out->status = st;
+        out->is_fallback = 0;
+        out->admitted[e->id] = !r;
+        snprintf(out->reason[e->id], QMM_REASON_MAX, "%s", r ? r : "");
+    }
     return QMM_OK;
 }
 
@@ -160,10 +182,10 @@ static qmm_status attention(qmm_context *ctx, const qmm_attention_args *args) {
     if (args->engine != QMM_ENGINE_AUTO) {
         e = qmm_engine_get(args->engine);
         QMM_RETURN_IF(!e, QMM_ERR_INVALID_ARGUMENT, "attention: engine %d unknown", (int)args->engine);
-        QMM_RETURN_IF(!qmm_engine_usable(e, ctx->max_isa, 0, why, sizeof why), QMM_ERR_UNSUPPORTED_HARDWARE,
-                      "%s: engine %s unavailable: %s", shape(&c, sh, sizeof sh), e->name, why);
-        const char *r = e->attn_admit ? e->attn_admit(&c, why, sizeof why) : "offers no attention";
-        QMM_RETURN_IF(r, QMM_ERR_UNSUPPORTED, "%s: engine %s refuses: %s", shape(&c, sh, sizeof sh), e->name, r);
+        qmm_status st;
+        const char *r = named_verdict(ctx, e, &c, why, &st);
+        QMM_RETURN_IF(r, st, "%s: engine %s %s: %s", shape(&c, sh, sizeof sh), e->name,
+                      st == QMM_ERR_UNSUPPORTED_HARDWARE ? "unavailable" : "refuses", r);
     } else {
         e = qmm_engine_get(qmm_plan_attention_choose(ctx, &c));
         if (!e) {
