@@ -20,10 +20,6 @@ from qmm import dit
 from test_dit_e2e import HEAD_DIM, HEADS, HIDDEN, T, checkpoint  # noqa: F401 (fixture)
 
 
-def _bf16_sdpa(q, k, v):
-    return F.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16()).float()
-
-
 def _engines_bf16():
     """The attention engines with bf16 operands that run here (the float engines whose multiply
     instructions take bf16)."""
@@ -44,7 +40,7 @@ def test_block_with_qmm_attention(kitchen, checkpoint):  # noqa: F811
     x = torch.randn(1, T, HIDDEN, generator=torch.Generator().manual_seed(3))
     x[..., 11] *= 20.0
     y32 = _block(layers, F.scaled_dot_product_attention)(x)
-    ybf = _block(layers, _bf16_sdpa)(x)
+    ybf = _block(layers, dit.ATTENTION["sdpa_bf16"])(x)
     ref_layers = {n: dit.TorchLinear(float_sd["blocks.0.%s.weight" % n].float()) for n in dit.LAYERS}
     yr = dit.Block(ref_layers, HIDDEN, HEADS, HEAD_DIM, torch.float32)(x)
 
