@@ -410,7 +410,11 @@ typedef enum qmm_attn_mode {
     QMM_ATTN_BEST = 0,   /* the fastest engine: bf16 operands (q, k, p, v rounded to bf16, RNE)
                             with f32 accumulation where the CPU has them, else f32 */
     QMM_ATTN_F32 = 1,    /* f32 operands only (engines with bf16 operands refuse) */
-    QMM_ATTN_MODE_COUNT = 2
+    QMM_ATTN_INT8 = 2,   /* QKᵀ on int8 operands (the keys' mean subtracted, then q per row and k
+                            per key quantized to int8, SageAttention-style), P·V in f32, on an
+                            int8 engine; where none admits, the best float engine runs mode best
+                            — a fallback: counted, refused in strict mode */
+    QMM_ATTN_MODE_COUNT = 3
 } qmm_attn_mode;
 
 typedef struct qmm_attention_args {

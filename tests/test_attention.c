@@ -11,9 +11,11 @@
  *   f32 operands:  |out − ref| <= max|v| · (2A · (D + 2)·2u + (Skv + 8)·2u) + 1 ulp of out's dtype
  *   bf16 operands: the same plus max|v| · (2A · 2^-8 + 2^-7): q and k rounded to bf16 move each
  *                  score by at most A·2^-8, p and v rounded move out by at most 2^-8·max|v|.
+ *   mode int8 (avx512_vnni): the f32 part plus max|v| · (exp(2ε) − 1), ε the largest score error
+ *                  the quantization allows (int8_score_bound): scores off by ε move out by at most that.
  * Each engine's worst |err| / bound is printed. Also: the bits do not depend on the thread
- * count; the plan (int8 engines offer no attention, mode f32 refused by bf16 engines, the
- * reference only by name); counters; every bad argument gets its status and names itself.
+ * count; the plan (int8 engines offer attention in mode int8 only, mode f32 refused by bf16
+ * engines, the reference only by name, mode int8 without an int8 engine a counted fallback); counters; every bad argument gets its status and names itself.
  * amx_bf16's attention runs in the tile emulator (its _emu copy, tests/amx_emu.cmake) on every
  * second call, zero tile faults, no configuration left, within the bf16 bound.
  */
@@ -103,6 +105,46 @@ static int64_t out_index(const qmm_attention_args *a, int64_t bb, int64_t h, int
 
 static double g_worst[QMM_ENGINE_MAX + 1]; /* per engine id; [QMM_ENGINE_MAX]: emulated amx_bf16 */
 
+/* Mode int8's score error bound (avx512_vnni_attn.c's quantization, SPEC §10): the largest
+ * |scale| · (sq/2 · Σ|k'| + sk/2 · Σ|q| + D · sq/2 · sk/2) over the call's (query, key) pairs,
+ * k' = k − the kv head's mean key, sq = max|q| / 127, sk = max|k'| / 127 (rounding to nearest:
+ * each code is off by at most half a step; the 1e-6 relative slack covers the f32 mean). */
+static double int8_score_bound(const qmm_attention_args *a, float scale) {
+    double eps = 0;
+    double *mean = calloc((size_t)a->D, sizeof(double));
+    for (int64_t bb = 0; bb < a->B; bb++)
+        for (int64_t hk = 0; hk < a->Hkv; hk++) {
+            for (int64_t d = 0; d < a->D; d++) {
+                double m = 0;
+                for (int64_t j = 0; j < a->Skv; j++)
+                    m += tu_load(a->k, a->kv_dtype, bb * a->k_stride[0] + hk * a->k_stride[1] + j * a->k_stride[2] + d);
+                mean[d] = m / (double)a->Skv;
+            }
+            for (int64_t h = hk * (a->H / a->Hkv); h < (hk + 1) * (a->H / a->Hkv); h++)
+                for (int64_t s = 0; s < a->S; s++) {
+                    double qa = 0, qs = 0;
+                    for (int64_t d = 0; d < a->D; d++) {
+                        const double x = fabs(tu_load(a->q, a->q_dtype, bb * a->q_stride[0] + h * a->q_stride[1] + s * a->q_stride[2] + d));
+                        qs += x;
+                        if (x > qa) qa = x;
+                    }
+                    for (int64_t j = 0; j < a->Skv; j++) {
+                        double ka = 0, ks = 0;
+                        for (int64_t d = 0; d < a->D; d++) {
+                            const double x = fabs(tu_load(a->k, a->kv_dtype, bb * a->k_stride[0] + hk * a->k_stride[1] + j * a->k_stride[2] + d) - mean[d]);
+                            ks += x;
+                            if (x > ka) ka = x;
+                        }
+                        const double sq = qa / 127 * (1 + 1e-6), sk = ka / 127 * (1 + 1e-6) + 1e-6 * ka;
+                        const double e = fabs(scale) * (sq / 2 * (ks + 1e-6 * (double)a->D * ka) + sk / 2 * qs + (double)a->D * sq / 2 * sk / 2);
+                        if (e > eps) eps = e;
+                    }
+                }
+        }
+    free(mean);
+    return eps;
+}
+
 static int bf16_operands(qmm_engine_id e) { return e == QMM_ENGINE_AVX512_BF16 || e == QMM_ENGINE_AMX_BF16; }
 
 /* engine e's output (its worst ratio kept in g_worst[slot]) against ref's on call t; returns 1
@@ -132,7 +174,8 @@ static int compare(qmm_engine_id e, int slot, const acase *t, const abuf *b, con
                 }
     const double u = ldexp(1.0, -24);
     double base = vmax * (2 * A * (double)(a->D + 2) * 2 * u + (double)(a->Skv + 8) * 2 * u);
-    if (bf16_operands(e)) base += vmax * (2 * A * ldexp(1.0, -8) + ldexp(1.0, -7));
+    if (a->mode == QMM_ATTN_INT8 && e == QMM_ENGINE_AVX512_VNNI) base += vmax * (exp(2 * int8_score_bound(a, scale)) - 1);
+    else if (bf16_operands(e)) base += vmax * (2 * A * ldexp(1.0, -8) + ldexp(1.0, -7));
     int ok = 1;
     for (int64_t bb = 0; bb < a->B && ok; bb++)
         for (int64_t h = 0; h < a->H && ok; h++)
@@ -226,6 +269,7 @@ static void sweep(qmm_context *ctx, qmm_context *ctx1, int cases, int quick) {
         TU_CHECK_OK(qmm_attention(ctx, &ra));
         for (int i = 0; i < g_n_attn; i++) {
             b.a.engine = g_attn[i];
+            b.a.mode = g_attn[i] == QMM_ENGINE_AVX512_VNNI ? QMM_ATTN_INT8 : QMM_ATTN_BEST;
             qmm_status st = qmm_attention(ctx, &b.a);
             TU_CHECK(st == QMM_OK, "%s: %s", qmm_engine_name(g_attn[i]), qmm_last_error());
             if (st != QMM_OK || !compare(g_attn[i], g_attn[i], &t, &b, ref)) continue;
@@ -293,9 +337,12 @@ static void bad_input(qmm_context *ctx) {
     a = b.a; a.scale = INFINITY; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "scale");
     a = b.a; a.mode = (qmm_attn_mode)7; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "mode 7");
     a = b.a; a.engine = (qmm_engine_id)31; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "engine 31");
-    a = b.a; a.engine = QMM_ENGINE_AVX512_VNNI; expect(ctx, &a, qmm_engine_available(QMM_ENGINE_AVX512_VNNI, NULL, 0)
-                                                       ? QMM_ERR_UNSUPPORTED : QMM_ERR_UNSUPPORTED_HARDWARE,
-                                                       qmm_engine_available(QMM_ENGINE_AVX512_VNNI, NULL, 0) ? "offers no attention" : "unavailable");
+    a = b.a; a.engine = QMM_ENGINE_AVX2_INT8; expect(ctx, &a, qmm_engine_available(QMM_ENGINE_AVX2_INT8, NULL, 0)
+                                                     ? QMM_ERR_UNSUPPORTED : QMM_ERR_UNSUPPORTED_HARDWARE,
+                                                     qmm_engine_available(QMM_ENGINE_AVX2_INT8, NULL, 0) ? "offers no attention" : "unavailable");
+    if (qmm_engine_available(QMM_ENGINE_AVX512_VNNI, NULL, 0)) {
+        a = b.a; a.engine = QMM_ENGINE_AVX512_VNNI; expect(ctx, &a, QMM_ERR_UNSUPPORTED, "mode int8 only");
+    }
     a = b.a; a.q_stride[2] = INT64_MAX / 4; expect(ctx, &a, QMM_ERR_UNSUPPORTED, "q's extent");
     a = b.a; a.out = b.q; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "out overlaps q");
     a = b.a; a.out = (char *)b.k + 4; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "out overlaps k");
@@ -317,9 +364,10 @@ static void plan(qmm_context *ctx) {
     a.B = 1; a.H = 2; a.Hkv = 1; a.S = 10; a.Skv = 10; a.D = 64;
     qmm_plan_info p;
     TU_CHECK_OK(qmm_attention_plan(ctx, &a, &p));
-    TU_CHECK((!qmm_plan_admits(&p, QMM_ENGINE_AVX512_VNNI) && strstr(qmm_plan_reason(&p, QMM_ENGINE_AVX512_VNNI), "attention")) ||
-                 !qmm_engine_available(QMM_ENGINE_AVX512_VNNI, NULL, 0),
-             "int8 engines offer no attention: %s", qmm_plan_reason(&p, QMM_ENGINE_AVX512_VNNI));
+    TU_CHECK((!qmm_plan_admits(&p, QMM_ENGINE_AVX2_INT8) && strstr(qmm_plan_reason(&p, QMM_ENGINE_AVX2_INT8), "offers no attention")) ||
+                 !qmm_engine_available(QMM_ENGINE_AVX2_INT8, NULL, 0),
+             "avx2_int8 offers no attention: %s", qmm_plan_reason(&p, QMM_ENGINE_AVX2_INT8));
+    TU_CHECK(!qmm_plan_admits(&p, QMM_ENGINE_AVX512_VNNI), "mode best: avx512_vnni (int8 QKᵀ) refuses");
     TU_CHECK(p.engine != QMM_ENGINE_REF, "the plan never picks the reference");
     char text[4096];
     qmm_plan_format(&p, text, sizeof text);
@@ -328,7 +376,7 @@ static void plan(qmm_context *ctx) {
     const int fp16 = (qmm_cpu_features() & QMM_CPU_AVX512_FP16) != 0;
     qmm_engine_id want = QMM_ENGINE_AUTO;
     for (int i = 0; i < g_n_attn && want == QMM_ENGINE_AUTO; i++)
-        if (!(fp16 && g_attn[i] == QMM_ENGINE_AVX512_BF16)) want = g_attn[i];
+        if (!(fp16 && g_attn[i] == QMM_ENGINE_AVX512_BF16) && g_attn[i] != QMM_ENGINE_AVX512_VNNI) want = g_attn[i];
     TU_CHECK(p.engine == want, "plan picks %s, expected %s", qmm_engine_name(p.engine), qmm_engine_name(want));
     a.mode = QMM_ATTN_F32;
     TU_CHECK_OK(qmm_attention_plan(ctx, &a, &p));
@@ -348,6 +396,38 @@ static void plan(qmm_context *ctx) {
              "plan of avx2_int8 by name: %s %s", qmm_status_name(p.status), qmm_plan_reason(&p, QMM_ENGINE_AVX2_INT8));
 }
 
+/* mode int8 where no int8 engine admits (avx512_vnni disabled in the context): the best float
+ * engine runs it, counted as a fallback; a strict context refuses it naming the reasons */
+static void int8_fallback(void) {
+    acase t = {.B = 1, .H = 2, .Hkv = 1, .S = 20, .Skv = 30, .D = 64, .qt = QMM_F32, .kvt = QMM_F32, .ot = QMM_F32};
+    abuf b;
+    build(&t, &b);
+    b.a.mode = QMM_ATTN_INT8;
+    for (int strict = 0; strict < 2; strict++) {
+        qmm_context_options o = qmm_context_options_default();
+        o.disabled_engines = 1u << QMM_ENGINE_AVX512_VNNI;
+        o.fallback = strict ? QMM_FALLBACK_STRICT : QMM_FALLBACK_ALLOW;
+        qmm_context *cx;
+        TU_CHECK_OK(qmm_context_create(&o, &cx));
+        qmm_counters c0, c1;
+        qmm_get_counters(cx, &c0);
+        qmm_status st = qmm_attention(cx, &b.a);
+        qmm_get_counters(cx, &c1);
+        if (strict)
+            TU_CHECK(st == QMM_ERR_FALLBACK_REFUSED && strstr(qmm_last_error(), "avx512_vnni"),
+                     "strict, mode int8 without an int8 engine: %s: %s", qmm_status_name(st), qmm_last_error());
+        else
+            TU_CHECK(st == QMM_OK && c1.fallbacks == c0.fallbacks + 1, "mode int8 without an int8 engine: %s, fallbacks %llu",
+                     qmm_status_name(st), (unsigned long long)c1.fallbacks);
+        qmm_plan_info p;
+        TU_CHECK_OK(qmm_attention_plan(cx, &b.a, &p));
+        TU_CHECK(p.is_fallback && p.status == (strict ? QMM_ERR_FALLBACK_REFUSED : QMM_OK),
+                 "plan, mode int8 without an int8 engine: fallback %d, %s", p.is_fallback, qmm_status_name(p.status));
+        qmm_context_destroy(cx);
+    }
+    release(&b);
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_attention");
     const int quick = getenv("QMM_TEST_QUICK") != NULL;
@@ -360,6 +440,11 @@ int main(int argc, char **argv) {
     const int n = tu_engines(TU_ENGINES_FLOAT, all);
     for (int i = 0; i < n; i++) {
         const qmm_engine *e = qmm_engine_get(all[i]);
+        if (i == 0 && qmm_engine_get(QMM_ENGINE_AVX512_VNNI)->attn_run) { /* mode int8's engine first */
+            char why[QMM_REASON_MAX];
+            if (qmm_engine_available(QMM_ENGINE_AVX512_VNNI, why, sizeof why)) g_attn[g_n_attn++] = QMM_ENGINE_AVX512_VNNI;
+            else tu_skip("avx512_vnni (attention, mode int8)", why);
+        }
         char why[QMM_REASON_MAX];
         if (!e->attn_run) continue;
         if (!qmm_engine_available(all[i], why, sizeof why)) { tu_skip(e->name, why); continue; }
@@ -367,6 +452,7 @@ int main(int argc, char **argv) {
     }
     plan(ctx);
     bad_input(ctx);
+    int8_fallback();
     sweep(ctx, ctx1, quick ? 40 : 160, quick);
     for (int i = 0; i < g_n_attn; i++)
         tu_note("%s: worst |err| / bound %.3f", qmm_engine_name(g_attn[i]), g_worst[g_attn[i]]);

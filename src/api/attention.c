@@ -179,6 +179,7 @@ static qmm_status attention(qmm_context *ctx, const qmm_attention_args *args) {
     QMM_FORWARD_IF_ERROR(make_attn_call(args, 1, &c));
     char why[QMM_REASON_MAX], sh[160];
     const qmm_engine *e;
+    int fallback = 0;
     if (args->engine != QMM_ENGINE_AUTO) {
         e = qmm_engine_get(args->engine);
         QMM_RETURN_IF(!e, QMM_ERR_INVALID_ARGUMENT, "attention: engine %d unknown", (int)args->engine);
@@ -187,18 +188,32 @@ static qmm_status attention(qmm_context *ctx, const qmm_attention_args *args) {
         QMM_RETURN_IF(r, st, "%s: engine %s %s: %s", shape(&c, sh, sizeof sh), e->name,
                       st == QMM_ERR_UNSUPPORTED_HARDWARE ? "unavailable" : "refuses", r);
     } else {
-        e = qmm_engine_get(qmm_plan_attention_choose(ctx, &c));
-        if (!e) {
+        e = qmm_engine_get(qmm_plan_attention_choose(ctx, &c, &fallback));
+        if (!e || (fallback && ctx->fallback == QMM_FALLBACK_STRICT)) {
             qmm_plan_info p;
             char reasons[QMM_REASONS_TEXT_MAX];
             qmm_plan_attention(ctx, &c, &p);
-            qmm_plan_reasons_text(&p, 0, reasons);
+            qmm_plan_reasons_text(&p, p.status == QMM_ERR_FALLBACK_REFUSED, reasons);
+            if (p.status == QMM_ERR_FALLBACK_REFUSED)
+                return qmm_fail(QMM_ERR_FALLBACK_REFUSED, "%s, mode int8: would fall back to %s (strict policy): %s",
+                                shape(&c, sh, sizeof sh), qmm_engine_name(p.engine), reasons);
             return qmm_fail(QMM_ERR_NO_ENGINE, "%s: no engine admits it: %s", shape(&c, sh, sizeof sh), reasons);
         }
-        qmm_log(ctx, "dispatch: %s → %s", shape(&c, sh, sizeof sh), e->name);
+        if (fallback) {
+            char reasons[QMM_REASONS_TEXT_MAX] = "";
+            if (ctx->verbose) {
+                qmm_plan_info p;
+                qmm_plan_attention(ctx, &c, &p);
+                qmm_plan_reasons_text(&p, 1, reasons);
+            }
+            qmm_log(ctx, "fallback: %s, mode int8, runs mode best on %s: %s", shape(&c, sh, sizeof sh), e->name, reasons);
+        } else {
+            qmm_log(ctx, "dispatch: %s → %s", shape(&c, sh, sizeof sh), e->name);
+        }
     }
     QMM_FORWARD_IF_ERROR(e->attn_run(ctx, &c));
     ctx->counters.calls[e->id]++;
+    if (fallback) ctx->counters.fallbacks++;
     return QMM_OK;
 }
 

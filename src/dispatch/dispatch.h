@@ -25,10 +25,11 @@ void qmm_plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p);
 qmm_engine_id qmm_plan_choose(const qmm_context *ctx, qmm_call *c);
 
 /* The same walk for an attention call (SPEC §10): the engines whose attn_admit admits c, best
- * first (the int8 engines offer no attention; a float engine is no fallback there). _choose is
- * the choice alone (not cached: an attention call's verdicts read the whole call). */
+ * first — int8 engines (mode int8 only), then float engines, which are a fallback for mode int8
+ * and the choice for the other modes. _choose is the choice alone, *fallback set (not cached: an
+ * attention call's verdicts read the whole call). */
 void qmm_plan_attention(const qmm_context *ctx, const qmm_attn_call *c, qmm_plan_info *p);
-qmm_engine_id qmm_plan_attention_choose(const qmm_context *ctx, const qmm_attn_call *c);
+qmm_engine_id qmm_plan_attention_choose(const qmm_context *ctx, const qmm_attn_call *c, int *fallback);
 
 /* "amx_int8, amx_bf16: no AMX; avx512_vnni: ..." for the refusing engines (of one kind when
  * int8_only): engines with the same reason are listed together so that a reason shared by all

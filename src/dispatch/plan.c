@@ -76,12 +76,11 @@ void qmm_plan_call(const qmm_context *ctx, qmm_call *c, qmm_plan_info *p) {
 }
 
 void qmm_plan_attention(const qmm_context *ctx, const qmm_attn_call *c, qmm_plan_info *p) {
-    plan_of(ctx, admit_attention, (void *)c, 0, p);
+    plan_of(ctx, admit_attention, (void *)c, c->mode == QMM_ATTN_INT8, p);
 }
 
-qmm_engine_id qmm_plan_attention_choose(const qmm_context *ctx, const qmm_attn_call *c) {
-    int fallback;
-    return walk(ctx, admit_attention, (void *)c, 0, NULL, &fallback);
+qmm_engine_id qmm_plan_attention_choose(const qmm_context *ctx, const qmm_attn_call *c, int *fallback) {
+    return walk(ctx, admit_attention, (void *)c, c->mode == QMM_ATTN_INT8, NULL, fallback);
 }
 
 /* A call class and dispatch's choice for it in one 64-bit word (qmm_plan_cache):
