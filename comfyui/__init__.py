@@ -13,7 +13,8 @@ Attention (ComfyUI 0.3.60 and later, 0.29 and 0.30 included): qmm's attention
 attention call) of every diffusion model ComfyUI loads onto the CPU. Calls qmm does not take
 (another device, dtype, mask kind, head dim above 256, ...) go to the function ComfyUI would have
 run (on a CPU: attention_sub_quad); each reason is logged once (logger qmm.comfyui).
-QMM_ATTENTION=0 turns that default off; QMM_ATTENTION=f32 makes it run f32 operands only (default
+QMM_ATTENTION=0 turns that default off; QMM_ATTENTION=f32 makes it run f32 operands only,
+QMM_ATTENTION=int8 QKᵀ on int8 operands where the call allows low precision (default
 "auto": bf16 operands with f32 accumulation unless the model asks for attn_precision float32).
 Node "qmm attention": MODEL in, MODEL out, applies (enabled) or removes (disabled) qmm attention
 on that model, whatever its device or the default.
@@ -59,11 +60,11 @@ def _comfy_attention_module():
 
 
 def attention_mode_from_env():
-    """QMM_ATTENTION: "0" → None (no default), "f32" / "best" → that mode, else "auto"."""
+    """QMM_ATTENTION: "0" → None (no default), "f32" / "best" / "int8" → that mode, else "auto"."""
     v = os.environ.get("QMM_ATTENTION", "1").strip().lower()
     if v in ("0", "off", "false", "no"):
         return None
-    return v if v in ("f32", "best") else "auto"
+    return v if v in ("f32", "best", "int8") else "auto"
 
 
 def _is_cpu_diffusion_model(patcher):
@@ -250,7 +251,7 @@ class QmmAttention:
     def INPUT_TYPES(cls):  # noqa: N802 (ComfyUI's name)
         return {"required": {"model": ("MODEL",),
                              "enabled": ("BOOLEAN", {"default": True}),
-                             "mode": (["auto", "best", "f32"],)}}
+                             "mode": (["auto", "best", "f32", "int8"],)}}
 
     RETURN_TYPES = ("MODEL",)
     FUNCTION = "patch"

@@ -19,7 +19,8 @@ The contract, checked here before the library is called (a ValueError naming the
   key is masked gets 0 (torch's SDPA gives NaN there).
   scale: None (D^-1/2) or a finite number > 0.
   mode: None or "best" (bf16 operands, f32 accumulation, where the CPU has the instructions;
-  else f32), "f32" (f32 operands only); "int8" is not offered yet.
+  else f32), "f32" (f32 operands only), "int8" (QKᵀ on int8 operands, SageAttention-style, on
+  an int8 engine; without one a counted fallback to "best", refused in strict mode).
   engine: None or "auto" (dispatch chooses), or an engine name ("ref" for tests).
 Library failures raise qmm.QmmError. The call holds qmm's context lock; ctypes releases the
 GIL during it.
@@ -34,7 +35,7 @@ from . import _lib as L
 _TORCH_DTYPES = {torch.float32: L.F32, torch.bfloat16: L.BF16, torch.float16: L.F16}
 _NAMED_DTYPES = {"f32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
                  "bfloat16": torch.bfloat16, "f16": torch.float16, "float16": torch.float16}
-MODES = {None: L.ATTN_BEST, "best": L.ATTN_BEST, "f32": L.ATTN_F32}
+MODES = {None: L.ATTN_BEST, "best": L.ATTN_BEST, "f32": L.ATTN_F32, "int8": L.ATTN_INT8}
 MAX_D = L.ATTN_MAX_D
 
 
@@ -72,9 +73,7 @@ def _mode(mode, fn):
         mode = mode.lower()
     if mode in MODES:
         return MODES[mode]
-    if mode == "int8":
-        raise ValueError("%s: mode='int8' is not offered yet (None/'best' or 'f32')" % fn)
-    raise ValueError("%s: mode=%r (None/'best' or 'f32')" % (fn, mode))
+    raise ValueError("%s: mode=%r (None/'best', 'f32' or 'int8')" % (fn, mode))
 
 
 def _engine(engine, fn):

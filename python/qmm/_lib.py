@@ -29,7 +29,7 @@ KIND_REF, KIND_INT8, KIND_FLOAT = 0, 1, 2
 ENGINE_MAX = 32      # capacity of the per-engine arrays (qmm.h, pinned); the engines: ENGINES below
 FALLBACK_ALLOW, FALLBACK_STRICT = 0, 1
 REASON_MAX = 160
-ATTN_BEST, ATTN_F32, ATTN_MODE_COUNT = 0, 1, 2     # qmm_attn_mode
+ATTN_BEST, ATTN_F32, ATTN_INT8, ATTN_MODE_COUNT = 0, 1, 2, 3     # qmm_attn_mode
 ATTN_MAX_D = 256                                 # QMM_ATTN_MAX_D
 
 

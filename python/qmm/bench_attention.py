@@ -2,7 +2,8 @@
 ComfyUI hands its attention on a CPU), in one process, on the same CPU threads:
 
     qmm <engine> <mode>   qmm.attention on each engine that admits it here, each mode (best:
-                          bf16 operands and f32 accumulation; f32: f32 operands)
+                          bf16 operands and f32 accumulation where they pay; f32: f32 operands;
+                          int8: QKᵀ on int8 operands, on the int8 engines)
     sdpa f32              torch's scaled_dot_product_attention on the f32 tensors
     sdpa bf16             torch's SDPA on bf16 copies made beforehand (not timed)
     sdpa bf16+casts       f32 → bf16, SDPA, → f32, all timed (what a bf16 attention costs a
@@ -48,7 +49,7 @@ def _comfy_sub_quad(path):
     return sub_quad, ""
 
 
-def variants(q, k, v, modes=("best", "f32"), comfyui=None):
+def variants(q, k, v, modes=("best", "f32", "int8"), comfyui=None):
     """[(name, fn, note)] for the inputs q, k, v (f32); qmm rows only for engines that admit."""
     import torch
     import torch.nn.functional as F
@@ -60,8 +61,8 @@ def variants(q, k, v, modes=("best", "f32"), comfyui=None):
     if qmm.has_attention():
         for mode in modes:
             for e in qmm._lib.ENGINES:
-                if e["kind"] != qmm._lib.KIND_FLOAT or not qmm._lib.qmm_engine_available(
-                        e["id"], None, 0):
+                wanted = qmm._lib.KIND_INT8 if mode == "int8" else qmm._lib.KIND_FLOAT
+                if e["kind"] != wanted or not qmm._lib.qmm_engine_available(e["id"], None, 0):
                     continue
                 p = qmm.attention_plan(q, k, v, mode=mode, engine=e["name"])
                 if p.status != "QMM_OK" or e["name"] not in p.admitted:
@@ -94,7 +95,7 @@ def variants(q, k, v, modes=("best", "f32"), comfyui=None):
     return out, notes
 
 
-def bench(B, H, S, D, rounds, comfyui=None, modes=("best", "f32"), seed=0):
+def bench(B, H, S, D, rounds, comfyui=None, modes=("best", "f32", "int8"), seed=0):
     import torch
     import torch.nn.functional as F
     g = torch.Generator().manual_seed(seed)
@@ -139,7 +140,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds, best kept (3)")
     ap.add_argument("--threads", type=int, default=None, help="torch and qmm threads (torch's)")
-    ap.add_argument("--modes", default="best,f32", help="qmm modes (best,f32)")
+    ap.add_argument("--modes", default="best,f32,int8", help="qmm modes (best,f32,int8)")
     ap.add_argument("--quick", action="store_true", help="S 1024, heads 24, 2 rounds")
     ap.add_argument("--comfyui", default=None, metavar="PATH",
                     help="a ComfyUI checkout: time its attention_sub_quad itself")

@@ -35,8 +35,9 @@ v [B, Skv, heads·D] ([B, Skv, Hkv·D] with enable_gqa=True); with it [B, H, S, 
 in q's dtype. A mask is broadcast as attention_pytorch does (2-D [S, Skv] → [1, 1, S, Skv],
 3-D [B, S, Skv] → [B, 1, S, Skv], 4-D as is): bool (True = attend) or additive float.
 kwargs: scale (None = D^-1/2), enable_gqa; attn_precision=torch.float32 (after ComfyUI's
-get_attn_precision when ComfyUI is loaded) → qmm mode "f32"; low_precision_attention=False →
-no INT8 mode (qmm has none yet: no change). Everything else ComfyUI passes
+get_attn_precision when ComfyUI is loaded) → qmm mode "f32"; low_precision_attention=False
+(what ComfyUI's call sites pass where a low-precision attention such as SageAttention must not
+run) turns mode "int8" into "best" for that call. Everything else ComfyUI passes
 (transformer_options, ...) is ignored, as ComfyUI's functions ignore it.
 
 What qmm does not take — a tensor on another device, a dtype other than float32/bfloat16/
@@ -216,9 +217,11 @@ def _run(b, extra, mode=None):
             raise Declined("scale=%r is not a number" % (scale,)) from None
         if not math.isfinite(s) or s <= 0.0:
             raise Declined("scale=%r (qmm takes finite scales > 0)" % (scale,))
+    prec = _attn_precision(b["attn_precision"], q.dtype)
     if mode is None:
-        prec = _attn_precision(b["attn_precision"], q.dtype)
         mode = "f32" if prec == torch.float32 else "best"
+    elif mode == "int8" and (extra.get("low_precision_attention", True) is False or prec == torch.float32):
+        mode = "f32" if prec == torch.float32 else "best"   # the call site asks for full precision
     if not qmm.has_attention():
         raise Declined("the loaded libqmm lacks qmm_attention (%s)" % qmm.library_path)
     if b["skip_output_reshape"]:
@@ -282,7 +285,8 @@ def make_attention(fallback=None, mode=None):
     """A function of ComfyUI's attention signature that runs qmm and passes what qmm does not
     take to fallback (called with the same arguments; None: ComfyUI's optimized_attention when
     ComfyUI is loaded, else sdpa_attention). mode None: from attn_precision (float32 → "f32",
-    else "best"); "best" or "f32" to fix it."""
+    else "best"); "best", "f32" or "int8" to fix it ("int8" gives way to "best" where the call
+    says low_precision_attention=False, and to "f32" where attn_precision is float32)."""
     def attention(*args, **kwargs):
         b, extra = _bind(args, kwargs)
         try:

@@ -32,6 +32,7 @@ from conftest import SEED
 
 F32_BOUND = 2e-5
 BEST_BOUND = 2e-2
+INT8_BOUND = 1.5e-1  # mode int8 (int8 q, k): measured worst 7.0e-2 over seeds 1-6 and 1234 (the C tester holds a bound derived from the quantization)
 OUT_ULP = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 DS = (16, 40, 64, 72, 128, 256)
@@ -69,7 +70,7 @@ def rel_err(out, ref, v):
 
 
 def bound(mode, out_dtype):
-    return (F32_BOUND if mode == "f32" else BEST_BOUND) + OUT_ULP[out_dtype]
+    return {"f32": F32_BOUND, "int8": INT8_BOUND}.get(mode, BEST_BOUND) + OUT_ULP[out_dtype]
 
 
 def _pick(g, seq):
@@ -149,7 +150,7 @@ def _run_case(c, g, mode, engine=None):
 
 
 @needs_attention
-@pytest.mark.parametrize("mode", ["f32", "best"])
+@pytest.mark.parametrize("mode", ["f32", "best", "int8"])
 def test_random_shapes_against_f64(mode):
     g = torch.Generator().manual_seed(SEED)
     worst = {}
@@ -192,7 +193,7 @@ def _engines_by_name(mode):
 
 
 @needs_attention
-@pytest.mark.parametrize("mode", ["f32", "best"])
+@pytest.mark.parametrize("mode", ["f32", "best", "int8"])
 def test_each_engine_by_name_against_f64(mode):
     engines = _engines_by_name(mode)
     assert engines
@@ -326,7 +327,7 @@ def test_library_without_attention_raises_qmmerror(monkeypatch):
     with pytest.raises(qmm.QmmError, match="lacks qmm_attention"):
         qmm.attention(q, q, q)
     with pytest.raises(ValueError, match="mode"):          # arguments are still checked first
-        qmm.attention(q, q, q, mode="int8")
+        qmm.attention(q, q, q, mode="int4")
 
 
 # ---------------------------------------------------------------- every ValueError
@@ -371,7 +372,6 @@ def test_value_errors_scalars():
     for s in (float("nan"), float("inf"), -float("inf"), 0.0, -1.0, 1e40, 1e-60):
         _bad(r"scale=", scale=s)
     _bad(r"scale='x' is not a number", scale="x")
-    _bad(r"mode='int8' is not offered yet", mode="int8")
     _bad(r"mode='fast'", mode="fast")
     _bad(r"mode=3", mode=3)
     _bad(r"out_dtype='f64'", out_dtype="f64")

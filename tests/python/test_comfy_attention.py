@@ -189,6 +189,26 @@ def test_attn_precision_float32_selects_f32_mode(monkeypatch):
     assert seen == ["f32", "best", "best"]
 
 
+def test_int8_mode_gives_way_where_the_call_wants_precision(monkeypatch):
+    """mode "int8" (QMM_ATTENTION=int8, the node's "int8"): int8 where the call allows low
+    precision (ComfyUI's default), "best" where it passes low_precision_attention=False (the
+    call sites that keep SageAttention away), "f32" where attn_precision is float32."""
+    seen = []
+    real = qmm.attention
+
+    def spy(*a, **kw):
+        seen.append(kw.get("mode"))
+        return real(*a, **kw) if qmm.has_attention() else kw["out"].zero_()
+    monkeypatch.setattr(qmm, "attention", spy)
+    monkeypatch.setattr(qmm, "has_attention", lambda: True)
+    q = torch.randn(1, 4, 8, 16)
+    to = _to("int8")
+    optimized_attention(q, q, q, 4, skip_reshape=True, transformer_options=to)
+    optimized_attention(q, q, q, 4, skip_reshape=True, transformer_options=to, low_precision_attention=False)
+    optimized_attention(q, q, q, 4, skip_reshape=True, transformer_options=to, attn_precision=torch.float32)
+    assert seen == ["int8", "best", "f32"]
+
+
 # ---------------------------------------------------------------- what goes to the fallback
 def _declined(call, reason_part, n=2, caplog=None):
     before = len(CALLS)
