@@ -394,7 +394,7 @@ const char *qmm_plan_reason(const qmm_plan_info *p, qmm_engine_id e);
  * regime; amx_bf16 runs under the float GEMM driver) and for bad input. */
 const char *qmm_engine_regime(qmm_engine_id e, const qmm_weight *w, int64_t M);
 /* The tuning in force for engine e into buf (snprintf-like): for the AMX engines their blocking,
- * "kc=512,nc=512,mc=512,small_m=32,panel_a=1572864,min_m=8,borrowed_min_m=33" with QMM_AMX_BLOCKING applied
+ * "kc=512,nc=512,mc=512,small_m=32,panel_a=1572864,min_m=8,borrowed_min_m=17" with QMM_AMX_BLOCKING applied
  * (amx_bf16 reads kc and nc of it); ""
  * for the others. INVALID_ARGUMENT if QMM_AMX_BLOCKING is set but not valid (the engines then
  * keep their defaults, which buf shows). */

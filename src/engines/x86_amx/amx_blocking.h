@@ -36,10 +36,13 @@
 #define QMM_AMX_PANEL_A_BYTES (3 << 19)     /* 1.5 MiB: A up to this stays in L2 (panel regime) */
 #define QMM_AMX_INT8_MIN_M 8                /* amx_int8 refuses M below (dispatch: avx512_vnni) */
 /* amx_int8 refuses a borrowed weight below this M (dispatch: avx512_vnni, whose rows kernel reads
- * the caller's rows in place): measured at d9c1ae0 (../shared/measurements/AMX-d9c1ae0.md),
- * borrowed at M = 8/16/32: amx_int8 8.4/8.6/9.0 ms, avx512_vnni 5.8/6.1/10.0 ms — the per-call
- * pack of amx_int8 costs a full extra pass over W where the DRAM stream is the whole cost */
-#define QMM_AMX_INT8_BORROWED_MIN_M 33
+ * the caller's rows in place once): measured at d9c1ae0 (../shared/measurements/AMX-d9c1ae0.md,
+ * 28672x5376 g256, borrowed) at M = 8 / 16 / 32: amx_int8 8.45 / 8.63 / 9.05 ms, avx512_vnni
+ * 5.77 / 6.13 / 9.98 ms — avx512_vnni wins at 8 and 16 (the per-call pack of amx_int8 is a second
+ * pass over W where the DRAM stream is the whole cost), amx_int8 at 32; M = 17..31 was not
+ * measured, so the rule holds what was: M <= 16. QMM_AMX_BLOCKING=borrowed_min_m=N moves it to
+ * re-measure (qmm bench --layouts borrowed --shape 24x28672x5376:g256 ...). */
+#define QMM_AMX_INT8_BORROWED_MIN_M 17
 #define QMM_AMX_DECODE_PF_STEPS 8           /* decode: B prefetch distance, in 64-k steps */
 
 typedef struct qmm_amx_blocking {

@@ -79,7 +79,7 @@
  * min_m (QMM_AMX_INT8_MIN_M = 8, QMM_AMX_BLOCKING can move it to re-measure) goes to
  * avx512_vnni — a tile op costs as much for 1 row as for 16 (the AMX box measured both at the
  * DRAM limit for M <= 16); a borrowed weight below borrowed_min_m (QMM_AMX_INT8_BORROWED_MIN_M =
- * 33, amx_blocking.h: the measurement) goes to avx512_vnni too, whose rows kernel reads the
+ * 17, amx_blocking.h: the measurement) goes to avx512_vnni too, whose rows kernel reads the
  * caller's rows once in place where this engine packs them per call.
  *
  * Verification: written against the real AMX intrinsics, not yet executed on AMX hardware in
@@ -110,7 +110,7 @@ static const char *amx_int8_admit(const qmm_call *c, char *why, size_t n) {
     if (c->w->i8.data == NULL && c->M < b.borrowed_min_m) { /* a borrowed weight (the dispatch cache is per weight) */
         snprintf(why, n,
                  "borrowed weight at M=%lld < %lld: avx512_vnni reads the caller's rows in place, amx_int8 packs them per "
-                 "call (measured 0.67x of packed, slower than avx512_vnni at M <= 32)",
+                 "call (measured 0.67x of packed, slower than avx512_vnni at M <= 16)",
                  (long long)c->M, (long long)b.borrowed_min_m);
         return why;
     }
