@@ -394,11 +394,29 @@ const char *qmm_plan_reason(const qmm_plan_info *p, qmm_engine_id e);
  * regime; amx_bf16 runs under the float GEMM driver) and for bad input. */
 const char *qmm_engine_regime(qmm_engine_id e, const qmm_weight *w, int64_t M);
 /* The tuning in force for engine e into buf (snprintf-like): for the AMX engines their blocking,
- * "kc=512,nc=512,mc=512,small_m=32,panel_a=1572864,min_m=8" with QMM_AMX_BLOCKING applied
+ * "kc=512,nc=512,mc=512,small_m=32,panel_a=1572864,min_m=8,borrowed_min_m=17" with QMM_AMX_BLOCKING applied
  * (amx_bf16 reads kc and nc of it); ""
  * for the others. INVALID_ARGUMENT if QMM_AMX_BLOCKING is set but not valid (the engines then
  * keep their defaults, which buf shows). */
 qmm_status  qmm_engine_tuning(qmm_engine_id e, char *buf, size_t size);
+
+/* Kernel-level micro-benchmarks of an engine's own code, for `qmm bench --amx-ladder`
+ * (bench/NOTES.md "## The AMX ladder"): amx_int8 has the rungs of its ladder, the other engines
+ * none. qmm_engine_probe_count: how many (0: none); qmm_engine_probe_name: the i-th's name (""
+ * out of range). qmm_engine_probe runs probe i on the calling thread: once checked against a
+ * plain int32 loop (bad = C values that differ: 0 when right), then ready(arg) if given (a
+ * barrier, so that threads start together), then reps times timed; ops = the core instructions
+ * executed in the timed reps (amx_int8: TDPBSSD), wall_s / cpu_s the reps' wall-clock and thread
+ * CPU seconds. UNSUPPORTED_HARDWARE where the engine is not available (the message says why). */
+typedef struct qmm_probe_result {
+    int64_t ops;
+    double wall_s, cpu_s;
+    int64_t bad;
+} qmm_probe_result;
+int         qmm_engine_probe_count(qmm_engine_id e);
+const char *qmm_engine_probe_name(qmm_engine_id e, int i);
+qmm_status  qmm_engine_probe(qmm_engine_id e, int i, int64_t reps, void (*ready)(void *), void *arg,
+                             qmm_probe_result *r);
 
 /* ---------------------------------------------------------------- attention (SPEC §10) */
 /* out = softmax(scale · q·kᵀ + mask) · v per batch and head, flash-attention style: tiles of

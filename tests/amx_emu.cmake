@@ -6,6 +6,7 @@
 if(TARGET test_amx_emulated)
   add_library(qmm_amx_emu OBJECT
     src/engines/x86_amx/amx_int8.c
+    src/engines/x86_amx/amx_ladder.c
     src/engines/x86_amx/amx_bf16.c
     src/engines/x86_amx/amx_bf16_attn.c
     src/engines/x86_amx/amx_common.c

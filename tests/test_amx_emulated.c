@@ -448,6 +448,35 @@ static void admission(void) {
             TU_CHECK(!r, "amx_int8 M=%lld: refused: %s", (long long)M, r);
     }
     tu_note("amx_int8 small-M crossover: refuses M < %d", qmm_amx_int8_min_m_emu);
+    /* the small-M rule for borrowed weights (amx_blocking.h QMM_AMX_INT8_BORROWED_MIN_M): below
+     * it amx_int8 refuses a borrowed weight (dispatch: avx512_vnni), the owned twin is admitted */
+    {
+        qmm_weight *wbr = NULL;
+        TU_CHECK_OK(qmm_weight_borrow_int8(g_ctx[0], &d, &wbr));
+        qmm_weight view;
+        const qmm_weight *wv = wbr;
+        if (wbr) TU_CHECK_OK(qmm_weight_for_call(g_ctx[0], wbr, &view, &wv));
+        const int64_t bm = qmm_amx_blocking_default().borrowed_min_m;
+        TU_CHECK(bm == 17, "borrowed_min_m default %lld, the measurement says 17 (avx512_vnni faster at M <= 16)",
+                 (long long)bm);
+        for (int64_t M = 1; wbr && M <= 64; M++) {
+            a.M = M;
+            qmm_call cb = make_call(wv, &a, 0), co = make_call(w, &a, 0);
+            const char *rb = ei->admit(&cb, why, sizeof why);
+            const int refused = rb != NULL;
+            const char *ro = ei->admit(&co, why, sizeof why);
+            TU_CHECK(refused == (M < bm) && (M < bm ? (M < qmm_amx_int8_min_m_emu || strstr(rb, "borrowed")) : 1),
+                     "amx_int8 borrowed M=%lld: %s (rule: refused below %lld)", (long long)M, refused ? rb : "admitted",
+                     (long long)bm);
+            TU_CHECK((ro != NULL) == (M < qmm_amx_int8_min_m_emu), "amx_int8 owned M=%lld: %s", (long long)M,
+                     ro ? ro : "admitted");
+        }
+        qmm_amx_blocking bb = qmm_amx_blocking_default();
+        TU_CHECK(qmm_amx_blocking_parse("borrowed_min_m=1", &bb) == 0 && bb.borrowed_min_m == 1,
+                 "QMM_AMX_BLOCKING borrowed_min_m not parsed");
+        tu_note("amx_int8 borrowed weights: refused at M < %lld (avx512_vnni's rows kernel)", (long long)bm);
+        qmm_weight_destroy(wbr);
+    }
     a.M = 64;
     qmm_call c = make_call(wf, &a, 0);
     const char *r = ei->admit(&c, why, sizeof why);
@@ -698,6 +727,246 @@ static void ukernel_unit(void) {
              qmm_amx_emu_faults() - f0, qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
 }
 
+
+/* ---------------------------------------------------------------- the ladder and the audits */
+/* Every rung of amx_int8's ladder (amx_ladder.c), emulated on its small sizes: it runs (one
+ * checked unit, one timed rep) with no tile fault, and what it computed equals the plain int32
+ * loop over the same operands (bad == 0). Timings are meaningless here. */
+static void ladder_rungs(void) {
+    for (int i = 0; i < QMM_AMX_LADDER_RUNGS; i++) {
+        const long f0 = qmm_amx_emu_faults();
+        qmm_probe_result r;
+        const qmm_status st = qmm_amx_ladder_probe_emu(i, 1, 1, NULL, NULL, &r);
+        TU_CHECK(st == QMM_OK && r.bad == 0 && r.ops > 0 && qmm_amx_emu_faults() == f0 &&
+                     qmm_amx_emu_live_configs() == 0,
+                 "ladder rung %s: status %d, %lld wrong C values, %lld TDPBSSD, %ld faults (%s), %ld configs left",
+                 qmm_amx_ladder_names_emu[i], (int)st, (long long)r.bad, (long long)r.ops, qmm_amx_emu_faults() - f0,
+                 qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
+    }
+    tu_note("ladder: %d rungs ran emulated, each C equal to the int32 loop", QMM_AMX_LADDER_RUNGS);
+}
+
+/* A small set-associative LRU cache of 64-byte lines (virtually indexed: the model cannot know
+ * the physical page colours). */
+typedef struct {
+    int sets, ways;
+    uint64_t *tag; /* [sets][ways], 0 empty; tag = line + 1 */
+    uint32_t *age;
+    uint32_t clock;
+} lru;
+
+static void lru_init(lru *c, int64_t bytes, int ways) {
+    c->ways = ways;
+    c->sets = (int)(bytes / 64 / ways);
+    c->tag = calloc((size_t)(c->sets * ways), sizeof *c->tag);
+    c->age = calloc((size_t)(c->sets * ways), sizeof *c->age);
+    c->clock = 0;
+}
+
+static void lru_free(lru *c) { free(c->tag); free(c->age); }
+
+/* 1 on a hit; a miss fills the line (evicting the least recently used way) */
+static int lru_touch(lru *c, uint64_t line) {
+    const int s = (int)(line % (uint64_t)c->sets);
+    uint64_t *t = c->tag + (int64_t)s * c->ways;
+    uint32_t *a = c->age + (int64_t)s * c->ways;
+    int victim = 0;
+    c->clock++;
+    for (int w = 0; w < c->ways; w++) {
+        if (t[w] == line + 1) { a[w] = c->clock; return 1; }
+        if (a[w] < a[victim]) victim = w;
+    }
+    t[victim] = line + 1;
+    a[victim] = c->clock;
+    return 0;
+}
+
+/* What one traced amx_int8 call did to the tiles (amx_kernel.h's plan: tiles 0..3 C, 4..5 A,
+ * 6..7 B), per operand o = 0 A, 1 B, 2 C. */
+typedef struct {
+    long loads[3], contiguous[3], pages[3];  /* tile loads; of them rows adjacent; 4 KiB pages touched */
+    long c_stores, c_zero, tdp, calls, ksteps_min, ksteps_max, short_calls;
+    long first_lines[3], first_prefetched[3];  /* lines loaded for the first time; of them prefetched >= 1 k-step before */
+    long alias_rows, c_load_rows;              /* C load rows whose low 12 bits match one of the last 64 store rows */
+    long l1_hit[3], l2_hit[3], refs[3];        /* per line reference of tile loads */
+    long tdp_thread[8];
+    int threads;
+} audit_res;
+
+static int op_of(int tile) { return tile < 4 ? 2 : tile < 6 ? 0 : 1; }
+
+static void audit_trace(audit_res *R) {
+    memset(R, 0, sizeof *R);
+    const qmm_amx_emu_event *ev = qmm_amx_emu_trace_events();
+    const long n = qmm_amx_emu_trace_count();
+    R->ksteps_min = 1 << 30;
+    /* per thread: a call runs from its first C load/zero to its C stores; the k-steps = TDP / 4
+     * of a full 2 × 2 call (or TDP per C tile) */
+    long call_tdp[8] = {0}, call_cz[8] = {0};
+    lru l1[8], l2[8];
+    for (int t = 0; t < 8; t++) { lru_init(&l1[t], 48 << 10, 12); lru_init(&l2[t], 2 << 20, 16); }
+    /* lines seen, and the event index (in TDPs of the thread) of their prefetch: hash maps */
+    const size_t hs = (size_t)1 << 22;
+    uint64_t *seen = calloc(hs, sizeof *seen), *pf_line = calloc(hs, sizeof *pf_line);
+    long *pf_at = calloc(hs, sizeof *pf_at);
+    uintptr_t stores[64] = {0};
+    int ns = 0;
+    for (long i = 0; i < n; i++) {
+        const qmm_amx_emu_event *e = &ev[i];
+        const int th = e->thread & 7;
+        if (e->thread + 1 > R->threads) R->threads = e->thread + 1;
+        if (e->kind == QMM_AMX_EV_DP) { R->tdp++; R->tdp_thread[th]++; call_tdp[th]++; continue; }
+        if (e->kind == QMM_AMX_EV_ZERO) { if (e->tile < 4) { R->c_zero++; call_cz[th]++; } continue; }
+        if (e->kind == QMM_AMX_EV_PREFETCH) {
+            const uint64_t line = e->addr / 64;
+            size_t h = (size_t)(line * 0x9E3779B97F4A7C15ull >> 42) & (hs - 1);
+            while (pf_line[h] && pf_line[h] != line + 1) h = (h + 1) & (hs - 1);
+            if (!pf_line[h]) { pf_line[h] = line + 1; pf_at[h] = R->tdp_thread[th]; }
+            lru_touch(&l2[th], line);
+            continue;
+        }
+        const int o = op_of(e->tile);
+        if (e->kind == QMM_AMX_EV_STORE) {
+            R->c_stores++;
+            for (int r = 0; r < e->rows; r++) stores[ns++ % 64] = e->addr + (uintptr_t)r * (uintptr_t)e->stride;
+            for (int r = 0; r < e->rows; r++) {
+                const uint64_t line = (e->addr + (uint64_t)r * (uint64_t)e->stride) / 64;
+                if (!lru_touch(&l1[th], line)) lru_touch(&l2[th], line);
+            }
+            if (e->tile == 0) { /* a call ends at its C00 store */
+                if (call_tdp[th]) {
+                    R->calls++;
+                    const long tiles = call_cz[th] ? call_cz[th] : 1, ks = call_tdp[th] / tiles;
+                    {
+                        if (ks < R->ksteps_min) R->ksteps_min = ks;
+                        if (ks > R->ksteps_max) R->ksteps_max = ks;
+                    }
+                }
+                call_tdp[th] = call_cz[th] = 0;
+            }
+            continue;
+        }
+        /* a tile load */
+        R->loads[o]++;
+        if (o == 2) { R->c_load_rows += e->rows; call_cz[th]++; }
+        if ((int64_t)e->colsb == e->stride || e->rows == 1) R->contiguous[o]++;
+        uintptr_t lastpage = (uintptr_t)-1;
+        for (int r = 0; r < e->rows; r++) {
+            const uintptr_t a = e->addr + (uintptr_t)r * (uintptr_t)e->stride;
+            if (a / 4096 != lastpage) { R->pages[o]++; lastpage = a / 4096; }
+            if (o == 2)
+                for (int k = 0; k < 64 && k < ns; k++)
+                    if ((stores[k] & 4095) == (a & 4095) && stores[k] != a) { R->alias_rows++; break; }
+            for (uintptr_t l = a / 64; l <= (a + e->colsb - 1) / 64; l++) {
+                R->refs[o]++;
+                if (lru_touch(&l1[th], l)) R->l1_hit[o]++;
+                else if (lru_touch(&l2[th], l)) R->l2_hit[o]++;
+                size_t h = (size_t)(l * 0x9E3779B97F4A7C15ull >> 42) & (hs - 1);
+                while (seen[h] && seen[h] != l + 1) h = (h + 1) & (hs - 1);
+                if (!seen[h]) {
+                    seen[h] = l + 1;
+                    R->first_lines[o]++;
+                    size_t g = (size_t)(l * 0x9E3779B97F4A7C15ull >> 42) & (hs - 1);
+                    while (pf_line[g] && pf_line[g] != l + 1) g = (g + 1) & (hs - 1);
+                    if (pf_line[g] && R->tdp_thread[th] - pf_at[g] >= 4) R->first_prefetched[o]++;
+                }
+            }
+        }
+    }
+    for (int t = 0; t < 8; t++) { lru_free(&l1[t]); lru_free(&l2[t]); }
+    free(seen); free(pf_line); free(pf_at);
+}
+
+/* The traffic audits (issue 27 item 2) on the SPEC §8 shapes scaled down (M and N; K as in SPEC
+ * §8, so the chunking is the real one), owned and borrowed, 2 threads, the library's default
+ * blocking (the blocked regime forced by panel_a = 0, and decode at M = 16): every tile load and
+ * store recorded by the emulator, then per operand the contiguity (rows adjacent) and the 4 KiB
+ * pages per load; C loads and stores per TDPBSSD; the k-steps of every full 32 × 32 call (chunk
+ * evenness); first touches of A and B lines prefetched at least one k-step ahead; C load rows
+ * 4 KiB-aliasing one of the last 64 stored rows; a 48 KiB 12-way L1 and 2 MiB 16-way L2 (LRU,
+ * virtual index) fed the tile lines (hit rates per operand); TDPBSSD per thread. Asserted: B and
+ * C tile loads contiguous (one page each), C stored once per chunk per tile, chunks even (max − min
+ * <= 1 k-step, so no short last chunk paying a full C round trip), no fault, every thread busy
+ * and within one task's share of the other. */
+static void audits(void) {
+    static const struct { const char *name; int64_t M, N, K; int borrowed; } sh[] = {
+        {"1024x5376x5376, M/8", 128, 5376, 5376, 0},    {"1024x5376x5376, M/8", 128, 5376, 5376, 1},
+        {"4096x5376x14336, M/64", 64, 5376, 14336, 0},  {"4096x21504x5376, M/32 N/4", 128, 5376, 5376, 1},
+        {"16x28672x5376 (decode)", 16, 28672, 5376, 0}, {"16x28672x5376 (decode)", 16, 28672, 5376, 1},
+        {"1088-deep K (17 k-steps)", 64, 64, 1088, 0},
+    };
+    const int nsh = (int)(sizeof sh / sizeof sh[0]);
+    for (int i = 0; i < nsh; i++) {
+        if (g_quick && i % 2) continue;
+        const int64_t M = sh[i].M, N = sh[i].N, K = sh[i].K;
+        int8_t *wq = malloc((size_t)(N * (K + 3)));
+        float sc = 0.01f;
+        tu_fill_i8(wq, N * (K + 3), -127, 127);
+        qmm_weight_desc d = qmm_weight_desc_default();
+        d.N = N; d.K = K; d.data = wq + 1; d.ld = sh[i].borrowed ? K + 2 : 0; d.scale = &sc; d.n_scale = 1;
+        qmm_weight *w = NULL;
+        if (sh[i].borrowed) TU_CHECK_OK(qmm_weight_borrow_int8(g_ctx[1], &d, &w));
+        else TU_CHECK_OK(qmm_weight_create_int8(g_ctx[1], &d, &w));
+        uint16_t *x, *y;
+        const qmm_linear_args a = bf16_args(M, N, K, &x, &y);
+        qmm_weight view;
+        const qmm_weight *wc = w;
+        if (w && sh[i].borrowed) TU_CHECK_OK(qmm_weight_for_call(g_ctx[1], w, &view, &wc));
+        qmm_call c = make_call(wc, &a, 0);
+        qmm_amx_blocking_emu = qmm_amx_blocking_default();
+        if (M > 32) qmm_amx_blocking_emu.panel_a = 0;
+        const long f0 = qmm_amx_emu_faults();
+        qmm_amx_emu_trace(8l << 20);
+        TU_CHECK_OK(qmm_engine_amx_int8_emu.run(g_ctx[1], &c));
+        audit_res R;
+        audit_trace(&R);
+        TU_CHECK(qmm_amx_emu_trace_lost() == 0, "audit: trace overflow");
+        qmm_amx_emu_trace(0);
+        const int64_t ksteps = (K + 63) / 64, kcs = qmm_amx_blocking_emu.kc / 64;
+        const int64_t nch = qmm_amx_last_regime_emu == QMM_AMX_BLOCKED ? ((ksteps + kcs / 2) / kcs > 1 ? (ksteps + kcs / 2) / kcs : 1) : 1;
+        tu_note("audit %s %s M=%lld N=%lld K=%lld (%s, %d threads): TDPBSSD %ld; loads/TDP A %.3f B %.3f C %.3f, "
+                "C stores/TDP %.3f; contiguous A %.0f%% B %.0f%% C %.0f%%; pages per load A %.1f B %.1f C %.1f; "
+                "k-steps per call %ld..%ld (%ld calls); first touches prefetched >= 1 k-step ahead A %.0f%% B %.0f%%; "
+                "C load rows 4K-aliasing a recent store %.0f%%; L1/L2 hits A %.0f/%.0f%% B %.0f/%.0f%% C %.0f/%.0f%%; "
+                "TDP per thread %ld / %ld",
+                sh[i].name, sh[i].borrowed ? "borrowed" : "owned", (long long)M, (long long)N, (long long)K,
+                qmm_amx_regime_name((qmm_amx_regime)qmm_amx_last_regime_emu), R.threads, R.tdp,
+                (double)R.loads[0] / R.tdp, (double)R.loads[1] / R.tdp, (double)R.loads[2] / R.tdp,
+                (double)R.c_stores / R.tdp, 100.0 * R.contiguous[0] / R.loads[0], 100.0 * R.contiguous[1] / R.loads[1],
+                R.loads[2] ? 100.0 * R.contiguous[2] / R.loads[2] : 100.0, (double)R.pages[0] / R.loads[0],
+                (double)R.pages[1] / R.loads[1], R.loads[2] ? (double)R.pages[2] / R.loads[2] : 0.0, R.ksteps_min,
+                R.ksteps_max, R.calls, 100.0 * R.first_prefetched[0] / (R.first_lines[0] ? R.first_lines[0] : 1),
+                100.0 * R.first_prefetched[1] / (R.first_lines[1] ? R.first_lines[1] : 1),
+                100.0 * R.alias_rows / (R.c_load_rows ? R.c_load_rows : 1), 100.0 * R.l1_hit[0] / R.refs[0],
+                100.0 * R.l2_hit[0] / R.refs[0], 100.0 * R.l1_hit[1] / R.refs[1], 100.0 * R.l2_hit[1] / R.refs[1],
+                R.refs[2] ? 100.0 * R.l1_hit[2] / R.refs[2] : 0.0, R.refs[2] ? 100.0 * R.l2_hit[2] / R.refs[2] : 0.0,
+                R.tdp_thread[0], R.tdp_thread[1]);
+        const int64_t tiles = (M + 15) / 16 * ((N + 15) / 16); /* 16 × 16 C tiles (M a multiple of 16 here) */
+        TU_CHECK(qmm_amx_emu_faults() == f0, "audit %s: faults: %s", sh[i].name, qmm_amx_emu_first_fault());
+        TU_CHECK(R.contiguous[1] == R.loads[1] && R.pages[1] == R.loads[1], "audit %s: B tile loads not 1 KiB contiguous",
+                 sh[i].name);
+        TU_CHECK(R.contiguous[2] == R.loads[2] && R.pages[2] == R.loads[2],
+                 "audit %s: C partials loads not tile-contiguous (%ld of %ld, %ld pages)", sh[i].name, R.contiguous[2],
+                 R.loads[2], R.pages[2]);
+        TU_CHECK(R.c_stores == tiles * nch && R.loads[2] == tiles * (nch - 1),
+                 "audit %s: C stored %ld / loaded %ld times, want %lld / %lld (%lld tiles × %lld chunks)", sh[i].name,
+                 R.c_stores, R.loads[2], (long long)(tiles * nch), (long long)(tiles * (nch - 1)), (long long)tiles,
+                 (long long)nch);
+        TU_CHECK(R.ksteps_max - R.ksteps_min <= 1 && R.ksteps_max * nch >= ksteps,
+                 "audit %s: K chunks of %ld..%ld k-steps (uneven)", sh[i].name, R.ksteps_min, R.ksteps_max);
+        TU_CHECK(R.tdp == tiles * ksteps, "audit %s: %ld TDPBSSD, want %lld", sh[i].name, R.tdp,
+                 (long long)(tiles * ksteps));
+        const long hi = R.tdp_thread[0] > R.tdp_thread[1] ? R.tdp_thread[0] : R.tdp_thread[1];
+        const long lo = R.tdp_thread[0] + R.tdp_thread[1] - hi;
+        const int64_t task_tdp = (int64_t)((M < 512 ? M : 512) + 31) / 32 * 16 * 4 * ksteps; /* one task: mc rows × nc = 512 cols */
+        TU_CHECK(R.threads == 2 ? lo > 0 && hi - lo <= task_tdp : 1, "audit %s: threads %ld / %ld TDPBSSD", sh[i].name,
+                 R.tdp_thread[0], R.tdp_thread[1]);
+        qmm_amx_blocking_emu = qmm_amx_blocking_default();
+        qmm_weight_destroy(w);
+        free(wq); free(x); free(y);
+    }
+}
+
 static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
     static const int64_t Ks[] = {1, 16, 63, 64, 65, 256, 1001};
     const int nK = (int)(sizeof Ks / sizeof Ks[0]);
@@ -773,6 +1042,8 @@ int main(int argc, char **argv) {
     ukernel_unit();
     op_counts();
     prefetch_rows();
+    ladder_rungs();
+    audits();
     long ops0 = qmm_amx_emu_ops();
     sweep(&qmm_engine_amx_int8_emu, &qmm_engine_amx_bf16_emu, 0);
     tu_note("emulated tile instructions executed: %ld", qmm_amx_emu_ops() - ops0);

@@ -31,6 +31,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "commands.h"
+#include "ladder.h"
 #include "peak.h"
 #include "qmm.h"
 #include "shapes.h"
@@ -95,10 +96,13 @@ static void usage(FILE *f) {
     fprintf(f, "usage: qmm bench [--shape MxNxK[:swiglu|:gelu][:g16|:g64|:g256]]... [--all] [--regimes] [--engines a,b]\n"
                "                 [--layouts packed,borrowed] [--threads T] [--repeats R] [--json] [--quick] [--no-float]\n"
                "                 [--full] [--dram-mb MB]\n"
+               "       qmm bench --amx-ladder [--quick]\n"
                "  default shapes: the performance targets (M=4096 21504x5376 g256, 5376x14336 swiglu;\n"
                "  M=256 5376x5376; M=1 and M=16 28672x5376); --all: every N x K of SPEC §8 at M=256.\n"
                "  --layouts: the int8 weights packed at creation and/or borrowed (the caller's memory, read at every call), side by side.\n"
                "  --regimes: rows for every AMX regime and switch point (amx_int8 also below its min M).\n"
+               "  --amx-ladder: amx_int8's ladder of micro-benchmarks (bench/NOTES.md \"## The AMX ladder\"), 1 and 2\n"
+               "  threads, with the driver's GEMM, the full layer and avx512_vnni; without AMX it says what is missing.\n"
                "  --quick: a tiny shape, short peak loops and bandwidth buffer (smoke test).\n"
                "  repeats (default 3) shrink to ~6 s per row; a row over 5 s per call reports its first\n"
                "  call alone (repeats 0) unless --full.\n");
@@ -505,7 +509,7 @@ int cmd_bench(int argc, char **argv) {
     b.repeats = 3;
     qmm_bench_shape shapes[64];
     size_t n_shapes = 0;
-    int all = 0, regimes = 0;
+    int all = 0, regimes = 0, ladder = 0;
     long dram_mb = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -515,6 +519,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--quick")) b.quick = 1;
         else if (!strcmp(a, "--all")) all = 1;
         else if (!strcmp(a, "--regimes")) regimes = 1;
+        else if (!strcmp(a, "--amx-ladder")) ladder = 1;
         else if (!strcmp(a, "--no-float")) b.no_float = 1;
         else if (!strcmp(a, "--full")) b.full = 1;
         else if (!strcmp(a, "--shape") && v) {
@@ -561,6 +566,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     if (b.repeats < 1 || b.threads < 0 || dram_mb < 0) { usage(stderr); return 2; }
+    if (ladder) return qmm_bench_amx_ladder(b.quick);
     if (b.n_layouts == 0) b.layouts[b.n_layouts++] = LAYOUT_PACKED;
     if (b.quick && b.repeats > 2) b.repeats = 2;
     if (regimes) {

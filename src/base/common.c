@@ -66,11 +66,15 @@ qmm_status qmm_fail(qmm_status st, const char *fmt, ...) {
 void qmm_clear_error(void) { g_last_error[0] = 0; }
 const char *qmm_last_error(void) { return g_last_error; }
 
+/* 64-byte aligned; from 4 KiB up, page aligned, so that a 1 KiB AMX tile or a 4 KiB block of
+ * tile-contiguous partials (int8_gemm.h c_tiles) at a 1 KiB / 4 KiB offset lies in one page
+ * (the traffic audit of tests/test_amx_emulated.c counts the pages per tile load). */
 void *qmm_aligned_alloc(size_t bytes) {
     if (bytes == 0) bytes = 64;
-    if (bytes > SIZE_MAX - 63) return NULL;
-    bytes = (bytes + 63) & ~(size_t)63;
-    return aligned_alloc(64, bytes);
+    const size_t al = bytes >= 4096 ? 4096 : 64;
+    if (bytes > SIZE_MAX - (al - 1)) return NULL;
+    bytes = (bytes + al - 1) & ~(al - 1);
+    return aligned_alloc(al, bytes);
 }
 void qmm_aligned_free(void *p) { free(p); }
 

@@ -87,6 +87,29 @@ qmm_status qmm_engine_tuning(qmm_engine_id e, char *buf, size_t size) {
     return en && en->tuning ? en->tuning(buf, size) : QMM_OK;
 }
 
+int qmm_engine_probe_count(qmm_engine_id e) {
+    const qmm_engine *en = qmm_engine_get(e);
+    return en && en->probe ? en->n_probes : 0;
+}
+
+const char *qmm_engine_probe_name(qmm_engine_id e, int i) {
+    const qmm_engine *en = qmm_engine_get(e);
+    return en && en->probe && i >= 0 && i < en->n_probes ? en->probe_names[i] : "";
+}
+
+qmm_status qmm_engine_probe(qmm_engine_id e, int i, int64_t reps, void (*ready)(void *), void *arg,
+                            qmm_probe_result *r) {
+    QMM_RETURN_IF(!r, QMM_ERR_INVALID_ARGUMENT, "qmm_engine_probe: r is NULL");
+    memset(r, 0, sizeof *r);
+    const qmm_engine *en = qmm_engine_get(e);
+    QMM_RETURN_IF(!en || !en->probe || i < 0 || i >= en->n_probes || reps < 0, QMM_ERR_INVALID_ARGUMENT,
+                  "qmm_engine_probe: engine %s has no probe %d (or reps < 0)", qmm_engine_name(e), i);
+    char why[QMM_REASON_MAX];
+    QMM_RETURN_IF(!qmm_engine_available(e, why, sizeof why), QMM_ERR_UNSUPPORTED_HARDWARE, "%s: %s",
+                  qmm_engine_name(e), why);
+    return en->probe(i, reps, 0, ready, arg, r);
+}
+
 int qmm_engine_is_int8(qmm_engine_id e) {
     const qmm_engine *en = qmm_engine_get(e);
     return en && en->kind == QMM_KIND_INT8;

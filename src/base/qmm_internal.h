@@ -226,6 +226,14 @@ typedef struct qmm_engine {
      * size > 0, already ""; qmm_engine_tuning). */
     const char *(*regime)(const qmm_weight *w, int64_t M);
     qmm_status (*tuning)(char *buf, size_t size);
+    /* Kernel-level micro-benchmarks of the engine's own code (qmm_engine_probe; amx_int8: the
+     * ladder of amx_ladder.c), NULL/0 when it has none: n_probes names in probe_names, and
+     * probe(i, reps, small, ready, arg, r): probe i once checked (r->bad), then reps times timed
+     * on this thread, ready(arg) called in between (small: the test's reduced sizes). Only
+     * called when the engine is available. */
+    int n_probes;
+    const char *const *probe_names;
+    qmm_status (*probe)(int i, int64_t reps, int small, void (*ready)(void *), void *arg, qmm_probe_result *r);
     /* The second operation, attention (SPEC §10), through the same table and plan: NULL when the
      * engine offers none. attn_admit reads the whole call (attention's choice is not cached);
      * attn_run's preconditions: admitted, the call validated. */

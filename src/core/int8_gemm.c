@@ -85,8 +85,8 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t passes = (m1 - m0 + e->mr - 1) / e->mr; /* row tiles per panel */
     const int whole_k = g->kcq == g->kq;
     const int64_t panel_bytes = e->nrb * blk;             /* whole K, nrb blocks: contiguous */
-    for (int64_t q0 = 0; q0 < g->kq; q0 += g->kcq) {
-        const int64_t nq = g->kq - q0 < g->kcq ? g->kq - q0 : g->kcq;
+    for (int64_t q0 = 0, nq; q0 < g->kq; q0 += nq) {
+        nq = qmm_i8_chunk_nq(g, q0);
         qmm_i8_tile t;
         t.nq = nq;
         t.first = q0 == 0;
@@ -109,7 +109,8 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
             for (int64_t r = m0, i = 0; r < m1; r += e->mr, i++) {
                 t.mr = (int)(m1 - r < e->mr ? m1 - r : e->mr);
                 t.a = g->a + r * g->Kp + q0 * 4;
-                t.part = part + (r - m0) * e->nc + (nb - b0) * 16;
+                t.part = e->c_tiles ? part + ((nb - b0) / e->nrb * passes + i) * e->mr * 16 * e->nrb
+                                    : part + (r - m0) * e->nc + (nb - b0) * 16;
                 t.r = r;
                 t.pf_mode = next ? QMM_I8_PF_NEXT
                             : whole_k && passes == 1 && nq > 64 && !g->borrowed ? QMM_I8_PF_STREAM : QMM_I8_PF_NONE;
@@ -144,7 +145,12 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     const int64_t kq = e->k64 ? Kp / 4 : (c->K + 3) / 4;
     const int borrowed = w->i8.data == NULL, rows = borrowed && M <= e->rows_m;
     const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M) : 0;
-    const int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4;
+    int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4, kc_long = kq;
+    if (e->k64 && kcq < kq) { /* even chunks of whole 64-byte k-steps (int8_gemm.h, k64) */
+        const int64_t steps = kq / 16, cs = kcq / 16, nch = (steps + cs / 2) / cs > 1 ? (steps + cs / 2) / cs : 1;
+        kcq = (steps + nch - 1) / nch * 16;
+        kc_long = steps % nch ? steps % nch * kcq : kq;
+    }
     /* rows per task: the engine's mc; a borrowed weight's panels are packed once per task, so up
      * to 2·mc rows (in equal row tasks) while that still leaves two tasks per thread */
     int64_t mc = e->mc;
@@ -202,6 +208,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     g.rows_per_task = mc;
     g.mc = mc;
     g.kcq = kcq;
+    g.kc_long = kc_long;
     g.mtasks = (M + mc - 1) / mc;
     g.ntasks = ntasks;
     qmm_pool_run_bracketed(ctx->pool, g.mtasks * g.ntasks, gemm_task, e->begin ? gemm_begin : NULL,

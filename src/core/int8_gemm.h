@@ -62,7 +62,9 @@ typedef struct qmm_i8_tile {
     const int32_t *colsum; /* Σ_k W[n][k] of columns t.n.. (full K; read on the last chunk) */
     int neg128;            /* some weight of this panel and chunk is -128 (borrowed weights) */
     int64_t nq;            /* quads (4 k each) in the chunk */
-    int32_t *part;         /* the tile's sums: row i, block jb at part[i·nc + jb·16] */
+    int32_t *part;         /* the tile's sums: row i, block jb at part[i·nc + jb·16]; an engine with
+                            * c_tiles: the tile's own mr × 16·nrb int32, contiguous (its layout the
+                            * engine's) */
     int mr, nr;            /* rows (<= engine mr), blocks (<= engine nrb) */
     int first, last;       /* first chunk: store instead of add; last chunk: write the outputs */
     int64_t r, n;          /* output row and column of part[0] */
@@ -108,8 +110,15 @@ typedef struct qmm_i8_engine {
     void (*begin)(const qmm_i8_gemm *g, int thread);
     void (*end)(const qmm_i8_gemm *g, int thread);
     int k64;               /* tile() steps 64 bytes of K: kq = Kp/4, so every chunk is whole 64-byte
-                            * steps (q, the owned packing and a borrowed panel are zero past K) */
+                            * steps (q, the owned packing and a borrowed panel are zero past K),
+                            * and the chunks are even: nch = the k-steps ÷ kc/64 rounded to nearest
+                            * (>= 1), each chunk ⌊or⌈k-steps/nch⌉ k-steps, the longer ones first
+                            * (max − min <= 1 k-step, none over 1.5·kc; qmm_i8_chunk_nq) */
     int mc_fixed;          /* borrowed weights keep mc rows per task (no 2·mc: partials sized for L2) */
+    int c_tiles;           /* the partials tile-contiguous: each (panel, row tile) of a task owns
+                            * mr × 16·nrb consecutive int32 of the thread's mc × nc buffer, the row
+                            * tiles of one panel adjacent (the order the tiles run in), its layout
+                            * inside the engine's (amx_int8: 1 KiB per 16 × 16 tile) */
     /* Optional, the rows regime: rows_ap_bytes(M, Kp) = the bytes of a copy of the activations
      * in the layout rows_kernel wants (0: none); rows_ap_fill(g) writes it to g->ap (64-byte
      * aligned) from g->a = q, once per call, after qsum and before any rows_kernel. */
@@ -124,7 +133,8 @@ struct qmm_i8_gemm {
     uint8_t *a;            /* [M][Kp]: q, or q + 128 */
     const float *s;        /* [M] token scales */
     int32_t *part;         /* [threads][mc·nc] */
-    int64_t Kp, kq, kcq;   /* padded K; quads of K; quads per chunk */
+    int64_t Kp, kq, kcq;   /* padded K; quads of K; quads per chunk (even chunks: the longest) */
+    int64_t kc_long;       /* even chunks (k64): quads before which chunks are kcq long, kcq - 16 after */
     int64_t mtasks, ntasks, nthreads, rows_per_task;
     int64_t mc;            /* rows per task (part: [threads][mc·nc]) */
     uint8_t *ap;           /* one-pass regime: [kq][wrows][4]; rows regime: the engine's rows_ap copy; else NULL */
@@ -144,6 +154,12 @@ struct qmm_i8_gemm {
  * (cs, or the weight's), t->neg128. */
 void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
                       int first, qmm_i8_tile *t);
+
+/* The length in quads of the K chunk that starts at quad q0 (< g->kq). */
+static inline int64_t qmm_i8_chunk_nq(const qmm_i8_gemm *g, int64_t q0) {
+    const int64_t n = g->e->k64 && q0 >= g->kc_long ? g->kcq - 16 : g->kcq;
+    return g->kq - q0 < n ? g->kq - q0 : n;
+}
 
 /* The int8 driver's descriptor of engine id (qmm_engine.i8); NULL if it has none. */
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id);

@@ -35,6 +35,14 @@
 #define QMM_AMX_SMALL_M 32                  /* M at most: decode regime */
 #define QMM_AMX_PANEL_A_BYTES (3 << 19)     /* 1.5 MiB: A up to this stays in L2 (panel regime) */
 #define QMM_AMX_INT8_MIN_M 8                /* amx_int8 refuses M below (dispatch: avx512_vnni) */
+/* amx_int8 refuses a borrowed weight below this M (dispatch: avx512_vnni, whose rows kernel reads
+ * the caller's rows in place once): measured at d9c1ae0 (../shared/measurements/AMX-d9c1ae0.md,
+ * 28672x5376 g256, borrowed) at M = 8 / 16 / 32: amx_int8 8.45 / 8.63 / 9.05 ms, avx512_vnni
+ * 5.77 / 6.13 / 9.98 ms — avx512_vnni wins at 8 and 16 (the per-call pack of amx_int8 is a second
+ * pass over W where the DRAM stream is the whole cost), amx_int8 at 32; M = 17..31 was not
+ * measured, so the rule holds what was: M <= 16. QMM_AMX_BLOCKING=borrowed_min_m=N moves it to
+ * re-measure (qmm bench --layouts borrowed --shape 24x28672x5376:g256 ...). */
+#define QMM_AMX_INT8_BORROWED_MIN_M 17
 #define QMM_AMX_DECODE_PF_STEPS 8           /* decode: B prefetch distance, in 64-k steps */
 
 typedef struct qmm_amx_blocking {
@@ -43,17 +51,18 @@ typedef struct qmm_amx_blocking {
     int64_t small_m;  /* 1..32 */
     int64_t panel_a;  /* bytes */
     int64_t min_m;    /* >= 1 */
+    int64_t borrowed_min_m; /* >= 1: amx_int8's min M for borrowed weights */
 } qmm_amx_blocking;
 
 typedef enum { QMM_AMX_DECODE = 0, QMM_AMX_PANEL = 1, QMM_AMX_BLOCKED = 2 } qmm_amx_regime;
 
 static inline qmm_amx_blocking qmm_amx_blocking_default(void) {
     qmm_amx_blocking b = {QMM_AMX_KC, QMM_AMX_NC, QMM_AMX_MC, QMM_AMX_SMALL_M, QMM_AMX_PANEL_A_BYTES,
-                          QMM_AMX_INT8_MIN_M};
+                          QMM_AMX_INT8_MIN_M, QMM_AMX_INT8_BORROWED_MIN_M};
     return b;
 }
 
-/* Applies "key=value,..." (keys kc, nc, mc, small_m, panel_a, min_m) to *b. Returns 0, or -1
+/* Applies "key=value,..." (keys kc, nc, mc, small_m, panel_a, min_m, borrowed_min_m) to *b. Returns 0, or -1
  * (and leaves *b unchanged) for an unknown key or a value out of range. */
 static inline int qmm_amx_blocking_parse(const char *s, qmm_amx_blocking *b) {
     qmm_amx_blocking t = *b;
@@ -71,6 +80,7 @@ static inline int qmm_amx_blocking_parse(const char *s, qmm_amx_blocking *b) {
         else if (QMM_AMX_KEY("small_m") && v >= 1 && v <= 32) t.small_m = v;
         else if (QMM_AMX_KEY("panel_a") && v >= 0) t.panel_a = v;
         else if (QMM_AMX_KEY("min_m") && v >= 1) t.min_m = v;
+        else if (QMM_AMX_KEY("borrowed_min_m") && v >= 1) t.borrowed_min_m = v;
         else return -1;
 #undef QMM_AMX_KEY
         if (*end == ',' && !end[1]) return -1; /* a trailing comma */

@@ -19,7 +19,7 @@
 
 #ifdef QMM_AMX_EMULATE
 qmm_amx_blocking qmm_amx_blocking_emu = {QMM_AMX_KC, QMM_AMX_NC, QMM_AMX_MC, QMM_AMX_SMALL_M, QMM_AMX_PANEL_A_BYTES,
-                                         QMM_AMX_INT8_MIN_M};
+                                         QMM_AMX_INT8_MIN_M, QMM_AMX_INT8_BORROWED_MIN_M};
 int qmm_amx_last_regime_emu = -1;
 
 qmm_amx_blocking QMM_AMX_SYM(qmm_amx_blocking_now)(void) { return qmm_amx_blocking_emu; }

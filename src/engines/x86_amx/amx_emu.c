@@ -48,6 +48,52 @@ long qmm_amx_emu_ops(void) { return atomic_load(&g_ops); }
 long qmm_amx_emu_configs(void) { return atomic_load(&g_configs); }
 long qmm_amx_emu_releases(void) { return atomic_load(&g_releases); }
 
+/* The trace (qmm_amx_emu_trace): events appended at an atomic index, each with its thread's
+ * number (given on the thread's first event). */
+static qmm_amx_emu_event *g_trace;
+static atomic_long g_trace_n;
+static long g_trace_cap;
+static atomic_int g_trace_threads;
+static atomic_int g_trace_gen;
+static _Thread_local int t_trace_thread = -1, t_trace_gen = -1;
+
+void qmm_amx_emu_trace(long capacity) {
+    free(g_trace);
+    g_trace = capacity > 0 ? calloc((size_t)capacity, sizeof *g_trace) : NULL;
+    g_trace_cap = g_trace ? capacity : 0;
+    atomic_store(&g_trace_n, 0);
+    atomic_store(&g_trace_threads, 0);
+    atomic_fetch_add(&g_trace_gen, 1);
+}
+
+long qmm_amx_emu_trace_count(void) {
+    const long n = atomic_load(&g_trace_n);
+    return n < g_trace_cap ? n : g_trace_cap;
+}
+long qmm_amx_emu_trace_lost(void) {
+    const long n = atomic_load(&g_trace_n);
+    return n > g_trace_cap ? n - g_trace_cap : 0;
+}
+const qmm_amx_emu_event *qmm_amx_emu_trace_events(void) { return g_trace; }
+
+static void trace(int kind, int t, const void *p, size_t stride) {
+    if (!g_trace) return;
+    if (t_trace_gen != atomic_load(&g_trace_gen)) { /* this thread's first event of this trace */
+        t_trace_gen = atomic_load(&g_trace_gen);
+        t_trace_thread = atomic_fetch_add(&g_trace_threads, 1);
+    }
+    const long i = atomic_fetch_add(&g_trace_n, 1);
+    if (i >= g_trace_cap) return;
+    qmm_amx_emu_event *e = &g_trace[i];
+    e->kind = (uint8_t)kind;
+    e->tile = (uint8_t)t;
+    e->thread = (uint8_t)t_trace_thread;
+    e->rows = t >= 0 && t < 8 ? g_t.rows[t] : 0;
+    e->colsb = t >= 0 && t < 8 ? g_t.colsb[t] : 0;
+    e->addr = (uintptr_t)p;
+    e->stride = (int64_t)stride;
+}
+
 static atomic_long g_prefetches;
 static struct {
     const char *base;
@@ -76,6 +122,7 @@ int qmm_amx_emu_watched(int64_t row, int64_t line) {
 
 void qmm_amx_emu_prefetch(const void *p) {
     atomic_fetch_add(&g_prefetches, 1);
+    trace(QMM_AMX_EV_PREFETCH, -1, p, 0);
     _mm_prefetch((const char *)p, _MM_HINT_T1);
     if (!g_watch.base) return;
     const uintptr_t a = (uintptr_t)p, b = (uintptr_t)g_watch.base;
@@ -122,20 +169,26 @@ static int usable(int t, const char *op) {
     return 1;
 }
 
-void qmm_amx_emu_load(int t, const void *base, size_t stride) {
-    if (!usable(t, "tileloadd")) return;
+static void load(int t, const void *base, size_t stride, int kind) {
+    if (!usable(t, kind == QMM_AMX_EV_LOAD ? "tileloadd" : "tileloaddt1")) return;
     atomic_fetch_add(&g_ops, 1);
+    trace(kind, t, base, stride);
     memset(g_t.data[t], 0, sizeof g_t.data[t]);
     for (int r = 0; r < g_t.rows[t]; r++) memcpy(g_t.data[t][r], (const uint8_t *)base + (size_t)r * stride, g_t.colsb[t]);
 }
 
+void qmm_amx_emu_load(int t, const void *base, size_t stride) { load(t, base, stride, QMM_AMX_EV_LOAD); }
+void qmm_amx_emu_load_t1(int t, const void *base, size_t stride) { load(t, base, stride, QMM_AMX_EV_LOAD_T1); }
+
 void qmm_amx_emu_store(int t, void *base, size_t stride) {
     if (!usable(t, "tilestored")) return;
+    trace(QMM_AMX_EV_STORE, t, base, stride);
     for (int r = 0; r < g_t.rows[t]; r++) memcpy((uint8_t *)base + (size_t)r * stride, g_t.data[t][r], g_t.colsb[t]);
 }
 
 void qmm_amx_emu_zero(int t) {
     if (!usable(t, "tilezero")) return;
+    trace(QMM_AMX_EV_ZERO, t, NULL, 0);
     memset(g_t.data[t], 0, sizeof g_t.data[t]);
 }
 
@@ -161,6 +214,7 @@ static void finish_dst(int c) {
 void qmm_amx_emu_dpbssd(int c, int a, int b) {
     if (!dp_ok(c, a, b, "tdpbssd")) return;
     atomic_fetch_add(&g_ops, 1);
+    trace(QMM_AMX_EV_DP, c, NULL, (size_t)(a * 8 + b));
     const int M = g_t.rows[c], K = g_t.colsb[a] / 4, N = g_t.colsb[c] / 4;
     for (int m = 0; m < M; m++) {
         uint32_t tmp[16];
@@ -199,6 +253,7 @@ static float ftz(float f) {
 void qmm_amx_emu_dpbf16ps(int c, int a, int b) {
     if (!dp_ok(c, a, b, "tdpbf16ps")) return;
     atomic_fetch_add(&g_ops, 1);
+    trace(QMM_AMX_EV_DP, c, NULL, (size_t)(a * 8 + b));
     const int M = g_t.rows[c], K = g_t.colsb[a] / 4, N = g_t.colsb[c] / 4;
     for (int m = 0; m < M; m++) {
         float tmp[16];

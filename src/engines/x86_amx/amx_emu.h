@@ -24,6 +24,7 @@
 void qmm_amx_emu_loadconfig(const void *cfg);
 void qmm_amx_emu_release(void);
 void qmm_amx_emu_load(int t, const void *base, size_t stride);
+void qmm_amx_emu_load_t1(int t, const void *base, size_t stride); /* TILELOADDT1: a load, traced as such */
 void qmm_amx_emu_store(int t, void *base, size_t stride);
 void qmm_amx_emu_zero(int t);
 void qmm_amx_emu_dpbssd(int c, int a, int b);
@@ -45,18 +46,45 @@ void qmm_amx_emu_prefetch(const void *p);
 void qmm_amx_emu_watch(const void *base, int64_t ld, int64_t rows, int64_t K); /* base NULL: off */
 int qmm_amx_emu_watched(int64_t row, int64_t line);
 long qmm_amx_emu_prefetches(void);
+/* The trace, for the traffic audits of tests/test_amx_emulated.c: qmm_amx_emu_trace(n) starts
+ * recording (and drops the last trace) up to n events — every TILELOADD / TILELOADDT1 /
+ * TILESTORED (tile, base address, stride, the configured rows and colsb), TILEZERO, TDPBSSD /
+ * TDPBF16PS (tile = C, stride = A·8 + B) and prefetch (address) — each with the number of the
+ * thread that ran it (0, 1, ... in the order threads first appear in this trace); n = 0 stops.
+ * Events past n are counted (lost), not kept. */
+enum { QMM_AMX_EV_LOAD = 0, QMM_AMX_EV_LOAD_T1, QMM_AMX_EV_STORE, QMM_AMX_EV_ZERO, QMM_AMX_EV_DP, QMM_AMX_EV_PREFETCH };
+typedef struct qmm_amx_emu_event {
+    uint8_t kind, tile, thread, rows;
+    uint16_t colsb;
+    uintptr_t addr;
+    int64_t stride;
+} qmm_amx_emu_event;
+void qmm_amx_emu_trace(long capacity);
+long qmm_amx_emu_trace_count(void);
+long qmm_amx_emu_trace_lost(void);
+const qmm_amx_emu_event *qmm_amx_emu_trace_events(void);
+
 /* LDTILECFG (valid palette-1 configurations loaded) and TILERELEASE executed (all threads). */
 long qmm_amx_emu_configs(void);
 long qmm_amx_emu_releases(void);
 
-/* amx_int8's micro-kernel (amx_int8.c), emulated: C[mr][16·nr] (int32, rows ldc apart) = (first ?
- * 0 : C) + A[mr][4·nq] (s8, rows lda apart) · the nr n16k4 blocks at b (ldb bytes apart), nq a
- * multiple of 16, mr 1..32, nr 1..2; stream and pf (NULL) as there. It configures this thread's
- * tiles; qmm_amx_tiles_release_emu releases them. */
+/* amx_int8's micro-kernel (amx_int8.c), emulated: C[mr][16·nr] (int32, rows ldc apart; ldc 0:
+ * tile-contiguous, tile (i, j) at c + (i·nr + j)·256) = (first ? 0 : C) + A[mr][4·nq] (s8, rows
+ * lda apart) · the nr n16k4 blocks at b (ldb bytes apart), nq a multiple of 16, mr 1..32, nr 1..2;
+ * flags (QMM_AMX_UK_*) and pf (NULL) as there. It configures this thread's tiles;
+ * qmm_amx_tiles_release_emu releases them. */
 void qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx_emu(int mr, int nr, int64_t nq, const int8_t *a, int64_t lda,
                                                const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc, int first,
-                                               int stream, const void *pf);
+                                               int flags, const void *pf);
 void qmm_amx_tiles_release_emu(void);
+
+/* amx_int8's ladder (amx_ladder.c), emulated: the rungs run on their small sizes (small = 1). */
+#ifndef QMM_AMX_LADDER_RUNGS
+#define QMM_AMX_LADDER_RUNGS 12
+#endif
+extern const char *const qmm_amx_ladder_names_emu[QMM_AMX_LADDER_RUNGS];
+qmm_status qmm_amx_ladder_probe_emu(int rung, int64_t reps, int small, void (*ready)(void *), void *arg,
+                                    qmm_probe_result *res);
 
 /* The emulated engines (test hooks; never in the dispatch table). */
 extern const qmm_engine qmm_engine_amx_int8_emu;

@@ -75,10 +75,12 @@
  * columns): every output is summed by one task in one k order, so the bits never depend on the
  * thread count or the blocking.
  *
- * Admission (beside the kernel): qmm_admit_common_int8, then the small-M rule: M below
+ * Admission (beside the kernel): qmm_admit_common_int8, then the small-M rules: M below
  * min_m (QMM_AMX_INT8_MIN_M = 8, QMM_AMX_BLOCKING can move it to re-measure) goes to
  * avx512_vnni — a tile op costs as much for 1 row as for 16 (the AMX box measured both at the
- * DRAM limit for M <= 16).
+ * DRAM limit for M <= 16); a borrowed weight below borrowed_min_m (QMM_AMX_INT8_BORROWED_MIN_M =
+ * 17, amx_blocking.h: the measurement) goes to avx512_vnni too, whose rows kernel reads the
+ * caller's rows once in place where this engine packs them per call.
  *
  * Verification: written against the real AMX intrinsics, not yet executed on AMX hardware in
  * this form; the evidence is tests/test_amx_emulated.c, which runs this same source with every
@@ -99,10 +101,17 @@ const int QMM_AMX_SYM(qmm_amx_int8_min_m) = QMM_AMX_INT8_MIN_M; /* the default (
 static const char *amx_int8_admit(const qmm_call *c, char *why, size_t n) {
     const char *r = qmm_admit_common_int8(c, why, n);
     if (r) return r;
-    const int64_t min_m = QMM_AMX_SYM(qmm_amx_blocking_now)().min_m;
-    if (c->M < min_m) {
+    const qmm_amx_blocking b = QMM_AMX_SYM(qmm_amx_blocking_now)();
+    if (c->M < b.min_m) {
         snprintf(why, n, "M=%lld < %lld: avx512_vnni is faster for tiny M (a tile op costs as much for 1 row as 16)",
-                 (long long)c->M, (long long)min_m);
+                 (long long)c->M, (long long)b.min_m);
+        return why;
+    }
+    if (c->w->i8.data == NULL && c->M < b.borrowed_min_m) { /* a borrowed weight (the dispatch cache is per weight) */
+        snprintf(why, n,
+                 "borrowed weight at M=%lld < %lld: avx512_vnni reads the caller's rows in place, amx_int8 packs them per "
+                 "call (measured 0.67x of packed, slower than avx512_vnni at M <= 16)",
+                 (long long)c->M, (long long)b.borrowed_min_m);
         return why;
     }
     return NULL;
@@ -125,15 +134,21 @@ typedef struct {
 } amx_pf;
 
 /* The 2×2 tile plan over nq quads (a multiple of 16) with its shape as compile-time flags:
- * r1 — a second 16-row A tile, two — a second B block. C at c (int32, rows ldc apart): loaded,
- * or zeroed when first; stored at the end. stream: prefetch (T1) both blocks
- * QMM_AMX_DECODE_PF_STEPS k-steps ahead (the address runs on into the blocks after, which come
- * next). pf: the prefetch of what runs next (amx_pf). */
-static inline __attribute__((always_inline)) void kloop(const int r1, const int two, int64_t nq, const int8_t *a,
-                                                        int64_t lda, const int8_t *b, int64_t ldb, int32_t *c,
-                                                        int64_t ldc, int first, int stream, const amx_pf *pf) {
+ * r1 — a second 16-row A tile, two — a second B block, at1 — A through TILELOADDT1 (the
+ * streaming hint: A reused from L2, not L1). C at c: loaded, or zeroed when first; stored at the
+ * end. Its layout: ldc > 0, int32 rows ldc apart (C01 at c + 16, C10 at c + 16·ldc); ldc == 0,
+ * tile-contiguous (QMM_AMX_C_TILES): tile (i, j) the 1 KiB at c + (i·nr + j)·256 int32, rows 64
+ * bytes apart. stream: prefetch (T1) both blocks QMM_AMX_DECODE_PF_STEPS k-steps ahead (the
+ * address runs on into the blocks after, which come next). pf: the prefetch of what runs next
+ * (amx_pf). */
+static inline __attribute__((always_inline)) void kloop(const int r1, const int two, const int at1, int64_t nq,
+                                                        const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb,
+                                                        int32_t *c, int64_t ldc, int first, int stream,
+                                                        const amx_pf *pf) {
     const int8_t *b1 = b + ldb;
-    const int64_t ldcb = ldc * (int64_t)sizeof(int32_t);
+    const int64_t ldcb = ldc ? ldc * (int64_t)sizeof(int32_t) : 64;
+    int32_t *c01 = ldc ? c + 16 : c + 256, *c10 = ldc ? c + 16 * ldc : c + (two ? 512 : 256);
+    int32_t *c11 = ldc ? c + 16 * ldc + 16 : c + 768;
     if (first) {
         QMM_TILE_ZERO(QMM_TC00);
         if (two) QMM_TILE_ZERO(QMM_TC01);
@@ -141,9 +156,9 @@ static inline __attribute__((always_inline)) void kloop(const int r1, const int 
         if (r1 && two) QMM_TILE_ZERO(QMM_TC11);
     } else {
         QMM_TILE_LOAD(QMM_TC00, c, ldcb);
-        if (two) QMM_TILE_LOAD(QMM_TC01, c + 16, ldcb);
-        if (r1) QMM_TILE_LOAD(QMM_TC10, c + 16 * ldc, ldcb);
-        if (r1 && two) QMM_TILE_LOAD(QMM_TC11, c + 16 * ldc + 16, ldcb);
+        if (two) QMM_TILE_LOAD(QMM_TC01, c01, ldcb);
+        if (r1) QMM_TILE_LOAD(QMM_TC10, c10, ldcb);
+        if (r1 && two) QMM_TILE_LOAD(QMM_TC11, c11, ldcb);
     }
     const char *prow = pf->base ? pf->base + pf->l0 / pf->per_row * pf->ld : NULL; /* the prefetch position */
     int64_t pcol = pf->base ? pf->l0 % pf->per_row : 0, pleft = pf->base ? pf->l1 - pf->l0 : 0;
@@ -163,7 +178,8 @@ static inline __attribute__((always_inline)) void kloop(const int r1, const int 
                 if (two) QMM_AMX_PREFETCH_T1(p1 + l);
             }
         }
-        QMM_TILE_LOAD(QMM_TA0, a + ks * 64, lda);
+        if (at1) QMM_TILE_LOAD_T1(QMM_TA0, a + ks * 64, lda);
+        else QMM_TILE_LOAD(QMM_TA0, a + ks * 64, lda);
         QMM_TILE_LOAD(QMM_TB0, b + ks * 1024, 64);
         QMM_TDPBSSD(QMM_TC00, QMM_TA0, QMM_TB0);
         if (two) {
@@ -171,36 +187,39 @@ static inline __attribute__((always_inline)) void kloop(const int r1, const int 
             QMM_TDPBSSD(QMM_TC01, QMM_TA0, QMM_TB1);
         }
         if (r1) {
-            QMM_TILE_LOAD(QMM_TA1, a + 16 * lda + ks * 64, lda);
+            if (at1) QMM_TILE_LOAD_T1(QMM_TA1, a + 16 * lda + ks * 64, lda);
+            else QMM_TILE_LOAD(QMM_TA1, a + 16 * lda + ks * 64, lda);
             QMM_TDPBSSD(QMM_TC10, QMM_TA1, QMM_TB0);
             if (two) QMM_TDPBSSD(QMM_TC11, QMM_TA1, QMM_TB1);
         }
     }
     QMM_TILE_STORE(QMM_TC00, c, ldcb);
-    if (two) QMM_TILE_STORE(QMM_TC01, c + 16, ldcb);
-    if (r1) QMM_TILE_STORE(QMM_TC10, c + 16 * ldc, ldcb);
-    if (r1 && two) QMM_TILE_STORE(QMM_TC11, c + 16 * ldc + 16, ldcb);
+    if (two) QMM_TILE_STORE(QMM_TC01, c01, ldcb);
+    if (r1) QMM_TILE_STORE(QMM_TC10, c10, ldcb);
+    if (r1 && two) QMM_TILE_STORE(QMM_TC11, c11, ldcb);
 }
 
-/* The micro-kernel: C[mr][16·nr] (int32, rows ldc apart) = (first ? 0 : C) + A · B over nq quads
- * (a multiple of 16) — A: mr (1..32) rows of s8, lda bytes apart; B: nr (1..2) n16k4 blocks, ldb
- * bytes apart (64-byte multiples). The thread's tiles are configured here for mr rows (a no-op
- * unless the row count changed; the caller releases them). Prefetch as kloop (pfv: an amx_pf, or
- * NULL: none). External for the kernel-level test (amx_emu.h). */
+/* The micro-kernel: C[mr][16·nr] (int32; ldc > 0: rows ldc apart; ldc == 0: tile-contiguous,
+ * tile (i, j) at c + (i·nr + j)·256, see kloop) = (first ? 0 : C) + A · B over nq quads (a
+ * multiple of 16) — A: mr (1..32) rows of s8, lda bytes apart; B: nr (1..2) n16k4 blocks, ldb
+ * bytes apart (64-byte multiples). flags: QMM_AMX_UK_STREAM (the decode prefetch of B ahead),
+ * QMM_AMX_UK_A_T1 (A through TILELOADDT1; full 32 × 32 tiles only, else ignored). The thread's
+ * tiles are configured here for mr rows (a no-op unless the row count changed; the caller
+ * releases them). Prefetch as kloop (pfv: an amx_pf, or NULL: none). External for the
+ * kernel-level test (amx_emu.h) and the ladder (amx_ladder.c). */
 void QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(int mr, int nr, int64_t nq, const int8_t *a, int64_t lda,
                                                         const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc,
-                                                        int first, int stream, const void *pfv);
-void QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(int mr, int nr, int64_t nq, const int8_t *a, int64_t lda,
-                                                        const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc,
-                                                        int first, int stream, const void *pfv) {
+                                                        int first, int flags, const void *pfv) {
     static const amx_pf none = {NULL, 0, 1, 0, 0, 0};
     const amx_pf *pf = pfv ? (const amx_pf *)pfv : &none; /* an amx_pf (pfv: untyped for the test's prototype) */
-    const int r0 = mr < 16 ? mr : 16;
+    const int r0 = mr < 16 ? mr : 16, stream = (flags & QMM_AMX_UK_STREAM) != 0;
     QMM_AMX_SYM(qmm_amx_tiles_config)(r0, mr - r0);
-    if (mr > 16 && nr > 1) kloop(1, 1, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
-    else if (mr > 16) kloop(1, 0, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
-    else if (nr > 1) kloop(0, 1, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
-    else kloop(0, 0, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
+    if (mr > 16 && nr > 1) {
+        if (flags & QMM_AMX_UK_A_T1) kloop(1, 1, 1, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
+        else kloop(1, 1, 0, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
+    } else if (mr > 16) kloop(1, 0, 0, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
+    else if (nr > 1) kloop(0, 1, 0, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
+    else kloop(0, 0, 0, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
 }
 
 /* A borrowed weight: this row tile's share of the caller's rows that the driver packs next in
@@ -223,7 +242,7 @@ static void next_rows(const qmm_i8_gemm *g, const qmm_i8_tile *t, amx_pf *pf) {
     } else if (!t->last) { /* the first panel, next chunk */
         pb = b0;
         k0 = (q0 + t->nq) * 4;
-        k1 = k0 + g->kcq * 4;
+        k1 = k0 + qmm_i8_chunk_nq(g, q0 + t->nq) * 4;
     } else {
         return;
     }
@@ -242,8 +261,7 @@ static void next_rows(const qmm_i8_gemm *g, const qmm_i8_tile *t, amx_pf *pf) {
 /* ---------------------------------------------------------------- the driver's callbacks */
 static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
     const qmm_call *c = g->c;
-    const int64_t ldc = g->e->nc;
-    const int stream = t->pf_mode == QMM_I8_PF_STREAM && ((const amx_int8_engine *)g->e)->decode;
+    const int flags = t->pf_mode == QMM_I8_PF_STREAM && ((const amx_int8_engine *)g->e)->decode ? QMM_AMX_UK_STREAM : 0;
     amx_pf pf = {NULL, 0, 1, 0, 0, 0};
     if (t->pf_mode == QMM_I8_PF_NEXT) { /* owned, whole K: this row tile's share of the next panel */
         pf.base = (const char *)t->pf;
@@ -253,15 +271,16 @@ static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
     } else if (g->borrowed) {
         next_rows(g, t, &pf);
     }
+    /* the partials tile-contiguous (the driver's c_tiles: this tile's 4 KiB, ldc 0) */
     QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(t->mr, t->nr, t->nq, (const int8_t *)t->a, g->Kp, t->b, t->ldb,
-                                                        t->part, ldc, t->first, stream, &pf);
+                                                        t->part, 0, t->first, flags, &pf);
     if (!t->last) return;
     for (int i = 0; i < t->mr; i++)
         for (int jb = 0; jb < t->nr; jb++) {
             const int64_t n = t->n + 16 * jb;
+            const int32_t *row = t->part + ((i / 16) * t->nr + jb) * 256 + (i % 16) * 16; /* tile (i/16, jb), row i%16 */
             if (n < c->N)
-                qmm_z_epilogue16(c, _mm512_loadu_si512(t->part + i * ldc + 16 * jb), t->r + i, n, g->s[t->r + i],
-                                 qmm_z_tail_mask(c->N - n));
+                qmm_z_epilogue16(c, _mm512_loadu_si512(row), t->r + i, n, g->s[t->r + i], qmm_z_tail_mask(c->N - n));
         }
 }
 
@@ -295,7 +314,7 @@ static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
     const amx_int8_engine e = {
         .e = {.u8 = 0, .mr = 32, .nrb = 2, .mc = (int)bl.mc, .nc = (int)bl.nc, .kc = (int)bl.kc,
               .whole_k_m = regime == QMM_AMX_BLOCKED ? 0 : INT_MAX, .tile = tile, .pack = pack_block,
-              .begin = begin, .end = end, .k64 = 1, .mc_fixed = 1},
+              .begin = begin, .end = end, .k64 = 1, .mc_fixed = 1, .c_tiles = 1},
         .decode = regime == QMM_AMX_DECODE,
     };
     return qmm_int8_gemm(ctx, c, &e.e);
@@ -320,4 +339,7 @@ const qmm_engine QMM_AMX_SYM(qmm_engine_amx_int8) = {
     .run = amx_int8_run,
     .regime = qmm_amx_int8_regime,
     .tuning = qmm_amx_tuning,
+    .n_probes = QMM_AMX_LADDER_RUNGS,
+    .probe_names = QMM_AMX_SYM(qmm_amx_ladder_names),
+    .probe = QMM_AMX_SYM(qmm_amx_ladder_probe),
 };

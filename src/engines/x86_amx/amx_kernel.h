@@ -80,6 +80,14 @@ extern int qmm_amx_last_regime_emu; /* the regime of the last engine call (tests
 #define QMM_AMX_NOTE_REGIME(r) ((void)0)
 #endif
 
+/* The ladder of amx_ladder.c (qmm_engine.probe of amx_int8): rung names and the probe. */
+#ifndef QMM_AMX_LADDER_RUNGS
+#define QMM_AMX_LADDER_RUNGS 12 /* amx_emu.h says the same */
+#endif
+extern const char *const QMM_AMX_SYM(qmm_amx_ladder_names)[QMM_AMX_LADDER_RUNGS];
+qmm_status QMM_AMX_SYM(qmm_amx_ladder_probe)(int rung, int64_t reps, int small, void (*ready)(void *), void *arg,
+                                             qmm_probe_result *res);
+
 #ifdef QMM_AMX_KERNELS
 
 #include <immintrin.h>
@@ -94,6 +102,7 @@ extern int qmm_amx_last_regime_emu; /* the regime of the last engine call (tests
 #define QMM_TDPBSSD(c, a, b) qmm_amx_emu_dpbssd((c), (a), (b))
 #define QMM_TDPBF16PS(c, a, b) qmm_amx_emu_dpbf16ps((c), (a), (b))
 #define QMM_AMX_PREFETCH_T1(p) qmm_amx_emu_prefetch(p)
+#define QMM_TILE_LOAD_T1(t, p, stride) qmm_amx_emu_load_t1((t), (p), (size_t)(stride))
 #else
 /* A compiler barrier: gcc's tileloadd asm declares no memory input, so buffers written by C
  * code just before (the widened B block, ...) must be forced to memory first. */
@@ -107,11 +116,21 @@ extern int qmm_amx_last_regime_emu; /* the regime of the last engine call (tests
     do { QMM_AMX_MEMBAR(); _tile_loadd(t, (p), (long)(stride)); } while (0)
 #define QMM_TILE_STORE(t, p, stride) \
     do { _tile_stored(t, (p), (long)(stride)); QMM_AMX_MEMBAR(); } while (0)
+/* TILELOADDT1: the load with a hint that the data is not reused from L1 (streamed) */
+#define QMM_TILE_LOAD_T1(t, p, stride) \
+    do { QMM_AMX_MEMBAR(); _tile_stream_loadd(t, (p), (long)(stride)); } while (0)
 #define QMM_TILE_ZERO(t) _tile_zero(t)
 #define QMM_TDPBSSD(c, a, b) _tile_dpbssd(c, a, b)
 #define QMM_TDPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
 #define QMM_AMX_PREFETCH_T1(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 #endif
+
+/* amx_int8's micro-kernel (amx_int8.c): the flags, and the kernel itself (used by the int8
+ * driver's tile callback, the emulated kernel test and the ladder of amx_ladder.c). */
+enum { QMM_AMX_UK_STREAM = 1, QMM_AMX_UK_A_T1 = 2 };
+void QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(int mr, int nr, int64_t nq, const int8_t *a, int64_t lda,
+                                                        const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc,
+                                                        int first, int flags, const void *pf);
 
 /* Configures this thread's tiles for an M panel of r0 + r1 rows (1 <= r0 <= 16, 0 <= r1 <=
  * 16, r1 > 0 only if r0 == 16); loads the config only when it differs from the current one. */

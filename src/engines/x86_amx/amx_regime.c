@@ -33,10 +33,11 @@ qmm_status qmm_amx_tuning(char *buf, size_t size) {
     qmm_amx_blocking b;
     const int bad = amx_blocking(&b);
     if (size)
-        snprintf(buf, size, "kc=%lld,nc=%lld,mc=%lld,small_m=%lld,panel_a=%lld,min_m=%lld", (long long)b.kc,
-                 (long long)b.nc, (long long)b.mc, (long long)b.small_m, (long long)b.panel_a, (long long)b.min_m);
+        snprintf(buf, size, "kc=%lld,nc=%lld,mc=%lld,small_m=%lld,panel_a=%lld,min_m=%lld,borrowed_min_m=%lld",
+                 (long long)b.kc, (long long)b.nc, (long long)b.mc, (long long)b.small_m, (long long)b.panel_a,
+                 (long long)b.min_m, (long long)b.borrowed_min_m);
     QMM_RETURN_IF(bad, QMM_ERR_INVALID_ARGUMENT,
-                  "QMM_AMX_BLOCKING='%s' is not valid (keys kc, nc, mc, small_m, panel_a, min_m): the AMX engines use "
+                  "QMM_AMX_BLOCKING='%s' is not valid (keys kc, nc, mc, small_m, panel_a, min_m, borrowed_min_m): the AMX engines use "
                   "their defaults", getenv("QMM_AMX_BLOCKING"));
     return QMM_OK;
 }
