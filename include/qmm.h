@@ -421,12 +421,13 @@ qmm_status  qmm_engine_probe(qmm_engine_id e, int i, int64_t reps, void (*ready)
 /* ---------------------------------------------------------------- attention (SPEC §10) */
 /* out = softmax(scale · q·kᵀ + mask) · v per batch and head, flash-attention style: tiles of
  * queries × keys, the softmax online in f32, nothing of size S × Skv allocated (per-thread
- * scratch of O(Skv · D) from the context). Dispatch as for linears (SPEC §4): every float
- * engine that offers attention, best first, admits or refuses with a reason; the first that
- * admits runs; the reference only by name (args.engine = QMM_ENGINE_REF). */
+ * scratch of O(Skv · D) from the context). Dispatch as for linears (SPEC §4): every engine that
+ * offers attention, best first (the int8 engines in mode int8 only), admits or refuses with a
+ * reason; the first that admits runs; the reference only by name (args.engine = QMM_ENGINE_REF). */
 typedef enum qmm_attn_mode {
     QMM_ATTN_BEST = 0,   /* the fastest engine: bf16 operands (q, k, p, v rounded to bf16, RNE)
-                            with f32 accumulation where the CPU has them, else f32 */
+                            with f32 accumulation where the CPU runs them faster than f32 FMA,
+                            else f32 */
     QMM_ATTN_F32 = 1,    /* f32 operands only (engines with bf16 operands refuse) */
     QMM_ATTN_INT8 = 2,   /* QKᵀ on int8 operands (the keys' mean subtracted, then q per row and k
                             per key quantized to int8, SageAttention-style), P·V in f32, on an
