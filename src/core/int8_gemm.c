@@ -44,11 +44,23 @@ void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int6
         t->neg128 = 0;
         return;
     }
-    const qmm_i8_pack_fn pack = g->e->pack ? g->e->pack : qmm_i8_pack_block_ref;
     int8_t *dst = g->panels + (int64_t)thread * g->panel_bytes;
     const int64_t N = g->c->N, K = g->c->K, ld = w->borrow.ld;
     const int64_t k0 = q0 * 4, k1 = (q0 + nq) * 4 < K ? (q0 + nq) * 4 : K;
     int neg = 0;
+    if (w->w4a8) { /* the codes decoded into the panel (values in [-127, 127]: no -128) */
+        const qmm_w4a8_pack_fn pw = g->e->pack_w4a8 ? g->e->pack_w4a8 : qmm_w4a8_pack_block_ref;
+        for (int jb = 0; jb < nr; jb++) {
+            const int64_t n0 = (nb + jb) * 16;
+            pw(w, n0, N - n0 < 16 ? (int)(N - n0) : 16, k0, k1, dst + jb * nq * 64, nq, cs + jb * 16, first);
+        }
+        t->b = dst;
+        t->ldb = nq * 64;
+        t->colsum = cs;
+        t->neg128 = 0;
+        return;
+    }
+    const qmm_i8_pack_fn pack = g->e->pack ? g->e->pack : qmm_i8_pack_block_ref;
     for (int jb = 0; jb < nr; jb++) {
         const int64_t n0 = (nb + jb) * 16;
         const int rows = N - n0 < 16 ? (int)(N - n0) : 16;
@@ -142,7 +154,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     void *buf, *pbuf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 9, &buf));
     const int64_t kq = e->k64 ? Kp / 4 : (c->K + 3) / 4;
-    const int borrowed = w->i8.data == NULL, rows = borrowed && M <= e->rows_m;
+    const int borrowed = w->i8.data == NULL, rows = borrowed && !w->w4a8 && M <= e->rows_m;
     const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M) : 0;
     const int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4;
     /* rows per task: the engine's mc; a borrowed weight's panels are packed once per task, so up
