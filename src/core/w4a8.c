@@ -39,3 +39,8 @@ void qmm_w4a8_pack_block_ref(const qmm_weight *w, int64_t n0, int rows, int64_t 
         if (cs) cs[j] = (int32_t)sum;
     }
 }
+
+qmm_w4a8_decode_fn qmm_w4a8_decoder(const qmm_context *ctx) {
+    return qmm_w4a8_decode_row_avx512_ptr && qmm_core_simd(ctx) == QMM_ISA_AVX512 ? qmm_w4a8_decode_row_avx512_ptr
+                                                                                    : qmm_w4a8_decode_row;
+}

@@ -12,6 +12,11 @@
 /* dst[k - k0] = W[n][k] for k in [k0, k1) (k0 even; reads only row n's code bytes and group scales
  * of that range). */
 void qmm_w4a8_decode_row(const qmm_weight *w, int64_t n, int64_t k0, int64_t k1, int8_t *dst);
+typedef void (*qmm_w4a8_decode_fn)(const qmm_weight *w, int64_t n, int64_t k0, int64_t k1, int8_t *dst);
+/* its AVX-512 form (w4a8_avx512.c): the same bits */
+extern const qmm_w4a8_decode_fn qmm_w4a8_decode_row_avx512_ptr;
+/* the fastest decoder the context's core SIMD level runs */
+qmm_w4a8_decode_fn qmm_w4a8_decoder(const qmm_context *ctx);
 
 /* Packs rows [n0, n0 + rows) (rows <= 16; the rest zero) × k [k0, k1) of a W4A8 weight (k0 a
  * multiple of 4, k1 <= K) into dst [nq][16][4] (quads past k1 zero), as qmm_i8_pack_fn does for
