@@ -17,7 +17,8 @@
  *   - the library never exits, aborts or prints, except dispatch logging when switched on
  *     (QMM_VERBOSE=dispatch or qmm_context_options.verbose), which goes to stderr;
  *   - handles are opaque; *_create copies what it needs (the caller keeps its buffers), except
- *     qmm_weight_borrow_int8, which reads the caller's memory at every call; *_destroy(NULL) is a no-op.
+ *     qmm_weight_borrow_int8 and qmm_weight_borrow_w4a8, which read the caller's memory at every
+ *     call; *_destroy(NULL) is a no-op.
  *
  * Thread safety: a qmm_weight is immutable after creation (a borrowed one: its handle; the caller
  * owns the memory it reads) and may be used from any number of
@@ -80,9 +81,10 @@ typedef enum qmm_dtype {
     QMM_I8 = 3,
     QMM_U8 = 4,
     QMM_I32 = 5,    /* as an output dtype: the int32 accumulators (SPEC §1 step 4, §6) */
+    QMM_F8_E4M3 = 6, /* fp8 e4m3fn (torch.float8_e4m3fn): only as W4A8 group scales (s_rel, SPEC §11) */
     QMM_DTYPE_COUNT
 } qmm_dtype;
-const char *qmm_dtype_name(qmm_dtype t);  /* "f32", "f16", "bf16", "i8", "u8", "i32" */
+const char *qmm_dtype_name(qmm_dtype t);  /* "f32", "f16", "bf16", "i8", "u8", "i32", "f8_e4m3" */
 size_t      qmm_dtype_size(qmm_dtype t);  /* bytes per element, 0 if unknown */
 /* n values of src_dtype → dst_dtype, both F32, F16 or BF16, rounded to nearest even (SPEC T()). */
 qmm_status  qmm_convert(const void *src, qmm_dtype src_dtype, void *dst, qmm_dtype dst_dtype, int64_t n);
@@ -256,6 +258,52 @@ qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *desc,
  * follows the thread-safety rule of every weight (calls from any number of contexts at once). */
 qmm_status qmm_weight_borrow_int8(qmm_context *ctx, const qmm_weight_desc *desc, qmm_weight **out);
 
+/* A W4A8 / W6A8 weight as comfy-kitchen 0.2.40 stores it (AsymW4A8Int8Layout, symmetric: no
+ * correction; SPEC §11): per weight a 4- or 6-bit code, per group of group_size consecutive k a
+ * relative scale s_rel, optionally a 16-entry codebook (4 bits only), per output row s_channel.
+ * The int8 value of W[n][k], c its code, g = k / group_size:
+ *     v = codebook ? codebook[c] : c - 2^(bits-1);   W = clamp(rne_int(v · float(s_rel[n][g])), -127, 127)
+ * (one fp32 product; a NaN product gives 0), the kitchen's _dequant_int4_grouped_to_int8 bit for
+ * bit; then the layer is the int8 layer of SPEC §1 with weight scale s_channel [N] and convrot_gs. */
+typedef struct qmm_w4a8_desc {
+    const char *name;         /* layer name for messages and logs (copied); may be NULL */
+    int64_t N, K;             /* K % 16 == 0 (6 bits: K % 32 == 0) */
+    int bits;                 /* 4 or 6 */
+    /* [N][K·bits/8] bytes, rows contiguous: bytes [0, K/2) of a row hold the low nibbles (code of
+     * even k in bits 0-3 of byte k/2, odd k in bits 4-7); at 6 bits bytes [K/2, 3K/4) hold the top
+     * 2 bits of each code (k in byte K/2 + k/4 at bit 2·(k%4)) */
+    const uint8_t *codes;
+    int64_t codes_bytes;      /* the size of the caller's codes buffer: must be N·K·bits/8 */
+    const void *s_rel;        /* [N][K/group_size] of s_rel_dtype, rows contiguous */
+    qmm_dtype s_rel_dtype;    /* QMM_F8_E4M3 (the kitchen's default) or QMM_F32 */
+    int64_t n_s_rel;          /* must be N·K/group_size */
+    int group_size;           /* >= 4, dividing 16 or a multiple of 16, dividing K (6 bits: a multiple of 16) */
+    const float *codebook;    /* 16 fp32 values (4 bits only), or NULL: uniform v = c - 2^(bits-1) */
+    int64_t n_codebook;       /* 16 with a codebook, 0 without */
+    const float *s_channel;   /* [N] fp32: the per-row weight scale of the int8 layer */
+    const void *bias;         /* optional N values of bias_dtype */
+    qmm_dtype bias_dtype;     /* F32, F16 or BF16 */
+    int convrot_gs;           /* the kitchen always rotates: a power of 4 from 4 to 65536 dividing K
+                                 (0: no rotation, not a kitchen layout) */
+    int full_precision;       /* 1: run W8A16 on a float engine */
+} qmm_w4a8_desc;
+qmm_w4a8_desc qmm_w4a8_desc_default(void);  /* zero, bits 4, s_rel F8_E4M3, group 16, bias F32 */
+/* A W4A8 weight over the caller's memory, nothing copied (as qmm_weight_borrow_int8): codes,
+ * s_rel, codebook, s_channel and bias are read at every call as they are then; the caller keeps
+ * them alive until qmm_weight_destroy and may change them between calls, never during one. No
+ * int8 copy of the weight exists: every call decodes the codes into the int8 engines' per-call
+ * weight panels (or the float fallback's blocks). Creation checks every field (an error naming
+ * it: NULL pointers, bits, codes_bytes, n_s_rel, group_size, n_codebook, the shape limits of
+ * qmm_weight_create_int8, convrot_gs) and reads the scales and the codebook once: a NaN or
+ * infinite s_rel, s_channel or codebook value is INVALID_ARGUMENT naming the tensor and index. */
+qmm_status qmm_weight_borrow_w4a8(qmm_context *ctx, const qmm_w4a8_desc *desc, qmm_weight **out);
+
+/* The int8 values W[n][k] of rows [n0, n0 + rows) of an int8 weight — owned, borrowed, or a
+ * W4A8 weight's codes decoded (SPEC §11) — into out [rows][ldo] (ldo >= K; 0 = K). For
+ * inspection and tests (what every engine multiplies); INVALID_ARGUMENT for a float weight, NULL
+ * pointers or rows outside [0, N]. */
+qmm_status qmm_weight_int8_rows(const qmm_weight *w, int64_t n0, int64_t rows, int8_t *out, int64_t ldo);
+
 /* SPEC §2: quantize a float matrix into int8 + scales. */
 typedef struct qmm_quant_options {
     int convrot_gs;   /* 0 none; -1 auto (largest of 256, 64, 16 dividing K); or a power of 4 */
@@ -293,6 +341,9 @@ typedef struct qmm_weight_info {
     int has_bias;
     int full_precision;
     size_t packed_bytes;      /* memory held for the weight (0 for a borrowed weight) */
+    int code_bits;            /* W4A8: 4 or 6 (qmm_weight_borrow_w4a8); 0 otherwise */
+    int group_size;           /* W4A8: the s_rel group; 0 otherwise */
+    int has_codebook;         /* W4A8: 1 with a 16-entry codebook */
 } qmm_weight_info;
 void qmm_weight_get_info(const qmm_weight *w, qmm_weight_info *out);
 

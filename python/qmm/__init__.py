@@ -389,6 +389,53 @@ class Weight:
         w._borrowed = keep
         return w
 
+    @classmethod
+    def borrow_w4a8(cls, codes, N, K, bits, s_rel, s_rel_dtype, group_size, s_channel,
+                    codebook=None, bias=None, bias_dtype="f32", convrot_gs=256, name=None,
+                    full_precision=False, ctx=None):
+        """qmm_weight_borrow_w4a8: a W4A8 / W6A8 weight over the caller's memory (SPEC §11),
+        nothing copied: codes [N, K*bits/8] bytes, s_rel [N, K/group_size] of s_rel_dtype
+        ("f8_e4m3" or "f32"), s_channel [N] fp32, optional codebook [16] fp32 and bias. Each is
+        an address, a ctypes object, an array-interface object or a torch tensor (contiguous);
+        the Weight keeps a reference to every object passed until close()."""
+        if L.qmm_weight_borrow_w4a8 is None:
+            raise QmmError(L.ERR_UNSUPPORTED, "qmm: %s lacks qmm_weight_borrow_w4a8" % L.PATH)
+        keep = [o for o in (codes, s_rel, s_channel, codebook, bias)
+                if o is not None and not isinstance(o, int)]
+        d = L.qmm_w4a8_desc_default()
+        bname = name.encode() if name else None
+        d.name = bname
+        d.N, d.K, d.bits = int(N), int(K), int(bits)
+        d.codes = _address(codes)
+        d.codes_bytes = int(N) * int(K) * int(bits) // 8
+        d.s_rel = _address(s_rel)
+        d.s_rel_dtype = L.F8_E4M3 if s_rel_dtype in ("f8_e4m3", "float8_e4m3fn") else dtype_code(s_rel_dtype)
+        d.group_size = int(group_size)
+        d.n_s_rel = int(N) * (int(K) // max(int(group_size), 1))
+        d.codebook = _address(codebook)
+        d.n_codebook = 16 if codebook is not None else 0
+        d.s_channel = _address(s_channel)
+        d.bias = _address(bias)
+        d.bias_dtype = dtype_code(bias_dtype)
+        d.convrot_gs = int(convrot_gs)
+        d.full_precision = int(bool(full_precision))
+        p = ctypes.c_void_p()
+        with _lock:
+            _check(L.qmm_weight_borrow_w4a8((ctx or context()).ptr, ctypes.byref(d),
+                                            ctypes.byref(p)), "qmm_weight_borrow_w4a8")
+        w = cls(p.value, name)
+        w._borrowed = keep
+        return w
+
+    def int8_rows(self, n0=0, rows=None):
+        """qmm_weight_int8_rows: the int8 values every engine multiplies (a W4A8 weight's codes
+        decoded), rows [n0, n0 + rows), as a bytearray of rows × K."""
+        i = self.info()
+        rows = i["N"] - n0 if rows is None else rows
+        buf = (ctypes.c_int8 * max(rows * i["K"], 1))()
+        _check(L.qmm_weight_int8_rows(self.ptr, n0, rows, buf, i["K"]), "qmm_weight_int8_rows")
+        return bytearray(buf)[:rows * i["K"]]
+
     def close(self):
         if getattr(self, "ptr", None):
             self._destroy(self.ptr)
@@ -404,7 +451,8 @@ class Weight:
                 "is_int8": bool(i.is_int8), "dtype": L.qmm_dtype_name(i.dtype).decode(),
                 "convrot_gs": i.convrot_gs, "per_tensor_scale": bool(i.per_tensor_scale),
                 "has_bias": bool(i.has_bias), "full_precision": bool(i.full_precision),
-                "packed_bytes": int(i.packed_bytes)}
+                "packed_bytes": int(i.packed_bytes), "code_bits": i.code_bits,
+                "group_size": i.group_size, "has_codebook": bool(i.has_codebook)}
 
     def linear(self, args, ctx=None, n_threads=0):
         """qmm_linear with a filled _lib.LinearArgs (pointers already set by the caller), on ctx

@@ -21,7 +21,7 @@ STATUS_NAMES = ["QMM_OK", "QMM_ERR_INVALID_ARGUMENT", "QMM_ERR_UNSUPPORTED", "QM
                 "QMM_ERR_DIST", "QMM_ERR_INTERNAL"]
 OK, ERR_INVALID_ARGUMENT, ERR_UNSUPPORTED, ERR_NO_ENGINE, ERR_FALLBACK_REFUSED = 0, 1, 2, 3, 4
 
-F32, F16, BF16, I8, U8, I32 = 0, 1, 2, 3, 4, 5
+F32, F16, BF16, I8, U8, I32, F8_E4M3 = 0, 1, 2, 3, 4, 5, 6
 ACT_NONE, ACT_SWIGLU, ACT_GELU_TANH, ACT_RMS_NORM, ACT_SITU, ACT_COUNT = 0, 1, 2, 3, 4, 5
 EPILOGUE_FUSED, EPILOGUE_KITCHEN = 0, 1
 ENGINE_UNKNOWN, ENGINE_AUTO, ENGINE_REF = -1, 0, 1
@@ -53,7 +53,17 @@ class WeightDesc(Structure):
 class WeightInfo(Structure):
     _fields_ = [("name", c_char_p), ("N", c_int64), ("K", c_int64), ("is_int8", c_int),
                 ("dtype", c_int), ("convrot_gs", c_int), ("per_tensor_scale", c_int),
-                ("has_bias", c_int), ("full_precision", c_int), ("packed_bytes", c_size_t)]
+                ("has_bias", c_int), ("full_precision", c_int), ("packed_bytes", c_size_t),
+                ("code_bits", c_int), ("group_size", c_int), ("has_codebook", c_int)]
+
+
+class W4A8Desc(Structure):
+    _fields_ = [("name", c_char_p), ("N", c_int64), ("K", c_int64), ("bits", c_int),
+                ("codes", c_void_p), ("codes_bytes", c_int64), ("s_rel", c_void_p),
+                ("s_rel_dtype", c_int), ("n_s_rel", c_int64), ("group_size", c_int),
+                ("codebook", c_void_p), ("n_codebook", c_int64), ("s_channel", c_void_p),
+                ("bias", c_void_p), ("bias_dtype", c_int), ("convrot_gs", c_int),
+                ("full_precision", c_int)]
 
 
 class QuantOptions(Structure):
@@ -164,6 +174,11 @@ qmm_dequantize_weight = _fn("qmm_dequantize_weight", c_int, c_void_p, c_int64, c
 qmm_weight_create_float = _fn("qmm_weight_create_float", c_int, c_void_p, c_char_p, c_void_p, c_int,
                               c_int64, c_int64, c_int64, c_void_p, c_int, POINTER(c_void_p))
 qmm_weight_destroy = _fn("qmm_weight_destroy", None, c_void_p)
+qmm_w4a8_desc_default = _fn("qmm_w4a8_desc_default", W4A8Desc, optional=True)
+qmm_weight_borrow_w4a8 = _fn("qmm_weight_borrow_w4a8", c_int, c_void_p, POINTER(W4A8Desc),
+                             POINTER(c_void_p), optional=True)
+qmm_weight_int8_rows = _fn("qmm_weight_int8_rows", c_int, c_void_p, c_int64, c_int64, c_void_p,
+                           c_int64, optional=True)
 qmm_weight_get_info = _fn("qmm_weight_get_info", None, c_void_p, POINTER(WeightInfo))
 
 qmm_linear_args_default = _fn("qmm_linear_args_default", LinearArgs)

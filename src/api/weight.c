@@ -7,6 +7,7 @@
  */
 #include "numerics.h"
 #include "qmm_internal.h"
+#include "w4a8.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -166,6 +167,111 @@ qmm_status qmm_weight_borrow_int8(qmm_context *ctx, const qmm_weight_desc *d, qm
     return QMM_OK;
 }
 
+qmm_w4a8_desc qmm_w4a8_desc_default(void) {
+    qmm_w4a8_desc d;
+    memset(&d, 0, sizeof d);
+    d.bits = 4;
+    d.s_rel_dtype = QMM_F8_E4M3;
+    d.group_size = 16;
+    d.bias_dtype = QMM_F32;
+    return d;
+}
+
+/* the first non-finite value of n fp32 values, or -1 */
+static int64_t first_nonfinite_f32(const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) return i;
+    return -1;
+}
+
+qmm_status qmm_weight_borrow_w4a8(qmm_context *ctx, const qmm_w4a8_desc *d, qmm_weight **out) {
+    static const char fn[] = "qmm_weight_borrow_w4a8";
+    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    *out = NULL;
+    QMM_RETURN_IF(!ctx || !d, QMM_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, !ctx ? "ctx" : "desc");
+    const char *nm = wname(d->name);
+    const int64_t N = d->N, K = d->K;
+    QMM_FORWARD_IF_ERROR(check_shape(nm, N, K, 0, 1));
+    QMM_RETURN_IF(d->bits != 4 && d->bits != 6, QMM_ERR_INVALID_ARGUMENT, "weight %s: bits %d (needs 4 or 6)", nm, d->bits);
+    QMM_RETURN_IF(K % (d->bits == 6 ? 32 : 16) != 0, QMM_ERR_INVALID_ARGUMENT,
+                  "weight %s [%lld, %lld]: K=%lld is not a multiple of %d (W%dA8 storage)", nm, (long long)N,
+                  (long long)K, (long long)K, d->bits == 6 ? 32 : 16, d->bits);
+    QMM_RETURN_IF(!d->codes, QMM_ERR_INVALID_ARGUMENT, "weight %s: codes is NULL", nm);
+    const int64_t want_codes = N * K / 8 * d->bits;
+    QMM_RETURN_IF(d->codes_bytes != want_codes, QMM_ERR_INVALID_ARGUMENT,
+                  "weight %s [%lld, %lld]: codes_bytes %lld (needs N*K*bits/8 = %lld at %d bits)", nm, (long long)N,
+                  (long long)K, (long long)d->codes_bytes, (long long)want_codes, d->bits);
+    const int gsz = d->group_size;
+    QMM_RETURN_IF(gsz < 4 || (16 % gsz != 0 && gsz % 16 != 0) || K % gsz != 0 || (d->bits == 6 && gsz % 16 != 0),
+                  QMM_ERR_INVALID_ARGUMENT,
+                  "weight %s [%lld, %lld]: group_size %d (needs >= 4, dividing 16 or a multiple of 16%s, and "
+                  "dividing K=%lld)", nm, (long long)N, (long long)K, gsz, d->bits == 6 ? "; 6 bits: a multiple of 16" : "",
+                  (long long)K);
+    QMM_RETURN_IF(!d->s_rel, QMM_ERR_INVALID_ARGUMENT, "weight %s: s_rel is NULL", nm);
+    QMM_RETURN_IF(d->s_rel_dtype != QMM_F8_E4M3 && d->s_rel_dtype != QMM_F32, QMM_ERR_INVALID_ARGUMENT,
+                  "weight %s: s_rel dtype %s (needs f8_e4m3 or f32)", nm, qmm_dtype_name(d->s_rel_dtype));
+    const int64_t groups = K / gsz;
+    QMM_RETURN_IF(d->n_s_rel != N * groups, QMM_ERR_INVALID_ARGUMENT,
+                  "weight %s [%lld, %lld]: %lld s_rel values (needs N*K/group_size = %lld)", nm, (long long)N,
+                  (long long)K, (long long)d->n_s_rel, (long long)(N * groups));
+    QMM_RETURN_IF((d->codebook != NULL) != (d->n_codebook != 0) || (d->codebook && d->n_codebook != 16),
+                  QMM_ERR_INVALID_ARGUMENT, "weight %s: codebook %s with n_codebook %lld (needs 16 values, or NULL and 0)",
+                  nm, d->codebook ? "given" : "NULL", (long long)d->n_codebook);
+    QMM_RETURN_IF(d->codebook && d->bits == 6, QMM_ERR_INVALID_ARGUMENT,
+                  "weight %s: codebook with 6-bit codes (6-bit storage is uniform: no codebook)", nm);
+    QMM_RETURN_IF(!d->s_channel, QMM_ERR_INVALID_ARGUMENT, "weight %s: s_channel is NULL", nm);
+    QMM_RETURN_IF(!valid_gs(d->convrot_gs), QMM_ERR_UNSUPPORTED,
+                  "weight %s: convrot group size %d (needs 0 or a power of 4 from 4 to 65536)", nm, d->convrot_gs);
+    QMM_RETURN_IF(d->convrot_gs && K % d->convrot_gs != 0, QMM_ERR_UNSUPPORTED,
+                  "weight %s [%lld, %lld]: K=%lld is not a multiple of the convrot group %d", nm, (long long)N,
+                  (long long)K, (long long)K, d->convrot_gs);
+    QMM_RETURN_IF(d->bias && !qmm_dtype_is_float(d->bias_dtype), QMM_ERR_UNSUPPORTED,
+                  "weight %s: bias dtype %s (needs f32, f16 or bf16)", nm, qmm_dtype_name(d->bias_dtype));
+    /* the scales and the codebook, once: finite values only */
+    int64_t bad = first_nonfinite_f32(d->s_channel, N);
+    QMM_RETURN_IF(bad >= 0, QMM_ERR_INVALID_ARGUMENT, "weight %s: s_channel[%lld] is %s (needs finite scales)", nm,
+                  (long long)bad, isnan(d->s_channel[bad]) ? "NaN" : "infinite");
+    if (d->codebook) {
+        bad = first_nonfinite_f32(d->codebook, 16);
+        QMM_RETURN_IF(bad >= 0, QMM_ERR_INVALID_ARGUMENT, "weight %s: codebook[%lld] is %s (needs finite values)", nm,
+                      (long long)bad, isnan(d->codebook[bad]) ? "NaN" : "infinite");
+    }
+    if (d->s_rel_dtype == QMM_F32) {
+        bad = first_nonfinite_f32(d->s_rel, N * groups);
+    } else {
+        const uint8_t *b = d->s_rel;
+        bad = -1;
+        for (int64_t i = 0; i < N * groups && bad < 0; i++)
+            if ((b[i] & 0x7f) == 0x7f) bad = i;
+    }
+    QMM_RETURN_IF(bad >= 0, QMM_ERR_INVALID_ARGUMENT, "weight %s: s_rel[%lld][%lld] is %s (needs finite scales)", nm,
+                  (long long)(bad / groups), (long long)(bad % groups),
+                  d->s_rel_dtype == QMM_F32 && isinf(((const float *)d->s_rel)[bad]) ? "infinite" : "NaN");
+    qmm_weight *w;
+    QMM_FORWARD_IF_ERROR(weight_common(d->name, N, K, 0, 1, NULL, d->bias_dtype, &w));
+    w->is_int8 = 1;
+    w->convrot_gs = d->convrot_gs;
+    w->full_precision = d->full_precision != 0;
+    w->i8.Np = qmm_round_up(N, 16);
+    w->i8.Kp = qmm_round_up(K, 64);
+    w->borrowed = 1;
+    w->borrow.ld = K;
+    w->borrow.scale = d->s_channel;
+    w->borrow.n_scale = N;
+    w->borrow.bias = d->bias;
+    w->borrow.bias_dtype = d->bias_dtype;
+    w->w4a8 = 1;
+    w->w4.codes = d->codes;
+    w->w4.row_bytes = K / 8 * d->bits;
+    w->w4.bits = d->bits;
+    w->w4.s_rel = d->s_rel;
+    w->w4.s_rel_dtype = d->s_rel_dtype;
+    w->w4.group = gsz;
+    w->w4.codebook = d->codebook;
+    *out = w;
+    return QMM_OK;
+}
+
 qmm_status qmm_weight_create_float(qmm_context *ctx, const char *name, const void *wdata, qmm_dtype wt,
                                    int64_t N, int64_t K, int64_t ld, const void *bias, qmm_dtype bias_dtype,
                                    qmm_weight **out) {
@@ -208,6 +314,23 @@ qmm_status qmm_weight_create_float(qmm_context *ctx, const char *name, const voi
     return QMM_OK;
 }
 
+qmm_status qmm_weight_int8_rows(const qmm_weight *w, int64_t n0, int64_t rows, int8_t *out, int64_t ldo) {
+    QMM_RETURN_IF(!w || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_weight_int8_rows: %s is NULL", !w ? "w" : "out");
+    QMM_RETURN_IF(!w->is_int8, QMM_ERR_INVALID_ARGUMENT, "qmm_weight_int8_rows: weight %s is a float weight", w->name);
+    QMM_RETURN_IF(n0 < 0 || rows < 0 || n0 > w->N || rows > w->N - n0, QMM_ERR_INVALID_ARGUMENT,
+                  "qmm_weight_int8_rows: rows [%lld, %lld + %lld) outside weight %s's N=%lld", (long long)n0,
+                  (long long)n0, (long long)rows, w->name, (long long)w->N);
+    if (!ldo) ldo = w->K;
+    QMM_RETURN_IF(ldo < w->K, QMM_ERR_INVALID_ARGUMENT, "qmm_weight_int8_rows: ldo %lld < K=%lld", (long long)ldo,
+                  (long long)w->K);
+    for (int64_t i = 0; i < rows; i++) {
+        if (w->w4a8) qmm_w4a8_decode_row(w, n0 + i, 0, w->K, out + i * ldo);
+        else
+            for (int64_t k = 0; k < w->K; k++) out[i * ldo + k] = qmm_weight_i8_at(w, n0 + i, k);
+    }
+    return QMM_OK;
+}
+
 void qmm_weight_get_info(const qmm_weight *w, qmm_weight_info *o) {
     if (!o) return;
     memset(o, 0, sizeof *o);
@@ -227,6 +350,11 @@ void qmm_weight_get_info(const qmm_weight *w, qmm_weight_info *o) {
     else b += (size_t)(w->fp.Np * w->fp.Kp) * qmm_dtype_size(w->fdtype);
     if (w->bias) b += (size_t)w->N * 4;
     o->packed_bytes = b;
+    if (w->w4a8) {
+        o->code_bits = w->w4.bits;
+        o->group_size = w->w4.group;
+        o->has_codebook = w->w4.codebook != NULL;
+    }
 }
 
 /* ---------------------------------------------------------------- SPEC §2 */

@@ -25,13 +25,13 @@ const char *qmm_status_name(qmm_status s) {
 }
 
 const char *qmm_dtype_name(qmm_dtype t) {
-    static const char *const names[QMM_DTYPE_COUNT] = {"f32", "f16", "bf16", "i8", "u8", "i32"};
+    static const char *const names[QMM_DTYPE_COUNT] = {"f32", "f16", "bf16", "i8", "u8", "i32", "f8_e4m3"};
     if ((unsigned)t >= QMM_DTYPE_COUNT) return "unknown";
     return names[t];
 }
 
 size_t qmm_dtype_size(qmm_dtype t) {
-    static const size_t sizes[QMM_DTYPE_COUNT] = {4, 2, 2, 1, 1, 4};
+    static const size_t sizes[QMM_DTYPE_COUNT] = {4, 2, 2, 1, 1, 4, 1};
     if ((unsigned)t >= QMM_DTYPE_COUNT) return 0;
     return sizes[t];
 }

@@ -132,6 +132,19 @@ struct qmm_weight {
         const void *bias;    /* [N] of bias_dtype, or NULL */
         qmm_dtype bias_dtype;
     } borrow;
+    /* a borrowed W4A8 weight (qmm_weight_borrow_w4a8; borrowed = 1, borrow.data NULL, borrow.scale
+     * = s_channel, n_scale N): the caller's codes, group scales and codebook, decoded to int8 per
+     * call into the engines' panels (SPEC §11; qmm_w4a8_at is the definition) */
+    int w4a8;
+    struct {
+        const uint8_t *codes;  /* [N][K·bits/8] */
+        int64_t row_bytes;     /* K·bits/8 */
+        int bits;              /* 4 or 6 */
+        const void *s_rel;     /* [N][K/group] of s_rel_dtype */
+        qmm_dtype s_rel_dtype; /* F8_E4M3 or F32 */
+        int group;             /* group size */
+        const float *codebook; /* [16] or NULL */
+    } w4;
     /* float weights (is_int8 == 0): fdtype BF16 or F32 (F16 is widened to F32) */
     qmm_dtype fdtype;
     qmm_packed_f fp;
@@ -148,8 +161,55 @@ static inline void qmm_weight_copy_plain(qmm_weight *dst, const qmm_weight *src)
     __builtin_memset((char *)dst + plain, 0, sizeof *dst - plain);
 }
 
-/* W[n][k] of an int8 weight, borrowed (the caller's memory) or packed. */
+/* fp8 e4m3fn (bias 7, no infinities, 0x7f/0xff NaN) → fp32, exact. */
+static inline float qmm_e4m3_to_f32(uint8_t b) {
+    const uint32_t sign = (uint32_t)(b & 0x80) << 24, e = (b >> 3) & 15u, m = b & 7u;
+    uint32_t u;
+    if (e == 15 && m == 7) u = 0x7fc00000u;               /* NaN */
+    else if (e == 0) {                                    /* zero or subnormal: m · 2^-9 */
+        union { float f; uint32_t u; } v = {.f = (float)m * 0x1p-9f};
+        u = v.u;
+    } else u = ((e + 120u) << 23) | (m << 20);            /* 2^(e-7) · 1.m */
+    union { uint32_t u; float f; } r = {.u = u | sign};
+    return r.f;
+}
+
+/* s_rel[n][g] of a W4A8 weight as fp32 (exact). */
+static inline float qmm_w4a8_srel(const qmm_weight *w, int64_t n, int64_t g) {
+    const int64_t i = n * (w->K / w->w4.group) + g;
+    return w->w4.s_rel_dtype == QMM_F32 ? ((const float *)w->w4.s_rel)[i] : qmm_e4m3_to_f32(((const uint8_t *)w->w4.s_rel)[i]);
+}
+
+/* The code of W[n][k] of a W4A8 weight (0 .. 2^bits - 1). */
+static inline int qmm_w4a8_code(const qmm_weight *w, int64_t n, int64_t k) {
+    const uint8_t *row = w->w4.codes + n * w->w4.row_bytes;
+    int c = (row[k >> 1] >> ((k & 1) * 4)) & 15;
+    if (w->w4.bits == 6) c |= ((row[w->K / 2 + (k >> 2)] >> ((k & 3) * 2)) & 3) << 4;
+    return c;
+}
+
+/* The int8 value of a code given the group's s_rel (SPEC §11): v · s_rel in fp32, rounded half to
+ * even, clamped to [-127, 127]; NaN gives 0. The definition every decoder reproduces. */
+static inline int8_t qmm_w4a8_value(float v, float s_rel) {
+    float p = v * s_rel;
+    if (p != p) return 0;
+    p = __builtin_rintf(p);
+    return (int8_t)(p > 127.0f ? 127 : p < -127.0f ? -127 : (int)p);
+}
+
+/* The level of code c: codebook[c], or c - 2^(bits-1). */
+static inline float qmm_w4a8_level(const qmm_weight *w, int c) {
+    return w->w4.codebook ? w->w4.codebook[c] : (float)(c - (1 << (w->w4.bits - 1)));
+}
+
+static inline int8_t qmm_w4a8_at(const qmm_weight *w, int64_t n, int64_t k) {
+    return qmm_w4a8_value(qmm_w4a8_level(w, qmm_w4a8_code(w, n, k)), qmm_w4a8_srel(w, n, k / w->w4.group));
+}
+
+/* W[n][k] of an int8 weight, borrowed (the caller's memory: int8 rows, or W4A8 codes decoded) or
+ * packed. */
 static inline int8_t qmm_weight_i8_at(const qmm_weight *w, int64_t n, int64_t k) {
+    if (w->w4a8) return qmm_w4a8_at(w, n, k);
     return w->borrowed ? w->borrow.data[n * w->borrow.ld + k] : qmm_packed_i8_at(&w->i8, n, k);
 }
 

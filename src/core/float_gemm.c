@@ -7,6 +7,7 @@
 #include "float_gemm.h"
 
 #include "numerics.h"
+#include "w4a8.h"
 
 #include <string.h>
 
@@ -69,6 +70,10 @@ static const qmm_weight *borrowed_block(const qmm_call *c, const qmm_fgemm *g, i
     const int64_t ncols = c->N - n0 < g->nr ? c->N - n0 : g->nr, nbk = (ncols + 15) / 16;
     for (int64_t b = 0; b < nbk; b++) {
         const int64_t n = n0 + 16 * b;
+        if (w->w4a8) { /* the codes decoded into the n16k4 block (SPEC §11) */
+            qmm_w4a8_pack_block_ref(w, n, c->N - n < 16 ? (int)(c->N - n) : 16, k0, k1, pb + b * nq * 64, nq, NULL, 1);
+            continue;
+        }
         pack(w->borrow.data + n * w->borrow.ld, w->borrow.ld, c->N - n < 16 ? (int)(c->N - n) : 16, k0, k1,
              pb + b * nq * 64, nq);
     }

@@ -44,11 +44,37 @@ void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int6
         t->neg128 = 0;
         return;
     }
-    const qmm_i8_pack_fn pack = g->e->pack ? g->e->pack : qmm_i8_pack_block_ref;
     int8_t *dst = g->panels + (int64_t)thread * g->panel_bytes;
     const int64_t N = g->c->N, K = g->c->K, ld = w->borrow.ld;
     const int64_t k0 = q0 * 4, k1 = (q0 + nq) * 4 < K ? (q0 + nq) * 4 : K;
     int neg = 0;
+    if (w->w4a8) { /* the codes decoded into the panel (values in [-127, 127]: no -128) */
+        const qmm_i8_pack_fn pack = g->e->pack ? g->e->pack : qmm_i8_pack_block_ref;
+        for (int jb = 0; jb < nr; jb++) {
+            const int64_t n0 = (nb + jb) * 16;
+            const int rows = N - n0 < 16 ? (int)(N - n0) : 16;
+            int8_t *blk = dst + jb * nq * 64;
+            if (g->e->pack_w4a8) {
+                g->e->pack_w4a8(w, n0, rows, k0, k1, blk, nq, cs + jb * 16, first);
+                continue;
+            }
+            /* 16 rows × up to 256 k decoded into L1, then the engine's int8 pack of them */
+            _Alignas(64) int8_t buf[16 * 256];
+            for (int64_t ka = k0; ka < k1 || ka == k0; ka += 256) {
+                const int64_t len = k1 - ka < 256 ? k1 - ka : 256, qa = (ka - k0) / 4;
+                const int64_t nqs = ka + 256 < k1 ? 64 : nq - qa;
+                for (int j = 0; j < rows && len > 0; j++) g->w4_decode(w, n0 + j, ka, ka + len, buf + j * 256);
+                pack(buf, 256, rows, 0, len > 0 ? len : 0, blk + qa * 64, nqs, cs + jb * 16, first && ka == k0, &neg);
+                if (len <= 0) break;
+            }
+        }
+        t->b = dst;
+        t->ldb = nq * 64;
+        t->colsum = cs;
+        t->neg128 = 0;
+        return;
+    }
+    const qmm_i8_pack_fn pack = g->e->pack ? g->e->pack : qmm_i8_pack_block_ref;
     for (int jb = 0; jb < nr; jb++) {
         const int64_t n0 = (nb + jb) * 16;
         const int rows = N - n0 < 16 ? (int)(N - n0) : 16;
@@ -143,7 +169,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     void *buf, *pbuf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 9, &buf));
     const int64_t kq = e->k64 ? Kp / 4 : (c->K + 3) / 4;
-    const int borrowed = w->i8.data == NULL, rows = borrowed && M <= e->rows_m;
+    const int borrowed = w->i8.data == NULL, rows = borrowed && !w->w4a8 && M <= e->rows_m;
     const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M) : 0;
     int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4, kc_long = kq;
     if (e->k64 && kcq < kq) { /* even chunks of whole 64-byte k-steps (int8_gemm.h, k64) */
@@ -191,6 +217,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         g.panels = (int8_t *)pbuf + pbytes + apbytes;
         g.colsums = (int32_t *)(g.panels + (size_t)nt * (size_t)panel_bytes);
     }
+    if (w->w4a8) g.w4_decode = qmm_w4a8_decoder(ctx);
     if (rows) {
         g.rows = 1;
         g.qsum = qsum;

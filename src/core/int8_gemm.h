@@ -48,6 +48,7 @@
 
 #include "epilogue.h"
 #include "qmm_internal.h"
+#include "w4a8.h"
 
 enum { QMM_I8_PF_NONE = 0, QMM_I8_PF_NEXT = 1, QMM_I8_PF_STREAM = 2 };
 
@@ -96,6 +97,9 @@ typedef struct qmm_i8_engine {
     int (*one_pass_rows)(int64_t M);
     int64_t (*one_pass)(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1, int32_t *part);
     qmm_i8_pack_fn pack;   /* borrowed weights' panel packing (NULL: qmm_i8_pack_block_ref) */
+    qmm_w4a8_pack_fn pack_w4a8; /* a borrowed W4A8 weight's panels: its codes decoded into n16k4
+                                 * (w4a8.h); NULL: the driver decodes 16 rows × up to 256 k at a
+                                 * time (g->w4_decode) into a stack buffer and packs it with pack */
     /* Optional, borrowed weights with M <= rows_m (the rows regime): rows_kernel(g, b0, b1)
      * computes the outputs of 16-column blocks [b0, b1) straight from the caller's rows
      * (w->borrow: each row read once, front to back, all M rows of A against it) and writes them;
@@ -146,6 +150,7 @@ struct qmm_i8_gemm {
     int8_t *panels;        /* borrowed: [threads][panel_bytes] panel buffers */
     int32_t *colsums;      /* borrowed: [threads][nc] column sums of the thread's task */
     int64_t panel_bytes;
+    qmm_w4a8_decode_fn w4_decode; /* a W4A8 weight: the row decoder of this context (w4a8.h) */
 };
 
 /* The weights of blocks [nb, nb + nr) over quads [q0, q0 + nq) for thread `thread`: owned, in

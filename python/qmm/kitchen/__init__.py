@@ -20,6 +20,11 @@ Numerics: every linear call uses QMM_EPILOGUE_KITCHEN and the kitchen's input st
 so outputs are those of the eager backend (bit-identical where SPEC §1a says so). Calls qmm would
 run W8A16 on a float engine are declined.
 
+W4A8 / W6A8 (AsymW4A8Int8Layout, w4a8_int8_linear: w4a8.py): the layout's codes, s_rel,
+s_channel and codebook are borrowed (qmm_weight_borrow_w4a8) and decoded inside qmm's per-call
+weight panels, bit for bit the kitchen's _dequant_int4_grouped_to_int8 (SPEC §11); a correction
+(asymmetric W4A8) is declined.
+
 Weights are borrowed (qmm_weight_borrow_int8): qmm reads the kitchen's int8 tensor, scales and
 bias in place at every call. No packed copy exists, so nothing is repacked on a Parameter
 re-wrap, and any write to the tensor (copy_, indexing, numpy, under inference_mode or not) is
@@ -43,6 +48,7 @@ import qmm
 from . import dequantize as _dq
 from . import linear as _lin
 from . import quantize as _qz
+from . import w4a8 as _w4
 from . import weights
 from ._common import FLOATS, Refused
 from ._declines import decline, declines, reset_declines
@@ -51,12 +57,14 @@ from .dequantize import (dequantize_int8_convrot_weight, dequantize_int8_convrot
                          dequantize_int8_simple_dtype)
 from .linear import int8_linear, int8_linear_modulated, int8_linear_rms_modulated
 from .probe import probe
+from .w4a8 import w4a8_int8_linear
 from .quantize import (quantize_and_rotate_rowwise, quantize_int8_convrot_weight,
                        quantize_int8_rowwise, quantize_int8_tensorwise)
 
 __all__ = ["register", "unregister", "is_registered", "unavailable_reason", "declines",
            "reset_declines", "probe", "weights", "Refused", "int8_linear",
-           "int8_linear_modulated", "int8_linear_rms_modulated", "quantize_int8_rowwise",
+           "int8_linear_modulated", "int8_linear_rms_modulated", "w4a8_int8_linear",
+           "quantize_int8_rowwise",
            "quantize_int8_tensorwise", "quantize_and_rotate_rowwise",
            "quantize_int8_convrot_weight", "dequantize_int8_simple",
            "dequantize_int8_simple_dtype", "dequantize_int8_convrot_weight",
@@ -107,6 +115,17 @@ def _build_constraints():
                                                   "norm_eps": flv},
                                         _lin.rule("int8_linear_rms_modulated")),
     }
+    if _w4.available() is None:
+        s_rel_dt = frozenset(t for t in (getattr(torch, "float8_e4m3fn", None), torch.float32)
+                             if t is not None)
+        c["w4a8_int8_linear"] = fc(
+            {"x": fl, "qdata": i8, "s_rel": ParamConstraint(dtypes=s_rel_dt),
+             "s_channel": ParamConstraint(dtypes=frozenset({torch.float32})),
+             "codebook": ParamConstraint(dtypes=frozenset({torch.float32})),
+             "correction": fl, "bias": fl, "group_size": intp, "convrot_groupsize": intp,
+             "out_dtype": fl, "input_act": ParamConstraint(dtypes=frozenset({str})),
+             "input_act_weight": fl, "input_act_eps": flv, "residual": fl, "residual_scale": fl},
+            _w4.rule())
     for f, extra in (("dequantize_int8_simple", {}),
                      ("dequantize_int8_simple_dtype", {"output_dtype_code": intp}),
                      ("dequantize_int8_convrot_weight", {"group_size": intp}),

@@ -11,7 +11,7 @@ of all three functions. What the check finds is kept for the call that follows i
 thread with the very same arguments (the kitchen validates, then calls): the work is done once.
 
 Per call, what depends only on the layer's kind is computed once and kept (_kinds): the key
-    (N, K, group, x dtype, out dtype, act, act weight dtype, modulation, residual, M class)
+    (N, K, group, x dtype, out dtype, act, act weight dtype, modulation, residual, W4A8, M class)
 with M class = M.bit_length() (admission can depend on M, e.g. amx_int8's smallest M, never
 within a power of two) maps to a prepared qmm_linear_args template, or to the reason no int8
 engine takes it. Calls qmm would run W8A16 on a float engine are refused (eager keeps its own
@@ -50,7 +50,7 @@ _is = __import__("operator").is_
 class _Call:
     """What check() found for one call; run() executes it."""
     __slots__ = ("args", "keep", "x", "ldx", "M", "N", "kin", "out_shape", "out_dtype", "h",
-                 "tmpl", "act_weight", "act_eps", "modulation", "residual", "rscale")
+                 "tmpl", "act_weight", "act_eps", "modulation", "residual", "rscale", "w4args")
 
 
 def _rows(t, width):
@@ -161,32 +161,36 @@ def _grad(args):
                           "only)")
 
 
-def check(func, args, partial=False):
+def check(func, args, partial=False, w4=None):
     """Validate a call of func (args: the canonical tuple above); return a _Call, or raise
     Refused. partial: the kitchen's _has_native_fusion probe (no weight_scale): judged on what
-    it gives."""
+    it gives. w4: a W4A8 weight (w4a8.py: .N, .K, .handle(bias, call)) instead of weight and
+    weight_scale (both None then)."""
     x, weight, ws, bias, out_dtype, convrot, g, act, aw, eps, res, rs, mod = args
     _need("x", x, FLOATS, "a float tensor (f32, f16 or bf16)")
-    _need("weight", weight, (torch.int8,), "an int8 [N, K] tensor")
-    if weight.dim() != 2:
-        raise Refused("weight", "needs a 2-D [N, K] int8 tensor, got shape %s" % list(weight.shape))
-    N, K = weight.shape
-    w0, w1 = weight.stride()
-    if w1 != 1 or (N > 1 and w0 < K) or N == 0 or K == 0:
-        raise Refused("weight", "needs rows of K=%d contiguous int8 values (column stride 1, row "
-                      "stride >= K, not empty), got shape %s stride %s" % (
-                          K, list(weight.shape), weight.stride()))
+    if w4 is None:
+        _need("weight", weight, (torch.int8,), "an int8 [N, K] tensor")
+        if weight.dim() != 2:
+            raise Refused("weight", "needs a 2-D [N, K] int8 tensor, got shape %s" % list(weight.shape))
+        N, K = weight.shape
+        w0, w1 = weight.stride()
+        if w1 != 1 or (N > 1 and w0 < K) or N == 0 or K == 0:
+            raise Refused("weight", "needs rows of K=%d contiguous int8 values (column stride 1, row "
+                          "stride >= K, not empty), got shape %s stride %s" % (
+                              K, list(weight.shape), weight.stride()))
+        if ws is not None:
+            _need("weight_scale", ws, FLOATS, "1 or N float values")
+            ns = ws.numel()
+            if ns != N and ns != 1:
+                raise Refused("weight_scale", "needs 1 or N=%d values, got shape %s" % (
+                    N, list(ws.shape)))
+        elif not partial:
+            raise Refused("weight_scale", "required")
+    else:
+        N, K = w4.N, w4.K
     xdim = x.dim()
     if xdim < 1 or x.numel() == 0:
         raise Refused("x", "empty input %s" % list(x.shape))
-    if ws is not None:
-        _need("weight_scale", ws, FLOATS, "1 or N float values")
-        ns = ws.numel()
-        if ns != N and ns != 1:
-            raise Refused("weight_scale", "needs 1 or N=%d values, got shape %s" % (
-                N, list(ws.shape)))
-    elif not partial:
-        raise Refused("weight_scale", "required")
     if bias is not None:
         _need("bias", bias, FLOATS, "N float values")
         if bias.numel() != N:
@@ -254,7 +258,7 @@ def check(func, args, partial=False):
     if convrot:
         _group(g, K)
         gs = g
-    if _grad_on() and (x.requires_grad or weight.requires_grad or
+    if _grad_on() and (x.requires_grad or (weight is not None and weight.requires_grad) or
                        (ws is not None and ws.requires_grad) or
                        (bias is not None and bias.requires_grad) or
                        aw is not None or res is not None or mod is not None):
@@ -277,9 +281,9 @@ def check(func, args, partial=False):
     c.x, c.ldx, c.M, c.N, c.kin = x, ldx, M, N, kin
     c.out_shape = x.shape[:-1] + (N,)
     c.out_dtype = out_dtype
-    c.h = h = _handle(weight, ws, bias, gs, N, K, c)
+    c.h = h = _handle(weight, ws, bias, gs, N, K, c) if w4 is None else w4.handle(bias, c)
     key = (N, K, gs, x.dtype, out_dtype, act, awdt, mod is not None, res is not None,
-           M.bit_length())
+           w4 is not None, M.bit_length())
     t = _kinds.get(key)
     if t is None:
         t = _kind(key, h, M, x.dtype, out_dtype, act, awdt, kin, N)
@@ -409,7 +413,7 @@ def plan(weight, weight_scale, bias=None, convrot_groupsize=0, M=1, x_dtype=torc
     c = check("int8_linear", (x, weight, weight_scale, bias, out_dtype, convrot_groupsize > 0,
                               convrot_groupsize or 256, None, None, _EPS0, None, None, None))
     N, K = weight.shape
-    key = (N, K, convrot_groupsize, x_dtype, out_dtype, None, None, False, False,
+    key = (N, K, convrot_groupsize, x_dtype, out_dtype, None, None, False, False, False,
            int(M).bit_length())
     t = _kinds.get(key) or _kind(key, c.h, int(M), x_dtype, out_dtype, None, None, K, N)
     if type(t) is Refused:

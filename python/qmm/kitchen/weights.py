@@ -48,13 +48,13 @@ def available():
     return None if _borrow is not None else "libqmm lacks qmm_weight_borrow_int8 (older library)"
 
 
-def handle(key, owners):
-    """The handle of this key, made on first use; dropped when one of owners (the tensors whose
-    memory it reads) is collected."""
+def handle(key, owners, make=None):
+    """The handle of this key, made on first use (by make(key); default: a borrowed int8 weight
+    of the key); dropped when one of owners (the tensors whose memory it reads) is collected."""
     h = _table.get(key)
     if h is not None:
         return h
-    h = _make(key)
+    h = (make or _make)(key)
     with _lock:
         old = _table.get(key)
         if old is not None:
@@ -75,9 +75,9 @@ def _drop(key, h):
             del _table[key]
 
 
-def transient(key):
+def transient(key, make=None):
     """A handle for one call only (per-call copies of the scale or the bias)."""
-    return _make(key)
+    return (make or _make)(key)
 
 
 def clear():

@@ -268,7 +268,7 @@ static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
         pf.per_row = INT64_MAX;
         pf.l1 = (t->nq * t->pf_step + 63) / 64;
         pf.per_step = (16 * t->pf_step + 63) / 64;
-    } else if (g->borrowed) {
+    } else if (g->borrowed && !c->w->w4a8) { /* (W4A8: the codes are decoded, not these rows) */
         next_rows(g, t, &pf);
     }
     /* the partials tile-contiguous (the driver's c_tiles: this tile's 4 KiB, ldc 0) */

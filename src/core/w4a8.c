@@ -1,0 +1,46 @@
+/*
+ * w4a8.c — the scalar W4A8 decoders (contract in w4a8.h; the arithmetic: SPEC §11, qmm_w4a8_value).
+ */
+#include "w4a8.h"
+
+#include <string.h>
+
+void qmm_w4a8_decode_row(const qmm_weight *w, int64_t n, int64_t k0, int64_t k1, int8_t *dst) {
+    const int gsz = w->w4.group, bits = w->w4.bits;
+    const uint8_t *row = w->w4.codes + n * w->w4.row_bytes, *hi = row + w->K / 2;
+    float lv[64];
+    for (int c = 0; c < (1 << bits); c++) lv[c] = qmm_w4a8_level(w, c);
+    for (int64_t k = k0; k < k1;) {
+        const int64_t g = k / gsz, ge = (g + 1) * gsz < k1 ? (g + 1) * gsz : k1;
+        const float s = qmm_w4a8_srel(w, n, g);
+        for (; k < ge; k++) {
+            int c = (row[k >> 1] >> ((k & 1) * 4)) & 15;
+            if (bits == 6) c |= ((hi[k >> 2] >> ((k & 3) * 2)) & 3) << 4;
+            dst[k - k0] = qmm_w4a8_value(lv[c], s);
+        }
+    }
+}
+
+void qmm_w4a8_pack_block_ref(const qmm_weight *w, int64_t n0, int rows, int64_t k0, int64_t k1, int8_t *dst,
+                             int64_t nq, int32_t *cs, int first) {
+    int8_t buf[256];
+    for (int j = 0; j < 16; j++) {
+        uint32_t sum = cs && !first ? (uint32_t)cs[j] : 0u;
+        for (int64_t q0 = 0; q0 < nq; q0 += 64) { /* 256 k at a time */
+            const int64_t qn = nq - q0 < 64 ? nq - q0 : 64, ka = k0 + q0 * 4;
+            const int64_t kb = ka + qn * 4 < k1 ? ka + qn * 4 : k1, len = kb > ka ? kb - ka : 0;
+            if (j < rows && len > 0) qmm_w4a8_decode_row(w, n0 + j, ka, kb, buf);
+            for (int64_t i = 0; i < qn * 4; i++) {
+                const int8_t v = j < rows && i < len ? buf[i] : 0;
+                dst[(q0 + i / 4) * 64 + j * 4 + i % 4] = v;
+                sum += (uint32_t)(int32_t)v;
+            }
+        }
+        if (cs) cs[j] = (int32_t)sum;
+    }
+}
+
+qmm_w4a8_decode_fn qmm_w4a8_decoder(const qmm_context *ctx) {
+    return qmm_w4a8_decode_row_avx512_ptr && qmm_core_simd(ctx) == QMM_ISA_AVX512 ? qmm_w4a8_decode_row_avx512_ptr
+                                                                                    : qmm_w4a8_decode_row;
+}
