@@ -22,7 +22,7 @@
 #include <math.h>
 
 #define QMM_ZA_NK 64     /* keys per block: 4 zmm of scores per row */
-#define QMM_ZA_MQ 48     /* query rows per tile: 8 micro-tiles of 6 rows */
+#define QMM_ZA_MQ 192    /* query rows per tile: 32 micro-tiles of 6 rows (each K and V block read once per 192 rows) */
 #define QMM_ZA_MR 6
 
 /* the lanes of 16 values from n valid ones (n may be <= 0) */

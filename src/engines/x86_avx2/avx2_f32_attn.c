@@ -19,7 +19,7 @@ const char *qmm_avx2_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n)
 qmm_status qmm_avx2_f32_attn_run(qmm_context *ctx, const qmm_attn_call *c);
 
 #define NK 32
-#define MQ 48
+#define MQ 192
 #define MR 6
 
 static int64_t dp_of(int64_t D) { return qmm_round_up(D, 8); }
