@@ -109,6 +109,23 @@ static inline void qmm_za_mask(const qmm_attn_call *c, const void *mask, int64_t
     }
 }
 
+/* exp(x) for x <= 0, -inf or NaN (s − m' of the softmax): qmm_z_exp's polynomial and scaling,
+ * without its x > 88.7 case (none here); -inf and x < -87.3 give 0, NaN stays NaN. */
+static inline __m512 qmm_za_exp_le0(__m512 x) {
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), QMM_Z_RNE);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(QMM_EXP_LO), _CMP_NLT_UQ); /* not below LO, or NaN */
+    return _mm512_maskz_scalef_ps(keep, y, n);
+}
+
 /* The online softmax of row i on one block of nv valid keys (see the top); P row: NK values, f32
  * or bf16 (bf16 = 1: NK bf16 in the row's first half). */
 static inline void qmm_za_softmax(const qmm_attn_call *c, const qmm_za_tile *t, int64_t i, int64_t j0, int64_t nv,
@@ -128,11 +145,11 @@ static inline void qmm_za_softmax(const qmm_attn_call *c, const qmm_za_tile *t, 
         else for (int z = 0; z < 4; z++) _mm512_storeu_ps((float *)Prow + 16 * z, _mm512_setzero_ps());
         return;
     }
-    const float a = qmm_expf(m0 - mn);
+    const float a = mn == m0 ? 1.0f : qmm_expf(m0 - mn); /* the running max mostly stays */
     const __m512 vm = _mm512_set1_ps(mn);
     __m512 sum = _mm512_setzero_ps();
     for (int z = 0; z < 4; z++) {
-        const __m512 p = qmm_z_exp(_mm512_sub_ps(s[z], vm));
+        const __m512 p = qmm_za_exp_le0(_mm512_sub_ps(s[z], vm));
         sum = _mm512_add_ps(sum, p);
         if (bf16) qmm_z_store16((uint16_t *)Prow + 16 * z, QMM_BF16, 0xffff, p);
         else _mm512_storeu_ps((float *)Prow + 16 * z, p);

@@ -186,7 +186,7 @@ static void softmax_row(const qmm_attn_call *c, float *S, float *P, float *m, fl
         _mm256_storeu_ps(p + j, e);
         sum = _mm256_add_ps(sum, e);
     }
-    alpha[i] = qmm_expf(m0 - mn);
+    alpha[i] = mn == m0 ? 1.0f : qmm_expf(m0 - mn); /* the running max mostly stays */
     l[i] = l[i] * alpha[i] + hsum8(sum);
     m[i] = mn;
 }
