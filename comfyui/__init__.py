@@ -181,10 +181,11 @@ def int8_layers(module):
     out = []
     for name, sub in module.named_modules():
         w = getattr(sub, "weight", None)
-        if isinstance(w, QuantizedTensor) and w._layout_cls == "TensorWiseINT8Layout":
-            p = w._params
+        if isinstance(w, QuantizedTensor) and w.layout_cls.__name__ == "TensorWiseINT8Layout":
+            p = w.params
             gs = int(p.convrot_groupsize) if getattr(p, "convrot", False) else 0
-            out.append((name, w._qdata, p.scale, gs, getattr(sub, "bias", None)))
+            qdata = w.layout_cls.get_plain_tensors(w)[0]
+            out.append((name, qdata, p.scale, gs, getattr(sub, "bias", None)))
     return out
 
 

@@ -37,7 +37,7 @@ __version__ = L.qmm_version_string().decode()
 
 __all__ = ["QmmError", "Weight", "Plan", "info", "plan", "counters", "reset_counters",
            "last_engine", "configure", "context", "lock", "threads", "library_path", "dtype_code",
-           "act_code", "engine_name", "has_quantize_rows", "attention", "attention_plan",
+           "act_code", "engine_name", "linear_call", "attention", "attention_plan",
            "has_attention"]
 
 library_path = L.PATH
@@ -90,11 +90,6 @@ def act_code(a):
 
 def engine_name(e):
     return L.qmm_engine_name(int(e)).decode()
-
-
-def has_quantize_rows():
-    """Whether the loaded library has qmm_quantize_rows (the kitchen's quantize_* functions)."""
-    return L.qmm_quantize_rows is not None
 
 
 def has_attention():
@@ -243,6 +238,22 @@ def context(n_threads=0):
             _retire()
             c = _proc = Context(**dict(_options, n_threads=want))
         return c
+
+
+def linear_call(weight, args, n_threads=0):
+    """qmm_linear(ctx, weight, args) on the process context (made at first use; n_threads as in
+    context()) under its lock, the GIL released during the call: the hot path of a caller that
+    fills a _lib.LinearArgs itself (the kitchen backend). weight: a Weight or its handle's
+    pointer. Raises QmmError."""
+    ptr = weight.ptr if isinstance(weight, Weight) else weight
+    with _lock:
+        c = _proc
+        want = _options["n_threads"] or n_threads
+        if c is None or (want and c.threads != want):
+            c = context(n_threads)
+        st = L.qmm_linear(c.ptr, ptr, ctypes.byref(args))
+    if st != L.OK:
+        _check(st, "qmm_linear")
 
 
 def lock():
@@ -508,7 +519,7 @@ def info():
     return {"version": L.qmm_version_string().decode(), "library": L.PATH,
             "cpu": L.qmm_cpu_brand().decode(errors="replace").strip(), "features": names,
             "engines": engines, "threads": threads(),
-            "quantize_rows": has_quantize_rows()}
+}
 
 
 def int8_engines_available():

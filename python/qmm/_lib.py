@@ -214,7 +214,7 @@ ENGINE_COUNT = 1 + max([ENGINE_REF] + [e["id"] for e in ENGINES])
 
 # Kitchen-exact per-row quantization (the kitchen's quantize_* functions); newer libraries only.
 qmm_quantize_rows = _fn("qmm_quantize_rows", c_int, c_void_p, c_void_p, c_int, c_int64, c_int64,
-                        c_int64, c_int, c_void_p, c_void_p, c_int64, c_void_p, optional=True)
+                        c_int64, c_int, c_void_p, c_void_p, c_int64, c_void_p)
 
 # Attention (SPEC §10); newer libraries only: None when the loaded library lacks them.
 qmm_attention_args_default = _fn("qmm_attention_args_default", AttentionArgs, optional=True)

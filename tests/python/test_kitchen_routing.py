@@ -3,6 +3,7 @@ qmm (its counters move, zero fallbacks); a call qmm declines runs on eager, and 
 in the kitchen's dispatch log (logger comfy_kitchen.dispatch)."""
 import logging
 
+import pytest
 import torch
 
 import comfy_kitchen as ck
@@ -142,3 +143,53 @@ def test_fused_rms_modulated_layout_path_runs_on_qmm(kitchen):
     y = TensorWiseINT8Layout.fused_rms_modulated(x, qt, None, nw, 1e-6, mod)
     assert y is not NotImplemented and y.shape == (1, 12, 64)
     assert sum(qmm.counters()["calls"].values()) == 1
+
+
+def test_register_keeps_the_users_priority(kitchen):
+    """register() puts qmm first and leaves the other backends in the order in force (the
+    user's set_backend_priority(), not a copy of the kitchen's default); priority= gives one."""
+    try:
+        ck.set_backend_priority(["eager", "triton"])      # a user's order
+        kitchen.register()
+        assert kitchen._current_priority() == ["qmm", "eager", "triton"]
+        kitchen.register(first=False)
+        assert kitchen._current_priority() == ["eager", "triton", "qmm"]
+        kitchen.register(priority=["triton", "cuda", "eager"])
+        assert kitchen._current_priority() == ["qmm", "triton", "cuda", "eager"]
+        kitchen.unregister()
+        assert kitchen._current_priority() == ["triton", "cuda", "eager"]
+        with pytest.raises(ValueError, match="priority"):
+            kitchen.register(priority="eager")
+    finally:
+        ck.set_backend_priority(list(kitchen.KITCHEN_ORDER))
+        kitchen.register()
+
+
+def test_convrot_hadamard_is_the_kitchens():
+    """The rotation qmm recognizes (qmm.kitchen.quantize.convrot_hadamard) is the matrix the
+    kitchen's quantizers build (its private _build_hadamard, read here in the test only)."""
+    from comfy_kitchen.tensor.int8_utils import _build_hadamard
+    from qmm.kitchen.quantize import convrot_hadamard
+    for g in (4, 16, 64, 256, 1024):
+        assert torch.equal(convrot_hadamard(g), _build_hadamard(g, "cpu", torch.float32)), g
+
+
+def test_linear_call_is_the_public_hot_path(kitchen):
+    """qmm.linear_call runs a filled LinearArgs on the process context (what the kitchen's hot
+    path calls) and raises QmmError on a refused call."""
+    N, K, M = 32, 64, 3
+    w8 = torch.randint(-127, 128, (N, K), dtype=torch.int8)
+    sc = torch.full((N,), 0.01)
+    w = qmm.Weight.int8(w8.data_ptr(), N, K, sc.data_ptr(), N, name="lc")
+    x = torch.randn(M, K, dtype=torch.bfloat16)
+    y = torch.empty(M, N, dtype=torch.bfloat16)
+    a = qmm.linear_args(M, "bf16", "bf16")
+    a.x, a.y = x.data_ptr(), y.data_ptr()
+    qmm.linear_call(w, a, torch.get_num_threads())
+    ref = torch.empty_like(y)
+    a.y = ref.data_ptr()
+    w.linear(a)
+    assert torch.equal(y, ref)
+    a.M = 0
+    with pytest.raises(qmm.QmmError):
+        qmm.linear_call(w.ptr, a)

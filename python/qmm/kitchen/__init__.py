@@ -73,8 +73,8 @@ __all__ = ["register", "unregister", "is_registered", "unavailable_reason", "dec
 BACKEND = "qmm"
 log = logging.getLogger("qmm.kitchen")
 
-# The kitchen's own order (comfy_kitchen.registry / __init__); its registry has no public
-# getter of the current priority, so qmm is put before this list.
+# The kitchen's default order (comfy_kitchen.registry / __init__), used only where its registry
+# does not show the order in force (it has no public getter; _current_priority reads it).
 KITCHEN_ORDER = ("hip", "ascend", "cuda", "triton", "eager")
 
 
@@ -136,18 +136,17 @@ def _build_constraints():
                                                                       torch.int32})),
                          "group_size": intp, "output_dtype_code": intp})):
         c[f] = fc({"q": i8, "scale": fl} | extra, _rule(_dq, f))
-    if qmm.has_quantize_rows():
-        sr = ParamConstraint(dtypes=frozenset({int}))
-        for f, params in (
-                ("quantize_int8_rowwise", {"x": fl, "stochastic_rounding": sr}),
-                ("quantize_int8_tensorwise", {"x": fl, "stochastic_rounding": sr,
-                                              "scale": ParamConstraint(
-                                                  dtypes=FLOATS | {float, int, str})}),
-                ("quantize_and_rotate_rowwise", {"x": fl, "h": fl, "H": fl,
-                                                 "group_size": intp, "stochastic_rounding": sr}),
-                ("quantize_int8_convrot_weight", {"weight": fl, "group_size": intp,
-                                                  "stochastic_rounding": sr})):
-            c[f] = fc(params, _rule(_qz, f))
+    sr = ParamConstraint(dtypes=frozenset({int}))
+    for f, params in (
+            ("quantize_int8_rowwise", {"x": fl, "stochastic_rounding": sr}),
+            ("quantize_int8_tensorwise", {"x": fl, "stochastic_rounding": sr,
+                                          "scale": ParamConstraint(
+                                              dtypes=FLOATS | {float, int, str})}),
+            ("quantize_and_rotate_rowwise", {"x": fl, "h": fl, "H": fl,
+                                             "group_size": intp, "stochastic_rounding": sr}),
+            ("quantize_int8_convrot_weight", {"weight": fl, "group_size": intp,
+                                              "stochastic_rounding": sr})):
+        c[f] = fc(params, _rule(_qz, f))
     return c
 
 
@@ -156,22 +155,31 @@ _state = {"registered": False, "unavailable": None}
 
 
 def unavailable_reason():
-    """Why backend qmm cannot run here (no int8 engine, a library without borrowed weights),
-    or None."""
+    """Why backend qmm cannot run here (no int8 engine), or None."""
     engines = qmm.int8_engines_available()
     if not engines:
         why = [n + ": " + e["why"] for n, e in qmm.info()["engines"].items()
                if e["int8"] and not e["available"]]
         return "no int8 engine on this CPU (%s)" % "; ".join(why)
-    return weights.available()
+    return None
 
 
-def _priority(first):
-    others = [b for b in KITCHEN_ORDER if b != BACKEND]
+def _current_priority():
+    """The kitchen's priority list in force: the user's set_backend_priority() order, or its
+    default. The registry keeps it in a private attribute (no public getter as of
+    comfy-kitchen 0.2.40); without it, KITCHEN_ORDER."""
+    cur = getattr(registry, "_priority", None)
+    return list(cur) if isinstance(cur, (list, tuple)) else list(KITCHEN_ORDER)
+
+
+def _priority(first, priority=None):
+    """priority (the user's list, or the one in force) with qmm first (or last) and every other
+    backend where it was."""
+    others = [b for b in (priority if priority is not None else _current_priority()) if b != BACKEND]
     return [BACKEND] + others if first else others + [BACKEND]
 
 
-def _register(first=True):
+def _register(first=True, priority=None):
     why = unavailable_reason()
     if why:
         registry.mark_unavailable(BACKEND, why)
@@ -182,19 +190,23 @@ def _register(first=True):
     caps = _build_constraints()
     registry.register(BACKEND, sys.modules[__name__], caps)
     registry.enable(BACKEND)
-    registry.set_priority(_priority(first))
+    registry.set_priority(_priority(first, priority))
     _state["registered"], _state["unavailable"] = True, None
     return sorted(caps)
 
 
-def register(first=True):
+def register(first=True, priority=None):
     """Add backend "qmm" to the kitchen registry (device cpu) and put it first in the kitchen's
     priority list (first=False: last), so CPU calls try qmm before eager and every declined call
-    still reaches eager. Makes no qmm context. Idempotent (also undoes unregister()). Returns the
+    still reaches eager; the other backends keep their order — priority (a list of backend
+    names) if given, else the order in force (the user's set_backend_priority(), or the
+    kitchen's default). Makes no qmm context. Idempotent (also undoes unregister()). Returns the
     capability names; [] when the backend is unavailable here (the reason is in the kitchen's
     list_backends() and in the log)."""
+    if priority is not None and (isinstance(priority, str) or not all(isinstance(b, str) for b in priority)):
+        raise ValueError("register: priority=%r: a list of backend names" % (priority,))
     with _reg_lock:
-        caps = _register(first)
+        caps = _register(first, priority)
     if caps:
         log.info("comfy-kitchen backend qmm registered (%s; int8 engines here: %s)",
                  qmm.library_path, ", ".join(qmm.int8_engines_available()))
@@ -205,7 +217,7 @@ def unregister():
     """Take qmm out of the kitchen's priority list and disable it (the registry has no
     removal); drops the borrowed weight handles."""
     with _reg_lock:
-        registry.set_priority([b for b in KITCHEN_ORDER if b != BACKEND])
+        registry.set_priority([b for b in _current_priority() if b != BACKEND])
         registry.disable(BACKEND)
         _state["registered"] = False
     weights.clear()

@@ -39,7 +39,7 @@ _gs_ok = {}             # convrot group -> None or the Refused for it
 _F32 = torch.float32
 _BF16 = torch.bfloat16
 _EPS0 = 0.0
-_linear = L.qmm_linear
+_linear_call = qmm.linear_call
 _byref = ctypes.byref
 _empty = torch.empty
 _grad_on = torch.is_grad_enabled
@@ -322,14 +322,7 @@ def run(c):
         r = c.residual
         a.residual, a.ldr, a.residual_scale = r.data_ptr(), (r.stride(0) if M > 1 else c.N), \
             c.rscale.data_ptr()
-    with qmm._lock:
-        ctx = qmm._proc
-        want = qmm._options["n_threads"] or _nthreads()
-        if ctx is None or ctx.threads != want:
-            ctx = qmm.context(want)
-        st = _linear(ctx.ptr, c.h.ptr, _byref(a))
-    if st:
-        qmm._check(st, "qmm_linear")
+    _linear_call(c.h.ptr, a, _nthreads())
     return y
 
 

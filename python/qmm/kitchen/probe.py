@@ -1,7 +1,7 @@
 """qmm.kitchen.probe — what the loaded libqmm runs on an int8 engine, tried once per feature.
 
 probe(feature) is None when the library runs `feature` on an int8 engine, else the reason (its
-error message). Features: "act:<name>", "modulation", "residual", "gs:<g>", "quantize_rows".
+error message). Features: "act:<name>", "modulation", "residual", "gs:<g>".
 Each is tried once per process on a tiny layer through a private one-thread context (the
 process context and its counters stay untouched) and remembered.
 """
@@ -35,8 +35,6 @@ def probe(feature):
 
 
 def _probe_one(feature):
-    if feature == "quantize_rows":
-        return None if qmm.has_quantize_rows() else "libqmm lacks qmm_quantize_rows"
     gs, K, act, extra = 0, 16, "none", None
     if feature.startswith("gs:"):
         gs = int(feature[3:])

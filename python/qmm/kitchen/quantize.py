@@ -34,9 +34,6 @@ def _rows(t, width):
 def check(func, kw):
     x = kw.get("weight") if func == "quantize_int8_convrot_weight" else kw.get("x")
     xn = "weight" if func == "quantize_int8_convrot_weight" else "x"
-    why = probe("quantize_rows")
-    if why:
-        raise Refused("__function__", why)
     need_tensor(xn, x, FLOATS, "a float tensor (f32, f16 or bf16)")
     if x.dim() < 1 or x.numel() == 0:
         raise Refused(xn, "needs a non-empty tensor of at least 1 dimension, got %s" % (
@@ -138,6 +135,20 @@ _H_CHECKED = {}   # (id, data_ptr, _version, dtype, g) -> bool, for live tensors
 _H_LOCK = threading.Lock()
 
 
+_H4 = ((1, 1, 1, -1), (1, 1, -1, 1), (1, -1, 1, 1), (-1, 1, 1, 1))
+
+
+def convrot_hadamard(g):
+    """ConvRot's regular Hadamard matrix of size g (a power of 4): H4 ⊗ ... ⊗ H4 / sqrt(g) in f32,
+    H4 = the symmetric ±1 matrix with one -1 per row on the anti-diagonal — SPEC §1's rotation,
+    the matrix comfy-kitchen's quantizers multiply by (its entries ±2^-k are exact)."""
+    h4 = torch.tensor(_H4, dtype=torch.float32)
+    h = h4
+    while h.shape[0] < g:
+        h = torch.kron(h, h4)
+    return h / float(g) ** 0.5
+
+
 def _is_standard_hadamard(h, g):
     """Whether h is (H4 ⊗ ... ⊗ H4) / sqrt(g) of size g (exactly, in its own dtype: its
     entries ±2^-k are exact in every float dtype). Remembered per tensor while it lives."""
@@ -149,8 +160,7 @@ def _is_standard_hadamard(h, g):
         hit = _H_CHECKED.get(key)
     if hit is not None:
         return hit
-    from comfy_kitchen.tensor.int8_utils import _build_hadamard
-    ok = bool(torch.equal(h.to(torch.float32), _build_hadamard(g, "cpu", torch.float32)))
+    ok = bool(torch.equal(h.to(torch.float32), convrot_hadamard(g)))
     with _H_LOCK:
         if len(_H_CHECKED) > 64:
             _H_CHECKED.clear()

@@ -32,7 +32,7 @@ MAX = 4096
 
 _lock = threading.Lock()
 _table = {}
-_borrow = getattr(L, "qmm_weight_borrow_int8", None)
+_borrow = L.qmm_weight_borrow_int8
 
 
 def _make(key):
@@ -41,11 +41,6 @@ def _make(key):
     return qmm.Weight.borrow_int8(data, N, K, sptr, ns, ld=ld, bias=bptr, bias_dtype=bdt,
                                   convrot_gs=gs, name="kitchen.int8[%d,%d]" % (N, K),
                                   ctx=qmm.context(torch.get_num_threads()))
-
-
-def available():
-    """None if the loaded libqmm borrows weights, else the reason."""
-    return None if _borrow is not None else "libqmm lacks qmm_weight_borrow_int8 (older library)"
 
 
 def handle(key, owners, make=None):
