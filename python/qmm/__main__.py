@@ -16,8 +16,8 @@ def main(argv):
     for name, e in i["engines"].items():
         print("  %-12s %-6s %s" % (name, "int8" if e["int8"] else "", "available" if e["available"]
                                    else "unavailable: " + e["why"]))
-    print("threads: %d; kitchen quantize functions: %s" % (
-        i["threads"], "yes" if i["quantize_rows"] else "no (library lacks qmm_quantize_rows)"))
+    print("threads: %d; attention: %s" % (
+        i["threads"], "yes" if qmm.has_attention() else "no (library lacks qmm_attention)"))
     return 0
 
 
