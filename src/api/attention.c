@@ -211,6 +211,8 @@ static qmm_status attention(qmm_context *ctx, const qmm_attention_args *args) {
             qmm_log(ctx, "dispatch: %s → %s", shape(&c, sh, sizeof sh), e->name);
         }
     }
+    const int64_t n[3] = {c.B, c.H, c.S};
+    qmm_advise_huge(c.out, (size_t)extent(n, c.os, 3, c.D, qmm_dtype_size(c.out_dtype)));
     QMM_FORWARD_IF_ERROR(e->attn_run(ctx, &c));
     ctx->counters.calls[e->id]++;
     if (fallback) ctx->counters.fallbacks++;

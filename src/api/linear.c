@@ -241,6 +241,7 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
     if (st == QMM_OK && residual_after) st = residual_copy_if_overlapping(ctx, &c);
     _Atomic(const char *) bug = NULL;
     c.bug = &bug;
+    if (st == QMM_OK) qmm_advise_huge(c.y, (size_t)((c.M - 1) * c.ldy + c.N) * qmm_dtype_size(c.y_dtype));
     if (st == QMM_OK) st = e->run(ctx, &c);
     if (st == QMM_OK && atomic_load(&bug))
         st = qmm_fail(QMM_ERR_INTERNAL, "layer %s [%lld, %lld] M=%lld on %s: %s (a bug in qmm: please report this message)",

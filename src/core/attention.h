@@ -34,6 +34,20 @@ typedef struct qmm_attn_kernels {
     void (*end)(void);
 } qmm_attn_kernels;
 
+/* The engines' micro-kernels take their row count as a constant (their accumulators then stay in
+ * registers): QMM_ATTN_BY_ROWS(rows, K, ...) calls K(r, ...) with the constant r = rows, 1..6. */
+#define QMM_ATTN_BY_ROWS(rows, K, ...)    \
+    do {                                  \
+        switch (rows) {                   \
+        case 6: K(6, __VA_ARGS__); break; \
+        case 5: K(5, __VA_ARGS__); break; \
+        case 4: K(4, __VA_ARGS__); break; \
+        case 3: K(3, __VA_ARGS__); break; \
+        case 2: K(2, __VA_ARGS__); break; \
+        default: K(1, __VA_ARGS__); break; \
+        }                                 \
+    } while (0)
+
 /* Runs c with the engine's kernels k on ctx's threads. */
 qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm_attn_kernels *k);
 

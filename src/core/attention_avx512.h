@@ -112,16 +112,8 @@ static inline void qmm_za_mask(const qmm_attn_call *c, const void *mask, int64_t
 /* exp(x) for x <= 0, -inf or NaN (s − m' of the softmax): qmm_z_exp's polynomial and scaling,
  * without its x > 88.7 case (none here); -inf and x < -87.3 give 0, NaN stays NaN. */
 static inline __m512 qmm_za_exp_le0(__m512 x) {
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), QMM_Z_RNE);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187045e-06f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    __m512 n;
+    const __m512 y = qmm_z_exp_core(x, &n);
     const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(QMM_EXP_LO), _CMP_NLT_UQ); /* not below LO, or NaN */
     return _mm512_maskz_scalef_ps(keep, y, n);
 }
@@ -225,23 +217,13 @@ static inline __attribute__((always_inline)) void qmm_za_pv_f32_n(const int rows
     }
 }
 
-#define QMM_ZA_PV_ROWS(nz)                                                  \
-    switch (rows) {                                                  \
-    case 6: qmm_za_pv_f32_n(6, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    case 5: qmm_za_pv_f32_n(5, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    case 4: qmm_za_pv_f32_n(4, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    case 3: qmm_za_pv_f32_n(3, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    case 2: qmm_za_pv_f32_n(2, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    default: qmm_za_pv_f32_n(1, nz, P, Vb, O, alpha, Dp, d0); break;            \
-    }
-
 static inline void qmm_za_pv_f32(int rows, const float *P, const float *Vb, float *O, const float *alpha, int64_t Dp) {
     for (int64_t d0 = 0; d0 < Dp; d0 += 64) {
         const int64_t nz = (Dp - d0) / 16 >= 4 ? 4 : (Dp - d0) / 16;
-        if (nz == 4) { QMM_ZA_PV_ROWS(4) }
-        else if (nz == 3) { QMM_ZA_PV_ROWS(3) }
-        else if (nz == 2) { QMM_ZA_PV_ROWS(2) }
-        else { QMM_ZA_PV_ROWS(1) }
+        if (nz == 4) QMM_ATTN_BY_ROWS(rows, qmm_za_pv_f32_n, 4, P, Vb, O, alpha, Dp, d0);
+        else if (nz == 3) QMM_ATTN_BY_ROWS(rows, qmm_za_pv_f32_n, 3, P, Vb, O, alpha, Dp, d0);
+        else if (nz == 2) QMM_ATTN_BY_ROWS(rows, qmm_za_pv_f32_n, 2, P, Vb, O, alpha, Dp, d0);
+        else QMM_ATTN_BY_ROWS(rows, qmm_za_pv_f32_n, 1, P, Vb, O, alpha, Dp, d0);
     }
 }
 

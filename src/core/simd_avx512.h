@@ -68,7 +68,8 @@ static inline __m512 qmm_z_round_to(__m512 v, qmm_dtype t) {
 }
 
 /* ---------------------------------------------------------------- exp and activations */
-static inline __m512 qmm_z_exp(__m512 x) {
+/* exp(x) = y · 2^n before the scaling: n = round(x · log2 e), y the polynomial of the rest */
+static inline __m512 qmm_z_exp_core(__m512 x, __m512 *n_out) {
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), QMM_Z_RNE);
     __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), x);
     r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187045e-06f), r);
@@ -79,7 +80,13 @@ static inline __m512 qmm_z_exp(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     __m512 z = _mm512_mul_ps(r, r);
-    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, z, r), _mm512_set1_ps(1.0f));
+    *n_out = n;
+    return _mm512_add_ps(_mm512_fmadd_ps(p, z, r), _mm512_set1_ps(1.0f));
+}
+
+static inline __m512 qmm_z_exp(__m512 x) {
+    __m512 n;
+    __m512 y = qmm_z_exp_core(x, &n);
     y = _mm512_scalef_ps(y, n);
     __mmask16 hi = _mm512_cmp_ps_mask(x, _mm512_set1_ps(QMM_EXP_HI), _CMP_GT_OQ);
     __mmask16 lo = _mm512_cmp_ps_mask(x, _mm512_set1_ps(QMM_EXP_LO), _CMP_LT_OQ);

@@ -106,30 +106,13 @@ static inline __attribute__((always_inline)) void pv_n(const int rows, const int
 }
 
 static void qk(int rows, const float *Q, int64_t Dp, int64_t D, const float *Kb, float *S) {
-    switch (rows) {
-    case 6: qk_n(6, Q, Dp, D, Kb, S); break;
-    case 5: qk_n(5, Q, Dp, D, Kb, S); break;
-    case 4: qk_n(4, Q, Dp, D, Kb, S); break;
-    case 3: qk_n(3, Q, Dp, D, Kb, S); break;
-    case 2: qk_n(2, Q, Dp, D, Kb, S); break;
-    default: qk_n(1, Q, Dp, D, Kb, S); break;
-    }
+    QMM_ATTN_BY_ROWS(rows, qk_n, Q, Dp, D, Kb, S);
 }
-
-#define PV_ROWS(nz)                                              \
-    switch (rows) {                                              \
-    case 6: pv_n(6, nz, P, Vb, O, alpha, Dp, d0); break;         \
-    case 5: pv_n(5, nz, P, Vb, O, alpha, Dp, d0); break;         \
-    case 4: pv_n(4, nz, P, Vb, O, alpha, Dp, d0); break;         \
-    case 3: pv_n(3, nz, P, Vb, O, alpha, Dp, d0); break;         \
-    case 2: pv_n(2, nz, P, Vb, O, alpha, Dp, d0); break;         \
-    default: pv_n(1, nz, P, Vb, O, alpha, Dp, d0); break;        \
-    }
 
 static void pv(int rows, const float *P, const float *Vb, float *O, const float *alpha, int64_t Dp) {
     for (int64_t d0 = 0; d0 < Dp; d0 += 16) {
-        if (Dp - d0 >= 16) { PV_ROWS(2) }
-        else { PV_ROWS(1) }
+        if (Dp - d0 >= 16) QMM_ATTN_BY_ROWS(rows, pv_n, 2, P, Vb, O, alpha, Dp, d0);
+        else QMM_ATTN_BY_ROWS(rows, pv_n, 1, P, Vb, O, alpha, Dp, d0);
     }
 }
 

@@ -52,14 +52,7 @@ static inline __attribute__((always_inline)) void qk_n(const int rows, const uin
 }
 
 static void qk(int rows, const void *Q, int64_t D, const void *Kb, float *S) {
-    switch (rows) {
-    case 6: qk_n(6, Q, D, Kb, S); break;
-    case 5: qk_n(5, Q, D, Kb, S); break;
-    case 4: qk_n(4, Q, D, Kb, S); break;
-    case 3: qk_n(3, Q, D, Kb, S); break;
-    case 2: qk_n(2, Q, D, Kb, S); break;
-    default: qk_n(1, Q, D, Kb, S); break;
-    }
+    QMM_ATTN_BY_ROWS(rows, qk_n, Q, D, Kb, S);
 }
 
 static inline __attribute__((always_inline)) void pv_n(const int rows, const int nz, const uint16_t *P,
@@ -85,25 +78,15 @@ static inline __attribute__((always_inline)) void pv_n(const int rows, const int
     }
 }
 
-#define PV_ROWS(nz)                                                  \
-    switch (rows) {                                                  \
-    case 6: pv_n(6, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    case 5: pv_n(5, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    case 4: pv_n(4, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    case 3: pv_n(3, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    case 2: pv_n(2, nz, P, Vb, O, alpha, Dp, d0); break;             \
-    default: pv_n(1, nz, P, Vb, O, alpha, Dp, d0); break;            \
-    }
-
 static void pv(int rows, const void *Pv, const void *Vv, float *O, const float *alpha, int64_t D) {
     const uint16_t *P = Pv, *Vb = Vv;
     const int64_t Dp = qmm_za_dp(D);
     for (int64_t d0 = 0; d0 < Dp; d0 += 64) {
         const int64_t nz = (Dp - d0) / 16 >= 4 ? 4 : (Dp - d0) / 16;
-        if (nz == 4) { PV_ROWS(4) }
-        else if (nz == 3) { PV_ROWS(3) }
-        else if (nz == 2) { PV_ROWS(2) }
-        else { PV_ROWS(1) }
+        if (nz == 4) QMM_ATTN_BY_ROWS(rows, pv_n, 4, P, Vb, O, alpha, Dp, d0);
+        else if (nz == 3) QMM_ATTN_BY_ROWS(rows, pv_n, 3, P, Vb, O, alpha, Dp, d0);
+        else if (nz == 2) QMM_ATTN_BY_ROWS(rows, pv_n, 2, P, Vb, O, alpha, Dp, d0);
+        else QMM_ATTN_BY_ROWS(rows, pv_n, 1, P, Vb, O, alpha, Dp, d0);
     }
 }
 

@@ -68,14 +68,7 @@ static inline __attribute__((always_inline)) void qk_n(const int rows, const flo
 }
 
 static void qk(int rows, const void *Q, int64_t D, const void *Kb, float *S) {
-    switch (rows) {
-    case 6: qk_n(6, Q, D, Kb, S); break;
-    case 5: qk_n(5, Q, D, Kb, S); break;
-    case 4: qk_n(4, Q, D, Kb, S); break;
-    case 3: qk_n(3, Q, D, Kb, S); break;
-    case 2: qk_n(2, Q, D, Kb, S); break;
-    default: qk_n(1, Q, D, Kb, S); break;
-    }
+    QMM_ATTN_BY_ROWS(rows, qk_n, Q, D, Kb, S);
 }
 
 static void pv(int rows, const void *P, const void *Vb, float *O, const float *alpha, int64_t D) {

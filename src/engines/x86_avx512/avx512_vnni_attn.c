@@ -119,14 +119,7 @@ static inline __attribute__((always_inline)) void qk_n(const int rows, const uin
 }
 
 static void qk(int rows, const uint8_t *Q, const float *sq, int64_t Dq, const char *blk, float *S) {
-    switch (rows) {
-    case 6: qk_n(6, Q, sq, Dq, blk, S); break;
-    case 5: qk_n(5, Q, sq, Dq, blk, S); break;
-    case 4: qk_n(4, Q, sq, Dq, blk, S); break;
-    case 3: qk_n(3, Q, sq, Dq, blk, S); break;
-    case 2: qk_n(2, Q, sq, Dq, blk, S); break;
-    default: qk_n(1, Q, sq, Dq, blk, S); break;
-    }
+    QMM_ATTN_BY_ROWS(rows, qk_n, Q, sq, Dq, blk, S);
 }
 
 /* query row i → qq + 128 [Dq] u8 and its scale */
