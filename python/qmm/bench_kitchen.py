@@ -141,11 +141,15 @@ def main(argv=None):
               info["version"], info["cpu"], ", ".join(qmm.int8_engines_available()), a.threads,
               *width, a.dtype, a.attention))
     rows = []
-    for T, rnd, p in [(T, rnd, p) for T in tokens for rnd in range(a.rounds)
-                      for p in a.paths.split(",")]:
+    # (path, attention): the paths with --attention; with qmm's attention also the two figures it
+    # is measured against — ComfyUI today (eager INT8 + sub_quad) and torch bf16 with torch's SDPA
+    runs = [(p, a.attention) for p in a.paths.split(",")]
+    if a.attention == "qmm":
+        runs += [(p, att) for p, att in (("eager", "sub_quad"), ("bf16", "sdpa")) if p in a.paths.split(",")]
+    for T, rnd, (p, att) in [(T, rnd, r) for T in tokens for rnd in range(a.rounds) for r in runs]:
         cmd = [sys.executable, "-m", "qmm.bench_kitchen", "--one", p, "--tokens", str(T),
                "--threads", str(a.threads), "--reps", str(reps)] + \
-              (["--small"] if a.small else []) + ["--dtype", a.dtype, "--attention", a.attention]
+              (["--small"] if a.small else []) + ["--dtype", a.dtype, "--attention", att]
         r = subprocess.run(cmd, capture_output=True, text=True,
                            env=dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
         if r.returncode != 0:
@@ -153,36 +157,43 @@ def main(argv=None):
             return 1
         res = json.loads(r.stdout.strip().splitlines()[-1])
         res["round"] = rnd
-        best = [x for x in rows if x["path"] == p and x["tokens"] == T]
+        key = p if att == a.attention else p + "@" + att
+        res["key"] = key
+        best = [x for x in rows if x["key"] == key and x["tokens"] == T]
         if best and best[0]["median_s"] <= res["median_s"]:
             res["kept"] = False
         else:
-            rows = [x for x in rows if not (x["path"] == p and x["tokens"] == T)] + [res]
+            rows = [x for x in rows if not (x["key"] == key and x["tokens"] == T)] + [res]
         if a.json:
             print(json.dumps(res))
         else:
-            print("  ran %-5s %5d tokens, round %d: %.3f s" % (p, T, rnd + 1, res["median_s"]),
-                  flush=True)
+            print("  ran %-5s %5d tokens, attention %s, round %d: %.3f s" % (
+                p, T, att, rnd + 1, res["median_s"]), flush=True)
     if not a.json:
         print()
+        today = "eager@sub_quad"
         print("| tokens | path | median / block | vs eager INT8 | vs torch bf16 | vs torch fp32 | "
-              "outside linears | peak RSS | weights resident | + first calls |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+              "%soutside linears | peak RSS | weights resident | + first calls |" % (
+                  "vs ComfyUI today | " if a.attention == "qmm" else ""))
+        print("| --- | --- | --- | --- | --- | --- | %s--- | --- | --- | --- |" % (
+            "--- | " if a.attention == "qmm" else ""))
+        names = {"eager": "kitchen eager INT8 (%s)" % a.dtype, "qmm": "kitchen + qmm INT8 (%s)" % a.dtype,
+                 "bf16": "torch bf16", "fp32": "torch fp32"}
         for T in tokens:
-            by = {r["path"]: r for r in rows if r["tokens"] == T}
-            for p in [p for p in PATHS if p in by]:
-                r = by[p]
+            by = {r["key"]: r for r in rows if r["tokens"] == T}
+            for key in [k for k in list(PATHS) + [today, "bf16@sdpa"] if k in by]:
+                r = by[key]
+                p = r["path"]
                 def sp(ref):
                     return "%.2fx" % (by[ref]["median_s"] / r["median_s"]) if ref in by else "-"
                 wr, wa = r["weights_rss_mib"], r["resident_after_block_mib"]
                 extra = " (%.2fx int8)" % (wr / r["int8_mib"]) if p in ("eager", "qmm") else ""
-                print("| %d | %s | %.3f s | %s | %s | %s | %.0f%% | %.0f MiB | %.0f MiB%s | "
+                label = names[p] + (" + %s" % r["attention"] if "@" in key else "")
+                print("| %d | %s | %.3f s | %s | %s | %s | %s%.0f%% | %.0f MiB | %.0f MiB%s | "
                       "%+.0f MiB |" % (
-                          T, {"eager": "kitchen eager INT8 (%s)" % a.dtype,
-                              "qmm": "kitchen + qmm INT8 (%s)" % a.dtype,
-                              "bf16": "torch bf16", "fp32": "torch fp32"}[p], r["median_s"],
-                          sp("eager"), sp("bf16"), sp("fp32"), 100 * r["outside_linears"],
-                          r["peak_rss_mib"], wr, extra, wa - wr))
+                          T, label, r["median_s"], sp("eager"), sp("bf16"), sp("fp32"),
+                          sp(today) + " | " if a.attention == "qmm" else "",
+                          100 * r["outside_linears"], r["peak_rss_mib"], wr, extra, wa - wr))
         q = [r for r in rows if r["path"] == "qmm"]
         if q:
             print("\nqmm engines: %s, fallbacks %d; %.0f MiB of int8 weights, borrowed (no copy)" % (
