@@ -65,14 +65,16 @@ install: build
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	CC=clang cmake -S . -B build-fuzz -DQMM_FUZZ=ON -DQMM_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build build-fuzz -j$(JOBS) --target fuzz_safetensors fuzz_checkpoint fuzz_engines
-	mkdir -p build-fuzz/corpus/safetensors build-fuzz/corpus/checkpoint build-fuzz/corpus/engines
+	cmake --build build-fuzz -j$(JOBS) --target fuzz_safetensors fuzz_checkpoint fuzz_engines fuzz_attention
+	mkdir -p build-fuzz/corpus/safetensors build-fuzz/corpus/checkpoint build-fuzz/corpus/engines build-fuzz/corpus/attention
 	cp fuzz/corpus/safetensors/* fuzz/corpus/checkpoint/* build-fuzz/corpus/safetensors/
 	cp fuzz/corpus/checkpoint/* build-fuzz/corpus/checkpoint/
 	cp fuzz/corpus/engines/* build-fuzz/corpus/engines/
+	cp fuzz/corpus/attention/* build-fuzz/corpus/attention/
 	cd build-fuzz && ./fuzz_safetensors -max_len=4096 -max_total_time=$(FUZZ_SECONDS) corpus/safetensors
 	cd build-fuzz && ./fuzz_checkpoint -max_len=4096 -max_total_time=$(FUZZ_SECONDS) corpus/checkpoint
 	cd build-fuzz && ./fuzz_engines -max_len=8192 -max_total_time=$(FUZZ_SECONDS) corpus/engines
+	cd build-fuzz && ./fuzz_attention -max_len=6000 -max_total_time=$(FUZZ_SECONDS) corpus/attention
 
 clean:
 	rm -rf $(BUILD) $(ASAN) build-clang build-fuzz

@@ -5,14 +5,15 @@
 # With -DQMM_FUZZ=ON and clang: libFuzzer executables fuzz_<target>, with the library
 # instrumented for coverage (-fsanitize=fuzzer-no-link). See docs/FUZZING.md.
 option(QMM_FUZZ "Build libFuzzer targets (needs clang)" OFF)
-# fuzz_engines (differential: every int8 engine against ref) replays fuzz/corpus/engines/.
-set(QMM_FUZZ_TARGETS safetensors checkpoint engines)
+# fuzz_engines (differential: every int8 engine against ref) replays fuzz/corpus/engines/,
+# fuzz_attention (qmm_attention on exact-extent buffers, every engine against ref) fuzz/corpus/attention/.
+set(QMM_FUZZ_TARGETS safetensors checkpoint engines attention)
 foreach(t ${QMM_FUZZ_TARGETS})
   add_executable(fuzz_replay_${t} fuzz/replay.c fuzz/fuzz_${t}.c)
   target_link_libraries(fuzz_replay_${t} PRIVATE qmm_static)
   target_include_directories(fuzz_replay_${t} PRIVATE src/core)
-  if(t STREQUAL "engines")
-    set(dirs ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/engines)
+  if(t STREQUAL "engines" OR t STREQUAL "attention")
+    set(dirs ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/${t})
   else()
     set(dirs ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/safetensors ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/checkpoint)
   endif()
