@@ -1,7 +1,7 @@
 /*
  * qmm.h — the public API of libqmm: INT8 (W8A8) linear layers of transformer models on the
  * CPU's integer matrix engine (AMX-INT8, AVX512-VNNI, AVX-VNNI, AVX2), with a counted,
- * same-device float fallback and nothing silent. The numerical contract is docs/SPEC.md §1–§10.
+ * same-device float fallback and nothing silent. The numerical contract is docs/SPEC.md §1–§11.
  *
  * The model of use (select once, execute many times):
  *
