@@ -169,15 +169,22 @@ def test_masks_as_comfyui_passes_them(kind, dtype):
     assert CALLS == [] and ca.declines() == {}
 
 
-def test_attn_precision_float32_selects_f32_mode(monkeypatch):
+def _spy_modes(monkeypatch):
+    """The modes qmm.attention is called with from now on (the calls still run)."""
     seen = []
     real = qmm.attention
 
     def spy(*a, **kw):
         seen.append(kw.get("mode"))
-        return real(*a, **kw) if qmm.has_attention() else kw["out"].zero_()
+        return real(*a, **kw) if has else kw["out"].zero_()
+    has = qmm.has_attention()   # a library without qmm_attention: the spy answers zeros
     monkeypatch.setattr(qmm, "attention", spy)
     monkeypatch.setattr(qmm, "has_attention", lambda: True)
+    return seen
+
+
+def test_attn_precision_float32_selects_f32_mode(monkeypatch):
+    seen = _spy_modes(monkeypatch)
     q = torch.randn(1, 4, 8, 16)
     to = _to()                                        # mode from attn_precision
     optimized_attention(q, q, q, 4, skip_reshape=True, attn_precision=torch.float32,
@@ -193,14 +200,7 @@ def test_int8_mode_gives_way_where_the_call_wants_precision(monkeypatch):
     """mode "int8" (QMM_ATTENTION=int8, the node's "int8"): int8 where the call allows low
     precision (ComfyUI's default), "best" where it passes low_precision_attention=False (the
     call sites that keep SageAttention away), "f32" where attn_precision is float32."""
-    seen = []
-    real = qmm.attention
-
-    def spy(*a, **kw):
-        seen.append(kw.get("mode"))
-        return real(*a, **kw) if qmm.has_attention() else kw["out"].zero_()
-    monkeypatch.setattr(qmm, "attention", spy)
-    monkeypatch.setattr(qmm, "has_attention", lambda: True)
+    seen = _spy_modes(monkeypatch)
     q = torch.randn(1, 4, 8, 16)
     to = _to("int8")
     optimized_attention(q, q, q, 4, skip_reshape=True, transformer_options=to)
