@@ -429,11 +429,14 @@ typedef struct qmm_plan_info {
     /* by engine id (read them with qmm_plan_admits / qmm_plan_reason) */
     int admitted[QMM_ENGINE_MAX];            /* engine admits this call */
     char reason[QMM_ENGINE_MAX][QMM_REASON_MAX]; /* why each engine refused ("" if admitted) */
+    char weight[QMM_REASON_MAX];             /* qmm_plan of a W4A8 weight: its storage and where the
+                                                chosen engine decodes it; "" otherwise */
 } qmm_plan_info;
 /* Which engine would run w for M tokens with these dtypes/act (args->x/y may be NULL here). */
 qmm_status qmm_plan(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args,
                     qmm_plan_info *out);
-/* Human-readable multi-line text of a plan; returns the length it needed (snprintf-like). */
+/* Human-readable multi-line text of a plan (the engine, a "weight:" line when p->weight is set,
+ * then every engine's verdict); returns the length it needed (snprintf-like). */
 size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size);
 /* A plan's verdict on engine e: 1 if e admits the call; else 0, and qmm_plan_reason says why
  * ("" if e admits or is no engine; never NULL). */

@@ -140,7 +140,9 @@ qmm_status qmm_st_save(const char *path, const qmm_st_tensor *tensors, size_t n,
 typedef enum qmm_layer_kind {
     QMM_LAYER_INT8 = 0,        /* int8_tensorwise: L.weight I8 [N,K], L.weight_scale, L.comfy_quant */
     QMM_LAYER_FLOAT = 1,       /* L.weight F32/F16/BF16 [N,K] with no quant marker */
-    QMM_LAYER_UNSUPPORTED = 2  /* a quant format qmm does not run (only with allow_unsupported) */
+    QMM_LAYER_UNSUPPORTED = 2, /* a quant format qmm does not run (only with allow_unsupported) */
+    QMM_LAYER_W4A8 = 3         /* asym_w4a8_int8 (SPEC §3, §11): L.weight codes I8/U8 [N, K·bits/8],
+                                  L.weight_s_rel, L.weight_s_channel, optional L.weight_codebook */
 } qmm_layer_kind;
 
 typedef struct qmm_layer_info {
@@ -151,8 +153,12 @@ typedef struct qmm_layer_info {
     int64_t N, K;                /* from L.weight (0 for an unsupported layer whose weight is not 2-D) */
     int convrot_gs;              /* 0 or 16/64/256 */
     int full_precision;          /* full_precision_matrix_mult */
-    int64_t n_scale;             /* 1 (per-tensor) or N; 0 for float layers */
+    int64_t n_scale;             /* 1 (per-tensor) or N (int8, W4A8: s_channel); 0 for float layers */
     const qmm_st_tensor *weight, *weight_scale, *bias, *comfy_quant;   /* NULL where absent */
+    /* W4A8 (QMM_LAYER_W4A8; 0/NULL otherwise): weight holds the codes, weight_scale is NULL */
+    int code_bits;               /* 4 or 6 (from the codes' row width: K/2 or 3K/4 bytes) */
+    int group_size;              /* the s_rel group ("group_size", default 16) */
+    const qmm_st_tensor *s_rel, *s_channel, *codebook;  /* codebook NULL where absent */
 } qmm_layer_info;
 
 typedef struct qmm_model_options {

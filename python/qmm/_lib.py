@@ -84,7 +84,8 @@ class LinearArgs(Structure):
 class PlanInfo(Structure):
     _fields_ = [("engine", c_int), ("is_fallback", c_int), ("status", c_int),
                 ("admitted", c_int * ENGINE_MAX),
-                ("reason", (c_char * REASON_MAX) * ENGINE_MAX)]
+                ("reason", (c_char * REASON_MAX) * ENGINE_MAX),
+                ("weight", c_char * REASON_MAX)]
 
 
 class AttentionArgs(Structure):

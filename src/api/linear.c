@@ -120,6 +120,11 @@ qmm_status qmm_plan(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args
     qmm_call c;
     QMM_FORWARD_IF_ERROR(make_call(w, args, 0, &c));
     qmm_plan_call(ctx, &c, out);
+    if (w->w4a8 && out->engine != QMM_ENGINE_AUTO)
+        snprintf(out->weight, sizeof out->weight,
+                 "W%dA8: %d-bit codes%s, group %d, s_rel %s; decoded per call into %s (no int8 copy)", w->w4.bits,
+                 w->w4.bits, w->w4.codebook ? " + codebook" : "", w->w4.group, qmm_dtype_name(w->w4.s_rel_dtype),
+                 out->is_fallback ? "the float fallback's n16k4 blocks (W8A16)" : "the int8 engine's n16k4 panels");
     return QMM_OK;
 }
 

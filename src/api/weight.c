@@ -31,7 +31,14 @@ void qmm_weight_destroy(qmm_weight *w) {
     free(w->bias);
     qmm_aligned_free(w->fp.bf16);
     qmm_aligned_free(w->fp.f32);
+    qmm_aligned_free(w->adopted);
     free(w);
+}
+
+void qmm_weight_adopt(qmm_weight *w, void *block) {
+    if (!w) { qmm_aligned_free(block); return; }
+    qmm_aligned_free(w->adopted);
+    w->adopted = block;
 }
 
 static const char *wname(const char *name) { return name && *name ? name : "(unnamed)"; }

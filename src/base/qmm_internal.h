@@ -151,7 +151,13 @@ struct qmm_weight {
     /* shared mutable state, last: a call's view copies only the fields above (qmm_weight_copy_plain) */
     atomic_int fallback_logged;
     qmm_plan_cache plan_cache;   /* dispatch's choices (zero at creation) */
+    void *adopted;               /* qmm_aligned_alloc'd memory the weight frees at destroy (qmm_weight_adopt); NULL in views */
 };
+
+/* w takes ownership of block (qmm_aligned_alloc'd; freed by qmm_weight_destroy): the memory a borrowed weight
+ * reads that its creator made for it (a checkpoint's W4A8 scales, src/io/checkpoint.c). One block
+ * per weight; a second call frees the first. (src/api/weight.c) */
+void qmm_weight_adopt(qmm_weight *w, void *block);
 
 /* *dst = the immutable fields of src (everything before fallback_logged), the shared mutable
  * state zero: a per-call view of a weight, never read atomically by anyone else. */

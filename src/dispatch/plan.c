@@ -185,6 +185,7 @@ size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size) {
     if (p->engine == QMM_ENGINE_AUTO) APPEND("engine: none (%s)\n", qmm_status_name(p->status));
     else APPEND("engine: %s%s%s\n", qmm_engine_name(p->engine), p->is_fallback ? " (fallback)" : "",
                 p->status == QMM_ERR_FALLBACK_REFUSED ? " — refused: strict policy" : "");
+    if (memchr(p->weight, 0, sizeof p->weight) && p->weight[0]) APPEND("weight: %s\n", p->weight);
     for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
         const qmm_engine_id id = qmm_engine_table[i].engine->id;
         APPEND("  %-12s %s%.*s\n", qmm_engine_name(id), p->admitted[id] ? "admits" : "refuses: ", QMM_REASON_MAX,

@@ -8,20 +8,28 @@
  * "params": "format" (string, required), "convrot" (bool), "convrot_groupsize" (16/64/256,
  * absent = 256 when convrot), "full_precision_matrix_mult" (bool).
  * format "int8_tensorwise": L.weight I8 [N, K]; L.weight_scale F32 [N,1], [N], [1] or [];
- * L.bias optional F32/F16/BF16 [N]; K % g == 0. Any other format is QMM_ERR_UNSUPPORTED naming
- * layer and format (or, with allow_unsupported, a listed QMM_LAYER_UNSUPPORTED layer).
+ * L.bias optional F32/F16/BF16 [N]; K % g == 0.
+ * format "asym_w4a8_int8" (comfy-kitchen's AsymW4A8Int8Layout, the keys ComfyUI v0.30's
+ * _load_quantized_module reads; SPEC §3, §11): L.weight the codes I8/U8 [N, K·bits/8];
+ * L.weight_s_rel F8_E4M3, U8 (its bytes) or F32 [N, K/group_size]; L.weight_s_channel F32 [N];
+ * L.weight_codebook optional float [16] (4 bits only); L.bias optional; comfy_quant "group_size"
+ * (default 16), "convrot_groupsize" (default 256; always rotated), "bits" (optional, must match the
+ * codes' width). K is s_rel's columns × group_size; the width gives the bits. L.weight_correction
+ * (asymmetric) is QMM_ERR_UNSUPPORTED. Its weight borrows the codes where they lie and owns a copy
+ * of the rest (qmm_weight_borrow_w4a8 + qmm_weight_adopt).
+ * Any other format is QMM_ERR_UNSUPPORTED naming layer and format (or, with allow_unsupported, a
+ * listed QMM_LAYER_UNSUPPORTED layer).
  * A float layer: a 2-D F32/F16/BF16 L.weight without a quant marker; L.bias absent or
  * F32/F16/BF16 [N] (any other L.bias is QMM_ERR_FORMAT: it is never silently dropped).
  * Every layer is validated at open; a failed open returns nothing. The values of a layer's
  * weight_scale and bias are checked when it is packed (qmm_model_check_layer): a scale that is
- * NaN, ±Inf, ±0, negative or denormal, or a NaN/±Inf bias, is QMM_ERR_FORMAT naming layer and row.
+ * NaN, ±Inf, ±0, negative or denormal, or a NaN/±Inf bias, is QMM_ERR_FORMAT naming layer and row;
+ * for W4A8 the same for s_channel, and a NaN/±Inf s_rel (row, group) or codebook entry.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "io_internal.h"
 #include "numerics.h"
 #include "qmm_internal.h"
-
-#include "numerics.h"
 
 #include <float.h>
 #include <json-c/json.h>
@@ -169,6 +177,122 @@ static int as_bool(json_object *v, int *out) {
     return 0;
 }
 
+/* cfg[key] (or cfg["params"][key]) as an integer into *out, def when absent; 0 if not an integer */
+static int cfg_int(json_object *cfg, const char *key, int64_t def, int64_t *out) {
+    json_object *v = cfg_get(cfg, key);
+    *out = def;
+    if (!v) return 1;
+    if (!json_object_is_type(v, json_type_int)) return 0;
+    *out = json_object_get_int64(v);
+    return 1;
+}
+
+/* A tensor's dtype and shape for messages: "F32 [16]" */
+static const char *tensor_desc(const qmm_st_tensor *t, char *buf, size_t n) {
+    int k = snprintf(buf, n, "%s [", qmm_st_dtype_name(t->dtype));
+    for (int d = 0; d < t->ndim && k > 0 && (size_t)k < n; d++)
+        k += snprintf(buf + k, n - (size_t)k, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "]");
+    return buf;
+}
+
+/* format "asym_w4a8_int8" (comfy-kitchen's AsymW4A8Int8Layout as ComfyUI v0.30's
+ * _load_quantized_module reads it; SPEC §3, §11): the geometry of the kitchen's _w4a8_geometry
+ * (K = s_rel columns × group_size, bits = the codes' row width × 8 / K) and the rules of its
+ * validate_w4a8_operands, every tensor's dtype and shape checked here; the values (scales,
+ * codebook, bias) when the layer is packed (check_values). */
+static qmm_status read_w4a8_layer(qmm_model *m, qmm_layer_info *l, json_object *cfg) {
+    const qmm_st_file *f = m->f;
+    const char *P = f->path, *L = l->name;
+    char d1[96];
+    l->kind = QMM_LAYER_W4A8;
+    l->weight_scale = NULL;   /* not part of the format: a stray L.weight_scale is another tensor */
+    int oom = 0;
+    l->s_rel = part(f, L, ".weight_s_rel", &oom);
+    l->s_channel = part(f, L, ".weight_s_channel", &oom);
+    l->codebook = part(f, L, ".weight_codebook", &oom);
+    const qmm_st_tensor *corr = part(f, L, ".weight_correction", &oom);
+    QMM_RETURN_IF(oom, QMM_ERR_OUT_OF_MEMORY, "%s: layer %.200s: out of memory", P, L);
+    int64_t gsz, crg, bits_cfg;
+    QMM_RETURN_IF(!cfg_int(cfg, "group_size", 16, &gsz), QMM_ERR_FORMAT, "%s: layer %s: \"group_size\" is not an integer",
+                  P, L);
+    QMM_RETURN_IF(!cfg_int(cfg, "convrot_groupsize", 256, &crg), QMM_ERR_FORMAT,
+                  "%s: layer %s: \"convrot_groupsize\" is not an integer", P, L);
+    QMM_RETURN_IF(!cfg_int(cfg, "bits", 0, &bits_cfg), QMM_ERR_FORMAT, "%s: layer %s: \"bits\" is not an integer", P, L);
+    QMM_RETURN_IF(bits_cfg != 0 && bits_cfg != 4 && bits_cfg != 6, QMM_ERR_FORMAT,
+                  "%s: layer %s: \"bits\" is %lld (asym_w4a8_int8 stores 4- or 6-bit codes)", P, L, (long long)bits_cfg);
+    int convrot, fp;
+    QMM_RETURN_IF(!as_bool(cfg_get(cfg, "convrot"), &convrot), QMM_ERR_FORMAT,
+                  "%s: layer %s: \"convrot\" is not a boolean", P, L);
+    QMM_RETURN_IF(cfg_get(cfg, "convrot") && !convrot, QMM_ERR_FORMAT,
+                  "%s: layer %s: \"convrot\" is false, but asym_w4a8_int8 always runs with ConvRot", P, L);
+    QMM_RETURN_IF(!as_bool(cfg_get(cfg, "full_precision_matrix_mult"), &fp), QMM_ERR_FORMAT,
+                  "%s: layer %s: \"full_precision_matrix_mult\" is not a boolean", P, L);
+    l->full_precision = fp;
+    QMM_RETURN_IF(gsz < 4 || gsz > (1 << 24) || (16 % gsz != 0 && gsz % 16 != 0), QMM_ERR_FORMAT,
+                  "%s: layer %s: \"group_size\" %lld (needs >= 4, dividing 16 or a multiple of 16)", P, L, (long long)gsz);
+    QMM_RETURN_IF(crg < 4 || crg > QMM_MAX_CONVROT_GS || !qmm_convrot_gs_valid((int)crg), QMM_ERR_UNSUPPORTED,
+                  "%s: layer %s: convrot group size %lld is not supported (a power of 4 from 4 to %d)", P, L,
+                  (long long)crg, QMM_MAX_CONVROT_GS);
+    l->group_size = (int)gsz;
+    l->convrot_gs = (int)crg;
+    QMM_RETURN_IF(corr, QMM_ERR_UNSUPPORTED,
+                  "%s: layer %s: %s.weight_correction: asymmetric W4A8 (symmetric=False) is not supported (no int8 "
+                  "path exists for it; ComfyUI v0.30 does not load it either)", P, L, L);
+    const qmm_st_tensor *w = l->weight, *sr = l->s_rel, *sc = l->s_channel, *cb = l->codebook, *b = l->bias;
+    QMM_RETURN_IF(!w, QMM_ERR_FORMAT, "%s: layer %s: %s.weight is missing", P, L, L);
+    QMM_RETURN_IF((w->dtype != QMM_ST_I8 && w->dtype != QMM_ST_U8) || w->ndim != 2, QMM_ERR_FORMAT,
+                  "%s: layer %s: %s.weight is %s (asym_w4a8_int8 needs the packed codes, I8 or U8 [N, K*bits/8])", P, L,
+                  L, tensor_desc(w, d1, sizeof d1));
+    const int64_t N = w->shape[0], C = w->shape[1];
+    QMM_RETURN_IF(N < 1 || C < 1, QMM_ERR_FORMAT, "%s: layer %s: %s.weight is empty [%lld, %lld]", P, L, L,
+                  (long long)N, (long long)C);
+    QMM_RETURN_IF(!sr, QMM_ERR_FORMAT, "%s: layer %s: %s.weight_s_rel (the group scales) is missing", P, L, L);
+    QMM_RETURN_IF((sr->dtype != QMM_ST_F8_E4M3 && sr->dtype != QMM_ST_U8 && sr->dtype != QMM_ST_F32) || sr->ndim != 2 ||
+                      sr->shape[0] != N || sr->shape[1] < 1,
+                  QMM_ERR_FORMAT,
+                  "%s: layer %s: %s.weight_s_rel is %s (needs F8_E4M3, U8 (its bytes) or F32 [N, K/group_size], N=%lld)",
+                  P, L, L, tensor_desc(sr, d1, sizeof d1), (long long)N);
+    const int64_t G = sr->shape[1];
+    QMM_RETURN_IF(G > ((int64_t)1 << 31) / gsz, QMM_ERR_UNSUPPORTED,
+                  "%s: layer %s: K = %lld groups x %lld is too large (<= 2^31)", P, L, (long long)G, (long long)gsz);
+    const int64_t K = G * gsz;
+    const int bits = C * 8 == K * 4 ? 4 : C * 8 == K * 6 ? 6 : 0;
+    QMM_RETURN_IF(!bits, QMM_ERR_FORMAT,
+                  "%s: layer %s: %s.weight rows are %lld bytes, but K = %lld (%s.weight_s_rel columns %lld x group_size "
+                  "%lld) needs %lld (4 bits) or %lld (6 bits)", P, L, L, (long long)C, (long long)K, L, (long long)G,
+                  (long long)gsz, (long long)(K / 2), (long long)(K * 3 / 4));
+    QMM_RETURN_IF(bits_cfg && bits_cfg != bits, QMM_ERR_FORMAT,
+                  "%s: layer %s: \"bits\" is %lld, but %s.weight rows of %lld bytes for K = %lld are %d-bit codes", P, L,
+                  (long long)bits_cfg, L, (long long)C, (long long)K, bits);
+    l->code_bits = bits;
+    l->N = N;
+    l->K = K;
+    QMM_RETURN_IF(K % 16 != 0 || (bits == 6 && (K % 32 != 0 || gsz % 16 != 0)), QMM_ERR_FORMAT,
+                  "%s: layer %s: K = %lld, group_size %lld: %d-bit storage needs K %% %d == 0%s", P, L, (long long)K,
+                  (long long)gsz, bits, bits == 6 ? 32 : 16, bits == 6 ? " and group_size a multiple of 16" : "");
+    QMM_RETURN_IF(K % crg != 0, QMM_ERR_FORMAT, "%s: layer %s: K=%lld is not a multiple of the convrot group %lld", P, L,
+                  (long long)K, (long long)crg);
+    QMM_RETURN_IF(!sc, QMM_ERR_FORMAT, "%s: layer %s: %s.weight_s_channel (the row scales) is missing", P, L, L);
+    QMM_RETURN_IF(sc->dtype != QMM_ST_F32 || sc->ndim != 1 || sc->shape[0] != N, QMM_ERR_FORMAT,
+                  "%s: layer %s: %s.weight_s_channel is %s (needs F32 [%lld])", P, L, L, tensor_desc(sc, d1, sizeof d1),
+                  (long long)N);
+    l->n_scale = N;
+    if (cb) {
+        QMM_RETURN_IF(bits == 6, QMM_ERR_FORMAT,
+                      "%s: layer %s: %s.weight_codebook with 6-bit codes (6-bit storage is uniform: no codebook)", P, L, L);
+        QMM_RETURN_IF(!qmm_st_is_float(cb->dtype) || cb->ndim != 1 || cb->shape[0] != 16, QMM_ERR_FORMAT,
+                      "%s: layer %s: %s.weight_codebook is %s (needs 16 values, F32/F16/BF16 [16])", P, L, L,
+                      tensor_desc(cb, d1, sizeof d1));
+    }
+    if (b) {
+        QMM_RETURN_IF(!qmm_st_is_float(b->dtype) || b->ndim != 1 || b->shape[0] != N, QMM_ERR_FORMAT,
+                      "%s: layer %s: %s.bias is %s (needs F32/F16/BF16 [%lld])", P, L, L, tensor_desc(b, d1, sizeof d1),
+                      (long long)N);
+    }
+    return QMM_OK;
+}
+
 /* Reads a quant config into layer l (whose name is set) and validates the layer's tensors. */
 static qmm_status read_quant_layer(qmm_model *m, qmm_layer_info *l, json_object *cfg, const char *src,
                                    const qmm_model_options *o) {
@@ -185,9 +309,11 @@ static qmm_status read_quant_layer(qmm_model *m, qmm_layer_info *l, json_object 
     l->weight_scale = part(f, L, ".weight_scale", &oom);
     l->bias = part(f, L, ".bias", &oom);
     QMM_RETURN_IF(oom, QMM_ERR_OUT_OF_MEMORY, "%s: layer %.200s: out of memory", P, L);
+    if (!strcmp(l->format, "asym_w4a8_int8")) return read_w4a8_layer(m, l, cfg);
     if (strcmp(l->format, "int8_tensorwise") != 0) {
         QMM_RETURN_IF(!o->allow_unsupported, QMM_ERR_UNSUPPORTED,
-                      "%s: layer %s: format %.60s is not supported (qmm runs int8_tensorwise)", P, L, l->format);
+                      "%s: layer %s: format %.60s is not supported (qmm runs int8_tensorwise and asym_w4a8_int8)", P,
+                      L, l->format);
         l->kind = QMM_LAYER_UNSUPPORTED;
         if (l->weight && l->weight->ndim == 2) {
             l->N = l->weight->shape[0];
@@ -442,10 +568,120 @@ static qmm_status check_values(const qmm_model *m, const qmm_layer_info *l, cons
     return QMM_OK;
 }
 
+/* The memory a W4A8 layer's weight reads besides its codes, copied out of the file and owned by
+ * the weight (qmm_weight_adopt): one block, each part 64-byte aligned. */
+typedef struct w4a8_side {
+    float *s_channel;      /* [N] */
+    void *s_rel;           /* [N][K/group] bytes of e4m3, or F32 */
+    float *codebook;       /* [16] widened to F32, or NULL */
+    void *bias;            /* the bias tensor's bytes, or NULL */
+    void *block;
+} w4a8_side;
+
+static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* Copies s_channel, s_rel, the codebook and the bias of W4A8 layer l into one malloc'd block. */
+static qmm_status w4a8_side_read(const qmm_model *m, const qmm_layer_info *l, w4a8_side *sd) {
+    const qmm_st_file *f = m->f;
+    memset(sd, 0, sizeof *sd);
+    const size_t a = up64(l->s_channel->nbytes), b = up64(l->s_rel->nbytes), c = l->codebook ? up64(16 * 4) : 0,
+                 d = l->bias ? up64(l->bias->nbytes) : 0;
+    char *blk = qmm_aligned_alloc(a + b + c + d + 64);
+    QMM_RETURN_IF(!blk, QMM_ERR_OUT_OF_MEMORY, "%s: layer %.200s: out of memory (%zu bytes of scales)", f->path,
+                  l->name, a + b + c + d);
+    sd->block = blk;
+    sd->s_channel = (float *)blk;
+    sd->s_rel = blk + a;
+    qmm_status st = qmm_st_read(f, l->s_channel, 0, l->s_channel->nbytes, sd->s_channel);
+    if (st == QMM_OK) st = qmm_st_read(f, l->s_rel, 0, l->s_rel->nbytes, sd->s_rel);
+    if (st == QMM_OK && l->codebook) {
+        sd->codebook = (float *)(blk + a + b);
+        uint16_t raw[16];
+        void *dst = l->codebook->dtype == QMM_ST_F32 ? (void *)sd->codebook : (void *)raw;
+        st = qmm_st_read(f, l->codebook, 0, l->codebook->nbytes, dst);
+        qmm_dtype ct = (qmm_dtype)qmm_st_dtype_to_qmm(l->codebook->dtype);
+        for (int i = 0; st == QMM_OK && ct != QMM_F32 && i < 16; i++) sd->codebook[i] = qmm_load_f(raw, ct, i);
+    }
+    if (st == QMM_OK && l->bias) {
+        sd->bias = blk + a + b + c;
+        st = qmm_st_read(f, l->bias, 0, l->bias->nbytes, sd->bias);
+    }
+    if (st != QMM_OK) {
+        qmm_aligned_free(blk);
+        memset(sd, 0, sizeof *sd);
+    }
+    return st;
+}
+
+/* The values of a W4A8 layer: s_channel as a weight scale (a positive normal float), s_rel and
+ * the codebook finite (an s_rel of 0 or below is the kitchen's underflowed group: it decodes). */
+static qmm_status check_w4a8_values(const qmm_model *m, const qmm_layer_info *l, const w4a8_side *sd) {
+    const char *P = m->f->path, *L = l->name;
+    for (int64_t r = 0; r < l->N; r++) {
+        const char *why = bad_scale(sd->s_channel[r]);
+        QMM_RETURN_IF(why, QMM_ERR_FORMAT, "%s: layer %s: %s.weight_s_channel of row %lld is %s (%g): a scale must be a "
+                      "positive normal float", P, L, L, (long long)r, why, (double)sd->s_channel[r]);
+    }
+    const int64_t G = l->K / l->group_size, n = l->N * G;
+    for (int64_t i = 0; i < n; i++) {
+        const float v = l->s_rel->dtype == QMM_ST_F32 ? ((const float *)sd->s_rel)[i]
+                                                      : qmm_e4m3_to_f32(((const uint8_t *)sd->s_rel)[i]);
+        QMM_RETURN_IF(!isfinite(v), QMM_ERR_FORMAT, "%s: layer %s: %s.weight_s_rel of row %lld, group %lld is %s", P, L,
+                      L, (long long)(i / G), (long long)(i % G), v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf");
+    }
+    for (int i = 0; sd->codebook && i < 16; i++)
+        QMM_RETURN_IF(!isfinite(sd->codebook[i]), QMM_ERR_FORMAT, "%s: layer %s: %s.weight_codebook[%d] is %s", P, L, L,
+                      i, sd->codebook[i] != sd->codebook[i] ? "NaN" : sd->codebook[i] > 0 ? "+Inf" : "-Inf");
+    return check_values(m, l, NULL, sd->bias);
+}
+
+/* A W4A8 layer's weight: its codes borrowed where they lie (the mapping, or the memory of
+ * qmm_model_open_memory; no copy, no int8 weight), its scales, codebook and bias copied into a
+ * block the weight owns. The codes' last byte is read first through qmm_st_read: a file
+ * truncated since the open is QMM_ERR_IO here, not a SIGBUS at the first call. */
+static qmm_status create_w4a8(const qmm_model *m, qmm_context *ctx, const qmm_layer_info *l, qmm_weight **out) {
+    w4a8_side sd;
+    QMM_FORWARD_IF_ERROR(w4a8_side_read(m, l, &sd));
+    unsigned char last;
+    qmm_status st = check_w4a8_values(m, l, &sd);
+    if (st == QMM_OK) st = qmm_st_read(m->f, l->weight, l->weight->nbytes - 1, 1, &last);
+    if (st == QMM_OK) {
+        qmm_w4a8_desc d = qmm_w4a8_desc_default();
+        d.name = l->name;
+        d.N = l->N;
+        d.K = l->K;
+        d.bits = l->code_bits;
+        d.codes = l->weight->data;
+        d.codes_bytes = (int64_t)l->weight->nbytes;
+        d.s_rel = sd.s_rel;
+        d.s_rel_dtype = l->s_rel->dtype == QMM_ST_F32 ? QMM_F32 : QMM_F8_E4M3;
+        d.n_s_rel = l->s_rel->numel;
+        d.group_size = l->group_size;
+        d.codebook = sd.codebook;
+        d.n_codebook = sd.codebook ? 16 : 0;
+        d.s_channel = sd.s_channel;
+        d.bias = sd.bias;
+        d.bias_dtype = l->bias ? (qmm_dtype)qmm_st_dtype_to_qmm(l->bias->dtype) : QMM_F32;
+        d.convrot_gs = l->convrot_gs;
+        d.full_precision = l->full_precision;
+        st = qmm_weight_borrow_w4a8(ctx, &d, out);
+    }
+    if (st == QMM_OK) qmm_weight_adopt(*out, sd.block);
+    else qmm_aligned_free(sd.block);
+    return st;
+}
+
 qmm_status qmm_model_check_layer(const qmm_model *m, const char *layer) {
     const qmm_layer_info *l;
     QMM_FORWARD_IF_ERROR(qmm_model_find(m, layer, &l));
     if (l->kind == QMM_LAYER_UNSUPPORTED) return QMM_OK;
+    if (l->kind == QMM_LAYER_W4A8) {
+        w4a8_side sd;
+        QMM_FORWARD_IF_ERROR(w4a8_side_read(m, l, &sd));
+        qmm_status st = check_w4a8_values(m, l, &sd);
+        qmm_aligned_free(sd.block);
+        return st;
+    }
     void *scale = NULL, *bias = NULL;
     qmm_status st = l->bias ? read_copy(m->f, l->bias, &bias) : QMM_OK;
     if (st == QMM_OK && l->kind == QMM_LAYER_INT8) st = read_copy(m->f, l->weight_scale, &scale);
@@ -462,8 +698,9 @@ qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const c
     const qmm_layer_info *l;
     QMM_FORWARD_IF_ERROR(qmm_model_find(m, layer, &l));
     QMM_RETURN_IF(l->kind == QMM_LAYER_UNSUPPORTED, QMM_ERR_UNSUPPORTED,
-                  "%s: layer %s: format %.60s is not supported (qmm runs int8_tensorwise)", m->f->path, l->name,
-                  l->format);
+                  "%s: layer %s: format %.60s is not supported (qmm runs int8_tensorwise and asym_w4a8_int8)",
+                  m->f->path, l->name, l->format);
+    if (l->kind == QMM_LAYER_W4A8) return create_w4a8(m, ctx, l, out);
     /* every byte is copied out of the mapping first (qmm_st_read), then packed */
     void *bias = NULL, *scale = NULL, *wd = NULL;
     qmm_dtype bias_dt = l->bias ? (qmm_dtype)qmm_st_dtype_to_qmm(l->bias->dtype) : QMM_F32;
