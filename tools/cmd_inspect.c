@@ -1,10 +1,12 @@
 /*
  * cmd_inspect.c — `qmm inspect FILE [--json] [--tensors]`: a checkpoint's layers as qmm reads
- * them (SPEC §3): per layer the kind (int8 / float / unsupported format), dtype, shape, bytes,
- * quant format, convrot group, weight-scale kind, bias; then totals (int8 bytes against the
+ * them (SPEC §3): per layer the kind (int8 / w4a8 / float / unsupported format), dtype, shape,
+ * bytes, quant format, convrot group, weight-scale kind, bias; for W4A8 layers (SPEC §11) the code
+ * bits, s_rel group and dtype, codebook yes/no and bytes per weight (text: a section of their own;
+ * JSON: each layer's "w4a8", null for the others); then totals (int8 and W4A8 bytes against the
  * bf16 equivalent) and the file's other tensors and metadata. --tensors lists every tensor.
  * Layers whose numbers would refuse to load (qmm_model_check_layer: a NaN/Inf/0/negative/denormal
- * weight scale, a non-finite bias) are listed under "BAD NUMBERS" with layer and row (JSON: each
+ * weight scale or s_channel, a non-finite s_rel, codebook value or bias) are listed under "BAD NUMBERS" with layer and row (JSON: each
  * layer's "problem", null when fine; totals.bad_layers); inspect still exits 0.
  * A malformed file prints the reader's error and exits 1.
  */
@@ -27,10 +29,14 @@ static void json_str(const char *s) {
 }
 
 static const char *kind_name(qmm_layer_kind k) {
-    return k == QMM_LAYER_INT8 ? "int8" : k == QMM_LAYER_FLOAT ? "float" : "unsupported";
+    return k == QMM_LAYER_INT8 ? "int8" : k == QMM_LAYER_W4A8 ? "w4a8" : k == QMM_LAYER_FLOAT ? "float" : "unsupported";
 }
 
 static const char *scale_kind(const qmm_layer_info *l, char *buf, size_t n) {
+    if (l->kind == QMM_LAYER_W4A8) {
+        snprintf(buf, n, "s_channel [%lld]", (long long)l->N);
+        return buf;
+    }
     if (l->kind != QMM_LAYER_INT8) return "-";
     const qmm_st_tensor *s = l->weight_scale;
     if (s->ndim == 0) snprintf(buf, n, "per-tensor []");
@@ -44,7 +50,21 @@ static size_t layer_bytes(const qmm_layer_info *l) {
     if (l->weight) b += l->weight->nbytes;
     if (l->weight_scale) b += l->weight_scale->nbytes;
     if (l->bias) b += l->bias->nbytes;
+    if (l->s_rel) b += l->s_rel->nbytes;
+    if (l->s_channel) b += l->s_channel->nbytes;
+    if (l->codebook) b += l->codebook->nbytes;
     return b;
+}
+
+/* A W4A8 layer's bytes (codes, scales, codebook; no bias) per weight */
+static double w4a8_bytes_per_weight(const qmm_layer_info *l) {
+    const size_t b = layer_bytes(l) - (l->bias ? l->bias->nbytes : 0);
+    return (double)b / ((double)l->N * (double)l->K);
+}
+
+/* s_rel's dtype as the layer runs it: U8 bytes are fp8 e4m3 */
+static const char *s_rel_dtype(const qmm_layer_info *l) {
+    return l->s_rel->dtype == QMM_ST_F32 ? "F32" : "F8_E4M3";
 }
 
 int cmd_inspect(int argc, char **argv) {
@@ -70,7 +90,7 @@ int cmd_inspect(int argc, char **argv) {
         return 1;
     }
     const qmm_st_file *f = qmm_model_file(m);
-    size_t nl = qmm_model_layer_count(m), n_int8 = 0, n_float = 0, n_uns = 0, n_bad = 0;
+    size_t nl = qmm_model_layer_count(m), n_int8 = 0, n_w4 = 0, n_float = 0, n_uns = 0, n_bad = 0;
     /* the numbers of each layer (scales, bias): what would refuse to load, and why */
     char **problem = calloc(nl ? nl : 1, sizeof *problem);
     if (!problem) {
@@ -83,13 +103,17 @@ int cmd_inspect(int argc, char **argv) {
             problem[i] = strdup(qmm_last_error());
             n_bad++;
         }
-    unsigned long long int8_bytes = 0, int8_bf16_equiv = 0, float_bytes = 0;
+    unsigned long long int8_bytes = 0, int8_bf16_equiv = 0, float_bytes = 0, w4_bytes = 0, w4_bf16_equiv = 0;
     for (size_t i = 0; i < nl; i++) {
         const qmm_layer_info *l = qmm_model_layer(m, i);
         if (l->kind == QMM_LAYER_INT8) {
             n_int8++;
             int8_bytes += layer_bytes(l);
             int8_bf16_equiv += (unsigned long long)(l->N * l->K * 2) + (l->bias ? l->bias->nbytes : 0);
+        } else if (l->kind == QMM_LAYER_W4A8) {
+            n_w4++;
+            w4_bytes += layer_bytes(l);
+            w4_bf16_equiv += (unsigned long long)(l->N * l->K * 2) + (l->bias ? l->bias->nbytes : 0);
         } else if (l->kind == QMM_LAYER_FLOAT) {
             n_float++;
             float_bytes += layer_bytes(l);
@@ -113,12 +137,19 @@ int cmd_inspect(int argc, char **argv) {
                    layer_bytes(l), l->convrot_gs, scale_kind(l, sk, sizeof sk), l->bias ? "true" : "false",
                    l->full_precision ? "true" : "false");
             if (problem[i]) json_str(problem[i]); else printf("null");
+            printf(", \"w4a8\": ");
+            if (l->kind == QMM_LAYER_W4A8)
+                printf("{\"bits\": %d, \"group_size\": %d, \"s_rel_dtype\": \"%s\", \"codebook\": %s, "
+                       "\"bytes_per_weight\": %.6g}", l->code_bits, l->group_size, s_rel_dtype(l),
+                       l->codebook ? "true" : "false", w4a8_bytes_per_weight(l));
+            else printf("null");
             printf("}");
         }
-        printf("], \"totals\": {\"int8_layers\": %zu, \"float_layers\": %zu, \"unsupported_layers\": %zu, "
-               "\"bad_layers\": %zu, \"int8_bytes\": %llu, \"int8_bf16_equivalent_bytes\": %llu, "
+        printf("], \"totals\": {\"int8_layers\": %zu, \"w4a8_layers\": %zu, \"float_layers\": %zu, "
+               "\"unsupported_layers\": %zu, \"bad_layers\": %zu, \"int8_bytes\": %llu, "
+               "\"int8_bf16_equivalent_bytes\": %llu, \"w4a8_bytes\": %llu, \"w4a8_bf16_equivalent_bytes\": %llu, "
                "\"float_layer_bytes\": %llu}, \"metadata\": {",
-               n_int8, n_float, n_uns, n_bad, int8_bytes, int8_bf16_equiv, float_bytes);
+               n_int8, n_w4, n_float, n_uns, n_bad, int8_bytes, int8_bf16_equiv, w4_bytes, w4_bf16_equiv, float_bytes);
         for (size_t i = 0; i < qmm_st_metadata_count(f); i++) {
             const char *k, *v;
             qmm_st_metadata_at(f, i, &k, &v);
@@ -159,6 +190,17 @@ int cmd_inspect(int argc, char **argv) {
            "%zu in unsupported formats\n",
            n_int8, int8_bytes / 1048576.0, int8_bf16_equiv / 1048576.0,
            int8_bytes ? (double)int8_bf16_equiv / (double)int8_bytes : 0.0, n_float, float_bytes / 1048576.0, n_uns);
+    if (n_w4) {
+        printf("w4a8: %zu layers (%.2f MiB; %.2f MiB as bf16, %.2fx smaller):\n", n_w4, w4_bytes / 1048576.0,
+               w4_bf16_equiv / 1048576.0, (double)w4_bf16_equiv / (double)w4_bytes);
+        printf("  %-46s %4s %5s %-7s %-8s %s\n", "layer", "bits", "group", "s_rel", "codebook", "bytes/weight");
+        for (size_t i = 0; i < nl; i++) {
+            const qmm_layer_info *l = qmm_model_layer(m, i);
+            if (l->kind != QMM_LAYER_W4A8) continue;
+            printf("  %-46s %4d %5d %-7s %-8s %.4f\n", l->name, l->code_bits, l->group_size, s_rel_dtype(l),
+                   l->codebook ? "yes" : "no", w4a8_bytes_per_weight(l));
+        }
+    }
     if (n_bad) {
         printf("BAD NUMBERS: %zu layer%s refuse to load:\n", n_bad, n_bad == 1 ? "" : "s");
         for (size_t i = 0; i < nl; i++)

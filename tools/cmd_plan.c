@@ -2,8 +2,11 @@
  * cmd_plan.c — `qmm plan FILE [--tokens M] [--x-dtype bf16|f16|f32] [--act none|swiglu|gelu_tanh|rms_norm|situ]
  * [--act-layers GLOB] [--layers GLOB] [--strict] [--json]`: for each layer of a checkpoint, the
  * engine qmm_linear would pick for M tokens (qmm_plan) and every refused engine's reason; then a
- * summary: int8 layers on an int8 engine (the hard path), int8 layers that would fall back to a
- * float engine, float layers, and layers that cannot run (unsupported format, no engine).
+ * summary: int8 layers on an int8 engine (the hard path; W4A8 layers count here), int8 layers that
+ * would fall back to a float engine, float layers, and layers that cannot run (unsupported format,
+ * no engine). A W4A8 layer (SPEC §11) also gets the plan's weight line (qmm_plan_info.weight: code
+ * bits, codebook, group, s_rel dtype, and where the chosen engine decodes the codes — the int8
+ * engine's per-call panels, or the float fallback's blocks); JSON: "weight", null for the others.
  * Each layer is packed, planned and freed in turn (memory ≈ one layer). --act applies to the
  * layers matching --act-layers (default: all), e.g. --act swiglu --act-layers '*.mlp.fc2'.
  * Exit status: 0; 1 on a read error, or with --strict if any layer would fall back or cannot run.
@@ -114,12 +117,17 @@ int cmd_plan(int argc, char **argv) {
             printf("%s{\"name\": ", first ? "" : ", ");
             json_str(l->name);
             printf(", \"kind\": \"%s\", \"shape\": [%lld, %lld], \"act\": \"%s\", \"verdict\": \"%s\", \"engine\": ",
-                   l->kind == QMM_LAYER_INT8 ? "int8" : l->kind == QMM_LAYER_FLOAT ? "float" : "unsupported",
+                   l->kind == QMM_LAYER_INT8   ? "int8"
+                   : l->kind == QMM_LAYER_W4A8 ? "w4a8"
+                   : l->kind == QMM_LAYER_FLOAT ? "float"
+                                                : "unsupported",
                    (long long)l->N, (long long)l->K, qmm_act_name(la), verdict);
             if (st == QMM_OK && p.engine != QMM_ENGINE_AUTO) json_str(qmm_engine_name(p.engine));
             else printf("null");
             printf(", \"fallback\": %s, \"error\": ", st == QMM_OK && p.is_fallback ? "true" : "false");
             if (*err) json_str(err); else printf("null");
+            printf(", \"weight\": ");
+            if (st == QMM_OK && p.weight[0]) json_str(p.weight); else printf("null");
             printf(", \"refused\": {");
             int f2 = 1;
             for (int i = 0; st == QMM_OK && i < qmm_engine_count(); i++) {
@@ -137,6 +145,7 @@ int cmd_plan(int argc, char **argv) {
             else {
                 printf("%s%s\n", p.engine == QMM_ENGINE_AUTO ? "no engine" : qmm_engine_name(p.engine),
                        p.is_fallback ? " (FALLBACK)" : "");
+                if (p.weight[0]) printf("    weight: %s\n", p.weight);
                 for (int i = 0; i < qmm_engine_count(); i++) {
                     qmm_engine_info e;
                     if (qmm_engine_get_info(i, &e) == QMM_OK && !qmm_plan_admits(&p, e.id))

@@ -1,9 +1,11 @@
 /*
  * cmd_quantize.c — `qmm quantize IN OUT [--convrot auto|off|G] [--per-tensor]
- * [--min-size N] [--include GLOB]... [--exclude GLOB]... [--force]`: a float (F32/F16/BF16) safetensors
+ * [--min-size N] [--include GLOB]... [--exclude GLOB]... [--format int8] [--force]`: a float (F32/F16/BF16) safetensors
  * checkpoint → a ComfyUI INT8 checkpoint (SPEC §2, §3) through qmm_quantize_file, which streams
  * one layer at a time. A progress bar (layers, bytes, ETA) is drawn on stderr only when stderr
- * is a terminal. OUT the same file as IN is refused unless --force. Exit 0 ok, 1 failure, 2 usage.
+ * is a terminal. OUT the same file as IN is refused unless --force. --format w4a8 is refused with
+ * the reason (exit 1): comfy-kitchen's W4A8 quantizer cannot be matched bit for bit (SPEC §11).
+ * Exit 0 ok, 1 failure, 2 usage.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli_files.h"
@@ -26,6 +28,12 @@ static void usage(FILE *f) {
             "  --include GLOB                only layers whose name matches (repeatable; also admits embeddings)\n"
             "  --exclude GLOB                never these layers (repeatable)\n"
             "  --force                       write OUT even when it is the same file as IN\n"
+            "  --format int8                 the only format written (int8_tensorwise). --format w4a8 is refused:\n"
+            "                                comfy-kitchen's W4A8 quantizer cannot be matched bit for bit (its\n"
+            "                                ConvRot is a float matmul, its group-scale refinement sums in torch's\n"
+            "                                reduction order, its codebook gate samples with torch's RNG; SPEC §11),\n"
+            "                                and qmm writes no look-alike: quantize W4A8 with the kitchen\n"
+            "                                (AsymW4A8Int8Layout.quantize); qmm inspects and runs the file.\n"
             "Layers are L for each 2-D float tensor L.weight; embeddings and norms stay float by default.\n"
             "Writes L.weight I8 [N,K], L.weight_scale F32 [N,1], L.comfy_quant (JSON as json.dumps writes it);\n"
             "everything else and __metadata__ are copied unchanged.\n");
@@ -73,6 +81,20 @@ int cmd_quantize(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); rc = 0; goto done; }
         else if (!strcmp(a, "--per-tensor")) o.per_tensor = 1;
         else if (!strcmp(a, "--force")) force = 1;
+        else if (!strcmp(a, "--format") && has) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "w4a8") || !strcmp(v, "asym_w4a8_int8")) {
+                fprintf(stderr, "qmm quantize: --format %s is not written by qmm: comfy-kitchen's W4A8 quantizer cannot "
+                                "be matched bit for bit (see qmm quantize --help, SPEC §11); quantize with the kitchen's "
+                                "AsymW4A8Int8Layout.quantize and run the file with qmm\n", v);
+                rc = 1;
+                goto done;
+            }
+            if (strcmp(v, "int8") != 0 && strcmp(v, "int8_tensorwise") != 0) {
+                fprintf(stderr, "qmm quantize: --format %s (int8)\n", v);
+                goto done;
+            }
+        }
         else if (!strcmp(a, "--convrot") && has) {
             const char *v = argv[++i];
             if (!strcmp(v, "auto")) o.convrot = -1;

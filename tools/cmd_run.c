@@ -3,7 +3,8 @@
  * [--tensor NAME] [--act none|swiglu|gelu_tanh|rms_norm|situ] [--eps E] [--engine NAME]
  * [--out-dtype f32|f16|bf16] [--threads N] [--force]`: runs one layer of a checkpoint (int8 or
  * float) on an input tensor and writes the result — the smallest way to compare qmm with another
- * framework. rms_norm runs with a norm weight of ones and eps E (1e-6).
+ * framework; a W4A8 layer (asym_w4a8_int8, SPEC §11) runs on its codes, decoded per call.
+ * rms_norm runs with a norm weight of ones and eps E (1e-6).
  * Input: the only tensor of X (or --tensor NAME), F32/F16/BF16, shape [..., K_in] (rows = the
  * product of the leading dimensions; 1-D is one row). Output: tensor "output" of shape
  * [..., N], dtype --out-dtype (default: the input's), with __metadata__ {"qmm_layer", "qmm_engine"}.
@@ -142,8 +143,11 @@ int cmd_run(int argc, char **argv) {
     const qmm_engine_id ran = qmm_last_engine(ctx);
     /* an int8 weight run by a float engine is the W8A16 fallback */
     const int fb = wi.is_int8 && ran != QMM_ENGINE_REF && !qmm_engine_is_int8(ran);
-    fprintf(stderr, "qmm run: layer %s [%lld, %lld], M=%lld, act %s: engine %s%s\n", layer, (long long)wi.N,
-            (long long)wi.K, (long long)M, qmm_act_name(act), qmm_engine_name(ran), fb ? " (fallback)" : "");
+    char w4[96] = "";
+    if (wi.code_bits)
+        snprintf(w4, sizeof w4, " (W%dA8, group %d%s)", wi.code_bits, wi.group_size, wi.has_codebook ? ", codebook" : "");
+    fprintf(stderr, "qmm run: layer %s [%lld, %lld]%s, M=%lld, act %s: engine %s%s\n", layer, (long long)wi.N,
+            (long long)wi.K, w4, (long long)M, qmm_act_name(act), qmm_engine_name(ran), fb ? " (fallback)" : "");
 
     qmm_st_tensor yt;
     memset(&yt, 0, sizeof yt);

@@ -20,7 +20,9 @@ qmm_status qmm_tp_desc_from_model(const qmm_model *m, const char *layer, qmm_wei
     QMM_FORWARD_IF_ERROR(qmm_model_find(m, layer, &li));
     QMM_RETURN_IF(li->kind != QMM_LAYER_INT8, QMM_ERR_UNSUPPORTED,
                   "layer %s: %s; tensor parallelism splits int8_tensorwise layers", layer,
-                  li->kind == QMM_LAYER_FLOAT ? "a float layer" : "an unsupported quant format");
+                  li->kind == QMM_LAYER_FLOAT  ? "a float layer"
+                  : li->kind == QMM_LAYER_W4A8 ? "a W4A8 layer (asym_w4a8_int8)"
+                                               : "an unsupported quant format");
     QMM_RETURN_IF(li->full_precision, QMM_ERR_UNSUPPORTED,
                   "layer %s: full_precision_matrix_mult layers run on float engines, not split", layer);
     QMM_RETURN_IF(!li->weight || !li->weight_scale, QMM_ERR_FORMAT, "layer %s: weight or weight_scale missing", layer);
