@@ -2,12 +2,15 @@
  * fuzz_checkpoint.c — libFuzzer target for the ComfyUI convention layer: any bytes go through
  * qmm_model_open_memory (strict, then listing unsupported layers); every layer of an accepted
  * model small enough (N·K <= 2^20) is packed into a weight and planned, which reads its
- * weight, scale and bias bytes. Replayed on the committed corpus by fuzz/replay.c.
+ * weight, scale and bias bytes; a W4A8 layer's weight borrows its codes from the input bytes, so
+ * it also runs one row (every code decoded: a read past the codes is ASan's to see). Replayed on
+ * the committed corpus by fuzz/replay.c.
  */
 #include "qmm_io.h"
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -35,6 +38,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         a.y_dtype = QMM_BF16;
         qmm_plan_info p;
         qmm_plan(g_ctx, w, &a, &p);
+        if (l->kind == QMM_LAYER_W4A8) {
+            float *x = calloc((size_t)l->K, sizeof *x), *y = calloc((size_t)l->N, sizeof *y);
+            if (x && y) {
+                a.M = 1;
+                a.x = x;
+                a.x_dtype = QMM_F32;
+                a.y = y;
+                a.y_dtype = QMM_F32;
+                (void)qmm_linear(g_ctx, w, &a);
+            }
+            free(x);
+            free(y);
+        }
         qmm_weight_destroy(w);
     }
     qmm_model_close(m);

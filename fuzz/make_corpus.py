@@ -2,7 +2,8 @@
 """make_corpus.py — regenerates the small committed seed corpus of the fuzz targets:
 fuzz/corpus/safetensors/ (valid files of every dtype and each malformed class) and
 fuzz/corpus/checkpoint/ (ComfyUI INT8 layers: every scale shape, convrot variants, the
-_quantization_metadata alternative, unsupported formats and each broken-layer class).
+_quantization_metadata alternative, unsupported formats and each broken-layer class; W4A8
+(asym_w4a8_int8) layers of 4 and 6 bits, each s_rel dtype, and each broken W4A8 class).
 Python standard library only. Usage: python3 fuzz/make_corpus.py (from the repository root)."""
 import json, os, struct
 
@@ -46,6 +47,25 @@ def layer(L, N, K, cq, scale_shape=None, bias=False, wdt="I8"):
         out.append((L + ".weight_scale", "F32", scale_shape, f32([0.01 * (i + 1) for i in range(n)])))
     if bias:
         out.append(t(L + ".bias", "F16", [N]))
+    if cq is not None:
+        b = cq if isinstance(cq, bytes) else json.dumps(cq).encode()
+        out.append((L + ".comfy_quant", "U8", [len(b)], b))
+    return out
+
+
+def w4a8_layer(L, N, K, cq, bits=4, gsz=16, srel="F8_E4M3", codebook=True, bias=False, drop=(), extra=()):
+    """An asym_w4a8_int8 layer (SPEC §3, §11): codes [N, K*bits/8], s_rel [N, K/gsz] of dtype srel
+    (finite e4m3 bytes 0x30..0x3f, or F32), s_channel F32 [N], optional codebook F32 [16]."""
+    G = K // gsz
+    sr = (bytes(0x30 + (i % 16) for i in range(N * G)) if srel != "F32"
+          else f32([0.5 + 0.125 * (i % 8) for i in range(N * G)]))
+    out = [t(L + ".weight", "I8", [N, K * bits // 8]), (L + ".weight_s_rel", srel, [N, G], sr),
+           (L + ".weight_s_channel", "F32", [N], f32([0.01 * (i + 1) for i in range(N)]))]
+    if codebook:
+        out.append((L + ".weight_codebook", "F32", [16], f32([(i - 7.5) / 8 for i in range(16)])))
+    if bias:
+        out.append(t(L + ".bias", "F16", [N]))
+    out = [x for x in out if not any(x[0].endswith(d) for d in drop)] + list(extra)
     if cq is not None:
         b = cq if isinstance(cq, bytes) else json.dumps(cq).encode()
         out.append((L + ".comfy_quant", "U8", [len(b)], b))
@@ -131,6 +151,33 @@ def main():
     write(C, "bad_quant_metadata", build(layer("q", 8, 64, None, [8, 1]), {"_quantization_metadata": "{layers"}))
     write(C, "bad_comfy_quant_duplicate_key", build(layer("a", 4, 16, b'{"format": "nvfp4", "format": "int8_tensorwise"}',
                                                           [4, 1])))
+
+    # asym_w4a8_int8 (comfy-kitchen's AsymW4A8Int8Layout, the keys ComfyUI v0.30 reads)
+    w4 = {"format": "asym_w4a8_int8", "group_size": 16, "convrot_groupsize": 16}
+    write(C, "w4a8_g16_codebook", build(w4a8_layer("blocks.0.mlp.fc1", 16, 64, w4, bias=True)))
+    write(C, "w4a8_u8_srel_g4", build(w4a8_layer("a", 8, 64, {"format": "asym_w4a8_int8", "group_size": 4,
+                                                              "convrot_groupsize": 64, "bits": 4}, gsz=4, srel="U8",
+                                                 codebook=False)))
+    write(C, "w4a8_f32_srel_params", build(w4a8_layer("a", 4, 32, {"format": "asym_w4a8_int8", "params": {
+        "group_size": 8, "convrot_groupsize": 16}}, gsz=8, srel="F32")))
+    write(C, "w6a8_g32", build(w4a8_layer("a", 8, 64, {"format": "asym_w4a8_int8", "group_size": 32,
+                                                       "convrot_groupsize": 16}, bits=6, gsz=32, codebook=False)))
+    write(C, "w4a8_quant_metadata", build(w4a8_layer("q", 8, 64, None),
+                                          {"_quantization_metadata": json.dumps(
+                                              {"format_version": "1.0", "layers": {"q": w4}})}))
+    write(C, "w4a8_mixed_int8", build(w4a8_layer("l0", 16, 64, w4) + layer("l1", 16, 64, cr, [16, 1])))
+    write(C, "bad_w4a8_width", build(w4a8_layer("a", 4, 64, w4, drop=(".weight",), extra=[t("a.weight", "I8", [4, 24])])))
+    write(C, "bad_w4a8_group_12", build(w4a8_layer("a", 4, 48, {"format": "asym_w4a8_int8", "group_size": 12,
+                                                                "convrot_groupsize": 16}, gsz=12)))
+    write(C, "bad_w4a8_codebook_8", build(w4a8_layer("a", 4, 64, w4, codebook=False,
+                                                     extra=[("a.weight_codebook", "F32", [8], f32([0.0] * 8))])))
+    write(C, "bad_w4a8_nan_s_rel", build(w4a8_layer("a", 4, 64, w4, drop=(".weight_s_rel",),
+                                                    extra=[("a.weight_s_rel", "F8_E4M3", [4, 4], b"\x38" * 15 + b"\x7f")])))
+    write(C, "bad_w4a8_missing_s_channel", build(w4a8_layer("a", 4, 64, w4, drop=(".weight_s_channel",))))
+    write(C, "bad_w4a8_correction", build(w4a8_layer("a", 4, 64, w4, extra=[t("a.weight_correction", "F32", [4, 4])])))
+    write(C, "bad_w6a8_codebook", build(w4a8_layer("a", 4, 64, {"format": "asym_w4a8_int8", "group_size": 16,
+                                                                "convrot_groupsize": 16}, bits=6)))
+    write(C, "bad_w4a8_bits_6", build(w4a8_layer("a", 4, 64, dict(w4, bits=6))))
 
 
 if __name__ == "__main__":
