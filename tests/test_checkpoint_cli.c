@@ -14,13 +14,17 @@
  *     with exit 1 and the input untouched, unless --force;
  *   - SIGINT/SIGTERM/SIGHUP during quantize (of a 64 MB file, sent once its temporary file
  *     exists) and ulimit -f during quantize or run leave no temporary file;
- *   - a NaN weight scale: inspect lists the layer and row (text, JSON), plan says it cannot run.
+ *   - a NaN weight scale: inspect lists the layer and row (text, JSON), plan says it cannot run;
+ *   - a W4A8 checkpoint (asym_w4a8_int8, 4 and 6 bits): inspect's bits, group, codebook and bytes
+ *     per weight, plan's weight line and verdict, run equal to the library call, quantize
+ *     --format w4a8 refused with the reason.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "qmm_io.h"
 #include "testutil.h"
 
 #include <json-c/json.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -289,6 +293,124 @@ static void test_inspect_bad_numbers(void) {
     TU_CHECK(system(cmd) == 0 && access(P("y_bad.safetensors"), F_OK) != 0, "run of the layer fails naming row 3");
 }
 
+/* A W4A8 checkpoint (asym_w4a8_int8: a 4-bit layer with a codebook and a bias, a 6-bit one):
+ * inspect --json gives bits, group, codebook and bytes per weight; plan --json the weight line
+ * (decoded into the int8 engine's panels) and verdict int8; qmm run equals the library call with
+ * --engine ref and under dispatch; quantize --format w4a8 is refused naming the reason. */
+static void test_w4a8(void) {
+    enum { N1 = 48, K1 = 256, N2 = 40, K2 = 128 };
+    uint8_t c1[N1 * K1 / 2], c2[N2 * K2 * 3 / 4], r1[N1 * K1 / 16], r2[N2 * K2 / 32];
+    float s1[N1], s2[N2], cb[16], b1[N1];
+    for (size_t i = 0; i < sizeof c1; i++) c1[i] = (uint8_t)tu_rand_int(0, 255);
+    for (size_t i = 0; i < sizeof c2; i++) c2[i] = (uint8_t)tu_rand_int(0, 255);
+    for (size_t i = 0; i < sizeof r1; i++) r1[i] = (uint8_t)tu_rand_int(0x50, 0x6e);
+    for (size_t i = 0; i < sizeof r2; i++) r2[i] = (uint8_t)tu_rand_int(0x18, 0x28);
+    for (int i = 0; i < N1; i++) s1[i] = 1e-3f * (float)tu_rand_int(1, 9);
+    for (int i = 0; i < N2; i++) s2[i] = 1e-3f * (float)tu_rand_int(1, 9);
+    for (int i = 0; i < 16; i++) cb[i] = ((float)i - 7.5f) / 7.5f;
+    tu_fill_float(b1, QMM_F32, N1, 0.1f);
+    const char *q1 = "{\"format\": \"asym_w4a8_int8\", \"group_size\": 16, \"convrot_groupsize\": 256}";
+    const char *q2 = "{\"format\": \"asym_w4a8_int8\", \"group_size\": 32, \"convrot_groupsize\": 64}";
+    qmm_st_tensor t[9] = {
+        {.name = "w4.fc.weight", .dtype = QMM_ST_I8, .ndim = 2, .shape = {N1, K1 / 2}, .data = c1, .nbytes = sizeof c1},
+        {.name = "w4.fc.weight_s_rel", .dtype = QMM_ST_U8, .ndim = 2, .shape = {N1, K1 / 16}, .data = r1, .nbytes = sizeof r1},
+        {.name = "w4.fc.weight_s_channel", .dtype = QMM_ST_F32, .ndim = 1, .shape = {N1}, .data = s1, .nbytes = sizeof s1},
+        {.name = "w4.fc.weight_codebook", .dtype = QMM_ST_F32, .ndim = 1, .shape = {16}, .data = cb, .nbytes = sizeof cb},
+        {.name = "w4.fc.bias", .dtype = QMM_ST_F32, .ndim = 1, .shape = {N1}, .data = b1, .nbytes = sizeof b1},
+        {.name = "w4.fc.comfy_quant", .dtype = QMM_ST_U8, .ndim = 1, .shape = {(int64_t)strlen(q1)}, .data = q1,
+         .nbytes = strlen(q1)},
+        {.name = "w6.fc.weight", .dtype = QMM_ST_I8, .ndim = 2, .shape = {N2, K2 * 3 / 4}, .data = c2, .nbytes = sizeof c2},
+        {.name = "w6.fc.weight_s_rel", .dtype = QMM_ST_F8_E4M3, .ndim = 2, .shape = {N2, K2 / 32}, .data = r2,
+         .nbytes = sizeof r2},
+        {.name = "w6.fc.weight_s_channel", .dtype = QMM_ST_F32, .ndim = 1, .shape = {N2}, .data = s2, .nbytes = sizeof s2},
+    };
+    qmm_st_tensor t6q = {.name = "w6.fc.comfy_quant", .dtype = QMM_ST_U8, .ndim = 1, .shape = {(int64_t)strlen(q2)},
+                         .data = q2, .nbytes = strlen(q2)};
+    qmm_st_tensor all[10];
+    memcpy(all, t, sizeof t);
+    all[9] = t6q;
+    char ck[512];
+    snprintf(ck, sizeof ck, "%s", P("w4a8.safetensors"));
+    TU_CHECK_OK(qmm_st_save(ck, all, 10, NULL));
+    TU_CHECK(cli("inspect %s --json > %s", ck, P("w4.json")) == 0, "inspect of a W4A8 checkpoint exits 0");
+    json_object *j = json_object_from_file(P("w4.json")), *layers = NULL, *tot, *v;
+    TU_CHECK(j && json_object_object_get_ex(j, "layers", &layers) && json_object_array_length(layers) == 2,
+             "inspect --json: 2 layers");
+    /* bytes per weight: codes + s_rel + s_channel + codebook (no bias) over N·K */
+    const double bpw[2] = {(double)(sizeof c1 + sizeof r1 + sizeof s1 + sizeof cb) / (N1 * K1),
+                           (double)(sizeof c2 + sizeof r2 + sizeof s2) / (N2 * K2)};
+    const int want_bits[2] = {4, 6}, want_g[2] = {16, 32}, want_cb[2] = {1, 0};
+    for (int i = 0; layers && i < 2; i++) {
+        json_object *l = json_object_array_get_idx(layers, (size_t)i), *w4, *kind, *bits, *g, *c, *b, *sr;
+        int ok = l && json_object_object_get_ex(l, "kind", &kind) && !strcmp(json_object_get_string(kind), "w4a8") &&
+                 json_object_object_get_ex(l, "w4a8", &w4) && json_object_is_type(w4, json_type_object) &&
+                 json_object_object_get_ex(w4, "bits", &bits) && json_object_get_int(bits) == want_bits[i] &&
+                 json_object_object_get_ex(w4, "group_size", &g) && json_object_get_int(g) == want_g[i] &&
+                 json_object_object_get_ex(w4, "codebook", &c) && json_object_get_boolean(c) == want_cb[i] &&
+                 json_object_object_get_ex(w4, "s_rel_dtype", &sr) && !strcmp(json_object_get_string(sr), "F8_E4M3") &&
+                 json_object_object_get_ex(w4, "bytes_per_weight", &b) &&
+                 fabs(json_object_get_double(b) - bpw[i]) < 1e-5 * bpw[i];
+        TU_CHECK(ok, "inspect --json: W4A8 layer %d: kind w4a8, bits %d, group %d, codebook %d, %.6f bytes per weight: %s", i,
+                 want_bits[i], want_g[i], want_cb[i], bpw[i], l ? json_object_to_json_string(l) : "(none)");
+    }
+    TU_CHECK(j && json_object_object_get_ex(j, "totals", &tot) && json_object_object_get_ex(tot, "w4a8_layers", &v) &&
+                 json_object_get_int(v) == 2, "inspect --json: totals.w4a8_layers = 2");
+    json_object_put(j);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "%s inspect %s | grep -q 'w6.fc  *6  *32 F8_E4M3 no '", g_cli, ck);
+    TU_CHECK(system(cmd) == 0, "inspect text: the W4A8 section lists w6.fc with bits, group, s_rel and codebook");
+    TU_CHECK(cli("plan %s --tokens 9 --json > %s", ck, P("w4plan.json")) == 0, "plan of a W4A8 checkpoint exits 0");
+    j = json_object_from_file(P("w4plan.json"));
+    layers = NULL;
+    TU_CHECK(j && json_object_object_get_ex(j, "layers", &layers) && json_object_array_length(layers) == 2,
+             "plan --json: 2 layers");
+    for (int i = 0; layers && i < 2; i++) {
+        json_object *l = json_object_array_get_idx(layers, (size_t)i), *w, *kind, *vd, *fb;
+        const int fallback = l && json_object_object_get_ex(l, "fallback", &fb) && json_object_get_boolean(fb);
+        int ok = l && json_object_object_get_ex(l, "kind", &kind) && !strcmp(json_object_get_string(kind), "w4a8") &&
+                 json_object_object_get_ex(l, "weight", &w) && json_object_is_type(w, json_type_string) &&
+                 strstr(json_object_get_string(w), i ? "W6A8: 6-bit codes, group 32" : "W4A8: 4-bit codes + codebook, group 16") &&
+                 strstr(json_object_get_string(w), fallback ? "fallback's n16k4 blocks" : "int8 engine's n16k4 panels") &&
+                 json_object_object_get_ex(l, "verdict", &vd) &&
+                 !strcmp(json_object_get_string(vd), fallback ? "fallback" : "int8");
+        TU_CHECK(ok, "plan --json: W4A8 layer %d: kind, weight line, verdict: %s", i,
+                 l ? json_object_to_json_string(l) : "(none)");
+    }
+    json_object_put(j);
+    snprintf(cmd, sizeof cmd, "%s plan %s | grep -q '    weight: W4A8: 4-bit codes + codebook, group 16, s_rel f8_e4m3'",
+             g_cli, ck);
+    TU_CHECK(system(cmd) == 0, "plan text: the weight line of w4.fc");
+    float x1[5 * K1];
+    uint16_t x2[2 * 3 * K2];
+    tu_fill_float(x1, QMM_F32, 5 * K1, 1.0f);
+    tu_fill_float(x2, QMM_BF16, 2 * 3 * K2, 1.0f);
+    qmm_st_tensor xt1 = {.name = "x", .dtype = QMM_ST_F32, .ndim = 2, .shape = {5, K1}, .data = x1, .nbytes = sizeof x1};
+    qmm_st_tensor xt2 = {.name = "x", .dtype = QMM_ST_BF16, .ndim = 3, .shape = {2, 3, K2}, .data = x2, .nbytes = sizeof x2};
+    char xp1[512], xp2[512];
+    snprintf(xp1, sizeof xp1, "%s", P("xw4.safetensors"));
+    snprintf(xp2, sizeof xp2, "%s", P("xw6.safetensors"));
+    TU_CHECK_OK(qmm_st_save(xp1, &xt1, 1, NULL));
+    TU_CHECK_OK(qmm_st_save(xp2, &xt2, 1, NULL));
+    TU_CHECK(cli("run %s --layer w4.fc --input %s --output %s --engine ref 2>/dev/null", ck, xp1, P("yw4_ref.safetensors")) == 0,
+             "qmm run W4A8 --engine ref");
+    compare_run(ck, "w4.fc", xp1, "x", QMM_ACT_NONE, QMM_ENGINE_REF, 0, P("yw4_ref.safetensors"));
+    TU_CHECK(cli("run %s --layer w4.fc --input %s --output %s 2>%s", ck, xp1, P("yw4.safetensors"), P("yw4.err")) == 0,
+             "qmm run W4A8 (auto)");
+    compare_run(ck, "w4.fc", xp1, "x", QMM_ACT_NONE, QMM_ENGINE_AUTO, 0, P("yw4.safetensors"));
+    snprintf(cmd, sizeof cmd, "grep -q 'layer w4.fc \\[48, 256\\] (W4A8, group 16, codebook)' %s", P("yw4.err"));
+    TU_CHECK(system(cmd) == 0, "qmm run names the W4A8 layer on stderr");
+    TU_CHECK(cli("run %s --layer w6.fc --input %s --output %s --out-dtype f32 2>/dev/null", ck, xp2, P("yw6.safetensors")) == 0,
+             "qmm run W6A8 (auto, 3-D bf16 input, f32 output)");
+    compare_run(ck, "w6.fc", xp2, "x", QMM_ACT_NONE, QMM_ENGINE_AUTO, 1, P("yw6.safetensors"));
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s --format w4a8 2>&1 | grep -q 'cannot be matched bit for bit'", g_cli,
+             P("float.safetensors"), P("zw4.safetensors"));
+    TU_CHECK(system(cmd) == 0 && access(P("zw4.safetensors"), F_OK) != 0, "quantize --format w4a8 is refused with the reason");
+    TU_CHECK(cli("quantize %s %s --format w4a8 2>/dev/null", P("float.safetensors"), P("zw4.safetensors")) == 1,
+             "quantize --format w4a8 exits 1");
+    TU_CHECK(cli("quantize %s %s --format nvfp4 2>/dev/null", P("float.safetensors"), P("zw4.safetensors")) == 2,
+             "quantize --format nvfp4 exits 2");
+}
+
 static int same_bytes(const char *a, const char *b) {
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
@@ -387,6 +509,7 @@ int main(int argc, char **argv) {
     test_output_over_input(qpath);
     test_signals();
     test_inspect_bad_numbers();
+    test_w4a8();
 
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
