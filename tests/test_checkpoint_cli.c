@@ -16,7 +16,8 @@
  *     exists) and ulimit -f during quantize or run leave no temporary file;
  *   - a NaN weight scale: inspect lists the layer and row (text, JSON), plan says it cannot run;
  *   - a W4A8 checkpoint (asym_w4a8_int8, 4 and 6 bits): inspect's bits, group, codebook and bytes
- *     per weight, plan's weight line and verdict, run equal to the library call, quantize
+ *     per weight, plan's weight line and verdict, run equal to the library call (also with
+ *     --epilogue kitchen), quantize
  *     --format w4a8 refused with the reason.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -39,6 +40,7 @@
 
 static char g_dir[256];
 static const char *g_cli;
+static qmm_epilogue g_epi = QMM_EPILOGUE_FUSED;   /* the epilogue compare_run's library call uses */
 
 static const char *P(const char *name) {
     static char buf[8][512];
@@ -121,6 +123,7 @@ static void compare_run(const char *ckpt, const char *layer, const char *xpath, 
     a.y_dtype = ydt;
     a.act = act;
     a.engine = eng;
+    a.epilogue = g_epi;
     TU_CHECK_OK(qmm_linear(ctx, w, &a));
     /* `qmm run` names the engine that ran (qmm_last_engine): the one the library call just used */
     const char *ran = qmm_st_metadata_get(yf, "qmm_engine");
@@ -397,6 +400,13 @@ static void test_w4a8(void) {
     TU_CHECK(cli("run %s --layer w4.fc --input %s --output %s 2>%s", ck, xp1, P("yw4.safetensors"), P("yw4.err")) == 0,
              "qmm run W4A8 (auto)");
     compare_run(ck, "w4.fc", xp1, "x", QMM_ACT_NONE, QMM_ENGINE_AUTO, 0, P("yw4.safetensors"));
+    TU_CHECK(cli("run %s --layer w4.fc --input %s --output %s --epilogue kitchen 2>/dev/null", ck, xp1,
+                 P("yw4_k.safetensors")) == 0, "qmm run W4A8 --epilogue kitchen");
+    g_epi = QMM_EPILOGUE_KITCHEN;
+    compare_run(ck, "w4.fc", xp1, "x", QMM_ACT_NONE, QMM_ENGINE_AUTO, 0, P("yw4_k.safetensors"));
+    g_epi = QMM_EPILOGUE_FUSED;
+    TU_CHECK(cli("run %s --layer w4.fc --input %s --output %s --epilogue odd 2>/dev/null", ck, xp1, P("yw4_o.safetensors")) == 2,
+             "qmm run --epilogue odd exits 2");
     snprintf(cmd, sizeof cmd, "grep -q 'layer w4.fc \\[48, 256\\] (W4A8, group 16, codebook)' %s", P("yw4.err"));
     TU_CHECK(system(cmd) == 0, "qmm run names the W4A8 layer on stderr");
     TU_CHECK(cli("run %s --layer w6.fc --input %s --output %s --out-dtype f32 2>/dev/null", ck, xp2, P("yw6.safetensors")) == 0,

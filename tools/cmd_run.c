@@ -1,10 +1,12 @@
 /*
  * cmd_run.c — `qmm run FILE --layer NAME --input X.safetensors --output Y.safetensors
  * [--tensor NAME] [--act none|swiglu|gelu_tanh|rms_norm|situ] [--eps E] [--engine NAME]
- * [--out-dtype f32|f16|bf16] [--threads N] [--force]`: runs one layer of a checkpoint (int8 or
+ * [--out-dtype f32|f16|bf16] [--epilogue fused|kitchen] [--threads N] [--force]`: runs one layer of a checkpoint (int8 or
  * float) on an input tensor and writes the result — the smallest way to compare qmm with another
  * framework; a W4A8 layer (asym_w4a8_int8, SPEC §11) runs on its codes, decoded per call.
- * rms_norm runs with a norm weight of ones and eps E (1e-6).
+ * rms_norm runs with a norm weight of ones and eps E (1e-6). --epilogue kitchen: comfy-kitchen's
+ * eager epilogue (SPEC §1a, QMM_EPILOGUE_KITCHEN), the numerics ComfyUI gets from the kitchen's
+ * int8_linear / w4a8_int8_linear; default fused (SPEC §1 step 5).
  * Input: the only tensor of X (or --tensor NAME), F32/F16/BF16, shape [..., K_in] (rows = the
  * product of the leading dimensions; 1-D is one row). Output: tensor "output" of shape
  * [..., N], dtype --out-dtype (default: the input's), with __metadata__ {"qmm_layer", "qmm_engine"}.
@@ -23,7 +25,9 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: qmm run FILE.safetensors --layer NAME --input X.safetensors --output Y.safetensors\n"
                "               [--tensor NAME] [--act none|swiglu|gelu_tanh|rms_norm|situ] [--eps E (1e-6)]\n"
-               "               [--engine NAME] [--out-dtype f32|f16|bf16] [--threads N] [--force]\n"
+               "               [--engine NAME] [--out-dtype f32|f16|bf16] [--epilogue fused|kitchen]\n"
+               "               [--threads N] [--force]\n"
+               "--epilogue kitchen: comfy-kitchen's eager epilogue (SPEC §1a); default fused (SPEC §1)\n"
                "--force: write the output even when it is the same file as FILE or X\n");
 }
 
@@ -37,6 +41,7 @@ int cmd_run(int argc, char **argv) {
     qmm_act act = QMM_ACT_NONE;
     qmm_engine_id eng = QMM_ENGINE_AUTO;
     int out_dt = -1, threads = 0, force = 0;
+    qmm_epilogue epi = QMM_EPILOGUE_FUSED;
     float eps = 1e-6f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -58,6 +63,11 @@ int cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "--engine") && has) {
             eng = qmm_engine_from_name(argv[++i]);
             if (eng == QMM_ENGINE_UNKNOWN) { fprintf(stderr, "qmm run: unknown engine '%s'\n", argv[i]); return 2; }
+        } else if (!strcmp(a, "--epilogue") && has) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "fused")) epi = QMM_EPILOGUE_FUSED;
+            else if (!strcmp(v, "kitchen")) epi = QMM_EPILOGUE_KITCHEN;
+            else { fprintf(stderr, "qmm run: --epilogue %s (fused or kitchen)\n", v); return 2; }
         } else if (!strcmp(a, "--out-dtype") && has) {
             const char *v = argv[++i];
             out_dt = !strcmp(v, "f32") ? QMM_F32 : !strcmp(v, "f16") ? QMM_F16 : !strcmp(v, "bf16") ? QMM_BF16 : -2;
@@ -130,6 +140,7 @@ int cmd_run(int argc, char **argv) {
     a.y_dtype = ydt;
     a.act = act;
     a.engine = eng;
+    a.epilogue = epi;
     if (act == QMM_ACT_RMS_NORM) {
         norm_w = malloc((size_t)wi.K * sizeof(float));
         if (!norm_w) { fprintf(stderr, "qmm run: out of memory\n"); goto done; }
