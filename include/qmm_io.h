@@ -1,7 +1,8 @@
 /*
  * qmm_io.h — files: safetensors reading (mmap, zero-copy, fully validated) and writing
- * (streamed, tmp file + rename), the ComfyUI INT8 checkpoint convention (SPEC §3) as a model
- * object that gives a packed qmm_weight per layer, and checkpoint quantization (SPEC §2).
+ * (streamed, tmp file + rename), the ComfyUI INT8 checkpoint convention (SPEC §3) — int8_tensorwise
+ * and the W4A8 asym_w4a8_int8 layers — as a model object that gives a qmm_weight per layer, and
+ * checkpoint quantization (SPEC §2).
  *
  * Statuses (besides QMM_ERR_INVALID_ARGUMENT / QMM_ERR_OUT_OF_MEMORY for caller bugs / memory):
  *   QMM_ERR_IO           open/stat/mmap/read/write/rename failed (the message has errno's text)
@@ -10,12 +11,15 @@
  *                        shape, byte count != shape × dtype, ranges past the end or overlapping;
  *                        a checkpoint layer with a missing/misshaped weight_scale, a comfy_quant
  *                        that is not a JSON object, a bad convrot group, a bias (int8 or float
- *                        layer) that is not F32/F16/BF16 [N]; when a layer is packed
- *                        (qmm_model_check_layer): a weight scale that is NaN/±Inf/±0/negative/
- *                        denormal or a bias that is not finite; quantize: a row holding NaN/Inf
+ *                        layer) that is not F32/F16/BF16 [N]; a W4A8 layer whose codes, s_rel,
+ *                        s_channel, codebook or comfy_quant keys break SPEC §3/§11 (named); when
+ *                        a layer is packed (qmm_model_check_layer): a weight scale or s_channel
+ *                        that is NaN/±Inf/±0/negative/denormal, a non-finite s_rel or codebook
+ *                        value, or a bias that is not finite; quantize: a row holding NaN/Inf
  *   QMM_ERR_NOT_FOUND    a named tensor/layer is not in the file/model
  *   QMM_ERR_UNSUPPORTED  well-formed but not runnable by qmm: a quant format other than
- *                        int8_tensorwise (float8_e4m3fn, nvfp4, mxfp8, ...), named with its layer
+ *                        int8_tensorwise and asym_w4a8_int8 (float8_e4m3fn, nvfp4, mxfp8, ...),
+ *                        an asymmetric W4A8 layer (L.weight_correction), named with its layer
  * Messages name the file, the tensor/layer and the problem (qmm_last_error()).
  *
  * Thread safety: an open qmm_st_file and a qmm_model are read-only after opening except
@@ -57,7 +61,8 @@ qmm_st_dtype qmm_st_dtype_from_qmm(qmm_dtype t);
  * before typed access if ((uintptr_t)data % element size) != 0).
  * A file truncated after it was opened: reading data directly then raises SIGBUS (the process
  * dies); qmm_st_read returns QMM_ERR_IO instead, and qmm itself (model weights, quantize, the
- * CLI) reads mapped bytes only through it. */
+ * CLI) reads mapped bytes only through it — except a W4A8 layer's codes, which its weight reads
+ * in place at every call (qmm_model_weight). */
 typedef struct qmm_st_tensor {
     const char *name;
     qmm_st_dtype dtype;
@@ -182,11 +187,16 @@ size_t qmm_model_layer_count(const qmm_model *m);
 const qmm_layer_info *qmm_model_layer(const qmm_model *m, size_t i);    /* sorted by name */
 qmm_status qmm_model_find(const qmm_model *m, const char *layer, const qmm_layer_info **out);
 /* The packed weight of a layer (int8: qmm_weight_create_int8, with its bias and convrot; float:
- * qmm_weight_create_float). Packed on first request and cached in the model (owned by it: do not
- * destroy). Reads only that layer's bytes, copied out of the mapping with qmm_st_read (a file
- * truncated since the open is QMM_ERR_IO); once packed, a layer no longer reads the file, so
- * after qmm_model_load_all later changes to the file cannot affect the model. Not thread-safe for the
- * first request of a layer; after qmm_model_load_all the model may be shared across threads. */
+ * qmm_weight_create_float; W4A8: qmm_weight_borrow_w4a8 over the codes in the file, SPEC §3).
+ * Packed on first request and cached in the model (owned by it: do not destroy). Reads only that
+ * layer's bytes, copied out of the mapping with qmm_st_read (a file truncated since the open is
+ * QMM_ERR_IO); once packed, an int8 or float layer no longer reads the file, so after
+ * qmm_model_load_all later changes to the file cannot affect them. A W4A8 layer's weight is the
+ * exception: it owns copies of s_rel, s_channel, codebook and bias, but reads the codes where they
+ * lie in the mapping (or the memory of qmm_model_open_memory) at every call — no copy, no int8
+ * weight — so the model must stay open while the weight is used, and a file shrunk after packing
+ * is a SIGBUS at the next call (as for any mmap reader). Not thread-safe for the first request of
+ * a layer; after qmm_model_load_all the model may be shared across threads. */
 qmm_status qmm_model_weight(qmm_model *m, qmm_context *ctx, const char *layer, const qmm_weight **out);
 qmm_status qmm_model_load_all(qmm_model *m, qmm_context *ctx);
 /* The numbers of a layer, checked before it is packed (qmm_model_weight and
@@ -197,7 +207,8 @@ qmm_status qmm_model_load_all(qmm_model *m, qmm_context *ctx);
  * rather than warning: a checkpoint with such a layer is broken, and running it gives silent
  * garbage. Reads only the small scale and bias tensors (qmm inspect reports every layer with it). */
 qmm_status qmm_model_check_layer(const qmm_model *m, const char *layer);
-/* A new weight the caller owns and destroys (the cache is not used). */
+/* A new weight the caller owns and destroys (the cache is not used). A W4A8 layer's weight reads
+ * the model's file (see qmm_model_weight): destroy it before qmm_model_close. */
 qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const char *layer, qmm_weight **out);
 
 /* The comfy_quant JSON bytes qmm writes, exactly as Python's json.dumps writes them:
