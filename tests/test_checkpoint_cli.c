@@ -50,6 +50,13 @@ static const char *P(const char *name) {
     return buf[k];
 }
 
+/* j[obj][key] is the integer want */
+static int json_int_is(json_object *j, const char *obj, const char *key, int want) {
+    json_object *o, *v;
+    return j && json_object_object_get_ex(j, obj, &o) && json_object_object_get_ex(o, key, &v) &&
+           json_object_get_int(v) == want;
+}
+
 /* runs "QMM_CLI args" (printf-style), returns the exit status */
 static int cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int cli(const char *fmt, ...) {
@@ -272,13 +279,12 @@ static void test_inspect_bad_numbers(void) {
     snprintf(ck, sizeof ck, "%s", P("badscale.safetensors"));
     TU_CHECK_OK(qmm_st_save(ck, t, 3, NULL));
     TU_CHECK(cli("inspect %s --json > %s", ck, P("bad.json")) == 0, "inspect of a NaN-scale checkpoint exits 0");
-    json_object *j = json_object_from_file(P("bad.json")), *layers, *l0, *prob, *tot, *nb;
+    json_object *j = json_object_from_file(P("bad.json")), *layers, *l0, *prob;
     int ok = j && json_object_object_get_ex(j, "layers", &layers) && (l0 = json_object_array_get_idx(layers, 0)) &&
              json_object_object_get_ex(l0, "problem", &prob) && json_object_is_type(prob, json_type_string) &&
              strstr(json_object_get_string(prob), "row 3") && strstr(json_object_get_string(prob), "NaN");
     TU_CHECK(ok, "inspect --json: the layer's problem names row 3 and NaN");
-    TU_CHECK(j && json_object_object_get_ex(j, "totals", &tot) && json_object_object_get_ex(tot, "bad_layers", &nb) &&
-                 json_object_get_int(nb) == 1, "inspect --json: totals.bad_layers = 1");
+    TU_CHECK(json_int_is(j, "totals", "bad_layers", 1), "inspect --json: totals.bad_layers = 1");
     json_object_put(j);
     char cmd[1400];
     snprintf(cmd, sizeof cmd, "%s inspect %s | grep -q 'BAD NUMBERS'", g_cli, ck);
@@ -336,7 +342,7 @@ static void test_w4a8(void) {
     snprintf(ck, sizeof ck, "%s", P("w4a8.safetensors"));
     TU_CHECK_OK(qmm_st_save(ck, all, 10, NULL));
     TU_CHECK(cli("inspect %s --json > %s", ck, P("w4.json")) == 0, "inspect of a W4A8 checkpoint exits 0");
-    json_object *j = json_object_from_file(P("w4.json")), *layers = NULL, *tot, *v;
+    json_object *j = json_object_from_file(P("w4.json")), *layers = NULL;
     TU_CHECK(j && json_object_object_get_ex(j, "layers", &layers) && json_object_array_length(layers) == 2,
              "inspect --json: 2 layers");
     /* bytes per weight: codes + s_rel + s_channel + codebook (no bias) over N·K */
@@ -356,8 +362,7 @@ static void test_w4a8(void) {
         TU_CHECK(ok, "inspect --json: W4A8 layer %d: kind w4a8, bits %d, group %d, codebook %d, %.6f bytes per weight: %s", i,
                  want_bits[i], want_g[i], want_cb[i], bpw[i], l ? json_object_to_json_string(l) : "(none)");
     }
-    TU_CHECK(j && json_object_object_get_ex(j, "totals", &tot) && json_object_object_get_ex(tot, "w4a8_layers", &v) &&
-                 json_object_get_int(v) == 2, "inspect --json: totals.w4a8_layers = 2");
+    TU_CHECK(json_int_is(j, "totals", "w4a8_layers", 2), "inspect --json: totals.w4a8_layers = 2");
     json_object_put(j);
     char cmd[1400];
     snprintf(cmd, sizeof cmd, "%s inspect %s | grep -q 'w6.fc  *6  *32 F8_E4M3 no '", g_cli, ck);

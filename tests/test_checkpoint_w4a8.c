@@ -567,12 +567,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(g_dir)) return 1;
     TU_CHECK_OK(qmm_context_create(NULL, &g_ctx));
     if (!g_ctx) return tu_finish();
-    g_neng = tu_engines(TU_ENGINES_ALL, g_eng);
-    for (int i = 0; i < g_neng; i++) {
-        char why[160];
-        g_avail[g_eng[i]] = qmm_engine_available(g_eng[i], why, sizeof why);
-        if (!g_avail[g_eng[i]]) tu_skip(qmm_engine_name(g_eng[i]), why);
-    }
+    g_neng = tu_engines_avail(TU_ENGINES_ALL, g_eng, g_avail);
     test_layers(quick);
     test_bad_files();
     test_truncated();

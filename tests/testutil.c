@@ -164,6 +164,16 @@ int tu_engines(int which, qmm_engine_id out[QMM_ENGINE_COUNT]) {
     return n;
 }
 
+int tu_engines_avail(int which, qmm_engine_id out[QMM_ENGINE_COUNT], int avail[QMM_ENGINE_COUNT]) {
+    const int n = tu_engines(which, out);
+    for (int i = 0; i < n; i++) {
+        char why[160];
+        avail[out[i]] = qmm_engine_available(out[i], why, sizeof why);
+        if (!avail[out[i]]) tu_skip(qmm_engine_name(out[i]), why);
+    }
+    return n;
+}
+
 size_t tu_tensor_bytes(const tu_tensor *t) {
     size_t n = (size_t)qmm_st_dtype_bits((qmm_st_dtype)t->dtype) / 8;
     for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];

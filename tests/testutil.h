@@ -62,6 +62,9 @@ double tu_ulp(double v, qmm_dtype t);
  * TU_ENGINES_FLOAT, or TU_ENGINES_ALL (every engine but the reference). Returns the count. */
 enum { TU_ENGINES_ALL = 0, TU_ENGINES_INT8 = 1, TU_ENGINES_FLOAT = 2 };
 int tu_engines(int which, qmm_engine_id out[QMM_ENGINE_COUNT]);
+/* The same list, and avail[id] = whether this machine runs engine id (qmm_engine_available); each
+ * unavailable one is reported with tu_skip and its reason. Returns the count. */
+int tu_engines_avail(int which, qmm_engine_id out[QMM_ENGINE_COUNT], int avail[QMM_ENGINE_COUNT]);
 
 /* A tensor for a test checkpoint, and the writer: the tensors in this order and one optional
  * metadata entry (mkey NULL: none), through qmm_io's writer (failures are test failures). */

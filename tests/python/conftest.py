@@ -37,3 +37,14 @@ def cli_path():
     """The qmm CLI: $QMM_CLI, else build/qmm of this checkout; None if neither exists."""
     p = os.environ.get("QMM_CLI") or os.path.join(ROOT, "build", "qmm")
     return p if os.path.exists(p) else None
+
+
+def cli_or_skip():
+    """cli_path(), else the test fails when $QMM_CLI names a missing file, and skips (visibly)
+    when the CLI is simply not built."""
+    cli = cli_path()
+    if cli is None:
+        if os.environ.get("QMM_CLI"):
+            pytest.fail("QMM_CLI=%s does not exist" % os.environ["QMM_CLI"])
+        pytest.skip("the qmm CLI is not built (make build, or set QMM_CLI)")
+    return cli

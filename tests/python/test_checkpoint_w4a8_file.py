@@ -15,7 +15,6 @@ by qmm's C reader through the CLI (`qmm inspect`, `qmm run`; SPEC §3, §11).
 Skips visibly when torch, comfy_kitchen, safetensors or the qmm CLI is missing.
 """
 import json
-import os
 import subprocess
 
 import pytest
@@ -28,7 +27,7 @@ from comfy_kitchen.backends.eager import w4a8_int8 as E  # noqa: E402
 from comfy_kitchen.tensor.base import QuantizedTensor  # noqa: E402
 from comfy_kitchen.tensor.w4a8_int8 import AsymW4A8Int8Layout  # noqa: E402
 
-from conftest import cli_path  # noqa: E402
+from conftest import cli_or_skip  # noqa: E402
 from exactness import linear_bound  # noqa: E402
 from test_kitchen_parity import DT, check, exact_expected, row_scales  # noqa: E402
 
@@ -44,11 +43,7 @@ LAYERS = {
 
 @pytest.fixture(scope="module")
 def w4a8_file(tmp_path_factory):
-    cli = cli_path()
-    if cli is None:
-        if os.environ.get("QMM_CLI"):
-            pytest.fail("QMM_CLI=%s does not exist" % os.environ["QMM_CLI"])
-        pytest.skip("the qmm CLI is not built (make build, or set QMM_CLI)")
+    cli = cli_or_skip()
     torch.manual_seed(7)
     d = tmp_path_factory.mktemp("w4a8")
     sd, layers = {}, {}

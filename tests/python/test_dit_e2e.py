@@ -10,7 +10,6 @@ test_kitchen_parity.py on any CPU, so the test asserts |qmm - eager| <= 1/8 of |
 (Frobenius), for each torch rotation order (exactness.TORCH_ORDERS), and prints how many outputs
 are identical. Quality against the fp32 block on the unquantized weights is reported and bounded
 (rel. error < 5%)."""
-import os
 import subprocess
 
 import pytest
@@ -22,7 +21,7 @@ import comfy_kitchen as ck
 import qmm
 from qmm import dit
 
-from conftest import cli_path
+from conftest import cli_or_skip
 from exactness import TORCH_ORDERS, use_torch_order
 
 HIDDEN, HEADS, HEAD_DIM, FFN, T = 384, 4, 128, 1024, 96
@@ -30,11 +29,7 @@ HIDDEN, HEADS, HEAD_DIM, FFN, T = 384, 4, 128, 1024, 96
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    cli = cli_path()
-    if cli is None:
-        if os.environ.get("QMM_CLI"):
-            pytest.fail("QMM_CLI=%s does not exist" % os.environ["QMM_CLI"])
-        pytest.skip("the qmm CLI is not built (make build, or set QMM_CLI)")
+    cli = cli_or_skip()
     d = tmp_path_factory.mktemp("ckpt")
     g = torch.Generator().manual_seed(7)
     sd = {}
