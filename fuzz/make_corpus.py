@@ -152,7 +152,8 @@ def main():
     write(C, "bad_comfy_quant_duplicate_key", build(layer("a", 4, 16, b'{"format": "nvfp4", "format": "int8_tensorwise"}',
                                                           [4, 1])))
 
-    # asym_w4a8_int8 (comfy-kitchen's AsymW4A8Int8Layout, the keys ComfyUI v0.30 reads)
+    # asym_w4a8_int8 (comfy-kitchen's AsymW4A8Int8Layout, the keys ComfyUI v0.30 reads); a NaN s_rel
+    # opens (its values are checked when the layer is packed): not a bad_ file
     w4 = {"format": "asym_w4a8_int8", "group_size": 16, "convrot_groupsize": 16}
     write(C, "w4a8_g16_codebook", build(w4a8_layer("blocks.0.mlp.fc1", 16, 64, w4, bias=True)))
     write(C, "w4a8_u8_srel_g4", build(w4a8_layer("a", 8, 64, {"format": "asym_w4a8_int8", "group_size": 4,
@@ -171,7 +172,7 @@ def main():
                                                                 "convrot_groupsize": 16}, gsz=12)))
     write(C, "bad_w4a8_codebook_8", build(w4a8_layer("a", 4, 64, w4, codebook=False,
                                                      extra=[("a.weight_codebook", "F32", [8], f32([0.0] * 8))])))
-    write(C, "bad_w4a8_nan_s_rel", build(w4a8_layer("a", 4, 64, w4, drop=(".weight_s_rel",),
+    write(C, "w4a8_value_nan_s_rel", build(w4a8_layer("a", 4, 64, w4, drop=(".weight_s_rel",),
                                                     extra=[("a.weight_s_rel", "F8_E4M3", [4, 4], b"\x38" * 15 + b"\x7f")])))
     write(C, "bad_w4a8_missing_s_channel", build(w4a8_layer("a", 4, 64, w4, drop=(".weight_s_channel",))))
     write(C, "bad_w4a8_correction", build(w4a8_layer("a", 4, 64, w4, extra=[t("a.weight_correction", "F32", [4, 4])])))

@@ -74,7 +74,8 @@ static void test_public_view(void) {
     TU_CHECK(QMM_ENGINE_MAX == 32 && QMM_REASON_MAX == 160, "pinned capacities moved");
     TU_CHECK(sizeof(qmm_counters) == (QMM_ENGINE_MAX + 2) * sizeof(uint64_t), "qmm_counters size %zu",
              sizeof(qmm_counters));
-    TU_CHECK(sizeof(qmm_plan_info) == 3 * sizeof(int) + QMM_ENGINE_MAX * (sizeof(int) + QMM_REASON_MAX),
+    /* qmm_plan_info: engine, is_fallback, status, the per-engine verdicts, the weight line */
+    TU_CHECK(sizeof(qmm_plan_info) == 3 * sizeof(int) + QMM_ENGINE_MAX * (sizeof(int) + QMM_REASON_MAX) + QMM_REASON_MAX,
              "qmm_plan_info size %zu", sizeof(qmm_plan_info));
 }
 
