@@ -132,7 +132,22 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
             const int64_t share = (panel_bytes + passes - 1) / passes;
             int64_t step = (share + nq - 1) / nq;
             if (step > 128) step = 128;
+            /* the panel this thread runs next in the task (auxinfo for the tiles) */
+            t.next_nr = 0;
+            t.next_nb = t.next_q0 = t.next_nq = 0;
+            if (nb + e->nrb < b1) {
+                t.next_nb = nb + e->nrb;
+                t.next_q0 = q0;
+                t.next_nq = nq;
+            } else if (!t.last) {
+                t.next_nb = b0;
+                t.next_q0 = q0 + nq;
+                t.next_nq = qmm_i8_chunk_nq(g, q0 + nq);
+            }
+            if (t.next_nq) t.next_nr = (int)(b1 - t.next_nb < e->nrb ? b1 - t.next_nb : e->nrb);
+            t.passes = passes;
             for (int64_t r = m0, i = 0; r < m1; r += e->mr, i++) {
+                t.pass = i;
                 t.mr = (int)(m1 - r < e->mr ? m1 - r : e->mr);
                 t.a = g->a + r * g->Kp + q0 * 4;
                 t.part = e->c_tiles ? part + ((nb - b0) / e->nrb * passes + i) * e->mr * 16 * e->nrb

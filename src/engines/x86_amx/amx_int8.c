@@ -94,7 +94,9 @@
 #include "simd_avx512.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 const int QMM_AMX_SYM(qmm_amx_int8_min_m) = QMM_AMX_INT8_MIN_M; /* the default (tests) */
 
@@ -222,39 +224,22 @@ void QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(int mr, int nr, int64_t
     else kloop(0, 0, 0, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
 }
 
-/* A borrowed weight: this row tile's share of the caller's rows that the driver packs next in
- * this task (the next panel of this chunk, else the first panel of the next chunk; the next
- * task's first panel is not prefetched), bytes of the chunk's K range only, so that the pack
- * reads them from L2 and their DRAM stream runs under this panel's TDPBSSD. The task's geometry
- * is the driver's (int8_gemm.c: g->mc rows, e->nc columns, task panels of 2 blocks). */
+/* A borrowed weight: this row tile's share (t->pass of t->passes) of the caller's rows of the
+ * panel the driver runs next in this task (t->next_*: the next panel of this chunk, else the first
+ * of the next chunk; none after the task's last panel), bytes of that chunk's K range only, so
+ * that its pack reads them from L2 and their DRAM stream runs under this panel's TDPBSSD. */
 static void next_rows(const qmm_i8_gemm *g, const qmm_i8_tile *t, amx_pf *pf) {
     const qmm_call *c = g->c;
-    const int64_t mc = g->mc, m0 = t->r / mc * mc, m1 = m0 + mc < c->M ? m0 + mc : c->M;
-    const int64_t passes = (m1 - m0 + 31) / 32, i = (t->r - m0) / 32;
-    const int64_t bpt = g->e->nc / 16, nblocks = c->w->i8.Np / 16, nb = t->n / 16;
-    const int64_t b0 = nb / bpt * bpt, b1 = b0 + bpt < nblocks ? b0 + bpt : nblocks;
-    const int64_t q0 = (t->a - g->a - t->r * g->Kp) / 4;
-    int64_t pb, k0, k1;
-    if (nb + 2 < b1) { /* the next panel, this chunk */
-        pb = nb + 2;
-        k0 = q0 * 4;
-        k1 = (q0 + t->nq) * 4;
-    } else if (!t->last) { /* the first panel, next chunk */
-        pb = b0;
-        k0 = (q0 + t->nq) * 4;
-        k1 = k0 + qmm_i8_chunk_nq(g, q0 + t->nq) * 4;
-    } else {
-        return;
-    }
-    const int64_t pe = pb + 2 < b1 ? pb + 2 : b1, n0 = pb * 16, n1 = pe * 16 < c->N ? pe * 16 : c->N;
-    if (k1 > c->K) k1 = c->K;
+    if (!t->next_nr) return;
+    const int64_t n0 = t->next_nb * 16, n1 = (t->next_nb + t->next_nr) * 16 < c->N ? (t->next_nb + t->next_nr) * 16 : c->N;
+    const int64_t k0 = t->next_q0 * 4, k1 = (t->next_q0 + t->next_nq) * 4 < c->K ? (t->next_q0 + t->next_nq) * 4 : c->K;
     if (n0 >= n1 || k0 >= k1) return;
     const int64_t ld = c->w->borrow.ld, per_row = (k1 - k0 + 63) / 64, lines = (n1 - n0) * per_row;
     pf->base = (const char *)(c->w->borrow.data + n0 * ld + k0);
     pf->ld = ld;
     pf->per_row = per_row;
-    pf->l0 = lines * i / passes;
-    pf->l1 = lines * (i + 1) / passes;
+    pf->l0 = lines * t->pass / t->passes;
+    pf->l1 = lines * (t->pass + 1) / t->passes;
     pf->per_step = (pf->l1 - pf->l0 + t->nq / 16 - 1) / (t->nq / 16);
 }
 
@@ -306,18 +291,58 @@ static void end(const qmm_i8_gemm *g, int thread) {
     QMM_AMX_SYM(qmm_amx_tiles_release)();
 }
 
+/* The regime table: the driver's descriptor of each regime r (decode, panel, blocked) for the
+ * blocking's mc, nc, kc — whole K outside the blocked regime, the decode prefetch. */
+#define AMX_INT8_REGIME(mc_, nc_, kc_, r)                                                                      \
+    {.e = {.u8 = 0, .mr = 32, .nrb = 2, .mc = (int)(mc_), .nc = (int)(nc_), .kc = (int)(kc_),               \
+           .whole_k_m = (r) == QMM_AMX_BLOCKED ? 0 : INT_MAX, .tile = tile, .pack = pack_block,              \
+           .pack_bare = 1, .begin = begin, .end = end, .k64 = 1, .mc_fixed = 1, .c_tiles = 1},               \
+     .decode = (r) == QMM_AMX_DECODE}
+
+/* Built from the library's defaults; amx_int8_table() rebuilds it once per process from the
+ * blocking in force (QMM_AMX_BLOCKING; the emulated build: whenever tests change
+ * qmm_amx_blocking_emu). qmm_engine_amx_int8.i8 is the blocked regime's entry (the unit tester's). */
+static amx_int8_engine g_table[3] = {AMX_INT8_REGIME(QMM_AMX_MC, QMM_AMX_NC, QMM_AMX_KC, QMM_AMX_DECODE),
+                                     AMX_INT8_REGIME(QMM_AMX_MC, QMM_AMX_NC, QMM_AMX_KC, QMM_AMX_PANEL),
+                                     AMX_INT8_REGIME(QMM_AMX_MC, QMM_AMX_NC, QMM_AMX_KC, QMM_AMX_BLOCKED)};
+
+static void table_build(const qmm_amx_blocking *b) {
+    for (int r = 0; r < 3; r++) g_table[r] = (amx_int8_engine)AMX_INT8_REGIME(b->mc, b->nc, b->kc, r);
+}
+
+/* The table for the blocking in force (*b), built once: a call picks its entry by the regime
+ * rule, nothing else is derived per call. */
+static const amx_int8_engine *amx_int8_table(qmm_amx_blocking *b) {
+    *b = QMM_AMX_SYM(qmm_amx_blocking_now)();
+#ifdef QMM_AMX_EMULATE
+    static qmm_amx_blocking built = {QMM_AMX_KC, QMM_AMX_NC, QMM_AMX_MC, QMM_AMX_SMALL_M, QMM_AMX_PANEL_A_BYTES,
+                                     QMM_AMX_INT8_MIN_M, QMM_AMX_INT8_BORROWED_MIN_M}; /* tests: one call at a time */
+    if (memcmp(&built, b, sizeof built)) {
+        table_build(b);
+        built = *b;
+    }
+#else
+    static atomic_int state; /* 0 unbuilt, 1 being built, 2 ready */
+    if (atomic_load_explicit(&state, memory_order_acquire) != 2) {
+        int expect = 0;
+        if (atomic_compare_exchange_strong(&state, &expect, 1)) {
+            table_build(b);
+            atomic_store_explicit(&state, 2, memory_order_release);
+        }
+        while (atomic_load_explicit(&state, memory_order_acquire) != 2) {
+        }
+    }
+#endif
+    return g_table;
+}
+
 static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
-    const qmm_amx_blocking bl = QMM_AMX_SYM(qmm_amx_blocking_now)();
+    qmm_amx_blocking bl;
+    const amx_int8_engine *table = amx_int8_table(&bl);
     const int64_t M = c->M, Kp = c->w->i8.Kp;
     const qmm_amx_regime regime = M > INT64_MAX / Kp ? QMM_AMX_BLOCKED : qmm_amx_regime_of(&bl, M, M * Kp);
     QMM_AMX_NOTE_REGIME(regime);
-    const amx_int8_engine e = {
-        .e = {.u8 = 0, .mr = 32, .nrb = 2, .mc = (int)bl.mc, .nc = (int)bl.nc, .kc = (int)bl.kc,
-              .whole_k_m = regime == QMM_AMX_BLOCKED ? 0 : INT_MAX, .tile = tile, .pack = pack_block,
-              .begin = begin, .end = end, .k64 = 1, .mc_fixed = 1, .c_tiles = 1},
-        .decode = regime == QMM_AMX_DECODE,
-    };
-    return qmm_int8_gemm(ctx, c, &e.e);
+    return qmm_int8_gemm(ctx, c, &table[regime].e);
 }
 
 #else /* built without AMX compiler support */
@@ -337,6 +362,9 @@ const qmm_engine QMM_AMX_SYM(qmm_engine_amx_int8) = {
     .built = QMM_AMX_BUILT,
     .admit = amx_int8_admit,
     .run = amx_int8_run,
+#ifdef QMM_AMX_KERNELS
+    .i8 = &g_table[QMM_AMX_BLOCKED].e,
+#endif
     .regime = qmm_amx_int8_regime,
     .tuning = qmm_amx_tuning,
     .n_probes = QMM_AMX_LADDER_RUNGS,
