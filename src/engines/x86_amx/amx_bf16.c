@@ -118,21 +118,35 @@ static void widen_bf16(const void *src, int64_t np, void *dst) {
 }
 
 /* ---------------------------------------------------------------- the micro-kernel */
+/* C of one panel, tile-contiguous: per column pair jp four 1 KiB tiles (16 n × 16 tokens, rows 64
+ * bytes apart) in the order they are loaded — block 2jp tokens 0-15, block 2jp+1 tokens 0-15,
+ * block 2jp tokens 16-31, block 2jp+1 tokens 16-31 — so tile (column block cb, token group tg) of
+ * the panel is the 256 floats at c_tile(C, cb, tg). The panel's C is mr × nr floats, as the
+ * driver sizes it. */
+static inline float *c_tile(float *C, int64_t cb, int tg) { return C + ((cb / 2) * 4 + tg * 2 + (cb & 1)) * 256; }
+
 /* C (+)= the 32 tokens × nr columns of one panel over kc (a multiple of 32), per column pair
- * 2×2 tiles (1×2 when rows <= 16); C as the file header says. */
+ * 2×2 tiles (1×2 when rows <= 16); C as above. a_next (the driver's auxinfo: the token slice this
+ * thread runs next, kc_next k long; NULL: none) is prefetched (T1) in equal shares over the
+ * column pairs' k-steps, so that its first tile loads come from L2, not L3. */
 static void qmm_bf16_f32_gemm_ukernel_32x32__amx(const qmm_fgemm *g, int rows, int64_t kc, const void *a,
-                                                 const void *b, float *C, int accumulate) {
+                                                 const void *b, float *C, int accumulate, const void *a_next,
+                                                 int64_t kc_next) {
     const uint16_t *t = a, *w = b;
-    const int64_t nsteps = kc / 32, wblk = g->kc * 16, ldc = g->nr;
+    const int64_t nsteps = kc / 32, wblk = g->kc * 16, pairs = g->nr / 32;
     const int two = rows > 16;
-    for (int64_t jp = 0; jp < g->nr / 32; jp++) {
+    /* the next slice: kc_next/2 k-pair rows of 32 tokens × 4 bytes = kc_next·64 bytes */
+    const char *pf = a_next;
+    const int64_t pf_lines = a_next ? kc_next : 0, pf_calls = pairs * nsteps;
+    int64_t pf_done = 0;
+    for (int64_t jp = 0; jp < pairs; jp++) {
         const uint16_t *w0 = w + 2 * jp * wblk, *w1 = w0 + wblk;
-        float *c = C + 32 * jp;
+        float *c00 = c_tile(C, 2 * jp, 0), *c10 = c00 + 256, *c01 = c00 + 512, *c11 = c00 + 768;
         if (accumulate) {
-            QMM_TILE_LOAD(QMM_TC00, c, ldc * 4);
-            QMM_TILE_LOAD(QMM_TC10, c + 16, ldc * 4);
-            if (two) QMM_TILE_LOAD(QMM_TC01, c + 16 * ldc, ldc * 4);
-            if (two) QMM_TILE_LOAD(QMM_TC11, c + 16 * ldc + 16, ldc * 4);
+            QMM_TILE_LOAD(QMM_TC00, c00, 64);
+            QMM_TILE_LOAD(QMM_TC10, c10, 64);
+            if (two) QMM_TILE_LOAD(QMM_TC01, c01, 64);
+            if (two) QMM_TILE_LOAD(QMM_TC11, c11, 64);
         } else {
             QMM_TILE_ZERO(QMM_TC00);
             QMM_TILE_ZERO(QMM_TC10);
@@ -140,6 +154,8 @@ static void qmm_bf16_f32_gemm_ukernel_32x32__amx(const qmm_fgemm *g, int rows, i
             if (two) QMM_TILE_ZERO(QMM_TC11);
         }
         for (int64_t s = 0; s < nsteps; s++) {
+            for (const int64_t upto = pf_lines * (jp * nsteps + s + 1) / pf_calls; pf_done < upto; pf_done++)
+                QMM_AMX_PREFETCH_T1(pf + pf_done * 64);
             QMM_TILE_LOAD(QMM_TB0, t + s * 16 * 2 * MR, 4 * MR);
             QMM_TILE_LOAD(QMM_TA0, w0 + s * 512, 64);
             QMM_TDPBF16PS(QMM_TC00, QMM_TA0, QMM_TB0);
@@ -151,25 +167,29 @@ static void qmm_bf16_f32_gemm_ukernel_32x32__amx(const qmm_fgemm *g, int rows, i
                 QMM_TDPBF16PS(QMM_TC11, QMM_TA1, QMM_TB1);
             }
         }
-        QMM_TILE_STORE(QMM_TC00, c, ldc * 4);
-        QMM_TILE_STORE(QMM_TC10, c + 16, ldc * 4);
-        if (two) QMM_TILE_STORE(QMM_TC01, c + 16 * ldc, ldc * 4);
-        if (two) QMM_TILE_STORE(QMM_TC11, c + 16 * ldc + 16, ldc * 4);
+        QMM_TILE_STORE(QMM_TC00, c00, 64);
+        QMM_TILE_STORE(QMM_TC10, c10, 64);
+        if (two) QMM_TILE_STORE(QMM_TC01, c01, 64);
+        if (two) QMM_TILE_STORE(QMM_TC11, c11, 64);
     }
 }
 
-/* The kernel's C holds each 16 × 16 block of y transposed: transpose back in place, then the
- * shared epilogue. Row groups of 16 that the kernel did not write are past `rows`. */
+/* The kernel's C holds each 16 × 16 block of y transposed, tile-contiguous (c_tile): each tile
+ * transposed in place into a row-major 16 × 16 block, then the shared epilogue on it. Token
+ * groups the kernel did not write are past `rows`. */
 static void epilogue_t(const qmm_call *c, float *C, int64_t ldc, int64_t rows, int64_t r0, int64_t n0,
                        int64_t ncols) {
-    for (int64_t i = 0; i < rows; i += 16)
+    for (int64_t i = 0; i < rows; i += 16) {
+        float *panel = C + (i / MR) * MR * ldc; /* the panel's mr × nr floats */
+        const int64_t rg = rows - i < 16 ? rows - i : 16;
         for (int64_t j = 0; j < ncols; j += 16) {
-            float *blk = C + i * ldc + j;
+            float *blk = c_tile(panel, j / 16, (int)(i % MR) / 16);
             __m512i v[16];
-            qmm_z_n16k4_step((const int8_t *)blk, ldc * (int64_t)sizeof(float), 16, 0, 64, v);
-            for (int r = 0; r < 16; r++) _mm512_storeu_si512(blk + r * ldc, v[r]);
+            qmm_z_n16k4_step((const int8_t *)blk, 64, 16, 0, 64, v);
+            for (int r = 0; r < 16; r++) _mm512_store_si512(blk + r * 16, v[r]);
+            qmm_float_epilogue_avx512(c, blk, 16, rg, r0 + i, n0 + j, ncols - j < 16 ? ncols - j : 16);
         }
-    qmm_float_epilogue_avx512(c, C, ldc, rows, r0, n0, ncols);
+    }
 }
 
 /* the per-task hooks: the tile configuration of the plan above, then its release */
@@ -200,8 +220,8 @@ static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
         .mr = MR, .nr = (int)nr, .kc = kc, .bf16 = 1, .ka = 32,
         .b_bytes = (size_t)(nr * kc) * sizeof(uint16_t), .b_col16 = (size_t)(16 * kc) * sizeof(uint16_t),
         .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, /* f32 weights: refused by admit */
-        .kernel = qmm_bf16_f32_gemm_ukernel_32x32__amx, .epilogue = epilogue_t, .pack_i8 = qmm_z_pack_n16k4,
-        .begin = tiles_begin, .end = tiles_end,
+        .kernel_aux = qmm_bf16_f32_gemm_ukernel_32x32__amx, .epilogue = epilogue_t, .pack_i8 = qmm_z_pack_n16k4,
+        .begin = tiles_begin, .end = tiles_end, .even_k = 1, .page_bufs = 1,
     };
     return qmm_float_gemm(ctx, c, &g);
 }
