@@ -19,39 +19,47 @@
  * inputs and fp32 results denormal → 0), continued across k blocks through C in memory. The
  * emulated build computes exactly that; on hardware SPEC §7's float tolerance is what is promised.
  *
- * Layout (the operands' roles as amx_int8's in-place path: W as the A tile, tokens as B):
+ * Layout (W as the A tile, tokens as B):
  *   tokens  the driver's bf16 A panel, mr = 32: [Ka/2][32][2]. One k-pair row of 16 tokens is
  *           64 bytes, so 16 k-pairs (32 k) of tokens 0..15 are a TDPBF16PS **B** tile (row
- *           stride 128 bytes), tokens 16..31 the next one (+64 bytes). No copy.
+ *           stride 128 bytes), tokens 16..31 the next one (+64 bytes): the two tiles of a k-step
+ *           are one 2 KiB run (in one page). No copy.
  *   weights prep_b (the driver's, with this file's widens) writes each 16-column block as
  *           bf16 [kc/32][16 n][32 k]: one 1 KiB **A** tile per k-step, stride 64 bytes; blocks
  *           kc·32 bytes apart. int8: a 16 × 16 dword transpose of 16 n16k4 quads (qmm_z_n16k4_step)
  *           gives each column's 64 k, then widened (cvtdq2ps, >> 16); bf16: the same transpose of
  *           16 n16k2 pair rows is the tile.
- *   C       tile = yᵀ [16 n][16 tokens]; stored into the driver's C [32][nr] at the place of its
- *           16 × 16 block of y, transposed; the epilogue transposes each block back in registers,
- *           then runs the shared qmm_float_epilogue_avx512.
+ *   C       tile = yᵀ [16 n][16 tokens], tile-contiguous in the panel's mr × nr floats of the
+ *           driver's C (c_tile: per column pair four 1 KiB tiles in load order, 4 KiB): every C
+ *           load and store one 1 KiB run in one page, a pair's four tiles 64 consecutive L1 sets;
+ *           the epilogue transposes each tile in place into a row-major 16 × 16 block and runs
+ *           the shared qmm_float_epilogue_avx512 on it.
  * Tile plan (amx_kernel.h numbers, all 16 × 64 bytes, configured once per thread and call by the begin
  * hook, released by the end hook): tmm0/tmm1 C of column block 2j × tokens 0-15 / 16-31,
  * tmm2/tmm3 the same for block 2j+1, tmm4/tmm5 W of blocks 2j, 2j+1, tmm6/tmm7 the tokens.
  * A panel with at most 16 rows runs only tokens 0-15 (2 TDPBF16PS per k-step, not 4).
  *
- * Arithmetic (an estimate from bench/NOTES.md "## amx" facts, not a measurement: TILELOADD
- * ≈ 8 cycles from L1, ≈ 23 from L2, ≈ 110 beyond; TDPBF16PS 16 cycles; the 2×2 kernel's own
- * ceiling 85 %). Per k-step of a 32 × 32 block: 4 TDPBF16PS = 64 cycles; 4 tile loads: the two
- * token tiles from the panel's kc-slice (32 × kc × 2 = 16 KiB at kc = 256: L1 for all but the
- * first of the nr/32 column pairs), the two W tiles from the widened block (nr × kc × 2 =
- * 256 KiB at nr = 512: L2, re-read by every panel of the task) ≈ 2·8 + 2·23 = 62 cycles; C:
- * 4 loads + 4 stores per column pair and k block (8 k-steps) ≈ 23 cycles per k-step → ≈ 85
- * cycles, ≈ 75 % of peak — the old blocked regime's own ceiling (76 %). The first column pair's
- * token tiles come from L3 (+≈ 12 cycles per k-step averaged over 16 pairs). The widening runs
- * once per task and k block: ≈ 0.15 cycle per weight against mr·panels MACs per weight.
+ * Arithmetic (an estimate from bench/NOTES.md "## amx" facts: TILELOADD ≈ 8 cycles from L1,
+ * ≈ 23 from L2, ≈ 110 beyond; TDPBF16PS 16 cycles; the 2×2 kernel's own ceiling 85 %). Per
+ * k-step of a 32 × 32 block: 4 TDPBF16PS = 64 cycles; 4 tile loads: the two token tiles from
+ * the panel's kc-slice (32 × kc × 2 = 16 KiB at kc = 256: L1 for all but the first of the nr/32
+ * column pairs), the two W tiles from the widened block (nr × kc × 2 = 256 KiB at nr = 512: L2,
+ * re-read by every panel of the task) ≈ 2·8 + 2·23 = 62 cycles; C: 4 loads + 4 stores of 1 KiB
+ * runs per column pair and k block (8 k-steps) ≈ 23 cycles per k-step → ≈ 85 cycles, ≈ 75 % of
+ * peak. First touches: the first column pair's token tiles would come from L3 (≈ 110 cycles, +≈ 12
+ * per k-step averaged over 16 pairs); the kernel prefetches (T1) the slice the driver names as
+ * run next (kernel_aux: the task's next panel, else its first at the next k block) over the
+ * current panel's k-steps, ≈ 2 lines per k-step, so they come from L2. The k blocks are even
+ * (⌈Ka/kc⌉ blocks, max − min <= 32 k: no short last block paying a full C round trip for a few
+ * k-steps); the thread buffers start on pages. The widening runs once per task and k block:
+ * ≈ 0.15 cycle per weight against mr·panels MACs per weight. Measured on AMX at d9c1ae0
+ * (../shared/measurements/AMX-d9c1ae0.md): 25 % of the AMX-BF16 peak at 4096×21504×5376.
  * Blocking: kc = QMM_AMX_BLOCKING's kc/2 (256), nr ≤ its nc (512), in equal column blocks of a
  * multiple of 32 with enough blocks for the threads at small M; mc is the driver's.
  *
- * Verification: not yet executed on AMX hardware; the evidence is the emulated build
- * (tests/test_amx_emulated.c), which runs this source with the tile instructions replaced by
- * the software model of amx_emu.c, bit-exact against the chain above.
+ * Verification: tests/test_amx_emulated.c (bit-exact against the chain above, and the tile
+ * traffic audits) and fuzz_corpus_engines_amx_emu run this source with the tile instructions
+ * replaced by the software model of amx_emu.c; on an AMX machine the same tests run the real engine.
  */
 #include "amx_kernel.h"
 #include "amx_regime.h"

@@ -9,7 +9,8 @@
  *   tile     qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx (qd8: per-token dynamic int8 activations,
  *            qc8w: per-channel int8 weights, 32 rows × 32 columns, k in groups of 4): the 2×2
  *            tile plan of amx_kernel.h over one K chunk, C in tiles for the whole chunk, loaded
- *            from / stored to the driver's per-thread partials between chunks; on the last chunk
+ *            from / stored to the driver's per-thread partials between chunks (tile-contiguous,
+ *            the driver's c_tiles: each C tile load and store one 1 KiB run); on the last chunk
  *            the outputs through qmm_z_epilogue16 (simd_avx512.h: fused or kitchen, bias,
  *            residual, f32/f16/bf16, or the int32 itself), the same epilogue as avx512_vnni;
  *   A        the driver's q [M][Kp] as it is (s8: u8 = 0, no flip), the tile loads 16 rows × 64
@@ -18,13 +19,15 @@
  *            quads × 16 columns × 4 bytes = one 1 KiB B tile (stride 64), so TDPBSSD reads the
  *            owned packing in place and a borrowed weight's per-call panel the same way;
  *   pack     a borrowed weight's panel: qmm_z_pack_n16k4 (the 16 × 16 dword transpose), no
- *            column sums or -128 flag (TDPBSSD is exact on -128);
+ *            column sums or -128 flag (pack_bare: TDPBSSD is exact on -128);
  *   begin/end  per thread: LDTILECFG before its first task, TILERELEASE after its last (tile()
  *            reloads the configuration only for a partial row tile: amx_common.c caches it);
- *   k64      whole 64-byte k-steps: the chunks cover Kp, zeros past K (q, the packing, the panel);
+ *   k64      whole 64-byte k-steps: the chunks cover Kp, zeros past K (q, the packing, the panel),
+ *            and are even (max − min <= 1 k-step: no short last chunk paying a full C round trip);
  *   mc_fixed the partials stay mc × nc (1 MiB at 512 × 512, L2) for borrowed weights too.
- * The blocking comes from amx_blocking.h per call (QMM_AMX_BLOCKING applies): mc, nc, kc as the
- * driver's; the regime picks the driver's K split —
+ * The regimes are a table of three descriptors (decode, panel, blocked), built once from the
+ * blocking in force (amx_blocking.h; QMM_AMX_BLOCKING applies); a call picks its entry by the
+ * rule of amx_blocking.h —
  *   decode   (M <= small_m)          whole K, one row tile per task: B streams from memory once,
  *                                    prefetched QMM_AMX_DECODE_PF_STEPS k-steps ahead (PF_STREAM)
  *   panel    (M × Kp <= panel_a)     whole K, C in tiles for all of K; the task's row tiles run
@@ -39,38 +42,31 @@
  * 1024 MAC/cycle, 4 tile loads of 1 KiB; load costs of amx_blocking.h: 8 cycles from L1, ≈ 23
  * from L2, ≈ 110 beyond; bench/NOTES.md "## amx" for the model and the AMX measurements):
  *   blocked  2 A loads from L2 + 2 B loads from L1 + C (4 loads + 4 stores per kc/64 = 8 k-steps,
- *            L2) ≈ 2 × 23 + 2 × 8 + 23 = 85 cycles per 64 of TDPBSSD: ≈ 75 % of peak — the old
- *            nc → mc → kc → m32 → n32 order's figure with A and B swapped (there the 32 × kc A
- *            panel sat in L1 and the nc × kc B block in L2). The repack of A into [kb][M][kw]
- *            that order needed (its L1 panel read at stride Kp hit few L1 sets) has no job here:
- *            the L1 operand is the B panel, two contiguous kc·16-byte runs (owned) or one
- *            contiguous buffer (borrowed). What remains is an L2 risk: with Kp a multiple of
- *            4 KiB and huge pages the mc × kc A block (512 rows × 8 lines) maps to 1/8 of the L2
- *            sets, 16 lines per set = the whole associativity; QMM_AMX_BLOCKING=mc=256 halves it.
- *            First touches: the A block comes from L3/DRAM for the first panel of a chunk (1 of
- *            nc/32 = 16), the B panel for the first row tile (1 of mc/32 = 16), both in sequential
- *            runs the hardware prefetchers follow; no software prefetch in this regime (as for
- *            avx512_vnni: a burst per chunk gained nothing there). DRAM: W read ⌈M/mc⌉ times, the
- *            task's A block (mc × Kp) from L3 for each of its thread's N tasks — the old traffic.
- *   panel    A and B from L2: 4 × 23 ≈ 92–114 cycles per 64: ≈ 56 % (as before).
+ *            L2) ≈ 2 × 23 + 2 × 8 + 23 = 85 cycles per 64 of TDPBSSD: ≈ 75 % of peak. The L1
+ *            operand is the B panel, two contiguous kc·16-byte runs (owned) or one contiguous
+ *            buffer (borrowed). An L2 risk: with Kp a multiple of 4 KiB and huge pages the
+ *            mc × kc A block (512 rows × 8 lines) maps to 1/8 of the L2 sets, 16 lines per set =
+ *            the whole associativity; QMM_AMX_BLOCKING=mc=256 halves it. First touches: the A
+ *            block comes from L3/DRAM for the first panel of a chunk (1 of nc/32 = 16), the B
+ *            panel for the first row tile (1 of mc/32 = 16), both in sequential runs the hardware
+ *            prefetchers follow; no software prefetch in this regime. DRAM: W read ⌈M/mc⌉ times,
+ *            the task's A block (mc × Kp) from L3 for each of its thread's N tasks.
+ *   panel    A and B from L2: 4 × 23 ≈ 92–114 cycles per 64: ≈ 56 %.
  *   decode   W streams once, 2 B tiles per k-step per thread: bound by DRAM bandwidth.
- * Borrowed weights: the driver's per-call packing serves; the in-place yᵀ = W·xᵀ path (W rows as
- * A tiles, the activations transposed into token blocks) is gone. Its per-call cost was the token
- * transpose, M × Kp bytes once; this path's is the panel pack, N × Kp bytes once per row task
- * (⌈M/mc⌉ times). The pack (qmm_z_n16k4_step, 64 shuffles per KiB) runs at 51 ns per KiB with its
- * source in L2 and 10–13 GB/s (75–100 ns per KiB) from DRAM on one Zen 5 core, quiet
- * (bench/NOTES.md "## AMX under the int8 driver"); so each row tile prefetches (T1) its share of
- * the caller's rows packed next (next_rows: the next panel of the chunk, else the first of the
- * next chunk), their DRAM stream running under this panel's TDPBSSD as the in-place path's did,
- * and the pack reads L2. One packed KiB feeds min(M, mc)/16 TDPBSSD of 16 cycles: at M >= mc =
- * 512, 32 × 16 = 512 cycles = 256 ns at 2 GHz at peak, 0.65–1 µs at the 25–40 % of peak that the
- * 3 × avx512_vnni target needs (avx512_vnni ran 0.44–0.56 TOPS on the AMX box, amx_int8
- * 0.9–1.1: ../shared/measurements/AMX-2026-12-01.md) — the pack is 5–8 % of the time; at M = 256
- * (one row task, 8 row tiles per panel) 10–15 %; the in-place path's transpose was 1–2 % there.
- * Against that, a second driver of ≈ 250 lines (its own tasks, grid, K-tail copies, transposed
- * epilogue) that was never run on AMX either: the one path stays, and the AMX measurement of
- * bench/NOTES.md decides (borrowed ÷ packed at M = 256, 1024, 4096). At M = 8..32 both read W
- * from DRAM once and are bound by it.
+ *   Measured on AMX at d9c1ae0 (../shared/measurements/AMX-d9c1ae0.md, 2 threads): 22–26 % of
+ *   the same-run peak packed, 18–22 % borrowed at M >= 256; the ladder (amx_ladder.c, `qmm bench
+ *   --amx-ladder`) splits that gap into its rungs.
+ * Borrowed weights: the driver packs each (task, chunk, panel) of the caller's rows once, N × Kp
+ * bytes per row task (⌈M/mc⌉ times); the pack (qmm_z_n16k4_step, 64 shuffles per KiB) runs at
+ * 51 ns per KiB with its source in L2 and 75–100 ns per KiB from DRAM on one Zen 5 core
+ * (bench/NOTES.md "## AMX under the int8 driver"). So each row tile prefetches (T1) its share of
+ * the caller's rows of the panel the driver names as run next (qmm_i8_tile.next_*: the next panel
+ * of the chunk, else the first of the next chunk), their DRAM stream running under this panel's
+ * TDPBSSD, and the pack reads L2. One packed KiB feeds min(M, mc)/16 TDPBSSD of 16 cycles: at
+ * M >= mc = 512, 512 cycles = 256 ns at 2 GHz at peak, so the pack is ≈ 5–8 % of the time at
+ * 25–40 % of peak, 10–15 % at M = 256 (one row task, 8 row tiles per panel). At M = 8..32 both
+ * layouts read W from DRAM once and are bound by it (measured: borrowed 0.67× packed at
+ * M <= 32, so amx_int8 refuses borrowed weights below borrowed_min_m).
  * Threads: the driver's static grid (task i on thread i mod T; M tasks of mc rows, N tasks of nc
  * columns): every output is summed by one task in one k order, so the bits never depend on the
  * thread count or the blocking.
@@ -82,9 +78,9 @@
  * 17, amx_blocking.h: the measurement) goes to avx512_vnni too, whose rows kernel reads the
  * caller's rows once in place where this engine packs them per call.
  *
- * Verification: written against the real AMX intrinsics, not yet executed on AMX hardware in
- * this form; the evidence is tests/test_amx_emulated.c, which runs this same source with every
- * tile instruction replaced by the software model of amx_emu.c.
+ * Verification: tests/test_amx_emulated.c, test_int8_ukernels (through .i8) and
+ * fuzz_corpus_engines_amx_emu run this source with every tile instruction replaced by the
+ * software model of amx_emu.c; on an AMX machine the same tests run the real engine.
  */
 #include "amx_kernel.h"
 #include "amx_regime.h"
