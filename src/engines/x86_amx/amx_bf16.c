@@ -200,7 +200,8 @@ static void epilogue_t(const qmm_call *c, float *C, int64_t ldc, int64_t rows, i
     }
 }
 
-/* the per-task hooks: the tile configuration of the plan above, then its release */
+/* the per-thread hooks (before a thread's first task of a pool run, after its last): the tile
+ * configuration of the plan above, then its release */
 static void tiles_begin(void) { QMM_AMX_SYM(qmm_amx_tiles_config)(16, 16); }
 static void tiles_end(void) { QMM_AMX_SYM(qmm_amx_tiles_release)(); }
 

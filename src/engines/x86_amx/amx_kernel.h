@@ -137,8 +137,7 @@ void QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(int mr, int nr, int64_t
  * 16, r1 > 0 only if r0 == 16); loads the config only when it differs from the current one. */
 void QMM_AMX_SYM(qmm_amx_tiles_config)(int r0, int r1);
 /* Releases this thread's tile state (TILERELEASE) if configured: at the end of a thread's work
- * (amx_int8: the int8 driver's end hook after its last task; amx_bf16: the float driver's
- * end hook after every task). */
+ * (the end hook of either driver, after the thread's last task of a pool run). */
 void QMM_AMX_SYM(qmm_amx_tiles_release)(void);
 
 #endif /* QMM_AMX_KERNELS */
