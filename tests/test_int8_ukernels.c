@@ -311,7 +311,11 @@ static void rows_case(const char *name, const qmm_i8_engine *e, int64_t M, int64
     uint8_t *ap = apb ? qmm_aligned_alloc((size_t)apb) : NULL;
     if (ap) {
         g.ap = ap;
-        e->rows_ap_fill(&g);
+        for (int64_t r0 = 0, r1; r0 < M; r0 = r1) { /* in ranges of whole groups, as the pre-pass */
+            r1 = r0 + 16 * tu_rand_int(1, 2);
+            if (r1 > M) r1 = M;
+            e->rows_ap_fill(&g, r0, r1);
+        }
     }
     const int64_t nblocks = (N + 15) / 16, bpt = e->nc / 16;
     if (task_ranges) { /* the driver's tasks */

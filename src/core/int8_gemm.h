@@ -37,7 +37,8 @@
  *              is packed once and serves every row tile of the task; for M <= rows_m the
  *              engine's rows_kernel reads the caller's rows directly instead (small M, the rows
  *              regime: a left as q, its row sums in qsum, and where the engine asks for one
- *              (rows_ap_bytes) its own copy of q in the layout its kernel reads, ap);
+ *              (rows_ap_bytes) its own copy of q in the layout its kernel reads, ap, written by
+ *              the engine's rows_ap_fill inside the pre-pass's pool run);
  *   out        token scales copied to c->token_scales when asked.
  * A new int8 engine is its micro-kernel(s), a qmm_i8_engine descriptor (also its qmm_engine's
  * .i8: test_int8_ukernels drives the kernels through it), its admit() and one row of the engine
@@ -134,10 +135,13 @@ typedef struct qmm_i8_engine {
                             * 16 × 16 int32 tiles of 1 KiB, row i and column j of the tile at
                             * ((i/16)·nr + j/16)·256 + (i%16)·16 + j%16 (amx_int8: one TILESTORED each) */
     /* Optional, the rows regime: rows_ap_bytes(M, Kp) = the bytes of a copy of the activations
-     * in the layout rows_kernel wants (0: none); rows_ap_fill(g) writes it to g->ap (64-byte
-     * aligned) from g->a = q, once per call, after qsum and before any rows_kernel. */
+     * in the layout rows_kernel wants (0: none), in groups of 16 rows (a full group
+     * rows_ap_bytes(16, Kp) bytes); rows_ap_fill(g, r0, r1) writes the groups of rows [r0, r1)
+     * (r0 a multiple of 16, r1 too or M) to g->ap (64-byte aligned) from g->a = q. The driver
+     * calls it from the pre-pass's pool run (prepass.h group_fill), on the thread that has just
+     * written those rows, before any rows_kernel. */
     int64_t (*rows_ap_bytes)(int64_t M, int64_t Kp);
-    void (*rows_ap_fill)(const qmm_i8_gemm *g);
+    void (*rows_ap_fill)(const qmm_i8_gemm *g, int64_t r0, int64_t r1);
 } qmm_i8_engine;
 
 /* One call's state, read by the engine's callbacks. */

@@ -2,7 +2,8 @@
  * prepass.c — the scalar activation pre-pass row (the reference numerics of SPEC §1 steps 1–3,
  * numerics.h) and the threaded driver (contract in prepass.h) that runs the best row kernel over
  * all rows and, per row while it is in L1, the extras the int8 driver asks for: the row sums
- * and -128 flags, the packed copy for the one-pass regime.
+ * and -128 flags, the packed copy for the one-pass regime; per range of row groups, the caller's
+ * own copy (group_fill).
  */
 #include "prepass.h"
 
@@ -66,6 +67,7 @@ static void prepass_rows(int64_t r0, int64_t r1, int thread, void *arg) {
         if (o->ap)
             for (int64_t k = 0; k < o->kq; k++) memcpy(o->ap + (k * o->wrows + r) * 4, q + k * 4, 4);
     }
+    if (o && o->group_fill) o->group_fill(o->group_arg, r0, r1);
     if (o && o->ap && r1 == c->M) /* the packed rows past M: the value of q = 0 */
         for (int64_t k = 0; k < o->kq; k++)
             memset(o->ap + (k * o->wrows + c->M) * 4, o->flip, (size_t)(o->wrows - c->M) * 4);
@@ -99,8 +101,8 @@ static qmm_status run_prepass(qmm_context *ctx, const qmm_call *c, const qmm_pre
     void *tmp;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_PREPASS, (size_t)(nt * j.Kt) * sizeof(float), &tmp));
     j.tmp = tmp;
-    /* whole rows per range; the result does not depend on the split */
-    qmm_pool_run_rows(ctx->pool, c->M, 1, prepass_rows, &j);
+    /* whole rows (or row groups) per range; the result does not depend on the split */
+    qmm_pool_run_rows(ctx->pool, c->M, o && o->group_fill ? o->group_rows : 1, prepass_rows, &j);
     return QMM_OK;
 }
 
