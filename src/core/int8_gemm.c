@@ -247,7 +247,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     if (rows_ap) g.ap = (uint8_t *)pbuf + pbytes; /* the rows kernel's copy of q */
     /* one pass over the rows writes what the kernels read: a (u8 engines: q XOR 0x80, except in
      * the rows regime), the one-pass copy, the rows regime's sums and its copy in the engine's
-     * layout (per group of 16 rows, on the thread that wrote them) */
+     * layout (per group of 16 rows, on the thread that wrote its last rows) */
     const qmm_prepass_out po = {.q = q, .ldq = Kp, .s = s, .flip = e->u8 && !rows ? 0x80 : 0, .qsum = g.qsum,
                                 .qneg128 = g.qneg128, .ap = wrows ? g.ap : NULL, .kq = kq, .wrows = wrows,
                                 .group_fill = rows_ap ? rows_ap_group : NULL, .group_arg = &g, .group_rows = 16};

@@ -138,8 +138,8 @@ typedef struct qmm_i8_engine {
      * in the layout rows_kernel wants (0: none), in groups of 16 rows (a full group
      * rows_ap_bytes(16, Kp) bytes); rows_ap_fill(g, r0, r1) writes the groups of rows [r0, r1)
      * (r0 a multiple of 16, r1 too or M) to g->ap (64-byte aligned) from g->a = q. The driver
-     * calls it from the pre-pass's pool run (prepass.h group_fill), on the thread that has just
-     * written those rows, before any rows_kernel. */
+     * calls it per group from the pre-pass's pool run (prepass.h group_fill), on the thread that
+     * has just written the group's last rows, before any rows_kernel. */
     int64_t (*rows_ap_bytes)(int64_t M, int64_t Kp);
     void (*rows_ap_fill)(const qmm_i8_gemm *g, int64_t r0, int64_t r1);
 } qmm_i8_engine;
