@@ -12,7 +12,9 @@ NAN, NNAN, PINF, NINF, NZERO, DENORM, HUGE, ZERO = range(8)
 
 
 def header(N, gs_idx, kmul, M, act, xt, yt, bias, bt, per_tensor, keep128=0, pad=0):
-    """gs_idx: 0/1 none, 2 -> 16, 3 -> 64; kmul: K = 1 + kmul (no gs) or gs * (1 + kmul % 3)."""
+    """gs_idx: 0 none (K = 1 + kmul), 1 none (K = 65 + 3 kmul), 2 -> 16, 3 -> 64 (K = gs * (1 + kmul % 3)).
+    pad: ldx padding (bits 0-1), ldy padding (2-3), the borrowed twin's extra row stride / 3 (4-5),
+    M up to 80 (bit 6), the borrowed base 1 byte off alignment (bit 7)."""
     h0 = N - 1
     h1 = (gs_idx & 3) | (kmul << 2)
     h2 = M - 1
@@ -23,7 +25,7 @@ def header(N, gs_idx, kmul, M, act, xt, yt, bias, bt, per_tensor, keep128=0, pad
 
 def shape(N, gs_idx, kmul, M, act, per_tensor):
     gs = [0, 0, 16, 64][gs_idx]
-    K = gs * (1 + kmul % 3) if gs else 1 + kmul
+    K = gs * (1 + kmul % 3) if gs else 65 + 3 * kmul if gs_idx == 1 else 1 + kmul
     kin = 2 * K if act == 1 else K
     return K, kin, (1 if per_tensor else N)
 
@@ -79,6 +81,15 @@ def main():
     c["plain_keep128"] = case(rng, 17, 0, 40, 3, 2, 1, 2, 1, 1, 1, keep128=1)
     c["huge_values"] = case(rng, 8, 0, 15, 2, 0, 0, 1, 1, 0, 0, x_special={i: HUGE for i in range(16)},
                             bias_special={0: HUGE, 1: NINF})
+    # borrowed twins at row stride ld > K from an unaligned base, M across the regimes (1: rows
+    # kernels and decode; 7, 17, 33: decode / panel; 64, 80: several row tiles and tasks), K tails
+    # past one 64-byte k-step (K = 65 + 3 kmul) and several K chunks, every y dtype
+    for i, (M, gs_idx, kmul) in enumerate([(1, 1, 0), (7, 1, 20), (17, 0, 40), (33, 1, 63), (64, 3, 2), (80, 1, 5),
+                                           (48, 2, 1), (2, 1, 1)]):
+        pad = 0x80 * (i % 2) | (((i % 3) + 1) << 4) | (0x40 if M > 20 else 0) | (i & 3) | ((i >> 1 & 3) << 2)
+        c["borrowed_ld_m%d_k%d" % (M, shape(1, gs_idx, kmul, M, 0, 0)[0])] = case(
+            rng, 1 + (i * 11) % 40, gs_idx, kmul, M, i % 3, i % 3, i % 4, i % 2, i % 3, i % 2, pad=pad,
+            x_special={5: NAN} if i == 3 else None)
     c["empty"] = b""
     for name, data in sorted(c.items()):
         with open(os.path.join(out, name), "wb") as f:

@@ -2,7 +2,9 @@
  * replay.c — runs a libFuzzer target's LLVMFuzzerTestOneInput on every file of the folders
  * (or files) given, without libFuzzer: the committed corpus is replayed by the normal test
  * command (under ASan/UBSan in the sanitizer build). Exit 0 when every input ran, 1 if a
- * folder cannot be read; a crash is the test failure.
+ * folder cannot be read; a crash is the test failure. Built with -DQMM_REPLAY_DONE=fn, it calls
+ * int fn(void) of the target after the last input and exits 1 when that returns non-zero (the
+ * target's own verdict on the whole corpus, e.g. that every path it covers ran).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
@@ -13,6 +15,9 @@
 #include <sys/stat.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#ifdef QMM_REPLAY_DONE
+int QMM_REPLAY_DONE(void);
+#endif
 
 static int run_file(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -61,5 +66,8 @@ int main(int argc, char **argv) {
         free(names);
     }
     printf("replay: %d inputs%s\n", runs, bad ? " (some could not be read)" : "");
+#ifdef QMM_REPLAY_DONE
+    if (QMM_REPLAY_DONE()) bad = 1;
+#endif
     return bad || runs == 0;
 }

@@ -26,6 +26,9 @@
  *     fp32 summation noise + 1 ulp of the output dtype of an fp64 sum of the same operands;
  *     M = 1..100 and 4096, odd N and K, every x/y dtype and act, bias or not, per-tensor or
  *     per-row scale, strided x/y; small blockings (several k and column blocks) or the defaults.
+ *   The traffic audits (tile trace): amx_int8 in its regimes, amx_bf16 (W8A16 owned and borrowed,
+ *     bf16 weights): contiguity and pages per tile load, C round trips per k block, even K chunks,
+ *     prefetch of first touches, thread balance.
  *   Every call: zero emulated faults (shape/config rules of the SDM) and no tile config left.
  *   Admission rules (small M, f32 weights) and the real engines' visible unavailability.
  * When the real AMX engines are available (an AMX machine), the same checks also run them.
@@ -967,6 +970,89 @@ static void audits(void) {
     }
 }
 
+/* The same traffic audits on amx_bf16 (amx_bf16.c's plan: tiles 0..3 C, 4..5 W — the A operand
+ * of TDPBF16PS — 6..7 the tokens), W8A16 owned and borrowed and a bf16 weight, 2 threads, the
+ * library's blocking (kc = 256 k): W and C tile loads 1 KiB contiguous in one page (C
+ * tile-contiguous), token tiles in one page; every C tile zeroed once, stored once per k block and
+ * loaded once per k block after the first; k blocks even (max − min <= 1 k-step of 32 k); TDPBF16PS
+ * = C tiles × k-steps; the tokens' first touches prefetched (the driver's auxinfo: the slice run
+ * next) ahead, all but the first k block's of each task; both threads busy. */
+static void audits_bf16(void) {
+    static const struct { const char *name; int64_t M, N, K; int kind; } sh[] = {
+        {"1024x5376x5376 W8A16, M/16 N/8", 64, 672, 5376, 0}, {"1024x5376x5376 W8A16 borrowed, M/16 N/8", 64, 672, 5376, 1},
+        {"4096x5376x14336 bf16, M/64 N/16", 64, 336, 14336, 2}, {"1088-deep K (34 k-steps), 48 rows", 48, 96, 1088, 0},
+        {"16 rows (one token group)", 16, 256, 1088, 2},
+    };
+    for (int i = 0; i < (int)(sizeof sh / sizeof sh[0]); i++) {
+        if (g_quick && i % 2) continue;
+        const int64_t M = sh[i].M, N = sh[i].N, K = sh[i].K;
+        int8_t *wq = malloc((size_t)(N * (K + 3)));
+        uint16_t *wb = malloc((size_t)(N * K) * 2);
+        float sc = 0.01f;
+        tu_fill_i8(wq, N * (K + 3), -127, 127);
+        tu_fill_float(wb, QMM_BF16, N * K, 0.5f);
+        qmm_weight *w = NULL;
+        if (sh[i].kind == 2) {
+            TU_CHECK_OK(qmm_weight_create_float(g_ctx[1], "audit.bf16", wb, QMM_BF16, N, K, 0, NULL, QMM_F32, &w));
+        } else {
+            qmm_weight_desc d = qmm_weight_desc_default();
+            d.N = N; d.K = K; d.data = wq + 1; d.ld = sh[i].kind ? K + 2 : 0; d.scale = &sc; d.n_scale = 1;
+            if (sh[i].kind) TU_CHECK_OK(qmm_weight_borrow_int8(g_ctx[1], &d, &w));
+            else TU_CHECK_OK(qmm_weight_create_int8(g_ctx[1], &d, &w));
+        }
+        uint16_t *x, *y;
+        const qmm_linear_args a = bf16_args(M, N, K, &x, &y);
+        qmm_weight view;
+        const qmm_weight *wc = w;
+        if (w && sh[i].kind == 1) TU_CHECK_OK(qmm_weight_for_call(g_ctx[1], w, &view, &wc));
+        qmm_call c = make_call(wc, &a, sh[i].kind != 2);
+        qmm_amx_blocking_emu = qmm_amx_blocking_default();
+        const long f0 = qmm_amx_emu_faults();
+        qmm_amx_emu_trace(8l << 20);
+        TU_CHECK_OK(qmm_engine_amx_bf16_emu.run(g_ctx[1], &c));
+        audit_res R;
+        audit_trace(&R);
+        TU_CHECK(qmm_amx_emu_trace_lost() == 0, "audit bf16: trace overflow");
+        qmm_amx_emu_trace(0);
+        const int64_t ksteps = (K + 31) / 32, kcs = qmm_amx_blocking_emu.kc / 2 / 32, nch = (ksteps + kcs - 1) / kcs;
+        tu_note("audit amx_bf16 %s M=%lld N=%lld K=%lld (%d threads): TDPBF16PS %ld; loads/TDP W %.3f tokens %.3f C %.3f, "
+                "C stores/TDP %.3f; contiguous W %.0f%% C %.0f%%; pages per load W %.1f tokens %.1f C %.1f; k-steps "
+                "per call %ld..%ld (%ld calls); token first touches prefetched ahead %.0f%%; L1/L2 hits W %.0f/%.0f%% "
+                "tokens %.0f/%.0f%% C %.0f/%.0f%%; TDP per thread %ld / %ld",
+                sh[i].name, (long long)M, (long long)N, (long long)K, R.threads, R.tdp, (double)R.loads[0] / R.tdp,
+                (double)R.loads[1] / R.tdp, (double)R.loads[2] / R.tdp, (double)R.c_stores / R.tdp,
+                100.0 * R.contiguous[0] / R.loads[0], R.loads[2] ? 100.0 * R.contiguous[2] / R.loads[2] : 100.0,
+                (double)R.pages[0] / R.loads[0], (double)R.pages[1] / R.loads[1],
+                R.loads[2] ? (double)R.pages[2] / R.loads[2] : 0.0, R.ksteps_min, R.ksteps_max, R.calls,
+                100.0 * R.first_prefetched[1] / (R.first_lines[1] ? R.first_lines[1] : 1),
+                100.0 * R.l1_hit[0] / R.refs[0], 100.0 * R.l2_hit[0] / R.refs[0], 100.0 * R.l1_hit[1] / R.refs[1],
+                100.0 * R.l2_hit[1] / R.refs[1], R.refs[2] ? 100.0 * R.l1_hit[2] / R.refs[2] : 0.0,
+                R.refs[2] ? 100.0 * R.l2_hit[2] / R.refs[2] : 0.0, R.tdp_thread[0], R.tdp_thread[1]);
+        TU_CHECK(qmm_amx_emu_faults() == f0, "audit bf16 %s: faults: %s", sh[i].name, qmm_amx_emu_first_fault());
+        TU_CHECK(R.contiguous[0] == R.loads[0] && R.pages[0] == R.loads[0], "audit bf16 %s: W tile loads not 1 KiB contiguous",
+                 sh[i].name);
+        TU_CHECK(R.pages[1] == R.loads[1], "audit bf16 %s: token tile loads over %ld pages for %ld loads", sh[i].name,
+                 R.pages[1], R.loads[1]);
+        TU_CHECK(R.contiguous[2] == R.loads[2] && R.pages[2] == R.loads[2],
+                 "audit bf16 %s: C loads not tile-contiguous (%ld of %ld, %ld pages)", sh[i].name, R.contiguous[2],
+                 R.loads[2], R.pages[2]);
+        TU_CHECK(R.c_zero >= (M + 15) / 16 * ((N + 15) / 16) && R.c_stores == R.c_zero * nch &&
+                     R.loads[2] == R.c_zero * (nch - 1) && R.tdp == R.c_zero * ksteps,
+                 "audit bf16 %s: %ld C tiles, stored %ld / loaded %ld times, %ld TDPBF16PS; want per tile %lld / %lld, %lld",
+                 sh[i].name, R.c_zero, R.c_stores, R.loads[2], R.tdp, (long long)nch, (long long)(nch - 1),
+                 (long long)ksteps);
+        TU_CHECK(R.ksteps_max - R.ksteps_min <= 1, "audit bf16 %s: k blocks of %ld..%ld k-steps (uneven)", sh[i].name,
+                 R.ksteps_min, R.ksteps_max);
+        TU_CHECK(nch < 2 || 2 * R.first_prefetched[1] >= R.first_lines[1],
+                 "audit bf16 %s: %ld of %ld token first touches prefetched", sh[i].name, R.first_prefetched[1],
+                 R.first_lines[1]);
+        TU_CHECK(R.threads == 2 && R.tdp_thread[0] > 0 && R.tdp_thread[1] > 0, "audit bf16 %s: threads %ld / %ld",
+                 sh[i].name, R.tdp_thread[0], R.tdp_thread[1]);
+        qmm_weight_destroy(w);
+        free(wq); free(wb); free(x); free(y);
+    }
+}
+
 static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
     static const int64_t Ks[] = {1, 16, 63, 64, 65, 256, 1001};
     const int nK = (int)(sizeof Ks / sizeof Ks[0]);
@@ -1044,6 +1130,7 @@ int main(int argc, char **argv) {
     prefetch_rows();
     ladder_rungs();
     audits();
+    audits_bf16();
     long ops0 = qmm_amx_emu_ops();
     sweep(&qmm_engine_amx_int8_emu, &qmm_engine_amx_bf16_emu, 0);
     tu_note("emulated tile instructions executed: %ld", qmm_amx_emu_ops() - ops0);

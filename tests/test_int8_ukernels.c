@@ -1,6 +1,6 @@
 /*
  * test_int8_ukernels.c — the int8 engines' micro-kernels as units, outside the driver: every
- * engine with a core-driver descriptor (qmm_i8_engine_of: avx512_vnni, avx_vnni, avx2_int8; an
+ * engine with a core-driver descriptor (qmm_i8_engine_of: amx_int8, avx512_vnni, avx_vnni, avx2_int8; an
  * int8 engine without one is listed as skipped, as is an engine this CPU cannot run), against an
  * int32 triple loop on the same bytes:
  *   tile         qmm_i8_engine.tile over mr = 1..MR, nr = 1..nrb blocks (the last block partial:
@@ -19,12 +19,21 @@
  *   one_pass     at every M it takes (one_pass_rows(M) > 0), owned weights: the blocks it says it
  *                did hold the triple loop's sums (padding rows of ap as the pre-pass writes
  *                them), the rest of y untouched.
+ * An engine of whole 64-byte k-steps (k64) gets chunks of whole k-steps; tile-contiguous partials
+ * (c_tiles) are read in their 16 × 16 tiles; a bare pack (pack_bare) is checked on its bytes only;
+ * the engine's per-thread hooks (begin, end) bracket its tiles as the driver's do.
+ * Linked with the emulated AMX engines (tests/amx_emu.cmake, QMM_TEST_AMX_EMU) it also runs amx_int8
+ * (emulated) through its descriptor (qmm_engine_amx_int8_emu.i8) on a CPU with AVX-512, with no
+ * emulated tile fault and no tile configuration left.
  * No kernel may report an impossible case (qmm_call_bug). Seeded (testutil.h): QMM_SEED=N or the
  * first argument replays a run; QMM_TEST_QUICK=1 runs fewer cases.
  */
 #include "int8_gemm.h"
 #include "numerics.h"
 #include "testutil.h"
+#ifdef QMM_TEST_AMX_EMU
+#include "../src/engines/x86_amx/amx_emu.h"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +49,11 @@ static qmm_call unit_call(const qmm_weight *w, int64_t M, void *y, qmm_dtype yt,
 static qmm_i8_gemm unit_gemm(const qmm_call *c, const qmm_i8_engine *e, const void *a, const float *s, int64_t Kp,
                              int64_t kq, int64_t kcq) {
     return (qmm_i8_gemm){.c = c, .e = e, .a = (uint8_t *)a, .s = s, .Kp = Kp, .kq = kq, .kcq = kcq};
+}
+
+/* where a tile's partial sum of row i, column n lies (nr blocks; int8_gemm.h, c_tiles) */
+static int64_t part_at(const qmm_i8_engine *e, int i, int64_t n, int nr) {
+    return e->c_tiles ? ((i / 16) * nr + n / 16) * 256 + (i % 16) * 16 + n % 16 : i * (int64_t)e->nc + n;
 }
 
 /* a: the engine's operand byte as the kernel multiplies it */
@@ -70,6 +84,7 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
         qmm_i8_pack_block_ref(W + 16 * jb * K, K, rows, 0, K, b + jb * ldb, kq, cs + 16 * jb, 1, &flag);
     }
     int32_t *part = qmm_aligned_alloc(sizeof(int32_t) * (size_t)(e->mr * nc));
+    (void)nc;
     int32_t *y = malloc(sizeof(int32_t) * (size_t)(M * ldy)), *y0 = malloc(sizeof(int32_t) * (size_t)(M * ldy));
     float *s = malloc(sizeof(float) * (size_t)M), *scale = malloc(sizeof(float) * (size_t)N);
     float *bias = malloc(sizeof(float) * (size_t)N);
@@ -89,6 +104,7 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
     _Atomic(const char *) bug = NULL;
     qmm_call c = unit_call(&w, M, y, yt, ldy, &bug);
     const qmm_i8_gemm g = unit_gemm(&c, e, a, s, Kp, kq, cq);
+    if (e->begin) e->begin(&g, 0);
     /* the expected outputs: exact sums through the scalar epilogue on y0 (I32: the sums) */
     qmm_call c0 = c;
     c0.y = y0;
@@ -131,10 +147,12 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
                 uint32_t acc = 0;
                 for (int64_t k = 0; k < kend; k++)
                     acc += (uint32_t)(a_val(e, a[(r0 + i) * Kp + k]) * (n < N && k < K ? W[n * K + k] : 0));
-                ok = TU_CHECK(part[i * nc + n] == (int32_t)acc, "%s: after the chunk ending at quad %lld: part[%d][%lld] = %d, expected %d",
-                              what, (long long)(q0 + t.nq), i, (long long)n, part[i * nc + n], (int32_t)acc);
+                ok = TU_CHECK(part[part_at(e, i, n, nr)] == (int32_t)acc,
+                              "%s: after the chunk ending at quad %lld: part[%d][%lld] = %d, expected %d", what,
+                              (long long)(q0 + t.nq), i, (long long)n, part[part_at(e, i, n, nr)], (int32_t)acc);
             }
     }
+    if (e->end) e->end(&g, 0);
     if (ok) {
         const int64_t bad = tu_first_diff(y0, y, yt == QMM_I32 ? QMM_I32 : QMM_F32, M * ldy);
         ok = TU_CHECK(bad < 0, "%s: y[%lld][%lld] = %d (bits), expected %d", what, (long long)(bad / ldy),
@@ -162,18 +180,23 @@ static void test_tiles(const char *name, const qmm_i8_engine *e) {
     for (int mr = 1; mr <= e->mr; mr++)
         for (int nr = 1; nr <= e->nrb; nr++)
             for (int rep = 0; rep < (g_quick ? 2 : 6); rep++) {
-                const int64_t kq = kqs[tu_rand_int(0, nk - 1)];
-                /* chunks: 1 quad, an odd count, all of K, or random */
+                int64_t kq = kqs[tu_rand_int(0, nk - 1)];
+                /* chunks: 1 quad, an odd count, all of K, or random (k64: whole k-steps of 16 quads) */
                 const int64_t cqs[4] = {1, kq > 2 ? (kq / 2) | 1 : 1, kq, tu_rand_int(1, kq)};
-                const int64_t cq = cqs[rep % 4];
+                int64_t cq = cqs[rep % 4];
+                if (e->k64) {
+                    kq = qmm_round_up(kq, 16);
+                    cq = qmm_round_up(cq, 16);
+                }
                 tile_case(name, e, mr, nr, kq, cq, rep % 3 == 2, rep % 2 ? QMM_I32 : QMM_F32, (int)tu_rand_int(0, 2));
                 cases++;
             }
     /* the edges once more: one quad, one chunk per quad, -128 in W, each prefetch mode */
+    const int64_t u = e->k64 ? 16 : 1; /* the smallest chunk */
     for (int pf = 0; pf < 3; pf++) {
-        tile_case(name, e, e->mr, e->nrb, 1, 1, 1, QMM_I32, pf);
-        tile_case(name, e, 1, 1, 5, 1, 1, QMM_I32, QMM_I8_PF_NONE);
-        tile_case(name, e, e->mr, e->nrb, 67, 67, 0, QMM_F32, pf);
+        tile_case(name, e, e->mr, e->nrb, u, u, 1, QMM_I32, pf);
+        tile_case(name, e, 1, 1, 5 * u, u, 1, QMM_I32, QMM_I8_PF_NONE);
+        tile_case(name, e, e->mr, e->nrb, qmm_round_up(67, u), qmm_round_up(67, u), 0, QMM_F32, pf);
         cases += 3;
     }
     tu_note("%s: %d tiles", name, cases);
@@ -204,6 +227,8 @@ static void test_pack(const char *name, const qmm_i8_engine *e) {
         int32_t cs0[16], cs1[16];
         const int first = rep % 2;
         for (int j = 0; j < 16; j++) cs0[j] = cs1[j] = (int32_t)tu_rand_int(-100000, 100000);
+        int32_t csin[16];
+        memcpy(csin, cs1, sizeof csin);
         const int flag_in = rep % 8 == 5;
         int f0 = flag_in, f1 = flag_in;
         qmm_i8_pack_block_ref(W, ld, rows, k0, k1, d0, nq, cs0, first, &f0);
@@ -214,12 +239,16 @@ static void test_pack(const char *name, const qmm_i8_engine *e) {
         int csbad = -1;
         for (int j = 0; j < 16 && csbad < 0; j++)
             if (cs0[j] != cs1[j]) csbad = j;
+        if (e->pack_bare) csbad = -1; /* column sums left alone (checked below) */
         TU_CHECK(bad < 0 && csbad < 0, "%s pack rows=%d K=%lld [%lld, %lld) nq=%lld ld=%lld first=%d: byte %lld (%d vs %d), colsum %d",
                  name, rows, (long long)K, (long long)k0, (long long)k1, (long long)nq, (long long)ld, first,
                  (long long)bad, bad >= 0 ? d1[bad] : 0, bad >= 0 ? d0[bad] : 0, csbad);
         /* the -128 flag: an engine whose kernels need it (s8 × s8 with VPSIGNB) must set it, and
-         * none may clear it */
-        if (!e->u8) TU_CHECK(f1 == f0, "%s pack: -128 flag %d, expected %d (W %s -128)", name, f1, f0, neg ? "has" : "lacks");
+         * none may clear it; a bare pack leaves the flag and the sums as they were */
+        if (e->pack_bare)
+            TU_CHECK(f1 == flag_in && !memcmp(cs1, csin, sizeof csin),
+                     "%s pack (bare): the -128 flag (%d -> %d) or the column sums changed", name, flag_in, f1);
+        else if (!e->u8) TU_CHECK(f1 == f0, "%s pack: -128 flag %d, expected %d (W %s -128)", name, f1, f0, neg ? "has" : "lacks");
         else TU_CHECK(f1 >= flag_in, "%s pack: the -128 flag was cleared", name);
         free(W);
         qmm_aligned_free(d0);
@@ -282,7 +311,11 @@ static void rows_case(const char *name, const qmm_i8_engine *e, int64_t M, int64
     uint8_t *ap = apb ? qmm_aligned_alloc((size_t)apb) : NULL;
     if (ap) {
         g.ap = ap;
-        e->rows_ap_fill(&g);
+        for (int64_t r0 = 0, r1; r0 < M; r0 = r1) { /* in ranges of whole groups, as the pre-pass */
+            r1 = r0 + 16 * tu_rand_int(1, 2);
+            if (r1 > M) r1 = M;
+            e->rows_ap_fill(&g, r0, r1);
+        }
     }
     const int64_t nblocks = (N + 15) / 16, bpt = e->nc / 16;
     if (task_ranges) { /* the driver's tasks */
@@ -429,6 +462,26 @@ int main(int argc, char **argv) {
         test_one_pass(name, e);
         tested++;
     }
+#ifdef QMM_TEST_AMX_EMU
+    {
+        const uint32_t need = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
+        const char *name = "amx_int8 (emulated)";
+        const qmm_i8_engine *e = qmm_engine_amx_int8_emu.i8;
+        if ((qmm_cpu_features() & need) != need) tu_skip(name, "the emulated build's epilogue is AVX-512; CPU lacks it");
+        else if (!TU_CHECK(e != NULL, "%s: no qmm_i8_engine", name)) {
+        } else {
+            const long f0 = qmm_amx_emu_faults();
+            test_tiles(name, e);
+            test_pack(name, e);
+            test_rows(name, e);
+            test_one_pass(name, e);
+            TU_CHECK(qmm_amx_emu_faults() == f0 && qmm_amx_emu_live_configs() == 0,
+                     "%s: %ld emulated tile faults (%s), %ld tile configurations left", name, qmm_amx_emu_faults() - f0,
+                     qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
+            tested++;
+        }
+    }
+#endif
     tu_note("%d engines' micro-kernels tested", tested);
     return tu_finish();
 }

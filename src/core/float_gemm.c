@@ -127,8 +127,18 @@ typedef struct {
     int64_t ncb;               /* column blocks */
     char *tscratch;            /* [threads][tbytes]: B block, then C tile, then (borrowed) the n16k4 block */
     size_t tbytes, bbytes, cbytes;
+    int64_t kb_n, kb_steps;    /* k blocks, ka-steps of Ka (even_k) */
     qmm_fepilogue_fn epi;
 } gemm_job;
+
+/* The length of k block kb (starting at k0): kc, the last one shorter; even_k: the ka-steps of
+ * Ka spread over the blocks, the longer ones first. */
+static int64_t block_k(const gemm_job *j, int64_t kb, int64_t k0) {
+    const qmm_fgemm *g = j->g;
+    if (!g->even_k) return j->Ka - k0 < g->kc ? j->Ka - k0 : g->kc;
+    const int64_t ka = j->Ka / j->kb_steps;
+    return (j->kb_steps / j->kb_n + (kb < j->kb_steps % j->kb_n)) * ka;
+}
 
 static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     (void)n_tasks;
@@ -149,8 +159,8 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     /* a block with columns past Np (past N when borrowed): those stay zero for every k block */
     if (!borrowed ? n0 + g->nr > (w->is_int8 ? w->i8.Np : w->fp.Np) : ncols < g->nr) memset(bbuf, 0, j->bbytes);
     const size_t es = g->bf16 ? 2 : 4;
-    for (int64_t k0 = 0; k0 < j->Ka; k0 += g->kc) {
-        int64_t kc = j->Ka - k0 < g->kc ? j->Ka - k0 : g->kc;
+    for (int64_t k0 = 0, kb = 0, kc; k0 < j->Ka; k0 += kc, kb++) {
+        kc = block_k(j, kb, k0);
         const void *b;
         if (borrowed) {
             qmm_weight pv;
@@ -162,7 +172,20 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
             int64_t prow = p * g->mr;
             int rows = (int)(j->rows - prow < g->mr ? j->rows - prow : g->mr);
             const char *a = (const char *)j->A + (size_t)(p * j->Ka * g->mr + k0 * g->mr) * es;
-            g->kernel(g, rows, kc, a, b, C + (p - p0) * g->mr * g->nr, k0 > 0);
+            float *Cp = C + (p - p0) * g->mr * g->nr;
+            if (!g->kernel_aux) {
+                g->kernel(g, rows, kc, a, b, Cp, k0 > 0);
+                continue;
+            }
+            /* what this thread runs next: the task's next panel, else its first at the next k block */
+            const char *an = NULL;
+            int64_t kn = kc;
+            if (p + 1 < p1) an = a + (size_t)(j->Ka * g->mr) * es;
+            else if (k0 + kc < j->Ka) {
+                kn = block_k(j, kb + 1, k0 + kc);
+                an = (const char *)j->A + (size_t)(p0 * j->Ka * g->mr + (k0 + kc) * g->mr) * es;
+            }
+            g->kernel_aux(g, rows, kc, a, b, Cp, k0 > 0, an, kn);
         }
     }
     int64_t rfirst = p0 * g->mr;
@@ -223,12 +246,14 @@ qmm_status qmm_float_gemm(qmm_context *ctx, const qmm_call *c, const qmm_fgemm *
     gemm_job j = {
         .c = c, .g = g, .A = A, .Ka = Ka, .ncb = (N + g->nr - 1) / g->nr,
         .epi = g->epilogue ? g->epilogue : qmm_float_epilogue_ref,
-        .bbytes = (g->b_bytes + 63) & ~(size_t)63,
+        .kb_n = (Ka + g->kc - 1) / g->kc, .kb_steps = Ka / ka,
     };
+    const int64_t al = g->page_bufs ? 4096 : 64;
+    j.bbytes = (size_t)qmm_round_up((int64_t)g->b_bytes, al);
     const int64_t max_panels = mc / g->mr;
-    j.cbytes = (size_t)qmm_round_up(max_panels * g->mr * g->nr * (int64_t)sizeof(float), 64);
+    j.cbytes = (size_t)qmm_round_up(max_panels * g->mr * g->nr * (int64_t)sizeof(float), al);
     /* a borrowed weight's n16k4 block: nr/16 blocks × the quads of kc */
-    const size_t pbytes = c->w->is_int8 && !c->w->i8.data ? (size_t)g->nr * (size_t)qmm_round_up(g->kc, 4) : 0;
+    const size_t pbytes = c->w->is_int8 && !c->w->i8.data ? (size_t)qmm_round_up(g->nr * qmm_round_up(g->kc, 4), al) : 0;
     j.tbytes = j.bbytes + j.cbytes + pbytes;
     void *ts;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, j.tbytes * (size_t)nt, &ts));

@@ -83,6 +83,16 @@ struct qmm_fgemm {
     qmm_fpack_i8_fn pack_i8;   /* borrowed int8 weights; NULL: qmm_float_pack_i8_ref */
     void (*begin)(void);       /* NULL or: on each worker thread, before its first task of a pool run */
     void (*end)(void);         /* NULL or: on each worker thread, after its last task of a pool run */
+    int even_k;                /* the k blocks of equal length: ⌈Ka/kc⌉ blocks of whole ka-steps, the
+                                * longer ones first (max − min <= ka; none over kc), so no short last
+                                * block pays a full C round trip */
+    int page_bufs;             /* each thread's B block, C tile and n16k4 block start on a 4 KiB page
+                                * (1 KiB tiles and 4 KiB tile groups at their offsets lie in one page) */
+    /* Optional, run instead of kernel: the kernel told the A slice this thread runs next (BLIS's
+     * auxinfo) — the task's next panel at this k block, else its first panel at the next k block,
+     * kc_next k long; NULL after the task's last — so that it can prefetch what it first touches. */
+    void (*kernel_aux)(const qmm_fgemm *g, int rows, int64_t kc, const void *a, const void *b, float *C,
+                       int accumulate, const void *a_next, int64_t kc_next);
 };
 
 /* Runs the whole call c with the engine's pieces g. */

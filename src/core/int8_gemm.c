@@ -132,7 +132,22 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
             const int64_t share = (panel_bytes + passes - 1) / passes;
             int64_t step = (share + nq - 1) / nq;
             if (step > 128) step = 128;
+            /* the panel this thread runs next in the task (auxinfo for the tiles) */
+            t.next_nr = 0;
+            t.next_nb = t.next_q0 = t.next_nq = 0;
+            if (nb + e->nrb < b1) {
+                t.next_nb = nb + e->nrb;
+                t.next_q0 = q0;
+                t.next_nq = nq;
+            } else if (!t.last) {
+                t.next_nb = b0;
+                t.next_q0 = q0 + nq;
+                t.next_nq = qmm_i8_chunk_nq(g, q0 + nq);
+            }
+            if (t.next_nq) t.next_nr = (int)(b1 - t.next_nb < e->nrb ? b1 - t.next_nb : e->nrb);
+            t.passes = passes;
             for (int64_t r = m0, i = 0; r < m1; r += e->mr, i++) {
+                t.pass = i;
                 t.mr = (int)(m1 - r < e->mr ? m1 - r : e->mr);
                 t.a = g->a + r * g->Kp + q0 * 4;
                 t.part = e->c_tiles ? part + ((nb - b0) / e->nrb * passes + i) * e->mr * 16 * e->nrb
@@ -146,6 +161,12 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
             }
         }
     }
+}
+
+/* the pre-pass's group_fill: the rows regime's copy of q for rows [r0, r1), in the engine's layout */
+static void rows_ap_group(const void *arg, int64_t r0, int64_t r1) {
+    const qmm_i8_gemm *g = arg;
+    g->e->rows_ap_fill(g, r0, r1);
 }
 
 /* the engine's per-thread hooks, around each thread's share of the tasks (the pool places them) */
@@ -223,15 +244,14 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         g.qsum = qsum;
         g.qneg128 = qneg;
     }
+    if (rows_ap) g.ap = (uint8_t *)pbuf + pbytes; /* the rows kernel's copy of q */
     /* one pass over the rows writes what the kernels read: a (u8 engines: q XOR 0x80, except in
-     * the rows regime), the one-pass copy, the rows regime's sums */
+     * the rows regime), the one-pass copy, the rows regime's sums and its copy in the engine's
+     * layout (per group of 16 rows, on the thread that wrote its last rows) */
     const qmm_prepass_out po = {.q = q, .ldq = Kp, .s = s, .flip = e->u8 && !rows ? 0x80 : 0, .qsum = g.qsum,
-                                .qneg128 = g.qneg128, .ap = g.ap, .kq = kq, .wrows = wrows};
+                                .qneg128 = g.qneg128, .ap = wrows ? g.ap : NULL, .kq = kq, .wrows = wrows,
+                                .group_fill = rows_ap ? rows_ap_group : NULL, .group_arg = &g, .group_rows = 16};
     QMM_FORWARD_IF_ERROR(qmm_prepass_to(ctx, c, &po, 0));
-    if (rows_ap) { /* the rows kernel's copy of q, in its layout */
-        g.ap = (uint8_t *)pbuf + pbytes;
-        e->rows_ap_fill(&g);
-    }
     g.rows_per_task = mc;
     g.mc = mc;
     g.kcq = kcq;

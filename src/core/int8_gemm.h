@@ -37,7 +37,8 @@
  *              is packed once and serves every row tile of the task; for M <= rows_m the
  *              engine's rows_kernel reads the caller's rows directly instead (small M, the rows
  *              regime: a left as q, its row sums in qsum, and where the engine asks for one
- *              (rows_ap_bytes) its own copy of q in the layout its kernel reads, ap);
+ *              (rows_ap_bytes) its own copy of q in the layout its kernel reads, ap, written by
+ *              the engine's rows_ap_fill inside the pre-pass's pool run);
  *   out        token scales copied to c->token_scales when asked.
  * A new int8 engine is its micro-kernel(s), a qmm_i8_engine descriptor (also its qmm_engine's
  * .i8: test_int8_ukernels drives the kernels through it), its admit() and one row of the engine
@@ -64,14 +65,21 @@ typedef struct qmm_i8_tile {
     int neg128;            /* some weight of this panel and chunk is -128 (borrowed weights) */
     int64_t nq;            /* quads (4 k each) in the chunk */
     int32_t *part;         /* the tile's sums: row i, block jb at part[i·nc + jb·16]; an engine with
-                            * c_tiles: the tile's own mr × 16·nrb int32, contiguous (its layout the
-                            * engine's) */
+                            * c_tiles: the tile's own mr × 16·nrb int32 in 16 × 16 tiles (c_tiles) */
     int mr, nr;            /* rows (<= engine mr), blocks (<= engine nrb) */
     int first, last;       /* first chunk: store instead of add; last chunk: write the outputs */
     int64_t r, n;          /* output row and column of part[0] */
     int pf_mode;           /* QMM_I8_PF_*: the tile prefetches as told, and nothing else */
     const int8_t *pf;      /* PF_NEXT: this tile's share of the next panel (nq·pf_step bytes) */
     int64_t pf_step;       /* PF_NEXT: bytes of it per quad (<= 128: two lines per quad cover it) */
+    /* What this thread runs next in its task (BLIS's auxinfo): the panel of blocks [next_nb,
+     * next_nb + next_nr) over quads [next_q0, next_q0 + next_nq) — the task's next panel of this
+     * chunk, else its first panel of the next chunk; next_nr = 0 after the task's last panel.
+     * This tile is row tile pass of the panel's passes, so that the row tiles of one panel can
+     * split a prefetch of it (a borrowed weight's caller rows, w->borrow, packed next) in shares. */
+    int64_t next_nb, next_q0, next_nq;
+    int next_nr;
+    int64_t pass, passes;
 } qmm_i8_tile;
 
 /* Packs one 16-row block of a borrowed weight for one K chunk: rows [0, rows) of W (int8, row
@@ -97,6 +105,8 @@ typedef struct qmm_i8_engine {
     int (*one_pass_rows)(int64_t M);
     int64_t (*one_pass)(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1, int32_t *part);
     qmm_i8_pack_fn pack;   /* borrowed weights' panel packing (NULL: qmm_i8_pack_block_ref) */
+    int pack_bare;         /* pack writes the n16k4 bytes only, leaving cs and neg128 alone (an s8
+                            * engine exact on -128 that reads no column sums: amx_int8) */
     qmm_w4a8_pack_fn pack_w4a8; /* a borrowed W4A8 weight's panels: its codes decoded into n16k4
                                  * (w4a8.h); NULL: the driver decodes 16 rows × up to 256 k at a
                                  * time (g->w4_decode) into a stack buffer and packs it with pack */
@@ -121,13 +131,17 @@ typedef struct qmm_i8_engine {
     int mc_fixed;          /* borrowed weights keep mc rows per task (no 2·mc: partials sized for L2) */
     int c_tiles;           /* the partials tile-contiguous: each (panel, row tile) of a task owns
                             * mr × 16·nrb consecutive int32 of the thread's mc × nc buffer, the row
-                            * tiles of one panel adjacent (the order the tiles run in), its layout
-                            * inside the engine's (amx_int8: 1 KiB per 16 × 16 tile) */
+                            * tiles of one panel adjacent (the order the tiles run in); inside it
+                            * 16 × 16 int32 tiles of 1 KiB, row i and column j of the tile at
+                            * ((i/16)·nr + j/16)·256 + (i%16)·16 + j%16 (amx_int8: one TILESTORED each) */
     /* Optional, the rows regime: rows_ap_bytes(M, Kp) = the bytes of a copy of the activations
-     * in the layout rows_kernel wants (0: none); rows_ap_fill(g) writes it to g->ap (64-byte
-     * aligned) from g->a = q, once per call, after qsum and before any rows_kernel. */
+     * in the layout rows_kernel wants (0: none), in groups of 16 rows (a full group
+     * rows_ap_bytes(16, Kp) bytes); rows_ap_fill(g, r0, r1) writes the groups of rows [r0, r1)
+     * (r0 a multiple of 16, r1 too or M) to g->ap (64-byte aligned) from g->a = q. The driver
+     * calls it per group from the pre-pass's pool run (prepass.h group_fill), on the thread that
+     * has just written the group's last rows, before any rows_kernel. */
     int64_t (*rows_ap_bytes)(int64_t M, int64_t Kp);
-    void (*rows_ap_fill)(const qmm_i8_gemm *g);
+    void (*rows_ap_fill)(const qmm_i8_gemm *g, int64_t r0, int64_t r1);
 } qmm_i8_engine;
 
 /* One call's state, read by the engine's callbacks. */

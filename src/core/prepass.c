@@ -2,12 +2,14 @@
  * prepass.c — the scalar activation pre-pass row (the reference numerics of SPEC §1 steps 1–3,
  * numerics.h) and the threaded driver (contract in prepass.h) that runs the best row kernel over
  * all rows and, per row while it is in L1, the extras the int8 driver asks for: the row sums
- * and -128 flags, the packed copy for the one-pass regime.
+ * and -128 flags, the packed copy for the one-pass regime; per group of rows, once all of it is
+ * written, the caller's own copy (group_fill).
  */
 #include "prepass.h"
 
 #include "numerics.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 void qmm_prepass_row_ref(const void *x, qmm_dtype t, int64_t K, qmm_act act, int gs, const float *s_in,
@@ -33,6 +35,7 @@ typedef struct {
     int64_t Kt;
     qmm_prepass_row_fn row;
     qmm_amax_row_fn amax_row;
+    _Atomic int64_t *left;    /* group_fill: [groups] rows of each group not written yet */
 } prepass_job;
 
 /* Σ q and whether q holds -128, over the row's first n bytes (s8) */
@@ -66,6 +69,15 @@ static void prepass_rows(int64_t r0, int64_t r1, int thread, void *arg) {
         if (o->ap)
             for (int64_t k = 0; k < o->kq; k++) memcpy(o->ap + (k * o->wrows + r) * 4, q + k * 4, 4);
     }
+    /* the groups this range touches: the thread that writes a group's last rows fills it (the
+     * acquire-release count makes the other threads' rows of it visible) */
+    if (o && o->group_fill)
+        for (int64_t g0 = r0 / o->group_rows * o->group_rows; g0 < r1; g0 += o->group_rows) {
+            const int64_t g1 = g0 + o->group_rows < c->M ? g0 + o->group_rows : c->M;
+            const int64_t n = (g1 < r1 ? g1 : r1) - (g0 > r0 ? g0 : r0);
+            if (atomic_fetch_sub_explicit(&j->left[g0 / o->group_rows], n, memory_order_acq_rel) == n)
+                o->group_fill(o->group_arg, g0, g1);
+        }
     if (o && o->ap && r1 == c->M) /* the packed rows past M: the value of q = 0 */
         for (int64_t k = 0; k < o->kq; k++)
             memset(o->ap + (k * o->wrows + c->M) * 4, o->flip, (size_t)(o->wrows - c->M) * 4);
@@ -96,9 +108,14 @@ static qmm_status run_prepass(qmm_context *ctx, const qmm_call *c, const qmm_pre
         j.amax_row = qmm_amax_row_avx2_ptr ? qmm_amax_row_avx2_ptr : qmm_amax_row_ref;
     }
     int nt = ctx->n_threads;
+    const int64_t groups = o && o->group_fill ? (c->M + o->group_rows - 1) / o->group_rows : 0;
     void *tmp;
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_PREPASS, (size_t)(nt * j.Kt) * sizeof(float), &tmp));
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_PREPASS,
+                                             (size_t)(nt * j.Kt) * sizeof(float) + (size_t)groups * sizeof(int64_t), &tmp));
     j.tmp = tmp;
+    j.left = (_Atomic int64_t *)(j.tmp + nt * j.Kt); /* (Kt: a multiple of 16 floats) */
+    for (int64_t g = 0; g < groups; g++)
+        atomic_init(&j.left[g], (g + 1) * o->group_rows < c->M ? o->group_rows : c->M - g * o->group_rows);
     /* whole rows per range; the result does not depend on the split */
     qmm_pool_run_rows(ctx->pool, c->M, 1, prepass_rows, &j);
     return QMM_OK;

@@ -9,6 +9,9 @@
  *          regime, int8_gemm.h);
  *   ap     optional: the rows again packed [kq][wrows][4] (4 bytes of each row per k quad, rows
  *          past M the value of q = 0: the int8 driver's one-pass regime);
+ *   groups optional: the caller's own layout of q, written per group of rows by the caller's
+ *          group_fill on the thread that wrote the group's last rows (the int8 driver's rows
+ *          regime copy);
  * all in one pass over the rows (one pool run), each row finished while it is in L1. The row
  * kernel is chosen once per call: the AVX-512 one when the CPU has it and the ISA cap allows,
  * else the AVX2 one (same conditions), else the scalar one; all give the same bits (numerics.h).
@@ -48,6 +51,14 @@ typedef struct qmm_prepass_out {
     uint8_t *ap;        /* [kq][wrows][4]: bytes 4j..4j+3 of row r (as written to q) at (j·wrows + r)·4 */
     int64_t kq;         /* quads of ap: (K + 3) / 4, 4·kq <= ldq */
     int wrows;          /* rows of ap, >= M; rows M..wrows hold the value of q = 0 (flip) */
+    /* Optional, a layout of the caller's (the rows regime's copy of q, int8_gemm.h rows_ap_fill):
+     * for each group of group_rows rows [r0, r1) (the last one ends at M), the pool thread that
+     * writes its last rows calls group_fill(group_arg, r0, r1) once, with every row of the group
+     * written and visible, while they are in cache; the rows' split over threads is the plain
+     * one (balanced), so a group's rows may come from two threads. */
+    void (*group_fill)(const void *group_arg, int64_t r0, int64_t r1);
+    const void *group_arg;
+    int64_t group_rows;
 } qmm_prepass_out;
 
 /* The whole call, threaded over rows (one qmm_pool_run_rows). ref != 0 forces the scalar kernel. */

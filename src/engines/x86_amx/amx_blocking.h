@@ -3,8 +3,8 @@
  * nc for the float GEMM driver) and the rule that picks amx_int8's regime from the call's shape. Plain C (no intrinsics, no library state), so
  * that `qmm bench` labels its rows with the very rule the engines use.
  *
- * The sizes come from the tile-load costs measured on a Sapphire/Emerald Rapids VM (
- * bench/NOTES.md "## amx, version 2"): TILELOADD ≈ 8 cycles from L1, 19–27 from L2, ≈ 110
+ * The sizes come from the tile-load costs measured on a Sapphire/Emerald Rapids VM
+ * (bench/NOTES.md "## amx", "Version 2"): TILELOADD ≈ 8 cycles from L1, 19–27 from L2, ≈ 110
  * beyond; L1d 48 KiB, L2 2 MiB per core. Each is an estimate from those facts, not a
  * measurement of this code: `QMM_AMX_BLOCKING="kc=512,nc=512,mc=512,panel_a=1572864,min_m=8"`
  * (any subset, comma-separated) overrides them for one process, to re-measure on an AMX machine.

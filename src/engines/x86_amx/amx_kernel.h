@@ -13,9 +13,10 @@
  *                 (qmm_engine_amx_int8_emu, ...), so the test executable tests/test_amx_emulated
  *                 links these copies beside the library. They are never registered for dispatch.
  *
- * Verification: not yet executed on AMX hardware (no Intel SDE either).
- * The only execution evidence for these kernels is the emulated build; the real build is
- * checked by compiling it (and reading the generated tile instructions).
+ * Verification: the real build ran its tests on an AMX machine at d9c1ae0 (CTest green there:
+ * ../shared/measurements/AMX-d9c1ae0.md); on machines without AMX the execution evidence is the
+ * emulated build (test_amx_emulated, test_int8_ukernels, fuzz_corpus_engines_amx_emu), and the
+ * real build is checked by compiling it (tests/isa/check_isa.sh reads its tile instructions).
  *
  * Tile register plan (both engines; the "2×2" scheme: one tile load per dot-product op):
  *   tmm0 tmm1  C of rows [m0, m0+16)    × column blocks nb, nb+1   (colsb 64, rows r0)
@@ -136,8 +137,7 @@ void QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(int mr, int nr, int64_t
  * 16, r1 > 0 only if r0 == 16); loads the config only when it differs from the current one. */
 void QMM_AMX_SYM(qmm_amx_tiles_config)(int r0, int r1);
 /* Releases this thread's tile state (TILERELEASE) if configured: at the end of a thread's work
- * (amx_int8: the int8 driver's end hook after its last task; amx_bf16: the float driver's
- * end hook after every task). */
+ * (the end hook of either driver, after the thread's last task of a pool run). */
 void QMM_AMX_SYM(qmm_amx_tiles_release)(void);
 
 #endif /* QMM_AMX_KERNELS */

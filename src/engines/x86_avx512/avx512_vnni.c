@@ -299,7 +299,7 @@ static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_
  *                    fits 32 registers, at most 8 streams. The accumulators of a row step go to
  *                    buf and, per 16 rows of a stream, 16 at a time through hsum16.
  *   M <= ROWS_M      W broadcast, tokens in lanes (yᵀ = W·xᵀ): the engine's token copy of q
- *                    (rows_ap_fill, once per call) in the lanes of a zmm shared by R rows, each W
+ *                    (rows_ap_fill, in the pre-pass's pool run) in the lanes of a zmm shared by R rows, each W
  *                    row's bytes broadcast against it, one accumulator (set) per row; no
  *                    transposes but one 16 × 16 per 16 rows of a stream for the outputs.
  *                    13 <= M <= 16: bcast_dot, 16 tokens × 4 k per zmm, W's 4 bytes the m32{1to16}
@@ -709,12 +709,13 @@ static void fill_group(const int8_t *q, int64_t Kp, int64_t r, uint8_t *ap) {
     }
 }
 
-/* g->ap from q: each token group's copy in turn (rows_ap_bytes) */
-static void rows_ap_fill(const qmm_i8_gemm *g) {
-    const int64_t M = g->c->M, Kp = g->Kp;
+/* g->ap from q for the token groups of rows [r0, r1) (r0 a multiple of 16: the groups before it
+ * full, Kp·16 bytes each; rows_ap_bytes) */
+static void rows_ap_fill(const qmm_i8_gemm *g, int64_t r0, int64_t r1) {
+    const int64_t M = r1, Kp = g->Kp;
     const int8_t *q = (const int8_t *)g->a;
-    uint8_t *ap = g->ap;
-    for (int64_t t0 = 0; t0 < M; t0 += 16) {
+    uint8_t *ap = g->ap + r0 * Kp;
+    for (int64_t t0 = r0; t0 < M; t0 += 16) {
         const int64_t r = M - t0 < 16 ? M - t0 : 16;
         fill_group(q + t0 * Kp, Kp, r, ap);
         ap += Kp * group_lanes(r);
