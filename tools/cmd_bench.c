@@ -35,6 +35,7 @@
 #include "peak.h"
 #include "qmm.h"
 #include "shapes.h"
+#include "w4a8_bench.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -97,6 +98,7 @@ static void usage(FILE *f) {
                "                 [--layouts packed,borrowed] [--threads T] [--repeats R] [--json] [--quick] [--no-float]\n"
                "                 [--full] [--dram-mb MB]\n"
                "       qmm bench --amx-ladder [--quick]\n"
+               "       qmm bench --w4a8 [--shape MxNxK]... [--engine E] [--bits 4|6] [--group G] [--codebook] (bench/w4a8_bench.c)\n"
                "  default shapes: the performance targets (M=4096 21504x5376 g256, 5376x14336 swiglu;\n"
                "  M=256 5376x5376; M=1 and M=16 28672x5376); --all: every N x K of SPEC §8 at M=256.\n"
                "  --layouts: the int8 weights packed at creation and/or borrowed (the caller's memory, read at every call), side by side.\n"
@@ -511,6 +513,7 @@ int cmd_bench(int argc, char **argv) {
     size_t n_shapes = 0;
     int all = 0, regimes = 0, ladder = 0;
     long dram_mb = 0;
+    if (argc > 1 && !strcmp(argv[1], "--w4a8")) return qmm_bench_w4a8(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
