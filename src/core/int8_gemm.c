@@ -63,7 +63,7 @@ void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int6
             for (int64_t ka = k0; ka < k1 || ka == k0; ka += 256) {
                 const int64_t len = k1 - ka < 256 ? k1 - ka : 256, qa = (ka - k0) / 4;
                 const int64_t nqs = ka + 256 < k1 ? 64 : nq - qa;
-                for (int j = 0; j < rows && len > 0; j++) g->w4_decode(w, n0 + j, ka, ka + len, buf + j * 256);
+                if (len > 0) g->w4_decode(w, g->w4_lut, n0, rows, ka, ka + len, buf, 256);
                 pack(buf, 256, rows, 0, len > 0 ? len : 0, blk + qa * 64, nqs, cs + jb * 16, first && ka == k0, &neg);
                 if (len <= 0) break;
             }
@@ -86,6 +86,29 @@ void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int6
     t->neg128 = neg;
 }
 
+/* The rows regime of a W4A8 weight: blocks [b0, b1) a few rows at a time (the thread's buffer,
+ * g->panel_bytes: that many rows of Kp bytes), decoded into the buffer (row-major, Kp bytes
+ * apart, the rows' codes read once), then the engine's rows_kernel on a view of the call whose
+ * weight rows (borrow.data, ld) are the buffer's: borrow.data + n·ld is row n's decoded copy. */
+static void w4a8_rows(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1) {
+    const qmm_call *c = g->c;
+    int8_t *buf = g->panels + (int64_t)thread * g->panel_bytes;
+    qmm_weight wv;
+    qmm_weight_copy_plain(&wv, c->w);
+    qmm_call cv = *c;
+    qmm_i8_gemm gv = *g;
+    cv.w = &wv;
+    gv.c = &cv;
+    wv.borrow.ld = g->Kp;
+    const int64_t step = g->panel_bytes / (16 * g->Kp); /* blocks per buffer */
+    for (int64_t b = b0; b < b1; b += step) {
+        const int64_t be = b + step < b1 ? b + step : b1, n0 = b * 16, n1 = be * 16 < c->N ? be * 16 : c->N;
+        g->w4_decode(c->w, g->w4_lut, n0, n1 - n0, 0, c->K, buf, g->Kp);
+        wv.borrow.data = (const int8_t *)((uintptr_t)buf - (uintptr_t)(n0 * g->Kp));
+        g->e->rows_kernel(&gv, b, be);
+    }
+}
+
 static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const qmm_i8_gemm *g = arg;
     const qmm_i8_engine *e = g->e;
@@ -100,7 +123,8 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     int32_t *part = g->part + (int64_t)thread * g->mc * e->nc;
     int32_t *cs = g->borrowed ? g->colsums + (int64_t)thread * e->nc : NULL; /* the task's columns */
     if (g->rows) {
-        e->rows_kernel(g, b0, b1);
+        if (c->w->w4a8) w4a8_rows(g, thread, b0, b1);
+        else e->rows_kernel(g, b0, b1);
         return;
     }
     if (g->ap) {
@@ -190,7 +214,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     void *buf, *pbuf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 9, &buf));
     const int64_t kq = e->k64 ? Kp / 4 : (c->K + 3) / 4;
-    const int borrowed = w->i8.data == NULL, rows = borrowed && !w->w4a8 && M <= e->rows_m;
+    const int borrowed = w->i8.data == NULL, rows = borrowed && M <= e->rows_m;
     const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M) : 0;
     int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4, kc_long = kq;
     if (e->k64 && kcq < kq) { /* even chunks of whole 64-byte k-steps (int8_gemm.h, k64) */
@@ -211,7 +235,10 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     pbytes = (size_t)nt * (size_t)mc * (size_t)e->nc * sizeof(int32_t);
     const int64_t rows_ap = rows && e->rows_ap_bytes ? e->rows_ap_bytes(M, Kp) : 0;
     const size_t apbytes = (size_t)qmm_round_up(rows_ap ? rows_ap : kq * wrows * 4, 64);
-    const int64_t panel_bytes = borrowed ? (int64_t)e->nrb * (kcq < kq ? kcq : kq) * 64 : 0;
+    /* a W4A8 weight in the rows regime: the decoded rows' buffer instead (w4a8_rows) */
+    const int64_t w4_rows = qmm_w4a8_rows_step(Kp);
+    const int64_t panel_bytes = rows && w->w4a8 ? w4_rows * Kp
+                                : borrowed ? (int64_t)e->nrb * (kcq < kq ? kcq : kq) * 64 : 0;
     const size_t bbytes = borrowed ? (size_t)nt * ((size_t)panel_bytes + (size_t)qmm_round_up((int64_t)e->nc * 4, 64)) : 0;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, pbytes + apbytes + bbytes, &pbuf));
     int8_t *q = buf;                  /* [M][Kp] */
@@ -238,7 +265,14 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         g.panels = (int8_t *)pbuf + pbytes + apbytes;
         g.colsums = (int32_t *)(g.panels + (size_t)nt * (size_t)panel_bytes);
     }
-    if (w->w4a8) g.w4_decode = qmm_w4a8_decoder(ctx);
+    _Alignas(64) int8_t lut[QMM_W4A8_LUT_BYTES]; /* read by the pool's threads during this call */
+    if (w->w4a8) {
+        g.w4_decode = qmm_w4a8_decoder(ctx);
+        if (w->w4.s_rel_dtype == QMM_F8_E4M3) {
+            qmm_w4a8_lut_filler(ctx)(w, lut);
+            g.w4_lut = lut;
+        }
+    }
     if (rows) {
         g.rows = 1;
         g.qsum = qsum;

@@ -164,7 +164,8 @@ struct qmm_i8_gemm {
     int8_t *panels;        /* borrowed: [threads][panel_bytes] panel buffers */
     int32_t *colsums;      /* borrowed: [threads][nc] column sums of the thread's task */
     int64_t panel_bytes;
-    qmm_w4a8_decode_fn w4_decode; /* a W4A8 weight: the row decoder of this context (w4a8.h) */
+    qmm_w4a8_rows_fn w4_decode; /* a W4A8 weight: the rows decoder of this context (w4a8.h) */
+    const int8_t *w4_lut;  /* a W4A8 weight with e4m3 s_rel: the call's decode table (w4a8.h), else NULL */
 };
 
 /* The weights of blocks [nb, nb + nr) over quads [q0, q0 + nq) for thread `thread`: owned, in

@@ -1,9 +1,18 @@
 /*
- * w4a8.c — the scalar W4A8 decoders (contract in w4a8.h; the arithmetic: SPEC §11, qmm_w4a8_value).
+ * w4a8.c — the scalar W4A8 decoders and decode table (contract in w4a8.h; the arithmetic: SPEC
+ * §11, qmm_w4a8_value).
  */
 #include "w4a8.h"
 
 #include <string.h>
+
+void qmm_w4a8_lut_fill(const qmm_weight *w, int8_t *lut) {
+    const int L = 1 << w->w4.bits;
+    for (int b = 0; b < 256; b++) {
+        const float s = qmm_e4m3_to_f32((uint8_t)b);
+        for (int c = 0; c < L; c++) lut[b * L + c] = qmm_w4a8_value(qmm_w4a8_level(w, c), s);
+    }
+}
 
 void qmm_w4a8_decode_row(const qmm_weight *w, int64_t n, int64_t k0, int64_t k1, int8_t *dst) {
     const int gsz = w->w4.group, bits = w->w4.bits;
@@ -17,6 +26,26 @@ void qmm_w4a8_decode_row(const qmm_weight *w, int64_t n, int64_t k0, int64_t k1,
             int c = (row[k >> 1] >> ((k & 1) * 4)) & 15;
             if (bits == 6) c |= ((hi[k >> 2] >> ((k & 3) * 2)) & 3) << 4;
             dst[k - k0] = qmm_w4a8_value(lv[c], s);
+        }
+    }
+}
+
+void qmm_w4a8_decode_rows(const qmm_weight *w, const int8_t *lut, int64_t n0, int64_t rows, int64_t k0, int64_t k1,
+                          int8_t *dst, int64_t ld) {
+    if (!lut) {
+        for (int64_t i = 0; i < rows; i++) qmm_w4a8_decode_row(w, n0 + i, k0, k1, dst + i * ld);
+        return;
+    }
+    const int gsz = w->w4.group, bits = w->w4.bits;
+    const int64_t G = w->K / gsz;
+    for (int64_t i = 0; i < rows; i++) {
+        const uint8_t *row = w->w4.codes + (n0 + i) * w->w4.row_bytes, *hi = row + w->K / 2;
+        const uint8_t *s8 = (const uint8_t *)w->w4.s_rel + (n0 + i) * G;
+        int8_t *d = dst + i * ld - k0;
+        for (int64_t k = k0; k < k1; k++) {
+            int c = (row[k >> 1] >> ((k & 1) * 4)) & 15;
+            if (bits == 6) c |= ((hi[k >> 2] >> ((k & 3) * 2)) & 3) << 4;
+            d[k] = lut[(s8[k / gsz] << bits) + c];
         }
     }
 }
@@ -40,7 +69,12 @@ void qmm_w4a8_pack_block_ref(const qmm_weight *w, int64_t n0, int rows, int64_t 
     }
 }
 
-qmm_w4a8_decode_fn qmm_w4a8_decoder(const qmm_context *ctx) {
-    return qmm_w4a8_decode_row_avx512_ptr && qmm_core_simd(ctx) == QMM_ISA_AVX512 ? qmm_w4a8_decode_row_avx512_ptr
-                                                                                    : qmm_w4a8_decode_row;
+qmm_w4a8_rows_fn qmm_w4a8_decoder(const qmm_context *ctx) {
+    return qmm_w4a8_decode_rows_avx512_ptr && qmm_core_simd(ctx) == QMM_ISA_AVX512 ? qmm_w4a8_decode_rows_avx512_ptr
+                                                                                    : qmm_w4a8_decode_rows;
+}
+
+qmm_w4a8_lut_fn qmm_w4a8_lut_filler(const qmm_context *ctx) {
+    return qmm_w4a8_lut_fill_avx512_ptr && qmm_core_simd(ctx) == QMM_ISA_AVX512 ? qmm_w4a8_lut_fill_avx512_ptr
+                                                                                 : qmm_w4a8_lut_fill;
 }
