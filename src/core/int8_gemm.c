@@ -58,13 +58,14 @@ void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int6
                 g->e->pack_w4a8(w, n0, rows, k0, k1, blk, nq, cs + jb * 16, first);
                 continue;
             }
-            /* 16 rows × up to 256 k decoded into L1, then the engine's int8 pack of them */
-            _Alignas(64) int8_t buf[16 * 256];
-            for (int64_t ka = k0; ka < k1 || ka == k0; ka += 256) {
-                const int64_t len = k1 - ka < 256 ? k1 - ka : 256, qa = (ka - k0) / 4;
-                const int64_t nqs = ka + 256 < k1 ? 64 : nq - qa;
-                if (len > 0) g->w4_decode(w, g->w4_lut, n0, rows, ka, ka + len, buf, 256);
-                pack(buf, 256, rows, 0, len > 0 ? len : 0, blk + qa * 64, nqs, cs + jb * 16, first && ka == k0, &neg);
+            /* 16 rows × up to 512 k decoded into L1 (8 KiB), then the engine's int8 pack of them */
+            enum { KB = 512 };
+            _Alignas(64) int8_t buf[16 * KB];
+            for (int64_t ka = k0; ka < k1 || ka == k0; ka += KB) {
+                const int64_t len = k1 - ka < KB ? k1 - ka : KB, qa = (ka - k0) / 4;
+                const int64_t nqs = ka + KB < k1 ? KB / 4 : nq - qa;
+                if (len > 0) g->w4_decode(w, g->w4_lut, n0, rows, ka, ka + len, buf, KB);
+                pack(buf, KB, rows, 0, len > 0 ? len : 0, blk + qa * 64, nqs, cs + jb * 16, first && ka == k0, &neg);
                 if (len <= 0) break;
             }
         }

@@ -120,7 +120,10 @@ static inline __m128i tops16(const uint8_t *p) {
     return _mm_ternarylogic_epi32(a, _mm_slli_epi32(a, 12), _mm_set1_epi32(0x03030303), 0xA8);
 }
 
-enum { W4_PF = 2048 }; /* prefetch distance in the code bytes (the rows of a block are one stream) */
+enum {
+    W4_PF = 2048,       /* prefetch distance in a long run's code bytes (the rows of a block are one stream) */
+    W4_BLOCK = 16 * 1024 /* up to this many weights a call's lines are all prefetched first */
+};
 
 /* The table of lane j (16 weights each) in a zmm: t[j] + 16·q (quarter q of a 6-bit table). per:
  * distinct tables per 64 weights (1: one broadcast; 2: lanes 0-1 and 2-3; 4: one per lane). */
@@ -209,10 +212,13 @@ static inline __attribute__((always_inline)) void lut_row(const int six, const i
             }                                                                                                \
         }                                                                                                    \
     } while (0)
+    const int pf = k1 - k0 >= 4 * W4_PF; /* a long run: the row's stream prefetched ahead */
     for (; k + 128 <= k64; k += 128) { /* two steps of 64 per prefetch */
-        _mm_prefetch((const char *)(cp + W4_PF), _MM_HINT_T0);
-        if (six) _mm_prefetch((const char *)(hp + W4_PF / 2), _MM_HINT_T0);
-        _mm_prefetch((const char *)(sp + W4_PF / 8), _MM_HINT_T0);
+        if (pf) {
+            _mm_prefetch((const char *)(cp + W4_PF), _MM_HINT_T0);
+            if (six) _mm_prefetch((const char *)(hp + W4_PF / 2), _MM_HINT_T0);
+            _mm_prefetch((const char *)(sp + W4_PF / 8), _MM_HINT_T0);
+        }
         const int8_t *t[4], *u[4];
         W4_TABLES(t);
         _mm512_storeu_si512(out, lookup64(six, per, t, nibbles64(cp), hp));
@@ -257,6 +263,16 @@ static void decode_rows_avx512(const qmm_weight *w, const int8_t *lut, int64_t n
         return;
     }
     const int per = gsz == 16 ? 4 : gsz == 32 ? 2 : gsz % 64 == 0 ? 1 : 0;
+    if ((k1 - k0) * rows <= W4_BLOCK) { /* a block of short runs (a panel's): the next block's lines into L2 */
+        const int64_t G = w->K / gsz, n1 = n0 + 2 * rows < w->N ? n0 + 2 * rows : w->N;
+        for (int64_t n = n0 + rows; n < n1; n++) {
+            const uint8_t *row = w->w4.codes + n * w->w4.row_bytes;
+            for (int64_t b = k0 / 2; b < (k1 + 1) / 2; b += 64) _mm_prefetch((const char *)(row + b), _MM_HINT_T1);
+            if (six)
+                for (int64_t b = k0 / 4; b < (k1 + 3) / 4; b += 64) _mm_prefetch((const char *)(row + w->K / 2 + b), _MM_HINT_T1);
+            _mm_prefetch((const char *)((const uint8_t *)w->w4.s_rel + n * G + k0 / gsz), _MM_HINT_T1);
+        }
+    }
 #define W4_LUT_ROWS(S, P) lut_rows(S, P, w, lut, n0, rows, k0, k1, dst, ld)
     switch (six * 8 + per) {
     case 4: W4_LUT_ROWS(0, 4); break;
