@@ -5,6 +5,8 @@
  *     from the kitchen's _unpack_codes / _dequant_int4_grouped_to_int8: unpack, level, fp32
  *     product, round half to even, clamp) for 4 and 6 bits, every group size kind, codebook or
  *     uniform, s_rel f8_e4m3 or f32, values that round at .5 and clamp past ±127;
+ *   - the decoders of w4a8.h alone (the decode table, the fastest and the scalar rows decoders,
+ *     with and without the table) on random ranges, row counts, strides and misaligned outputs;
  *   - every engine of the table on the W4A8 weight gives the bits of the same engine on an owned
  *     int8 weight of the decoded values (scale s_channel), and every int8 engine the bits of the
  *     reference (seeded random shapes: M = 1 and up to 300, odd N, K a multiple of 16 or 32 with
@@ -20,6 +22,7 @@
 #include "../src/engines/x86_amx/amx_emu.h"
 #include "borrow.h"
 #include "testutil.h"
+#include "w4a8.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -249,6 +252,68 @@ done:
     qmm_weight_destroy(wo);
 }
 
+/* The decoders of w4a8.h on their own, against this test's decoding: the decode table (the
+ * context's and the scalar one, byte for byte, and each entry the definition), then the rows
+ * decoders (the context's fastest, the scalar one; with the table where s_rel is e4m3 and
+ * without) over random ranges [k0, k1) (k0 even: heads and tails not on 16 or 64 k), row counts
+ * and row strides, into a buffer at a random offset from 64-byte alignment. */
+static void check_decoders(layer *L) {
+    const qmm_w4a8_desc d = layer_desc(L);
+    qmm_weight *wb = NULL;
+    TU_CHECK_OK(qmm_weight_borrow_w4a8(g_ctx, &d, &wb));
+    if (!wb) return;
+    qmm_weight view;
+    const qmm_weight *w = NULL;
+    TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, &view, &w));
+    char what[320];
+    describe(L, "decoders", what, sizeof what);
+    static _Alignas(64) int8_t lut[QMM_W4A8_LUT_BYTES], lut_ref[QMM_W4A8_LUT_BYTES];
+    const int ncode = 1 << L->bits;
+    if (L->f8) {
+        qmm_w4a8_lut_fill(w, lut_ref);
+        qmm_w4a8_lut_filler(g_ctx)(w, lut);
+        int bad = -1;
+        for (int i = 0; i < 256 * ncode && bad < 0; i++) {
+            const int c = i % ncode;
+            const float v = L->has_cb ? L->cb[c] : (float)(c - ncode / 2);
+            volatile float p = v * e4m3((uint8_t)(i / ncode));
+            double r = isnan(p) ? 0.0 : nearbyint((double)p);
+            r = r > 127 ? 127 : r < -127 ? -127 : r;
+            if (lut[i] != lut_ref[i] || lut[i] != (int8_t)r) bad = i;
+        }
+        TU_CHECK(bad < 0, "%s: table[s_rel byte 0x%02x][code %d] = %d (scalar %d)", what, bad / ncode, bad % ncode,
+                 bad >= 0 ? lut[bad] : 0, bad >= 0 ? lut_ref[bad] : 0);
+    }
+    const qmm_w4a8_rows_fn fns[2] = {qmm_w4a8_decoder(g_ctx), qmm_w4a8_decode_rows};
+    int8_t *buf = malloc((size_t)(L->N * (L->K + 64) + 128));
+    for (int it = 0; it < 24 && buf; it++) {
+        const int use_lut = L->f8 && it % 2 == 0, fi = (it / 2) % 2;
+        int64_t k0 = 2 * tu_rand_int(0, (L->K - 1) / 2), k1 = tu_rand_int(k0 + 1, L->K);
+        if (it % 3 == 0) { k0 = 0; k1 = L->K; } /* whole rows (the rows regime) */
+        const int64_t n0 = tu_rand_int(0, L->N - 1), rows = tu_rand_int(1, L->N - n0 < 20 ? L->N - n0 : 20);
+        const int64_t ld = k1 - k0 + tu_rand_int(0, 64), off = tu_rand_int(0, 63);
+        int8_t *dst = buf + off;
+        memset(buf, 0x55, (size_t)(L->N * (L->K + 64) + 128));
+        fns[fi](w, use_lut ? lut : NULL, n0, rows, k0, k1, dst, ld);
+        int64_t bi = -1, bk = 0;
+        for (int64_t i = 0; i < rows && bi < 0; i++)
+            for (int64_t k = k0; k < k1 && bi < 0; k++)
+                if (dst[i * ld + k - k0] != L->dec[(n0 + i) * L->K + k]) { bi = i; bk = k; }
+        TU_CHECK(bi < 0, "%s: %s decoder%s rows [%lld, +%lld) k [%lld, %lld) ld %lld: W[%lld][%lld] = %d, want %d", what,
+                 fi ? "scalar" : "fastest", use_lut ? " with the table" : "", (long long)n0, (long long)rows,
+                 (long long)k0, (long long)k1, (long long)ld, (long long)(n0 + bi), (long long)bk,
+                 bi >= 0 ? dst[bi * ld + bk - k0] : 0, bi >= 0 ? L->dec[(n0 + bi) * L->K + bk] : 0);
+        int64_t past = -1; /* nothing written between rows or around the buffer */
+        for (int64_t i = 0; i < off && past < 0; i++) past = buf[i] != 0x55 ? i : -1;
+        for (int64_t i = 0; i < rows && past < 0; i++)
+            for (int64_t k = k1 - k0; k < (i + 1 < rows ? ld : 64) && past < 0; k++)
+                if (dst[i * ld + k] != 0x55) past = off + i * ld + k;
+        TU_CHECK(past < 0, "%s: a decoder wrote byte %lld outside its rows", what, (long long)past);
+    }
+    free(buf);
+    qmm_weight_destroy(wb);
+}
+
 /* amx_int8 through the tile emulator on the W4A8 weight, each regime, against the reference. */
 static void force_regime(int want) {
     qmm_amx_blocking b = qmm_amx_blocking_default();
@@ -462,6 +527,22 @@ int main(int argc, char **argv) {
         const int64_t K = bits == 6 ? 32 * tu_rand_int(1, M > 64 ? 12 : 30) : 16 * tu_rand_int(1, M > 64 ? 24 : 60);
         layer L;
         layer_random(&L, M, N, K, bits);
+        check_layer(&L);
+        layer_free(&L);
+    }
+    /* the decoders alone: every group size, 4 and 6 bits, codebook or not, e4m3 or f32 s_rel */
+    for (int it = 0; it < (quick ? 16 : 48); it++) {
+        const int bits = it % 3 == 2 ? 6 : 4;
+        const int64_t N = tu_rand_int(1, 40), K = bits == 6 ? 32 * tu_rand_int(1, 40) : 16 * tu_rand_int(1, 80);
+        layer L;
+        layer_random(&L, 1, N, K, bits);
+        check_decoders(&L);
+        layer_free(&L);
+    }
+    /* K past 16 Ki: the rows regime decodes 16 rows at a time */
+    for (int it = 0; it < 2; it++) {
+        layer L;
+        layer_random(&L, it ? 3 : 1, 37, 16 * 1088, it ? 6 : 4);
         check_layer(&L);
         layer_free(&L);
     }
