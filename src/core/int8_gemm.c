@@ -123,9 +123,12 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t b1 = b0 + bpt < nblocks ? b0 + bpt : nblocks;
     int32_t *part = g->part + (int64_t)thread * g->mc * e->nc;
     int32_t *cs = g->borrowed ? g->colsums + (int64_t)thread * e->nc : NULL; /* the task's columns */
+    if (g->rows && c->w->w4a8) { /* one task per thread, each an equal share of the blocks */
+        w4a8_rows(g, thread, nblocks * nt / g->ntasks, nblocks * (nt + 1) / g->ntasks);
+        return;
+    }
     if (g->rows) {
-        if (c->w->w4a8) w4a8_rows(g, thread, b0, b1);
-        else e->rows_kernel(g, b0, b1);
+        e->rows_kernel(g, b0, b1);
         return;
     }
     if (g->ap) {
@@ -292,7 +295,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     g.kcq = kcq;
     g.kc_long = kc_long;
     g.mtasks = (M + mc - 1) / mc;
-    g.ntasks = ntasks;
+    g.ntasks = rows && w->w4a8 ? (ntasks < nt ? ntasks : nt) : ntasks;
     qmm_pool_run_bracketed(ctx->pool, g.mtasks * g.ntasks, gemm_task, e->begin ? gemm_begin : NULL,
                            e->end ? gemm_end : NULL, &g);
     if (c->token_scales) memcpy(c->token_scales, s, (size_t)M * sizeof(float));
