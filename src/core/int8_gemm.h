@@ -108,7 +108,7 @@ typedef struct qmm_i8_engine {
     int pack_bare;         /* pack writes the n16k4 bytes only, leaving cs and neg128 alone (an s8
                             * engine exact on -128 that reads no column sums: amx_int8) */
     qmm_w4a8_pack_fn pack_w4a8; /* a borrowed W4A8 weight's panels: its codes decoded into n16k4
-                                 * (w4a8.h); NULL: the driver decodes 16 rows × up to 256 k at a
+                                 * (w4a8.h); NULL: the driver decodes 16 rows × up to 512 k at a
                                  * time (g->w4_decode) into a stack buffer and packs it with pack */
     /* Optional, borrowed weights with M <= rows_m (the rows regime): rows_kernel(g, b0, b1)
      * computes the outputs of 16-column blocks [b0, b1) straight from the caller's rows
