@@ -2,19 +2,16 @@
  * w4a8_avx512.c — the AVX-512 forms of w4a8.h's decoders and decode table (the same bits):
  *   table      per s_rel byte, the 16 (or 64) levels times its scale in one fp32 product each,
  *              VRNDSCALEPS to nearest even, the clamp, NaN → 0, VPMOVDB (qmm_w4a8_value);
- *   table rows e4m3 s_rel, groups of a multiple of 16: 64 weights per step, each run of 16 in one
- *              group (4 bits: the 32 code bytes widened to words, the nibbles split by one shift
- *              and one VPTERNLOGD; the four runs' 16-byte tables in the 4 lanes; one VPSHUFB.
- *              6 bits: the top 2 bits of each code widened from the high plane's 16 bytes, the
- *              runs' four 16-entry quarters of their 64-entry tables each looked up by VPSHUFB and
- *              the right one kept by two masked blends); 16 weights per step at the range's ends;
+ *   table rows e4m3 s_rel, groups of a multiple of 16: the lookups of w4a8_avx512.h, 64 weights
+ *              per step (16 at the range's ends); a panel block's call prefetches the next
+ *              block's lines into L2, a long run prefetches ahead in its row;
  *   arithmetic f32 s_rel, groups of a multiple of 16: 16 codes per step (4 bits: 8 bytes of nibbles
  *              unpacked; 6 bits: the high plane's 4 bytes shifted per lane), the level (VPERMPS of
  *              the codebook, or c − 2^(bits−1)), the product with the group's s_rel, the rounding
  *              and clamp of the table;
  * other groups (4, 8) and the ends of a range not on 16 k: the scalar decoders.
  */
-#include "w4a8.h"
+#include "w4a8_avx512.h"
 
 #include <immintrin.h>
 
@@ -97,150 +94,30 @@ static void lut_fill_avx512(const qmm_weight *w, int8_t *lut) {
     }
 }
 
-/* 64 (or 16) nibbles of 32 (or 8) code bytes, one per byte in k order: the words b → (b & 15) | (b >> 4) << 8 */
-static inline __m512i nibbles64(const uint8_t *p) {
-    const __m512i t = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)p));
-    return _mm512_ternarylogic_epi32(t, _mm512_slli_epi16(t, 4), _mm512_set1_epi16(0x0f0f), 0xA8); /* (t | t<<4) & 0x0f0f */
-}
-static inline __m128i nibbles16(const uint8_t *p) {
-    const __m128i t = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)p));
-    return _mm_ternarylogic_epi32(t, _mm_slli_epi16(t, 4), _mm_set1_epi16(0x0f0f), 0xA8);
-}
-/* the top 2 bits of 64 (or 16) 6-bit codes, one per byte: high-plane byte i holds k = 4i + t at bit 2t */
-static inline __m512i tops64(const uint8_t *p) {
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-    const __m512i a = _mm512_or_si512(v, _mm512_slli_epi32(v, 6));
-    return _mm512_ternarylogic_epi32(a, _mm512_slli_epi32(a, 12), _mm512_set1_epi32(0x03030303), 0xA8);
-}
-static inline __m128i tops16(const uint8_t *p) {
-    int32_t h;
-    __builtin_memcpy(&h, p, 4);
-    const __m128i v = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(h));
-    const __m128i a = _mm_or_si128(v, _mm_slli_epi32(v, 6));
-    return _mm_ternarylogic_epi32(a, _mm_slli_epi32(a, 12), _mm_set1_epi32(0x03030303), 0xA8);
-}
-
-enum {
-    W4_PF = 2048,       /* prefetch distance in a long run's code bytes (the rows of a block are one stream) */
-    W4_BLOCK = 16 * 1024 /* up to this many weights a call's lines are all prefetched first */
-};
-
-/* The table of lane j (16 weights each) in a zmm: t[j] + 16·q (quarter q of a 6-bit table). per:
- * distinct tables per 64 weights (1: one broadcast; 2: lanes 0-1 and 2-3; 4: one per lane). */
-static inline __attribute__((always_inline)) __m512i lanes_table(const int per, const int8_t *const t[4], int q) {
-    const __m128i *p0 = (const __m128i *)(t[0] + 16 * q);
-    if (per == 1) return _mm512_broadcast_i32x4(_mm_load_si128(p0));
-    if (per == 2) return _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_load_si128(p0)), 0xff00,
-                                                     _mm_load_si128((const __m128i *)(t[2] + 16 * q)));
-    __m512i tb = _mm512_castsi128_si512(_mm_load_si128(p0));
-    tb = _mm512_inserti32x4(tb, _mm_load_si128((const __m128i *)(t[1] + 16 * q)), 1);
-    tb = _mm512_inserti32x4(tb, _mm_load_si128((const __m128i *)(t[2] + 16 * q)), 2);
-    return _mm512_inserti32x4(tb, _mm_load_si128((const __m128i *)(t[3] + 16 * q)), 3);
-}
-
-/* 64 weights from the nibbles, (6 bits) the top bits h and the lanes' tables */
-static inline __attribute__((always_inline)) __m512i lookup64(const int six, const int per, const int8_t *const t[4],
-                                                              __m512i nib, const uint8_t *hp) {
-    __m512i v = _mm512_shuffle_epi8(lanes_table(per, t, 0), nib);
-    if (six) {
-        const __m512i h = tops64(hp);
-        const __mmask64 m1 = _mm512_test_epi8_mask(h, _mm512_set1_epi8(1)), m2 = _mm512_test_epi8_mask(h, _mm512_set1_epi8(2));
-        const __m512i a = _mm512_mask_blend_epi8(m1, v, _mm512_shuffle_epi8(lanes_table(per, t, 1), nib));
-        const __m512i b = _mm512_mask_blend_epi8(m1, _mm512_shuffle_epi8(lanes_table(per, t, 2), nib),
-                                                 _mm512_shuffle_epi8(lanes_table(per, t, 3), nib));
-        v = _mm512_mask_blend_epi8(m2, a, b);
-    }
-    return v;
-}
-
-/* 16 weights of one group from its table t */
-static inline __attribute__((always_inline)) __m128i lookup16(const int six, const int8_t *t, const uint8_t *cp,
-                                                              const uint8_t *hp) {
-    const __m128i nib = nibbles16(cp);
-    __m128i v = _mm_shuffle_epi8(_mm_load_si128((const __m128i *)t), nib);
-    if (six) {
-        const __m128i h = tops16(hp);
-        const __mmask16 m1 = _mm_test_epi8_mask(h, _mm_set1_epi8(1)), m2 = _mm_test_epi8_mask(h, _mm_set1_epi8(2));
-        const __m128i a = _mm_mask_blend_epi8(m1, v, _mm_shuffle_epi8(_mm_load_si128((const __m128i *)(t + 16)), nib));
-        const __m128i b = _mm_mask_blend_epi8(m1, _mm_shuffle_epi8(_mm_load_si128((const __m128i *)(t + 32)), nib),
-                                              _mm_shuffle_epi8(_mm_load_si128((const __m128i *)(t + 48)), nib));
-        v = _mm_mask_blend_epi8(m2, a, b);
-    }
-    return v;
-}
-
-/* Row n, k [k0, k1), from the table (e4m3 s_rel, group a multiple of 16, k0 even); six: 6 bits;
- * per: 64 / group when the group is 16, 32 or a multiple of 64 (then 1), else 0: the runs of 16
- * counted through the groups one by one. 16 weights at a time up to a multiple of 64 and at the
- * end, 64 at a time between; the scalar decoder for what is not on 16 k. */
+/* Row n, k [k0, k1), from the table (e4m3 s_rel, group a multiple of 16, k0 even; six, per as
+ * w4a8_avx512.h): 16 weights at a time up to a multiple of 64 and at the end, 64 at a time
+ * between (prefetching ahead in the row on a long run); the scalar decoder for what is not on
+ * 16 k. */
 static inline __attribute__((always_inline)) void lut_row(const int six, const int per, const qmm_weight *w,
                                                           const int8_t *lut, int64_t n, int64_t k0, int64_t k1,
                                                           int8_t *dst) {
-    const int gsz = w->w4.group, sh = six ? 6 : 4;
-    const uint8_t *row = w->w4.codes + n * w->w4.row_bytes, *hi = row + w->K / 2;
-    const uint8_t *s8 = (const uint8_t *)w->w4.s_rel + n * (w->K / gsz);
     int64_t k = (k0 + 15) / 16 * 16 < k1 ? (k0 + 15) / 16 * 16 : k1;
     if (k > k0) qmm_w4a8_decode_rows(w, lut, n, 1, k0, k, dst, 0);
     const int64_t k16 = k + (k1 - k) / 16 * 16, k64 = k16 / 64 * 64;
-    int64_t g = k / gsz, r = k % gsz; /* the group of k and k's place in it (a multiple of 16) */
-    for (; k < k16 && (k % 64 || k >= k64); k += 16) { /* up to the first multiple of 64 */
-        _mm_storeu_si128((__m128i *)(dst + (k - k0)), lookup16(six, lut + ((int64_t)s8[g] << sh), row + k / 2, hi + k / 4));
-        r += 16;
-        if (r == gsz) { g++; r = 0; }
-    }
-    const uint8_t *cp = row + k / 2, *hp = hi + k / 4, *sp = s8 + g; /* k's code bytes and group scale */
-    int8_t *out = dst + (k - k0);
-    /* the tables of the next 64 weights (sp, and for per 1 and 0 the place r in the group, advanced) */
-#define W4_TABLES(t)                                                                                         \
-    do {                                                                                                     \
-        if (per == 4) {                                                                                      \
-            for (int j = 0; j < 4; j++) t[j] = lut + ((int64_t)sp[j] << sh);                                 \
-            sp += 4;                                                                                         \
-        } else if (per == 2) {                                                                               \
-            t[0] = t[1] = lut + ((int64_t)sp[0] << sh);                                                      \
-            t[2] = t[3] = lut + ((int64_t)sp[1] << sh);                                                      \
-            sp += 2;                                                                                         \
-        } else if (per == 1) {                                                                               \
-            t[0] = t[1] = t[2] = t[3] = lut + ((int64_t)sp[0] << sh);                                        \
-            r += 64;                                                                                         \
-            if (r == gsz) { sp++; r = 0; }                                                                   \
-        } else {                                                                                             \
-            for (int j = 0; j < 4; j++) {                                                                    \
-                t[j] = lut + ((int64_t)sp[0] << sh);                                                         \
-                r += 16;                                                                                     \
-                if (r == gsz) { sp++; r = 0; }                                                               \
-            }                                                                                                \
-        }                                                                                                    \
-    } while (0)
-    const int pf = k1 - k0 >= 4 * W4_PF; /* a long run: the row's stream prefetched ahead */
-    for (; k + 128 <= k64; k += 128) { /* two steps of 64 per prefetch */
-        if (pf) {
-            _mm_prefetch((const char *)(cp + W4_PF), _MM_HINT_T0);
-            if (six) _mm_prefetch((const char *)(hp + W4_PF / 2), _MM_HINT_T0);
-            _mm_prefetch((const char *)(sp + W4_PF / 8), _MM_HINT_T0);
-        }
-        const int8_t *t[4], *u[4];
-        W4_TABLES(t);
-        _mm512_storeu_si512(out, lookup64(six, per, t, nibbles64(cp), hp));
-        W4_TABLES(u);
-        _mm512_storeu_si512(out + 64, lookup64(six, per, u, nibbles64(cp + 32), hp + 16));
-        cp += 64;
-        hp += 32;
-        out += 128;
+    qmm_w4_walk it;
+    qmm_w4_walk_init(&it, six, w, lut, n, k);
+    for (; k < k16 && (k % 64 || k >= k64); k += 16) _mm_storeu_si128((__m128i *)(dst + (k - k0)), qmm_w4_next16(&it, six));
+    const int pf = k1 - k0 >= 4 * QMM_W4_PF; /* a long run: the row's stream prefetched ahead */
+    for (; k + 128 <= k64; k += 128) {        /* two steps of 64 per prefetch */
+        if (pf) qmm_w4_prefetch(&it, six);
+        _mm512_storeu_si512(dst + (k - k0), qmm_w4_next64(&it, six, per));
+        _mm512_storeu_si512(dst + (k - k0) + 64, qmm_w4_next64(&it, six, per));
     }
     if (k < k64) {
-        const int8_t *t[4];
-        W4_TABLES(t);
-        _mm512_storeu_si512(out, lookup64(six, per, t, nibbles64(cp), hp));
+        _mm512_storeu_si512(dst + (k - k0), qmm_w4_next64(&it, six, per));
         k += 64;
     }
-#undef W4_TABLES
-    g = (int64_t)(sp - s8);
-    for (; k < k16; k += 16) {
-        _mm_storeu_si128((__m128i *)(dst + (k - k0)), lookup16(six, lut + ((int64_t)s8[g] << sh), row + k / 2, hi + k / 4));
-        r += 16;
-        if (r == gsz) { g++; r = 0; }
-    }
+    for (; k < k16; k += 16) _mm_storeu_si128((__m128i *)(dst + (k - k0)), qmm_w4_next16(&it, six));
     if (k < k1) qmm_w4a8_decode_rows(w, lut, n, 1, k, k1, dst + (k - k0), 0);
 }
 
@@ -250,6 +127,8 @@ static inline __attribute__((always_inline)) void lut_rows(const int six, const 
                                                            int64_t k1, int8_t *dst, int64_t ld) {
     for (int64_t i = 0; i < rows; i++) lut_row(six, per, w, lut, n0 + i, k0, k1, dst + i * ld);
 }
+
+enum { W4_BLOCK = 16 * 1024 }; /* up to this many weights in a call: the next block's lines prefetched */
 
 static void decode_rows_avx512(const qmm_weight *w, const int8_t *lut, int64_t n0, int64_t rows, int64_t k0, int64_t k1,
                                int8_t *dst, int64_t ld) {
@@ -262,7 +141,7 @@ static void decode_rows_avx512(const qmm_weight *w, const int8_t *lut, int64_t n
         for (int64_t i = 0; i < rows; i++) decode_row_avx512(w, n0 + i, k0, k1, dst + i * ld);
         return;
     }
-    const int per = gsz == 16 ? 4 : gsz == 32 ? 2 : gsz % 64 == 0 ? 1 : 0;
+    const int per = qmm_w4_per(gsz);
     if ((k1 - k0) * rows <= W4_BLOCK) { /* a block of short runs (a panel's): the next block's lines into L2 */
         const int64_t G = w->K / gsz, n1 = n0 + 2 * rows < w->N ? n0 + 2 * rows : w->N;
         for (int64_t n = n0 + rows; n < n1; n++) {

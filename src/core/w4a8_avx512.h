@@ -1,0 +1,149 @@
+/*
+ * w4a8_avx512.h — the AVX-512 (F + BW + VL) table lookups of a W4A8 weight's codes (w4a8.h's
+ * decode table), shared by the row decoders (w4a8_avx512.c) and the fused rows kernel
+ * (w4a8_avx512_vnni.c). Static inline; include only from files built with at least -mavx512f
+ * -mavx512bw -mavx512vl.
+ *   qmm_w4_walk       one row's codes from some k on (a multiple of 16, group a multiple of 16):
+ *                     qmm_w4_next64 the next 64 int8 values, qmm_w4_next16 the next 16, in k order,
+ *                     each the table's entry of (the group's s_rel byte, the code);
+ *   how 64 are found  4 bits: the 32 code bytes widened to words, the nibbles split by one shift
+ *                     and one VPTERNLOGD; the 16-byte tables of the four runs of 16 (each in one
+ *                     group) in the 4 lanes; one VPSHUFB. 6 bits: the top 2 bits of each code
+ *                     widened from the high plane's 16 bytes, the four 16-entry quarters of the
+ *                     runs' 64-entry tables each looked up by VPSHUFB, the right one kept by two
+ *                     masked blends;
+ *   per               tables per 64 weights: group 16 → 4 (one per lane), 32 → 2, a multiple of
+ *                     64 → 1 (one broadcast), other multiples of 16 → 0 (counted run by run).
+ */
+#ifndef QMM_W4A8_AVX512_H
+#define QMM_W4A8_AVX512_H
+
+#include "w4a8.h"
+
+#include <immintrin.h>
+
+enum { QMM_W4_PF = 2048 }; /* prefetch distance in a long run's code bytes */
+
+static inline int qmm_w4_per(int gsz) { return gsz == 16 ? 4 : gsz == 32 ? 2 : gsz % 64 == 0 ? 1 : 0; }
+
+/* 64 (or 16) nibbles of 32 (or 8) code bytes, one per byte in k order: the words b → (b & 15) | (b >> 4) << 8 */
+static inline __m512i qmm_w4_nibbles64(const uint8_t *p) {
+    const __m512i t = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_ternarylogic_epi32(t, _mm512_slli_epi16(t, 4), _mm512_set1_epi16(0x0f0f), 0xA8); /* (t | t<<4) & 0x0f0f */
+}
+static inline __m128i qmm_w4_nibbles16(const uint8_t *p) {
+    const __m128i t = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)p));
+    return _mm_ternarylogic_epi32(t, _mm_slli_epi16(t, 4), _mm_set1_epi16(0x0f0f), 0xA8);
+}
+/* the top 2 bits of 64 (or 16) 6-bit codes, one per byte: high-plane byte i holds k = 4i + t at bit 2t */
+static inline __m512i qmm_w4_tops64(const uint8_t *p) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    const __m512i a = _mm512_or_si512(v, _mm512_slli_epi32(v, 6));
+    return _mm512_ternarylogic_epi32(a, _mm512_slli_epi32(a, 12), _mm512_set1_epi32(0x03030303), 0xA8);
+}
+static inline __m128i qmm_w4_tops16(const uint8_t *p) {
+    int32_t h;
+    __builtin_memcpy(&h, p, 4);
+    const __m128i v = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(h));
+    const __m128i a = _mm_or_si128(v, _mm_slli_epi32(v, 6));
+    return _mm_ternarylogic_epi32(a, _mm_slli_epi32(a, 12), _mm_set1_epi32(0x03030303), 0xA8);
+}
+
+/* The table of lane j (16 weights each) in a zmm: t[j] + 16·q (quarter q of a 6-bit table). */
+static inline __attribute__((always_inline)) __m512i qmm_w4_lanes(const int per, const int8_t *const t[4], int q) {
+    const __m128i *p0 = (const __m128i *)(t[0] + 16 * q);
+    if (per == 1) return _mm512_broadcast_i32x4(_mm_load_si128(p0));
+    if (per == 2) return _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(_mm_load_si128(p0)), 0xff00,
+                                                     _mm_load_si128((const __m128i *)(t[2] + 16 * q)));
+    __m512i tb = _mm512_castsi128_si512(_mm_load_si128(p0));
+    tb = _mm512_inserti32x4(tb, _mm_load_si128((const __m128i *)(t[1] + 16 * q)), 1);
+    tb = _mm512_inserti32x4(tb, _mm_load_si128((const __m128i *)(t[2] + 16 * q)), 2);
+    return _mm512_inserti32x4(tb, _mm_load_si128((const __m128i *)(t[3] + 16 * q)), 3);
+}
+
+/* One row's walk: its next code bytes (cp), high-plane bytes (hp), group scale (sp) and the
+ * place in that group (r, a multiple of 16). */
+typedef struct qmm_w4_walk {
+    const uint8_t *cp, *hp, *sp;
+    const int8_t *lut;
+    int64_t r;
+    int gsz, sh;
+} qmm_w4_walk;
+
+static inline void qmm_w4_walk_init(qmm_w4_walk *it, int six, const qmm_weight *w, const int8_t *lut, int64_t n,
+                                    int64_t k) {
+    const uint8_t *row = w->w4.codes + n * w->w4.row_bytes;
+    it->cp = row + k / 2;
+    it->hp = row + w->K / 2 + k / 4;
+    it->sp = (const uint8_t *)w->w4.s_rel + n * (w->K / w->w4.group) + k / w->w4.group;
+    it->lut = lut;
+    it->r = k % w->w4.group;
+    it->gsz = w->w4.group;
+    it->sh = six ? 6 : 4;
+}
+
+/* the prefetch of the row's stream QMM_W4_PF code bytes ahead */
+static inline void qmm_w4_prefetch(const qmm_w4_walk *it, int six) {
+    _mm_prefetch((const char *)(it->cp + QMM_W4_PF), _MM_HINT_T0);
+    if (six) _mm_prefetch((const char *)(it->hp + QMM_W4_PF / 2), _MM_HINT_T0);
+    _mm_prefetch((const char *)(it->sp + QMM_W4_PF / 8), _MM_HINT_T0);
+}
+
+static inline __attribute__((always_inline)) const int8_t *qmm_w4_run16(qmm_w4_walk *it) {
+    const int8_t *t = it->lut + ((int64_t)it->sp[0] << it->sh);
+    it->r += 16;
+    if (it->r == it->gsz) { it->sp++; it->r = 0; }
+    return t;
+}
+
+/* the next 64 weights (the walk at a multiple of 64 when per is 1) */
+static inline __attribute__((always_inline)) __m512i qmm_w4_next64(qmm_w4_walk *it, const int six, const int per) {
+    const int8_t *t[4];
+    if (per == 4) {
+        for (int j = 0; j < 4; j++) t[j] = it->lut + ((int64_t)it->sp[j] << it->sh);
+        it->sp += 4;
+    } else if (per == 2) {
+        t[0] = t[1] = it->lut + ((int64_t)it->sp[0] << it->sh);
+        t[2] = t[3] = it->lut + ((int64_t)it->sp[1] << it->sh);
+        it->sp += 2;
+    } else if (per == 1) {
+        t[0] = t[1] = t[2] = t[3] = it->lut + ((int64_t)it->sp[0] << it->sh);
+        it->r += 64;
+        if (it->r == it->gsz) { it->sp++; it->r = 0; }
+    } else {
+        for (int j = 0; j < 4; j++) t[j] = qmm_w4_run16(it);
+    }
+    const __m512i nib = qmm_w4_nibbles64(it->cp);
+    __m512i v = _mm512_shuffle_epi8(qmm_w4_lanes(per, t, 0), nib);
+    if (six) {
+        const __m512i h = qmm_w4_tops64(it->hp);
+        const __mmask64 m1 = _mm512_test_epi8_mask(h, _mm512_set1_epi8(1)), m2 = _mm512_test_epi8_mask(h, _mm512_set1_epi8(2));
+        const __m512i a = _mm512_mask_blend_epi8(m1, v, _mm512_shuffle_epi8(qmm_w4_lanes(per, t, 1), nib));
+        const __m512i b = _mm512_mask_blend_epi8(m1, _mm512_shuffle_epi8(qmm_w4_lanes(per, t, 2), nib),
+                                                 _mm512_shuffle_epi8(qmm_w4_lanes(per, t, 3), nib));
+        v = _mm512_mask_blend_epi8(m2, a, b);
+    }
+    it->cp += 32;
+    it->hp += 16;
+    return v;
+}
+
+/* the next 16 weights */
+static inline __attribute__((always_inline)) __m128i qmm_w4_next16(qmm_w4_walk *it, const int six) {
+    const int8_t *t = qmm_w4_run16(it);
+    const __m128i nib = qmm_w4_nibbles16(it->cp);
+    __m128i v = _mm_shuffle_epi8(_mm_load_si128((const __m128i *)t), nib);
+    if (six) {
+        const __m128i h = qmm_w4_tops16(it->hp);
+        const __mmask16 m1 = _mm_test_epi8_mask(h, _mm_set1_epi8(1)), m2 = _mm_test_epi8_mask(h, _mm_set1_epi8(2));
+        const __m128i a = _mm_mask_blend_epi8(m1, v, _mm_shuffle_epi8(_mm_load_si128((const __m128i *)(t + 16)), nib));
+        const __m128i b = _mm_mask_blend_epi8(m1, _mm_shuffle_epi8(_mm_load_si128((const __m128i *)(t + 32)), nib),
+                                              _mm_shuffle_epi8(_mm_load_si128((const __m128i *)(t + 48)), nib));
+        v = _mm_mask_blend_epi8(m2, a, b);
+    }
+    it->cp += 8;
+    it->hp += 4;
+    return v;
+}
+
+#endif /* QMM_W4A8_AVX512_H */
