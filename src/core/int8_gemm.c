@@ -92,6 +92,10 @@ void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int6
  * apart, the rows' codes read once), then the engine's rows_kernel on a view of the call whose
  * weight rows (borrow.data, ld) are the buffer's: borrow.data + n·ld is row n's decoded copy. */
 static void w4a8_rows(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1) {
+    if (g->w4_fused) {
+        g->w4_fused(g, b0, b1);
+        return;
+    }
     const qmm_call *c = g->c;
     int8_t *buf = g->panels + (int64_t)thread * g->panel_bytes;
     qmm_weight wv;
@@ -275,6 +279,10 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         if (w->w4.s_rel_dtype == QMM_F8_E4M3) {
             qmm_w4a8_lut_filler(ctx)(w, lut);
             g.w4_lut = lut;
+            /* the avx512_vnni engine's fused rows regime (w4a8.h) */
+            if (rows && M <= QMM_W4A8_FUSED_M && w->w4.group % 16 == 0 && qmm_w4a8_rows_fused_vnni_ptr &&
+                e == qmm_i8_engine_of(QMM_ENGINE_AVX512_VNNI))
+                g.w4_fused = qmm_w4a8_rows_fused_vnni_ptr;
         }
     }
     if (rows) {

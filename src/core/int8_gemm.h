@@ -166,6 +166,8 @@ struct qmm_i8_gemm {
     int64_t panel_bytes;
     qmm_w4a8_rows_fn w4_decode; /* a W4A8 weight: the rows decoder of this context (w4a8.h) */
     const int8_t *w4_lut;  /* a W4A8 weight with e4m3 s_rel: the call's decode table (w4a8.h), else NULL */
+    void (*w4_fused)(const qmm_i8_gemm *g, int64_t b0, int64_t b1); /* a W4A8 weight's rows regime, fused
+                                                                     * (w4a8.h), or NULL */
 };
 
 /* The weights of blocks [nb, nb + nr) over quads [q0, q0 + nq) for thread `thread`: owned, in

@@ -107,7 +107,7 @@ static inline __attribute__((always_inline)) void lut_row(const int six, const i
     qmm_w4_walk it;
     qmm_w4_walk_init(&it, six, w, lut, n, k);
     for (; k < k16 && (k % 64 || k >= k64); k += 16) _mm_storeu_si128((__m128i *)(dst + (k - k0)), qmm_w4_next16(&it, six));
-    const int pf = k1 - k0 >= 4 * QMM_W4_PF; /* a long run: the row's stream prefetched ahead */
+    const int pf = k1 - k0 > 1024; /* a long run (not a panel chunk): the row's stream prefetched ahead */
     for (; k + 128 <= k64; k += 128) {        /* two steps of 64 per prefetch */
         if (pf) qmm_w4_prefetch(&it, six);
         _mm512_storeu_si512(dst + (k - k0), qmm_w4_next64(&it, six, per));
