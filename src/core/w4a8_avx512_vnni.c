@@ -4,9 +4,10 @@
  * values go straight into VPDPBUSD against the M rows of q, never stored (the unfused path
  * writes them to a buffer that the engine's rows kernel reads back). The arithmetic is the rows
  * kernel's (avx512_vnni.c, rows_dot): W flipped to u8 (w ^ 0x80 = w + 128), q the s8 operand, Σ
- * (w + 128)·q = Σ w·q + 128·qsum[i], corrected per token; two accumulators per token
- * (alternate 64-k steps: VPDPBUSD's latency), reduced per row; every 16 rows the outputs through
- * qmm_z_epilogue16. The int32 sums are exact (mod 2^32), so the bits are the engine's and the
+ * (w + 128)·q = Σ w·q + 128·qsum[i], corrected per token. Four rows at a time, one from each
+ * of four equal runs of the thread's blocks (four code streams in flight, each prefetched 4 KiB
+ * ahead into L2, as the rows kernel's streams), one accumulator per row and token, reduced per
+ * row; every 16 rows of a run its outputs through qmm_z_epilogue16. The int32 sums are exact (mod 2^32), so the bits are the engine's and the
  * reference's. Groups of a multiple of 16, e4m3 s_rel (the table); the driver checks that.
  */
 #include "int8_gemm.h"
@@ -21,56 +22,78 @@ static inline __m512i w4_dpbusd(__m512i acc, __m512i a, __m512i b) {
     return acc;
 }
 
-/* out[i] = Σ_k W[n][k]·q[i][k] (mod 2^32) for i < m: row n of a K a multiple of 16 */
-static inline __attribute__((always_inline)) void w4_row_dot(const int six, const int per, const int m,
-                                                             const qmm_weight *w, const int8_t *lut, int64_t n,
-                                                             const int8_t *q, int64_t lda, const int32_t *qsum,
-                                                             int32_t *out) {
+/* out[r·m + i] = Σ_k W[n_r][k]·q[i][k] (mod 2^32) for R rows n_r at once (R streams of codes in
+ * flight), i < m */
+static inline __attribute__((always_inline)) void w4_rows_dot(const int six, const int per, const int m, const int R,
+                                                              const qmm_weight *w, const int8_t *lut,
+                                                              const int64_t *n, const int8_t *q, int64_t lda,
+                                                              const int32_t *qsum, int32_t *out) {
     const int64_t K = w->K, K64 = K / 64 * 64;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
-    __m512i a0[4], a1[4];
-    for (int i = 0; i < m; i++) a0[i] = a1[i] = _mm512_setzero_si512();
-    qmm_w4_walk it;
-    qmm_w4_walk_init(&it, six, w, lut, n, 0);
-    int64_t k = 0;
-    for (; k + 128 <= K64; k += 128) {
-        qmm_w4_prefetch(&it, six);
-        const __m512i x0 = _mm512_xor_si512(qmm_w4_next64(&it, six, per), flip);
-        for (int i = 0; i < m; i++) a0[i] = w4_dpbusd(a0[i], x0, _mm512_loadu_si512(q + i * lda + k));
-        const __m512i x1 = _mm512_xor_si512(qmm_w4_next64(&it, six, per), flip);
-        for (int i = 0; i < m; i++) a1[i] = w4_dpbusd(a1[i], x1, _mm512_loadu_si512(q + i * lda + k + 64));
+    __m512i a[4][4];
+    qmm_w4_walk it[4];
+    for (int r = 0; r < R; r++) {
+        qmm_w4_walk_init(&it[r], six, w, lut, n[r], 0);
+        for (int i = 0; i < m; i++) a[r][i] = _mm512_setzero_si512();
     }
-    if (k < K64) {
-        const __m512i x0 = _mm512_xor_si512(qmm_w4_next64(&it, six, per), flip);
-        for (int i = 0; i < m; i++) a0[i] = w4_dpbusd(a0[i], x0, _mm512_loadu_si512(q + i * lda + k));
-        k += 64;
+    int64_t k = 0;
+    for (; k < K64; k += 64) {
+        __m512i x[4];
+        for (int r = 0; r < R; r++) {
+            if (!(k & 64)) qmm_w4_prefetch(&it[r], six);
+            x[r] = _mm512_xor_si512(qmm_w4_next64(&it[r], six, per), flip);
+        }
+        for (int i = 0; i < m; i++) {
+            const __m512i qv = _mm512_loadu_si512(q + i * lda + k);
+            for (int r = 0; r < R; r++) a[r][i] = w4_dpbusd(a[r][i], x[r], qv);
+        }
     }
     for (; k < K; k += 16) { /* 16 at a time: the other lanes 0 (u8) against 16 bytes of q */
-        const __m512i x = _mm512_zextsi128_si512(_mm_xor_si128(qmm_w4_next16(&it, six), _mm_set1_epi8((char)0x80)));
-        for (int i = 0; i < m; i++)
-            a1[i] = w4_dpbusd(a1[i], x, _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(q + i * lda + k))));
+        __m512i x[4];
+        for (int r = 0; r < R; r++)
+            x[r] = _mm512_zextsi128_si512(_mm_xor_si128(qmm_w4_next16(&it[r], six), _mm_set1_epi8((char)0x80)));
+        for (int i = 0; i < m; i++) {
+            const __m512i qv = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(q + i * lda + k)));
+            for (int r = 0; r < R; r++) a[r][i] = w4_dpbusd(a[r][i], x[r], qv);
+        }
     }
-    for (int i = 0; i < m; i++)
-        out[i] = (int32_t)((uint32_t)_mm512_reduce_add_epi32(_mm512_add_epi32(a0[i], a1[i])) - ((uint32_t)qsum[i] << 7));
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < m; i++)
+            out[r * m + i] = (int32_t)((uint32_t)_mm512_reduce_add_epi32(a[r][i]) - ((uint32_t)qsum[i] << 7));
 }
 
-/* blocks [b0, b1): every 16 rows, per token, the 16 outputs through the epilogue */
-static inline __attribute__((always_inline)) void w4_rows(const int six, const int per, const int m,
-                                                          const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+/* R streams of L whole blocks each from block s0 (stream r: blocks s0 + r·L ..), one row of each
+ * at a time; after every 16 rows each stream's 16 outputs per token through the epilogue */
+static inline __attribute__((always_inline)) void w4_streams(const int six, const int per, const int m, const int R,
+                                                             const qmm_i8_gemm *g, int64_t s0, int64_t L) {
     const qmm_call *c = g->c;
     const int8_t *q = (const int8_t *)g->a;
-    const int64_t n1 = b1 * 16 < c->N ? b1 * 16 : c->N;
-    _Alignas(64) int32_t out[4][16];
-    for (int64_t n0 = b0 * 16; n0 < n1; n0 += 16) {
-        const int cols = n1 - n0 < 16 ? (int)(n1 - n0) : 16;
-        int32_t t[4];
-        for (int j = 0; j < cols; j++) {
-            w4_row_dot(six, per, m, c->w, g->w4_lut, n0 + j, q, g->Kp, g->qsum, t);
-            for (int i = 0; i < m; i++) out[i][j] = t[i];
+    const int64_t N = c->N;
+    _Alignas(64) int32_t out[4][4][16]; /* [stream][token][row in the block] */
+    for (int64_t b = 0; b < L; b++) {
+        int cols = 16;
+        for (int j = 0; j < 16; j++) {
+            int64_t n[4];
+            int32_t t[16];
+            for (int r = 0; r < R; r++) n[r] = (s0 + r * L + b) * 16 + j;
+            if (n[R - 1] >= N) { cols = j; break; } /* only a stream of one block: the last may end early */
+            w4_rows_dot(six, per, m, R, c->w, g->w4_lut, n, q, g->Kp, g->qsum, t);
+            for (int r = 0; r < R; r++)
+                for (int i = 0; i < m; i++) out[r][i][j] = t[r * m + i];
         }
-        for (int i = 0; i < m; i++)
-            qmm_z_epilogue16(c, _mm512_load_si512(out[i]), i, n0, g->s[i], qmm_z_tail_mask(cols));
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < m; i++)
+                qmm_z_epilogue16(c, _mm512_load_si512(out[r][i]), i, (s0 + r * L + b) * 16, g->s[i], qmm_z_tail_mask(cols));
     }
+}
+
+/* blocks [b0, b1): 4 streams of whole blocks (codes of 4 rows in flight), the rest (and a last
+ * block cut by N) one stream at a time */
+static inline __attribute__((always_inline)) void w4_rows(const int six, const int per, const int m,
+                                                          const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+    const int64_t full = b1 * 16 <= g->c->N ? b1 - b0 : b1 - b0 - 1, L = full / 4;
+    if (L > 0) w4_streams(six, per, m, 4, g, b0, L);
+    for (int64_t b = b0 + 4 * L; b < b1; b++) w4_streams(six, per, m, 1, g, b, 1);
 }
 
 static void rows_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
