@@ -518,7 +518,7 @@ int main(int argc, char **argv) {
              bad >= 0 ? e4m3((uint8_t)bad) : 0.0);
     check_bad_input();
     /* randomized layers: M = 1 and small M, then larger; odd N; K multiples of 16/32 with tails of 64 */
-    static const int64_t Ms[] = {1, 1, 2, 3, 4, 7, 8, 9, 16, 17, 24, 33, 64, 65, 100, 300};
+    static const int64_t Ms[] = {1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 24, 33, 64, 65, 100, 300};
     const int nm = (int)(sizeof Ms / sizeof Ms[0]);
     for (int it = 0; it < (quick ? 12 : 40); it++) {
         const int bits = tu_rand_int(0, 2) ? 4 : 6;

@@ -52,7 +52,7 @@ static inline int64_t qmm_w4a8_rows_step(int64_t Kp) {
  * (w4a8_avx512_vnni.c): blocks [b0, b1) of the call computed and written as the engine's
  * rows_kernel does, each row's codes looked up in g->w4_lut and multiplied without being stored.
  * For e4m3 s_rel, groups of a multiple of 16, that engine only (its arithmetic and ISA). */
-enum { QMM_W4A8_FUSED_M = 4 };
+enum { QMM_W4A8_FUSED_M = 8 };
 struct qmm_i8_gemm;
 typedef void (*qmm_w4a8_fused_fn)(const struct qmm_i8_gemm *g, int64_t b0, int64_t b1);
 extern const qmm_w4a8_fused_fn qmm_w4a8_rows_fused_vnni_ptr;
