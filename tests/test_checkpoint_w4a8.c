@@ -236,7 +236,7 @@ static void check_model_layer(qmm_model *m, const w4layer *L, const char *how) {
     char want[64], text[8192];
     snprintf(want, sizeof want, "W%dA8: %d-bit codes%s, group %d", L->bits, L->bits, L->has_cb ? " + codebook" : "",
              L->gsz);
-    const char *where = p.is_fallback ? "fallback's n16k4 blocks" : "int8 engine's n16k4 panels";
+    const char *where = p.is_fallback ? "fallback's n16k4 blocks" : "into the int8 engine's ";
     TU_CHECK(p.engine == QMM_ENGINE_AUTO || (strstr(p.weight, want) && strstr(p.weight, where)),
              "%s: plan weight '%s' (wants '%s' and '%s')", what, p.weight, want, where);
     qmm_plan_format(&p, text, sizeof text);

@@ -10,6 +10,7 @@
 #include "dispatch.h"
 #include "epilogue.h"
 #include "input_stage.h"
+#include "int8_gemm.h"
 #include "numerics.h"
 #include "prepass.h"
 
@@ -124,7 +125,8 @@ qmm_status qmm_plan(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args
         snprintf(out->weight, sizeof out->weight,
                  "W%dA8: %d-bit codes%s, group %d, s_rel %s; decoded per call into %s (no int8 copy)", w->w4.bits,
                  w->w4.bits, w->w4.codebook ? " + codebook" : "", w->w4.group, qmm_dtype_name(w->w4.s_rel_dtype),
-                 out->is_fallback ? "the float fallback's n16k4 blocks (W8A16)" : "the int8 engine's n16k4 panels");
+                 out->is_fallback ? "the float fallback's n16k4 blocks (W8A16)"
+                                  : qmm_i8_w4a8_site(qmm_i8_engine_of(out->engine), w, args->M));
     return QMM_OK;
 }
 

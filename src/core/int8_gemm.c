@@ -87,6 +87,19 @@ void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int6
     t->neg128 = neg;
 }
 
+/* A W4A8 weight's rows regime on engine e runs fused (w4a8.h): avx512_vnni, M <= QMM_W4A8_FUSED_M,
+ * e4m3 s_rel (the table), groups of a multiple of 16. */
+static int w4a8_fused(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
+    return M <= QMM_W4A8_FUSED_M && w->w4.s_rel_dtype == QMM_F8_E4M3 && w->w4.group % 16 == 0 &&
+           qmm_w4a8_rows_fused_vnni_ptr && e == qmm_i8_engine_of(QMM_ENGINE_AVX512_VNNI);
+}
+
+const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
+    if (!e || M > e->rows_m) return "the int8 engine's n16k4 panels";
+    return w4a8_fused(e, w, M) ? "the int8 engine's fused rows kernel (multiplied, never stored)"
+                               : "the int8 engine's rows regime (a few whole rows per thread)";
+}
+
 /* The rows regime of a W4A8 weight: blocks [b0, b1) a few rows at a time (the thread's buffer,
  * g->panel_bytes: that many rows of Kp bytes), decoded into the buffer (row-major, Kp bytes
  * apart, the rows' codes read once), then the engine's rows_kernel on a view of the call whose
@@ -279,10 +292,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         if (w->w4.s_rel_dtype == QMM_F8_E4M3) {
             qmm_w4a8_lut_filler(ctx)(w, lut);
             g.w4_lut = lut;
-            /* the avx512_vnni engine's fused rows regime (w4a8.h) */
-            if (rows && M <= QMM_W4A8_FUSED_M && w->w4.group % 16 == 0 && qmm_w4a8_rows_fused_vnni_ptr &&
-                e == qmm_i8_engine_of(QMM_ENGINE_AVX512_VNNI))
-                g.w4_fused = qmm_w4a8_rows_fused_vnni_ptr;
+            if (rows && w4a8_fused(e, w, M)) g.w4_fused = qmm_w4a8_rows_fused_vnni_ptr;
         }
     }
     if (rows) {

@@ -183,6 +183,10 @@ static inline int64_t qmm_i8_chunk_nq(const qmm_i8_gemm *g, int64_t q0) {
     return g->kq - q0 < n ? g->kq - q0 : n;
 }
 
+/* Where the driver decodes a borrowed W4A8 weight w for a call of M rows on engine e (NULL: none;
+ * qmm_plan's words): the n16k4 panels, the rows regime's per-thread rows, or the fused rows kernel. */
+const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_t M);
+
 /* The int8 driver's descriptor of engine id (qmm_engine.i8); NULL if it has none. */
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id);
 
