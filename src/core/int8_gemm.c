@@ -12,7 +12,7 @@
 
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id) {
     const qmm_engine *e = qmm_engine_get(id);
-    return e ? e->i8 : NULL;
+    return e ? e->ops->i8 : NULL;
 }
 
 void qmm_i8_pack_block_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,

@@ -217,13 +217,7 @@ static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
 const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const qmm_attn_call *c, char *why, size_t n);
 qmm_status QMM_AMX_SYM(qmm_amx_bf16_attn_run)(qmm_context *ctx, const qmm_attn_call *c);
 
-const qmm_engine QMM_AMX_SYM(qmm_engine_amx_bf16) = {
-    .id = QMM_ENGINE_AMX_BF16,
-    .name = "amx_bf16",
-    .kind = QMM_KIND_FLOAT,
-    .isa = QMM_ISA_AMX,
-    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ | QMM_CPU_AMX_TILE |
-                    QMM_CPU_AMX_BF16 | QMM_CPU_AMX_PERMITTED, /* its conversions and epilogue are AVX-512 */
+const qmm_engine_ops QMM_AMX_SYM(qmm_amx_bf16_ops) = {
     .built = QMM_AMX_BUILT,
     .admit = amx_bf16_admit,
     .run = amx_bf16_run,

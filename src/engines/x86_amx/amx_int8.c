@@ -327,13 +327,7 @@ static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
 }
 #endif
 
-const qmm_engine QMM_AMX_SYM(qmm_engine_amx_int8) = {
-    .id = QMM_ENGINE_AMX_INT8,
-    .name = "amx_int8",
-    .kind = QMM_KIND_INT8,
-    .isa = QMM_ISA_AMX,
-    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ | QMM_CPU_AMX_TILE |
-                    QMM_CPU_AMX_INT8 | QMM_CPU_AMX_PERMITTED, /* its pre-pass, pack and epilogue are AVX-512 */
+const qmm_engine_ops QMM_AMX_SYM(qmm_amx_int8_ops) = {
     .built = QMM_AMX_BUILT,
     .admit = amx_int8_admit,
     .run = amx_int8_run,

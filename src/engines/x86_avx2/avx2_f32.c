@@ -109,20 +109,11 @@ static const qmm_fgemm k_gemm = {
     .kernel = qmm_f32_gemm_ukernel_6x16__avx2_fma, .epilogue = NULL,
 };
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_float_gemm(ctx, c, &k_gemm); }
-
+/* attention (avx2_f32_attn.c) */
 const char *qmm_avx2_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n);
 qmm_status qmm_avx2_f32_attn_run(qmm_context *ctx, const qmm_attn_call *c);
 
-const qmm_engine qmm_engine_avx2_f32 = {
-    .id = QMM_ENGINE_AVX2_F32,
-    .name = "avx2_f32",
-    .kind = QMM_KIND_FLOAT,
-    .isa = QMM_ISA_AVX2,
-    .cpu_features = QMM_CPU_AVX2 | QMM_CPU_FMA,
-    .built = 1,
-    .admit = qmm_admit_common_float,
-    .run = run,
-    .attn_admit = qmm_avx2_f32_attn_admit,
-    .attn_run = qmm_avx2_f32_attn_run,
+const qmm_engine_ops qmm_avx2_f32_ops = {
+    .built = 1, .admit = qmm_admit_common_float, .f = &k_gemm,
+    .attn_admit = qmm_avx2_f32_attn_admit, .attn_run = qmm_avx2_f32_attn_run,
 };

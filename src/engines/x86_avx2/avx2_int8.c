@@ -226,16 +226,4 @@ static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
 
 static const qmm_i8_engine k_avx2_int8 = QMM_A2_ENGINE(0, 4, tile, ROWS_M, rows_kernel);
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_int8_gemm(ctx, c, &k_avx2_int8); }
-
-const qmm_engine qmm_engine_avx2_int8 = {
-    .id = QMM_ENGINE_AVX2_INT8,
-    .name = "avx2_int8",
-    .kind = QMM_KIND_INT8,
-    .isa = QMM_ISA_AVX2,
-    .cpu_features = QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C,
-    .built = 1,
-    .admit = admit,
-    .run = run,
-    .i8 = &k_avx2_int8,
-};
+const qmm_engine_ops qmm_avx2_int8_ops = {.built = 1, .admit = admit, .i8 = &k_avx2_int8};

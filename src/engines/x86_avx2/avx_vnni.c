@@ -86,29 +86,8 @@ static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t,
 static const qmm_i8_engine k_avx_vnni = QMM_A2_ENGINE(1, 6, tile, 0, NULL);
 #endif
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) {
 #ifdef QMM_HAVE_AVXVNNI_BUILD
-    return qmm_int8_gemm(ctx, c, &k_avx_vnni);
-#else
-    (void)ctx;
-    return qmm_fail(QMM_ERR_INTERNAL, "layer %s: engine avx_vnni was not built", c->w->name);
+const qmm_engine_ops qmm_avx_vnni_ops = {.built = 1, .admit = admit, .i8 = &k_avx_vnni};
+#else /* the compiler lacks AVX-VNNI: listed, never usable */
+const qmm_engine_ops qmm_avx_vnni_ops = {.built = 0, .admit = admit};
 #endif
-}
-
-const qmm_engine qmm_engine_avx_vnni = {
-    .id = QMM_ENGINE_AVX_VNNI,
-    .name = "avx_vnni",
-    .kind = QMM_KIND_INT8,
-    .isa = QMM_ISA_AVX_VNNI,
-    .cpu_features = QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C | QMM_CPU_AVX_VNNI,
-#ifdef QMM_HAVE_AVXVNNI_BUILD
-    .built = 1,
-#else
-    .built = 0,
-#endif
-    .admit = admit,
-    .run = run,
-#ifdef QMM_HAVE_AVXVNNI_BUILD
-    .i8 = &k_avx_vnni,
-#endif
-};

@@ -102,20 +102,11 @@ static const qmm_fgemm k_gemm = {
     .pack_i8 = qmm_z_pack_n16k4,
 };
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_float_gemm(ctx, c, &k_gemm); }
-
+/* attention (avx512_bf16_attn.c) */
 const char *qmm_avx512_bf16_attn_admit(const qmm_attn_call *c, char *why, size_t n);
 qmm_status qmm_avx512_bf16_attn_run(qmm_context *ctx, const qmm_attn_call *c);
 
-const qmm_engine qmm_engine_avx512_bf16 = {
-    .id = QMM_ENGINE_AVX512_BF16,
-    .name = "avx512_bf16",
-    .kind = QMM_KIND_FLOAT,
-    .isa = QMM_ISA_AVX512_BF16,
-    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512_BF16,
-    .built = 1,
-    .admit = admit,
-    .run = run,
-    .attn_admit = qmm_avx512_bf16_attn_admit,
-    .attn_run = qmm_avx512_bf16_attn_run,
+const qmm_engine_ops qmm_avx512_bf16_ops = {
+    .built = 1, .admit = admit, .f = &k_gemm,
+    .attn_admit = qmm_avx512_bf16_attn_admit, .attn_run = qmm_avx512_bf16_attn_run,
 };

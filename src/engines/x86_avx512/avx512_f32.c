@@ -111,20 +111,11 @@ static const qmm_fgemm k_gemm = {
     .pack_i8 = qmm_z_pack_n16k4,
 };
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_float_gemm(ctx, c, &k_gemm); }
-
+/* attention (avx512_f32_attn.c) */
 const char *qmm_avx512_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n);
 qmm_status qmm_avx512_f32_attn_run(qmm_context *ctx, const qmm_attn_call *c);
 
-const qmm_engine qmm_engine_avx512_f32 = {
-    .id = QMM_ENGINE_AVX512_F32,
-    .name = "avx512_f32",
-    .kind = QMM_KIND_FLOAT,
-    .isa = QMM_ISA_AVX512,
-    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ,
-    .built = 1,
-    .admit = qmm_admit_common_float,
-    .run = run,
-    .attn_admit = qmm_avx512_f32_attn_admit,
-    .attn_run = qmm_avx512_f32_attn_run,
+const qmm_engine_ops qmm_avx512_f32_ops = {
+    .built = 1, .admit = qmm_admit_common_float, .f = &k_gemm,
+    .attn_admit = qmm_avx512_f32_attn_admit, .attn_run = qmm_avx512_f32_attn_run,
 };

@@ -758,8 +758,6 @@ static const qmm_i8_engine k_vnni = {
     .rows_ap_fill = rows_ap_fill,
 };
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_int8_gemm(ctx, c, &k_vnni); }
-
 /* Admission beside the kernel: the common int8 rules; this kernel has no extra limit (any M, N,
  * K, strides; -128 weights are exact with u8 × s8). */
 static const char *admit(const qmm_call *c, char *why, size_t n) { return qmm_admit_common_int8(c, why, n); }
@@ -768,9 +766,7 @@ static const char *admit(const qmm_call *c, char *why, size_t n) { return qmm_ad
 const char *qmm_avx512_vnni_attn_admit(const qmm_attn_call *c, char *why, size_t n);
 qmm_status qmm_avx512_vnni_attn_run(qmm_context *ctx, const qmm_attn_call *c);
 
-const qmm_engine qmm_engine_avx512_vnni = {
-    .id = QMM_ENGINE_AVX512_VNNI, .name = "avx512_vnni", .kind = QMM_KIND_INT8, .isa = QMM_ISA_AVX512_VNNI,
-    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512_VNNI, .built = 1,
-    .admit = admit, .run = run, .i8 = &k_vnni,
+const qmm_engine_ops qmm_avx512_vnni_ops = {
+    .built = 1, .admit = admit, .i8 = &k_vnni,
     .attn_admit = qmm_avx512_vnni_attn_admit, .attn_run = qmm_avx512_vnni_attn_run,
 };
