@@ -95,10 +95,6 @@ static inline int8_t qmm_packed_i8_at(const qmm_packed_i8 *p, int64_t n, int64_t
     return p->data[((n / 16) * (p->Kp / 4) + k / 4) * 64 + (n % 16) * 4 + k % 4];
 }
 
-/* Rows [n0, n1) of W (int8 [N][ld], n1 <= Np) into the n16k4 packing p (blocks of 16 rows, n0 a
- * multiple of 16; rows past N and k past K zero), colsum[n] for those rows; returns 1 if some
- * weight is -128. The copy of qmm_weight_create_int8. */
-int qmm_pack_i8_rows(const int8_t *W, int64_t ld, int64_t N, int64_t K, int64_t n0, int64_t n1, qmm_packed_i8 *p);
 
 /* The engines AUTO dispatch chose for this weight, one per call class (dispatch.h,
  * qmm_plan_choose): each slot one self-contained word (class and choice), written and read
@@ -232,6 +228,12 @@ typedef struct qmm_call {
     const void *residual_scale;     /* [N] of y_dtype */
     _Atomic(const char *) *bug;     /* where a kernel reports an impossible case (qmm_call_bug), or NULL */
 } qmm_call;
+
+/* A GEMM driver's per-thread hook (int8_gemm.h, float_gemm.h), for engines with thread state (AMX:
+ * LDTILECFG, TILERELEASE; oneDNN's brgemm set_hw_context / release_hw_context): begin(c, thread)
+ * runs on each pool thread before its first task of a pool run of call c, end(c, thread) after
+ * its last (placed by the pool: qmm_pool_run_bracketed). */
+typedef void (*qmm_thread_hook_fn)(const qmm_call *c, int thread);
 
 /* A kernel met a case its preconditions exclude (a bug in qmm): recorded on the call from any
  * thread, and qmm_linear then fails with QMM_ERR_INTERNAL naming `what` (a static string). The

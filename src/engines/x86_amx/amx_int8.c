@@ -107,7 +107,7 @@ static const char *amx_int8_admit(const qmm_call *c, char *why, size_t n) {
                  (long long)c->M, (long long)b.min_m);
         return why;
     }
-    if (c->w->i8.data == NULL && c->M < b.borrowed_min_m) { /* a borrowed weight (the dispatch cache is per weight) */
+    if (c->w->borrowed && c->M < b.borrowed_min_m) { /* a borrowed weight (the dispatch cache is per weight) */
         snprintf(why, n,
                  "borrowed weight at M=%lld < %lld: avx512_vnni reads the caller's rows in place, amx_int8 packs them per "
                  "call (measured 0.67x of packed, slower than avx512_vnni at M <= 16)",
@@ -284,24 +284,21 @@ static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
         }
 }
 
-/* qmm_i8_pack_fn: the 16 rows transposed into n16k4, nothing else (cs and neg128 unread) */
+/* qmm_pack_n16k4_fn: the 16 rows transposed into n16k4, nothing else (cs and neg128 unread) */
 static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
                        int32_t *cs, int first, int *neg128) {
-    (void)cs;
-    (void)first;
-    (void)neg128;
-    qmm_z_pack_n16k4(W, ld, rows, k0, k1, dst, nq);
+    qmm_z_pack_n16k4(W, ld, rows, k0, k1, dst, nq, cs, first, neg128);
 }
 
 /* LDTILECFG for the thread's usual row tile (32 rows, or all of M), TILERELEASE at the end */
-static void begin(const qmm_i8_gemm *g, int thread) {
+static void begin(const qmm_call *c, int thread) {
     (void)thread;
-    const int rows = g->c->M < 32 ? (int)g->c->M : 32, r0 = rows < 16 ? rows : 16;
+    const int rows = c->M < 32 ? (int)c->M : 32, r0 = rows < 16 ? rows : 16;
     QMM_AMX_SYM(qmm_amx_tiles_config)(r0, rows - r0);
 }
 
-static void end(const qmm_i8_gemm *g, int thread) {
-    (void)g;
+static void end(const qmm_call *c, int thread) {
+    (void)c;
     (void)thread;
     QMM_AMX_SYM(qmm_amx_tiles_release)();
 }

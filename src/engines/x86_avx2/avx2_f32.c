@@ -15,6 +15,7 @@
  */
 #include "float_gemm.h"
 #include "qmm_internal.h"
+#include "ukernels.h"
 
 #include <immintrin.h>
 
@@ -95,8 +96,8 @@ static inline __attribute__((always_inline)) void kern(const int rows, int64_t k
 }
 
 /* C[6][16] (+)= A[kc][6]ᵀ · B[kc][16] */
-static void qmm_f32_gemm_ukernel_6x16__avx2_fma(const qmm_fgemm *g, int rows, int64_t kc, const void *a, const void *b,
-                                                float *C, int accumulate) {
+void qmm_f32_gemm_ukernel_6x16__avx2_fma(const qmm_fgemm *g, int rows, int64_t kc, const void *a, const void *b,
+                                         float *C, int accumulate) {
     (void)g;
     QMM_FGEMM_ROWS6(kern, rows, kc, a, b, C, accumulate);
 }
