@@ -28,7 +28,7 @@
  * n16k4 blocks of the weight panel, owned or packed per call). amx_bf16 runs it as a micro-kernel
  * of the float GEMM driver (float_gemm.h) with the operands' roles swapped: A = 16 widened W rows
  * per tile, B = 16 tokens of the driver's 32-row bf16 panel, C = [W rows][tokens], every tile
- * 16 × 64 (configured once per task).
+ * 16 × 64 (configured once per thread and call, by the driver's begin hook).
  */
 #ifndef QMM_AMX_KERNEL_H
 #define QMM_AMX_KERNEL_H
