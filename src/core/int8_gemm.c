@@ -1,7 +1,7 @@
 /*
  * int8_gemm.c — the int8 GEMM driver (contract in int8_gemm.h): the pre-pass asked for the
  * engine's operand (u8 or s8, the one-pass row copy, the rows regime's row sums), the task grid,
- * K chunks, the prefetch schedule, the weight panels (owned in place, borrowed packed per call),
+ * K chunks, the prefetch schedule, the weight panels (panel.h: owned in place, borrowed packed per call),
  * token scales; the engines' descriptors for the unit tests (qmm_i8_engine_of).
  */
 #include "int8_gemm.h"
@@ -12,78 +12,23 @@
 
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id) {
     const qmm_engine *e = qmm_engine_get(id);
-    return e ? e->i8 : NULL;
+    return e ? e->ops->i8 : NULL;
 }
 
-void qmm_i8_pack_block_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
-                           int32_t *cs, int first, int *neg128) {
-    int neg = 0;
-    for (int j = 0; j < 16; j++) {
-        uint32_t sum = first ? 0u : (uint32_t)cs[j];
-        const int8_t *row = W + j * ld;
-        for (int64_t q = 0; q < nq; q++)
-            for (int t = 0; t < 4; t++) {
-                const int64_t k = k0 + q * 4 + t;
-                const int8_t v = j < rows && k < k1 ? row[k] : 0;
-                dst[q * 64 + j * 4 + t] = v;
-                sum += (uint32_t)(int32_t)v;
-                neg |= v == -128;
-            }
-        cs[j] = (int32_t)sum;
-    }
-    *neg128 |= neg;
+qmm_i8_rows_fn qmm_i8_rows_kernel_for(const qmm_i8_engine *e, int64_t M) {
+    for (int i = 0; i < e->n_rows_kernels; i++)
+        if (M >= e->rows_kernels[i].m_min && M <= e->rows_kernels[i].m_max) return e->rows_kernels[i].fn;
+    return NULL;
 }
 
 void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
                       int first, qmm_i8_tile *t) {
-    const qmm_weight *w = g->c->w;
-    if (!g->borrowed) {
-        t->b = w->i8.data + nb * g->Kp * 16 + q0 * 64;
-        t->ldb = g->Kp * 16;
-        t->colsum = w->i8.colsum + nb * 16;
-        t->neg128 = 0;
-        return;
-    }
-    int8_t *dst = g->panels + (int64_t)thread * g->panel_bytes;
-    const int64_t N = g->c->N, K = g->c->K, ld = w->borrow.ld;
-    const int64_t k0 = q0 * 4, k1 = (q0 + nq) * 4 < K ? (q0 + nq) * 4 : K;
-    int neg = 0;
-    if (w->w4a8) { /* the codes decoded into the panel (values in [-127, 127]: no -128) */
-        const qmm_i8_pack_fn pack = g->e->pack ? g->e->pack : qmm_i8_pack_block_ref;
-        for (int jb = 0; jb < nr; jb++) {
-            const int64_t n0 = (nb + jb) * 16;
-            const int rows = N - n0 < 16 ? (int)(N - n0) : 16;
-            int8_t *blk = dst + jb * nq * 64;
-            if (g->e->pack_w4a8) {
-                g->e->pack_w4a8(w, n0, rows, k0, k1, blk, nq, cs + jb * 16, first);
-                continue;
-            }
-            /* 16 rows × up to 256 k decoded into L1, then the engine's int8 pack of them */
-            _Alignas(64) int8_t buf[16 * 256];
-            for (int64_t ka = k0; ka < k1 || ka == k0; ka += 256) {
-                const int64_t len = k1 - ka < 256 ? k1 - ka : 256, qa = (ka - k0) / 4;
-                const int64_t nqs = ka + 256 < k1 ? 64 : nq - qa;
-                for (int j = 0; j < rows && len > 0; j++) g->w4_decode(w, n0 + j, ka, ka + len, buf + j * 256);
-                pack(buf, 256, rows, 0, len > 0 ? len : 0, blk + qa * 64, nqs, cs + jb * 16, first && ka == k0, &neg);
-                if (len <= 0) break;
-            }
-        }
-        t->b = dst;
-        t->ldb = nq * 64;
-        t->colsum = cs;
-        t->neg128 = 0;
-        return;
-    }
-    const qmm_i8_pack_fn pack = g->e->pack ? g->e->pack : qmm_i8_pack_block_ref;
-    for (int jb = 0; jb < nr; jb++) {
-        const int64_t n0 = (nb + jb) * 16;
-        const int rows = N - n0 < 16 ? (int)(N - n0) : 16;
-        pack(w->borrow.data + n0 * ld, ld, rows, k0, k1, dst + jb * nq * 64, nq, cs + jb * 16, first, &neg);
-    }
-    t->b = dst;
-    t->ldb = nq * 64;
-    t->colsum = cs;
-    t->neg128 = neg;
+    qmm_panel p;
+    qmm_panel_get(&g->src, nb, nr, q0, nq, g->panels + (int64_t)thread * g->panel_bytes, cs, first, &p);
+    t->b = p.b;
+    t->ldb = p.ldb;
+    t->colsum = p.colsum;
+    t->neg128 = p.neg128;
 }
 
 static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
@@ -100,7 +45,7 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     int32_t *part = g->part + (int64_t)thread * g->mc * e->nc;
     int32_t *cs = g->borrowed ? g->colsums + (int64_t)thread * e->nc : NULL; /* the task's columns */
     if (g->rows) {
-        e->rows_kernel(g, b0, b1);
+        g->rows_fn(g, b0, b1);
         return;
     }
     if (g->ap) {
@@ -172,12 +117,12 @@ static void rows_ap_group(const void *arg, int64_t r0, int64_t r1) {
 /* the engine's per-thread hooks, around each thread's share of the tasks (the pool places them) */
 static void gemm_begin(int thread, void *arg) {
     const qmm_i8_gemm *g = arg;
-    g->e->begin(g, thread);
+    g->e->begin(g->c, thread);
 }
 
 static void gemm_end(int thread, void *arg) {
     const qmm_i8_gemm *g = arg;
-    g->e->end(g, thread);
+    g->e->end(g->c, thread);
 }
 
 qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engine *e) {
@@ -190,7 +135,8 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     void *buf, *pbuf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 9, &buf));
     const int64_t kq = e->k64 ? Kp / 4 : (c->K + 3) / 4;
-    const int borrowed = w->i8.data == NULL, rows = borrowed && !w->w4a8 && M <= e->rows_m;
+    const qmm_i8_rows_fn rows_fn = w->borrowed && !w->w4a8 && M <= e->rows_m ? qmm_i8_rows_kernel_for(e, M) : NULL;
+    const int borrowed = w->borrowed, rows = rows_fn != NULL;
     const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M) : 0;
     int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4, kc_long = kq;
     if (e->k64 && kcq < kq) { /* even chunks of whole 64-byte k-steps (int8_gemm.h, k64) */
@@ -238,9 +184,11 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         g.panels = (int8_t *)pbuf + pbytes + apbytes;
         g.colsums = (int32_t *)(g.panels + (size_t)nt * (size_t)panel_bytes);
     }
-    if (w->w4a8) g.w4_decode = qmm_w4a8_decoder(ctx);
+    g.src = (qmm_panel_source){.w = w, .pack = e->pack, .pack_w4a8 = e->pack_w4a8,
+                               .w4_decode = w->w4a8 ? qmm_w4a8_decoder(ctx) : NULL};
     if (rows) {
         g.rows = 1;
+        g.rows_fn = rows_fn;
         g.qsum = qsum;
         g.qneg128 = qneg;
     }
