@@ -99,8 +99,8 @@ enum { NC = QMM_VNNI_NC, PF_AHEAD = 1024 /* software prefetch distance of PF_STR
                          "test %[nq], %[nq]\n\t"                                                           \
                          "jz 9f\n\t"                                                                       \
                          "cmpq $1, %[mode]\n\t"                                                            \
-                         "je 5f\n\t"                                                                       \
-                         "jg 7f\n\t"                                                                       \
+                         "je 7f\n\t"                 /* QMM_I8_PF_NEXT */                                  \
+                         "jg 5f\n\t"                 /* QMM_I8_PF_STREAM */                                \
                          "3:\n\t" V_LOADB ROWS(V_M_DP) V_STEP "jnz 3b\n\t"                                  \
                          "jmp 9f\n\t"                                                                      \
                          "5:\n\t" V_PF_STREAM V_LOADB ROWS(V_M_DP) V_STEP "jnz 5b\n\t"                      \
