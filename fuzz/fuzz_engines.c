@@ -176,6 +176,12 @@ static qmm_amx_blocking amx_blocking_for(uint32_t sel, int regime, int64_t M, in
     return b;
 }
 
+/* the AMX engines' table rows with the emulated operations (amx_emu.h) */
+static const qmm_engine g_emu_int8 = {QMM_ENGINE_AMX_INT8, "amx_int8", QMM_KIND_INT8, QMM_ISA_AMX, 0, QMM_I8, "TDPBSSD",
+                                      0, &qmm_amx_int8_ops_emu};
+static const qmm_engine g_emu_bf16 = {QMM_ENGINE_AMX_BF16, "amx_bf16", QMM_KIND_FLOAT, QMM_ISA_AMX, 0, QMM_BF16,
+                                      "TDPBF16PS", 0, &qmm_amx_bf16_ops_emu};
+
 /* Runs emulated engine e on w (owned, or borrowed: its per-call view) with the call's arguments;
  * QMM_ERR_UNSUPPORTED when it does not admit the call. Aborts on a tile fault, a configuration
  * left behind or (amx_int8) another regime than the one forced. */
@@ -189,10 +195,10 @@ static qmm_status amx_emu_run(const qmm_engine *e, const qmm_weight *w, const qm
                         .ldy = a->ldy, .act = a->act, .token_scales = a->token_scales,
                         .fallback = e->kind == QMM_KIND_FLOAT, .epilogue = a->epilogue, .bug = &bug};
     char why[QMM_REASON_MAX];
-    if (e->admit(&c, why, sizeof why)) return QMM_ERR_UNSUPPORTED;
+    if (e->ops->admit(&c, why, sizeof why)) return QMM_ERR_UNSUPPORTED;
     const long f0 = qmm_amx_emu_faults();
     qmm_amx_last_regime_emu = -1;
-    const qmm_status st = e->run(g_ctx, &c);
+    const qmm_status st = e->ops->run(g_ctx, &c);
     if (qmm_amx_emu_faults() != f0 || qmm_amx_emu_live_configs() != 0 || atomic_load(&bug) ||
         (regime >= 0 && st == QMM_OK && qmm_amx_last_regime_emu != regime)) {
         fprintf(stderr, "fuzz_engines: %s (emulated, %s weight): %ld tile faults (%s), %ld configurations left, "
@@ -266,7 +272,7 @@ static void amx_emu_engines(const qmm_weight *wt, const qmm_weight *wbt, const i
             memset(s1, 0, (size_t)M * sizeof(float));
             a.y = y1;
             a.token_scales = s1;
-            const qmm_status st = amx_emu_run(&qmm_engine_amx_int8_emu, borrowed ? wbt : wt, &a, regime);
+            const qmm_status st = amx_emu_run(&g_emu_int8, borrowed ? wbt : wt, &a, regime);
             if (st == QMM_ERR_UNSUPPORTED) continue;
             const int64_t bad = st == QMM_OK ? first_diff(y0, y1, a.y_dtype, M * a.ldy) : 0;
             const int64_t sbad = st == QMM_OK ? first_diff(s0, s1, QMM_F32, M) : -1;
@@ -288,7 +294,7 @@ static void amx_emu_engines(const qmm_weight *wt, const qmm_weight *wbt, const i
         qmm_amx_blocking_emu = amx_blocking_for(mix32(sel ^ (0x51ed27u + (uint32_t)borrowed)), -1, M, 0);
         memset(y1, 0xA5, (size_t)ybytes);
         a.y = y1;
-        const qmm_status st = amx_emu_run(&qmm_engine_amx_bf16_emu, borrowed ? wbt : wt, &a, -1);
+        const qmm_status st = amx_emu_run(&g_emu_bf16, borrowed ? wbt : wt, &a, -1);
         if (st == QMM_ERR_UNSUPPORTED) continue;
         const int64_t bad = st == QMM_OK ? first_diff(yexp, y1, a.y_dtype, M * a.ldy) : 0;
         if (st != QMM_OK || bad >= 0) amx_emu_fail("amx_bf16", borrowed ? wbt : wt, -1, &qmm_amx_blocking_emu, &a, bad, -1);

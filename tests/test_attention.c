@@ -237,7 +237,7 @@ static int g_n_attn;
  * instruction runs in the emulator of amx_emu.c; it is not in the table, so it is called here
  * with the call qmm_attention would validate */
 #include "../src/engines/x86_amx/amx_emu.h"
-extern const qmm_engine qmm_engine_amx_bf16_emu;
+extern const qmm_engine_ops qmm_amx_bf16_ops_emu;
 static long g_emu_runs;
 
 static void to_call(const qmm_attention_args *a, qmm_attn_call *c) {
@@ -291,7 +291,7 @@ static void sweep(qmm_context *ctx, qmm_context *ctx1, int cases, int quick) {
             qmm_attn_call call;
             to_call(&b.a, &call);
             const long f0 = qmm_amx_emu_faults();
-            TU_CHECK_OK(qmm_engine_amx_bf16_emu.attn_run(ctx, &call));
+            TU_CHECK_OK(qmm_amx_bf16_ops_emu.attn_run(ctx, &call));
             TU_CHECK(qmm_amx_emu_faults() == f0 && qmm_amx_emu_live_configs() == 0,
                      "amx_bf16 (emulated): %ld tile faults (%s), %ld configurations left", qmm_amx_emu_faults() - f0,
                      qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
@@ -440,13 +440,13 @@ int main(int argc, char **argv) {
     const int n = tu_engines(TU_ENGINES_FLOAT, all);
     for (int i = 0; i < n; i++) {
         const qmm_engine *e = qmm_engine_get(all[i]);
-        if (i == 0 && qmm_engine_get(QMM_ENGINE_AVX512_VNNI)->attn_run) { /* mode int8's engine first */
+        if (i == 0 && qmm_engine_get(QMM_ENGINE_AVX512_VNNI)->ops->attn_run) { /* mode int8's engine first */
             char why[QMM_REASON_MAX];
             if (qmm_engine_available(QMM_ENGINE_AVX512_VNNI, why, sizeof why)) g_attn[g_n_attn++] = QMM_ENGINE_AVX512_VNNI;
             else tu_skip("avx512_vnni (attention, mode int8)", why);
         }
         char why[QMM_REASON_MAX];
-        if (!e->attn_run) continue;
+        if (!e->ops->attn_run) continue;
         if (!qmm_engine_available(all[i], why, sizeof why)) { tu_skip(e->name, why); continue; }
         g_attn[g_n_attn++] = all[i];
     }

@@ -301,7 +301,7 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
         force_regime(want, M);
         const long f0 = qmm_amx_emu_faults();
         qmm_amx_last_regime_emu = -1;
-        TU_CHECK_OK(qmm_engine_amx_int8_emu.run(g_ctx, &c));
+        TU_CHECK_OK(qmm_amx_int8_ops_emu.run(g_ctx, &c));
         TU_CHECK(qmm_amx_emu_faults() == f0, "%s: emulated tile faults: %s", what, qmm_amx_emu_first_fault());
         TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: tiles left configured", what);
         TU_CHECK(qmm_amx_last_regime_emu == want, "%s: regime %d ran, %d forced", what, qmm_amx_last_regime_emu, want);
@@ -317,9 +317,9 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
             describe(&L, "amx_bf16 (emulated)", what, sizeof what);
             qmm_weight vb;
             TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, &vb, &c.w));
-            TU_CHECK_OK(qmm_engine_amx_bf16_emu.run(g_ctx, &co));
+            TU_CHECK_OK(qmm_amx_bf16_ops_emu.run(g_ctx, &co));
             const int r_owned = qmm_amx_last_regime_emu;
-            TU_CHECK_OK(qmm_engine_amx_bf16_emu.run(g_ctx, &c));
+            TU_CHECK_OK(qmm_amx_bf16_ops_emu.run(g_ctx, &c));
             TU_CHECK(qmm_amx_emu_faults() == f0, "%s: emulated tile faults: %s", what, qmm_amx_emu_first_fault());
             TU_CHECK(qmm_amx_last_regime_emu == r_owned, "%s: regime %d borrowed, %d owned", what, qmm_amx_last_regime_emu,
                      r_owned);
@@ -531,7 +531,7 @@ static void check_guard_pages(void) {
         /* the emulated AMX engines, each regime */
         for (int want = QMM_AMX_DECODE; want <= QMM_AMX_BLOCKED && wb; want++) {
             if (want == QMM_AMX_DECODE ? L.M > 32 : L.M < 2) continue;
-            const qmm_engine *amx[2] = {&qmm_engine_amx_int8_emu, &qmm_engine_amx_bf16_emu};
+            const qmm_engine_ops *amx[2] = {&qmm_amx_int8_ops_emu, &qmm_amx_bf16_ops_emu};
             for (int i = 0; i < 2; i++) {
                 qmm_weight view;
                 qmm_call c;

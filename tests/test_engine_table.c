@@ -3,8 +3,8 @@
  * derived from it: every engine id but AUTO appears exactly once; rows are best first by kind
  * (int8, then float, then the reference); each row's engine descriptor carries its own id, a
  * name that round-trips through qmm_engine_from_name, an ISA level, CPU features, a peak
- * instruction and an operand dtype that matches its kind; qmm_engine_get / qmm_engine_is_int8 /
- * qmm_engine_row_of agree with the table; the public view (qmm_engine_count, qmm_engine_get_info)
+ * instruction and an operand dtype that matches its kind; qmm_engine_get / qmm_engine_is_int8
+ * agree with the table; the public view (qmm_engine_count, qmm_engine_get_info)
  * is the table, row for row; the per-engine arrays of the public structs have the pinned
  * capacity QMM_ENGINE_MAX; the plan picks the first admitting row in table order, its accessors
  * agree with its arrays, and qmm_plan_format lists every row once, in table order; qmm_linear's
@@ -23,20 +23,22 @@ static void test_rows(void) {
     int seen[QMM_ENGINE_COUNT] = {0};
     int last_rank = 0;
     for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
-        const qmm_engine_row *r = &qmm_engine_table[i];
-        const qmm_engine *e = r->engine;
+        const qmm_engine *e = &qmm_engine_table[i], *r = e;
         if (!TU_CHECK(e != NULL, "row %d has no engine", i)) continue;
         TU_CHECK(e->id > QMM_ENGINE_AUTO && e->id < QMM_ENGINE_COUNT, "row %d: id %d out of range", i, (int)e->id);
         if (e->id <= QMM_ENGINE_AUTO || e->id >= QMM_ENGINE_COUNT) continue;
         TU_CHECK(seen[e->id]++ == 0, "engine %s appears twice", e->name);
-        TU_CHECK(qmm_engine_get(e->id) == e && qmm_engine_row_of(e->id) == r, "%s: lookup by id", e->name);
+        TU_CHECK(qmm_engine_get(e->id) == e, "%s: lookup by id", e->name);
         TU_CHECK(qmm_engine_from_name(e->name) == e->id, "%s: name round trip", e->name);
         TU_CHECK(!strcmp(qmm_engine_name(e->id), e->name), "%s: qmm_engine_name", e->name);
         TU_CHECK(kind_rank(e->kind) >= last_rank, "row %d (%s): kind %d out of the int8, float, ref order", i,
                  e->name, (int)e->kind);
         if (kind_rank(e->kind) > last_rank) last_rank = kind_rank(e->kind);
         TU_CHECK(qmm_engine_is_int8(e->id) == (e->kind == QMM_KIND_INT8), "%s: qmm_engine_is_int8", e->name);
-        TU_CHECK(e->admit && e->run, "%s: admit and run", e->name);
+        TU_CHECK(e->ops && e->ops->admit, "%s: operations with admit", e->name);
+        if (e->ops && e->ops->built)
+            TU_CHECK((e->ops->i8 == NULL || e->ops->f == NULL) && (e->ops->run || e->ops->i8 || e->ops->f),
+                     "%s: a run, or one of i8 and f", e->name);
         TU_CHECK(r->peak_insn && r->peak_insn[0], "%s: peak instruction", e->name);
         if (e->kind == QMM_KIND_INT8)
             TU_CHECK(r->operands == QMM_I8 && e->cpu_features != 0 && e->isa > QMM_ISA_NONE, "%s: int8 row", e->name);
@@ -48,7 +50,7 @@ static void test_rows(void) {
     }
     for (int id = QMM_ENGINE_AUTO + 1; id < QMM_ENGINE_COUNT; id++)
         TU_CHECK(seen[id] == 1, "engine id %d (%s) is not in the table", id, qmm_engine_name((qmm_engine_id)id));
-    TU_CHECK(qmm_engine_row_of(QMM_ENGINE_AUTO) == NULL && qmm_engine_row_of(QMM_ENGINE_COUNT) == NULL &&
+    TU_CHECK(qmm_engine_get(QMM_ENGINE_AUTO) == NULL && qmm_engine_get(QMM_ENGINE_COUNT) == NULL &&
                  qmm_engine_get((qmm_engine_id)-1) == NULL,
              "no row for AUTO or out-of-range ids");
     TU_CHECK(!qmm_engine_is_int8(QMM_ENGINE_AUTO) && !qmm_engine_is_int8(QMM_ENGINE_COUNT), "is_int8 of non-engines");
@@ -62,12 +64,12 @@ static void test_public_view(void) {
         qmm_engine_info info;
         if (!TU_CHECK(qmm_engine_get_info(i, &info) == QMM_OK, "qmm_engine_get_info(%d): %s", i, qmm_last_error()))
             continue;
-        const qmm_engine_row *r = &qmm_engine_table[i];
-        TU_CHECK(info.id == r->engine->id && !strcmp(info.name, r->engine->name) && info.kind == r->engine->kind &&
-                     info.isa == r->engine->isa && info.cpu_features == r->engine->cpu_features &&
+        const qmm_engine *r = &qmm_engine_table[i];
+        TU_CHECK(info.id == r->id && !strcmp(info.name, r->name) && info.kind == r->kind &&
+                     info.isa == r->isa && info.cpu_features == r->cpu_features &&
                      info.operands == r->operands && !strcmp(info.peak_instruction, r->peak_insn) &&
-                     info.verified_on_hardware == r->hw_verified && info.built == r->engine->built,
-                 "engine info %d (%s) differs from its table row", i, r->engine->name);
+                     info.verified_on_hardware == r->hw_verified && info.built == r->ops->built,
+                 "engine info %d (%s) differs from its table row", i, r->name);
         TU_CHECK((unsigned)info.id < QMM_ENGINE_MAX, "%s: id %d >= QMM_ENGINE_MAX", info.name, (int)info.id);
     }
     /* a new engine changes none of these sizes (qmm.h: QMM_ENGINE_MAX is pinned) */
@@ -107,7 +109,7 @@ static void test_plan_order(void) {
         if (!TU_CHECK(st == QMM_OK, "qmm_plan: %s", qmm_last_error())) continue;
         qmm_engine_id first = QMM_ENGINE_AUTO;
         for (int i = 0; i < QMM_ENGINE_TABLE_LEN && first == QMM_ENGINE_AUTO; i++) {
-            const qmm_engine *e = qmm_engine_table[i].engine;
+            const qmm_engine *e = &qmm_engine_table[i];
             if (e->kind != QMM_KIND_REF && p.admitted[e->id]) first = e->id;
         }
         TU_CHECK(p.engine == first, "plan chose %s, the first admitting row is %s", qmm_engine_name(p.engine),
@@ -124,9 +126,9 @@ static void test_plan_order(void) {
         const char *at = text;
         for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
             char key[40];
-            snprintf(key, sizeof key, "\n  %-12s ", qmm_engine_table[i].engine->name);
+            snprintf(key, sizeof key, "\n  %-12s ", qmm_engine_table[i].name);
             const char *hit = strstr(at, key);
-            if (!TU_CHECK(hit != NULL, "plan text lacks %s after the previous row:\n%s", qmm_engine_table[i].engine->name, text))
+            if (!TU_CHECK(hit != NULL, "plan text lacks %s after the previous row:\n%s", qmm_engine_table[i].name, text))
                 break;
             at = hit + 1;
         }

@@ -120,7 +120,7 @@ static void run_case(qmm_context *ctx1, qmm_context *ctx2, const wcase *wc, int6
     a.act = act;
     a.engine = e;
     const char *en = qmm_engine_name(e);
-    int is_bf16 = qmm_engine_row_of(e)->operands == QMM_BF16;
+    int is_bf16 = qmm_engine_get(e)->operands == QMM_BF16;
     qmm_status st = qmm_linear(ctx1, wc->w, &a);
     if (is_bf16 && wc->kind >= 2) {
         TU_CHECK(st == QMM_ERR_UNSUPPORTED && strstr(qmm_last_error(), "f32 weights"),

@@ -10,10 +10,12 @@
  *                outputs (I32: the exact Σ q·w; f32: qmm_epilogue_store_ref of it, bit for bit)
  *                and nothing else of y written; weights with -128 (the panel's neg128 flag set),
  *                activations with -128, every prefetch mode (NONE, STREAM, NEXT);
- *   pack         qmm_i8_engine.pack against qmm_i8_pack_block_ref: rows 1..16, chunks [k0, k1)
+ *   pack         qmm_i8_engine.pack against qmm_pack_n16k4_ref: rows 1..16, chunks [k0, k1)
  *                with odd ends, nq past the bytes, first or accumulating column sums, the -128
  *                flag (for engines that need it: exact; nothing past k1 read, ASan's job);
- *   rows_kernel  borrowed rows at M = 1..rows_m against the triple loop, a = q (s8) with its row
+ *   rows         borrowed rows at M = 1..rows_m (the kernel qmm_i8_rows_kernel_for picks), and every
+ *                rows kernel by name (qmm_i8_engine.rows_kernels: every M of its range, odd N and
+ *                K), against the triple loop, a = q (s8) with its row
  *                sums and -128 flags (and the engine's own copy of q where it asks for one:
  *                rows_ap_fill), over the driver's tasks of 16 blocks and over other ranges;
  *   one_pass     at every M it takes (one_pass_rows(M) > 0), owned weights: the blocks it says it
@@ -48,7 +50,8 @@ static qmm_call unit_call(const qmm_weight *w, int64_t M, void *y, qmm_dtype yt,
 /* the driver's state as engine e's kernels read it: operand a (rows Kp bytes apart), scales s */
 static qmm_i8_gemm unit_gemm(const qmm_call *c, const qmm_i8_engine *e, const void *a, const float *s, int64_t Kp,
                              int64_t kq, int64_t kcq) {
-    return (qmm_i8_gemm){.c = c, .e = e, .a = (uint8_t *)a, .s = s, .Kp = Kp, .kq = kq, .kcq = kcq};
+    return (qmm_i8_gemm){.c = c, .e = e, .a = (uint8_t *)a, .s = s, .Kp = Kp, .kq = kq, .kcq = kcq,
+                         .src = {.w = c->w, .pack = e->pack}};
 }
 
 /* where a tile's partial sum of row i, column n lies (nr blocks; int8_gemm.h, c_tiles) */
@@ -71,7 +74,7 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
     for (int64_t r = 0; r < M; r++)
         for (int64_t k = 0; k < K; k++) q[r * Kp + k] = (int8_t)tu_rand_int(-128, 127);
     for (int64_t i = 0; i < M * Kp; i++) a[i] = (uint8_t)q[i] ^ (e->u8 ? 0x80 : 0);
-    /* W [16·nr][K] and its n16k4 packing over all of K (qmm_i8_pack_block_ref), column sums */
+    /* W [16·nr][K] and its n16k4 packing over all of K (qmm_pack_n16k4_ref), column sums */
     int8_t *W = calloc((size_t)(16 * nr * K), 1);
     tu_fill_i8(W, N * K, -127, 127);
     if (neg128) W[tu_rand_int(0, N * K - 1)] = -128;
@@ -81,7 +84,7 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
     int flag = 0;
     for (int jb = 0; jb < nr; jb++) {
         const int rows = N - 16 * jb < 16 ? (int)(N - 16 * jb) : 16;
-        qmm_i8_pack_block_ref(W + 16 * jb * K, K, rows, 0, K, b + jb * ldb, kq, cs + 16 * jb, 1, &flag);
+        qmm_pack_n16k4_ref(W + 16 * jb * K, K, rows, 0, K, b + jb * ldb, kq, cs + 16 * jb, 1, &flag);
     }
     int32_t *part = qmm_aligned_alloc(sizeof(int32_t) * (size_t)(e->mr * nc));
     (void)nc;
@@ -104,7 +107,7 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
     _Atomic(const char *) bug = NULL;
     qmm_call c = unit_call(&w, M, y, yt, ldy, &bug);
     const qmm_i8_gemm g = unit_gemm(&c, e, a, s, Kp, kq, cq);
-    if (e->begin) e->begin(&g, 0);
+    if (e->begin) e->begin(&c, 0);
     /* the expected outputs: exact sums through the scalar epilogue on y0 (I32: the sums) */
     qmm_call c0 = c;
     c0.y = y0;
@@ -152,7 +155,7 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
                               (long long)(q0 + t.nq), i, (long long)n, part[part_at(e, i, n, nr)], (int32_t)acc);
             }
     }
-    if (e->end) e->end(&g, 0);
+    if (e->end) e->end(&c, 0);
     if (ok) {
         const int64_t bad = tu_first_diff(y0, y, yt == QMM_I32 ? QMM_I32 : QMM_F32, M * ldy);
         ok = TU_CHECK(bad < 0, "%s: y[%lld][%lld] = %d (bits), expected %d", what, (long long)(bad / ldy),
@@ -204,7 +207,7 @@ static void test_tiles(const char *name, const qmm_i8_engine *e) {
 
 static void test_pack(const char *name, const qmm_i8_engine *e) {
     if (!e->pack) {
-        tu_skip(name, "pack: none (the driver uses qmm_i8_pack_block_ref)");
+        tu_skip(name, "pack: none (the driver uses qmm_pack_n16k4_ref)");
         return;
     }
     int cases = 0;
@@ -231,7 +234,7 @@ static void test_pack(const char *name, const qmm_i8_engine *e) {
         memcpy(csin, cs1, sizeof csin);
         const int flag_in = rep % 8 == 5;
         int f0 = flag_in, f1 = flag_in;
-        qmm_i8_pack_block_ref(W, ld, rows, k0, k1, d0, nq, cs0, first, &f0);
+        qmm_pack_n16k4_ref(W, ld, rows, k0, k1, d0, nq, cs0, first, &f0);
         e->pack(W, ld, rows, k0, k1, d1, nq, cs1, first, &f1);
         int64_t bad = -1;
         for (int64_t i = 0; i < nq * 64 && bad < 0; i++)
@@ -258,9 +261,9 @@ static void test_pack(const char *name, const qmm_i8_engine *e) {
     tu_note("%s: %d packs", name, cases);
 }
 
-/* the rows kernel over blocks [b0, b1) of a borrowed weight, M rows of q */
-static void rows_case(const char *name, const qmm_i8_engine *e, int64_t M, int64_t N, int64_t K, int task_ranges,
-                      int neg_q) {
+/* rows kernel fn (named kname) of engine e over blocks [b0, b1) of a borrowed weight, M rows of q */
+static void rows_case(const char *name, const qmm_i8_engine *e, const char *kname, qmm_i8_rows_fn fn, int64_t M,
+                      int64_t N, int64_t K, int task_ranges, int neg_q) {
     const int64_t Kp = qmm_round_up(K, 64), ld = K + tu_rand_int(0, 2) * tu_rand_int(0, 70), ldy = N + tu_rand_int(0, 3);
     int8_t *q = qmm_aligned_alloc((size_t)(M * Kp));
     memset(q, 0, (size_t)(M * Kp));
@@ -319,20 +322,20 @@ static void rows_case(const char *name, const qmm_i8_engine *e, int64_t M, int64
     }
     const int64_t nblocks = (N + 15) / 16, bpt = e->nc / 16;
     if (task_ranges) { /* the driver's tasks */
-        for (int64_t b0 = 0; b0 < nblocks; b0 += bpt) e->rows_kernel(&g, b0, b0 + bpt < nblocks ? b0 + bpt : nblocks);
+        for (int64_t b0 = 0; b0 < nblocks; b0 += bpt) fn(&g, b0, b0 + bpt < nblocks ? b0 + bpt : nblocks);
     } else { /* any ranges */
         for (int64_t b0 = 0; b0 < nblocks;) {
             const int64_t b1 = b0 + tu_rand_int(1, 20) < nblocks ? b0 + tu_rand_int(1, 20) : nblocks;
-            e->rows_kernel(&g, b0, b1);
+            fn(&g, b0, b1);
             b0 = b1;
         }
     }
     const int64_t bad = tu_first_diff(y0, y, QMM_I32, M * ldy);
-    TU_CHECK(bad < 0, "%s rows_kernel M=%lld N=%lld K=%lld ld=%lld %s%s: y[%lld][%lld] = %d, expected %d", name,
+    TU_CHECK(bad < 0, "%s %s M=%lld N=%lld K=%lld ld=%lld %s%s: y[%lld][%lld] = %d, expected %d", name, kname,
              (long long)M, (long long)N, (long long)K, (long long)ld, task_ranges ? "driver tasks" : "random ranges",
              neg_q ? " q has -128" : "", (long long)(bad / ldy), (long long)(bad % ldy), bad >= 0 ? y[bad] : 0,
              bad >= 0 ? y0[bad] : 0);
-    TU_CHECK(!atomic_load(&bug), "%s rows_kernel M=%lld: the kernel reported: %s", name, (long long)M, atomic_load(&bug));
+    TU_CHECK(!atomic_load(&bug), "%s %s M=%lld: the kernel reported: %s", name, kname, (long long)M, atomic_load(&bug));
     qmm_aligned_free(q);
     qmm_aligned_free(ap);
     free(qsum);
@@ -343,20 +346,53 @@ static void rows_case(const char *name, const qmm_i8_engine *e, int64_t M, int64
     free(s);
 }
 
+static const int64_t g_rows_Ks[] = {1, 3, 32, 63, 64, 65, 100, 256, 1001};
+
+/* the rows regime as the driver runs it: at every M up to rows_m the kernel qmm_i8_rows_kernel_for
+ * picks (there is one) */
 static void test_rows(const char *name, const qmm_i8_engine *e) {
-    if (!e->rows_kernel) {
-        tu_skip(name, "rows_kernel: none");
+    if (!e->n_rows_kernels) {
+        tu_skip(name, "rows kernels: none");
         return;
     }
-    static const int64_t Ks[] = {1, 3, 32, 63, 64, 65, 100, 256, 1001};
     int cases = 0;
-    for (int64_t M = 1; M <= e->rows_m; M++)
+    for (int64_t M = 1; M <= e->rows_m; M++) {
+        const qmm_i8_rows_fn fn = qmm_i8_rows_kernel_for(e, M);
+        if (!TU_CHECK(fn != NULL, "%s: no rows kernel for M=%lld <= rows_m %d", name, (long long)M, e->rows_m)) continue;
         for (int rep = 0; rep < (g_quick ? 2 : 4); rep++) {
             const int64_t N = rep == 0 ? 256 + tu_rand_int(1, 40) : rep == 1 ? 512 : tu_rand_int(1, 300);
-            rows_case(name, e, M, N, Ks[tu_rand_int(0, 8)], rep != 3, rep % 2 == 1);
+            rows_case(name, e, "rows kernel", fn, M, N, g_rows_Ks[tu_rand_int(0, 8)], rep != 3, rep % 2 == 1);
             cases++;
         }
+    }
     tu_note("%s: %d rows-kernel calls", name, cases);
+}
+
+/* every rows kernel of the engine by name (qmm_i8_engine.rows_kernels, ukernels.h): its ranges
+ * disjoint and inside 1..rows_m; then the kernel at every M of its range and at random ones, odd N
+ * and K, against the triple loop */
+static void test_rows_by_name(const char *name, const qmm_i8_engine *e) {
+    for (int i = 0; i < e->n_rows_kernels; i++) {
+        const qmm_i8_rows_ukernel *k = &e->rows_kernels[i];
+        TU_CHECK(k->name && k->fn && k->m_min >= 1 && k->m_min <= k->m_max && k->m_max <= e->rows_m,
+                 "%s rows kernel %d (%s): range [%d, %d] outside 1..rows_m %d", name, i, k->name ? k->name : "?",
+                 k->m_min, k->m_max, e->rows_m);
+        for (int j = 0; j < i; j++)
+            TU_CHECK(k->m_max < e->rows_kernels[j].m_min || k->m_min > e->rows_kernels[j].m_max,
+                     "%s: rows kernels %s and %s overlap", name, k->name, e->rows_kernels[j].name);
+        int cases = 0;
+        /* every M of the range (QMM_TEST_QUICK: every 4th, and the last), then 4 at random */
+        const int step = g_quick ? 4 : 1, span = (k->m_max - k->m_min) / step + 1, reps = span + 1 + 4;
+        for (int rep = 0; rep < reps; rep++) {
+            const int64_t M = rep < span ? k->m_min + rep * step : rep == span ? k->m_max : tu_rand_int(k->m_min, k->m_max);
+            const int64_t N = rep % 3 == 0 ? tu_rand_int(1, 47) : rep % 3 == 1 ? 16 * tu_rand_int(1, 20) + tu_rand_int(1, 15)
+                                                                : tu_rand_int(1, 400);
+            const int64_t K = rep == 2 ? 2 * tu_rand_int(0, 600) + 1 : g_rows_Ks[tu_rand_int(0, 8)];
+            rows_case(name, e, k->name, k->fn, M, N, K, rep % 2 == 0, rep == 3);
+            cases++;
+        }
+        tu_note("%s: %s (M %d..%d): %d cases", name, k->name, k->m_min, k->m_max, cases);
+    }
 }
 
 /* one_pass over all blocks of an owned weight (n16k4, Kp·16 bytes per block) at M rows */
@@ -378,7 +414,7 @@ static void one_pass_case(const char *name, const qmm_i8_engine *e, int64_t M, i
     int flag = 0;
     for (int64_t nb = 0; nb < Np / 16; nb++) {
         const int rows = N - 16 * nb < 16 ? (int)(N - 16 * nb) : 16;
-        qmm_i8_pack_block_ref(W + 16 * nb * K, K, rows, 0, K, data + nb * Kp * 16, Kp / 4, colsum + 16 * nb, 1, &flag);
+        qmm_pack_n16k4_ref(W + 16 * nb * K, K, rows, 0, K, data + nb * Kp * 16, Kp / 4, colsum + 16 * nb, 1, &flag);
     }
     int32_t *y = malloc(sizeof(int32_t) * (size_t)(M * ldy)), *y0 = malloc(sizeof(int32_t) * (size_t)(M * ldy));
     int32_t *part = qmm_aligned_alloc(sizeof(int32_t) * (size_t)(e->mc > wrows ? e->mc : wrows) * (size_t)e->nc);
@@ -459,6 +495,7 @@ int main(int argc, char **argv) {
         test_tiles(name, e);
         test_pack(name, e);
         test_rows(name, e);
+        test_rows_by_name(name, e);
         test_one_pass(name, e);
         tested++;
     }
@@ -466,7 +503,7 @@ int main(int argc, char **argv) {
     {
         const uint32_t need = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
         const char *name = "amx_int8 (emulated)";
-        const qmm_i8_engine *e = qmm_engine_amx_int8_emu.i8;
+        const qmm_i8_engine *e = qmm_amx_int8_ops_emu.i8;
         if ((qmm_cpu_features() & need) != need) tu_skip(name, "the emulated build's epilogue is AVX-512; CPU lacks it");
         else if (!TU_CHECK(e != NULL, "%s: no qmm_i8_engine", name)) {
         } else {

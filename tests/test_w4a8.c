@@ -355,7 +355,7 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
         const int want = M <= 32 && tu_rand_int(0, 2) == 0 ? QMM_AMX_DECODE : M >= 2 ? (int)tu_rand_int(1, 2) : QMM_AMX_DECODE;
         force_regime(want);
         const long f0 = qmm_amx_emu_faults();
-        TU_CHECK_OK(qmm_engine_amx_int8_emu.run(g_ctx, &c));
+        TU_CHECK_OK(qmm_amx_int8_ops_emu.run(g_ctx, &c));
         TU_CHECK(qmm_amx_emu_faults() == f0, "%s: emulated tile faults: %s", what, qmm_amx_emu_first_fault());
         same(&L, y, yref, what, "the reference");
         qmm_amx_blocking_emu = qmm_amx_blocking_default();

@@ -157,7 +157,7 @@ _Static_assert((int)TU_ENGINES_INT8 == (int)QMM_KIND_INT8 && (int)TU_ENGINES_FLO
 int tu_engines(int which, qmm_engine_id out[QMM_ENGINE_COUNT]) {
     int n = 0;
     for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
-        const qmm_engine *e = qmm_engine_table[i].engine;
+        const qmm_engine *e = &qmm_engine_table[i];
         if (e->kind == QMM_KIND_REF || (which != TU_ENGINES_ALL && (int)e->kind != which)) continue;
         out[n++] = e->id;
     }

@@ -149,7 +149,7 @@ static const char *shape(const qmm_attn_call *c, char *buf, size_t n) {
 static const char *named_verdict(const qmm_context *ctx, const qmm_engine *e, const qmm_attn_call *c, char *why,
                                  qmm_status *st) {
     if (!qmm_engine_usable(e, ctx->max_isa, 0, why, QMM_REASON_MAX)) { *st = QMM_ERR_UNSUPPORTED_HARDWARE; return why; }
-    const char *r = e->attn_admit ? e->attn_admit(c, why, QMM_REASON_MAX) : "offers no attention";
+    const char *r = e->ops->attn_admit ? e->ops->attn_admit(c, why, QMM_REASON_MAX) : "offers no attention";
     *st = r ? QMM_ERR_UNSUPPORTED : QMM_OK;
     return r;
 }
@@ -213,7 +213,7 @@ static qmm_status attention(qmm_context *ctx, const qmm_attention_args *args) {
     }
     const int64_t n[3] = {c.B, c.H, c.S};
     qmm_advise_huge(c.out, (size_t)extent(n, c.os, 3, c.D, qmm_dtype_size(c.out_dtype)));
-    QMM_FORWARD_IF_ERROR(e->attn_run(ctx, &c));
+    QMM_FORWARD_IF_ERROR(e->ops->attn_run(ctx, &c));
     ctx->counters.calls[e->id]++;
     if (fallback) ctx->counters.fallbacks++;
     return QMM_OK;

@@ -9,6 +9,7 @@
 #include "borrow.h"
 #include "dispatch.h"
 #include "epilogue.h"
+#include "float_gemm.h"
 #include "input_stage.h"
 #include "int8_gemm.h"
 #include "numerics.h"
@@ -194,6 +195,14 @@ static qmm_status refusal(const qmm_context *ctx, qmm_call *c) {
                     w->name, (long long)w->N, (long long)w->K, (long long)c->M, qmm_engine_name(p.engine));
 }
 
+/* The call on engine e: its own run, or the core driver its operations name (qmm_engine_ops). */
+static qmm_status engine_run(const qmm_engine *e, qmm_context *ctx, const qmm_call *c) {
+    if (e->ops->run) return e->ops->run(ctx, c);
+    if (e->ops->i8) return qmm_int8_gemm(ctx, c, e->ops->i8);
+    if (e->ops->f) return qmm_float_gemm(ctx, c, e->ops->f);
+    return qmm_fail(QMM_ERR_INTERNAL, "layer %s: engine %s has no run (not built)", c->w->name, e->name);
+}
+
 qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args) {
     QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_linear: ctx is NULL");
     qmm_call c;
@@ -210,7 +219,7 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
             return qmm_fail(QMM_ERR_UNSUPPORTED_HARDWARE, "layer %s: engine %s unavailable: %s", w->name, e->name, why);
         }
         c.fallback = w->is_int8 && e->kind == QMM_KIND_FLOAT;
-        const char *r = e->admit(&c, why, sizeof why);
+        const char *r = e->ops->admit(&c, why, sizeof why);
         if (r) {
             ctx->counters.errors++;
             return qmm_fail(QMM_ERR_UNSUPPORTED, "layer %s [%lld, %lld] M=%lld: engine %s refuses: %s", w->name,
@@ -249,7 +258,7 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
     _Atomic(const char *) bug = NULL;
     c.bug = &bug;
     if (st == QMM_OK) qmm_advise_huge(c.y, (size_t)((c.M - 1) * c.ldy + c.N) * qmm_dtype_size(c.y_dtype));
-    if (st == QMM_OK) st = e->run(ctx, &c);
+    if (st == QMM_OK) st = engine_run(e, ctx, &c);
     if (st == QMM_OK && atomic_load(&bug))
         st = qmm_fail(QMM_ERR_INTERNAL, "layer %s [%lld, %lld] M=%lld on %s: %s (a bug in qmm: please report this message)",
                       w->name, (long long)w->N, (long long)w->K, (long long)c.M, e->name, atomic_load(&bug));

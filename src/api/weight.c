@@ -1,11 +1,12 @@
 /*
  * weight.c — weight handles: an int8 weight copied once into the shared n16k4 packing (see
- * qmm_internal.h), the one layout every owned int8 weight has, with its fp32 scales and bias; a
- * borrowed int8 weight (the caller's memory, read at every call; borrow.c builds each call's view);
- * or a float weight in its packed float layout. Also SPEC §2: quantizing a float matrix to int8
+ * qmm_internal.h; panel.h's qmm_pack_i8_rows), the one layout every owned int8 weight has, with
+ * its fp32 scales and bias; a borrowed int8 weight (the caller's memory, read at every call;
+ * borrow.c builds each call's view); or a float weight in its packed float layout. Also SPEC §2: quantizing a float matrix to int8
  * (optionally rotated with H_g) and dequantizing it back.
  */
 #include "numerics.h"
+#include "panel.h"
 #include "qmm_internal.h"
 #include "w4a8.h"
 
@@ -113,30 +114,6 @@ static qmm_status int8_handle(const char *fn, qmm_context *ctx, const qmm_weight
     w->i8.Kp = qmm_round_up(d->K, 64);
     *out = w;
     return QMM_OK;
-}
-
-int qmm_pack_i8_rows(const int8_t *W, int64_t ld, int64_t N, int64_t K, int64_t n0, int64_t n1, qmm_packed_i8 *p) {
-    const int64_t Kq = p->Kp / 4, kfull = K / 4 * 4;
-    int neg128 = 0;
-    for (int64_t n = n0; n < n1; n++) {
-        uint32_t sum = 0; /* mod 2^32 (K up to 2^31 would overflow int32); exact for admitted K */
-        int8_t *dst = p->data + (n / 16) * Kq * 64 + (n % 16) * 4;
-        if (n < N) {
-            const int8_t *row = W + n * ld;
-            int64_t k = 0;
-            for (; k < kfull; k += 4) memcpy(dst + k * 16, row + k, 4);
-            for (int64_t q = k / 4; q < Kq; q++) memset(dst + q * 64, 0, 4);
-            for (; k < K; k++) dst[(k / 4) * 64 + k % 4] = row[k];
-            for (k = 0; k < K; k++) {
-                sum += (uint32_t)(int32_t)row[k];
-                neg128 |= row[k] == -128;
-            }
-        } else {
-            for (int64_t q = 0; q < Kq; q++) memset(dst + q * 64, 0, 4);
-        }
-        p->colsum[n] = (int32_t)sum;
-    }
-    return neg128;
 }
 
 qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *d, qmm_weight **out) {

@@ -12,19 +12,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* hw_verified: amx_int8 and amx_bf16 have run only in the tile emulator (tests/test_amx_emulated);
- * every other engine has run on CPUs with its ISA (bench/NOTES.md). */
-const qmm_engine_row qmm_engine_table[QMM_ENGINE_TABLE_LEN] = {
-    /* engine                   operands   peak instruction                    hw_verified */
-    {&qmm_engine_amx_int8,      QMM_I8,   "TDPBSSD",                          0},
-    {&qmm_engine_avx512_vnni,   QMM_I8,   "VPDPBUSD zmm",                     1},
-    {&qmm_engine_avx_vnni,      QMM_I8,   "VPDPBUSD ymm",                     1},
-    {&qmm_engine_avx2_int8,     QMM_I8,   "VPSIGNB+VPMADDUBSW+VPMADDWD ymm",  1},
-    {&qmm_engine_amx_bf16,      QMM_BF16, "TDPBF16PS",                        0},
-    {&qmm_engine_avx512_bf16,   QMM_BF16, "VDPBF16PS zmm",                    1},
-    {&qmm_engine_avx512_f32,    QMM_F32,  "VFMADD zmm",                       1},
-    {&qmm_engine_avx2_f32,      QMM_F32,  "VFMADD ymm",                       1},
-    {&qmm_engine_ref,           QMM_I8,   "-",                                1}, /* float weights: F32 */
+/* The engines' identities, one row each, best first. hw_verified: amx_int8 and amx_bf16 have run
+ * only in the tile emulator (tests/test_amx_emulated); every other engine has run on CPUs with its
+ * ISA (bench/NOTES.md); column hw. The CPU features an engine needs: */
+#define F_AVX2 (QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C)
+#define F_ZMM (QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL)
+#define F_AVX512 (F_ZMM | QMM_CPU_AVX512DQ)
+#define F_AMX (F_AVX512 | QMM_CPU_AMX_TILE | QMM_CPU_AMX_PERMITTED) /* the AMX engines' other code is AVX-512 */
+const qmm_engine qmm_engine_table[QMM_ENGINE_TABLE_LEN] = {
+    /* id                     name           kind            isa                  cpu features                 operands  peak instruction                   hw  ops */
+    {QMM_ENGINE_AMX_INT8,    "amx_int8",    QMM_KIND_INT8,  QMM_ISA_AMX,         F_AMX | QMM_CPU_AMX_INT8,    QMM_I8,   "TDPBSSD",                         0, &qmm_amx_int8_ops},
+    {QMM_ENGINE_AVX512_VNNI, "avx512_vnni", QMM_KIND_INT8,  QMM_ISA_AVX512_VNNI, F_ZMM | QMM_CPU_AVX512_VNNI, QMM_I8,   "VPDPBUSD zmm",                    1, &qmm_avx512_vnni_ops},
+    {QMM_ENGINE_AVX_VNNI,    "avx_vnni",    QMM_KIND_INT8,  QMM_ISA_AVX_VNNI,    F_AVX2 | QMM_CPU_AVX_VNNI,   QMM_I8,   "VPDPBUSD ymm",                    1, &qmm_avx_vnni_ops},
+    {QMM_ENGINE_AVX2_INT8,   "avx2_int8",   QMM_KIND_INT8,  QMM_ISA_AVX2,        F_AVX2,                      QMM_I8,   "VPSIGNB+VPMADDUBSW+VPMADDWD ymm", 1, &qmm_avx2_int8_ops},
+    {QMM_ENGINE_AMX_BF16,    "amx_bf16",    QMM_KIND_FLOAT, QMM_ISA_AMX,         F_AMX | QMM_CPU_AMX_BF16,    QMM_BF16, "TDPBF16PS",                       0, &qmm_amx_bf16_ops},
+    {QMM_ENGINE_AVX512_BF16, "avx512_bf16", QMM_KIND_FLOAT, QMM_ISA_AVX512_BF16, F_ZMM | QMM_CPU_AVX512_BF16, QMM_BF16, "VDPBF16PS zmm",                   1, &qmm_avx512_bf16_ops},
+    {QMM_ENGINE_AVX512_F32,  "avx512_f32",  QMM_KIND_FLOAT, QMM_ISA_AVX512,      F_AVX512,                    QMM_F32,  "VFMADD zmm",                      1, &qmm_avx512_f32_ops},
+    {QMM_ENGINE_AVX2_F32,    "avx2_f32",    QMM_KIND_FLOAT, QMM_ISA_AVX2,        QMM_CPU_AVX2 | QMM_CPU_FMA,  QMM_F32,  "VFMADD ymm",                      1, &qmm_avx2_f32_ops},
+    {QMM_ENGINE_REF,         "ref",         QMM_KIND_REF,   QMM_ISA_NONE,        0,                           QMM_I8,   "-",                               1, &qmm_ref_ops}, /* float weights: F32 */
 };
 
 _Static_assert(QMM_ENGINE_COUNT <= QMM_ENGINE_MAX, "engine ids must stay below QMM_ENGINE_MAX (qmm.h)");
@@ -35,29 +40,24 @@ qmm_status qmm_engine_get_info(int index, qmm_engine_info *out) {
     QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_engine_get_info: out is NULL");
     QMM_RETURN_IF(index < 0 || index >= QMM_ENGINE_TABLE_LEN, QMM_ERR_INVALID_ARGUMENT,
                   "qmm_engine_get_info: index %d (the library has %d engines)", index, QMM_ENGINE_TABLE_LEN);
-    const qmm_engine_row *r = &qmm_engine_table[index];
+    const qmm_engine *r = &qmm_engine_table[index];
     memset(out, 0, sizeof *out);
-    out->id = r->engine->id;
-    out->name = r->engine->name;
-    out->kind = r->engine->kind;
-    out->isa = r->engine->isa;
-    out->cpu_features = r->engine->cpu_features;
+    out->id = r->id;
+    out->name = r->name;
+    out->kind = r->kind;
+    out->isa = r->isa;
+    out->cpu_features = r->cpu_features;
     out->operands = r->operands;
     out->peak_instruction = r->peak_insn;
     out->verified_on_hardware = r->hw_verified;
-    out->built = r->engine->built;
+    out->built = r->ops->built;
     return QMM_OK;
 }
 
-const qmm_engine_row *qmm_engine_row_of(qmm_engine_id id) {
-    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++)
-        if (qmm_engine_table[i].engine->id == id) return &qmm_engine_table[i];
-    return NULL;
-}
-
 const qmm_engine *qmm_engine_get(qmm_engine_id id) {
-    const qmm_engine_row *r = qmm_engine_row_of(id);
-    return r ? r->engine : NULL;
+    for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++)
+        if (qmm_engine_table[i].id == id) return &qmm_engine_table[i];
+    return NULL;
 }
 
 const char *qmm_engine_name(qmm_engine_id e) {
@@ -70,31 +70,31 @@ qmm_engine_id qmm_engine_from_name(const char *name) {
     if (!name) return QMM_ENGINE_UNKNOWN;
     if (strcmp(name, "auto") == 0) return QMM_ENGINE_AUTO;
     for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++)
-        if (strcmp(qmm_engine_table[i].engine->name, name) == 0) return qmm_engine_table[i].engine->id;
+        if (strcmp(qmm_engine_table[i].name, name) == 0) return qmm_engine_table[i].id;
     return QMM_ENGINE_UNKNOWN;
 }
 
 const char *qmm_engine_regime(qmm_engine_id e, const qmm_weight *w, int64_t M) {
     const qmm_engine *en = qmm_engine_get(e);
-    if (!w || M < 1 || !en || !en->regime) return "";
-    return en->regime(w, M);
+    if (!w || M < 1 || !en || !en->ops->regime) return "";
+    return en->ops->regime(w, M);
 }
 
 qmm_status qmm_engine_tuning(qmm_engine_id e, char *buf, size_t size) {
     QMM_RETURN_IF(!buf && size, QMM_ERR_INVALID_ARGUMENT, "qmm_engine_tuning: buf is NULL");
     if (size) buf[0] = 0;
     const qmm_engine *en = qmm_engine_get(e);
-    return en && en->tuning ? en->tuning(buf, size) : QMM_OK;
+    return en && en->ops->tuning ? en->ops->tuning(buf, size) : QMM_OK;
 }
 
 int qmm_engine_probe_count(qmm_engine_id e) {
     const qmm_engine *en = qmm_engine_get(e);
-    return en && en->probe ? en->n_probes : 0;
+    return en && en->ops->probe ? en->ops->n_probes : 0;
 }
 
 const char *qmm_engine_probe_name(qmm_engine_id e, int i) {
     const qmm_engine *en = qmm_engine_get(e);
-    return en && en->probe && i >= 0 && i < en->n_probes ? en->probe_names[i] : "";
+    return en && en->ops->probe && i >= 0 && i < en->ops->n_probes ? en->ops->probe_names[i] : "";
 }
 
 qmm_status qmm_engine_probe(qmm_engine_id e, int i, int64_t reps, void (*ready)(void *), void *arg,
@@ -102,12 +102,12 @@ qmm_status qmm_engine_probe(qmm_engine_id e, int i, int64_t reps, void (*ready)(
     QMM_RETURN_IF(!r, QMM_ERR_INVALID_ARGUMENT, "qmm_engine_probe: r is NULL");
     memset(r, 0, sizeof *r);
     const qmm_engine *en = qmm_engine_get(e);
-    QMM_RETURN_IF(!en || !en->probe || i < 0 || i >= en->n_probes || reps < 0, QMM_ERR_INVALID_ARGUMENT,
+    QMM_RETURN_IF(!en || !en->ops->probe || i < 0 || i >= en->ops->n_probes || reps < 0, QMM_ERR_INVALID_ARGUMENT,
                   "qmm_engine_probe: engine %s has no probe %d (or reps < 0)", qmm_engine_name(e), i);
     char why[QMM_REASON_MAX];
     QMM_RETURN_IF(!qmm_engine_available(e, why, sizeof why), QMM_ERR_UNSUPPORTED_HARDWARE, "%s: %s",
                   qmm_engine_name(e), why);
-    return en->probe(i, reps, 0, ready, arg, r);
+    return en->ops->probe(i, reps, 0, ready, arg, r);
 }
 
 int qmm_engine_is_int8(qmm_engine_id e) {
@@ -135,7 +135,7 @@ int qmm_engine_usable(const qmm_engine *e, int max_isa, uint32_t disabled, char 
     if (!why) { why = tmp; n = sizeof tmp; }
     if (!e) { snprintf(why, n, "no such engine"); return 0; }
     if (e->kind == QMM_KIND_REF) return 1;
-    if (!e->built) { snprintf(why, n, "not built: the compiler lacks this ISA"); return 0; }
+    if (!e->ops->built) { snprintf(why, n, "not built: the compiler lacks this ISA"); return 0; }
     uint32_t have = qmm_cpu_features();
     uint32_t missing = e->cpu_features & ~have;
     if (missing) {
@@ -162,7 +162,7 @@ int qmm_engine_usable(const qmm_engine *e, int max_isa, uint32_t disabled, char 
 uint32_t qmm_engines_usable(int max_isa, uint32_t disabled) {
     uint32_t m = 0;
     for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
-        const qmm_engine *e = qmm_engine_table[i].engine;
+        const qmm_engine *e = &qmm_engine_table[i];
         if (qmm_engine_usable(e, max_isa, disabled, NULL, 0)) m |= 1u << e->id;
     }
     return m;

@@ -95,10 +95,6 @@ static inline int8_t qmm_packed_i8_at(const qmm_packed_i8 *p, int64_t n, int64_t
     return p->data[((n / 16) * (p->Kp / 4) + k / 4) * 64 + (n % 16) * 4 + k % 4];
 }
 
-/* Rows [n0, n1) of W (int8 [N][ld], n1 <= Np) into the n16k4 packing p (blocks of 16 rows, n0 a
- * multiple of 16; rows past N and k past K zero), colsum[n] for those rows; returns 1 if some
- * weight is -128. The copy of qmm_weight_create_int8. */
-int qmm_pack_i8_rows(const int8_t *W, int64_t ld, int64_t N, int64_t K, int64_t n0, int64_t n1, qmm_packed_i8 *p);
 
 /* The engines AUTO dispatch chose for this weight, one per call class (dispatch.h,
  * qmm_plan_choose): each slot one self-contained word (class and choice), written and read
@@ -239,6 +235,12 @@ typedef struct qmm_call {
     _Atomic(const char *) *bug;     /* where a kernel reports an impossible case (qmm_call_bug), or NULL */
 } qmm_call;
 
+/* A GEMM driver's per-thread hook (int8_gemm.h, float_gemm.h), for engines with thread state (AMX:
+ * LDTILECFG, TILERELEASE; oneDNN's brgemm set_hw_context / release_hw_context): begin(c, thread)
+ * runs on each pool thread before its first task of a pool run of call c, end(c, thread) after
+ * its last (placed by the pool: qmm_pool_run_bracketed). */
+typedef void (*qmm_thread_hook_fn)(const qmm_call *c, int thread);
+
 /* A kernel met a case its preconditions exclude (a bug in qmm): recorded on the call from any
  * thread, and qmm_linear then fails with QMM_ERR_INTERNAL naming `what` (a static string). The
  * library never aborts. */
@@ -263,13 +265,11 @@ typedef struct qmm_attn_call {
 } qmm_attn_call;
 
 struct qmm_i8_engine; /* int8_gemm.h */
+struct qmm_fgemm;     /* float_gemm.h */
 
-typedef struct qmm_engine {
-    qmm_engine_id id;
-    const char *name;
-    qmm_engine_kind kind;        /* qmm.h */
-    qmm_isa isa;                 /* level needed (for the ISA cap) */
-    uint32_t cpu_features;       /* QMM_CPU_* bits needed */
+/* What an engine's kernel file exports: its operations (the engine's identity is its row of the
+ * engine table, engines.c). */
+typedef struct qmm_engine_ops {
     int built;                   /* 0 if the compiler could not build it */
     /* Admission: NULL if the engine can run this call, else a short reason (written into
      * why[0..n) or a static string). Runs the engine's real rules; cheap. It reads only the
@@ -277,14 +277,17 @@ typedef struct qmm_engine {
      * whether token_scales_in is given — because dispatch caches its verdicts per class
      * (dispatch.h, qmm_plan_choose). */
     const char *(*admit)(const qmm_call *c, char *why, size_t n);
-    /* Runs the call. Preconditions: admitted; buffers validated by qmm_linear. An int8 weight
-     * is owned (w->i8.data: the n16k4 packing) or borrowed (w->i8.data NULL: the engine reads
-     * the caller's rows w->borrow itself, packing per call what its kernels need). */
-    qmm_status (*run)(qmm_context *ctx, const qmm_call *c);
-    /* An engine on the core int8 driver: its micro-kernel descriptor (what run() passes to
-     * qmm_int8_gemm), so that tests can drive its tile, pack and rows kernels directly
-     * (qmm_i8_engine_of); NULL for the others. */
+    /* How the call runs: run, an engine with its own (the reference; amx_int8, which picks one
+     * descriptor of its regime table per call), else i8, an engine on the core int8 driver (its
+     * micro-kernel descriptor, run by qmm_int8_gemm), else f, an engine on the core float driver
+     * (run by qmm_float_gemm); never both i8 and f. Tests drive an i8 descriptor's tile, pack and
+     * rows kernels directly (qmm_i8_engine_of), amx_int8's too (its blocked entry).
+     * Preconditions: admitted; buffers validated by qmm_linear. An int8 weight is owned (the
+     * n16k4 packing w->i8) or borrowed (w->borrowed: the engine reads the caller's rows w->borrow
+     * itself, packing per call what its kernels need). */
     const struct qmm_i8_engine *i8;
+    const struct qmm_fgemm *f;
+    qmm_status (*run)(qmm_context *ctx, const qmm_call *c);
     /* What the engine tells `qmm bench` and logs about a call beyond being chosen, NULL when it
      * has nothing to tell (plain C: callable on any CPU, whether the engine runs here or not):
      * regime(w, M), the name of the regime it runs w in at M rows (w non-NULL, M >= 1;
@@ -305,41 +308,45 @@ typedef struct qmm_engine {
      * attn_run's preconditions: admitted, the call validated. */
     const char *(*attn_admit)(const qmm_attn_call *c, char *why, size_t n);
     qmm_status (*attn_run)(qmm_context *ctx, const qmm_attn_call *c);
-} qmm_engine;
+} qmm_engine_ops;
 
-const qmm_engine *qmm_engine_get(qmm_engine_id id);  /* NULL for AUTO / out of range */
-
-/* The engines, each defined beside its kernel. */
-extern const qmm_engine qmm_engine_ref;
-extern const qmm_engine qmm_engine_amx_int8;
-extern const qmm_engine qmm_engine_avx512_vnni;
-extern const qmm_engine qmm_engine_avx_vnni;
-extern const qmm_engine qmm_engine_avx2_int8;
-extern const qmm_engine qmm_engine_amx_bf16;
-extern const qmm_engine qmm_engine_avx512_bf16;
-extern const qmm_engine qmm_engine_avx512_f32;
-extern const qmm_engine qmm_engine_avx2_f32;
+/* The engines' operations, each defined beside its kernel. */
+extern const qmm_engine_ops qmm_ref_ops;
+extern const qmm_engine_ops qmm_amx_int8_ops;
+extern const qmm_engine_ops qmm_avx512_vnni_ops;
+extern const qmm_engine_ops qmm_avx_vnni_ops;
+extern const qmm_engine_ops qmm_avx2_int8_ops;
+extern const qmm_engine_ops qmm_amx_bf16_ops;
+extern const qmm_engine_ops qmm_avx512_bf16_ops;
+extern const qmm_engine_ops qmm_avx512_f32_ops;
+extern const qmm_engine_ops qmm_avx2_f32_ops;
 
 /* ---------------------------------------------------------------- the engine table (engines.c) */
 /* The one list of engines: dispatch and the tests iterate it, everything outside the library
  * reads it through qmm_engine_count / qmm_engine_get_info (the CLI, bench/, Python). One row per
  * engine, best first: the int8 engines (AMX, AVX512-VNNI, AVX-VNNI, AVX2), then the float engines
  * (the W8A16 fallback and float weights), then the scalar reference (run only when asked for by
- * name). Adding an engine: its kernel file with its admit() and its `const qmm_engine` (above),
- * its flags in CMakeLists.txt (QMM_ISA_SOURCES) and tests/isa/check_isa.sh, a QMM_ENGINE_* id
- * (qmm.h), and one row in engines.c. */
-typedef struct qmm_engine_row {
-    const qmm_engine *engine;  /* id, name, kind, ISA level, CPU features, admit(), run() */
-    qmm_dtype operands;        /* what its multiply instructions take: I8, BF16 or F32 */
-    const char *peak_insn;     /* its core instruction, as bench/peak.c times it for the peak */
-    int hw_verified;           /* 1: its kernels have run on a CPU with its ISA; 0: only emulated */
-} qmm_engine_row;
+ * name). A row is the engine's identity, written once, and its operations. Adding an engine: its
+ * kernel file with its admit() and its `const qmm_engine_ops` (above), its flags in
+ * CMakeLists.txt (QMM_ISA_SOURCES) and tests/isa/check_isa.sh, a QMM_ENGINE_* id (qmm.h), and
+ * one row in engines.c. */
+typedef struct qmm_engine {
+    qmm_engine_id id;
+    const char *name;
+    qmm_engine_kind kind;        /* qmm.h */
+    qmm_isa isa;                 /* level needed (for the ISA cap) */
+    uint32_t cpu_features;       /* QMM_CPU_* bits needed */
+    qmm_dtype operands;          /* what its multiply instructions take: I8, BF16 or F32 */
+    const char *peak_insn;       /* its core instruction, as bench/peak.c times it for the peak */
+    int hw_verified;             /* 1: its kernels have run on a CPU with its ISA; 0: only emulated */
+    const qmm_engine_ops *ops;
+} qmm_engine;
 
 /* Every engine id except AUTO, once, best first. */
 #define QMM_ENGINE_TABLE_LEN (QMM_ENGINE_COUNT - 1)
-extern const qmm_engine_row qmm_engine_table[QMM_ENGINE_TABLE_LEN];
+extern const qmm_engine qmm_engine_table[QMM_ENGINE_TABLE_LEN];
 /* The row of an engine id; NULL for AUTO and unknown ids. */
-const qmm_engine_row *qmm_engine_row_of(qmm_engine_id id);
+const qmm_engine *qmm_engine_get(qmm_engine_id id);
 
 int qmm_env_max_isa(void);   /* QMM_MAX_ISA parsed, -1 if unset/unknown */
 /* Availability on this machine under a cap (hardware, OS permission, build, cap, disabled). */

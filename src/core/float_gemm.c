@@ -1,8 +1,8 @@
 /*
  * float_gemm.c — the float GEMM driver of every float engine: chunking of M, the pre-pass per
  * chunk, the task grid, the B block of each task and k block (widened by the engine from the
- * weight's packing, or from a borrowed weight's rows packed per block), the kernel calls, the
- * epilogue, the engine's per-task begin/end hooks. Contract: float_gemm.h.
+ * weight's panels, panel.h: owned in place, borrowed packed per block), the kernel calls, the
+ * epilogue, the engine's per-thread begin/end hooks. Contract: float_gemm.h.
  */
 #include "float_gemm.h"
 
@@ -49,70 +49,31 @@ void qmm_float_epilogue_ref(const qmm_call *c, float *C, int64_t ldc, int64_t ro
     }
 }
 
-/* ---------------------------------------------------------------- borrowed int8 weights */
-void qmm_float_pack_i8_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq) {
-    for (int64_t q = 0; q < nq; q++)
-        for (int j = 0; j < 16; j++)
-            for (int t = 0; t < 4; t++) {
-                const int64_t k = k0 + q * 4 + t;
-                dst[q * 64 + j * 4 + t] = j < rows && k < k1 ? W[j * ld + k] : 0;
-            }
-}
-
-/* The B block [n0, n0 + nr) × [k0, k0 + kc) of a borrowed weight, packed into pb (n16k4, blocks
- * nq·64 bytes apart), and *pv: a view of w whose packing is that buffer (the block then lies at
- * n = 0, k = 0 of the view). */
-static const qmm_weight *borrowed_block(const qmm_call *c, const qmm_fgemm *g, int64_t n0, int64_t k0, int64_t kc,
-                                        int8_t *pb, qmm_weight *pv) {
-    const qmm_weight *w = c->w;
-    const qmm_fpack_i8_fn pack = g->pack_i8 ? g->pack_i8 : qmm_float_pack_i8_ref;
-    const int64_t nq = (kc + 3) / 4, k1 = k0 + kc < c->K ? k0 + kc : c->K;
-    const int64_t ncols = c->N - n0 < g->nr ? c->N - n0 : g->nr, nbk = (ncols + 15) / 16;
-    for (int64_t b = 0; b < nbk; b++) {
-        const int64_t n = n0 + 16 * b;
-        if (w->w4a8) { /* the codes decoded into the n16k4 block (SPEC §11) */
-            qmm_w4a8_pack_block_ref(w, n, c->N - n < 16 ? (int)(c->N - n) : 16, k0, k1, pb + b * nq * 64, nq, NULL, 1);
-            continue;
-        }
-        pack(w->borrow.data + n * w->borrow.ld, w->borrow.ld, c->N - n < 16 ? (int)(c->N - n) : 16, k0, k1,
-             pb + b * nq * 64, nq);
-    }
-    qmm_weight_copy_plain(pv, w);
-    pv->i8.data = pb;
-    pv->i8.Kp = nq * 4;
-    pv->i8.Np = nbk * 16;
-    return pv;
-}
-
 /* ---------------------------------------------------------------- the B block */
-/* Columns [n0, n0 + nr) × k [k0, k0 + kc) of w (n0 and k0 in w's packing) in the engine's
+/* Columns [n0, n0 + nr) × k [k0, k0 + kc) of c->w (n0 a multiple of nr, k0 of 4) in the engine's
  * layout: each 16-column block below Np widened into buf + jb · b_col16 (the columns past Np are
- * left as they are: zero, see gemm_task). Returns the block the kernel reads. */
-static const void *prep_b(const qmm_fgemm *g, const qmm_weight *w, int64_t n0, int64_t k0, int64_t kc, void *buf) {
-    qmm_float_prefetch_next(w, n0, g->nr, k0, kc);
+ * left as they are: zero, see gemm_task); an int8 weight's blocks from its panel (panel.h; a
+ * borrowed one's packed into pbuf). Returns the block the kernel reads. */
+static const void *prep_b(const qmm_fgemm *g, const qmm_call *c, const qmm_panel_source *src, int64_t n0, int64_t k0,
+                          int64_t kc, void *buf, int8_t *pbuf) {
+    const qmm_weight *w = c->w;
+    if (!w->borrowed) qmm_float_prefetch_next(w, n0, g->nr, k0, kc);
     const int64_t Np = w->is_int8 ? w->i8.Np : w->fp.Np, Kp = w->is_int8 ? w->i8.Kp : w->fp.Kp;
-    if (!w->is_int8 && !w->fp.bf16 && g->f32_direct) return w->fp.f32 + ((n0 / 16) * Kp + k0) * 16;
-    const char *src;
-    int64_t per_k, count;          /* source bytes per k of one 16-column block; source rows to widen */
-    qmm_fwiden_fn widen;
+    const int64_t nbk = ((Np - n0 < g->nr ? Np - n0 : g->nr) + 15) / 16; /* blocks below Np */
     if (w->is_int8) {
-        src = (const char *)w->i8.data;
-        per_k = 16;
-        count = (kc + 3) / 4;
-        widen = g->widen_i8;
-    } else if (w->fp.bf16) {
-        src = (const char *)w->fp.bf16;
-        per_k = 32;
-        count = (kc + 1) / 2;
-        widen = g->widen_bf16;
-    } else {
-        src = (const char *)w->fp.f32;
-        per_k = 64;
-        count = kc;
-        widen = g->widen_f32;
+        const int64_t nq = (kc + 3) / 4;
+        qmm_panel p;
+        qmm_panel_get(src, n0 / 16, (int)nbk, k0 / 4, nq, pbuf, NULL, 1, &p);
+        for (int64_t jb = 0; jb < nbk; jb++) g->widen_i8(p.b + jb * p.ldb, nq, (char *)buf + (size_t)jb * g->b_col16);
+        return buf;
     }
-    for (int64_t n = n0; n < n0 + g->nr && n < Np; n += 16)
-        widen(src + ((n / 16) * Kp + k0) * per_k, count, (char *)buf + (size_t)((n - n0) / 16) * g->b_col16);
+    if (!w->fp.bf16 && g->f32_direct) return w->fp.f32 + ((n0 / 16) * Kp + k0) * 16;
+    const char *src16 = w->fp.bf16 ? (const char *)w->fp.bf16 : (const char *)w->fp.f32;
+    const int64_t per_k = w->fp.bf16 ? 32 : 64;                /* source bytes per k of one 16-column block */
+    const int64_t count = w->fp.bf16 ? (kc + 1) / 2 : kc;     /* source rows to widen */
+    const qmm_fwiden_fn widen = w->fp.bf16 ? g->widen_bf16 : g->widen_f32;
+    for (int64_t jb = 0; jb < nbk; jb++)
+        widen(src16 + ((n0 / 16 + jb) * Kp + k0) * per_k, count, (char *)buf + (size_t)jb * g->b_col16);
     return buf;
 }
 
@@ -125,7 +86,8 @@ typedef struct {
     int64_t r0, rows;          /* chunk */
     int64_t panels, pg, nrg;   /* panels in the chunk, panels per task, row groups */
     int64_t ncb;               /* column blocks */
-    char *tscratch;            /* [threads][tbytes]: B block, then C tile, then (borrowed) the n16k4 block */
+    qmm_panel_source src;      /* an int8 weight's panels (panel.h) */
+    char *tscratch;            /* [threads][tbytes]: B block, then C tile, then (borrowed) the n16k4 panel */
     size_t tbytes, bbytes, cbytes;
     int64_t kb_n, kb_steps;    /* k blocks, ka-steps of Ka (even_k) */
     qmm_fepilogue_fn epi;
@@ -154,20 +116,13 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     char *ts = j->tscratch + (size_t)thread * j->tbytes;
     void *bbuf = ts;
     float *C = (float *)(ts + j->bbytes);     /* [(p1 - p0) * mr][nr] */
-    const int borrowed = w->is_int8 && !w->i8.data;
     const int64_t ncols = c->N - n0 < g->nr ? c->N - n0 : g->nr;
-    /* a block with columns past Np (past N when borrowed): those stay zero for every k block */
-    if (!borrowed ? n0 + g->nr > (w->is_int8 ? w->i8.Np : w->fp.Np) : ncols < g->nr) memset(bbuf, 0, j->bbytes);
+    /* a block with columns past Np: those stay zero for every k block */
+    if (n0 + g->nr > (w->is_int8 ? w->i8.Np : w->fp.Np)) memset(bbuf, 0, j->bbytes);
     const size_t es = g->bf16 ? 2 : 4;
     for (int64_t k0 = 0, kb = 0, kc; k0 < j->Ka; k0 += kc, kb++) {
         kc = block_k(j, kb, k0);
-        const void *b;
-        if (borrowed) {
-            qmm_weight pv;
-            b = prep_b(g, borrowed_block(c, g, n0, k0, kc, (int8_t *)ts + j->bbytes + j->cbytes, &pv), 0, 0, kc, bbuf);
-        } else {
-            b = prep_b(g, w, n0, k0, kc, bbuf);
-        }
+        const void *b = prep_b(g, c, &j->src, n0, k0, kc, bbuf, (int8_t *)ts + j->bbytes + j->cbytes);
         for (int64_t p = p0; p < p1; p++) {
             int64_t prow = p * g->mr;
             int rows = (int)(j->rows - prow < g->mr ? j->rows - prow : g->mr);
@@ -195,13 +150,13 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
 
 /* the engine's per-thread hooks, around each thread's share of the tasks (the pool places them) */
 static void fgemm_begin(int thread, void *arg) {
-    (void)thread;
-    ((const gemm_job *)arg)->g->begin();
+    const gemm_job *j = arg;
+    j->g->begin(j->c, thread);
 }
 
 static void fgemm_end(int thread, void *arg) {
-    (void)thread;
-    ((const gemm_job *)arg)->g->end();
+    const gemm_job *j = arg;
+    j->g->end(j->c, thread);
 }
 
 /* Rows per chunk. The chunk's packed A is re-read by every column task (N / nr times), so it
@@ -212,7 +167,6 @@ static void fgemm_end(int thread, void *arg) {
  * Large chunks amortize the B block (widened or copied once per task and k-block, and f32
  * weights re-streamed once per chunk), so the chunks are as large as allowed and of equal size.
  * Results do not depend on the chunking (each output element is its own chain over k). */
-#define QMM_FLOAT_MC 384
 #define QMM_FLOAT_A_BYTES ((int64_t)12 << 20)
 
 static int64_t chunk_rows(int64_t M, int64_t Ka, size_t es, int mr) {
@@ -252,8 +206,10 @@ qmm_status qmm_float_gemm(qmm_context *ctx, const qmm_call *c, const qmm_fgemm *
     j.bbytes = (size_t)qmm_round_up((int64_t)g->b_bytes, al);
     const int64_t max_panels = mc / g->mr;
     j.cbytes = (size_t)qmm_round_up(max_panels * g->mr * g->nr * (int64_t)sizeof(float), al);
-    /* a borrowed weight's n16k4 block: nr/16 blocks × the quads of kc */
-    const size_t pbytes = c->w->is_int8 && !c->w->i8.data ? (size_t)qmm_round_up(g->nr * qmm_round_up(g->kc, 4), al) : 0;
+    /* a borrowed weight's n16k4 panel: nr/16 blocks × the quads of kc */
+    const size_t pbytes = c->w->borrowed ? (size_t)qmm_round_up(g->nr * qmm_round_up(g->kc, 4), al) : 0;
+    /* (W4A8: the reference decoder-packer, SPEC §11) */
+    j.src = (qmm_panel_source){.w = c->w, .pack = g->pack, .pack_w4a8 = qmm_w4a8_pack_block_ref};
     j.tbytes = j.bbytes + j.cbytes + pbytes;
     void *ts;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, j.tbytes * (size_t)nt, &ts));

@@ -3,8 +3,8 @@
  * engine (avx2_f32, avx512_f32, avx512_bf16, amx_bf16) plugs its micro-kernel into. Each
  * engine gives a descriptor (qmm_fgemm): its panel height mr, block width nr, k block kc, the
  * widening of one 16-column block of the weight into its B layout (per weight kind), its
- * micro-kernel, its epilogue and, where the ISA has per-thread state (AMX tiles), a begin/end
- * hook around each task. Plain C11 (the ISA-specific parts are the callbacks).
+ * micro-kernel, its epilogue and, where the ISA has per-thread state (AMX tiles), the per-thread
+ * begin/end hooks. Plain C11 (the ISA-specific parts are the callbacks).
  *
  * Semantics (SPEC §4):
  *   int8 weight (W8A16 fallback): a = act(x), then the convrot rotation if w->convrot_gs,
@@ -24,12 +24,13 @@
  * The driver: M in equal chunks of up to QMM_FLOAT_MC rows (fewer at large K, so that a chunk's
  * packed A stays in the last-level cache), each packed by the threaded pre-pass
  * (qmm_float_act_pack); then tasks = (column block of nr columns) × (group of panels), run on
- * ctx->pool with a static partition, begin() before each thread's first task and end() after
- * its last (qmm_pool_run_bracketed). A task: per k block [k0, k0 + kc) (kc = g->kc, the
+ * ctx->pool with a static partition, begin(c, thread) on each thread before its first task and
+ * end(c, thread) after its last (qmm_pool_run_bracketed). A task: per k block [k0, k0 + kc) (kc = g->kc, the
  * last one shorter; every one a multiple of g->ka): the B block is prepared — for each 16-column
  * block below Np the engine's widen function of the weight kind writes it into the thread's
- * buffer at byte offset jb · b_col16 (a borrowed int8 weight: the caller's rows packed first into
- * the thread's n16k4 buffer by pack_i8, and widened from there); columns past Np are zero (the
+ * buffer at byte offset jb · b_col16 (an int8 weight from its n16k4 panel, panel.h: an owned
+ * weight's packing in place, a borrowed one's rows packed first into the thread's panel buffer by
+ * the engine's pack, without column sums); columns past Np are zero (the
  * buffer cleared once per task that has any) — and the kernel runs over the task's panels,
  * accumulating into the task's fp32 C tile; then the epilogue.
  */
@@ -37,6 +38,7 @@
 #define QMM_FLOAT_GEMM_H
 
 #include "float_act.h"
+#include "panel.h"
 #include "qmm_internal.h"
 
 typedef struct qmm_fgemm qmm_fgemm;
@@ -61,10 +63,8 @@ typedef void (*qmm_fkernel_fn)(const qmm_fgemm *g, int rows, int64_t kc, const v
 typedef void (*qmm_fepilogue_fn)(const qmm_call *c, float *C, int64_t ldc, int64_t rows, int64_t r0, int64_t n0,
                                  int64_t ncols);
 
-/* A borrowed weight's 16-row block: rows [0, rows) of W (row stride ld), bytes [k0, k1) → dst
- * [nq][16][4] (64-byte aligned; rows past `rows` and bytes past k1 zero; nothing past k1 read). */
-typedef void (*qmm_fpack_i8_fn)(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq);
-void qmm_float_pack_i8_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq);
+/* The most rows of one chunk of M (the driver's chunking, qmm_float_gemm; fewer at large K). */
+#define QMM_FLOAT_MC 384
 
 struct qmm_fgemm {
     int mr;                    /* rows per panel */
@@ -80,9 +80,8 @@ struct qmm_fgemm {
     int f32_direct;            /* f32 weights with nr == 16: the packing [kc][16] is the B block */
     qmm_fkernel_fn kernel;
     qmm_fepilogue_fn epilogue; /* NULL: qmm_float_epilogue_ref */
-    qmm_fpack_i8_fn pack_i8;   /* borrowed int8 weights; NULL: qmm_float_pack_i8_ref */
-    void (*begin)(void);       /* NULL or: on each worker thread, before its first task of a pool run */
-    void (*end)(void);         /* NULL or: on each worker thread, after its last task of a pool run */
+    qmm_pack_n16k4_fn pack;    /* borrowed int8 weights' panels (panel.h, cs = NULL); NULL: qmm_pack_n16k4_ref */
+    qmm_thread_hook_fn begin, end; /* optional per-thread hooks (qmm_internal.h) */
     int even_k;                /* the k blocks of equal length: ⌈Ka/kc⌉ blocks of whole ka-steps, the
                                 * longer ones first (max − min <= ka; none over kc), so no short last
                                 * block pays a full C round trip */

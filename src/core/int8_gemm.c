@@ -1,7 +1,7 @@
 /*
  * int8_gemm.c — the int8 GEMM driver (contract in int8_gemm.h): the pre-pass asked for the
  * engine's operand (u8 or s8, the one-pass row copy, the rows regime's row sums), the task grid,
- * K chunks, the prefetch schedule, the weight panels (owned in place, borrowed packed per call),
+ * K chunks, the prefetch schedule, the weight panels (panel.h: owned in place, borrowed packed per call),
  * token scales; the engines' descriptors for the unit tests (qmm_i8_engine_of).
  */
 #include "int8_gemm.h"
@@ -12,79 +12,23 @@
 
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id) {
     const qmm_engine *e = qmm_engine_get(id);
-    return e ? e->i8 : NULL;
+    return e ? e->ops->i8 : NULL;
 }
 
-void qmm_i8_pack_block_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
-                           int32_t *cs, int first, int *neg128) {
-    int neg = 0;
-    for (int j = 0; j < 16; j++) {
-        uint32_t sum = first ? 0u : (uint32_t)cs[j];
-        const int8_t *row = W + j * ld;
-        for (int64_t q = 0; q < nq; q++)
-            for (int t = 0; t < 4; t++) {
-                const int64_t k = k0 + q * 4 + t;
-                const int8_t v = j < rows && k < k1 ? row[k] : 0;
-                dst[q * 64 + j * 4 + t] = v;
-                sum += (uint32_t)(int32_t)v;
-                neg |= v == -128;
-            }
-        cs[j] = (int32_t)sum;
-    }
-    *neg128 |= neg;
+qmm_i8_rows_fn qmm_i8_rows_kernel_for(const qmm_i8_engine *e, int64_t M) {
+    for (int i = 0; i < e->n_rows_kernels; i++)
+        if (M >= e->rows_kernels[i].m_min && M <= e->rows_kernels[i].m_max) return e->rows_kernels[i].fn;
+    return NULL;
 }
 
 void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
                       int first, qmm_i8_tile *t) {
-    const qmm_weight *w = g->c->w;
-    if (!g->borrowed) {
-        t->b = w->i8.data + nb * g->Kp * 16 + q0 * 64;
-        t->ldb = g->Kp * 16;
-        t->colsum = w->i8.colsum + nb * 16;
-        t->neg128 = 0;
-        return;
-    }
-    int8_t *dst = g->panels + (int64_t)thread * g->panel_bytes;
-    const int64_t N = g->c->N, K = g->c->K, ld = w->borrow.ld;
-    const int64_t k0 = q0 * 4, k1 = (q0 + nq) * 4 < K ? (q0 + nq) * 4 : K;
-    int neg = 0;
-    if (w->w4a8) { /* the codes decoded into the panel (values in [-127, 127]: no -128) */
-        const qmm_i8_pack_fn pack = g->e->pack ? g->e->pack : qmm_i8_pack_block_ref;
-        for (int jb = 0; jb < nr; jb++) {
-            const int64_t n0 = (nb + jb) * 16;
-            const int rows = N - n0 < 16 ? (int)(N - n0) : 16;
-            int8_t *blk = dst + jb * nq * 64;
-            if (g->e->pack_w4a8) {
-                g->e->pack_w4a8(w, n0, rows, k0, k1, blk, nq, cs + jb * 16, first);
-                continue;
-            }
-            /* 16 rows × up to 512 k decoded into L1 (8 KiB), then the engine's int8 pack of them */
-            enum { KB = 512 };
-            _Alignas(64) int8_t buf[16 * KB];
-            for (int64_t ka = k0; ka < k1 || ka == k0; ka += KB) {
-                const int64_t len = k1 - ka < KB ? k1 - ka : KB, qa = (ka - k0) / 4;
-                const int64_t nqs = ka + KB < k1 ? KB / 4 : nq - qa;
-                if (len > 0) g->w4_decode(w, g->w4_lut, n0, rows, ka, ka + len, buf, KB);
-                pack(buf, KB, rows, 0, len > 0 ? len : 0, blk + qa * 64, nqs, cs + jb * 16, first && ka == k0, &neg);
-                if (len <= 0) break;
-            }
-        }
-        t->b = dst;
-        t->ldb = nq * 64;
-        t->colsum = cs;
-        t->neg128 = 0;
-        return;
-    }
-    const qmm_i8_pack_fn pack = g->e->pack ? g->e->pack : qmm_i8_pack_block_ref;
-    for (int jb = 0; jb < nr; jb++) {
-        const int64_t n0 = (nb + jb) * 16;
-        const int rows = N - n0 < 16 ? (int)(N - n0) : 16;
-        pack(w->borrow.data + n0 * ld, ld, rows, k0, k1, dst + jb * nq * 64, nq, cs + jb * 16, first, &neg);
-    }
-    t->b = dst;
-    t->ldb = nq * 64;
-    t->colsum = cs;
-    t->neg128 = neg;
+    qmm_panel p;
+    qmm_panel_get(&g->src, nb, nr, q0, nq, g->panels + (int64_t)thread * g->panel_bytes, cs, first, &p);
+    t->b = p.b;
+    t->ldb = p.ldb;
+    t->colsum = p.colsum;
+    t->neg128 = p.neg128;
 }
 
 /* A W4A8 weight's rows regime on engine e runs fused (w4a8.h): avx512_vnni, M <= QMM_W4A8_FUSED_M,
@@ -95,14 +39,14 @@ static int w4a8_fused(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
 }
 
 const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
-    if (!e || M > e->rows_m) return "the int8 engine's n16k4 panels";
+    if (!e || M > e->rows_m || !qmm_i8_rows_kernel_for(e, M)) return "the int8 engine's n16k4 panels";
     return w4a8_fused(e, w, M) ? "the int8 engine's fused rows kernel (multiplied, never stored)"
                                : "the int8 engine's rows regime (a few whole rows per thread)";
 }
 
 /* The rows regime of a W4A8 weight: blocks [b0, b1) a few rows at a time (the thread's buffer,
  * g->panel_bytes: that many rows of Kp bytes), decoded into the buffer (row-major, Kp bytes
- * apart, the rows' codes read once), then the engine's rows_kernel on a view of the call whose
+ * apart, the rows' codes read once), then the engine's rows kernel (g->rows_fn) on a view of the call whose
  * weight rows (borrow.data, ld) are the buffer's: borrow.data + n·ld is row n's decoded copy. */
 static void w4a8_rows(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1) {
     if (g->w4_fused) {
@@ -121,9 +65,9 @@ static void w4a8_rows(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1) 
     const int64_t step = g->panel_bytes / (16 * g->Kp); /* blocks per buffer */
     for (int64_t b = b0; b < b1; b += step) {
         const int64_t be = b + step < b1 ? b + step : b1, n0 = b * 16, n1 = be * 16 < c->N ? be * 16 : c->N;
-        g->w4_decode(c->w, g->w4_lut, n0, n1 - n0, 0, c->K, buf, g->Kp);
+        g->src.w4_decode(c->w, g->w4_lut, n0, n1 - n0, 0, c->K, buf, g->Kp);
         wv.borrow.data = (const int8_t *)((uintptr_t)buf - (uintptr_t)(n0 * g->Kp));
-        g->e->rows_kernel(&gv, b, be);
+        g->rows_fn(&gv, b, be);
     }
 }
 
@@ -145,7 +89,7 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
         return;
     }
     if (g->rows) {
-        e->rows_kernel(g, b0, b1);
+        g->rows_fn(g, b0, b1);
         return;
     }
     if (g->ap) {
@@ -217,12 +161,12 @@ static void rows_ap_group(const void *arg, int64_t r0, int64_t r1) {
 /* the engine's per-thread hooks, around each thread's share of the tasks (the pool places them) */
 static void gemm_begin(int thread, void *arg) {
     const qmm_i8_gemm *g = arg;
-    g->e->begin(g, thread);
+    g->e->begin(g->c, thread);
 }
 
 static void gemm_end(int thread, void *arg) {
     const qmm_i8_gemm *g = arg;
-    g->e->end(g, thread);
+    g->e->end(g->c, thread);
 }
 
 qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engine *e) {
@@ -235,7 +179,8 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     void *buf, *pbuf;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ACT, qbytes + (size_t)M * 9, &buf));
     const int64_t kq = e->k64 ? Kp / 4 : (c->K + 3) / 4;
-    const int borrowed = w->i8.data == NULL, rows = borrowed && M <= e->rows_m;
+    const qmm_i8_rows_fn rows_fn = w->borrowed && M <= e->rows_m ? qmm_i8_rows_kernel_for(e, M) : NULL;
+    const int borrowed = w->borrowed, rows = rows_fn != NULL;
     const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M) : 0;
     int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4, kc_long = kq;
     if (e->k64 && kcq < kq) { /* even chunks of whole 64-byte k-steps (int8_gemm.h, k64) */
@@ -287,16 +232,16 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         g.colsums = (int32_t *)(g.panels + (size_t)nt * (size_t)panel_bytes);
     }
     _Alignas(64) int8_t lut[QMM_W4A8_LUT_BYTES]; /* read by the pool's threads during this call */
-    if (w->w4a8) {
-        g.w4_decode = qmm_w4a8_decoder(ctx);
-        if (w->w4.s_rel_dtype == QMM_F8_E4M3) {
-            qmm_w4a8_lut_filler(ctx)(w, lut);
-            g.w4_lut = lut;
-            if (rows && w4a8_fused(e, w, M)) g.w4_fused = qmm_w4a8_rows_fused_vnni_ptr;
-        }
+    g.src = (qmm_panel_source){.w = w, .pack = e->pack, .pack_w4a8 = e->pack_w4a8,
+                               .w4_decode = w->w4a8 ? qmm_w4a8_decoder(ctx) : NULL};
+    if (w->w4a8 && w->w4.s_rel_dtype == QMM_F8_E4M3) {
+        qmm_w4a8_lut_filler(ctx)(w, lut);
+        g.w4_lut = g.src.w4_lut = lut;
+        if (rows && w4a8_fused(e, w, M)) g.w4_fused = qmm_w4a8_rows_fused_vnni_ptr;
     }
     if (rows) {
         g.rows = 1;
+        g.rows_fn = rows_fn;
         g.qsum = qsum;
         g.qneg128 = qneg;
     }

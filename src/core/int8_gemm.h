@@ -32,22 +32,23 @@
  *              n16k4 packing in place (blocks Kp·16 bytes apart, colsum from the weight); a
  *              borrowed weight's rows (the caller's [N][ld] int8, w->borrow) packed per call, per
  *              panel and K chunk, into the thread's n16k4 panel buffer (blocks nq·64 bytes
- *              apart) by the engine's pack() — the u8 column sums and a -128 flag computed while
+ *              apart) by the engine's pack() (panel.h, the float driver's panels too) — the u8 column sums and a -128 flag computed while
  *              packing — and run by the same micro-kernels from L1/L2. Each (task, chunk, panel)
  *              is packed once and serves every row tile of the task; for M <= rows_m the
- *              engine's rows_kernel reads the caller's rows directly instead (small M, the rows
+ *              engine's rows kernel for M (rows_kernels) reads the caller's rows directly instead (small M, the rows
  *              regime: a left as q, its row sums in qsum, and where the engine asks for one
  *              (rows_ap_bytes) its own copy of q in the layout its kernel reads, ap, written by
  *              the engine's rows_ap_fill inside the pre-pass's pool run);
  *   out        token scales copied to c->token_scales when asked.
- * A new int8 engine is its micro-kernel(s), a qmm_i8_engine descriptor (also its qmm_engine's
- * .i8: test_int8_ukernels drives the kernels through it), its admit() and one row of the engine
- * table.
+ * A new int8 engine is its micro-kernel(s) (declared by name in ukernels.h), a qmm_i8_engine
+ * descriptor (its qmm_engine_ops' .i8: test_int8_ukernels drives the kernels through it), its
+ * admit() and one row of the engine table.
  */
 #ifndef QMM_INT8_GEMM_H
 #define QMM_INT8_GEMM_H
 
 #include "epilogue.h"
+#include "panel.h"
 #include "qmm_internal.h"
 #include "w4a8.h"
 
@@ -82,47 +83,51 @@ typedef struct qmm_i8_tile {
     int64_t pass, passes;
 } qmm_i8_tile;
 
-/* Packs one 16-row block of a borrowed weight for one K chunk: rows [0, rows) of W (int8, row
- * stride ld; rows < 16: the rest are zero), bytes [k0, k1) of each (k0 a multiple of 4, k1 <= K:
- * nothing past k1 is read), into dst [nq][16][4] (64-byte aligned; quads past the bytes zero);
- * cs[0..16) = (first ? 0 : cs) + Σ of each row's bytes; *neg128 |= some byte is -128 (an engine
- * whose kernels are exact with -128 weights may leave it alone; an s8 engine whose kernels read no
- * column sums may leave cs alone). */
-typedef void (*qmm_i8_pack_fn)(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst,
-                               int64_t nq, int32_t *cs, int first, int *neg128);
-void qmm_i8_pack_block_ref(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
-                           int32_t *cs, int first, int *neg128);
+/* The kernel families of the int8 driver, one signature each (the kernels by name: ukernels.h).
+ *   tile       rows [t->r, t->r + t->mr) × blocks [t->n/16, t->n/16 + t->nr) over the chunk's
+ *              quads (qmm_i8_tile): the sums into t->part and, on the last chunk, the outputs;
+ *   rows       the rows regime (below, qmm_i8_engine.rows_kernels): the outputs of 16-column
+ *              blocks [b0, b1) of a borrowed weight straight from the caller's rows, all M
+ *              tokens at once; each kernel is for a range of M. */
+typedef void (*qmm_i8_tile_fn)(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+typedef void (*qmm_i8_rows_fn)(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+
+/* A rows kernel of an engine, by name, and the M it runs: m_min <= M <= m_max. */
+typedef struct qmm_i8_rows_ukernel {
+    const char *name;
+    qmm_i8_rows_fn fn;
+    int m_min, m_max;
+} qmm_i8_rows_ukernel;
 
 typedef struct qmm_i8_engine {
     int u8;                /* A = q + 128 */
     int mr, nrb;           /* the micro-tile: up to mr rows × nrb 16-column blocks */
     int mc, nc, kc;        /* rows and columns per task (nc a multiple of 16·nrb), K chunk in bytes (of 64) */
     int whole_k_m;         /* up to this M: no K chunks */
-    void (*tile)(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+    qmm_i8_tile_fn tile;
     /* Optional one-pass regime: one_pass_rows(M) = rows of its register tile (0: not for this M);
      * one_pass(g, b0, b1, part) runs blocks [b0, b1) and returns how many it did from b0 (the rest
      * take the tiles above), or -1 if it did them all. */
     int (*one_pass_rows)(int64_t M);
     int64_t (*one_pass)(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1, int32_t *part);
-    qmm_i8_pack_fn pack;   /* borrowed weights' panel packing (NULL: qmm_i8_pack_block_ref) */
+    qmm_pack_n16k4_fn pack; /* borrowed weights' panel packing (panel.h; NULL: qmm_pack_n16k4_ref) */
     int pack_bare;         /* pack writes the n16k4 bytes only, leaving cs and neg128 alone (an s8
                             * engine exact on -128 that reads no column sums: amx_int8) */
     qmm_w4a8_pack_fn pack_w4a8; /* a borrowed W4A8 weight's panels: its codes decoded into n16k4
-                                 * (w4a8.h); NULL: the driver decodes 16 rows × up to 512 k at a
-                                 * time (g->w4_decode) into a stack buffer and packs it with pack */
-    /* Optional, borrowed weights with M <= rows_m (the rows regime): rows_kernel(g, b0, b1)
-     * computes the outputs of 16-column blocks [b0, b1) straight from the caller's rows
+                                 * (w4a8.h); NULL: the context's rows decoder (qmm_w4a8_decoder)
+                                 * and pack (panel.h, qmm_panel_source) */
+    /* Optional, borrowed weights with M <= rows_m (the rows regime): the engine's rows kernels,
+     * n_rows_kernels of them, one for each M in 1..rows_m (qmm_i8_rows_kernel_for: the first whose
+     * range holds M); the kernel computes the outputs of 16-column blocks [b0, b1) straight from
+     * the caller's rows
      * (w->borrow: each row read once, front to back, all M rows of A against it) and writes them;
      * no panel packing. In this regime the driver leaves a = q (s8, zero past K, also for u8
      * engines) and fills g->qsum (Σ_k q per row) and g->qneg128 (a row holds -128). The regime
      * where the weights stream from memory once. */
     int rows_m;
-    void (*rows_kernel)(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-    /* Optional per-thread hooks of engines with thread state (AMX: LDTILECFG, TILERELEASE; oneDNN's
-     * brgemm set_hw_context / release_hw_context): begin(g, thread) before the thread's first task
-     * of the call, end(g, thread) after its last (placed by the pool: qmm_pool_run_bracketed). */
-    void (*begin)(const qmm_i8_gemm *g, int thread);
-    void (*end)(const qmm_i8_gemm *g, int thread);
+    const qmm_i8_rows_ukernel *rows_kernels;
+    int n_rows_kernels;
+    qmm_thread_hook_fn begin, end; /* optional per-thread hooks (qmm_internal.h) */
     int k64;               /* tile() steps 64 bytes of K: kq = Kp/4, so every chunk is whole 64-byte
                             * steps (q, the owned packing and a borrowed panel are zero past K),
                             * and the chunks are even: nch = the k-steps ÷ kc/64 rounded to nearest
@@ -135,11 +140,11 @@ typedef struct qmm_i8_engine {
                             * 16 × 16 int32 tiles of 1 KiB, row i and column j of the tile at
                             * ((i/16)·nr + j/16)·256 + (i%16)·16 + j%16 (amx_int8: one TILESTORED each) */
     /* Optional, the rows regime: rows_ap_bytes(M, Kp) = the bytes of a copy of the activations
-     * in the layout rows_kernel wants (0: none), in groups of 16 rows (a full group
+     * in the layout its rows kernels want (0: none), in groups of 16 rows (a full group
      * rows_ap_bytes(16, Kp) bytes); rows_ap_fill(g, r0, r1) writes the groups of rows [r0, r1)
      * (r0 a multiple of 16, r1 too or M) to g->ap (64-byte aligned) from g->a = q. The driver
      * calls it per group from the pre-pass's pool run (prepass.h group_fill), on the thread that
-     * has just written the group's last rows, before any rows_kernel. */
+     * has just written the group's last rows, before any rows kernel. */
     int64_t (*rows_ap_bytes)(int64_t M, int64_t Kp);
     void (*rows_ap_fill)(const qmm_i8_gemm *g, int64_t r0, int64_t r1);
 } qmm_i8_engine;
@@ -159,19 +164,19 @@ struct qmm_i8_gemm {
     int wrows;
     int borrowed;          /* the weight is the caller's rows (w->borrow), packed per panel */
     int rows;              /* the rows regime (borrowed, M <= e->rows_m): a is q (never flipped) */
+    qmm_i8_rows_fn rows_fn; /* the rows regime: the engine's kernel for M (qmm_i8_rows_kernel_for) */
     int32_t *qsum;         /* rows regime: [M] Σ_k q[r][k] */
     uint8_t *qneg128;      /* rows regime: [M] row r of q holds -128 */
+    qmm_panel_source src;  /* the weight's panels (panel.h) */
     int8_t *panels;        /* borrowed: [threads][panel_bytes] panel buffers */
     int32_t *colsums;      /* borrowed: [threads][nc] column sums of the thread's task */
     int64_t panel_bytes;
-    qmm_w4a8_rows_fn w4_decode; /* a W4A8 weight: the rows decoder of this context (w4a8.h) */
     const int8_t *w4_lut;  /* a W4A8 weight with e4m3 s_rel: the call's decode table (w4a8.h), else NULL */
-    void (*w4_fused)(const qmm_i8_gemm *g, int64_t b0, int64_t b1); /* a W4A8 weight's rows regime, fused
-                                                                     * (w4a8.h), or NULL */
+    qmm_i8_rows_fn w4_fused; /* a W4A8 weight's rows regime, fused (w4a8.h), or NULL */
 };
 
-/* The weights of blocks [nb, nb + nr) over quads [q0, q0 + nq) for thread `thread`: owned, in
- * place; borrowed, packed into the thread's panel buffer (nr·nq·64 <= panel_bytes), the chunk's
+/* The weights of blocks [nb, nb + nr) over quads [q0, q0 + nq) for thread `thread`: qmm_panel_get
+ * (panel.h) of g->src into the thread's panel buffer (nr·nq·64 <= panel_bytes), the chunk's
  * column sums added into cs[0 .. nr·16) (stored when first). Fills t->b, t->ldb, t->colsum
  * (cs, or the weight's), t->neg128. */
 void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
@@ -187,7 +192,11 @@ static inline int64_t qmm_i8_chunk_nq(const qmm_i8_gemm *g, int64_t q0) {
  * qmm_plan's words): the n16k4 panels, the rows regime's per-thread rows, or the fused rows kernel. */
 const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_t M);
 
-/* The int8 driver's descriptor of engine id (qmm_engine.i8); NULL if it has none. */
+/* The rows kernel of engine e for M tokens (1 <= M <= e->rows_m): the first of e->rows_kernels
+ * whose range holds M; NULL if none does. */
+qmm_i8_rows_fn qmm_i8_rows_kernel_for(const qmm_i8_engine *e, int64_t M);
+
+/* The int8 driver's descriptor of engine id (qmm_engine_ops.i8); NULL if it has none. */
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id);
 
 /* The whole call on engine e (pre-pass, GEMM with the engine's tiles and epilogue, token

@@ -5,7 +5,8 @@
  * Static inline; include only from files built with at least -mavx512f -mavx512bw.
  *   qmm_z_n16k4_step  64 bytes of K of 16 rows → 16 n16k4 rows (a 16 × 16 dword transpose);
  *                     masked loads: nothing past the given bytes is read
- *   qmm_z_pack_n16k4  one 16-row block over a K range → [nq][16][4]
+ *   qmm_z_pack_n16k4  one 16-row block over a K range → [nq][16][4] (a qmm_pack_n16k4_fn,
+ *                     panel.h, for kernels that read no column sums and are exact with -128)
  */
 #ifndef QMM_PACK_AVX512_H
 #define QMM_PACK_AVX512_H
@@ -41,8 +42,12 @@ static inline void qmm_z_n16k4_step(const int8_t *W, int64_t ld, int rows, int64
 }
 
 /* Rows 0..rows-1 of W, bytes [k0, k1) (k0 a multiple of 4) → dst [nq][16][4] (64-byte aligned;
- * quads past k1 zero). */
-static inline void qmm_z_pack_n16k4(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq) {
+ * quads past k1 zero); cs, first and neg128 are left alone (qmm_pack_n16k4_fn). */
+static inline void qmm_z_pack_n16k4(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
+                                    int32_t *cs, int first, int *neg128) {
+    (void)cs;
+    (void)first;
+    (void)neg128;
     for (int64_t q0 = 0; q0 < nq; q0 += 16) {
         __m512i out[16];
         const int64_t k = k0 + q0 * 4;

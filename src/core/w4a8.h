@@ -58,7 +58,7 @@ typedef void (*qmm_w4a8_fused_fn)(const struct qmm_i8_gemm *g, int64_t b0, int64
 extern const qmm_w4a8_fused_fn qmm_w4a8_rows_fused_vnni_ptr;
 
 /* Packs rows [n0, n0 + rows) (rows <= 16; the rest zero) × k [k0, k1) of a W4A8 weight (k0 a
- * multiple of 4, k1 <= K) into dst [nq][16][4] (quads past k1 zero), as qmm_i8_pack_fn does for
+ * multiple of 4, k1 <= K) into dst [nq][16][4] (quads past k1 zero), as qmm_pack_n16k4_fn does for
  * int8 rows: cs[0..16) = (first ? 0 : cs) + Σ of each row's values when cs != NULL. The decoded
  * values lie in [-127, 127]: no -128. */
 typedef void (*qmm_w4a8_pack_fn)(const qmm_weight *w, int64_t n0, int rows, int64_t k0, int64_t k1, int8_t *dst,

@@ -19,12 +19,12 @@ typedef const char *(*op_admit_fn)(const qmm_engine *e, void *call, int fallback
 static const char *admit_linear(const qmm_engine *e, void *call, int fallback, char *why, size_t n) {
     qmm_call *c = call;
     c->fallback = fallback;
-    return e->admit(c, why, n);
+    return e->ops->admit(c, why, n);
 }
 
 static const char *admit_attention(const qmm_engine *e, void *call, int fallback, char *why, size_t n) {
     (void)fallback;
-    return e->attn_admit ? e->attn_admit(call, why, n) : "offers no attention";
+    return e->ops->attn_admit ? e->ops->attn_admit(call, why, n) : "offers no attention";
 }
 
 /* The walk of SPEC §4, for any operation: every int8 engine, then every float engine (a float
@@ -39,7 +39,7 @@ static qmm_engine_id walk(const qmm_context *ctx, op_admit_fn admit, void *call,
     *fallback = 0;
     for (int kind = QMM_KIND_INT8; kind <= QMM_KIND_FLOAT; kind++) {
         for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
-            const qmm_engine *e = qmm_engine_table[i].engine;
+            const qmm_engine *e = &qmm_engine_table[i];
             if ((int)e->kind != kind) continue;
             const int fb = kind == QMM_KIND_FLOAT && float_fallback;
             char why[QMM_REASON_MAX];
@@ -131,7 +131,7 @@ qmm_engine_id qmm_plan_choose(const qmm_context *ctx, qmm_call *c) {
 
 /* Is row i a refusing engine that the reasons text lists? */
 static int listed(const qmm_plan_info *p, int int8_only, int i) {
-    const qmm_engine *e = qmm_engine_table[i].engine;
+    const qmm_engine *e = &qmm_engine_table[i];
     if (e->kind == QMM_KIND_REF || p->admitted[e->id]) return 0;
     return !int8_only || e->kind == QMM_KIND_INT8;
 }
@@ -143,12 +143,12 @@ void qmm_plan_reasons_text(const qmm_plan_info *p, int int8_only, char buf[QMM_R
     buf[0] = 0;
     for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
         if (done[i] || !listed(p, int8_only, i)) continue;
-        const qmm_engine_id id = qmm_engine_table[i].engine->id;
+        const qmm_engine_id id = qmm_engine_table[i].id;
         int k = snprintf(buf + len, n - len, "%s%s", len ? "; " : "", qmm_engine_name(id));
         if (k < 0 || (size_t)k >= n - len) break;
         len += (size_t)k;
         for (int j = i + 1; j < QMM_ENGINE_TABLE_LEN; j++) {
-            const qmm_engine_id jd = qmm_engine_table[j].engine->id;
+            const qmm_engine_id jd = qmm_engine_table[j].id;
             if (!listed(p, int8_only, j) || strcmp(p->reason[jd], p->reason[id]) != 0) continue;
             done[j] = 1;
             k = snprintf(buf + len, n - len, ", %s", qmm_engine_name(jd));
@@ -187,7 +187,7 @@ size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size) {
                 p->status == QMM_ERR_FALLBACK_REFUSED ? " — refused: strict policy" : "");
     if (memchr(p->weight, 0, sizeof p->weight) && p->weight[0]) APPEND("weight: %s\n", p->weight);
     for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {
-        const qmm_engine_id id = qmm_engine_table[i].engine->id;
+        const qmm_engine_id id = qmm_engine_table[i].id;
         APPEND("  %-12s %s%.*s\n", qmm_engine_name(id), p->admitted[id] ? "admits" : "refuses: ", QMM_REASON_MAX,
                p->admitted[id] ? "" : p->reason[id]);
     }

@@ -31,6 +31,8 @@ src/engines/x86_avx2/avx_vnni.c             avx2,fma,f16c,avx_vnni              
 src/core/prepass_avx2.c                     avx2,fma,f16c                                f16c
 src/core/float_act_avx2.c                   avx2,fma,f16c                                f16c
 src/engines/x86_avx512/avx512_vnni.c        avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
+src/engines/x86_avx512/avx512_vnni_gemm.c   avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
+src/engines/x86_avx512/avx512_vnni_rows.c   avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
 src/engines/x86_avx512/avx512_vnni_small.c  avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
 src/engines/x86_avx512/avx512_vnni_attn.c   avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
 src/engines/x86_avx512/avx512_bf16.c        avx512f,avx512bw,avx512vl,avx512_bf16        avx512_bf16

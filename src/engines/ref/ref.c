@@ -73,18 +73,10 @@ static qmm_status ref_run(qmm_context *ctx, const qmm_call *c) {
     return c->w->is_int8 ? ref_run_int8(ctx, c) : ref_run_float(ctx, c);
 }
 
+/* attention (ref_attention.c) */
 const char *qmm_ref_attn_admit(const qmm_attn_call *c, char *why, size_t n);
 qmm_status qmm_ref_attn_run(qmm_context *ctx, const qmm_attn_call *c);
 
-const qmm_engine qmm_engine_ref = {
-    .id = QMM_ENGINE_REF,
-    .name = "ref",
-    .kind = QMM_KIND_REF,
-    .isa = QMM_ISA_NONE,
-    .cpu_features = 0,
-    .built = 1,
-    .admit = ref_admit,
-    .run = ref_run,
-    .attn_admit = qmm_ref_attn_admit,
-    .attn_run = qmm_ref_attn_run,
+const qmm_engine_ops qmm_ref_ops = {
+    .built = 1, .admit = ref_admit, .run = ref_run, .attn_admit = qmm_ref_attn_admit, .attn_run = qmm_ref_attn_run,
 };

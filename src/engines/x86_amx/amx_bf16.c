@@ -202,14 +202,23 @@ static void epilogue_t(const qmm_call *c, float *C, int64_t ldc, int64_t rows, i
 
 /* the per-thread hooks (before a thread's first task of a pool run, after its last): the tile
  * configuration of the plan above, then its release */
-static void tiles_begin(void) { QMM_AMX_SYM(qmm_amx_tiles_config)(16, 16); }
-static void tiles_end(void) { QMM_AMX_SYM(qmm_amx_tiles_release)(); }
+static void tiles_begin(const qmm_call *c, int thread) {
+    (void)c;
+    (void)thread;
+    QMM_AMX_SYM(qmm_amx_tiles_config)(16, 16);
+}
+
+static void tiles_end(const qmm_call *c, int thread) {
+    (void)c;
+    (void)thread;
+    QMM_AMX_SYM(qmm_amx_tiles_release)();
+}
 
 /* Columns per task block: at most nc, a multiple of 32, the N columns in blocks of equal width
  * with the fewest columns past N (over a few block counts), and at least enough blocks for 4
  * tasks per thread when the rows give few panels. */
 static int64_t block_cols(int64_t N, int64_t M, int64_t nc, int nt) {
-    const int64_t panels = ((M < 384 ? M : 384) + MR - 1) / MR, most = (N + 31) / 32;
+    const int64_t panels = ((M < QMM_FLOAT_MC ? M : QMM_FLOAT_MC) + MR - 1) / MR, most = (N + 31) / 32;
     int64_t nb = (N + nc - 1) / nc;
     const int64_t want = (4 * (int64_t)nt + panels - 1) / panels;
     if (nb < want) nb = want;
@@ -229,7 +238,7 @@ static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
         .mr = MR, .nr = (int)nr, .kc = kc, .bf16 = 1, .ka = 32,
         .b_bytes = (size_t)(nr * kc) * sizeof(uint16_t), .b_col16 = (size_t)(16 * kc) * sizeof(uint16_t),
         .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, /* f32 weights: refused by admit */
-        .kernel_aux = qmm_bf16_f32_gemm_ukernel_32x32__amx, .epilogue = epilogue_t, .pack_i8 = qmm_z_pack_n16k4,
+        .kernel_aux = qmm_bf16_f32_gemm_ukernel_32x32__amx, .epilogue = epilogue_t, .pack = qmm_z_pack_n16k4,
         .begin = tiles_begin, .end = tiles_end, .even_k = 1, .page_bufs = 1,
     };
     return qmm_float_gemm(ctx, c, &g);
@@ -246,13 +255,7 @@ static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
 const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const qmm_attn_call *c, char *why, size_t n);
 qmm_status QMM_AMX_SYM(qmm_amx_bf16_attn_run)(qmm_context *ctx, const qmm_attn_call *c);
 
-const qmm_engine QMM_AMX_SYM(qmm_engine_amx_bf16) = {
-    .id = QMM_ENGINE_AMX_BF16,
-    .name = "amx_bf16",
-    .kind = QMM_KIND_FLOAT,
-    .isa = QMM_ISA_AMX,
-    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ | QMM_CPU_AMX_TILE |
-                    QMM_CPU_AMX_BF16 | QMM_CPU_AMX_PERMITTED, /* its conversions and epilogue are AVX-512 */
+const qmm_engine_ops QMM_AMX_SYM(qmm_amx_bf16_ops) = {
     .built = QMM_AMX_BUILT,
     .admit = amx_bf16_admit,
     .run = amx_bf16_run,

@@ -87,8 +87,8 @@ qmm_status qmm_amx_ladder_probe_emu(int rung, int64_t reps, int small, void (*re
                                     qmm_probe_result *res);
 
 /* The emulated engines (test hooks; never in the dispatch table). */
-extern const qmm_engine qmm_engine_amx_int8_emu;
-extern const qmm_engine qmm_engine_amx_bf16_emu;
+extern const qmm_engine_ops qmm_amx_int8_ops_emu;
+extern const qmm_engine_ops qmm_amx_bf16_ops_emu;
 /* The blocking of the emulated engines (amx_blocking.h; default the library's constants; tests
  * shrink the blocks and move the regime switches so that every loop runs on small shapes), and
  * the regime (qmm_amx_regime) the last emulated engine call ran. */

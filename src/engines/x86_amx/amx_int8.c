@@ -105,7 +105,7 @@ static const char *amx_int8_admit(const qmm_call *c, char *why, size_t n) {
                  (long long)c->M, (long long)b.min_m);
         return why;
     }
-    if (c->w->i8.data == NULL && c->M < b.borrowed_min_m) { /* a borrowed weight (the dispatch cache is per weight) */
+    if (c->w->borrowed && c->M < b.borrowed_min_m) { /* a borrowed weight (the dispatch cache is per weight) */
         snprintf(why, n,
                  "borrowed weight at M=%lld < %lld: avx512_vnni reads the caller's rows in place, amx_int8 packs them per "
                  "call (measured 0.67x of packed, slower than avx512_vnni at M <= 16)",
@@ -265,24 +265,21 @@ static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
         }
 }
 
-/* qmm_i8_pack_fn: the 16 rows transposed into n16k4, nothing else (cs and neg128 unread) */
+/* qmm_pack_n16k4_fn: the 16 rows transposed into n16k4, nothing else (cs and neg128 unread) */
 static void pack_block(const int8_t *W, int64_t ld, int rows, int64_t k0, int64_t k1, int8_t *dst, int64_t nq,
                        int32_t *cs, int first, int *neg128) {
-    (void)cs;
-    (void)first;
-    (void)neg128;
-    qmm_z_pack_n16k4(W, ld, rows, k0, k1, dst, nq);
+    qmm_z_pack_n16k4(W, ld, rows, k0, k1, dst, nq, cs, first, neg128);
 }
 
 /* LDTILECFG for the thread's usual row tile (32 rows, or all of M), TILERELEASE at the end */
-static void begin(const qmm_i8_gemm *g, int thread) {
+static void begin(const qmm_call *c, int thread) {
     (void)thread;
-    const int rows = g->c->M < 32 ? (int)g->c->M : 32, r0 = rows < 16 ? rows : 16;
+    const int rows = c->M < 32 ? (int)c->M : 32, r0 = rows < 16 ? rows : 16;
     QMM_AMX_SYM(qmm_amx_tiles_config)(r0, rows - r0);
 }
 
-static void end(const qmm_i8_gemm *g, int thread) {
-    (void)g;
+static void end(const qmm_call *c, int thread) {
+    (void)c;
     (void)thread;
     QMM_AMX_SYM(qmm_amx_tiles_release)();
 }
@@ -348,13 +345,7 @@ static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
 }
 #endif
 
-const qmm_engine QMM_AMX_SYM(qmm_engine_amx_int8) = {
-    .id = QMM_ENGINE_AMX_INT8,
-    .name = "amx_int8",
-    .kind = QMM_KIND_INT8,
-    .isa = QMM_ISA_AMX,
-    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ | QMM_CPU_AMX_TILE |
-                    QMM_CPU_AMX_INT8 | QMM_CPU_AMX_PERMITTED, /* its pre-pass, pack and epilogue are AVX-512 */
+const qmm_engine_ops QMM_AMX_SYM(qmm_amx_int8_ops) = {
     .built = QMM_AMX_BUILT,
     .admit = amx_int8_admit,
     .run = amx_int8_run,

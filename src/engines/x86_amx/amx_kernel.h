@@ -6,11 +6,11 @@
  * One source, two builds:
  *   normal build  the macros are the real AMX instructions (compiled with -mamx-tile
  *                 -mamx-int8 -mamx-bf16 + AVX-512); the engines are registered as
- *                 qmm_engine_amx_int8 / qmm_engine_amx_bf16. Without compiler support for AMX
+ *                 qmm_amx_int8_ops / qmm_amx_bf16_ops. Without compiler support for AMX
  *                 (QMM_NO_AMX_BUILD) the kernels are left out and the engines say .built = 0.
  *   -DQMM_AMX_EMULATE  every tile instruction calls the software model of amx_emu.c (Intel SDM
  *                 semantics, faults counted), and every external symbol gets the suffix _emu
- *                 (qmm_engine_amx_int8_emu, ...), so the test executable tests/test_amx_emulated
+ *                 (qmm_amx_int8_ops_emu, ...), so the test executable tests/test_amx_emulated
  *                 links these copies beside the library. They are never registered for dispatch.
  *
  * Verification: the real build ran its tests on an AMX machine at d9c1ae0 (CTest green there:
@@ -29,7 +29,7 @@
  * n16k4 blocks of the weight panel, owned or packed per call). amx_bf16 runs it as a micro-kernel
  * of the float GEMM driver (float_gemm.h) with the operands' roles swapped: A = 16 widened W rows
  * per tile, B = 16 tokens of the driver's 32-row bf16 panel, C = [W rows][tokens], every tile
- * 16 × 64 (configured once per task).
+ * 16 × 64 (configured once per thread and call, by the driver's begin hook).
  */
 #ifndef QMM_AMX_KERNEL_H
 #define QMM_AMX_KERNEL_H

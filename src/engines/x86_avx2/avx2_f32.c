@@ -15,6 +15,7 @@
  */
 #include "float_gemm.h"
 #include "qmm_internal.h"
+#include "ukernels.h"
 
 #include <immintrin.h>
 
@@ -95,8 +96,8 @@ static inline __attribute__((always_inline)) void kern(const int rows, int64_t k
 }
 
 /* C[6][16] (+)= A[kc][6]ᵀ · B[kc][16] */
-static void qmm_f32_gemm_ukernel_6x16__avx2_fma(const qmm_fgemm *g, int rows, int64_t kc, const void *a, const void *b,
-                                                float *C, int accumulate) {
+void qmm_f32_gemm_ukernel_6x16__avx2_fma(const qmm_fgemm *g, int rows, int64_t kc, const void *a, const void *b,
+                                         float *C, int accumulate) {
     (void)g;
     QMM_FGEMM_ROWS6(kern, rows, kc, a, b, C, accumulate);
 }
@@ -109,20 +110,11 @@ static const qmm_fgemm k_gemm = {
     .kernel = qmm_f32_gemm_ukernel_6x16__avx2_fma, .epilogue = NULL,
 };
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_float_gemm(ctx, c, &k_gemm); }
-
+/* attention (avx2_f32_attn.c) */
 const char *qmm_avx2_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n);
 qmm_status qmm_avx2_f32_attn_run(qmm_context *ctx, const qmm_attn_call *c);
 
-const qmm_engine qmm_engine_avx2_f32 = {
-    .id = QMM_ENGINE_AVX2_F32,
-    .name = "avx2_f32",
-    .kind = QMM_KIND_FLOAT,
-    .isa = QMM_ISA_AVX2,
-    .cpu_features = QMM_CPU_AVX2 | QMM_CPU_FMA,
-    .built = 1,
-    .admit = qmm_admit_common_float,
-    .run = run,
-    .attn_admit = qmm_avx2_f32_attn_admit,
-    .attn_run = qmm_avx2_f32_attn_run,
+const qmm_engine_ops qmm_avx2_f32_ops = {
+    .built = 1, .admit = qmm_admit_common_float, .f = &k_gemm,
+    .attn_admit = qmm_avx2_f32_attn_admit, .attn_run = qmm_avx2_f32_attn_run,
 };

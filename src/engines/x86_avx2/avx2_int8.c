@@ -19,6 +19,7 @@
  * int8_gemm_avx2.h.
  */
 #include "int8_gemm_avx2.h"
+#include "ukernels.h"
 
 /* qmm_a2_step_fn: |a| · (w with a's sign) in pairs (VPMADDUBSW, u8 × s8: the pair sums stay
  * within 2·128·127, see above), then the pairs summed into dwords (VPMADDWD by 1) */
@@ -28,9 +29,9 @@ static inline void avx2_int8_step(__m256i av, __m256i b0, __m256i b1, __m256i *l
     *hi = _mm256_add_epi32(*hi, _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(b1, av)), ones));
 }
 
-static void qmm_qd8_qc8w_gemm_ukernel_4x16c4__avx2(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq,
-                                                   int32_t *c, int64_t ldc, int mr, int first, const int8_t *pf,
-                                                   int64_t pf_kq) {
+/* qmm_a2_kernel_fn: mr <= 4 rows × one 16-column block */
+static void block_4x16(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
+                       int first, const int8_t *pf, int64_t pf_kq) {
     switch (mr) {
     case 1: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 1, first, pf, pf_kq, avx2_int8_step); break;
     case 2: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq, avx2_int8_step); break;
@@ -64,8 +65,9 @@ static void scalar_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_
         }
 }
 
-static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
-    qmm_a2_tile(g, t, t->neg128 ? scalar_kernel : qmm_qd8_qc8w_gemm_ukernel_4x16c4__avx2);
+/* The tile kernel (qmm_i8_tile_fn, ukernels.h): up to 4 rows × 4 blocks (64 columns) */
+void qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx2(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
+    qmm_a2_tile(g, t, t->neg128 ? scalar_kernel : block_4x16);
 }
 
 /* ---------------------------------------------------------------- borrowed weights: small M */
@@ -188,8 +190,9 @@ static inline __attribute__((always_inline)) void rows_blocks(const int last, co
     if (n0 + R * len < n1) rows_run(last, 0, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
 }
 
-/* The driver's rows_kernel: 16-column blocks [b0, b1) of a borrowed weight, M <= ROWS_M. */
-static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+/* The rows kernels (qmm_i8_rows_fn, ukernels.h): 16-column blocks [b0, b1) of a borrowed weight,
+ * M = g->c->M in the kernel's range. Up to ROWS_DOT_M tokens: one token group per row. */
+void qmm_qd8_qc8w_rows_ukernel_m1to12__avx2_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     switch (g->c->M) {
     case 1: rows_blocks(1, 0, g, b0, b1); break;
     case 2: rows_blocks(2, 0, g, b0, b1); break;
@@ -202,40 +205,31 @@ static void rows_kernel(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     case 9: rows_blocks(9, 0, g, b0, b1); break;
     case 10: rows_blocks(10, 0, g, b0, b1); break;
     case 11: rows_blocks(11, 0, g, b0, b1); break;
-    case 12: rows_blocks(12, 0, g, b0, b1); break;
-    default: { /* 13..ROWS_M: groups of 8, the last of 1..8 */
-        if (g->c->M < 13 || g->c->M > ROWS_M) {
-            qmm_call_bug(g->c, "avx2_int8: the rows regime reached M > ROWS_M");
-            break;
-        }
-        const int ng = (int)(g->c->M - 1) / 8;
-        switch (g->c->M - 8 * ng) {
-        case 1: rows_blocks(1, ng, g, b0, b1); break;
-        case 2: rows_blocks(2, ng, g, b0, b1); break;
-        case 3: rows_blocks(3, ng, g, b0, b1); break;
-        case 4: rows_blocks(4, ng, g, b0, b1); break;
-        case 5: rows_blocks(5, ng, g, b0, b1); break;
-        case 6: rows_blocks(6, ng, g, b0, b1); break;
-        case 7: rows_blocks(7, ng, g, b0, b1); break;
-        default: rows_blocks(8, ng, g, b0, b1); break;
-        }
-        break;
-    }
+    default: rows_blocks(12, 0, g, b0, b1); break;
     }
 }
 
-static const qmm_i8_engine k_avx2_int8 = QMM_A2_ENGINE(0, 4, tile, ROWS_M, rows_kernel);
+/* 13..ROWS_M tokens: groups of 8, the last of 1..8 */
+void qmm_qd8_qc8w_rows_ukernel_m13to64__avx2_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+    const int ng = (int)(g->c->M - 1) / 8;
+    switch (g->c->M - 8 * ng) {
+    case 1: rows_blocks(1, ng, g, b0, b1); break;
+    case 2: rows_blocks(2, ng, g, b0, b1); break;
+    case 3: rows_blocks(3, ng, g, b0, b1); break;
+    case 4: rows_blocks(4, ng, g, b0, b1); break;
+    case 5: rows_blocks(5, ng, g, b0, b1); break;
+    case 6: rows_blocks(6, ng, g, b0, b1); break;
+    case 7: rows_blocks(7, ng, g, b0, b1); break;
+    default: rows_blocks(8, ng, g, b0, b1); break;
+    }
+}
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_int8_gemm(ctx, c, &k_avx2_int8); }
-
-const qmm_engine qmm_engine_avx2_int8 = {
-    .id = QMM_ENGINE_AVX2_INT8,
-    .name = "avx2_int8",
-    .kind = QMM_KIND_INT8,
-    .isa = QMM_ISA_AVX2,
-    .cpu_features = QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C,
-    .built = 1,
-    .admit = admit,
-    .run = run,
-    .i8 = &k_avx2_int8,
+static const qmm_i8_rows_ukernel k_rows[] = {
+    {"qmm_qd8_qc8w_rows_ukernel_m1to12__avx2_dot", qmm_qd8_qc8w_rows_ukernel_m1to12__avx2_dot, 1, ROWS_DOT_M},
+    {"qmm_qd8_qc8w_rows_ukernel_m13to64__avx2_dot", qmm_qd8_qc8w_rows_ukernel_m13to64__avx2_dot, ROWS_DOT_M + 1, ROWS_M},
 };
+_Static_assert(ROWS_DOT_M == 12 && ROWS_M <= 64, "the rows kernels' ranges above");
+
+static const qmm_i8_engine k_avx2_int8 = QMM_A2_ENGINE(0, 4, qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx2, ROWS_M, k_rows, (int)(sizeof k_rows / sizeof k_rows[0]));
+
+const qmm_engine_ops qmm_avx2_int8_ops = {.built = 1, .admit = admit, .i8 = &k_avx2_int8};

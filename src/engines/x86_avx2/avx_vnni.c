@@ -13,6 +13,7 @@
  * Admission: the common int8 checks only (any K, M, N; -128 weights are fine: u8 × s8 is exact).
  */
 #include "int8_gemm_avx2.h"
+#include "ukernels.h"
 
 #if defined(__AVXVNNI__)
 #define QMM_DPBUSD(acc, a, b) _mm256_dpbusd_avx_epi32((acc), (a), (b))
@@ -63,9 +64,9 @@ static void avx_vnni_1x16(const uint8_t *a, const int8_t *b, int64_t kq, int32_t
     _mm256_storeu_si256((__m256i *)(c + 8), hi0);
 }
 
-static void qmm_qd8_qc8w_gemm_ukernel_6x16c4__avxvnni(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq,
-                                                     int32_t *c, int64_t ldc, int mr, int first, const int8_t *pf,
-                                                     int64_t pf_kq) {
+/* qmm_a2_kernel_fn: mr <= 6 rows × one 16-column block */
+static void block_6x16(const uint8_t *a, int64_t lda, const int8_t *b, int64_t kq, int32_t *c, int64_t ldc, int mr,
+                       int first, const int8_t *pf, int64_t pf_kq) {
     switch (mr) {
     case 1: avx_vnni_1x16(a, b, kq, c, first, pf, pf_kq); break;
     case 2: qmm_a2_mrx16(a, lda, b, kq, c, ldc, 2, first, pf, pf_kq, avx_vnni_step); break;
@@ -82,33 +83,13 @@ static const char *admit(const qmm_call *c, char *why, size_t n) {
 }
 
 #ifdef QMM_HAVE_AVXVNNI_BUILD
-static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, qmm_qd8_qc8w_gemm_ukernel_6x16c4__avxvnni); }
-static const qmm_i8_engine k_avx_vnni = QMM_A2_ENGINE(1, 6, tile, 0, NULL);
+/* The tile kernel (qmm_i8_tile_fn, ukernels.h): up to 6 rows × 4 blocks (64 columns) */
+void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, block_6x16); }
+static const qmm_i8_engine k_avx_vnni = QMM_A2_ENGINE(1, 6, qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni, 0, NULL, 0);
 #endif
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) {
 #ifdef QMM_HAVE_AVXVNNI_BUILD
-    return qmm_int8_gemm(ctx, c, &k_avx_vnni);
-#else
-    (void)ctx;
-    return qmm_fail(QMM_ERR_INTERNAL, "layer %s: engine avx_vnni was not built", c->w->name);
+const qmm_engine_ops qmm_avx_vnni_ops = {.built = 1, .admit = admit, .i8 = &k_avx_vnni};
+#else /* the compiler lacks AVX-VNNI: listed, never usable */
+const qmm_engine_ops qmm_avx_vnni_ops = {.built = 0, .admit = admit};
 #endif
-}
-
-const qmm_engine qmm_engine_avx_vnni = {
-    .id = QMM_ENGINE_AVX_VNNI,
-    .name = "avx_vnni",
-    .kind = QMM_KIND_INT8,
-    .isa = QMM_ISA_AVX_VNNI,
-    .cpu_features = QMM_CPU_AVX2 | QMM_CPU_FMA | QMM_CPU_F16C | QMM_CPU_AVX_VNNI,
-#ifdef QMM_HAVE_AVXVNNI_BUILD
-    .built = 1,
-#else
-    .built = 0,
-#endif
-    .admit = admit,
-    .run = run,
-#ifdef QMM_HAVE_AVXVNNI_BUILD
-    .i8 = &k_avx_vnni,
-#endif
-};

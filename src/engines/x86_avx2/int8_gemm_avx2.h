@@ -110,7 +110,7 @@ static inline void qmm_a2_tile(const qmm_i8_gemm *g, const qmm_i8_tile *t, qmm_a
     }
 }
 
-/* qmm_i8_pack_fn (int8_gemm.h) in AVX2: per 32 bytes of K, rows 0..7 and 8..15 each transposed
+/* qmm_pack_n16k4_fn (int8_gemm.h) in AVX2: per 32 bytes of K, rows 0..7 and 8..15 each transposed
  * as an 8 × 8 matrix of dwords (out[q]: k-quad q of 8 rows), the two halves one n16k4 row; the
  * last bytes of a row (k1 - k < 32) are copied into a zeroed buffer first: nothing past k1 is
  * read. Column sums: VPMADDUBSW(1, w) then VPMADDWD(1): exact, no saturation (|Σ pair| <= 256). */
@@ -166,8 +166,8 @@ static inline void qmm_a2_pack(const int8_t *W, int64_t ld, int rows, int64_t k0
 /* The blocking of both AVX2 engines: MC × KC activation bytes (48 KiB) in L2, a 16 × KC panel
  * (8 KiB) in L1; whole K (weight streaming) up to 32 rows; the engine's rows regime for borrowed
  * weights (rows_m_ = 0: none). */
-#define QMM_A2_ENGINE(u8_, mr_, tile_, rows_m_, rows_kernel_) \
+#define QMM_A2_ENGINE(u8_, mr_, tile_, rows_m_, rows_kernels_, n_rows_kernels_) \
     { .u8 = (u8_), .mr = (mr_), .nrb = 4, .mc = QMM_A2_MC, .nc = QMM_A2_NC, .kc = QMM_A2_KC, .whole_k_m = 32, .tile = (tile_), \
-      .pack = qmm_a2_pack, .rows_m = (rows_m_), .rows_kernel = (rows_kernel_) }
+      .pack = qmm_a2_pack, .rows_m = (rows_m_), .rows_kernels = (rows_kernels_), .n_rows_kernels = (n_rows_kernels_) }
 
 #endif /* QMM_INT8_GEMM_AVX2_H */

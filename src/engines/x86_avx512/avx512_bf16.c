@@ -18,9 +18,11 @@
  * Micro-kernel: 6 rows × 64 columns (24 zmm accumulators), B block [kc/2][64][2] bf16 (32 KiB, in
  * L1), A k-pairs broadcast (one dword) from the 6-row panel.
  */
+#include "avx512_attn.h"
 #include "float_gemm.h"
 #include "pack_avx512.h"
 #include "qmm_internal.h"
+#include "ukernels.h"
 
 #include <immintrin.h>
 
@@ -79,8 +81,8 @@ static inline __attribute__((always_inline)) void kern(const int rows, int64_t k
 }
 
 /* C[6][64] (+)= A[kc/2][6][2]ᵀ · B[kc/2][64][2] */
-static void qmm_bf16_f32_gemm_ukernel_6x64__avx512bf16(const qmm_fgemm *g, int rows, int64_t kc, const void *a,
-                                                       const void *b, float *C, int accumulate) {
+void qmm_bf16_f32_gemm_ukernel_6x64__avx512bf16(const qmm_fgemm *g, int rows, int64_t kc, const void *a,
+                                                const void *b, float *C, int accumulate) {
     (void)g;
     QMM_FGEMM_ROWS6(kern, rows, kc, a, b, C, accumulate);
 }
@@ -99,23 +101,10 @@ static const qmm_fgemm k_gemm = {
     .b_bytes = (size_t)(KC + 4) * NR * sizeof(uint16_t), .b_col16 = 32 * sizeof(uint16_t),
     .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, /* f32 weights: refused by admit */
     .kernel = qmm_bf16_f32_gemm_ukernel_6x64__avx512bf16, .epilogue = qmm_float_epilogue_avx512,
-    .pack_i8 = qmm_z_pack_n16k4,
+    .pack = qmm_z_pack_n16k4,
 };
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_float_gemm(ctx, c, &k_gemm); }
-
-const char *qmm_avx512_bf16_attn_admit(const qmm_attn_call *c, char *why, size_t n);
-qmm_status qmm_avx512_bf16_attn_run(qmm_context *ctx, const qmm_attn_call *c);
-
-const qmm_engine qmm_engine_avx512_bf16 = {
-    .id = QMM_ENGINE_AVX512_BF16,
-    .name = "avx512_bf16",
-    .kind = QMM_KIND_FLOAT,
-    .isa = QMM_ISA_AVX512_BF16,
-    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512_BF16,
-    .built = 1,
-    .admit = admit,
-    .run = run,
-    .attn_admit = qmm_avx512_bf16_attn_admit,
-    .attn_run = qmm_avx512_bf16_attn_run,
+const qmm_engine_ops qmm_avx512_bf16_ops = {
+    .built = 1, .admit = admit, .f = &k_gemm,
+    .attn_admit = qmm_avx512_bf16_attn_admit, .attn_run = qmm_avx512_bf16_attn_run,
 };

@@ -11,9 +11,7 @@
  * pv: 6 rows × 64 of D (24 zmm) per pass, per key pair 4 V loads and 6 dword broadcasts.
  */
 #include "attention_avx512.h"
-
-const char *qmm_avx512_bf16_attn_admit(const qmm_attn_call *c, char *why, size_t n);
-qmm_status qmm_avx512_bf16_attn_run(qmm_context *ctx, const qmm_attn_call *c);
+#include "avx512_attn.h"
 
 #define NK QMM_ZA_NK
 

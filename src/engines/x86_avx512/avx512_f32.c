@@ -15,9 +15,11 @@
  * broadcast from the 6-row panel. Each output element is one FMA chain over k = 0, 1, ...
  * starting from 0 — the same chain as avx2_f32, so both f32 engines give identical bits.
  */
+#include "avx512_attn.h"
 #include "float_gemm.h"
 #include "pack_avx512.h"
 #include "qmm_internal.h"
+#include "ukernels.h"
 
 #include <immintrin.h>
 
@@ -96,8 +98,8 @@ static inline __attribute__((always_inline)) void kern(const int rows, int64_t k
 }
 
 /* C[6][64] (+)= A[kc][6]ᵀ · B[kc][64] */
-static void qmm_f32_gemm_ukernel_6x64__avx512f(const qmm_fgemm *g, int rows, int64_t kc, const void *a, const void *b,
-                                               float *C, int accumulate) {
+void qmm_f32_gemm_ukernel_6x64__avx512f(const qmm_fgemm *g, int rows, int64_t kc, const void *a, const void *b,
+                                        float *C, int accumulate) {
     (void)g;
     QMM_FGEMM_ROWS6(kern, rows, kc, a, b, C, accumulate);
 }
@@ -108,23 +110,10 @@ static const qmm_fgemm k_gemm = {
     .b_bytes = (size_t)(KC + 4) * NR * sizeof(float), .b_col16 = 16 * sizeof(float),
     .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, .widen_f32 = widen_f32,
     .kernel = qmm_f32_gemm_ukernel_6x64__avx512f, .epilogue = qmm_float_epilogue_avx512,
-    .pack_i8 = qmm_z_pack_n16k4,
+    .pack = qmm_z_pack_n16k4,
 };
 
-static qmm_status run(qmm_context *ctx, const qmm_call *c) { return qmm_float_gemm(ctx, c, &k_gemm); }
-
-const char *qmm_avx512_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n);
-qmm_status qmm_avx512_f32_attn_run(qmm_context *ctx, const qmm_attn_call *c);
-
-const qmm_engine qmm_engine_avx512_f32 = {
-    .id = QMM_ENGINE_AVX512_F32,
-    .name = "avx512_f32",
-    .kind = QMM_KIND_FLOAT,
-    .isa = QMM_ISA_AVX512,
-    .cpu_features = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ,
-    .built = 1,
-    .admit = qmm_admit_common_float,
-    .run = run,
-    .attn_admit = qmm_avx512_f32_attn_admit,
-    .attn_run = qmm_avx512_f32_attn_run,
+const qmm_engine_ops qmm_avx512_f32_ops = {
+    .built = 1, .admit = qmm_admit_common_float, .f = &k_gemm,
+    .attn_admit = qmm_avx512_f32_attn_admit, .attn_run = qmm_avx512_f32_attn_run,
 };

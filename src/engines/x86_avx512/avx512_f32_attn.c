@@ -10,9 +10,7 @@
  * Each score and each output is one FMA chain in order of d (of j within a block).
  */
 #include "attention_avx512.h"
-
-const char *qmm_avx512_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n);
-qmm_status qmm_avx512_f32_attn_run(qmm_context *ctx, const qmm_attn_call *c);
+#include "avx512_attn.h"
 
 #define NK QMM_ZA_NK
 

@@ -15,9 +15,7 @@
  * qk: 6 query rows × 64 keys (24 zmm), per 4 of D 4 K loads and 6 dword broadcasts of qq + 128.
  */
 #include "attention_avx512.h"
-
-const char *qmm_avx512_vnni_attn_admit(const qmm_attn_call *c, char *why, size_t n);
-qmm_status qmm_avx512_vnni_attn_run(qmm_context *ctx, const qmm_attn_call *c);
+#include "avx512_attn.h"
 
 #define NK QMM_ZA_NK
 #define MR QMM_ZA_MR

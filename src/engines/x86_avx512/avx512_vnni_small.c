@@ -1,6 +1,6 @@
 /*
  * avx512_vnni_small.c — the one-pass kernels of the AVX512-VNNI engine for 7 ≤ M ≤ 24 rows
- * (see avx512_vnni_small.h): all the rows of the call in one register tile, so each weight byte
+ * (avx512_vnni_small.h; by name in ukernels.h): all the rows of the call in one register tile, so each weight byte
  * is read once, in one sequential stream per 16-column block, prefetched PF_n bytes ahead into
  * L1 (the M = 1 kernel's pattern, with more lines in flight).
  *
@@ -14,6 +14,7 @@
  * one 64-byte (or 48/32) line, read sequentially.
  */
 #include "avx512_vnni_small.h"
+#include "ukernels.h"
 
 #include <immintrin.h>
 
@@ -63,15 +64,18 @@
 #define LD2 LD1 "vmovdqa32 (%[b],%[ldb],1), %%zmm25\n\t"
 #define LD3 LD2 "vmovdqa32 (%[b],%[ldb],2), %%zmm26\n\t"
 
-#define S_KERNEL(NAME, ROWS, NB, ASTEP)                                                               \
-    static void NAME(const uint8_t *a, const int8_t *b, int64_t ldb, int64_t nq, int32_t *part) {     \
-        __asm__ volatile(ROWS(Z##NB) "test %[nq], %[nq]\n\t"                                          \
-                                     "jz 9f\n\t"                                                      \
-                                     "3:\n\t" PF##NB LD##NB ROWS(D##NB) "add $64, %[b]\n\t"           \
-                                     "add $" #ASTEP ", %[a]\n\t"                                      \
-                                     "dec %[nq]\n\t"                                                  \
-                                     "jnz 3b\n\t"                                                     \
-                                     "9:\n\t" ROWS(T##NB)                                             \
+/* The one-pass kernel NAME (spelled out in full where it is defined, below; qmm_vnni_onepass_fn):
+ * the tile's rows (ROWS) with their zeroing Z, weight prefetch PF and loads LD, dot products D and
+ * stores T of one block count; ASTEP bytes of ap per quad. */
+#define S_KERNEL(NAME, ROWS, Z, PF, LD, D, T, ASTEP)                                                  \
+    void NAME(const uint8_t *a, const int8_t *b, int64_t ldb, int64_t nq, int32_t *part) {            \
+        __asm__ volatile(ROWS(Z) "test %[nq], %[nq]\n\t"                                              \
+                                 "jz 9f\n\t"                                                          \
+                                 "3:\n\t" PF LD ROWS(D) "add $64, %[b]\n\t"                           \
+                                 "add $" #ASTEP ", %[a]\n\t"                                          \
+                                 "dec %[nq]\n\t"                                                      \
+                                 "jnz 3b\n\t"                                                         \
+                                 "9:\n\t" ROWS(T)                                                     \
                          : [a] "+r"(a), [b] "+r"(b), [nq] "+r"(nq)                                    \
                          : [ldb] "r"(ldb), [c] "r"(part)                                              \
                          : "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8",     \
@@ -80,22 +84,21 @@
                            "zmm25", "zmm26", "zmm28", "memory", "cc");                                \
     }
 
-S_KERNEL(kernel_24x1, ROWS24, 1, 96)
-S_KERNEL(kernel_20x1, ROWS20, 1, 80)
-S_KERNEL(kernel_16x1, ROWS16, 1, 64)
-S_KERNEL(kernel_12x2, ROWS12, 2, 48)
-S_KERNEL(kernel_8x3, ROWS8, 3, 32)
+S_KERNEL(qmm_qd8_qc8w_onepass_ukernel_24x16c4__avx512vnni, ROWS24, Z1, PF1, LD1, D1, T1, 96)
+S_KERNEL(qmm_qd8_qc8w_onepass_ukernel_20x16c4__avx512vnni, ROWS20, Z1, PF1, LD1, D1, T1, 80)
+S_KERNEL(qmm_qd8_qc8w_onepass_ukernel_16x16c4__avx512vnni, ROWS16, Z1, PF1, LD1, D1, T1, 64)
+S_KERNEL(qmm_qd8_qc8w_onepass_ukernel_12x32c4__avx512vnni, ROWS12, Z2, PF2, LD2, D2, T2, 48)
+S_KERNEL(qmm_qd8_qc8w_onepass_ukernel_8x48c4__avx512vnni, ROWS8, Z3, PF3, LD3, D3, T3, 32)
 
 int qmm_vnni_small_rows(int64_t M) { return M <= 8 ? 8 : M <= 12 ? 12 : M <= 16 ? 16 : M <= 20 ? 20 : 24; }
 int qmm_vnni_small_blocks(int rows) { return rows == 8 ? 3 : rows == 12 ? 2 : 1; }
 
-void qmm_qd8_qc8w_gemm_ukernel_onepass_c4__avx512vnni(int rows, const uint8_t *ap, const int8_t *b, int64_t ldb,
-                                                      int64_t nq, int32_t *part) {
+qmm_vnni_onepass_fn qmm_vnni_small_kernel(int rows) {
     switch (rows) {
-    case 8: kernel_8x3(ap, b, ldb, nq, part); break;
-    case 12: kernel_12x2(ap, b, ldb, nq, part); break;
-    case 16: kernel_16x1(ap, b, ldb, nq, part); break;
-    case 20: kernel_20x1(ap, b, ldb, nq, part); break;
-    default: kernel_24x1(ap, b, ldb, nq, part); break;
+    case 8: return qmm_qd8_qc8w_onepass_ukernel_8x48c4__avx512vnni;
+    case 12: return qmm_qd8_qc8w_onepass_ukernel_12x32c4__avx512vnni;
+    case 16: return qmm_qd8_qc8w_onepass_ukernel_16x16c4__avx512vnni;
+    case 20: return qmm_qd8_qc8w_onepass_ukernel_20x16c4__avx512vnni;
+    default: return qmm_qd8_qc8w_onepass_ukernel_24x16c4__avx512vnni;
     }
 }

@@ -1,0 +1,77 @@
+/*
+ * ukernels.h — every micro-kernel of the engines on the core drivers, by name (XNNPACK's gemm.h):
+ * qmm_<operands>_<family>_ukernel_<tile>__<isa>[_<variant>], qmm_qd8_qc8w = dynamically quantized
+ * int8 activations × per-channel int8 weights, c4 = K packed by 4 (n16k4, panel.h). One signature
+ * per family (the driver's callback type); each kernel states its preconditions where it is
+ * defined (src/engines/<isa>/), and the tests call them by these names (test_int8_ukernels,
+ * test_float_engines). Declarations only: call a kernel only when the CPU has its ISA (its
+ * engine is available). The AMX kernels are declared in x86_amx/amx_kernel.h (compiled twice:
+ * for the hardware and for the tile emulator).
+ *
+ * Families:
+ *   gemm (int8)   qmm_i8_tile_fn (int8_gemm.h): one tile of the int8 driver, its sums and, on
+ *                 the last K chunk, its outputs; <mr>x<16·nrb> the largest tile;
+ *   rows (int8)   qmm_i8_rows_fn (int8_gemm.h): the rows regime of a borrowed weight, for the
+ *                 M of its name (m<lo>to<hi>); each engine lists its own in its
+ *                 qmm_i8_engine.rows_kernels with the range;
+ *   onepass       avx512_vnni's one-pass register tiles (7 <= M <= 24): rows × 16·blocks
+ *                 columns over the whole K (avx512_vnni_small.c);
+ *   gemm (float)  qmm_fkernel_fn (float_gemm.h): mr × nr panel tile of the float driver.
+ */
+#ifndef QMM_UKERNELS_H
+#define QMM_UKERNELS_H
+
+#include "float_gemm.h"
+#include "int8_gemm.h"
+
+/* ---------------------------------------------------------------- gemm (int8): qmm_i8_tile_fn */
+/* x86_avx512/avx512_vnni_gemm.c: 4 blocks, mr = 1..6 rows (asm, accumulators pinned in zmm0-23) */
+void qmm_qd8_qc8w_gemm_ukernel_1x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+void qmm_qd8_qc8w_gemm_ukernel_2x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+void qmm_qd8_qc8w_gemm_ukernel_3x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+void qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+void qmm_qd8_qc8w_gemm_ukernel_5x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+/* 1..3 blocks (the last of N), 1..6 rows (C) */
+void qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+/* x86_avx2/avx_vnni.c, avx2_int8.c: 1..4 blocks, one 16-column kernel call per block */
+void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+void qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx2(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+
+/* ---------------------------------------------------------------- rows (int8): qmm_i8_rows_fn */
+/* x86_avx512/avx512_vnni_rows.c: row dot products (M <= 8: rows_dot, rows_dot2), then W broadcast
+ * against the tokens in lanes (lanes_dot: 9..12, bcast_dot: 13..16, groups of 16: 17..64) */
+void qmm_qd8_qc8w_rows_ukernel_m1to2__avx512vnni_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+void qmm_qd8_qc8w_rows_ukernel_m3to8__avx512vnni_dot2(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+void qmm_qd8_qc8w_rows_ukernel_m9to12__avx512vnni_lanes(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+void qmm_qd8_qc8w_rows_ukernel_m13to16__avx512vnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+void qmm_qd8_qc8w_rows_ukernel_m17to64__avx512vnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+/* x86_avx2/avx2_int8.c: row dot products, one token group (M <= 12), groups of 8 (13..64) */
+void qmm_qd8_qc8w_rows_ukernel_m1to12__avx2_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+void qmm_qd8_qc8w_rows_ukernel_m13to64__avx2_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+
+/* ---------------------------------------------------------------- onepass (avx512_vnni) */
+/* part[i·256 + jb·16 + l] = Σ_q Σ_t ap[q][i][t] · b[jb·ldb + q·64 + l·4 + t] for the tile's rows i,
+ * blocks jb, l < 16, over nq quads; u8 × s8, exact int32 (mod 2^32). ap [nq][rows][4] u8; b: n16k4
+ * blocks ldb bytes apart, 64-byte aligned. */
+typedef void (*qmm_vnni_onepass_fn)(const uint8_t *ap, const int8_t *b, int64_t ldb, int64_t nq, int32_t *part);
+void qmm_qd8_qc8w_onepass_ukernel_24x16c4__avx512vnni(const uint8_t *ap, const int8_t *b, int64_t ldb, int64_t nq,
+                                                      int32_t *part);
+void qmm_qd8_qc8w_onepass_ukernel_20x16c4__avx512vnni(const uint8_t *ap, const int8_t *b, int64_t ldb, int64_t nq,
+                                                      int32_t *part);
+void qmm_qd8_qc8w_onepass_ukernel_16x16c4__avx512vnni(const uint8_t *ap, const int8_t *b, int64_t ldb, int64_t nq,
+                                                      int32_t *part);
+void qmm_qd8_qc8w_onepass_ukernel_12x32c4__avx512vnni(const uint8_t *ap, const int8_t *b, int64_t ldb, int64_t nq,
+                                                      int32_t *part);
+void qmm_qd8_qc8w_onepass_ukernel_8x48c4__avx512vnni(const uint8_t *ap, const int8_t *b, int64_t ldb, int64_t nq,
+                                                     int32_t *part);
+
+/* ---------------------------------------------------------------- gemm (float): qmm_fkernel_fn */
+void qmm_f32_gemm_ukernel_6x64__avx512f(const qmm_fgemm *g, int rows, int64_t kc, const void *a, const void *b,
+                                        float *C, int accumulate);
+void qmm_bf16_f32_gemm_ukernel_6x64__avx512bf16(const qmm_fgemm *g, int rows, int64_t kc, const void *a,
+                                                const void *b, float *C, int accumulate);
+void qmm_f32_gemm_ukernel_6x16__avx2_fma(const qmm_fgemm *g, int rows, int64_t kc, const void *a, const void *b,
+                                         float *C, int accumulate);
+
+#endif /* QMM_UKERNELS_H */
