@@ -31,11 +31,10 @@ void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int6
     t->neg128 = p.neg128;
 }
 
-/* A W4A8 weight's rows regime on engine e runs fused (w4a8.h): avx512_vnni, M <= QMM_W4A8_FUSED_M,
- * e4m3 s_rel (the table), groups of a multiple of 16. */
+/* A W4A8 weight's rows regime on engine e runs fused: the engine's rows_w4a8 (int8_gemm.h), at M
+ * <= rows_w4a8_m, e4m3 s_rel (the table), groups of a multiple of 16. */
 static int w4a8_fused(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
-    return M <= QMM_W4A8_FUSED_M && w->w4.s_rel_dtype == QMM_F8_E4M3 && w->w4.group % 16 == 0 &&
-           qmm_w4a8_rows_fused_vnni_ptr && e == qmm_i8_engine_of(QMM_ENGINE_AVX512_VNNI);
+    return e->rows_w4a8 && M <= e->rows_w4a8_m && w->w4.s_rel_dtype == QMM_F8_E4M3 && w->w4.group % 16 == 0;
 }
 
 const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
@@ -237,7 +236,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     if (w->w4a8 && w->w4.s_rel_dtype == QMM_F8_E4M3) {
         qmm_w4a8_lut_filler(ctx)(w, lut);
         g.w4_lut = g.src.w4_lut = lut;
-        if (rows && w4a8_fused(e, w, M)) g.w4_fused = qmm_w4a8_rows_fused_vnni_ptr;
+        if (rows && w4a8_fused(e, w, M)) g.w4_fused = e->rows_w4a8;
     }
     if (rows) {
         g.rows = 1;

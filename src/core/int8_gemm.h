@@ -147,6 +147,12 @@ typedef struct qmm_i8_engine {
      * has just written the group's last rows, before any rows kernel. */
     int64_t (*rows_ap_bytes)(int64_t M, int64_t Kp);
     void (*rows_ap_fill)(const qmm_i8_gemm *g, int64_t r0, int64_t r1);
+    /* Optional, the rows regime of a W4A8 weight (w4a8.h) at M <= rows_w4a8_m with e4m3 s_rel and
+     * groups of a multiple of 16: rows_w4a8(g, b0, b1) computes and writes blocks [b0, b1) as a
+     * rows kernel does, each row's codes looked up in g->w4_lut and multiplied without being
+     * stored (fused). Otherwise the driver decodes whole rows into a buffer for the rows kernels. */
+    qmm_i8_rows_fn rows_w4a8;
+    int rows_w4a8_m;
 } qmm_i8_engine;
 
 /* One call's state, read by the engine's callbacks. */
@@ -172,7 +178,7 @@ struct qmm_i8_gemm {
     int32_t *colsums;      /* borrowed: [threads][nc] column sums of the thread's task */
     int64_t panel_bytes;
     const int8_t *w4_lut;  /* a W4A8 weight with e4m3 s_rel: the call's decode table (w4a8.h), else NULL */
-    qmm_i8_rows_fn w4_fused; /* a W4A8 weight's rows regime, fused (w4a8.h), or NULL */
+    qmm_i8_rows_fn w4_fused; /* a W4A8 weight's rows regime, fused: the engine's rows_w4a8, or NULL */
 };
 
 /* The weights of blocks [nb, nb + nr) over quads [q0, q0 + nq) for thread `thread`: qmm_panel_get

@@ -48,15 +48,6 @@ static inline int64_t qmm_w4a8_rows_step(int64_t Kp) {
     return r < 16 ? 16 : r > 128 ? 128 : r;
 }
 
-/* The avx512_vnni engine's rows regime on a W4A8 weight at M <= QMM_W4A8_FUSED_M, fused
- * (w4a8_avx512_vnni.c): blocks [b0, b1) of the call computed and written as the engine's
- * rows_kernel does, each row's codes looked up in g->w4_lut and multiplied without being stored.
- * For e4m3 s_rel, groups of a multiple of 16, that engine only (its arithmetic and ISA). */
-enum { QMM_W4A8_FUSED_M = 8 };
-struct qmm_i8_gemm;
-typedef void (*qmm_w4a8_fused_fn)(const struct qmm_i8_gemm *g, int64_t b0, int64_t b1);
-extern const qmm_w4a8_fused_fn qmm_w4a8_rows_fused_vnni_ptr;
-
 /* Packs rows [n0, n0 + rows) (rows <= 16; the rest zero) × k [k0, k1) of a W4A8 weight (k0 a
  * multiple of 4, k1 <= K) into dst [nq][16][4] (quads past k1 zero), as qmm_pack_n16k4_fn does for
  * int8 rows: cs[0..16) = (first ? 0 : cs) + Σ of each row's values when cs != NULL. The decoded

@@ -44,7 +44,7 @@ src/core/input_stage_avx512.c               avx512f,avx512bw,avx512vl,avx512dq  
 src/core/float_act_avx512.c                 avx512f,avx512bw,avx512vl,avx512dq           avx512f
 src/core/float_gemm_avx512.c                avx512f,avx512bw,avx512vl,avx512dq           avx512f
 src/core/w4a8_avx512.c                      avx512f,avx512bw,avx512vl,avx512dq           avx512f
-src/core/w4a8_avx512_vnni.c                 avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
+src/engines/x86_avx512/avx512_vnni_w4a8.c   avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
 src/engines/x86_amx/amx_int8.c              avx512f,avx512bw,avx512vl,avx512dq,amx_tile,amx_int8 amx_int8
 src/engines/x86_amx/amx_ladder.c            avx512f,avx512bw,avx512vl,avx512dq,amx_tile,amx_int8 amx_int8
 src/engines/x86_amx/amx_bf16.c              avx512f,avx512bw,avx512vl,avx512dq,amx_tile,amx_bf16 amx_bf16

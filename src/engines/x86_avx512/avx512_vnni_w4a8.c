@@ -1,9 +1,10 @@
 /*
- * w4a8_avx512_vnni.c — the avx512_vnni engine's rows regime on a W4A8 weight at M <= 8, fused:
+ * avx512_vnni_w4a8.c — the avx512_vnni engine's rows regime on a W4A8 weight at M <= 8, fused
+ * (its qmm_i8_engine.rows_w4a8, int8_gemm.h):
  * each row's codes are looked up in the call's decode table (w4a8_avx512.h) and the 64 int8
  * values go straight into VPDPBUSD against the M rows of q, never stored (the unfused path
  * writes them to a buffer that the engine's rows kernel reads back). The arithmetic is the rows
- * kernel's (avx512_vnni.c, rows_dot): W flipped to u8 (w ^ 0x80 = w + 128), q the s8 operand, Σ
+ * kernel's (avx512_vnni_rows.c, rows_dot): W flipped to u8 (w ^ 0x80 = w + 128), q the s8 operand, Σ
  * (w + 128)·q = Σ w·q + 128·qsum[i], corrected per token. R rows at a time (M <= 4: 4, else 2:
  * R·M <= 16 accumulators), one from each of R equal runs of the thread's blocks (R code streams
  * in flight, each prefetched 4 KiB ahead into L2, as the rows kernel's streams), one accumulator
@@ -13,6 +14,7 @@
  * multiple of 16, e4m3 s_rel (the table); the driver checks that.
  */
 #include "int8_gemm.h"
+#include "ukernels.h"
 #include "simd_avx512.h"
 #include "w4a8_avx512.h"
 
@@ -100,7 +102,7 @@ static inline __attribute__((always_inline)) void w4_rows(const int six, const i
     for (int64_t b = b0 + R * L; b < b1; b++) w4_streams(six, per, m, 1, g, b, 1);
 }
 
-static void rows_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+void qmm_qd8_w4_rows_ukernel_m1to8__avx512vnni_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     const int six = g->c->w->w4.bits == 6, per = qmm_w4_per(g->c->w->w4.group) == 4 ? 4 : 0;
 #define W4_CASE(S, P, M) case (S) * 100 + (P) * 10 + (M): w4_rows(S, P, M, g, b0, b1); break
     switch (six * 100 + per * 10 + (int)g->c->M) {
@@ -112,9 +114,8 @@ static void rows_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     W4_CASE(1, 4, 5); W4_CASE(1, 4, 6); W4_CASE(1, 4, 7); W4_CASE(1, 4, 8);
     W4_CASE(1, 0, 1); W4_CASE(1, 0, 2); W4_CASE(1, 0, 3); W4_CASE(1, 0, 4);
     W4_CASE(1, 0, 5); W4_CASE(1, 0, 6); W4_CASE(1, 0, 7); W4_CASE(1, 0, 8);
-    default: qmm_call_bug(g->c, "w4a8 fused rows: M past QMM_W4A8_FUSED_M"); break;
+    default: qmm_call_bug(g->c, "w4a8 fused rows: M past 8"); break;
     }
 #undef W4_CASE
 }
 
-const qmm_w4a8_fused_fn qmm_w4a8_rows_fused_vnni_ptr = rows_fused;
