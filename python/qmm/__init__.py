@@ -352,6 +352,17 @@ class Weight:
         self.name = name
         self._destroy = L.qmm_weight_destroy
 
+    @classmethod
+    def _borrow(cls, fn, fname, d, keep, name, ctx):
+        # a borrowed Weight from descriptor d through fn (qmm_weight_borrow_*), keeping a
+        # reference to every object in keep until close()
+        p = ctypes.c_void_p()
+        with _lock:
+            _check(fn((ctx or context()).ptr, ctypes.byref(d), ctypes.byref(p)), fname)
+        w = cls(p.value, name)
+        w._borrowed = keep
+        return w
+
     @staticmethod
     def _desc(data, N, K, scale, n_scale, ld, bias, bias_dtype, convrot_gs, name, full_precision):
         d = L.qmm_weight_desc_default()
@@ -392,13 +403,7 @@ class Weight:
         keep = [o for o in (data, scale, bias) if o is not None and not isinstance(o, int)]
         d = cls._desc(_address(data), N, K, _address(scale), n_scale, ld, _address(bias), bias_dtype,
                          convrot_gs, name, full_precision)
-        p = ctypes.c_void_p()
-        with _lock:
-            _check(L.qmm_weight_borrow_int8((ctx or context()).ptr, ctypes.byref(d),
-                                            ctypes.byref(p)), "qmm_weight_borrow_int8")
-        w = cls(p.value, name)
-        w._borrowed = keep
-        return w
+        return cls._borrow(L.qmm_weight_borrow_int8, "qmm_weight_borrow_int8", d, keep, name, ctx)
 
     @classmethod
     def borrow_w4a8(cls, codes, N, K, bits, s_rel, s_rel_dtype, group_size, s_channel,
@@ -430,13 +435,7 @@ class Weight:
         d.bias_dtype = dtype_code(bias_dtype)
         d.convrot_gs = int(convrot_gs)
         d.full_precision = int(bool(full_precision))
-        p = ctypes.c_void_p()
-        with _lock:
-            _check(L.qmm_weight_borrow_w4a8((ctx or context()).ptr, ctypes.byref(d),
-                                            ctypes.byref(p)), "qmm_weight_borrow_w4a8")
-        w = cls(p.value, name)
-        w._borrowed = keep
-        return w
+        return cls._borrow(L.qmm_weight_borrow_w4a8, "qmm_weight_borrow_w4a8", d, keep, name, ctx)
 
     def int8_rows(self, n0=0, rows=None):
         """qmm_weight_int8_rows: the int8 values every engine multiplies (a W4A8 weight's codes
