@@ -10,7 +10,8 @@
  *   - every engine of the table on the W4A8 weight gives the bits of the same engine on an owned
  *     int8 weight of the decoded values (scale s_channel), and every int8 engine the bits of the
  *     reference (seeded random shapes: M = 1 and up to 300, odd N, K a multiple of 16 or 32 with
- *     tails of 64, every x and out dtype, act, convrot group, bias, residual, both epilogues);
+ *     tails of 64, every x and out dtype, act, convrot group, bias, residual, both epilogues),
+ *     and every M of the fused rows kernels (1..16) on weights they run;
  *   - amx_int8 (the tile emulator, tests/w4a8.cmake) on the W4A8 weight, each regime, against the
  *     reference;
  *   - bad descriptors: an error naming the field (codes length, group size, bits, codebook size,
@@ -90,15 +91,18 @@ static void decode(layer *L) {
 
 static const int k_groups4[] = {4, 8, 16, 32, 48, 64, 128};
 
+/* set: layer_random's groups a multiple of 16 and s_rel e4m3 (the fused rows kernels' weights) */
+static int g_table_groups;
+
 static void layer_random(layer *L, int64_t M, int64_t N, int64_t K, int bits) {
     memset(L, 0, sizeof *L);
     L->M = M; L->N = N; L->K = K; L->bits = bits;
     do L->gsz = k_groups4[tu_rand_int(0, 6)];
-    while (K % L->gsz || (bits == 6 && L->gsz % 16));
+    while (K % L->gsz || ((bits == 6 || g_table_groups) && L->gsz % 16));
     static const int gss[4] = {0, 16, 64, 256};
     do L->gs = gss[tu_rand_int(0, 3)];
     while (L->gs && K % L->gs);
-    L->f8 = tu_rand_int(0, 3) != 0;
+    L->f8 = g_table_groups || tu_rand_int(0, 3) != 0;
     L->has_cb = bits == 4 && tu_rand_int(0, 2) != 0;
     L->act = k_acts[tu_rand_int(0, 2)];
     L->Kin = L->act == QMM_ACT_SWIGLU ? 2 * K : K;
@@ -530,6 +534,19 @@ int main(int argc, char **argv) {
         check_layer(&L);
         layer_free(&L);
     }
+    /* the fused rows kernels (avx512_vnni: 1..8 row dots, 9..16 tokens in lanes): every M of their
+     * range, e4m3 s_rel, groups of 16 to 128, K with and without a tail past the last 64 */
+    g_table_groups = 1;
+    for (int it = 0; it < (quick ? 16 : 48); it++) {
+        const int bits = tu_rand_int(0, 2) ? 4 : 6;
+        const int64_t M = 1 + it % 16, N = tu_rand_int(0, 3) == 0 ? tu_rand_int(1, 40) : tu_rand_int(1, 300) | 1;
+        const int64_t K = tu_rand_int(0, 1) ? 64 * tu_rand_int(1, 20) : bits == 6 ? 32 * tu_rand_int(1, 40) : 16 * tu_rand_int(1, 80);
+        layer L;
+        layer_random(&L, M, N, K, bits);
+        check_layer(&L);
+        layer_free(&L);
+    }
+    g_table_groups = 0;
     /* the decoders alone: every group size, 4 and 6 bits, codebook or not, e4m3 or f32 s_rel */
     for (int it = 0; it < (quick ? 16 : 48); it++) {
         const int bits = it % 3 == 2 ? 6 : 4;
@@ -552,6 +569,8 @@ int main(int argc, char **argv) {
     }
     check_guarded(1, 37, 160, 4);
     check_guarded(5, 16, 96, 6);
+    check_guarded(12, 35, 176, 4);
+    check_guarded(16, 21, 224, 6);
     check_guarded(70, 33, 224, 4);
     qmm_context_destroy(g_ctx);
     return tu_finish();

@@ -15,10 +15,18 @@ const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id) {
     return e ? e->ops->i8 : NULL;
 }
 
-qmm_i8_rows_fn qmm_i8_rows_kernel_for(const qmm_i8_engine *e, int64_t M) {
-    for (int i = 0; i < e->n_rows_kernels; i++)
-        if (M >= e->rows_kernels[i].m_min && M <= e->rows_kernels[i].m_max) return e->rows_kernels[i].fn;
+static qmm_i8_rows_fn kernel_for(const qmm_i8_rows_ukernel *k, int n, int64_t M) {
+    for (int i = 0; i < n; i++)
+        if (M >= k[i].m_min && M <= k[i].m_max) return k[i].fn;
     return NULL;
+}
+
+qmm_i8_rows_fn qmm_i8_rows_kernel_for(const qmm_i8_engine *e, int64_t M) {
+    return kernel_for(e->rows_kernels, e->n_rows_kernels, M);
+}
+
+qmm_i8_rows_fn qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_t M) {
+    return kernel_for(e->rows_w4a8, e->n_rows_w4a8, M);
 }
 
 void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
@@ -31,10 +39,10 @@ void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int6
     t->neg128 = p.neg128;
 }
 
-/* A W4A8 weight's rows regime on engine e runs fused: the engine's rows_w4a8 (int8_gemm.h), at M
- * <= rows_w4a8_m, e4m3 s_rel (the table), groups of a multiple of 16. */
-static int w4a8_fused(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
-    return e->rows_w4a8 && M <= e->rows_w4a8_m && w->w4.s_rel_dtype == QMM_F8_E4M3 && w->w4.group % 16 == 0;
+/* A W4A8 weight's rows regime on engine e runs fused: the engine's rows_w4a8 kernel for M, with
+ * e4m3 s_rel (the table) and groups of a multiple of 16 (NULL: unfused). */
+static qmm_i8_rows_fn w4a8_fused(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
+    return w->w4.s_rel_dtype == QMM_F8_E4M3 && w->w4.group % 16 == 0 ? qmm_i8_w4a8_kernel_for(e, M) : NULL;
 }
 
 const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
@@ -230,13 +238,19 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         g.panels = (int8_t *)pbuf + pbytes + apbytes;
         g.colsums = (int32_t *)(g.panels + (size_t)nt * (size_t)panel_bytes);
     }
-    _Alignas(64) int8_t lut[QMM_W4A8_LUT_BYTES]; /* read by the pool's threads during this call */
+    /* read by the pool's threads during this call: the table, and for a fused kernel its u8 form */
+    _Alignas(64) int8_t lut[QMM_W4A8_LUT_BYTES], lut_u8[QMM_W4A8_LUT_BYTES];
     g.src = (qmm_panel_source){.w = w, .pack = e->pack, .pack_w4a8 = e->pack_w4a8,
                                .w4_decode = w->w4a8 ? qmm_w4a8_decoder(ctx) : NULL};
     if (w->w4a8 && w->w4.s_rel_dtype == QMM_F8_E4M3) {
         qmm_w4a8_lut_filler(ctx)(w, lut);
         g.w4_lut = g.src.w4_lut = lut;
-        if (rows && w4a8_fused(e, w, M)) g.w4_fused = e->rows_w4a8;
+        if (rows) g.w4_fused = w4a8_fused(e, w, M);
+        if (g.w4_fused) {
+            const size_t n = (size_t)256 << w->w4.bits;
+            for (size_t i = 0; i < n; i++) lut_u8[i] = (int8_t)(lut[i] ^ (int8_t)0x80);
+            g.w4_lut_u8 = lut_u8;
+        }
     }
     if (rows) {
         g.rows = 1;

@@ -147,12 +147,13 @@ typedef struct qmm_i8_engine {
      * has just written the group's last rows, before any rows kernel. */
     int64_t (*rows_ap_bytes)(int64_t M, int64_t Kp);
     void (*rows_ap_fill)(const qmm_i8_gemm *g, int64_t r0, int64_t r1);
-    /* Optional, the rows regime of a W4A8 weight (w4a8.h) at M <= rows_w4a8_m with e4m3 s_rel and
-     * groups of a multiple of 16: rows_w4a8(g, b0, b1) computes and writes blocks [b0, b1) as a
-     * rows kernel does, each row's codes looked up in g->w4_lut and multiplied without being
-     * stored (fused). Otherwise the driver decodes whole rows into a buffer for the rows kernels. */
-    qmm_i8_rows_fn rows_w4a8;
-    int rows_w4a8_m;
+    /* Optional, the rows regime of a W4A8 weight (w4a8.h) with e4m3 s_rel and groups of a
+     * multiple of 16: n_rows_w4a8 kernels by name and range (as rows_kernels; qmm_i8_w4a8_kernel_for),
+     * each computing and writing blocks [b0, b1) as a rows kernel does, each row's codes looked
+     * up in g->w4_lut and multiplied without being stored (fused). For an M none of them runs,
+     * the driver decodes whole rows into a buffer for the rows kernels. */
+    const qmm_i8_rows_ukernel *rows_w4a8;
+    int n_rows_w4a8;
 } qmm_i8_engine;
 
 /* One call's state, read by the engine's callbacks. */
@@ -178,7 +179,8 @@ struct qmm_i8_gemm {
     int32_t *colsums;      /* borrowed: [threads][nc] column sums of the thread's task */
     int64_t panel_bytes;
     const int8_t *w4_lut;  /* a W4A8 weight with e4m3 s_rel: the call's decode table (w4a8.h), else NULL */
-    qmm_i8_rows_fn w4_fused; /* a W4A8 weight's rows regime, fused: the engine's rows_w4a8, or NULL */
+    const int8_t *w4_lut_u8; /* with w4_fused: the table's values as u8 (v ^ 0x80 = v + 128), for u8 × s8 kernels */
+    qmm_i8_rows_fn w4_fused; /* a W4A8 weight's rows regime, fused: the engine's rows_w4a8 kernel for M, or NULL */
 };
 
 /* The weights of blocks [nb, nb + nr) over quads [q0, q0 + nq) for thread `thread`: qmm_panel_get
@@ -201,6 +203,10 @@ const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_
 /* The rows kernel of engine e for M tokens (1 <= M <= e->rows_m): the first of e->rows_kernels
  * whose range holds M; NULL if none does. */
 qmm_i8_rows_fn qmm_i8_rows_kernel_for(const qmm_i8_engine *e, int64_t M);
+
+/* The fused W4A8 rows kernel of engine e for M tokens: the first of e->rows_w4a8 whose range
+ * holds M; NULL if none does. */
+qmm_i8_rows_fn qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_t M);
 
 /* The int8 driver's descriptor of engine id (qmm_engine_ops.i8); NULL if it has none. */
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id);

@@ -105,7 +105,7 @@ static inline __attribute__((always_inline)) void lut_row(const int six, const i
     if (k > k0) qmm_w4a8_decode_rows(w, lut, n, 1, k0, k, dst, 0);
     const int64_t k16 = k + (k1 - k) / 16 * 16, k64 = k16 / 64 * 64;
     qmm_w4_walk it;
-    qmm_w4_walk_init(&it, six, w, lut, n, k);
+    qmm_w4_walk_init(&it, w, lut, n, k);
     for (; k < k16 && (k % 64 || k >= k64); k += 16) _mm_storeu_si128((__m128i *)(dst + (k - k0)), qmm_w4_next16(&it, six));
     const int pf = k1 - k0 > 1024; /* a long run (not a panel chunk): the row's stream prefetched ahead */
     for (; k + 128 <= k64; k += 128) {        /* two steps of 64 per prefetch */

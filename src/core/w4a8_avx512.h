@@ -67,10 +67,10 @@ typedef struct qmm_w4_walk {
     const uint8_t *cp, *hp, *sp;
     const int8_t *lut;
     int64_t r;
-    int gsz, sh;
+    int gsz;
 } qmm_w4_walk;
 
-static inline void qmm_w4_walk_init(qmm_w4_walk *it, int six, const qmm_weight *w, const int8_t *lut, int64_t n,
+static inline void qmm_w4_walk_init(qmm_w4_walk *it, const qmm_weight *w, const int8_t *lut, int64_t n,
                                     int64_t k) {
     const uint8_t *row = w->w4.codes + n * w->w4.row_bytes;
     it->cp = row + k / 2;
@@ -79,7 +79,6 @@ static inline void qmm_w4_walk_init(qmm_w4_walk *it, int six, const qmm_weight *
     it->lut = lut;
     it->r = k % w->w4.group;
     it->gsz = w->w4.group;
-    it->sh = six ? 6 : 4;
 }
 
 /* the prefetch of the row's stream QMM_W4_PF code bytes ahead */
@@ -89,8 +88,8 @@ static inline void qmm_w4_prefetch(const qmm_w4_walk *it, int six) {
     _mm_prefetch((const char *)(it->sp + QMM_W4_PF / 8), _MM_HINT_T1);
 }
 
-static inline __attribute__((always_inline)) const int8_t *qmm_w4_run16(qmm_w4_walk *it) {
-    const int8_t *t = it->lut + ((int64_t)it->sp[0] << it->sh);
+static inline __attribute__((always_inline)) const int8_t *qmm_w4_run16(qmm_w4_walk *it, const int six) {
+    const int8_t *t = it->lut + ((int64_t)it->sp[0] << (six ? 6 : 4));
     it->r += 16;
     if (it->r == it->gsz) { it->sp++; it->r = 0; }
     return t;
@@ -99,19 +98,20 @@ static inline __attribute__((always_inline)) const int8_t *qmm_w4_run16(qmm_w4_w
 /* the next 64 weights (the walk at a multiple of 64 when per is 1) */
 static inline __attribute__((always_inline)) __m512i qmm_w4_next64(qmm_w4_walk *it, const int six, const int per) {
     const int8_t *t[4];
+    const int sh = six ? 6 : 4; /* a constant shift: SHL by CL is 3 uops */
     if (per == 4) {
-        for (int j = 0; j < 4; j++) t[j] = it->lut + ((int64_t)it->sp[j] << it->sh);
+        for (int j = 0; j < 4; j++) t[j] = it->lut + ((int64_t)it->sp[j] << sh);
         it->sp += 4;
     } else if (per == 2) {
-        t[0] = t[1] = it->lut + ((int64_t)it->sp[0] << it->sh);
-        t[2] = t[3] = it->lut + ((int64_t)it->sp[1] << it->sh);
+        t[0] = t[1] = it->lut + ((int64_t)it->sp[0] << sh);
+        t[2] = t[3] = it->lut + ((int64_t)it->sp[1] << sh);
         it->sp += 2;
     } else if (per == 1) {
-        t[0] = t[1] = t[2] = t[3] = it->lut + ((int64_t)it->sp[0] << it->sh);
+        t[0] = t[1] = t[2] = t[3] = it->lut + ((int64_t)it->sp[0] << sh);
         it->r += 64;
         if (it->r == it->gsz) { it->sp++; it->r = 0; }
     } else {
-        for (int j = 0; j < 4; j++) t[j] = qmm_w4_run16(it);
+        for (int j = 0; j < 4; j++) t[j] = qmm_w4_run16(it, six);
     }
     const __m512i nib = qmm_w4_nibbles64(it->cp);
     __m512i v = _mm512_shuffle_epi8(qmm_w4_lanes(per, t, 0), nib);
@@ -130,7 +130,7 @@ static inline __attribute__((always_inline)) __m512i qmm_w4_next64(qmm_w4_walk *
 
 /* the next 16 weights */
 static inline __attribute__((always_inline)) __m128i qmm_w4_next16(qmm_w4_walk *it, const int six) {
-    const int8_t *t = qmm_w4_run16(it);
+    const int8_t *t = qmm_w4_run16(it, six);
     const __m128i nib = qmm_w4_nibbles16(it->cp);
     __m128i v = _mm_shuffle_epi8(_mm_load_si128((const __m128i *)t), nib);
     if (six) {

@@ -5,6 +5,7 @@
  * (ukernels.h), and the token copy the broadcast kernels read (qmm_vnni_rows_ap_bytes / _fill).
  */
 #include "avx512_vnni.h"
+#include "avx512_vnni_bcast.h"
 #include "pack_avx512.h"
 #include "ukernels.h"
 
@@ -166,12 +167,6 @@ static inline __attribute__((always_inline)) void rows_blocks(const int m, const
     if (n0 + R * len < n1) rows_run(m, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
 }
 
-/* acc += Σ4 u8(a) · s8(the 4 bytes at p, broadcast to every lane) */
-static inline __m512i dpbusd_bc(__m512i acc, __m512i a, const int8_t *p) {
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const int32_t *)p));
-    return acc;
-}
-
 /* The broadcast kernels' rows, per 64 bytes k of rows w, w + span, .. (R of them): the prefetch
  * and, when full, the row sums (rs[r] += VPDPBUSD(1, the 64 bytes)). */
 static inline __attribute__((always_inline)) void bcast_head(const int full, const int R, const int8_t *w,
@@ -195,31 +190,19 @@ static inline __attribute__((always_inline)) void bcast_tail(const int full, con
     }
 }
 
-/* How a broadcast kernel corrects its lanes (u8 q + 128 against W) by 128·Σ_k W[n][k]: from a
- * pad token's lane (q = 0: its lane is exactly that), from the row sums it computes (a
- * VPDPBUSD(1, the 64 bytes) per 64 bytes of the row), or from row sums given (computed by the
- * kernel's first token group on the same rows). */
-enum { BC_PAD = 0, BC_SUMS = 1, BC_GIVEN = 2 };
-
-/* v − 128·Σ_k W[n][k]: from the row sums rs unless BC_PAD, else from lane pad */
-static inline __m512i bcast_correct(const int corr, __m512i v, __m512i rs, int pad) {
-    return _mm512_sub_epi32(v, corr != BC_PAD ? _mm512_set1_epi32((int32_t)((uint32_t)_mm512_reduce_add_epi32(rs) << 7))
-                                    : _mm512_permutexvar_epi32(_mm512_set1_epi32(pad), v));
-}
-
 /* W broadcast, tokens in lanes (yᵀ = W·xᵀ), one group of up to 16 tokens: the token copy ap
  * [kq][16][4] (u8 q + 128; lanes past the group's tokens hold 128, the value of q = 0) is one
  * zmm per k quad, and each 4 bytes of a W row are the s8 operand broadcast to the 16 lanes
  * (VPDPBUSD m32{1to16}): lane t of row n's accumulator is Σ_k (q[t][k] + 128)·W[n][k]. The
- * correction (corr): lane 15 when the group has < 16 tokens (BC_PAD); else the row sums rs,
- * computed here (BC_SUMS) or given (BC_GIVEN). R rows at once share each load of ap: per 64
- * bytes of W, 16 VPDPBUSD (+1 with BC_SUMS), 16/R loads of ap, a prefetch. out[r] lane t =
+ * correction (corr): lane 15 when the group has < 16 tokens (QMM_BC_PAD); else the row sums rs,
+ * computed here (QMM_BC_SUMS) or given (QMM_BC_GIVEN). R rows at once share each load of ap: per 64
+ * bytes of W, 16 VPDPBUSD (+1 with QMM_BC_SUMS), 16/R loads of ap, a prefetch. out[r] lane t =
  * Σ_k q[t][k]·w_r[k] (mod 2^32). The last K bytes of a row go through a masked load into tail[]
  * (zero past K): nothing past W[n][K-1] is read. */
 static inline __attribute__((always_inline)) void bcast_dot(const int corr, const int R, const int8_t *w,
                                                             int64_t span, int64_t K, const uint8_t *ap,
                                                             __m512i rs[], __m512i out[]) {
-    const int full = corr == BC_SUMS; /* the row sums are computed here */
+    const int full = corr == QMM_BC_SUMS; /* the row sums are computed here */
     __m512i acc[BCAST_RMAX];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();
     if (full)
@@ -227,21 +210,19 @@ static inline __attribute__((always_inline)) void bcast_dot(const int corr, cons
     const int64_t K64 = K & ~(int64_t)63;
     for (int64_t k = 0; k < K64; k += 64) {
         bcast_head(full, R, w, span, k, rs);
-        for (int x = 0; x < 16; x++) {
-            const __m512i t = _mm512_load_si512(ap + (k + 4 * x) * 16);
-            for (int r = 0; r < R; r++) acc[r] = dpbusd_bc(acc[r], t, w + r * span + k + 4 * x);
-        }
+        const int8_t *wp[BCAST_RMAX];
+        for (int r = 0; r < R; r++) wp[r] = w + r * span + k;
+        qmm_vnni_bcast_step(R, 16, wp, ap + k * 16, acc);
     }
     if (K64 < K) {
         _Alignas(64) int8_t tail[BCAST_RMAX][64];
         bcast_tail(full, R, w, span, K64, K, tail, rs);
-        for (int x = 0; x < (K - K64 + 3) / 4; x++) {
-            const __m512i t = _mm512_load_si512(ap + (K64 + 4 * x) * 16);
-            for (int r = 0; r < R; r++) acc[r] = dpbusd_bc(acc[r], t, tail[r] + 4 * x);
-        }
+        const int8_t *wp[BCAST_RMAX];
+        for (int r = 0; r < R; r++) wp[r] = tail[r];
+        qmm_vnni_bcast_step(R, (int)(K - K64 + 3) / 4, wp, ap + K64 * 16, acc);
     }
     for (int r = 0; r < R; r++)
-        out[r] = bcast_correct(corr, acc[r], rs[r], 15);
+        out[r] = qmm_vnni_bcast_correct(corr, acc[r], rs[r], 15);
 }
 
 /* A group of up to 12 tokens in lane groups of 8 and 4, so that no VPDPBUSD works on more pad
@@ -250,7 +231,7 @@ static inline __attribute__((always_inline)) void bcast_dot(const int corr, cons
  * (VPBROADCASTQ m64); n4, the next 4 tokens, one zmm per 16 k, 16 bytes each (token t at byte
  * 16t: k..k+15), against the row's 16 bytes broadcast to the 4 lanes (VBROADCASTI32X4 m128). The
  * token copy holds, per 16 k, those 2·n8 + n4 zmm (u8 q + 128, pad tokens 128). Per 64 bytes of
- * W: 8·n8 + 4·n4 VPDPBUSD (+1 with BC_SUMS) and as many broadcast loads, where the 16-lane form
+ * W: 8·n8 + 4·n4 VPDPBUSD (+1 with QMM_BC_SUMS) and as many broadcast loads, where the 16-lane form
  * spends 16. Two accumulators for the 8-token group keep the dependency chains short. Kernels:
  * qmm_qd8_qc8w_gemm_ukernel_12x1c8__avx512vnni_bcast (n8 and n4), ..._8x1c8_.. (n8), ..._4x1c16_..
  * (n4). out[r] as bcast_dot: lane t = token t, corrected (corr as bcast_dot; the pad lane is the
@@ -258,34 +239,18 @@ static inline __attribute__((always_inline)) void bcast_dot(const int corr, cons
 static inline __attribute__((always_inline)) void lanes_dot(const int n8, const int n4, const int corr, const int R,
                                                             const int8_t *w, int64_t span, int64_t K,
                                                             const uint8_t *ap, __m512i rs[], __m512i out[]) {
-    const int full = corr == BC_SUMS, S = 64 * (2 * n8 + n4); /* bytes of the token copy per 16 k */
+    const int full = corr == QMM_BC_SUMS, S = 64 * (2 * n8 + n4); /* bytes of the token copy per 16 k */
     __m512i a0[BCAST_RMAX], a1[BCAST_RMAX], b[BCAST_RMAX];
     for (int r = 0; r < R; r++) a0[r] = a1[r] = b[r] = _mm512_setzero_si512();
     if (full)
         for (int r = 0; r < R; r++) rs[r] = _mm512_setzero_si512();
-#define LANES_STEP(WP, AP)                                                                                   \
-    do {                                                                                                     \
-        const __m512i t0 = n8 ? _mm512_load_si512(AP) : _mm512_setzero_si512();                             \
-        const __m512i t1 = n8 ? _mm512_load_si512((AP) + 64) : t0;                                           \
-        const __m512i t2 = n4 ? _mm512_load_si512((AP) + 128 * n8) : t0;                                     \
-        for (int r = 0; r < R; r++) {                                                                        \
-            if (n8) {                                                                                        \
-                int64_t v0, v1;                                                                              \
-                memcpy(&v0, (WP)[r], 8);                                                                     \
-                memcpy(&v1, (WP)[r] + 8, 8);                                                                 \
-                a0[r] = qmm_vnni_dpbusd(a0[r], t0, _mm512_set1_epi64(v0));                                            \
-                a1[r] = qmm_vnni_dpbusd(a1[r], t1, _mm512_set1_epi64(v1));                                            \
-            }                                                                                                \
-            if (n4) b[r] = qmm_vnni_dpbusd(b[r], t2, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(WP)[r]))); \
-        }                                                                                                    \
-    } while (0)
     const int64_t K64 = K & ~(int64_t)63;
     for (int64_t k = 0; k < K64; k += 64) {
         bcast_head(full, R, w, span, k, rs);
         for (int x = 0; x < 4; x++) {
             const int8_t *wp[BCAST_RMAX];
             for (int r = 0; r < R; r++) wp[r] = w + r * span + k + 16 * x;
-            LANES_STEP(wp, ap + (k / 16 + x) * S);
+            qmm_vnni_lanes_step(n8, n4, R, wp, ap + (k / 16 + x) * S, a0, a1, b);
         }
     }
     if (K64 < K) {
@@ -294,24 +259,11 @@ static inline __attribute__((always_inline)) void lanes_dot(const int n8, const 
         for (int x = 0; x < (K - K64 + 15) / 16; x++) {
             const int8_t *wp[BCAST_RMAX];
             for (int r = 0; r < R; r++) wp[r] = tail[r] + 16 * x;
-            LANES_STEP(wp, ap + (K64 / 16 + x) * S);
+            qmm_vnni_lanes_step(n8, n4, R, wp, ap + (K64 / 16 + x) * S, a0, a1, b);
         }
     }
-#undef LANES_STEP
-    /* 8-token group: dwords 2t, 2t + 1 are token t; 4-token group: dwords 4t .. 4t + 3 its token t */
-    const __m512i i84 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 28, 28, 28, 28);
-    const __m512i i8 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 14, 14, 14, 14, 14, 14, 14, 14);
-    const __m512i i4 = _mm512_setr_epi32(0, 4, 8, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12);
-    for (int r = 0; r < R; r++) {
-        __m512i sa = _mm512_add_epi32(a0[r], a1[r]), sb = b[r];
-        sa = _mm512_add_epi32(sa, _mm512_shuffle_epi32(sa, _MM_PERM_CDAB));
-        sb = _mm512_add_epi32(sb, _mm512_shuffle_epi32(sb, _MM_PERM_BADC));
-        sb = _mm512_add_epi32(sb, _mm512_shuffle_epi32(sb, _MM_PERM_CDAB));
-        const __m512i v = n8 && n4 ? _mm512_permutex2var_epi32(sa, i84, sb)
-                          : n8     ? _mm512_permutexvar_epi32(i8, sa)
-                                   : _mm512_permutexvar_epi32(i4, sb);
-        out[r] = bcast_correct(corr, v, rs[r], 8 * n8 + 4 * n4 - 1);
-    }
+    for (int r = 0; r < R; r++)
+        out[r] = qmm_vnni_bcast_correct(corr, qmm_vnni_lanes_out(n8, n4, a0[r], a1[r], b[r]), rs[r], 8 * n8 + 4 * n4 - 1);
 }
 
 /* The lanes of a token group of r tokens (1..16): 16 (bcast_dot), else 12, 8 or 4 (lanes_dot).
@@ -338,31 +290,28 @@ static inline __attribute__((always_inline)) void bcast_run(const int lay, const
         const int8_t *w = c->w->borrow.data + (s0 + j) * ld;
         const int64_t sp = span * ld;
         __m512i out[BCAST_RMAX], rs[BCAST_RMAX];
-        if (lay == 12) lanes_dot(1, 1, full ? BC_SUMS : BC_PAD, R, w, sp, K, g->ap, rs, out);
-        else bcast_dot(lay == 0 || full ? BC_SUMS : BC_PAD, R, w, sp, K, g->ap, rs, out);
+        if (lay == 12) lanes_dot(1, 1, full ? QMM_BC_SUMS : QMM_BC_PAD, R, w, sp, K, g->ap, rs, out);
+        else bcast_dot(lay == 0 || full ? QMM_BC_SUMS : QMM_BC_PAD, R, w, sp, K, g->ap, rs, out);
         for (int r = 0; r < R; r++) _mm512_store_si512(stage[0][r][j % 16], out[r]);
         if (lay == 0) {
             for (int gi = 1; gi < G - 1; gi++) {
-                bcast_dot(BC_GIVEN, R, w, sp, K, g->ap + (size_t)gi * (size_t)Kp * 16, rs, out);
+                bcast_dot(QMM_BC_GIVEN, R, w, sp, K, g->ap + (size_t)gi * (size_t)Kp * 16, rs, out);
                 for (int r = 0; r < R; r++) _mm512_store_si512(stage[gi][r][j % 16], out[r]);
             }
             switch (L) {
-            case 16: bcast_dot(BC_GIVEN, R, w, sp, K, last, rs, out); break;
-            case 12: lanes_dot(1, 1, BC_GIVEN, R, w, sp, K, last, rs, out); break;
-            case 8: lanes_dot(1, 0, BC_GIVEN, R, w, sp, K, last, rs, out); break;
-            default: lanes_dot(0, 1, BC_GIVEN, R, w, sp, K, last, rs, out); break;
+            case 16: bcast_dot(QMM_BC_GIVEN, R, w, sp, K, last, rs, out); break;
+            case 12: lanes_dot(1, 1, QMM_BC_GIVEN, R, w, sp, K, last, rs, out); break;
+            case 8: lanes_dot(1, 0, QMM_BC_GIVEN, R, w, sp, K, last, rs, out); break;
+            default: lanes_dot(0, 1, QMM_BC_GIVEN, R, w, sp, K, last, rs, out); break;
             }
             for (int r = 0; r < R; r++) _mm512_store_si512(stage[G - 1][r][j % 16], out[r]);
         }
         if (j % 16 != 15 && j != len - 1) continue;
         const int cols = (int)(j % 16) + 1;
         for (int gi = 0; gi < G; gi++)
-            for (int r = 0; r < R; r++) {
-                __m512i tr[16];
-                qmm_z_n16k4_step((const int8_t *)stage[gi][r], 64, cols, 0, 64, tr); /* tr[t] lane jn = stage[gi][r][jn][t] */
-                for (int64_t t = 16 * gi; t < m && t < 16 * gi + 16; t++)
-                    qmm_z_epilogue16(c, tr[t - 16 * gi], t, s0 + r * span + j - cols + 1, g->s[t], qmm_z_tail_mask(cols));
-            }
+            for (int r = 0; r < R; r++)
+                qmm_vnni_tokens_out(c, (const int32_t(*)[16])stage[gi][r], cols, 16 * gi, m < 16 * gi + 16 ? m : 16 * gi + 16,
+                                    s0 + r * span + j - cols + 1, g->s);
     }
 }
 

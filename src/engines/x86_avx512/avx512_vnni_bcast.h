@@ -1,0 +1,97 @@
+/*
+ * avx512_vnni_bcast.h — the steps of the AVX512-VNNI broadcast kernels (W broadcast, tokens in
+ * lanes: yᵀ = W·xᵀ), shared by the int8 rows regime (avx512_vnni_rows.c: each W row read in
+ * place) and the fused W4A8 one (avx512_vnni_w4a8.c: each row's decoded values staged in L1).
+ * The token copy ap is the rows regime's (qmm_vnni_rows_ap_fill): u8 q + 128, pad lanes 128 (the
+ * value of q = 0), in one of two layouts:
+ *   16 lanes   [kq][16][4]: one zmm per k quad, each 4 bytes of a W row the s8 operand broadcast
+ *              to the 16 lanes (VPDPBUSD m32{1to16}): qmm_vnni_bcast_step;
+ *   12, 8, 4   per 16 k, 2·n8 + n4 zmm: n8 (tokens 0..7, token t at byte 8t of two zmm: k..k+7,
+ *              then k+8..k+15) against 8 bytes of W broadcast to the qwords (VPBROADCASTQ m64),
+ *              n4 (the next 4 tokens, token t at byte 16t: k..k+15) against 16 bytes broadcast
+ *              to the 4 lanes (VBROADCASTI32X4 m128): qmm_vnni_lanes_step, qmm_vnni_lanes_out.
+ * A lane t of a row's sum is Σ_k (q[t][k] + 128)·W[n][k]; qmm_vnni_bcast_correct takes 128·Σ_k
+ * W[n][k] off (from a pad lane, or from row sums). qmm_vnni_tokens_out turns 16 rows' lanes into
+ * the epilogue's 16 columns per token. Include only from files built with the engine's flags.
+ */
+#ifndef QMM_AVX512_VNNI_BCAST_H
+#define QMM_AVX512_VNNI_BCAST_H
+
+#include "avx512_vnni.h"
+#include "pack_avx512.h"
+
+#include <string.h>
+
+enum { QMM_BC_PAD = 0, QMM_BC_SUMS = 1, QMM_BC_GIVEN = 2 }; /* the correction: a pad lane, row sums computed, given */
+
+/* acc += Σ4 u8(a) · s8(the 4 bytes at p, broadcast to every lane) */
+static inline __m512i qmm_vnni_dpbusd_bc(__m512i acc, __m512i a, const int8_t *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const int32_t *)p));
+    return acc;
+}
+
+/* 16 lanes, nx quads (nx <= 16) from the quad at ap: acc[r] += Σ over them of the token copy
+ * against the 4 bytes of w[r] per quad (R rows sharing each load of ap). */
+static inline __attribute__((always_inline)) void qmm_vnni_bcast_step(const int R, const int nx,
+                                                                      const int8_t *const w[], const uint8_t *ap,
+                                                                      __m512i acc[]) {
+    for (int x = 0; x < nx; x++) {
+        const __m512i t = _mm512_load_si512(ap + 64 * x);
+        for (int r = 0; r < R; r++) acc[r] = qmm_vnni_dpbusd_bc(acc[r], t, w[r] + 4 * x);
+    }
+}
+
+/* 12, 8 or 4 lanes, 16 k from the token copy's block ap (2·n8 + n4 zmm): a0, a1 (the 8-token
+ * group's two accumulators, short dependency chains), b (the 4-token group) of each row r
+ * against the 16 bytes at w[r]. */
+static inline __attribute__((always_inline)) void qmm_vnni_lanes_step(const int n8, const int n4, const int R,
+                                                                      const int8_t *const w[], const uint8_t *ap,
+                                                                      __m512i a0[], __m512i a1[], __m512i b[]) {
+    const __m512i t0 = n8 ? _mm512_load_si512(ap) : _mm512_setzero_si512();
+    const __m512i t1 = n8 ? _mm512_load_si512(ap + 64) : t0;
+    const __m512i t2 = n4 ? _mm512_load_si512(ap + 128 * n8) : t0;
+    for (int r = 0; r < R; r++) {
+        if (n8) {
+            int64_t v0, v1;
+            memcpy(&v0, w[r], 8);
+            memcpy(&v1, w[r] + 8, 8);
+            a0[r] = qmm_vnni_dpbusd(a0[r], t0, _mm512_set1_epi64(v0));
+            a1[r] = qmm_vnni_dpbusd(a1[r], t1, _mm512_set1_epi64(v1));
+        }
+        if (n4) b[r] = qmm_vnni_dpbusd(b[r], t2, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)w[r])));
+    }
+}
+
+/* One row's lanes_step sums as lanes 0 .. 8·n8 + 4·n4 − 1 = its tokens (the 8 group's dwords 2t,
+ * 2t + 1 are token t, the 4 group's dwords 4t .. 4t + 3 its token t), the lanes above the last. */
+static inline __m512i qmm_vnni_lanes_out(const int n8, const int n4, __m512i a0, __m512i a1, __m512i b) {
+    const __m512i i84 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 28, 28, 28, 28);
+    const __m512i i8 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 14, 14, 14, 14, 14, 14, 14, 14);
+    const __m512i i4 = _mm512_setr_epi32(0, 4, 8, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12);
+    __m512i sa = _mm512_add_epi32(a0, a1), sb = b;
+    sa = _mm512_add_epi32(sa, _mm512_shuffle_epi32(sa, _MM_PERM_CDAB));
+    sb = _mm512_add_epi32(sb, _mm512_shuffle_epi32(sb, _MM_PERM_BADC));
+    sb = _mm512_add_epi32(sb, _mm512_shuffle_epi32(sb, _MM_PERM_CDAB));
+    return n8 && n4 ? _mm512_permutex2var_epi32(sa, i84, sb)
+           : n8     ? _mm512_permutexvar_epi32(i8, sa)
+                    : _mm512_permutexvar_epi32(i4, sb);
+}
+
+/* v − 128·Σ_k W[n][k]: from the row sums rs (VPDPBUSD(1, W) lanes) unless QMM_BC_PAD, else from
+ * lane pad (a pad token: q = 0, so its lane is exactly that) */
+static inline __m512i qmm_vnni_bcast_correct(const int corr, __m512i v, __m512i rs, int pad) {
+    return _mm512_sub_epi32(v, corr != QMM_BC_PAD
+                                   ? _mm512_set1_epi32((int32_t)((uint32_t)_mm512_reduce_add_epi32(rs) << 7))
+                                   : _mm512_permutexvar_epi32(_mm512_set1_epi32(pad), v));
+}
+
+/* The outputs of rows n .. n + cols − 1 for tokens t0 .. t1 − 1 (t1 − t0 <= 16): st[j] = row n +
+ * j's corrected lanes (lane t − t0 = token t), transposed (lanes = columns) into the epilogue. */
+static inline __attribute__((always_inline)) void qmm_vnni_tokens_out(const qmm_call *c, const int32_t st[16][16], int cols, int64_t t0, int64_t t1,
+                                       int64_t n, const float *s) {
+    __m512i tr[16];
+    qmm_z_n16k4_step((const int8_t *)st, 64, cols, 0, 64, tr); /* tr[t] lane j = st[j][t] */
+    for (int64_t t = t0; t < t1; t++) qmm_z_epilogue16(c, tr[t - t0], t, n, s[t], qmm_z_tail_mask(cols));
+}
+
+#endif /* QMM_AVX512_VNNI_BCAST_H */
