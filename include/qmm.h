@@ -181,7 +181,8 @@ enum {
     QMM_CPU_AVX512_BF16 = 1u << 9, QMM_CPU_AVX512_FP16 = 1u << 10, QMM_CPU_AMX_TILE = 1u << 11,
     QMM_CPU_AMX_INT8 = 1u << 12, QMM_CPU_AMX_BF16 = 1u << 13,
     QMM_CPU_AMX_PERMITTED = 1u << 14, /* the OS granted XTILEDATA (arch_prctl) */
-    QMM_CPU_FEATURE_COUNT = 15
+    QMM_CPU_AVX512_VBMI = 1u << 15,   /* VPERMB (the W4A8 decoders' 6-bit table lookups) */
+    QMM_CPU_FEATURE_COUNT = 16
 };
 uint32_t    qmm_cpu_features(void);
 const char *qmm_cpu_feature_name(uint32_t single_bit); /* "avx512_vnni", ...; NULL if not one bit */

@@ -288,10 +288,22 @@ static void check_decoders(layer *L) {
         TU_CHECK(bad < 0, "%s: table[s_rel byte 0x%02x][code %d] = %d (scalar %d)", what, bad / ncode, bad % ncode,
                  bad >= 0 ? lut[bad] : 0, bad >= 0 ? lut_ref[bad] : 0);
     }
-    const qmm_w4a8_rows_fn fns[2] = {qmm_w4a8_decoder(g_ctx), qmm_w4a8_decode_rows};
+    /* the scalar decoder, the context's fastest, and each AVX-512 form this CPU runs (with and
+     * without VBMI's 6-bit lookups) */
+    qmm_w4a8_rows_fn fns[4] = {qmm_w4a8_decode_rows, qmm_w4a8_decoder(g_ctx)};
+    const char *names[4] = {"scalar", "fastest"};
+    int nf = 2;
+    if (qmm_core_simd(g_ctx) == QMM_ISA_AVX512) {
+        fns[nf] = qmm_w4a8_decode_rows_avx512_ptr;
+        names[nf++] = "avx512";
+        if (qmm_cpu_features() & QMM_CPU_AVX512_VBMI) {
+            fns[nf] = qmm_w4a8_decode_rows_avx512vbmi_ptr;
+            names[nf++] = "avx512vbmi";
+        }
+    }
     int8_t *buf = malloc((size_t)(L->N * (L->K + 64) + 128));
-    for (int it = 0; it < 24 && buf; it++) {
-        const int use_lut = L->f8 && it % 2 == 0, fi = (it / 2) % 2;
+    for (int it = 0; it < 32 && buf; it++) {
+        const int use_lut = L->f8 && it % 2 == 0, fi = (it / 2) % nf;
         int64_t k0 = 2 * tu_rand_int(0, (L->K - 1) / 2), k1 = tu_rand_int(k0 + 1, L->K);
         if (it % 3 == 0) { k0 = 0; k1 = L->K; } /* whole rows (the rows regime) */
         const int64_t n0 = tu_rand_int(0, L->N - 1), rows = tu_rand_int(1, L->N - n0 < 20 ? L->N - n0 : 20);
@@ -304,7 +316,7 @@ static void check_decoders(layer *L) {
             for (int64_t k = k0; k < k1 && bi < 0; k++)
                 if (dst[i * ld + k - k0] != L->dec[(n0 + i) * L->K + k]) { bi = i; bk = k; }
         TU_CHECK(bi < 0, "%s: %s decoder%s rows [%lld, +%lld) k [%lld, %lld) ld %lld: W[%lld][%lld] = %d, want %d", what,
-                 fi ? "scalar" : "fastest", use_lut ? " with the table" : "", (long long)n0, (long long)rows,
+                 names[fi], use_lut ? " with the table" : "", (long long)n0, (long long)rows,
                  (long long)k0, (long long)k1, (long long)ld, (long long)(n0 + bi), (long long)bk,
                  bi >= 0 ? dst[bi * ld + bk - k0] : 0, bi >= 0 ? L->dec[(n0 + bi) * L->K + bk] : 0);
         int64_t past = -1; /* nothing written between rows or around the buffer */
@@ -521,6 +533,10 @@ int main(int argc, char **argv) {
     TU_CHECK(bad < 0, "e4m3 byte 0x%02x: %g, want %g", bad, bad >= 0 ? qmm_e4m3_to_f32((uint8_t)bad) : 0.0,
              bad >= 0 ? e4m3((uint8_t)bad) : 0.0);
     check_bad_input();
+    if (!qmm_w4a8_vbmi(g_ctx))
+        tu_skip("W4A8 6-bit lookups with AVX512-VBMI (VPERMB)",
+                qmm_cpu_features() & QMM_CPU_AVX512_VBMI ? "QMM_W4A8_VBMI=0 or no AVX-512 core level"
+                                                         : "CPU lacks avx512_vbmi");
     /* randomized layers: M = 1 and small M, then larger; odd N; K multiples of 16/32 with tails of 64 */
     static const int64_t Ms[] = {1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 24, 33, 64, 65, 100, 300};
     const int nm = (int)(sizeof Ms / sizeof Ms[0]);

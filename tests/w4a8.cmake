@@ -1,5 +1,10 @@
 # w4a8.cmake — test_w4a8 also runs amx_int8 on W4A8 weights through the tile emulator: it links
-# the emulated build of the AMX engines (amx_emu.cmake).
+# the emulated build of the AMX engines (amx_emu.cmake). test_w4a8_no_vbmi runs it again with the
+# AVX512-VBMI lookups off (QMM_W4A8_VBMI=0): on a CPU with VBMI, the other 6-bit path.
 if(TARGET test_w4a8 AND TARGET qmm_amx_emu)
   target_link_libraries(test_w4a8 PRIVATE qmm_amx_emu m)
+endif()
+if(TARGET test_w4a8)
+  add_test(NAME test_w4a8_no_vbmi COMMAND test_w4a8)
+  set_tests_properties(test_w4a8_no_vbmi PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77 ENVIRONMENT "QMM_W4A8_VBMI=0")
 endif()

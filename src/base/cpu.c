@@ -68,6 +68,7 @@ static void identify(void) {
             if ((b >> 30) & 1) f |= QMM_CPU_AVX512BW;
             if ((b >> 31) & 1) f |= QMM_CPU_AVX512VL;
             if ((c >> 11) & 1) f |= QMM_CPU_AVX512_VNNI;
+            if ((c >> 1) & 1) f |= QMM_CPU_AVX512_VBMI;
             if ((d >> 23) & 1) f |= QMM_CPU_AVX512_FP16;
         }
         if (tile_ok) {
@@ -111,7 +112,7 @@ const char *qmm_cpu_feature_name(uint32_t bit) {
     static const char *const names[QMM_CPU_FEATURE_COUNT] = {
         "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
         "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16",
-        "amx_permitted"};
+        "amx_permitted", "avx512_vbmi"};
     for (int i = 0; i < QMM_CPU_FEATURE_COUNT; i++)
         if (bit == (1u << i)) return names[i];
     return NULL;

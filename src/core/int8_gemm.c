@@ -25,8 +25,8 @@ qmm_i8_rows_fn qmm_i8_rows_kernel_for(const qmm_i8_engine *e, int64_t M) {
     return kernel_for(e->rows_kernels, e->n_rows_kernels, M);
 }
 
-qmm_i8_rows_fn qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_t M) {
-    return kernel_for(e->rows_w4a8, e->n_rows_w4a8, M);
+qmm_i8_rows_fn qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_t M, int vbmi6) {
+    return kernel_for(vbmi6 && e->rows_w6a8_vbmi ? e->rows_w6a8_vbmi : e->rows_w4a8, e->n_rows_w4a8, M);
 }
 
 void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
@@ -39,15 +39,18 @@ void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int6
     t->neg128 = p.neg128;
 }
 
-/* A W4A8 weight's rows regime on engine e runs fused: the engine's rows_w4a8 kernel for M, with
- * e4m3 s_rel (the table) and groups of a multiple of 16 (NULL: unfused). */
-static qmm_i8_rows_fn w4a8_fused(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
-    return w->w4.s_rel_dtype == QMM_F8_E4M3 && w->w4.group % 16 == 0 ? qmm_i8_w4a8_kernel_for(e, M) : NULL;
+/* A W4A8 weight's rows regime on engine e runs fused: the engine's rows_w4a8 kernel for M (a 6-bit
+ * weight with vbmi: its rows_w6a8_vbmi kernel), with e4m3 s_rel (the table) and groups of a
+ * multiple of 16 (NULL: unfused). */
+static qmm_i8_rows_fn w4a8_fused(const qmm_i8_engine *e, const qmm_weight *w, int64_t M, int vbmi) {
+    return w->w4.s_rel_dtype == QMM_F8_E4M3 && w->w4.group % 16 == 0
+               ? qmm_i8_w4a8_kernel_for(e, M, vbmi && w->w4.bits == 6)
+               : NULL;
 }
 
 const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
     if (!e || M > e->rows_m || !qmm_i8_rows_kernel_for(e, M)) return "the int8 engine's n16k4 panels";
-    return w4a8_fused(e, w, M) ? "the int8 engine's fused rows kernel (multiplied, never stored)"
+    return w4a8_fused(e, w, M, 0) ? "the int8 engine's fused rows kernel (multiplied, never stored)"
                                : "the int8 engine's rows regime (a few whole rows per thread)";
 }
 
@@ -245,7 +248,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     if (w->w4a8 && w->w4.s_rel_dtype == QMM_F8_E4M3) {
         qmm_w4a8_lut_filler(ctx)(w, lut);
         g.w4_lut = g.src.w4_lut = lut;
-        if (rows) g.w4_fused = w4a8_fused(e, w, M);
+        if (rows) g.w4_fused = w4a8_fused(e, w, M, qmm_w4a8_vbmi(ctx));
         if (g.w4_fused) {
             const size_t n = (size_t)256 << w->w4.bits;
             for (size_t i = 0; i < n; i++) lut_u8[i] = (int8_t)(lut[i] ^ (int8_t)0x80);

@@ -154,6 +154,9 @@ typedef struct qmm_i8_engine {
      * the driver decodes whole rows into a buffer for the rows kernels. */
     const qmm_i8_rows_ukernel *rows_w4a8;
     int n_rows_w4a8;
+    /* Optional, n_rows_w4a8 kernels of the same ranges for a 6-bit weight on a CPU with
+     * AVX512-VBMI (qmm_w4a8_vbmi), run instead of rows_w4a8's there. */
+    const qmm_i8_rows_ukernel *rows_w6a8_vbmi;
 } qmm_i8_engine;
 
 /* One call's state, read by the engine's callbacks. */
@@ -204,9 +207,9 @@ const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_
  * whose range holds M; NULL if none does. */
 qmm_i8_rows_fn qmm_i8_rows_kernel_for(const qmm_i8_engine *e, int64_t M);
 
-/* The fused W4A8 rows kernel of engine e for M tokens: the first of e->rows_w4a8 whose range
- * holds M; NULL if none does. */
-qmm_i8_rows_fn qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_t M);
+/* The fused W4A8 rows kernel of engine e for M tokens: the first of e->rows_w4a8 (vbmi6: of
+ * e->rows_w6a8_vbmi, where it has them) whose range holds M; NULL if none does. */
+qmm_i8_rows_fn qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_t M, int vbmi6);
 
 /* The int8 driver's descriptor of engine id (qmm_engine_ops.i8); NULL if it has none. */
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id);

@@ -51,6 +51,10 @@ void qmm_qd8_qc8w_rows_ukernel_m17to64__avx512vnni_bcast(const qmm_i8_gemm *g, i
  * <= 8), W broadcast against the tokens in lanes (9..16) */
 void qmm_qd8_w4_rows_ukernel_m1to8__avx512vnni_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 void qmm_qd8_w4_rows_ukernel_m9to16__avx512vnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+/* x86_avx512/avx512_vnni_w4a8_vbmi.c: the same for a 6-bit weight, its codes looked up by VPERMB
+ * (AVX512-VBMI) */
+void qmm_qd8_w6_rows_ukernel_m1to8__avx512vbmi_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+void qmm_qd8_w6_rows_ukernel_m9to16__avx512vbmi_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 /* x86_avx2/avx2_int8.c: row dot products, one token group (M <= 12), groups of 8 (13..64) */
 void qmm_qd8_qc8w_rows_ukernel_m1to12__avx2_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 void qmm_qd8_qc8w_rows_ukernel_m13to64__avx2_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1);

@@ -4,6 +4,8 @@
  */
 #include "w4a8.h"
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 void qmm_w4a8_lut_fill(const qmm_weight *w, int8_t *lut) {
@@ -69,9 +71,22 @@ void qmm_w4a8_pack_block_ref(const qmm_weight *w, int64_t n0, int rows, int64_t 
     }
 }
 
+static int g_vbmi_env = 1;
+static pthread_once_t g_vbmi_once = PTHREAD_ONCE_INIT;
+
+static void read_vbmi_env(void) {
+    const char *v = getenv("QMM_W4A8_VBMI");
+    g_vbmi_env = !(v && !strcmp(v, "0"));
+}
+
+int qmm_w4a8_vbmi(const qmm_context *ctx) {
+    pthread_once(&g_vbmi_once, read_vbmi_env);
+    return g_vbmi_env && qmm_core_simd(ctx) == QMM_ISA_AVX512 && (qmm_cpu_features() & QMM_CPU_AVX512_VBMI);
+}
+
 qmm_w4a8_rows_fn qmm_w4a8_decoder(const qmm_context *ctx) {
-    return qmm_w4a8_decode_rows_avx512_ptr && qmm_core_simd(ctx) == QMM_ISA_AVX512 ? qmm_w4a8_decode_rows_avx512_ptr
-                                                                                    : qmm_w4a8_decode_rows;
+    if (qmm_core_simd(ctx) != QMM_ISA_AVX512) return qmm_w4a8_decode_rows;
+    return qmm_w4a8_vbmi(ctx) ? qmm_w4a8_decode_rows_avx512vbmi_ptr : qmm_w4a8_decode_rows_avx512_ptr;
 }
 
 qmm_w4a8_lut_fn qmm_w4a8_lut_filler(const qmm_context *ctx) {

@@ -32,14 +32,20 @@ void qmm_w4a8_decode_row(const qmm_weight *w, int64_t n, int64_t k0, int64_t k1,
 /* dst[i·ld + k - k0] = W[n0 + i][k] for i < rows, k in [k0, k1) (k0 even; reads only those rows'
  * code bytes and group scales of that range). lut: the call's table (e4m3 s_rel) or NULL (the
  * arithmetic). The scalar form, and the fastest the context's core SIMD level runs
- * (qmm_w4a8_decoder; its AVX-512 form in w4a8_avx512.c). */
+ * (qmm_w4a8_decoder; its AVX-512 form in w4a8_avx512.c, with VBMI in w4a8_avx512vbmi.c). */
 typedef void (*qmm_w4a8_rows_fn)(const qmm_weight *w, const int8_t *lut, int64_t n0, int64_t rows, int64_t k0,
                                  int64_t k1, int8_t *dst, int64_t ld);
 void qmm_w4a8_decode_rows(const qmm_weight *w, const int8_t *lut, int64_t n0, int64_t rows, int64_t k0, int64_t k1,
                           int8_t *dst, int64_t ld);
 extern const qmm_w4a8_rows_fn qmm_w4a8_decode_rows_avx512_ptr;
+extern const qmm_w4a8_rows_fn qmm_w4a8_decode_rows_avx512vbmi_ptr; /* with VBMI's 6-bit lookups */
 extern const qmm_w4a8_lut_fn qmm_w4a8_lut_fill_avx512_ptr;
 qmm_w4a8_rows_fn qmm_w4a8_decoder(const qmm_context *ctx);
+
+/* Do ctx's W4A8 lookups use AVX512-VBMI (VPERMB on 6-bit codes)? When the context runs AVX-512
+ * core code, the CPU has VBMI and the environment does not say QMM_W4A8_VBMI=0 (read once per
+ * process: the other path checked on a VBMI machine). */
+int qmm_w4a8_vbmi(const qmm_context *ctx);
 
 /* The rows the int8 driver's rows regime decodes at a time (a multiple of 16, 16 to 128): about
  * 256 KiB of decoded rows of Kp bytes, so they are still in L2 when the rows kernel reads them. */

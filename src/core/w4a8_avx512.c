@@ -94,45 +94,9 @@ static void lut_fill_avx512(const qmm_weight *w, int8_t *lut) {
     }
 }
 
-/* Row n, k [k0, k1), from the table (e4m3 s_rel, group a multiple of 16, k0 even; six, per as
- * w4a8_avx512.h): 16 weights at a time up to a multiple of 64 and at the end, 64 at a time
- * between (prefetching ahead in the row on a long run); the scalar decoder for what is not on
- * 16 k. */
-static inline __attribute__((always_inline)) void lut_row(const int six, const int per, const qmm_weight *w,
-                                                          const int8_t *lut, int64_t n, int64_t k0, int64_t k1,
-                                                          int8_t *dst) {
-    int64_t k = (k0 + 15) / 16 * 16 < k1 ? (k0 + 15) / 16 * 16 : k1;
-    if (k > k0) qmm_w4a8_decode_rows(w, lut, n, 1, k0, k, dst, 0);
-    const int64_t k16 = k + (k1 - k) / 16 * 16, k64 = k16 / 64 * 64;
-    qmm_w4_walk it;
-    qmm_w4_walk_init(&it, w, lut, n, k);
-    for (; k < k16 && (k % 64 || k >= k64); k += 16) _mm_storeu_si128((__m128i *)(dst + (k - k0)), qmm_w4_next16(&it, six));
-    const int pf = k1 - k0 > 1024; /* a long run (not a panel chunk): the row's stream prefetched ahead */
-    for (; k + 128 <= k64; k += 128) {        /* two steps of 64 per prefetch */
-        if (pf) qmm_w4_prefetch(&it, six);
-        _mm512_storeu_si512(dst + (k - k0), qmm_w4_next64(&it, six, per));
-        _mm512_storeu_si512(dst + (k - k0) + 64, qmm_w4_next64(&it, six, per));
-    }
-    if (k < k64) {
-        _mm512_storeu_si512(dst + (k - k0), qmm_w4_next64(&it, six, per));
-        k += 64;
-    }
-    for (; k < k16; k += 16) _mm_storeu_si128((__m128i *)(dst + (k - k0)), qmm_w4_next16(&it, six));
-    if (k < k1) qmm_w4a8_decode_rows(w, lut, n, 1, k, k1, dst + (k - k0), 0);
-}
-
-/* rows [n0, n0 + rows) from the table, per and six fixed */
-static inline __attribute__((always_inline)) void lut_rows(const int six, const int per, const qmm_weight *w,
-                                                           const int8_t *lut, int64_t n0, int64_t rows, int64_t k0,
-                                                           int64_t k1, int8_t *dst, int64_t ld) {
-    for (int64_t i = 0; i < rows; i++) lut_row(six, per, w, lut, n0 + i, k0, k1, dst + i * ld);
-}
-
-enum { W4_BLOCK = 16 * 1024 }; /* up to this many weights in a call: the next block's lines prefetched */
-
 static void decode_rows_avx512(const qmm_weight *w, const int8_t *lut, int64_t n0, int64_t rows, int64_t k0, int64_t k1,
                                int8_t *dst, int64_t ld) {
-    const int gsz = w->w4.group, six = w->w4.bits == 6;
+    const int gsz = w->w4.group;
     if (lut && gsz % 16 != 0) { /* groups of 4 or 8: the scalar table decoder */
         qmm_w4a8_decode_rows(w, lut, n0, rows, k0, k1, dst, ld);
         return;
@@ -141,29 +105,7 @@ static void decode_rows_avx512(const qmm_weight *w, const int8_t *lut, int64_t n
         for (int64_t i = 0; i < rows; i++) decode_row_avx512(w, n0 + i, k0, k1, dst + i * ld);
         return;
     }
-    const int per = qmm_w4_per(gsz);
-    if ((k1 - k0) * rows <= W4_BLOCK) { /* a block of short runs (a panel's): the next block's lines into L2 */
-        const int64_t G = w->K / gsz, n1 = n0 + 2 * rows < w->N ? n0 + 2 * rows : w->N;
-        for (int64_t n = n0 + rows; n < n1; n++) {
-            const uint8_t *row = w->w4.codes + n * w->w4.row_bytes;
-            for (int64_t b = k0 / 2; b < (k1 + 1) / 2; b += 64) _mm_prefetch((const char *)(row + b), _MM_HINT_T1);
-            if (six)
-                for (int64_t b = k0 / 4; b < (k1 + 3) / 4; b += 64) _mm_prefetch((const char *)(row + w->K / 2 + b), _MM_HINT_T1);
-            _mm_prefetch((const char *)((const uint8_t *)w->w4.s_rel + n * G + k0 / gsz), _MM_HINT_T1);
-        }
-    }
-#define W4_LUT_ROWS(S, P) lut_rows(S, P, w, lut, n0, rows, k0, k1, dst, ld)
-    switch (six * 8 + per) {
-    case 4: W4_LUT_ROWS(0, 4); break;
-    case 2: W4_LUT_ROWS(0, 2); break;
-    case 1: W4_LUT_ROWS(0, 1); break;
-    case 0: W4_LUT_ROWS(0, 0); break;
-    case 12: W4_LUT_ROWS(1, 4); break;
-    case 10: W4_LUT_ROWS(1, 2); break;
-    case 9: W4_LUT_ROWS(1, 1); break;
-    default: W4_LUT_ROWS(1, 0); break;
-    }
-#undef W4_LUT_ROWS
+    qmm_w4_table_rows(w, lut, n0, rows, k0, k1, dst, ld);
 }
 
 const qmm_w4a8_rows_fn qmm_w4a8_decode_rows_avx512_ptr = decode_rows_avx512;

@@ -9,9 +9,11 @@
  *   how 64 are found  4 bits: the 32 code bytes widened to words, the nibbles split by one shift
  *                     and one VPTERNLOGD; the 16-byte tables of the four runs of 16 (each in one
  *                     group) in the 4 lanes; one VPSHUFB. 6 bits: the top 2 bits of each code
- *                     widened from the high plane's 16 bytes, the four 16-entry quarters of the
- *                     runs' 64-entry tables each looked up by VPSHUFB, the right one kept by two
- *                     masked blends;
+ *                     widened from the high plane's 16 bytes; compiled with AVX512-VBMI
+ *                     (__AVX512VBMI__: w4a8_avx512vbmi.c, avx512_vnni_w4a8_vbmi.c), the whole
+ *                     codes index each run's 64-entry table, one VPERMB per table (masked to its
+ *                     run's lanes); without, the four 16-entry quarters of the runs' tables each
+ *                     looked up by VPSHUFB, the right one kept by two masked blends;
  *   per               tables per 64 weights: group 16 → 4 (one per lane), 32 → 2, a multiple of
  *                     64 → 1 (one broadcast), other multiples of 16 → 0 (counted run by run).
  */
@@ -114,6 +116,21 @@ static inline __attribute__((always_inline)) __m512i qmm_w4_next64(qmm_w4_walk *
         for (int j = 0; j < 4; j++) t[j] = qmm_w4_run16(it, six);
     }
     const __m512i nib = qmm_w4_nibbles64(it->cp);
+#ifdef __AVX512VBMI__
+    if (six) { /* the 6-bit codes index each run's 64-entry table: one VPERMB per table */
+        const __m512i idx = _mm512_or_si512(nib, _mm512_slli_epi16(qmm_w4_tops64(it->hp), 4));
+        __m512i v = _mm512_permutexvar_epi8(idx, _mm512_load_si512(t[0]));
+        if (per == 2) {
+            v = _mm512_mask_permutexvar_epi8(v, ~(__mmask64)0 << 32, idx, _mm512_load_si512(t[2]));
+        } else if (per != 1) {
+            for (int j = 1; j < 4; j++)
+                v = _mm512_mask_permutexvar_epi8(v, (__mmask64)0xffff << (16 * j), idx, _mm512_load_si512(t[j]));
+        }
+        it->cp += 32;
+        it->hp += 16;
+        return v;
+    }
+#endif
     __m512i v = _mm512_shuffle_epi8(qmm_w4_lanes(per, t, 0), nib);
     if (six) {
         const __m512i h = qmm_w4_tops64(it->hp);
@@ -132,6 +149,14 @@ static inline __attribute__((always_inline)) __m512i qmm_w4_next64(qmm_w4_walk *
 static inline __attribute__((always_inline)) __m128i qmm_w4_next16(qmm_w4_walk *it, const int six) {
     const int8_t *t = qmm_w4_run16(it, six);
     const __m128i nib = qmm_w4_nibbles16(it->cp);
+#ifdef __AVX512VBMI__
+    if (six) {
+        const __m128i idx = _mm_or_si128(nib, _mm_slli_epi16(qmm_w4_tops16(it->hp), 4));
+        it->cp += 8;
+        it->hp += 4;
+        return _mm512_castsi512_si128(_mm512_permutexvar_epi8(_mm512_zextsi128_si512(idx), _mm512_load_si512(t)));
+    }
+#endif
     __m128i v = _mm_shuffle_epi8(_mm_load_si128((const __m128i *)t), nib);
     if (six) {
         const __m128i h = qmm_w4_tops16(it->hp);
@@ -144,6 +169,73 @@ static inline __attribute__((always_inline)) __m128i qmm_w4_next16(qmm_w4_walk *
     it->cp += 8;
     it->hp += 4;
     return v;
+}
+
+/* Row n, k [k0, k1), from the table (e4m3 s_rel, group a multiple of 16, k0 even; six, per as
+ * w4a8_avx512.h): 16 weights at a time up to a multiple of 64 and at the end, 64 at a time
+ * between (prefetching ahead in the row on a long run); the scalar decoder for what is not on
+ * 16 k. */
+static inline __attribute__((always_inline)) void qmm_w4_lut_row(const int six, const int per, const qmm_weight *w,
+                                                          const int8_t *lut, int64_t n, int64_t k0, int64_t k1,
+                                                          int8_t *dst) {
+    int64_t k = (k0 + 15) / 16 * 16 < k1 ? (k0 + 15) / 16 * 16 : k1;
+    if (k > k0) qmm_w4a8_decode_rows(w, lut, n, 1, k0, k, dst, 0);
+    const int64_t k16 = k + (k1 - k) / 16 * 16, k64 = k16 / 64 * 64;
+    qmm_w4_walk it;
+    qmm_w4_walk_init(&it, w, lut, n, k);
+    for (; k < k16 && (k % 64 || k >= k64); k += 16) _mm_storeu_si128((__m128i *)(dst + (k - k0)), qmm_w4_next16(&it, six));
+    const int pf = k1 - k0 > 1024; /* a long run (not a panel chunk): the row's stream prefetched ahead */
+    for (; k + 128 <= k64; k += 128) {        /* two steps of 64 per prefetch */
+        if (pf) qmm_w4_prefetch(&it, six);
+        _mm512_storeu_si512(dst + (k - k0), qmm_w4_next64(&it, six, per));
+        _mm512_storeu_si512(dst + (k - k0) + 64, qmm_w4_next64(&it, six, per));
+    }
+    if (k < k64) {
+        _mm512_storeu_si512(dst + (k - k0), qmm_w4_next64(&it, six, per));
+        k += 64;
+    }
+    for (; k < k16; k += 16) _mm_storeu_si128((__m128i *)(dst + (k - k0)), qmm_w4_next16(&it, six));
+    if (k < k1) qmm_w4a8_decode_rows(w, lut, n, 1, k, k1, dst + (k - k0), 0);
+}
+
+/* rows [n0, n0 + rows) from the table, per and six fixed */
+static inline __attribute__((always_inline)) void qmm_w4_lut_rows(const int six, const int per, const qmm_weight *w,
+                                                           const int8_t *lut, int64_t n0, int64_t rows, int64_t k0,
+                                                           int64_t k1, int8_t *dst, int64_t ld) {
+    for (int64_t i = 0; i < rows; i++) qmm_w4_lut_row(six, per, w, lut, n0 + i, k0, k1, dst + i * ld);
+}
+
+enum { QMM_W4_BLOCK = 16 * 1024 }; /* up to this many weights in a call: the next block's lines prefetched */
+
+/* Rows [n0, n0 + rows) × k [k0, k1) from the table into dst (ld bytes apart; e4m3 s_rel, groups of
+ * a multiple of 16, k0 even): a block of short runs (a panel's) first prefetches the next block's
+ * lines into L2. The body of the AVX-512 table decoders (w4a8_avx512.c; with VBMI's 6-bit
+ * lookups, w4a8_avx512vbmi.c). */
+static inline void qmm_w4_table_rows(const qmm_weight *w, const int8_t *lut, int64_t n0, int64_t rows, int64_t k0,
+                                     int64_t k1, int8_t *dst, int64_t ld) {
+    const int gsz = w->w4.group, six = w->w4.bits == 6, per = qmm_w4_per(gsz);
+    if ((k1 - k0) * rows <= QMM_W4_BLOCK) {
+        const int64_t G = w->K / gsz, n1 = n0 + 2 * rows < w->N ? n0 + 2 * rows : w->N;
+        for (int64_t n = n0 + rows; n < n1; n++) {
+            const uint8_t *row = w->w4.codes + n * w->w4.row_bytes;
+            for (int64_t b = k0 / 2; b < (k1 + 1) / 2; b += 64) _mm_prefetch((const char *)(row + b), _MM_HINT_T1);
+            if (six)
+                for (int64_t b = k0 / 4; b < (k1 + 3) / 4; b += 64) _mm_prefetch((const char *)(row + w->K / 2 + b), _MM_HINT_T1);
+            _mm_prefetch((const char *)((const uint8_t *)w->w4.s_rel + n * G + k0 / gsz), _MM_HINT_T1);
+        }
+    }
+#define QMM_W4_LUT_ROWS(S, P) qmm_w4_lut_rows(S, P, w, lut, n0, rows, k0, k1, dst, ld)
+    switch (six * 8 + per) {
+    case 4: QMM_W4_LUT_ROWS(0, 4); break;
+    case 2: QMM_W4_LUT_ROWS(0, 2); break;
+    case 1: QMM_W4_LUT_ROWS(0, 1); break;
+    case 0: QMM_W4_LUT_ROWS(0, 0); break;
+    case 12: QMM_W4_LUT_ROWS(1, 4); break;
+    case 10: QMM_W4_LUT_ROWS(1, 2); break;
+    case 9: QMM_W4_LUT_ROWS(1, 1); break;
+    default: QMM_W4_LUT_ROWS(1, 0); break;
+    }
+#undef QMM_W4_LUT_ROWS
 }
 
 #endif /* QMM_W4A8_AVX512_H */

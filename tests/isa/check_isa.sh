@@ -5,7 +5,7 @@
 #   flags        the -m flags it was compiled with (compile_commands.json) are exactly the flags
 #                of those features — nothing above (e.g. no -mavxvnni for avx2_int8);
 #   instructions objdump -d shows no instruction of a feature outside them (VNNI, BF16, AMX,
-#                AVX-512 registers zmm / k / xmm16+, AVX512-DQ, F16C, FMA).
+#                AVX-512 registers zmm / k / xmm16+, AVX512-DQ, AVX512-VBMI, F16C, FMA).
 # AVX-512 implies FMA, F16C and AVX2 here (every AVX-512 CPU has them). Every object under
 # src/engines/x86_*/ and src/core/*_avx* must be in the table below, and each engine's signature
 # instruction must be found (so that the detection is known to work); "none" is plain C beside an
@@ -44,7 +44,9 @@ src/core/input_stage_avx512.c               avx512f,avx512bw,avx512vl,avx512dq  
 src/core/float_act_avx512.c                 avx512f,avx512bw,avx512vl,avx512dq           avx512f
 src/core/float_gemm_avx512.c                avx512f,avx512bw,avx512vl,avx512dq           avx512f
 src/core/w4a8_avx512.c                      avx512f,avx512bw,avx512vl,avx512dq           avx512f
+src/core/w4a8_avx512vbmi.c                  avx512f,avx512bw,avx512vl,avx512dq,avx512_vbmi avx512_vbmi
 src/engines/x86_avx512/avx512_vnni_w4a8.c   avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
+src/engines/x86_avx512/avx512_vnni_w4a8_vbmi.c avx512f,avx512bw,avx512vl,avx512_vnni,avx512_vbmi avx512_vbmi
 src/engines/x86_amx/amx_int8.c              avx512f,avx512bw,avx512vl,avx512dq,amx_tile,amx_int8 amx_int8
 src/engines/x86_amx/amx_ladder.c            avx512f,avx512bw,avx512vl,avx512dq,amx_tile,amx_int8 amx_int8
 src/engines/x86_amx/amx_bf16.c              avx512f,avx512bw,avx512vl,avx512dq,amx_tile,amx_bf16 amx_bf16
@@ -59,6 +61,7 @@ flag_of() {
     avx2) echo -mavx2 ;; fma) echo -mfma ;; f16c) echo -mf16c ;; avx_vnni) echo -mavxvnni ;;
     avx512f) echo -mavx512f ;; avx512bw) echo -mavx512bw ;; avx512vl) echo -mavx512vl ;;
     avx512dq) echo -mavx512dq ;; avx512_vnni) echo -mavx512vnni ;; avx512_bf16) echo -mavx512bf16 ;;
+    avx512_vbmi) echo -mavx512vbmi ;;
     none) ;;
     amx_tile) echo -mamx-tile ;; amx_int8) echo -mamx-int8 ;; amx_bf16) echo -mamx-bf16 ;;
     *) echo "?$1" ;;
@@ -80,6 +83,7 @@ features_used() {
         else if (m ~ /^(ldtilecfg|sttilecfg|tileloadd|tileloaddt1|tilestored|tilerelease|tilezero)$/) u["amx_tile"] = 1
         if (m ~ /^vpdp(bus|ws)ds?$/) u[vex ? "avx_vnni" : "avx512_vnni"] = 1
         if (m ~ /^(vdpbf16ps|vcvtne2ps2bf16|vcvtneps2bf16)$/ && !vex) u["avx512_bf16"] = 1
+        if (m ~ /^(vpermb|vpermi2b|vpermt2b|vpmultishiftqb)$/) u["avx512_vbmi"] = 1
         if (evexregs || m ~ /^k(mov|and|or|xor|xnor|not|test|ortest|shift|add|unpck)/) u["avx512f"] = 1
         if (m ~ /^(vpmullq|vextract[if]64x2|vinsert[if]64x2|vextract[if]32x8|vinsert[if]32x8|vbroadcast[if]32x8|vbroadcast[if]64x2|vbroadcasti32x2|vfpclass[ps][sd]|vrange[ps][sd]|vreduce[ps][sd]|vcvtu?qq2p[sd]|vcvtt?p[sd]2u?qq|vpmovm2[dq]|vpmov[dq]2m|kmovb|kaddb|kaddw|ktestb|ktestw|kandb|kandnb|korb|kxorb|kxnorb|knotb|kshiftlb|kshiftrb|kortestb)$/) u["avx512dq"] = 1
         if (m ~ /^v(and|andn|or|xor)p[sd]$/ && evexregs) u["avx512dq"] = 1

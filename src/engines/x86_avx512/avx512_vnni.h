@@ -1,8 +1,8 @@
 /*
  * avx512_vnni.h — what the AVX512-VNNI engine's files share: avx512_vnni.c (the engine: its
  * descriptor, admission, tile choice, one-pass adapter, panel pack), avx512_vnni_gemm.c (the tile
- * kernels), avx512_vnni_rows.c (the rows regime's kernels), avx512_vnni_w4a8.c (its fused W4A8
- * kernels), avx512_vnni_small.c (the one-pass kernels). The kernels by name: ukernels.h. Include only from files built with the engine's
+ * kernels), avx512_vnni_rows.c (the rows regime's kernels), avx512_vnni_w4a8.c and _vbmi.c (its
+ * fused W4A8 kernels), avx512_vnni_small.c (the one-pass kernels). The kernels by name: ukernels.h. Include only from files built with the engine's
  * flags (QMM_FLAGS_AVX512_VNNI).
  */
 #ifndef QMM_AVX512_VNNI_H
@@ -45,8 +45,10 @@ void qmm_vnni_rows_ap_fill(const qmm_i8_gemm *g, int64_t r0, int64_t r1);
 /* The rows kernels of the engine with the M each runs (qmm_i8_engine.rows_kernels). */
 enum { QMM_VNNI_N_ROWS_KERNELS = 5 };
 extern const qmm_i8_rows_ukernel qmm_vnni_rows_kernels[QMM_VNNI_N_ROWS_KERNELS];
-/* Its fused rows kernels of a W4A8 weight (avx512_vnni_w4a8.c; qmm_i8_engine.rows_w4a8). */
+/* Its fused rows kernels of a W4A8 weight (avx512_vnni_w4a8.c; qmm_i8_engine.rows_w4a8), and of a
+ * 6-bit one with AVX512-VBMI (avx512_vnni_w4a8_vbmi.c; rows_w6a8_vbmi). */
 enum { QMM_VNNI_N_ROWS_W4A8_KERNELS = 2 };
 extern const qmm_i8_rows_ukernel qmm_vnni_rows_w4a8_kernels[QMM_VNNI_N_ROWS_W4A8_KERNELS];
+extern const qmm_i8_rows_ukernel qmm_vnni_rows_w6a8_vbmi_kernels[QMM_VNNI_N_ROWS_W4A8_KERNELS];
 
 #endif /* QMM_AVX512_VNNI_H */

@@ -1,0 +1,239 @@
+/*
+ * avx512_vnni_w4a8.h — the avx512_vnni engine's rows regime on a W4A8 weight at M <= 16, fused
+ * (its qmm_i8_engine.rows_w4a8 kernels, int8_gemm.h), as templates: avx512_vnni_w4a8.c makes the
+ * kernels of 4- and 6-bit weights, avx512_vnni_w4a8_vbmi.c those of 6-bit weights with AVX512-VBMI
+ * lookups (w4a8_avx512.h) for the CPUs that have it (qmm_w4a8_vbmi): each row's codes are looked up in the
+ * call's decode table (w4a8_avx512.h) and the 64 int8 values of each step multiplied at once,
+ * never written past L1 (the unfused path writes whole rows to a buffer that the engine's rows
+ * kernel reads back). Two forms, the rows kernels' (avx512_vnni_rows.c):
+ *   M <= 8   row dot products (qmm_qd8_w4_rows_ukernel_m1to8__avx512vnni_fused): the values
+ *            as u8 (w ^ 0x80 = w + 128: looked up in the table's u8 form, g->w4_lut_u8) go
+ *            straight into VPDPBUSD against the M rows of q
+ *            (s8), Σ (w + 128)·q = Σ w·q + 128·qsum[i], corrected per token. R rows at a time (M
+ *            <= 4: 4, else 2: R·M <= 16 accumulators), one accumulator per row and token, reduced
+ *            per row.
+ *   9..16    W broadcast, tokens in lanes (qmm_qd8_w4_rows_ukernel_m9to16__avx512vnni_bcast;
+ *            avx512_vnni_bcast.h): per 64 k each of R rows' values is staged in 64 bytes of L1
+ *            and read back at once as the broadcast operands against the rows regime's token copy
+ *            g->ap (12 lanes at M <= 12, 16 above): 12 or 16 VPDPBUSD per 64 weights, the
+ *            correction from the pad lane, or from the row sums (VPDPBUSD(1, values)) at M = 12
+ *            and 16; every 16 rows of a stream one transpose into the epilogue.
+ * The R rows of a step come from R equal runs of the thread's blocks (R code streams in flight,
+ * each prefetched 4 KiB ahead into L2, as the rows kernels' streams); every 16 rows of a run its
+ * outputs go through qmm_z_epilogue16 (measured against the unfused path: bench/NOTES.md "## W4A8
+ * speed"). The int32 sums are exact (mod 2^32), so the bits are the engine's and the reference's.
+ * Groups of a multiple of 16, e4m3 s_rel (the table); the driver checks that.
+ */
+#ifndef QMM_AVX512_VNNI_W4A8_H
+#define QMM_AVX512_VNNI_W4A8_H
+
+#include "avx512_vnni_bcast.h"
+#include "w4a8_avx512.h"
+
+#include <immintrin.h>
+
+/* out[r·m + i] = Σ_k W[n_r][k]·q[i][k] (mod 2^32) for R rows n_r at once (R streams of codes in
+ * flight), i < m; lut the table's u8 form (its values W + 128) */
+static inline __attribute__((always_inline)) void w4_rows_dot(const int six, const int per, const int m, const int R,
+                                                              const qmm_weight *w, const int8_t *lut,
+                                                              const int64_t *n, const int8_t *q, int64_t lda,
+                                                              const int32_t *qsum, int32_t *out) {
+    const int64_t K = w->K, K64 = K / 64 * 64;
+    __m512i a[4][8];
+    qmm_w4_walk it[4];
+    for (int r = 0; r < R; r++) {
+        qmm_w4_walk_init(&it[r], w, lut, n[r], 0);
+        for (int i = 0; i < m; i++) a[r][i] = _mm512_setzero_si512();
+    }
+    int64_t k = 0;
+    for (; k < K64; k += 64) {
+        __m512i x[4];
+        for (int r = 0; r < R; r++) {
+            if (!(k & 64)) qmm_w4_prefetch(&it[r], six);
+            x[r] = qmm_w4_next64(&it[r], six, per); /* u8 already: the table's u8 form */
+        }
+        for (int i = 0; i < m; i++) {
+            const __m512i qv = _mm512_loadu_si512(q + i * lda + k);
+            for (int r = 0; r < R; r++) a[r][i] = qmm_vnni_dpbusd(a[r][i], x[r], qv);
+        }
+    }
+    for (; k < K; k += 16) { /* 16 at a time: the other lanes 0 (u8) against 16 bytes of q */
+        __m512i x[4];
+        for (int r = 0; r < R; r++)
+            x[r] = _mm512_zextsi128_si512(qmm_w4_next16(&it[r], six));
+        for (int i = 0; i < m; i++) {
+            const __m512i qv = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(q + i * lda + k)));
+            for (int r = 0; r < R; r++) a[r][i] = qmm_vnni_dpbusd(a[r][i], x[r], qv);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < m; i++)
+            out[r * m + i] = (int32_t)((uint32_t)_mm512_reduce_add_epi32(a[r][i]) - ((uint32_t)qsum[i] << 7));
+}
+
+/* R streams of L whole blocks each from block s0 (stream r: blocks s0 + r·L ..), one row of each
+ * at a time; after every 16 rows each stream's 16 outputs per token through the epilogue */
+static inline __attribute__((always_inline)) void w4_streams(const int six, const int per, const int m, const int R,
+                                                             const qmm_i8_gemm *g, int64_t s0, int64_t L) {
+    const qmm_call *c = g->c;
+    const int8_t *q = (const int8_t *)g->a;
+    const int64_t N = c->N;
+    _Alignas(64) int32_t out[4][8][16]; /* [stream][token][row in the block] */
+    for (int64_t b = 0; b < L; b++) {
+        int cols = 16;
+        for (int j = 0; j < 16; j++) {
+            int64_t n[4];
+            int32_t t[32];
+            for (int r = 0; r < R; r++) n[r] = (s0 + r * L + b) * 16 + j;
+            if (n[R - 1] >= N) { cols = j; break; } /* only a stream of one block: the last may end early */
+            w4_rows_dot(six, per, m, R, c->w, g->w4_lut_u8, n, q, g->Kp, g->qsum, t);
+            for (int r = 0; r < R; r++)
+                for (int i = 0; i < m; i++) out[r][i][j] = t[r * m + i];
+        }
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < m; i++)
+                qmm_z_epilogue16(c, _mm512_load_si512(out[r][i]), i, (s0 + r * L + b) * 16, g->s[i], qmm_z_tail_mask(cols));
+    }
+}
+
+/* blocks [b0, b1): R streams of whole blocks (codes of R rows in flight), the rest (and a last
+ * block cut by N) one stream at a time */
+static inline __attribute__((always_inline)) void w4_rows(const int six, const int per, const int m,
+                                                          const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+    const int R = m <= 4 ? 4 : 2; /* R·m accumulators: at most 16 */
+    const int64_t full = b1 * 16 <= g->c->N ? b1 - b0 : b1 - b0 - 1, L = full / R;
+    if (L > 0 && R == 4) w4_streams(six, per, m, 4, g, b0, L);
+    if (L > 0 && R == 2) w4_streams(six, per, m, 2, g, b0, L);
+    for (int64_t b = b0 + R * L; b < b1; b++) w4_streams(six, per, m, 1, g, b, 1);
+}
+
+/* The 1..8 kernel's body for 6-bit (six) or 4-bit weights */
+static inline __attribute__((always_inline)) void qmm_vnni_w4_dot_kernel(const int six, const qmm_i8_gemm *g, int64_t b0,
+                                                                         int64_t b1) {
+    const int per = qmm_w4_per(g->c->w->w4.group) == 4 ? 4 : 0;
+#define W4_CASE(P, M) case (P) * 10 + (M): w4_rows(six, P, M, g, b0, b1); break
+    switch (per * 10 + (int)g->c->M) {
+    W4_CASE(4, 1); W4_CASE(4, 2); W4_CASE(4, 3); W4_CASE(4, 4);
+    W4_CASE(4, 5); W4_CASE(4, 6); W4_CASE(4, 7); W4_CASE(4, 8);
+    W4_CASE(0, 1); W4_CASE(0, 2); W4_CASE(0, 3); W4_CASE(0, 4);
+    W4_CASE(0, 5); W4_CASE(0, 6); W4_CASE(0, 7); W4_CASE(0, 8);
+    default: qmm_call_bug(g->c, "w4a8 fused rows: M past 8"); break;
+    }
+#undef W4_CASE
+}
+
+/* ---------------------------------------------------------------- 9..16 tokens: in lanes */
+/* out[r] lane t = Σ_k W[n_r][k]·q[t][k] (mod 2^32) for R rows n_r = n0 + r·step at once, the token copy ap in
+ * layout lay (12: lanes_step's 12 lanes, 16: bcast_step's); full: no pad lane (M = lay), the row
+ * sums instead */
+static inline __attribute__((always_inline)) void w4_bcast_dot(const int six, const int per, const int lay,
+                                                               const int full, const int R, const qmm_weight *w,
+                                                               const int8_t *lut, int64_t n0, int64_t step,
+                                                               const uint8_t *ap, __m512i out[]) {
+    enum { S12 = 192, W4_RING = 4 }; /* lanes_step's block of 16 k at 12 lanes; the stage's steps */
+    const int64_t K = w->K, K64 = K / 64 * 64;
+    const __m512i one = _mm512_set1_epi8(1);
+    /* a ring of 4 steps: each step's values are written 3 steps before they are read, so the
+     * broadcast loads find them in L1, not in flight in the store buffer */
+    _Alignas(64) int8_t st[W4_RING][8][64];
+    const int8_t *wp[8];
+    qmm_w4_walk it[8];
+    __m512i acc[8], a1[8], b[8], rs[8];
+    for (int r = 0; r < R; r++) {
+        qmm_w4_walk_init(&it[r], w, lut, n0 + r * step, 0);
+        acc[r] = a1[r] = b[r] = rs[r] = _mm512_setzero_si512();
+    }
+#define W4_STAGE(KK)                                                        \
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                   \
+        if (!((KK) & 64)) qmm_w4_prefetch(&it[r], six);                      \
+        const __m512i v = qmm_w4_next64(&it[r], six, per);                 \
+        _mm512_store_si512(st[((KK) / 64) % W4_RING][r], v);                \
+        if (full) rs[r] = qmm_vnni_dpbusd(rs[r], one, v);                  \
+    }
+    int64_t k = 0;
+    for (int64_t kk = 0; kk < K64 && kk < (W4_RING - 1) * 64; kk += 64) W4_STAGE(kk);
+    for (; k < K64; k += 64) {
+        const int64_t kn = k + (W4_RING - 1) * 64;
+        if (kn < K64) W4_STAGE(kn);
+        const int p = (int)(k / 64) % W4_RING;
+        for (int r = 0; r < R; r++) wp[r] = st[p][r];
+        if (lay == 16) {
+            qmm_vnni_bcast_step(R, 16, wp, ap + k * 16, acc);
+        } else {
+            for (int x = 0; x < 4; x++) {
+                const int8_t *wx[8];
+                for (int r = 0; r < R; r++) wx[r] = st[p][r] + 16 * x;
+                qmm_vnni_lanes_step(1, 1, R, wx, ap + (k / 16 + x) * S12, acc, a1, b);
+            }
+        }
+    }
+#undef W4_STAGE
+    for (int r = 0; r < R; r++) wp[r] = st[0][r];
+    for (; k < K; k += 16) { /* 16 at a time (K is a multiple of 16) */
+        for (int r = 0; r < R; r++) {
+            const __m128i v = qmm_w4_next16(&it[r], six);
+            _mm_store_si128((__m128i *)st[0][r], v);
+            if (full) rs[r] = qmm_vnni_dpbusd(rs[r], one, _mm512_zextsi128_si512(v));
+        }
+        if (lay == 16) qmm_vnni_bcast_step(R, 4, wp, ap + k * 16, acc);
+        else qmm_vnni_lanes_step(1, 1, R, wp, ap + (k / 16) * S12, acc, a1, b);
+    }
+    for (int r = 0; r < R; r++)
+        out[r] = qmm_vnni_bcast_correct(full ? QMM_BC_SUMS : QMM_BC_PAD,
+                                        lay == 16 ? acc[r] : qmm_vnni_lanes_out(1, 1, acc[r], a1[r], b[r]), rs[r],
+                                        lay - 1);
+}
+
+/* R streams of L whole blocks each from block s0 (stream r: blocks s0 + r·L ..), one row of each
+ * at a time; after every 16 rows each stream's rows transposed into the epilogue */
+static inline __attribute__((always_inline)) void w4_bcast_streams(const int six, const int per, const int lay,
+                                                                   const int full, const int R,
+                                                                   const qmm_i8_gemm *g, int64_t s0, int64_t L) {
+    const qmm_call *c = g->c;
+    const int64_t N = c->N;
+    _Alignas(64) int32_t stage[8][16][16]; /* [stream][row in the block][token] */
+    for (int64_t b = 0; b < L; b++) {
+        int cols = 16;
+        for (int j = 0; j < 16; j++) {
+            const int64_t n0 = (s0 + b) * 16 + j; /* stream r's row: n0 + r·16·L */
+            __m512i out[8];
+            if (n0 + (R - 1) * 16 * L >= N) { cols = j; break; } /* only a stream of one block: the last may end early */
+            w4_bcast_dot(six, per, lay, full, R, c->w, g->w4_lut, n0, 16 * L, g->ap, out);
+            for (int r = 0; r < R; r++) _mm512_store_si512(stage[r][j], out[r]);
+        }
+        for (int r = 0; r < R; r++)
+            qmm_vnni_tokens_out(c, (const int32_t(*)[16])stage[r], cols, 0, c->M, (s0 + r * L + b) * 16, g->s);
+    }
+}
+
+/* blocks [b0, b1): R streams of whole blocks (16 lanes: 8, 12 lanes: 6), the rest (and a last
+ * block cut by N) one stream at a time */
+static inline __attribute__((always_inline)) void w4_bcast_rows(const int six, const int per, const int lay,
+                                                                const int full, const qmm_i8_gemm *g, int64_t b0,
+                                                                int64_t b1) {
+    const int R = lay == 16 ? 8 : 6;
+    const int64_t nfull = b1 * 16 <= g->c->N ? b1 - b0 : b1 - b0 - 1, L = nfull / R;
+    if (L > 0 && R == 8) w4_bcast_streams(six, per, lay, full, 8, g, b0, L);
+    if (L > 0 && R == 6) w4_bcast_streams(six, per, lay, full, 6, g, b0, L);
+    for (int64_t b = b0 + R * L; b < b1; b++) w4_bcast_streams(six, per, lay, full, 1, g, b, 1);
+}
+
+/* The 9..16 kernel's body for 6-bit (six) or 4-bit weights */
+static inline __attribute__((always_inline)) void qmm_vnni_w4_bcast_kernel(const int six, const qmm_i8_gemm *g,
+                                                                           int64_t b0, int64_t b1) {
+    const int64_t M = g->c->M;
+    const int per = qmm_w4_per(g->c->w->w4.group) == 4 ? 4 : 0;
+    const int lay = M > 12 ? 16 : 12, full = M == lay;
+#define W4_BC(P)                                                               \
+    do {                                                                       \
+        if (lay == 16 && full) w4_bcast_rows(six, P, 16, 1, g, b0, b1);        \
+        else if (lay == 16) w4_bcast_rows(six, P, 16, 0, g, b0, b1);           \
+        else if (full) w4_bcast_rows(six, P, 12, 1, g, b0, b1);                \
+        else w4_bcast_rows(six, P, 12, 0, g, b0, b1);                          \
+    } while (0)
+    if (per == 4) W4_BC(4);
+    else W4_BC(0);
+#undef W4_BC
+}
+
+#endif /* QMM_AVX512_VNNI_W4A8_H */
