@@ -288,11 +288,15 @@ static void check_decoders(layer *L) {
         TU_CHECK(bad < 0, "%s: table[s_rel byte 0x%02x][code %d] = %d (scalar %d)", what, bad / ncode, bad % ncode,
                  bad >= 0 ? lut[bad] : 0, bad >= 0 ? lut_ref[bad] : 0);
     }
-    /* the scalar decoder, the context's fastest, and each AVX-512 form this CPU runs (with and
-     * without VBMI's 6-bit lookups) */
-    qmm_w4a8_rows_fn fns[4] = {qmm_w4a8_decode_rows, qmm_w4a8_decoder(g_ctx)};
-    const char *names[4] = {"scalar", "fastest"};
+    /* the scalar decoder, the context's fastest, and each SIMD form this CPU runs (AVX2, AVX-512
+     * with and without VBMI's 6-bit lookups) */
+    qmm_w4a8_rows_fn fns[5] = {qmm_w4a8_decode_rows, qmm_w4a8_decoder(g_ctx)};
+    const char *names[5] = {"scalar", "fastest"};
     int nf = 2;
+    if (qmm_core_simd(g_ctx) >= QMM_ISA_AVX2) {
+        fns[nf] = qmm_w4a8_decode_rows_avx2_ptr;
+        names[nf++] = "avx2";
+    }
     if (qmm_core_simd(g_ctx) == QMM_ISA_AVX512) {
         fns[nf] = qmm_w4a8_decode_rows_avx512_ptr;
         names[nf++] = "avx512";
@@ -302,7 +306,7 @@ static void check_decoders(layer *L) {
         }
     }
     int8_t *buf = malloc((size_t)(L->N * (L->K + 64) + 128));
-    for (int it = 0; it < 32 && buf; it++) {
+    for (int it = 0; it < 40 && buf; it++) {
         const int use_lut = L->f8 && it % 2 == 0, fi = (it / 2) % nf;
         int64_t k0 = 2 * tu_rand_int(0, (L->K - 1) / 2), k1 = tu_rand_int(k0 + 1, L->K);
         if (it % 3 == 0) { k0 = 0; k1 = L->K; } /* whole rows (the rows regime) */

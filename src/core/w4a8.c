@@ -85,7 +85,9 @@ int qmm_w4a8_vbmi(const qmm_context *ctx) {
 }
 
 qmm_w4a8_rows_fn qmm_w4a8_decoder(const qmm_context *ctx) {
-    if (qmm_core_simd(ctx) != QMM_ISA_AVX512) return qmm_w4a8_decode_rows;
+    const int simd = qmm_core_simd(ctx);
+    if (simd == QMM_ISA_AVX2) return qmm_w4a8_decode_rows_avx2_ptr;
+    if (simd != QMM_ISA_AVX512) return qmm_w4a8_decode_rows;
     return qmm_w4a8_vbmi(ctx) ? qmm_w4a8_decode_rows_avx512vbmi_ptr : qmm_w4a8_decode_rows_avx512_ptr;
 }
 

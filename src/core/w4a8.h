@@ -32,13 +32,15 @@ void qmm_w4a8_decode_row(const qmm_weight *w, int64_t n, int64_t k0, int64_t k1,
 /* dst[i·ld + k - k0] = W[n0 + i][k] for i < rows, k in [k0, k1) (k0 even; reads only those rows'
  * code bytes and group scales of that range). lut: the call's table (e4m3 s_rel) or NULL (the
  * arithmetic). The scalar form, and the fastest the context's core SIMD level runs
- * (qmm_w4a8_decoder; its AVX-512 form in w4a8_avx512.c, with VBMI in w4a8_avx512vbmi.c). */
+ * (qmm_w4a8_decoder; its AVX-512 form in w4a8_avx512.c, with VBMI in w4a8_avx512vbmi.c, its AVX2
+ * form in w4a8_avx2.c). */
 typedef void (*qmm_w4a8_rows_fn)(const qmm_weight *w, const int8_t *lut, int64_t n0, int64_t rows, int64_t k0,
                                  int64_t k1, int8_t *dst, int64_t ld);
 void qmm_w4a8_decode_rows(const qmm_weight *w, const int8_t *lut, int64_t n0, int64_t rows, int64_t k0, int64_t k1,
                           int8_t *dst, int64_t ld);
 extern const qmm_w4a8_rows_fn qmm_w4a8_decode_rows_avx512_ptr;
 extern const qmm_w4a8_rows_fn qmm_w4a8_decode_rows_avx512vbmi_ptr; /* with VBMI's 6-bit lookups */
+extern const qmm_w4a8_rows_fn qmm_w4a8_decode_rows_avx2_ptr;
 extern const qmm_w4a8_lut_fn qmm_w4a8_lut_fill_avx512_ptr;
 qmm_w4a8_rows_fn qmm_w4a8_decoder(const qmm_context *ctx);
 

@@ -30,6 +30,7 @@ src/engines/x86_avx2/avx2_f32_attn.c        avx2,fma                            
 src/engines/x86_avx2/avx_vnni.c             avx2,fma,f16c,avx_vnni                       avx_vnni
 src/core/prepass_avx2.c                     avx2,fma,f16c                                f16c
 src/core/float_act_avx2.c                   avx2,fma,f16c                                f16c
+src/core/w4a8_avx2.c                        avx2,fma,f16c                                -
 src/engines/x86_avx512/avx512_vnni.c        avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
 src/engines/x86_avx512/avx512_vnni_gemm.c   avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
 src/engines/x86_avx512/avx512_vnni_rows.c   avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
