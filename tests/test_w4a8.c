@@ -273,9 +273,15 @@ static void check_decoders(layer *L) {
     describe(L, "decoders", what, sizeof what);
     static _Alignas(64) int8_t lut[QMM_W4A8_LUT_BYTES], lut_ref[QMM_W4A8_LUT_BYTES];
     const int ncode = 1 << L->bits;
-    if (L->f8) {
+    /* the table: the context's filler and each SIMD form this CPU runs, against the scalar one
+     * and this test's arithmetic */
+    qmm_w4a8_lut_fn fills[3] = {qmm_w4a8_lut_filler(g_ctx)};
+    int nfill = 1;
+    if (qmm_core_simd(g_ctx) >= QMM_ISA_AVX2) fills[nfill++] = qmm_w4a8_lut_fill_avx2_ptr;
+    if (qmm_core_simd(g_ctx) == QMM_ISA_AVX512) fills[nfill++] = qmm_w4a8_lut_fill_avx512_ptr;
+    for (int fi = 0; fi < nfill && L->f8; fi++) {
         qmm_w4a8_lut_fill(w, lut_ref);
-        qmm_w4a8_lut_filler(g_ctx)(w, lut);
+        fills[fi](w, lut);
         int bad = -1;
         for (int i = 0; i < 256 * ncode && bad < 0; i++) {
             const int c = i % ncode;
@@ -285,9 +291,10 @@ static void check_decoders(layer *L) {
             r = r > 127 ? 127 : r < -127 ? -127 : r;
             if (lut[i] != lut_ref[i] || lut[i] != (int8_t)r) bad = i;
         }
-        TU_CHECK(bad < 0, "%s: table[s_rel byte 0x%02x][code %d] = %d (scalar %d)", what, bad / ncode, bad % ncode,
-                 bad >= 0 ? lut[bad] : 0, bad >= 0 ? lut_ref[bad] : 0);
+        TU_CHECK(bad < 0, "%s: table %d: [s_rel byte 0x%02x][code %d] = %d (scalar %d)", what, fi, bad / ncode,
+                 bad % ncode, bad >= 0 ? lut[bad] : 0, bad >= 0 ? lut_ref[bad] : 0);
     }
+    if (L->f8) qmm_w4a8_lut_filler(g_ctx)(w, lut); /* the table the decoders below read */
     /* the scalar decoder, the context's fastest, and each SIMD form this CPU runs (AVX2, AVX-512
      * with and without VBMI's 6-bit lookups) */
     qmm_w4a8_rows_fn fns[5] = {qmm_w4a8_decode_rows, qmm_w4a8_decoder(g_ctx)};

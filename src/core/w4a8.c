@@ -92,6 +92,8 @@ qmm_w4a8_rows_fn qmm_w4a8_decoder(const qmm_context *ctx) {
 }
 
 qmm_w4a8_lut_fn qmm_w4a8_lut_filler(const qmm_context *ctx) {
-    return qmm_w4a8_lut_fill_avx512_ptr && qmm_core_simd(ctx) == QMM_ISA_AVX512 ? qmm_w4a8_lut_fill_avx512_ptr
-                                                                                 : qmm_w4a8_lut_fill;
+    const int simd = qmm_core_simd(ctx);
+    return simd == QMM_ISA_AVX512 ? qmm_w4a8_lut_fill_avx512_ptr
+           : simd == QMM_ISA_AVX2 ? qmm_w4a8_lut_fill_avx2_ptr
+                                  : qmm_w4a8_lut_fill;
 }

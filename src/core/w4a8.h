@@ -41,6 +41,7 @@ void qmm_w4a8_decode_rows(const qmm_weight *w, const int8_t *lut, int64_t n0, in
 extern const qmm_w4a8_rows_fn qmm_w4a8_decode_rows_avx512_ptr;
 extern const qmm_w4a8_rows_fn qmm_w4a8_decode_rows_avx512vbmi_ptr; /* with VBMI's 6-bit lookups */
 extern const qmm_w4a8_rows_fn qmm_w4a8_decode_rows_avx2_ptr;
+extern const qmm_w4a8_lut_fn qmm_w4a8_lut_fill_avx2_ptr;
 extern const qmm_w4a8_lut_fn qmm_w4a8_lut_fill_avx512_ptr;
 qmm_w4a8_rows_fn qmm_w4a8_decoder(const qmm_context *ctx);
 
