@@ -208,8 +208,15 @@ qmm_status qmm_float_gemm(qmm_context *ctx, const qmm_call *c, const qmm_fgemm *
     j.cbytes = (size_t)qmm_round_up(max_panels * g->mr * g->nr * (int64_t)sizeof(float), al);
     /* a borrowed weight's n16k4 panel: nr/16 blocks × the quads of kc */
     const size_t pbytes = c->w->borrowed ? (size_t)qmm_round_up(g->nr * qmm_round_up(g->kc, 4), al) : 0;
-    /* (W4A8: the reference decoder-packer, SPEC §11) */
-    j.src = (qmm_panel_source){.w = c->w, .pack = g->pack, .pack_w4a8 = qmm_w4a8_pack_block_ref};
+    /* W4A8 (SPEC §11): 16 rows × up to 512 k at a time through the context's rows decoder, with
+     * e4m3 s_rel from the call's table (read by the pool's threads during this call), then packed */
+    _Alignas(64) int8_t lut[QMM_W4A8_LUT_BYTES];
+    j.src = (qmm_panel_source){.w = c->w, .pack = g->pack,
+                               .w4_decode = c->w->w4a8 ? qmm_w4a8_decoder(ctx) : NULL};
+    if (c->w->w4a8 && c->w->w4.s_rel_dtype == QMM_F8_E4M3) {
+        qmm_w4a8_lut_filler(ctx)(c->w, lut);
+        j.src.w4_lut = lut;
+    }
     j.tbytes = j.bbytes + j.cbytes + pbytes;
     void *ts;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, j.tbytes * (size_t)nt, &ts));

@@ -243,7 +243,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     }
     /* read by the pool's threads during this call: the table, and for a fused kernel its u8 form */
     _Alignas(64) int8_t lut[QMM_W4A8_LUT_BYTES], lut_u8[QMM_W4A8_LUT_BYTES];
-    g.src = (qmm_panel_source){.w = w, .pack = e->pack, .pack_w4a8 = e->pack_w4a8,
+    g.src = (qmm_panel_source){.w = w, .pack = e->pack,
                                .w4_decode = w->w4a8 ? qmm_w4a8_decoder(ctx) : NULL};
     if (w->w4a8 && w->w4.s_rel_dtype == QMM_F8_E4M3) {
         qmm_w4a8_lut_filler(ctx)(w, lut);

@@ -113,9 +113,6 @@ typedef struct qmm_i8_engine {
     qmm_pack_n16k4_fn pack; /* borrowed weights' panel packing (panel.h; NULL: qmm_pack_n16k4_ref) */
     int pack_bare;         /* pack writes the n16k4 bytes only, leaving cs and neg128 alone (an s8
                             * engine exact on -128 that reads no column sums: amx_int8) */
-    qmm_w4a8_pack_fn pack_w4a8; /* a borrowed W4A8 weight's panels: its codes decoded into n16k4
-                                 * (w4a8.h); NULL: the context's rows decoder (qmm_w4a8_decoder)
-                                 * and pack (panel.h, qmm_panel_source) */
     /* Optional, borrowed weights with M <= rows_m (the rows regime): the engine's rows kernels,
      * n_rows_kernels of them, one for each M in 1..rows_m (qmm_i8_rows_kernel_for: the first whose
      * range holds M); the kernel computes the outputs of 16-column blocks [b0, b1) straight from

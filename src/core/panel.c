@@ -66,8 +66,6 @@ void qmm_panel_get(const qmm_panel_source *s, int64_t nb, int nr, int64_t q0, in
         int32_t *bcs = cs ? cs + jb * 16 : NULL;
         if (!w->w4a8) {
             pack(w->borrow.data + n0 * ld, ld, rows, k0, k1, blk, nq, bcs, first, &neg);
-        } else if (s->pack_w4a8) { /* the codes decoded into the panel (values in [-127, 127]: no -128) */
-            s->pack_w4a8(w, n0, rows, k0, k1, blk, nq, bcs, first);
         } else { /* 16 rows × up to 512 k decoded into L1 (8 KiB), then the engine's int8 pack of them */
             enum { KB = 512 };
             _Alignas(64) int8_t dec[16 * KB];

@@ -34,9 +34,8 @@ int qmm_pack_i8_rows(const int8_t *W, int64_t ld, int64_t N, int64_t K, int64_t 
 typedef struct qmm_panel_source {
     const qmm_weight *w;          /* an int8 weight: owned, or borrowed (int8 rows or W4A8 codes) */
     qmm_pack_n16k4_fn pack;       /* a borrowed weight's rows (NULL: qmm_pack_n16k4_ref) */
-    qmm_w4a8_pack_fn pack_w4a8;   /* a W4A8 weight's codes (NULL: w4_decode 16 rows × up to 512 k at a
-                                   * time into a stack buffer, then pack) */
-    qmm_w4a8_rows_fn w4_decode;   /* a W4A8 weight without pack_w4a8: the context's rows decoder */
+    qmm_w4a8_rows_fn w4_decode;   /* a W4A8 weight: the context's rows decoder (16 rows × up to 512 k
+                                   * at a time into a stack buffer, then pack) */
     const int8_t *w4_lut;         /* its decode table for the call (e4m3 s_rel), or NULL: the arithmetic */
 } qmm_panel_source;
 

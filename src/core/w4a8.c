@@ -52,25 +52,6 @@ void qmm_w4a8_decode_rows(const qmm_weight *w, const int8_t *lut, int64_t n0, in
     }
 }
 
-void qmm_w4a8_pack_block_ref(const qmm_weight *w, int64_t n0, int rows, int64_t k0, int64_t k1, int8_t *dst,
-                             int64_t nq, int32_t *cs, int first) {
-    int8_t buf[256];
-    for (int j = 0; j < 16; j++) {
-        uint32_t sum = cs && !first ? (uint32_t)cs[j] : 0u;
-        for (int64_t q0 = 0; q0 < nq; q0 += 64) { /* 256 k at a time */
-            const int64_t qn = nq - q0 < 64 ? nq - q0 : 64, ka = k0 + q0 * 4;
-            const int64_t kb = ka + qn * 4 < k1 ? ka + qn * 4 : k1, len = kb > ka ? kb - ka : 0;
-            if (j < rows && len > 0) qmm_w4a8_decode_row(w, n0 + j, ka, kb, buf);
-            for (int64_t i = 0; i < qn * 4; i++) {
-                const int8_t v = j < rows && i < len ? buf[i] : 0;
-                dst[(q0 + i / 4) * 64 + j * 4 + i % 4] = v;
-                sum += (uint32_t)(int32_t)v;
-            }
-        }
-        if (cs) cs[j] = (int32_t)sum;
-    }
-}
-
 static int g_vbmi_env = 1;
 static pthread_once_t g_vbmi_once = PTHREAD_ONCE_INIT;
 

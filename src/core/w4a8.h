@@ -1,8 +1,8 @@
 /*
  * w4a8.h — decoding a borrowed W4A8 / W6A8 weight (qmm_weight_borrow_w4a8, SPEC §11) into the
- * int8 values the engines multiply: per row (qmm_weight_int8_rows), per block of rows into a
- * row-major buffer (the int8 driver's rows regime and per-call panels, the float fallback) and
- * per 16-row block into the n16k4 panel of one K chunk. The values are qmm_w4a8_at's
+ * int8 values the engines multiply: per row (qmm_weight_int8_rows) and per block of rows into a
+ * row-major buffer (the int8 driver's rows regime, and the per-call panels of the int8 and float
+ * drivers, panel.h). The values are qmm_w4a8_at's
  * (qmm_internal.h) bit for bit; every decoder reproduces them.
  *
  * The decode table. A weight with e4m3 s_rel has 256 possible scales, so each (s_rel byte b,
@@ -56,14 +56,5 @@ static inline int64_t qmm_w4a8_rows_step(int64_t Kp) {
     const int64_t r = ((int64_t)256 << 10) / Kp / 16 * 16;
     return r < 16 ? 16 : r > 128 ? 128 : r;
 }
-
-/* Packs rows [n0, n0 + rows) (rows <= 16; the rest zero) × k [k0, k1) of a W4A8 weight (k0 a
- * multiple of 4, k1 <= K) into dst [nq][16][4] (quads past k1 zero), as qmm_pack_n16k4_fn does for
- * int8 rows: cs[0..16) = (first ? 0 : cs) + Σ of each row's values when cs != NULL. The decoded
- * values lie in [-127, 127]: no -128. */
-typedef void (*qmm_w4a8_pack_fn)(const qmm_weight *w, int64_t n0, int rows, int64_t k0, int64_t k1, int8_t *dst,
-                                 int64_t nq, int32_t *cs, int first);
-void qmm_w4a8_pack_block_ref(const qmm_weight *w, int64_t n0, int rows, int64_t k0, int64_t k1, int8_t *dst,
-                             int64_t nq, int32_t *cs, int first);
 
 #endif /* QMM_W4A8_H */
