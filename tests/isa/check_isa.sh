@@ -25,6 +25,7 @@ cc_json=$build/compile_commands.json
 # source (relative to the repository)          allowed features                    signature
 table='
 src/engines/x86_avx2/avx2_int8.c            avx2,fma,f16c                                -
+src/engines/x86_avx2/avx2_int8_w4a8.c       avx2,fma,f16c                                -
 src/engines/x86_avx2/avx2_f32.c             avx2,fma                                     fma
 src/engines/x86_avx2/avx2_f32_attn.c        avx2,fma                                     fma
 src/engines/x86_avx2/avx_vnni.c             avx2,fma,f16c,avx_vnni                       avx_vnni

@@ -94,13 +94,6 @@ enum {
 
 static inline int rows_r(int m) { return m == 1 ? 4 : m == 2 ? 3 : m <= 4 ? 2 : 1; }
 
-static inline int32_t hsum8(__m256i v) {
-    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
-    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xB1));
-    return _mm_cvtsi128_si32(x);
-}
-
 /* out[i][jn + r·16] = Σ_k w_r[k]·q[i][k] for rows w, w + span, .. (R of them, K bytes each) */
 static inline __attribute__((always_inline)) void rows_dot(const int m, const int R, const int8_t *w, int64_t span,
                                                            int64_t K, const int8_t *q, int64_t lda,
@@ -131,7 +124,7 @@ static inline __attribute__((always_inline)) void rows_dot(const int m, const in
         }
     }
     for (int r = 0; r < R; r++)
-        for (int i = 0; i < m; i++) out[i][r * 16 + jn] = hsum8(acc[r][i]);
+        for (int i = 0; i < m; i++) out[i][r * 16 + jn] = qmm_a2_hsum8(acc[r][i]);
 }
 
 /* the same sums, exact for any q (a call whose q holds -128) */
@@ -230,6 +223,13 @@ static const qmm_i8_rows_ukernel k_rows[] = {
 };
 _Static_assert(ROWS_DOT_M == 12 && ROWS_M <= 64, "the rows kernels' ranges above");
 
-static const qmm_i8_engine k_avx2_int8 = QMM_A2_ENGINE(0, 4, qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx2, ROWS_M, k_rows, (int)(sizeof k_rows / sizeof k_rows[0]));
+static const qmm_i8_rows_ukernel k_rows_w4a8[] = {
+    {"qmm_qd8_w4_rows_ukernel_m1to4__avx2_fused", qmm_qd8_w4_rows_ukernel_m1to4__avx2_fused, 1, 4},
+};
+
+static const qmm_i8_engine k_avx2_int8 = {
+    QMM_A2_ENGINE_FIELDS(0, 4, qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx2, ROWS_M, k_rows, (int)(sizeof k_rows / sizeof k_rows[0])),
+    .rows_w4a8 = k_rows_w4a8, .n_rows_w4a8 = 1,
+};
 
 const qmm_engine_ops qmm_avx2_int8_ops = {.built = 1, .admit = admit, .i8 = &k_avx2_int8};

@@ -166,8 +166,18 @@ static inline void qmm_a2_pack(const int8_t *W, int64_t ld, int rows, int64_t k0
 /* The blocking of both AVX2 engines: MC × KC activation bytes (48 KiB) in L2, a 16 × KC panel
  * (8 KiB) in L1; whole K (weight streaming) up to 32 rows; the engine's rows regime for borrowed
  * weights (rows_m_ = 0: none). */
+#define QMM_A2_ENGINE_FIELDS(u8_, mr_, tile_, rows_m_, rows_kernels_, n_rows_kernels_) \
+    .u8 = (u8_), .mr = (mr_), .nrb = 4, .mc = QMM_A2_MC, .nc = QMM_A2_NC, .kc = QMM_A2_KC, .whole_k_m = 32, .tile = (tile_), \
+    .pack = qmm_a2_pack, .rows_m = (rows_m_), .rows_kernels = (rows_kernels_), .n_rows_kernels = (n_rows_kernels_)
 #define QMM_A2_ENGINE(u8_, mr_, tile_, rows_m_, rows_kernels_, n_rows_kernels_) \
-    { .u8 = (u8_), .mr = (mr_), .nrb = 4, .mc = QMM_A2_MC, .nc = QMM_A2_NC, .kc = QMM_A2_KC, .whole_k_m = 32, .tile = (tile_), \
-      .pack = qmm_a2_pack, .rows_m = (rows_m_), .rows_kernels = (rows_kernels_), .n_rows_kernels = (n_rows_kernels_) }
+    { QMM_A2_ENGINE_FIELDS(u8_, mr_, tile_, rows_m_, rows_kernels_, n_rows_kernels_) }
+
+/* the sum of v's 8 int32 lanes */
+static inline int32_t qmm_a2_hsum8(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xB1));
+    return _mm_cvtsi128_si32(x);
+}
 
 #endif /* QMM_INT8_GEMM_AVX2_H */
