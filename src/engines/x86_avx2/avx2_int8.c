@@ -147,7 +147,6 @@ static inline __attribute__((always_inline)) void rows_run(const int last, const
     const qmm_call *c = g->c;
     const int64_t K = c->K, ld = c->w->borrow.ld;
     const int8_t *q = (const int8_t *)g->a;
-    static const int32_t zero[16];
     int scalar = 0;
     for (int i = 0; i < m; i++) scalar |= g->qneg128[i];
     int32_t out[ROWS_M][ROWS_RMAX * 16];
@@ -162,9 +161,7 @@ static inline __attribute__((always_inline)) void rows_run(const int last, const
         }
         if (j % 16 != 15 && j != len - 1) continue;
         const int cols = (int)(j % 16) + 1;
-        for (int r = 0; r < R; r++)
-            for (int i = 0; i < m; i++)
-                qmm_a2_epilogue_row(c, zero, out[i] + r * 16, i, s0 + r * span + j - cols + 1, cols, 0, g->s[i]);
+        qmm_a2_rows_out(g, (const int32_t(*)[64])out, R, m, s0 + j - cols + 1, span, cols);
     }
 }
 

@@ -75,7 +75,6 @@ static inline __attribute__((always_inline)) void w4_run(const int six, const in
                                                          int64_t s0, int64_t len) {
     const qmm_call *c = g->c;
     const int8_t *q = (const int8_t *)g->a;
-    static const int32_t zero[16];
     int scalar = 0;
     for (int i = 0; i < m; i++) scalar |= g->qneg128[i];
     int32_t out[4][64];
@@ -86,9 +85,7 @@ static inline __attribute__((always_inline)) void w4_run(const int six, const in
             w4_dot(six, m, R, c->w, g->w4_lut, s0 + j, len, q, g->Kp, out, (int)(j % 16));
         if (j % 16 != 15 && j != len - 1) continue;
         const int cols = (int)(j % 16) + 1;
-        for (int r = 0; r < R; r++)
-            for (int i = 0; i < m; i++)
-                qmm_a2_epilogue_row(c, zero, out[i] + r * 16, i, s0 + r * len + j - cols + 1, cols, 0, g->s[i]);
+        qmm_a2_rows_out(g, (const int32_t(*)[64])out, R, m, s0 + j - cols + 1, len, cols);
     }
 }
 

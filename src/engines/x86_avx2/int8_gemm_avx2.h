@@ -172,6 +172,15 @@ static inline void qmm_a2_pack(const int8_t *W, int64_t ld, int rows, int64_t k0
 #define QMM_A2_ENGINE(u8_, mr_, tile_, rows_m_, rows_kernels_, n_rows_kernels_) \
     { QMM_A2_ENGINE_FIELDS(u8_, mr_, tile_, rows_m_, rows_kernels_, n_rows_kernels_) }
 
+/* The rows regime's outputs (avx2_int8.c, avx2_int8_w4a8.c): for R streams, stream r's rows n0 +
+ * r·span .. n0 + r·span + cols − 1, the sums out[i][r·16 + j] of token i < m through the epilogue. */
+static inline void qmm_a2_rows_out(const qmm_i8_gemm *g, const int32_t (*out)[64], int R, int m, int64_t n0,
+                                   int64_t span, int cols) {
+    static const int32_t zero[16];
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < m; i++) qmm_a2_epilogue_row(g->c, zero, out[i] + r * 16, i, n0 + r * span, cols, 0, g->s[i]);
+}
+
 /* the sum of v's 8 int32 lanes */
 static inline int32_t qmm_a2_hsum8(__m256i v) {
     __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
