@@ -1,8 +1,8 @@
 /*
  * w4a8_avx512.h — the AVX-512 (F + BW + VL) table lookups of a W4A8 weight's codes (w4a8.h's
- * decode table), shared by the row decoders (w4a8_avx512.c) and the fused rows kernel
- * (avx512_vnni_w4a8.c). Static inline; include only from files built with at least -mavx512f
- * -mavx512bw -mavx512vl.
+ * decode table) and the table rows decoder built on them (qmm_w4_table_rows), shared by the row
+ * decoders (w4a8_avx512.c, w4a8_avx512vbmi.c) and the fused rows kernels (avx512_vnni_w4a8.h).
+ * Static inline; include only from files built with at least -mavx512f -mavx512bw -mavx512vl.
  *   qmm_w4_walk       one row's codes from some k on (a multiple of 16, group a multiple of 16):
  *                     qmm_w4_next64 the next 64 int8 values, qmm_w4_next16 the next 16, in k order,
  *                     each the table's entry of (the group's s_rel byte, the code);
