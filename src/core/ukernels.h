@@ -56,8 +56,8 @@ void qmm_qd8_w4_rows_ukernel_m9to16__avx512vnni_bcast(const qmm_i8_gemm *g, int6
 void qmm_qd8_w6_rows_ukernel_m1to8__avx512vbmi_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 void qmm_qd8_w6_rows_ukernel_m9to16__avx512vbmi_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 /* x86_avx2/avx2_int8_w4a8.c: a W4A8 weight's rows on avx2_int8 (qmm_i8_engine.rows_w4a8), looked up
- * and multiplied without being stored (M <= 4) */
-void qmm_qd8_w4_rows_ukernel_m1to4__avx2_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+ * and multiplied without being stored (M <= 8) */
+void qmm_qd8_w4_rows_ukernel_m1to8__avx2_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 /* x86_avx2/avx_vnni_w4a8.c: the same on avx_vnni, VPDPBUSD on the table's w + 128 (M <= 8) */
 void qmm_qd8_w4_rows_ukernel_m1to8__avxvnni_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 /* x86_avx2/avx2_int8.c: row dot products, one token group (M <= 12), groups of 8 (13..64) */

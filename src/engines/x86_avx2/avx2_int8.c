@@ -91,7 +91,7 @@ static const qmm_i8_rows_ukernel k_rows[] = {
 _Static_assert(QMM_A2R_DOT_M == 12 && QMM_A2R_M <= 64, "the rows kernels' ranges above");
 
 static const qmm_i8_rows_ukernel k_rows_w4a8[] = {
-    {"qmm_qd8_w4_rows_ukernel_m1to4__avx2_fused", qmm_qd8_w4_rows_ukernel_m1to4__avx2_fused, 1, 4},
+    {"qmm_qd8_w4_rows_ukernel_m1to8__avx2_fused", qmm_qd8_w4_rows_ukernel_m1to8__avx2_fused, 1, 8},
 };
 
 static const qmm_i8_engine k_avx2_int8 = {
