@@ -65,6 +65,8 @@ void qmm_qd8_qc8w_rows_ukernel_m1to12__avx2_dot(const qmm_i8_gemm *g, int64_t b0
 void qmm_qd8_qc8w_rows_ukernel_m13to64__avx2_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 /* x86_avx2/avx_vnni.c: the same with VPDPBUSD ymm (w + 128 against q), one token group (M <= 8) */
 void qmm_qd8_qc8w_rows_ukernel_m1to8__avxvnni_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+/* x86_avx2/avx_vnni_rows.c: the tokens in the lanes of a ymm (9..32), each row's k-quads broadcast */
+void qmm_qd8_qc8w_rows_ukernel_m9to32__avxvnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 
 /* ---------------------------------------------------------------- onepass (avx512_vnni) */
 /* part[i·256 + jb·16 + l] = Σ_q Σ_t ap[q][i][t] · b[jb·ldb + q·64 + l·4 + t] for the tile's rows i,

@@ -9,8 +9,9 @@
  * block is two ymm (channels 0..7, 8..15), each dword = 4 consecutive k of one channel, which is
  * exactly what VPDPBUSD wants against a broadcast dword of 4 activation bytes.
  * Register blocking: up to 6 rows × 16 channels = 12 ymm accumulators + 2 weight ymm + 1
- * broadcast. Blocking, threads and epilogue: int8_gemm_avx2.h. A borrowed weight at M <= 8
- * takes the rows regime (int8_rows_avx2.h, VPDPBUSD form: w + 128 against q, less 128·Σq).
+ * broadcast. Blocking, threads and epilogue: int8_gemm_avx2.h. A borrowed weight at M <= 32
+ * takes the rows regime (below: int8_rows_avx2.h's dot form up to 8 tokens, avx_vnni_rows.c's
+ * tokens in lanes from 9).
  * Admission: the common int8 checks only (any K, M, N; -128 weights are fine: u8 × s8 is exact).
  */
 #include "int8_gemm_avx2.h"
@@ -88,27 +89,32 @@ static const char *admit(const qmm_call *c, char *why, size_t n) {
 /* The tile kernel (qmm_i8_tile_fn, ukernels.h): up to 6 rows × 4 blocks (64 columns) */
 void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, block_6x16); }
 
-/* The rows kernel (qmm_i8_rows_fn, ukernels.h; the rows regime, int8_rows_avx2.h, in its VPDPBUSD
- * form: w + 128 against q, exact for every w and q): 16-column blocks [b0, b1) of a borrowed
- * weight, M = g->c->M <= ROWS_M. Past ROWS_M the panels are faster: at M = 12 the two take the
- * same time (28672 × 5376, 2 threads), at 16 and above the rows re-read all of q (64 KiB and more
- * at K = 5376, past L1) for every row of W (bench/NOTES.md). */
-enum { ROWS_M = 8 };
-_Static_assert((int)ROWS_M <= (int)QMM_A2R_DOT_M, "one token group per row");
+/* The rows kernels (qmm_i8_rows_fn, ukernels.h) for a borrowed weight at M <= ROWS_M: up to 8
+ * tokens the rows regime's dot form (int8_rows_avx2.h, VPDPBUSD: w + 128 against q, less
+ * 128·Σq; exact for every w and q), 9..32 the tokens in lanes (avx_vnni_rows.c: q + 128 against
+ * each row's broadcast k-quads, less 128·Σw). Past 32 tokens the panels. Measured
+ * (bench/NOTES.md): the dot form re-reads all of q for every row of W, past L1 at 12 tokens of
+ * K = 5376, and loses to the panels there; the lanes form does not. */
+enum { ROWS_DOT_M = 8, ROWS_M = 32 };
+_Static_assert((int)ROWS_DOT_M <= (int)QMM_A2R_DOT_M, "one token group per row");
+
 void qmm_qd8_qc8w_rows_ukernel_m1to8__avxvnni_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     qmm_a2r_kernel_m1to12(1, g, b0, b1);
 }
 
 static const qmm_i8_rows_ukernel k_rows[] = {
-    {"qmm_qd8_qc8w_rows_ukernel_m1to8__avxvnni_dot", qmm_qd8_qc8w_rows_ukernel_m1to8__avxvnni_dot, 1, ROWS_M},
+    {"qmm_qd8_qc8w_rows_ukernel_m1to8__avxvnni_dot", qmm_qd8_qc8w_rows_ukernel_m1to8__avxvnni_dot, 1, ROWS_DOT_M},
+    {"qmm_qd8_qc8w_rows_ukernel_m9to32__avxvnni_bcast", qmm_qd8_qc8w_rows_ukernel_m9to32__avxvnni_bcast, ROWS_DOT_M + 1,
+     ROWS_M},
 };
 
 static const qmm_i8_rows_ukernel k_rows_w4a8[] = {
-    {"qmm_qd8_w4_rows_ukernel_m1to8__avxvnni_fused", qmm_qd8_w4_rows_ukernel_m1to8__avxvnni_fused, 1, ROWS_M},
+    {"qmm_qd8_w4_rows_ukernel_m1to8__avxvnni_fused", qmm_qd8_w4_rows_ukernel_m1to8__avxvnni_fused, 1, ROWS_DOT_M},
 };
 
 static const qmm_i8_engine k_avx_vnni = {
-    QMM_A2_ENGINE_FIELDS(1, 6, qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni, ROWS_M, k_rows, 1),
+    QMM_A2_ENGINE_FIELDS(1, 6, qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni, ROWS_M, k_rows, 2),
+    .rows_ap_bytes = qmm_avx_vnni_rows_ap_bytes, .rows_ap_fill = qmm_avx_vnni_rows_ap_fill,
     .rows_w4a8 = k_rows_w4a8, .n_rows_w4a8 = 1,
 };
 #endif

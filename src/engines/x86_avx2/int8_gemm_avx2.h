@@ -189,4 +189,9 @@ static inline int32_t qmm_a2_hsum8(__m256i v) {
     return _mm_cvtsi128_si32(x);
 }
 
+/* avx_vnni's rows regime at 9..32 tokens (avx_vnni_rows.c): its token copy, the engine's
+ * rows_ap_bytes and rows_ap_fill (int8_gemm.h) */
+int64_t qmm_avx_vnni_rows_ap_bytes(int64_t M, int64_t Kp);
+void qmm_avx_vnni_rows_ap_fill(const qmm_i8_gemm *g, int64_t r0, int64_t r1);
+
 #endif /* QMM_INT8_GEMM_AVX2_H */
