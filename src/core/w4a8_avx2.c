@@ -3,20 +3,21 @@
  * CPU without AVX-512; the same bits). The table: per s_rel byte, 8 levels at a time times its
  * scale, one fp32 product each, VROUNDPS to nearest even, the clamp, NaN → 0, packed. The
  * decoder: e4m3 s_rel, groups of a multiple of 16, 32 weights per step (16 at a
- * range's end), the lookups of w4a8_avx2.h. What is not on the table (f32 s_rel, groups of 4 or 8) and
+ * range's end), the lookups of w4a8_avx2.h (groups of 16 and the others apart: qmm_w4a2_per). What is not on the table (f32 s_rel, groups of 4 or 8) and
  * the ends of a range not on 16 k: the scalar decoders (w4a8.c).
  */
 #include "w4a8_avx2.h"
 
 /* row n, k [k0, k1) from the table (k0 even): the scalar decoder up to the first multiple of 16
  * and past the last, 32 at a time between (16 at its end) */
-static inline __attribute__((always_inline)) void table_row(const int six, const qmm_weight *w, const int8_t *lut,
-                                                            int64_t n, int64_t k0, int64_t k1, int8_t *dst) {
+static inline __attribute__((always_inline)) void table_row(const int six, const int per, const qmm_weight *w,
+                                                            const int8_t *lut, int64_t n, int64_t k0, int64_t k1,
+                                                            int8_t *dst) {
     int64_t k = (k0 + 15) / 16 * 16 < k1 ? (k0 + 15) / 16 * 16 : k1;
     if (k > k0) qmm_w4a8_decode_rows(w, lut, n, 1, k0, k, dst, 0);
     const int64_t k16 = k + (k1 - k) / 16 * 16;
     qmm_w4a2_walk it = qmm_w4a2_walk_at(w, n, k);
-    for (; k + 32 <= k16; k += 32) _mm256_storeu_si256((__m256i *)(dst + (k - k0)), qmm_w4a2_next32(&it, lut, six));
+    for (; k + 32 <= k16; k += 32) _mm256_storeu_si256((__m256i *)(dst + (k - k0)), qmm_w4a2_next32(&it, lut, six, per));
     if (k < k16) {
         _mm_storeu_si128((__m128i *)(dst + (k - k0)), qmm_w4a2_next16(&it, lut, six));
         k += 16;
@@ -30,10 +31,14 @@ static void decode_rows_avx2(const qmm_weight *w, const int8_t *lut, int64_t n0,
         qmm_w4a8_decode_rows(w, lut, n0, rows, k0, k1, dst, ld);
         return;
     }
-    if (w->w4.bits == 6)
-        for (int64_t i = 0; i < rows; i++) table_row(1, w, lut, n0 + i, k0, k1, dst + i * ld);
-    else
-        for (int64_t i = 0; i < rows; i++) table_row(0, w, lut, n0 + i, k0, k1, dst + i * ld);
+#define TABLE_ROWS(S, P) for (int64_t i = 0; i < rows; i++) table_row(S, P, w, lut, n0 + i, k0, k1, dst + i * ld)
+    switch ((w->w4.bits == 6) * 4 + qmm_w4a2_per(w->w4.group)) {
+    case 2: TABLE_ROWS(0, 2); break;
+    case 0: TABLE_ROWS(0, 0); break;
+    case 6: TABLE_ROWS(1, 2); break;
+    default: TABLE_ROWS(1, 0); break;
+    }
+#undef TABLE_ROWS
 }
 
 /* 8 int8 values of 8 levels times s (qmm_w4a8_value: one fp32 product, rounded to nearest even,

@@ -58,10 +58,23 @@ static inline const int8_t *qmm_w4a2_run16(qmm_w4a2_walk *it, const int8_t *lut,
     return t;
 }
 
-/* the next 32 weights */
-static inline __attribute__((always_inline)) __m256i qmm_w4a2_next32(qmm_w4a2_walk *it, const int8_t *lut, const int six) {
+/* qmm_w4a2_next32's per for a group size: 16 → 2 (each run of 16 a group of its own: the two
+ * scale bytes read side by side, no count kept), else 0 (counted run by run) */
+static inline int qmm_w4a2_per(int gsz) { return gsz == 16 ? 2 : 0; }
+
+/* the next 32 weights (per as qmm_w4a2_per of the walk's group) */
+static inline __attribute__((always_inline)) __m256i qmm_w4a2_next32(qmm_w4a2_walk *it, const int8_t *lut, const int six,
+                                                                     const int per) {
     const int sh = six ? 6 : 4;
-    const int8_t *t0 = qmm_w4a2_run16(it, lut, sh), *t1 = qmm_w4a2_run16(it, lut, sh);
+    const int8_t *t0, *t1;
+    if (per == 2) {
+        t0 = lut + ((int64_t)it->sp[0] << sh);
+        t1 = lut + ((int64_t)it->sp[1] << sh);
+        it->sp += 2;
+    } else {
+        t0 = qmm_w4a2_run16(it, lut, sh);
+        t1 = qmm_w4a2_run16(it, lut, sh);
+    }
     const __m256i nib = qmm_w4a2_nibbles32(it->cp);
 #define LANES(Q) _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(t0 + 16 * (Q)))), \
                                          _mm_loadu_si128((const __m128i *)(t1 + 16 * (Q))), 1)

@@ -29,7 +29,7 @@ enum { QMM_W4R_PF = 4096, QMM_W4R_CHUNK = 2048, QMM_W4R_M = 8 };
 static inline int qmm_w4r_streams(int m) { return m == 1 ? 4 : m == 2 ? 3 : m <= 4 ? 2 : 1; }
 
 /* out[i][r·16 + jn] = Σ_k W[n0 + r·step][k]·q[i][k] (mod 2^32) for R rows at once, i < m */
-static inline __attribute__((always_inline)) void qmm_w4r_dot(const int vnni, const int six, const int m, const int R,
+static inline __attribute__((always_inline)) void qmm_w4r_dot(const int vnni, const int six, const int per, const int m, const int R,
                                                               const qmm_weight *w, const int8_t *lut, int64_t n0,
                                                               int64_t step, const int8_t *q, int64_t lda,
                                                               const int32_t *qsum, int32_t out[QMM_W4R_M][64], int jn) {
@@ -50,7 +50,7 @@ static inline __attribute__((always_inline)) void qmm_w4r_dot(const int vnni, co
                 if (!(k & 1023)) _mm_prefetch((const char *)(it[r].sp + QMM_W4R_PF / 8), _MM_HINT_T1);
             }
             /* vnni: the u8 table's w + 128, and past K16 zeros (q is zero there: no matter) */
-            x[r] = k < K32 ? qmm_w4a2_next32(&it[r], lut, six)
+            x[r] = k < K32 ? qmm_w4a2_next32(&it[r], lut, six, per)
                            : _mm256_zextsi128_si256(qmm_w4a2_next16(&it[r], lut, six));
             px[r] = vnni ? x[r] : _mm256_abs_epi8(x[r]);
         }
@@ -79,7 +79,7 @@ static inline void qmm_w4r_dot_scalar(int m, const qmm_weight *w, const int8_t *
 
 /* R streams of len rows, stream r = rows s0 + r·len + j (j < len); after every 16 rows of the
  * streams (and after the last) their outputs through the epilogue */
-static inline __attribute__((always_inline)) void qmm_w4r_run(const int vnni, const int six, const int m, const int R,
+static inline __attribute__((always_inline)) void qmm_w4r_run(const int vnni, const int six, const int per, const int m, const int R,
                                                               const qmm_i8_gemm *g, int64_t s0, int64_t len) {
     const qmm_call *c = g->c;
     const int8_t *q = (const int8_t *)g->a, *lut = vnni ? g->w4_lut_u8 : g->w4_lut;
@@ -92,7 +92,7 @@ static inline __attribute__((always_inline)) void qmm_w4r_run(const int vnni, co
             for (int r = 0; r < R; r++)
                 qmm_w4r_dot_scalar(m, c->w, g->w4_lut, s0 + r * len + j, q, g->Kp, out, (int)(j % 16) + r * 16);
         else
-            qmm_w4r_dot(vnni, six, m, R, c->w, lut, s0 + j, len, q, g->Kp, g->qsum, out, (int)(j % 16));
+            qmm_w4r_dot(vnni, six, per, m, R, c->w, lut, s0 + j, len, q, g->Kp, g->qsum, out, (int)(j % 16));
         if (j % 16 != 15 && j != len - 1) continue;
         const int cols = (int)(j % 16) + 1;
         qmm_a2_rows_out(g, (const int32_t(*)[64])out, R, m, s0 + j - cols + 1, len, cols);
@@ -100,35 +100,45 @@ static inline __attribute__((always_inline)) void qmm_w4r_run(const int vnni, co
 }
 
 /* blocks [b0, b1): R streams of ⌊rows / R⌋ rows, the rest one at a time */
-static inline __attribute__((always_inline)) void qmm_w4r_blocks(const int vnni, const int six, const int m,
+static inline __attribute__((always_inline)) void qmm_w4r_blocks(const int vnni, const int six, const int per, const int m,
                                                                  const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
     const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N;
     const int R = qmm_w4r_streams(m);
     const int64_t len = (n1 - n0) / R;
     if (len > 0) {
         switch (R) { /* R a constant in each: the accumulators stay in registers */
-        case 4: qmm_w4r_run(vnni, six, m, 4, g, n0, len); break;
-        case 3: qmm_w4r_run(vnni, six, m, 3, g, n0, len); break;
-        case 2: qmm_w4r_run(vnni, six, m, 2, g, n0, len); break;
-        default: qmm_w4r_run(vnni, six, m, 1, g, n0, len); break;
+        case 4: qmm_w4r_run(vnni, six, per, m, 4, g, n0, len); break;
+        case 3: qmm_w4r_run(vnni, six, per, m, 3, g, n0, len); break;
+        case 2: qmm_w4r_run(vnni, six, per, m, 2, g, n0, len); break;
+        default: qmm_w4r_run(vnni, six, per, m, 1, g, n0, len); break;
         }
     }
-    if (n0 + R * len < n1) qmm_w4r_run(vnni, six, m, 1, g, n0 + R * len, n1 - n0 - R * len);
+    if (n0 + R * len < n1) qmm_w4r_run(vnni, six, per, m, 1, g, n0 + R * len, n1 - n0 - R * len);
 }
 
-/* M = g->c->M in 1..QMM_W4R_M (past: qmm_call_bug) */
-static inline __attribute__((always_inline)) void qmm_w4r_kernel(const int vnni, const qmm_i8_gemm *g, int64_t b0,
-                                                                 int64_t b1) {
-    const int six = g->c->w->w4.bits == 6;
-#define QMM_W4R_CASE(S, M) case (S) * 10 + (M): qmm_w4r_blocks(vnni, S, M, g, b0, b1); break
-    switch (six * 10 + (int)g->c->M) {
-    QMM_W4R_CASE(0, 1); QMM_W4R_CASE(0, 2); QMM_W4R_CASE(0, 3); QMM_W4R_CASE(0, 4);
-    QMM_W4R_CASE(0, 5); QMM_W4R_CASE(0, 6); QMM_W4R_CASE(0, 7); QMM_W4R_CASE(0, 8);
-    QMM_W4R_CASE(1, 1); QMM_W4R_CASE(1, 2); QMM_W4R_CASE(1, 3); QMM_W4R_CASE(1, 4);
-    QMM_W4R_CASE(1, 5); QMM_W4R_CASE(1, 6); QMM_W4R_CASE(1, 7); QMM_W4R_CASE(1, 8);
+/* M = g->c->M in 1..QMM_W4R_M (past: qmm_call_bug); groups of 16 apart (qmm_w4a2_per) */
+static inline __attribute__((always_inline)) void qmm_w4r_m(const int vnni, const int six, const int per,
+                                                            const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+    switch (g->c->M) {
+    case 1: qmm_w4r_blocks(vnni, six, per, 1, g, b0, b1); break;
+    case 2: qmm_w4r_blocks(vnni, six, per, 2, g, b0, b1); break;
+    case 3: qmm_w4r_blocks(vnni, six, per, 3, g, b0, b1); break;
+    case 4: qmm_w4r_blocks(vnni, six, per, 4, g, b0, b1); break;
+    case 5: qmm_w4r_blocks(vnni, six, per, 5, g, b0, b1); break;
+    case 6: qmm_w4r_blocks(vnni, six, per, 6, g, b0, b1); break;
+    case 7: qmm_w4r_blocks(vnni, six, per, 7, g, b0, b1); break;
+    case 8: qmm_w4r_blocks(vnni, six, per, 8, g, b0, b1); break;
     default: qmm_call_bug(g->c, "w4a8 256-bit fused rows: M past 8"); break;
     }
-#undef QMM_W4R_CASE
+}
+
+static inline __attribute__((always_inline)) void qmm_w4r_kernel(const int vnni, const qmm_i8_gemm *g, int64_t b0,
+                                                                 int64_t b1) {
+    const int six = g->c->w->w4.bits == 6, per = qmm_w4a2_per(g->c->w->w4.group);
+    if (six && per == 2) qmm_w4r_m(vnni, 1, 2, g, b0, b1);
+    else if (six) qmm_w4r_m(vnni, 1, 0, g, b0, b1);
+    else if (per == 2) qmm_w4r_m(vnni, 0, 2, g, b0, b1);
+    else qmm_w4r_m(vnni, 0, 0, g, b0, b1);
 }
 
 #endif /* QMM_W4A8_ROWS_AVX2_H */
