@@ -2,9 +2,10 @@
  * w4a8_avx2.c — w4a8.h's decode table and table decoder in AVX2 (the context's core level on a
  * CPU without AVX-512; the same bits). The table: per s_rel byte, 8 levels at a time times its
  * scale, one fp32 product each, VROUNDPS to nearest even, the clamp, NaN → 0, packed. The
- * decoder: e4m3 s_rel, groups of a multiple of 16, 32 weights per step (16 at a
- * range's end), the lookups of w4a8_avx2.h (groups of 16 and the others apart: qmm_w4a2_per). What is not on the table (f32 s_rel, groups of 4 or 8) and
- * the ends of a range not on 16 k: the scalar decoders (w4a8.c).
+ * decoder: e4m3 s_rel, groups of a multiple of 16, 32 weights per step (16 at a range's end),
+ * the lookups of w4a8_avx2.h (groups of 16 apart from the others: qmm_w4a2_per). What is not on
+ * the table (f32 s_rel, groups of 4 or 8) and the ends of a range not on 16 k: the scalar
+ * decoders (w4a8.c).
  */
 #include "w4a8_avx2.h"
 

@@ -113,7 +113,7 @@ static const qmm_i8_rows_ukernel k_rows_w4a8[] = {
 };
 
 static const qmm_i8_engine k_avx_vnni = {
-    QMM_A2_ENGINE_FIELDS(1, 6, qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni, ROWS_M, k_rows, 2),
+    QMM_A2_ENGINE_FIELDS(1, 6, qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni, ROWS_M, k_rows, (int)(sizeof k_rows / sizeof k_rows[0])),
     .rows_ap_bytes = qmm_avx_vnni_rows_ap_bytes, .rows_ap_fill = qmm_avx_vnni_rows_ap_fill,
     .rows_w4a8 = k_rows_w4a8, .n_rows_w4a8 = 1,
 };

@@ -29,8 +29,8 @@ enum { QMM_W4R_PF = 4096, QMM_W4R_CHUNK = 2048, QMM_W4R_M = 8 };
 static inline int qmm_w4r_streams(int m) { return m == 1 ? 4 : m == 2 ? 3 : m <= 4 ? 2 : 1; }
 
 /* out[i][r·16 + jn] = Σ_k W[n0 + r·step][k]·q[i][k] (mod 2^32) for R rows at once, i < m */
-static inline __attribute__((always_inline)) void qmm_w4r_dot(const int vnni, const int six, const int per, const int m, const int R,
-                                                              const qmm_weight *w, const int8_t *lut, int64_t n0,
+static inline __attribute__((always_inline)) void qmm_w4r_dot(const int vnni, const int six, const int per, const int m,
+                                                              const int R, const qmm_weight *w, const int8_t *lut, int64_t n0,
                                                               int64_t step, const int8_t *q, int64_t lda,
                                                               const int32_t *qsum, int32_t out[QMM_W4R_M][64], int jn) {
     const int64_t K = w->K, K32 = K / 32 * 32;
@@ -79,8 +79,8 @@ static inline void qmm_w4r_dot_scalar(int m, const qmm_weight *w, const int8_t *
 
 /* R streams of len rows, stream r = rows s0 + r·len + j (j < len); after every 16 rows of the
  * streams (and after the last) their outputs through the epilogue */
-static inline __attribute__((always_inline)) void qmm_w4r_run(const int vnni, const int six, const int per, const int m, const int R,
-                                                              const qmm_i8_gemm *g, int64_t s0, int64_t len) {
+static inline __attribute__((always_inline)) void qmm_w4r_run(const int vnni, const int six, const int per, const int m,
+                                                              const int R, const qmm_i8_gemm *g, int64_t s0, int64_t len) {
     const qmm_call *c = g->c;
     const int8_t *q = (const int8_t *)g->a, *lut = vnni ? g->w4_lut_u8 : g->w4_lut;
     int scalar = 0;
