@@ -10,7 +10,9 @@
  *   epilogue     on the last chunk, acc (− 128·colsum[n] for u8 A) → qmm_y_epilogue8
  *                (simd_avx2.h: fused or kitchen form, bias, residual, RNE to the output dtype),
  *                the reference's operations; columns past the last multiple of 8 use the scalar
- *                qmm_epilogue_store_ref.
+ *                qmm_epilogue_store_ref;
+ *   rows         the rows regime's outputs (qmm_a2_rows_out) and avx_vnni's token-copy hooks; the
+ *                regime's kernels: int8_rows_avx2.h, w4a8_rows_avx2.h, avx_vnni_rows.c.
  */
 #ifndef QMM_INT8_GEMM_AVX2_H
 #define QMM_INT8_GEMM_AVX2_H
@@ -169,11 +171,10 @@ static inline void qmm_a2_pack(const int8_t *W, int64_t ld, int rows, int64_t k0
 #define QMM_A2_ENGINE_FIELDS(u8_, mr_, tile_, rows_m_, rows_kernels_, n_rows_kernels_) \
     .u8 = (u8_), .mr = (mr_), .nrb = 4, .mc = QMM_A2_MC, .nc = QMM_A2_NC, .kc = QMM_A2_KC, .whole_k_m = 32, .tile = (tile_), \
     .pack = qmm_a2_pack, .rows_m = (rows_m_), .rows_kernels = (rows_kernels_), .n_rows_kernels = (n_rows_kernels_)
-#define QMM_A2_ENGINE(u8_, mr_, tile_, rows_m_, rows_kernels_, n_rows_kernels_) \
-    { QMM_A2_ENGINE_FIELDS(u8_, mr_, tile_, rows_m_, rows_kernels_, n_rows_kernels_) }
 
-/* The rows regime's outputs (avx2_int8.c, avx2_int8_w4a8.c): for R streams, stream r's rows n0 +
- * r·span .. n0 + r·span + cols − 1, the sums out[i][r·16 + j] of token i < m through the epilogue. */
+/* The rows regime's outputs (int8_rows_avx2.h, w4a8_rows_avx2.h, avx_vnni_rows.c): for R
+ * streams, stream r's rows n0 + r·span .. n0 + r·span + cols − 1, the sums out[i][r·16 + j] of
+ * token i < m through the epilogue. */
 static inline void qmm_a2_rows_out(const qmm_i8_gemm *g, const int32_t (*out)[64], int R, int m, int64_t n0,
                                    int64_t span, int cols) {
     static const int32_t zero[16];
