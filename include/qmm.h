@@ -341,7 +341,9 @@ typedef struct qmm_weight_info {
     int per_tensor_scale;
     int has_bias;
     int full_precision;
-    size_t packed_bytes;      /* memory held for the weight (0 for a borrowed weight) */
+    size_t packed_bytes;      /* memory held for the weight (a borrowed weight: 0, or what it holds
+                                 besides the caller's memory: a checkpoint W4A8 layer's copied
+                                 scales, a tensor-parallel W4A8 rank's copy of its slice) */
     int code_bits;            /* W4A8: 4 or 6 (qmm_weight_borrow_w4a8); 0 otherwise */
     int group_size;           /* W4A8: the s_rel group; 0 otherwise */
     int has_codebook;         /* W4A8: 1 with a 16-entry codebook */

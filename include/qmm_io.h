@@ -210,6 +210,14 @@ qmm_status qmm_model_check_layer(const qmm_model *m, const char *layer);
 /* A new weight the caller owns and destroys (the cache is not used). A W4A8 layer's weight reads
  * the model's file (see qmm_model_weight): destroy it before qmm_model_close. */
 qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const char *layer, qmm_weight **out);
+/* The W4A8 desc of an asym_w4a8_int8 layer (what qmm_model_create_weight borrows): codes pointing
+ * into the file's mapping (the last byte read first: a file truncated since the open is
+ * QMM_ERR_IO), s_rel, s_channel, the codebook (widened to F32) and the bias copied into one block
+ * that *owned holds (free it with qmm_model_desc_release once no weight reads it), their values
+ * checked as qmm_model_check_layer checks them. The desc's name points into the model. Another
+ * kind of layer: QMM_ERR_UNSUPPORTED. */
+qmm_status qmm_model_w4a8_desc(const qmm_model *m, const char *layer, qmm_w4a8_desc *desc, void **owned);
+void qmm_model_desc_release(void *owned); /* NULL-safe */
 
 /* The comfy_quant JSON bytes qmm writes, exactly as Python's json.dumps writes them:
  * {"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 256}, or without rotation

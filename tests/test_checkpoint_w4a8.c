@@ -188,7 +188,10 @@ static void check_model_layer(qmm_model *m, const w4layer *L, const char *how) {
              li->weight->data);
     qmm_weight_info wi;
     qmm_weight_get_info(w, &wi);
-    TU_CHECK(wi.code_bits == L->bits && wi.group_size == L->gsz && wi.has_codebook == L->has_cb && wi.packed_bytes == 0 &&
+    TU_CHECK(wi.code_bits == L->bits && wi.group_size == L->gsz && wi.has_codebook == L->has_cb &&
+                 wi.packed_bytes >= (size_t)li->s_rel->nbytes + (size_t)li->s_channel->nbytes &&
+                 wi.packed_bytes <= (size_t)li->s_rel->nbytes + (size_t)li->s_channel->nbytes + 16 * 4 +
+                                        (li->bias ? (size_t)li->bias->nbytes : 0) + 5 * 64 &&
                  wi.has_bias == (L->bias != NULL) && wi.convrot_gs == L->gs && wi.full_precision == L->fp,
              "%s: weight info bits %d group %d codebook %d packed %zu bias %d", what, wi.code_bits, wi.group_size,
              wi.has_codebook, wi.packed_bytes, wi.has_bias);

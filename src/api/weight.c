@@ -36,10 +36,11 @@ void qmm_weight_destroy(qmm_weight *w) {
     free(w);
 }
 
-void qmm_weight_adopt(qmm_weight *w, void *block) {
+void qmm_weight_adopt(qmm_weight *w, void *block, size_t bytes) {
     if (!w) { qmm_aligned_free(block); return; }
     qmm_aligned_free(w->adopted);
     w->adopted = block;
+    w->adopted_bytes = block ? bytes : 0;
 }
 
 static const char *wname(const char *name) { return name && *name ? name : "(unnamed)"; }
@@ -168,11 +169,8 @@ static int64_t first_nonfinite_f32(const float *v, int64_t n) {
     return -1;
 }
 
-qmm_status qmm_weight_borrow_w4a8(qmm_context *ctx, const qmm_w4a8_desc *d, qmm_weight **out) {
-    static const char fn[] = "qmm_weight_borrow_w4a8";
-    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
-    *out = NULL;
-    QMM_RETURN_IF(!ctx || !d, QMM_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, !ctx ? "ctx" : "desc");
+qmm_status qmm_w4a8_desc_check(const qmm_w4a8_desc *d) {
+    QMM_RETURN_IF(!d, QMM_ERR_INVALID_ARGUMENT, "W4A8 desc is NULL");
     const char *nm = wname(d->name);
     const int64_t N = d->N, K = d->K;
     QMM_FORWARD_IF_ERROR(check_shape(nm, N, K, 0, 1));
@@ -211,6 +209,18 @@ qmm_status qmm_weight_borrow_w4a8(qmm_context *ctx, const qmm_w4a8_desc *d, qmm_
                   (long long)K, (long long)K, d->convrot_gs);
     QMM_RETURN_IF(d->bias && !qmm_dtype_is_float(d->bias_dtype), QMM_ERR_UNSUPPORTED,
                   "weight %s: bias dtype %s (needs f32, f16 or bf16)", nm, qmm_dtype_name(d->bias_dtype));
+    return QMM_OK;
+}
+
+qmm_status qmm_weight_borrow_w4a8(qmm_context *ctx, const qmm_w4a8_desc *d, qmm_weight **out) {
+    static const char fn[] = "qmm_weight_borrow_w4a8";
+    QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    *out = NULL;
+    QMM_RETURN_IF(!ctx || !d, QMM_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, !ctx ? "ctx" : "desc");
+    QMM_FORWARD_IF_ERROR(qmm_w4a8_desc_check(d));
+    const char *nm = wname(d->name);
+    const int64_t N = d->N, K = d->K, groups = K / d->group_size;
+    const int gsz = d->group_size;
     /* the scales and the codebook, once: finite values only */
     int64_t bad = first_nonfinite_f32(d->s_channel, N);
     QMM_RETURN_IF(bad >= 0, QMM_ERR_INVALID_ARGUMENT, "weight %s: s_channel[%lld] is %s (needs finite scales)", nm,
@@ -231,7 +241,7 @@ qmm_status qmm_weight_borrow_w4a8(qmm_context *ctx, const qmm_w4a8_desc *d, qmm_
     QMM_RETURN_IF(bad >= 0, QMM_ERR_INVALID_ARGUMENT, "weight %s: s_rel[%lld][%lld] is %s (needs finite scales)", nm,
                   (long long)(bad / groups), (long long)(bad % groups),
                   d->s_rel_dtype == QMM_F32 && isinf(((const float *)d->s_rel)[bad]) ? "infinite" : "NaN");
-    qmm_weight *w;
+    qmm_weight *w = NULL;
     QMM_FORWARD_IF_ERROR(weight_common(d->name, N, K, 0, 1, NULL, d->bias_dtype, &w));
     w->is_int8 = 1;
     w->convrot_gs = d->convrot_gs;
@@ -329,7 +339,7 @@ void qmm_weight_get_info(const qmm_weight *w, qmm_weight_info *o) {
     o->has_bias = w->bias != NULL || w->borrow.bias != NULL;
     o->full_precision = w->full_precision;
     size_t b = 0;
-    if (w->borrowed) b += 0; /* the caller's memory */
+    if (w->borrowed) b += w->adopted_bytes; /* the caller's memory, and what the weight adopted */
     else if (w->is_int8) b += (size_t)(w->i8.Np * w->i8.Kp) + (size_t)w->i8.Np * 4 + (size_t)w->N * 4;
     else b += (size_t)(w->fp.Np * w->fp.Kp) * qmm_dtype_size(w->fdtype);
     if (w->bias) b += (size_t)w->N * 4;

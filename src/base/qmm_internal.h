@@ -148,12 +148,18 @@ struct qmm_weight {
     atomic_int fallback_logged;
     qmm_plan_cache plan_cache;   /* dispatch's choices (zero at creation) */
     void *adopted;               /* qmm_aligned_alloc'd memory the weight frees at destroy (qmm_weight_adopt); NULL in views */
+    size_t adopted_bytes;        /* its size (qmm_weight_info.packed_bytes counts it) */
 };
 
-/* w takes ownership of block (qmm_aligned_alloc'd; freed by qmm_weight_destroy): the memory a borrowed weight
- * reads that its creator made for it (a checkpoint's W4A8 scales, src/io/checkpoint.c). One block
- * per weight; a second call frees the first. (src/api/weight.c) */
-void qmm_weight_adopt(qmm_weight *w, void *block);
+/* w takes ownership of block (qmm_aligned_alloc'd, bytes long; freed by qmm_weight_destroy): the memory a
+ * borrowed weight reads that its creator made for it (a checkpoint's W4A8 scales, src/io/checkpoint.c;
+ * a tensor-parallel rank's W4A8 slice, src/tp/tp_linear.c), counted in qmm_weight_info.packed_bytes.
+ * One block per weight; a second call frees the first. (src/api/weight.c) */
+void qmm_weight_adopt(qmm_weight *w, void *block, size_t bytes);
+
+/* The checks of qmm_weight_borrow_w4a8 on a W4A8 desc's fields (shape, bits, sizes, group, dtypes,
+ * pointers, convrot), reading none of its memory: an error naming the field. (src/api/weight.c) */
+qmm_status qmm_w4a8_desc_check(const qmm_w4a8_desc *d);
 
 /* *dst = the immutable fields of src (everything before fallback_logged), the shared mutable
  * state zero: a per-call view of a weight, never read atomically by anyone else. */

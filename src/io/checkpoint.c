@@ -576,6 +576,7 @@ typedef struct w4a8_side {
     float *codebook;       /* [16] widened to F32, or NULL */
     void *bias;            /* the bias tensor's bytes, or NULL */
     void *block;
+    size_t bytes;          /* the block's size */
 } w4a8_side;
 
 static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -590,6 +591,7 @@ static qmm_status w4a8_side_read(const qmm_model *m, const qmm_layer_info *l, w4
     QMM_RETURN_IF(!blk, QMM_ERR_OUT_OF_MEMORY, "%s: layer %.200s: out of memory (%zu bytes of scales)", f->path,
                   l->name, a + b + c + d);
     sd->block = blk;
+    sd->bytes = a + b + c + d + 64;
     sd->s_channel = (float *)blk;
     sd->s_rel = blk + a;
     qmm_status st = qmm_st_read(f, l->s_channel, 0, l->s_channel->nbytes, sd->s_channel);
@@ -635,39 +637,65 @@ static qmm_status check_w4a8_values(const qmm_model *m, const qmm_layer_info *l,
     return check_values(m, l, NULL, sd->bias);
 }
 
-/* A W4A8 layer's weight: its codes borrowed where they lie (the mapping, or the memory of
- * qmm_model_open_memory; no copy, no int8 weight), its scales, codebook and bias copied into a
- * block the weight owns. The codes' last byte is read first through qmm_st_read: a file
- * truncated since the open is QMM_ERR_IO here, not a SIGBUS at the first call. */
-static qmm_status create_w4a8(const qmm_model *m, qmm_context *ctx, const qmm_layer_info *l, qmm_weight **out) {
+/* qmm_model_w4a8_desc of layer l; *bytes the size of the block */
+static qmm_status w4a8_desc_of(const qmm_model *m, const qmm_layer_info *l, qmm_w4a8_desc *desc, void **owned,
+                               size_t *bytes) {
+    QMM_RETURN_IF(l->kind != QMM_LAYER_W4A8, QMM_ERR_UNSUPPORTED, "%s: layer %s is not an asym_w4a8_int8 layer",
+                  m->f->path, l->name);
     w4a8_side sd;
     QMM_FORWARD_IF_ERROR(w4a8_side_read(m, l, &sd));
     unsigned char last;
     qmm_status st = check_w4a8_values(m, l, &sd);
     if (st == QMM_OK) st = qmm_st_read(m->f, l->weight, l->weight->nbytes - 1, 1, &last);
-    if (st == QMM_OK) {
-        qmm_w4a8_desc d = qmm_w4a8_desc_default();
-        d.name = l->name;
-        d.N = l->N;
-        d.K = l->K;
-        d.bits = l->code_bits;
-        d.codes = l->weight->data;
-        d.codes_bytes = (int64_t)l->weight->nbytes;
-        d.s_rel = sd.s_rel;
-        d.s_rel_dtype = l->s_rel->dtype == QMM_ST_F32 ? QMM_F32 : QMM_F8_E4M3;
-        d.n_s_rel = l->s_rel->numel;
-        d.group_size = l->group_size;
-        d.codebook = sd.codebook;
-        d.n_codebook = sd.codebook ? 16 : 0;
-        d.s_channel = sd.s_channel;
-        d.bias = sd.bias;
-        d.bias_dtype = l->bias ? (qmm_dtype)qmm_st_dtype_to_qmm(l->bias->dtype) : QMM_F32;
-        d.convrot_gs = l->convrot_gs;
-        d.full_precision = l->full_precision;
-        st = qmm_weight_borrow_w4a8(ctx, &d, out);
+    if (st != QMM_OK) {
+        qmm_aligned_free(sd.block);
+        return st;
     }
-    if (st == QMM_OK) qmm_weight_adopt(*out, sd.block);
-    else qmm_aligned_free(sd.block);
+    qmm_w4a8_desc d = qmm_w4a8_desc_default();
+    d.name = l->name;
+    d.N = l->N;
+    d.K = l->K;
+    d.bits = l->code_bits;
+    d.codes = l->weight->data;
+    d.codes_bytes = (int64_t)l->weight->nbytes;
+    d.s_rel = sd.s_rel;
+    d.s_rel_dtype = l->s_rel->dtype == QMM_ST_F32 ? QMM_F32 : QMM_F8_E4M3;
+    d.n_s_rel = l->s_rel->numel;
+    d.group_size = l->group_size;
+    d.codebook = sd.codebook;
+    d.n_codebook = sd.codebook ? 16 : 0;
+    d.s_channel = sd.s_channel;
+    d.bias = sd.bias;
+    d.bias_dtype = l->bias ? (qmm_dtype)qmm_st_dtype_to_qmm(l->bias->dtype) : QMM_F32;
+    d.convrot_gs = l->convrot_gs;
+    d.full_precision = l->full_precision;
+    *desc = d;
+    *owned = sd.block;
+    *bytes = sd.bytes;
+    return QMM_OK;
+}
+
+qmm_status qmm_model_w4a8_desc(const qmm_model *m, const char *layer, qmm_w4a8_desc *desc, void **owned) {
+    QMM_RETURN_IF(!m || !layer || !desc || !owned, QMM_ERR_INVALID_ARGUMENT, "qmm_model_w4a8_desc: %s is NULL",
+                  !m ? "model" : !layer ? "layer name" : !desc ? "desc" : "owned");
+    *owned = NULL;
+    const qmm_layer_info *l;
+    QMM_FORWARD_IF_ERROR(qmm_model_find(m, layer, &l));
+    size_t bytes;
+    return w4a8_desc_of(m, l, desc, owned, &bytes);
+}
+
+void qmm_model_desc_release(void *owned) { qmm_aligned_free(owned); }
+
+/* A W4A8 layer's weight: qmm_model_w4a8_desc borrowed, the block of its side tensors adopted. */
+static qmm_status create_w4a8(const qmm_model *m, qmm_context *ctx, const qmm_layer_info *l, qmm_weight **out) {
+    qmm_w4a8_desc d;
+    void *block;
+    size_t bytes;
+    QMM_FORWARD_IF_ERROR(w4a8_desc_of(m, l, &d, &block, &bytes));
+    qmm_status st = qmm_weight_borrow_w4a8(ctx, &d, out);
+    if (st == QMM_OK) qmm_weight_adopt(*out, block, bytes);
+    else qmm_aligned_free(block);
     return st;
 }
 
