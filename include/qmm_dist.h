@@ -1,5 +1,5 @@
 /*
- * qmm_dist.h — tensor parallelism (SPEC §6): INT8 linear layers split across processes/hosts,
+ * qmm_dist.h — tensor parallelism (SPEC §6): INT8 and W4A8 linear layers split across processes/hosts,
  * bit-identical to one process. Present only when libqmm was built with MPI (QMM_WITH_MPI is
  * then defined publicly by the build); without MPI these functions do not exist.
  *
@@ -18,7 +18,8 @@
  *
  * Weights: each rank is handed the FULL int8 matrix [N, ld] (e.g. an mmapped checkpoint view)
  * and reads only its own rows (column) or columns (row) — so only its pages are touched — then
- * packs only its slice. Per-channel scales and bias are sliced accordingly.
+ * packs only its slice. Per-channel scales and bias are sliced accordingly. A W4A8 layer
+ * (qmm_tp_layer) likewise: the rank copies its slice of the codes and group scales, no int8 copy.
  *
  * Collective discipline (no hang on errors): every create/run call is collective over the
  * communicator, and every rank always takes part in the same collectives, even after a local
@@ -110,6 +111,29 @@ typedef struct qmm_tp_linear qmm_tp_linear;
  * read. */
 qmm_status qmm_tp_linear_create(qmm_context *ctx, qmm_comm *comm, const qmm_weight_desc *full,
                                 const qmm_tp_options *opt, qmm_tp_linear **out);
+
+/* The FULL layer a tensor-parallel create is handed, in either of the formats qmm runs: an int8
+ * layer (qmm_weight_desc) or a W4A8 / W6A8 one (qmm_w4a8_desc, SPEC §11). */
+typedef enum qmm_tp_format { QMM_TP_INT8 = 0, QMM_TP_W4A8 = 1 } qmm_tp_format;
+typedef struct qmm_tp_layer {
+    qmm_tp_format format;
+    qmm_weight_desc int8;   /* format QMM_TP_INT8 */
+    qmm_w4a8_desc w4a8;     /* format QMM_TP_W4A8 */
+} qmm_tp_layer;
+
+/* Collective: qmm_tp_linear_create for either format. A W4A8 layer is split as an int8 one and
+ * runs on each rank as a borrowed W4A8 weight (qmm_weight_borrow_w4a8) over the layer's own copy
+ * of its slice — codes, s_rel, s_channel, codebook, bias: its share of the code bytes, no int8
+ * weight — so the rank reads only its slice of the codes (and the fingerprint's sample), and the
+ * caller may free the full layer after create. Each row's decoded int8 values are the full
+ * layer's, so the outputs are bit-identical to one process running the full W4A8 weight.
+ * Row-parallel W4A8: every K-slice holds whole s_rel groups, whole convrot groups and a multiple
+ * of 16 k (32 at 6 bits); the automatic unit is their least common multiple, and an explicit
+ * split or unit that cuts one fails on every rank with QMM_ERR_UNSUPPORTED naming the rank.
+ * The full desc gets qmm_weight_borrow_w4a8's checks of its fields before anything is read, the
+ * rank's slice its checks of the values (a NaN s_rel: QMM_ERR_DIST on every rank, naming it). */
+qmm_status qmm_tp_linear_create_layer(qmm_context *ctx, qmm_comm *comm, const qmm_tp_layer *full,
+                                      const qmm_tp_options *opt, qmm_tp_linear **out);
 void qmm_tp_linear_destroy(qmm_tp_linear *L);
 
 typedef struct qmm_tp_linear_info {
@@ -157,6 +181,11 @@ typedef struct qmm_tp_pair_options {
 typedef struct qmm_tp_pair qmm_tp_pair;
 qmm_status qmm_tp_pair_create(qmm_context *ctx, qmm_comm *comm, const qmm_weight_desc *first,
                               const qmm_weight_desc *second, const qmm_tp_pair_options *opt, qmm_tp_pair **out);
+/* Collective: qmm_tp_pair_create for layers of either format (each its own: an int8 fc1 and a
+ * W4A8 fc2 pair as well). The split of F is balanced in units of the lcm of opt->unit and the
+ * row-parallel K granularity of the second layer (qmm_tp_linear_create_layer). */
+qmm_status qmm_tp_pair_create_layers(qmm_context *ctx, qmm_comm *comm, const qmm_tp_layer *first,
+                                     const qmm_tp_layer *second, const qmm_tp_pair_options *opt, qmm_tp_pair **out);
 void qmm_tp_pair_destroy(qmm_tp_pair *p);
 /* Collective: y [M, N2] (full, every rank) = second(core_or_act(first(x))). x is the full
  * [M, K1] on every rank; the intermediate has dtype mid_dtype (F32/F16/BF16; as one process
@@ -172,6 +201,11 @@ struct qmm_model; /* qmm_io.h */
  * small copies owned by *owned (release with qmm_tp_desc_release after the create). The desc's
  * name points into the model. Float or full-precision layers: QMM_ERR_UNSUPPORTED. */
 qmm_status qmm_tp_desc_from_model(const struct qmm_model *m, const char *layer, qmm_weight_desc *desc, void **owned);
+/* Either format (qmm_tp_layer): an int8 layer as qmm_tp_desc_from_model fills it; a W4A8 layer
+ * (asym_w4a8_int8) with its codes in the file's mapping and copies of s_rel, s_channel, the
+ * codebook and the bias owned by *owned, their values checked as qmm_model_check_layer checks
+ * them. Float, full-precision or unsupported layers: QMM_ERR_UNSUPPORTED. */
+qmm_status qmm_tp_layer_from_model(const struct qmm_model *m, const char *layer, qmm_tp_layer *out, void **owned);
 void       qmm_tp_desc_release(void *owned); /* NULL-safe */
 
 #ifdef __cplusplus

@@ -633,6 +633,13 @@ static void test_io(qmm_context *ctx) {
     EXPECT_ERR(qmm_model_weight(NULL, ctx, "l", &cw));
     EXPECT_ERR(qmm_model_load_all(NULL, ctx));
     EXPECT_ERR(qmm_model_create_weight(NULL, ctx, "l", &ow));
+    {
+        qmm_w4a8_desc wd;
+        void *own = NULL;
+        EXPECT_ERR(qmm_model_w4a8_desc(NULL, "l", &wd, &own));
+        EXPECT_ERR(qmm_model_w4a8_desc(NULL, NULL, NULL, NULL));
+        qmm_model_desc_release(NULL);
+    }
     char js[8];
     size_t n1 = qmm_comfy_quant_json(256, NULL, 0);
     TU_CHECK(n1 > 0 && qmm_comfy_quant_json(256, js, sizeof js) == n1 && strlen(js) == sizeof js - 1,
@@ -668,6 +675,13 @@ static void test_io(qmm_context *ctx) {
             EXPECT_ERR(qmm_model_weight(m, ctx, NULL, &cw));
             EXPECT_ERR(qmm_model_weight(m, ctx, "l", NULL));
             EXPECT(qmm_model_weight(m, ctx, "nope", &cw), QMM_ERR_NOT_FOUND, "nope");
+            {
+                qmm_w4a8_desc wd;
+                void *own = NULL;
+                EXPECT(qmm_model_w4a8_desc(m, "l", &wd, &own), QMM_ERR_UNSUPPORTED, "not an asym_w4a8_int8 layer");
+                EXPECT(qmm_model_w4a8_desc(m, "nope", &wd, &own), QMM_ERR_NOT_FOUND, "nope");
+                TU_CHECK(own == NULL, "nothing owned after a refused W4A8 desc");
+            }
             EXPECT_ERR(qmm_model_create_weight(m, NULL, "l", &ow));
             EXPECT_ERR(qmm_model_create_weight(m, ctx, "l", NULL));
             EXPECT_ERR(qmm_model_load_all(m, NULL));
@@ -729,6 +743,13 @@ static void test_dist(qmm_context *ctx) {
     EXPECT_ERR(qmm_tp_pair_run(NULL, ctx, 1, NULL, QMM_F32, 0, QMM_F32, NULL, QMM_F32, 0, QMM_ENGINE_AUTO));
     void *owned = NULL;
     EXPECT_ERR(qmm_tp_desc_from_model(NULL, "l", &d, &owned));
+    qmm_tp_layer tl;
+    memset(&tl, 0, sizeof tl);
+    EXPECT_ERR(qmm_tp_linear_create_layer(ctx, NULL, &tl, &o, &L));
+    EXPECT_ERR(qmm_tp_linear_create_layer(ctx, NULL, NULL, &o, NULL));
+    EXPECT_ERR(qmm_tp_pair_create_layers(ctx, NULL, &tl, NULL, NULL, &P));
+    EXPECT_ERR(qmm_tp_layer_from_model(NULL, "l", &tl, &owned));
+    EXPECT_ERR(qmm_tp_layer_from_model(NULL, "l", NULL, NULL));
 }
 #endif
 

@@ -19,6 +19,16 @@ if(QMM_TP_SRC)
                    --M 8 --N 64 --K 64 --F 96 --gs 16 --engine ref --iters 1)
   set_tests_properties(tp_cli_np2 PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77 ENVIRONMENT "${QMM_TP_ENV}"
                        PASS_REGULAR_EXPRESSION "bit-identical: yes")
+  # W4A8 layers (seeded codes): an MLP pair of 4-bit layers over 2 ranks, a 6-bit row-parallel
+  # layer over 3, each bit-identical to one process
+  add_test(NAME tp_cli_w4a8_mlp_np2
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tests/mpi/run_mpi.sh 2 $<TARGET_FILE:qmm> tp --layer mlp --w4a8 4
+                   --M 9 --N 64 --K 128 --F 96 --gs 16 --iters 1)
+  add_test(NAME tp_cli_w6a8_row_np3
+           COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/tests/mpi/run_mpi.sh 3 $<TARGET_FILE:qmm> tp --layer row --w4a8 6
+                   --M 17 --N 48 --K 192 --gs 64 --iters 1)
+  set_tests_properties(tp_cli_w4a8_mlp_np2 tp_cli_w6a8_row_np3 PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${QMM_TP_ENV}" PASS_REGULAR_EXPRESSION "W[46]A8 .*bit-identical: yes")
 endif()
 # Ranks started with different options (mpirun's MPMD form) must all stop with an error naming the
 # option and every rank's value, not hang in mismatched collectives: the TIMEOUT fails a hang.
@@ -26,7 +36,7 @@ if(QMM_TP_SRC)
   set(QMM_TP_SMALL --layer mlp --M 8 --N 64 --K 64 --F 96 --engine ref)
   # name|option on rank 0|its value|option on rank 1|its value|the option the error must name
   foreach(case "iters|--iters|3|--iters|5|--iters" "M|--M|8|--M|9|--M" "engine|--engine|ref|--engine|avx2_int8|--engine"
-               "seed|--seed|1|--seed|2|--seed" "layer|--layer|mlp|--layer|attn|--layer"
+               "seed|--seed|1|--seed|2|--seed" "layer|--layer|mlp|--layer|attn|--layer" "w4a8|--w4a8|4|--w4a8|0|--w4a8"
                "usage|--iters|2|--bogus|1|a valid command line")
     string(REPLACE "|" ";" case "${case}")
     list(GET case 0 name)
@@ -49,6 +59,7 @@ if(QMM_TP_SRC)
   foreach(case "hugeK|--K|4611686018427387904|--K 4611686018427387904: needs a whole number"
                "hugeM|--M|99999999999999999999999|--M 99999999999999999999999: needs a whole number"
                "negiters|--iters|-3|--iters -3: needs a whole number" "junkF|--F|12x|--F 12x: needs a whole number"
+               "w5a8|--w4a8|5|--w4a8 5: 4 or 6 bits" "w4a8K|--w4a8|6 --K 48|--w4a8 6 needs --K and --F a multiple of 32"
                "bigfc1|--F|1073741824 --K 2147483648|first layer .2147483648, 2147483648. too large")
     string(REPLACE "|" ";" case "${case}")
     list(GET case 0 name)

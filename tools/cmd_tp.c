@@ -1,6 +1,7 @@
 /*
  * cmd_tp.c — `qmm tp`, run under `mpirun -np R qmm tp [options]`: builds a layer or a pair
- * (from a seed, the same on every rank) or loads it from a ComfyUI INT8 checkpoint (each rank
+ * (from a seed, the same on every rank; int8, or W4A8 with --w4a8) or loads it from a ComfyUI
+ * INT8 or W4A8 checkpoint (each rank
  * reads only its slice), runs it split across the ranks and once on rank 0 alone with the same
  * engine, and prints each rank's slice and median time, the single-process time and whether
  * the outputs are bit-identical (a NaN matches any NaN: payloads are unspecified). Exit 0 when
@@ -43,6 +44,8 @@ static void usage(FILE *f) {
             "  --F f            pairs: intermediate width per part (default 2048; fc1 is [2F,K], qkv [3F,K])\n"
             "  --head d         attn: head dim = split unit (default 128)\n"
             "  --gs g           convrot group of every layer: 0, 16, 64, 256 (default 0)\n"
+            "  --w4a8 b         seeded layers as W4A8 with b-bit codes (4 or 6; group 16, e4m3 s_rel;\n"
+            "                   default 0: int8)\n"
             "  --dtype t        x / intermediate / y dtype: bf16, f16, f32 (default bf16)\n"
             "  --engine e       auto (default) or an int8 engine name (ref, avx512_vnni, ...)\n"
             "  --threads t      threads per rank (default QMM_NUM_THREADS, else 1)\n"
@@ -61,6 +64,43 @@ static uint64_t rnext(rng *r) {
     return z ^ (z >> 31);
 }
 static float runif(rng *r) { return (float)((double)(rnext(r) >> 11) / 9007199254740992.0) * 2.0f - 1.0f; }
+
+/* a random W4A8 layer [N, K] of b-bit codes, groups of 16, e4m3 s_rel in [2, 16) (owned buffers
+ * in mem[0..2]) */
+static void gen_w4a8(rng *r, const char *name, int64_t N, int64_t K, int gs, int b, qmm_tp_layer *l, void **mem) {
+    const int64_t nc = N * K / 8 * b, ns = N * K / 16; /* N*K <= 2^36: layer_fits */
+    uint8_t *c = malloc((size_t)nc), *sr = malloc((size_t)ns);
+    float *sc = malloc((size_t)N * sizeof(float));
+    mem[0] = c;
+    mem[1] = sr;
+    mem[2] = sc;
+    if (!c || !sr || !sc) return;
+    for (int64_t i = 0; i < nc; i++) c[i] = (uint8_t)rnext(r);
+    for (int64_t i = 0; i < ns; i++) sr[i] = (uint8_t)((8 + rnext(r) % 4) << 3 | rnext(r) % 8); /* 2^(e-7)(1+m/8) */
+    for (int64_t n = 0; n < N; n++) sc[n] = 1e-3f * (1.0f + runif(r) * 0.5f);
+    memset(l, 0, sizeof *l);
+    l->format = QMM_TP_W4A8;
+    qmm_w4a8_desc *d = &l->w4a8;
+    *d = qmm_w4a8_desc_default();
+    d->name = name;
+    d->N = N;
+    d->K = K;
+    d->bits = b;
+    d->codes = c;
+    d->codes_bytes = nc;
+    d->s_rel = sr;
+    d->n_s_rel = ns;
+    d->s_channel = sc;
+    d->convrot_gs = gs;
+}
+
+static int64_t lay_N(const qmm_tp_layer *l) { return l->format == QMM_TP_W4A8 ? l->w4a8.N : l->int8.N; }
+static int64_t lay_K(const qmm_tp_layer *l) { return l->format == QMM_TP_W4A8 ? l->w4a8.K : l->int8.K; }
+
+/* the single-process weight of a full layer */
+static qmm_status single_weight(qmm_context *ctx, const qmm_tp_layer *l, qmm_weight **w) {
+    return l->format == QMM_TP_W4A8 ? qmm_weight_borrow_w4a8(ctx, &l->w4a8, w) : qmm_weight_create_int8(ctx, &l->int8, w);
+}
 
 /* a random int8 layer [N, K] (owned buffers in *mem) */
 static void gen_layer(rng *r, const char *name, int64_t N, int64_t K, int gs, qmm_weight_desc *d, void **mem) {
@@ -118,7 +158,7 @@ static int cmp_double(const void *a, const void *b) {
 typedef struct opts {
     const char *layer, *model, *first, *second;
     int64_t M, K, N, F, head;
-    int gs, threads, iters;
+    int gs, threads, iters, w4a8;
     uint64_t seed;
     qmm_dtype t;
     qmm_engine_id engine;
@@ -161,6 +201,10 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--gs")) ok = num(a, v, 0, 1 << 16, &x), o->gs = (int)x;
         else if (!strcmp(a, "--threads")) ok = num(a, v, 0, 4096, &x), o->threads = (int)x;
         else if (!strcmp(a, "--iters")) ok = num(a, v, 1, 1000000, &x), o->iters = (int)x;
+        else if (!strcmp(a, "--w4a8")) {
+            ok = num(a, v, 0, 6, &x), o->w4a8 = (int)x;
+            if (ok && x != 0 && x != 4 && x != 6) ok = 0, fprintf(stderr, "qmm tp: --w4a8 %s: 4 or 6 bits (0: int8)\n", v);
+        }
         else if (!strcmp(a, "--seed")) {
             char *end = NULL;
             errno = 0;
@@ -235,7 +279,7 @@ static qmm_status agree_options(qmm_comm *comm, const opts *o, int usage) {
     static const char *const names[] = {"a valid command line (0 ok, 1 --help, 2 usage error)",
                                         "--layer (0 column, 1 row, 2 mlp, 3 attn)", "--M", "--K",
                                         "--N", "--F", "--head", "--gs", "--dtype", "--engine", "--iters", "--seed",
-                                        "--model (given or not)", "--first (hash)", "--second (hash)"};
+                                        "--model (given or not)", "--first (hash)", "--second (hash)", "--w4a8"};
     const int64_t vals[] = {usage,
                             layer_id(o->layer),
                             o->M,
@@ -250,7 +294,8 @@ static qmm_status agree_options(qmm_comm *comm, const opts *o, int usage) {
                             (int64_t)o->seed,
                             o->model != NULL,
                             hash_str(o->first),
-                            hash_str(o->second)};
+                            hash_str(o->second),
+                            o->w4a8};
     return qmm_comm_agree_i64(comm, "qmm tp options", (int)(sizeof vals / sizeof vals[0]), names, vals);
 }
 
@@ -258,7 +303,7 @@ static qmm_status agree_options(qmm_comm *comm, const opts *o, int usage) {
 typedef struct job {
     opts o;
     int pair, attn;
-    qmm_weight_desc d1, d2;  /* full descs (first, second) */
+    qmm_tp_layer d1, d2;     /* full layers (first, second) */
     int64_t K_in, N_out, F;
     qmm_tp_linear *T;
     qmm_tp_pair *P;
@@ -326,7 +371,7 @@ static int all_ok(qmm_status st, int rank, const char *what) {
 }
 
 int cmd_tp(int argc, char **argv) {
-    opts o = {"mlp", NULL, NULL, NULL, 256, 1024, 1024, 2048, 128, 0, 0, 5, 1, QMM_BF16, QMM_ENGINE_AUTO};
+    opts o = {"mlp", NULL, NULL, NULL, 256, 1024, 1024, 2048, 128, 0, 0, 5, 0, 1, QMM_BF16, QMM_ENGINE_AUTO};
     int pr = parse(argc, argv, &o);
     /* under a launcher a rank with a usage error (or --help) still meets the others in the option
      * agreement, so they stop with an error instead of waiting for it */
@@ -342,7 +387,7 @@ int cmd_tp(int argc, char **argv) {
     qmm_comm *comm = NULL;
     qmm_context *ctx = NULL;
     qmm_model *model = NULL;
-    void *mem[4] = {0}, *own1 = NULL, *own2 = NULL;
+    void *mem[6] = {0}, *own1 = NULL, *own2 = NULL;
     job j;
     memset(&j, 0, sizeof j);
     j.o = o;
@@ -369,13 +414,13 @@ int cmd_tp(int argc, char **argv) {
     /* the layers: from the checkpoint or from the seed (the same on every rank) */
     if (st == QMM_OK && o.model) {
         st = qmm_model_open(o.model, NULL, &model);
-        if (st == QMM_OK) st = qmm_tp_desc_from_model(model, o.first, &j.d1, &own1);
+        if (st == QMM_OK) st = qmm_tp_layer_from_model(model, o.first, &j.d1, &own1);
         if (st == QMM_OK && j.pair) {
             if (!o.second) {
                 fprintf(stderr, "qmm tp: --layer %s needs --second\n", o.layer);
                 st = QMM_ERR_INVALID_ARGUMENT;
             } else {
-                st = qmm_tp_desc_from_model(model, o.second, &j.d2, &own2);
+                st = qmm_tp_layer_from_model(model, o.second, &j.d2, &own2);
             }
         }
     } else if (st == QMM_OK) {
@@ -383,32 +428,43 @@ int cmd_tp(int argc, char **argv) {
         const int64_t rows1 = j.pair ? (j.attn ? 3 : 2) * o.F : o.N;
         if (!layer_fits("first layer", rows1, o.K) || (j.pair && !layer_fits("second layer", o.N, o.F)))
             st = QMM_ERR_UNSUPPORTED;
-        else if (j.pair) {
-            gen_layer(&r, j.attn ? "attn.qkv" : "mlp.fc1", (j.attn ? 3 : 2) * o.F, o.K, o.gs, &j.d1, mem);
-            gen_layer(&r, j.attn ? "attn.out_proj" : "mlp.fc2", o.N, o.F, o.gs, &j.d2, mem + 2);
+        else if (o.w4a8 && (o.K % (o.w4a8 == 6 ? 32 : 16) || (j.pair && o.F % (o.w4a8 == 6 ? 32 : 16)))) {
+            fprintf(stderr, "qmm tp: --w4a8 %d needs --K%s a multiple of %d\n", o.w4a8, j.pair ? " and --F" : "",
+                    o.w4a8 == 6 ? 32 : 16);
+            st = QMM_ERR_INVALID_ARGUMENT;
         } else {
-            gen_layer(&r, strcmp(o.layer, "row") ? "column" : "row", o.N, o.K, o.gs, &j.d1, mem);
+            const char *n1 = !j.pair ? (strcmp(o.layer, "row") ? "column" : "row") : j.attn ? "attn.qkv" : "mlp.fc1";
+            const int64_t N1 = j.pair ? (j.attn ? 3 : 2) * o.F : o.N;
+            if (o.w4a8) {
+                gen_w4a8(&r, n1, N1, o.K, o.gs, o.w4a8, &j.d1, mem);
+                if (j.pair) gen_w4a8(&r, j.attn ? "attn.out_proj" : "mlp.fc2", o.N, o.F, o.gs, o.w4a8, &j.d2, mem + 3);
+            } else {
+                gen_layer(&r, n1, N1, o.K, o.gs, &j.d1.int8, mem);
+                if (j.pair) gen_layer(&r, j.attn ? "attn.out_proj" : "mlp.fc2", o.N, o.F, o.gs, &j.d2.int8, mem + 3);
+            }
+            const int per = o.w4a8 ? 3 : 2;
+            for (int i = 0; i < (j.pair ? 2 : 1) * 3; i++)
+                if (i % 3 < per && !mem[i]) st = QMM_ERR_OUT_OF_MEMORY;
         }
-        if (st == QMM_OK && (!mem[0] || (j.pair && !mem[2]))) st = QMM_ERR_OUT_OF_MEMORY;
     }
     if (!all_ok(st, rank, "setup")) goto done;
     if (j.pair) {
-        j.F = j.d2.K;
-        j.K_in = j.d1.K;
-        j.N_out = j.d2.N;
+        j.F = lay_K(&j.d2);
+        j.K_in = lay_K(&j.d1);
+        j.N_out = lay_N(&j.d2);
         qmm_tp_pair_options po;
         memset(&po, 0, sizeof po);
         po.act = j.attn ? QMM_ACT_NONE : QMM_ACT_SWIGLU;
         po.parts = j.attn ? 3 : 2;
         po.unit = j.attn ? o.head : 1;
         po.core = j.attn ? toy_core : NULL;
-        st = qmm_tp_pair_create(ctx, comm, &j.d1, &j.d2, &po, &j.P);
+        st = qmm_tp_pair_create_layers(ctx, comm, &j.d1, &j.d2, &po, &j.P);
     } else {
-        j.K_in = j.d1.K;
-        j.N_out = j.d1.N;
+        j.K_in = lay_K(&j.d1);
+        j.N_out = lay_N(&j.d1);
         qmm_tp_options to = qmm_tp_options_default();
         to.kind = strcmp(o.layer, "row") ? QMM_TP_COLUMN : QMM_TP_ROW;
-        st = qmm_tp_linear_create(ctx, comm, &j.d1, &to, &j.T);
+        st = qmm_tp_linear_create_layer(ctx, comm, &j.d1, &to, &j.T);
     }
     if (st != QMM_OK) { /* collective: the same error on every rank */
         if (rank == 0) fprintf(stderr, "qmm tp: %s: %s\n", qmm_status_name(st), qmm_last_error());
@@ -416,7 +472,7 @@ int cmd_tp(int argc, char **argv) {
     }
     const int64_t es = (int64_t)qmm_dtype_size(o.t);
     /* byte counts of x, y and the single-process intermediates (the same on every rank) */
-    const int64_t nx = mul3(o.M, j.K_in, es), ny = mul3(o.M, j.N_out, es), nmid = mul3(o.M, j.d1.N, es),
+    const int64_t nx = mul3(o.M, j.K_in, es), ny = mul3(o.M, j.N_out, es), nmid = mul3(o.M, lay_N(&j.d1), es),
                   ncore = mul3(o.M, j.F, es);
     if (nx < 0 || ny < 0 || nmid < 0 || ncore < 0) {
         if (rank == 0)
@@ -433,9 +489,9 @@ int cmd_tp(int argc, char **argv) {
         for (int64_t i = 0; i < nx / es; i++) store_f(j.x, o.t, i, runif(&r));
     }
     if (st == QMM_OK && rank == 0) { /* the single-process weights */
-        st = qmm_weight_create_int8(ctx, &j.d1, &j.w1);
+        st = single_weight(ctx, &j.d1, &j.w1);
         if (st == QMM_OK && j.pair) {
-            st = qmm_weight_create_int8(ctx, &j.d2, &j.w2);
+            st = single_weight(ctx, &j.d2, &j.w2);
             j.mid = malloc((size_t)nmid);
             j.core = malloc((size_t)ncore);
             if (st == QMM_OK && (!j.mid || !j.core)) st = QMM_ERR_OUT_OF_MEMORY;
@@ -474,9 +530,11 @@ int cmd_tp(int argc, char **argv) {
         printf("qmm tp: %s, %d ranks x %d threads, M=%lld, %s%s, engine %s (rank 0 ran %s), dtype %s, gs %d\n",
                o.layer, size, qmm_context_threads(ctx), (long long)o.M, o.model ? "checkpoint " : "seeded ",
                j.pair ? "pair" : "layer", qmm_engine_name(o.engine), ran, qmm_dtype_name(o.t), o.gs);
-        if (j.pair) printf("  first [%lld, %lld] -> second [%lld, %lld]\n", (long long)j.d1.N, (long long)j.d1.K,
-                           (long long)j.d2.N, (long long)j.d2.K);
-        else printf("  layer [%lld, %lld]\n", (long long)j.d1.N, (long long)j.d1.K);
+        const char *f1 = j.d1.format == QMM_TP_W4A8 ? (j.d1.w4a8.bits == 6 ? "W6A8 " : "W4A8 ") : "int8 ",
+                   *f2 = j.d2.format == QMM_TP_W4A8 ? (j.d2.w4a8.bits == 6 ? "W6A8 " : "W4A8 ") : "int8 ";
+        if (j.pair) printf("  first %s[%lld, %lld] -> second %s[%lld, %lld]\n", f1, (long long)lay_N(&j.d1),
+                           (long long)lay_K(&j.d1), f2, (long long)lay_N(&j.d2), (long long)lay_K(&j.d2));
+        else printf("  layer %s[%lld, %lld]\n", f1, (long long)lay_N(&j.d1), (long long)lay_K(&j.d1));
         for (int r = 0; r < size; r++)
             printf("  rank %d: split run median %.3f ms%s\n", r, times[r] * 1e3,
                    diffs[r] < 0 ? "" : "  (output differs)");
@@ -498,7 +556,7 @@ done:
     free(j.yref);
     free(j.mid);
     free(j.core);
-    for (int i = 0; i < 4; i++) free(mem[i]);
+    for (int i = 0; i < 6; i++) free(mem[i]);
     qmm_tp_desc_release(own1);
     qmm_tp_desc_release(own2);
     qmm_model_close(model);

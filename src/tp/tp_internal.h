@@ -14,6 +14,8 @@
 typedef struct tp_rec {
     int32_t status;          /* this rank's local status so far (QMM_OK or the error) */
     int32_t kind, parts, gs, per_channel, has_bias, x_dtype, y_dtype, act, flags;
+    int32_t format, group;   /* create: 0 int8, else the W4A8 code bits (+16 F32 s_rel, +32 a codebook);
+                                the s_rel group (0 int8) */
     int64_t N, K, M, unit, split_hash;
     int64_t fingerprint;     /* create: tp_fingerprint of the full layer (0: not checked) */
     char msg[200];           /* this rank's error message when status != QMM_OK */
@@ -43,6 +45,25 @@ int64_t tp_split_hash(const int64_t *split, int size);
  * checkpoints or seeds that differ give different scales (and sampled bytes), so a mismatch is
  * found at create. */
 int64_t tp_fingerprint(const qmm_weight_desc *d);
+/* The same for either format: a W4A8 layer's head (shape, bits, group, dtypes, convrot), every
+ * s_channel, the codebook and the bias, and the same sample of rows, each its first, middle and
+ * last (up to) 32 bytes of codes and of s_rel. */
+int64_t tp_fingerprint_layer(const qmm_tp_layer *l);
+
+/* A full layer's fields that do not depend on its format (l->format checked by the caller). */
+static inline const char *tp_layer_name(const qmm_tp_layer *l) {
+    const char *n = l->format == QMM_TP_W4A8 ? l->w4a8.name : l->int8.name;
+    return n && *n ? n : "(unnamed)";
+}
+static inline int64_t tp_layer_N(const qmm_tp_layer *l) { return l->format == QMM_TP_W4A8 ? l->w4a8.N : l->int8.N; }
+static inline int64_t tp_layer_K(const qmm_tp_layer *l) { return l->format == QMM_TP_W4A8 ? l->w4a8.K : l->int8.K; }
+static inline int tp_layer_gs(const qmm_tp_layer *l) {
+    return l->format == QMM_TP_W4A8 ? l->w4a8.convrot_gs : l->int8.convrot_gs;
+}
+/* What every row-parallel K-slice must be a multiple of: the convrot group (1 without); for a
+ * W4A8 layer also the s_rel group and the 16 (6 bits: 32) k of a storage step. */
+int64_t tp_row_unit(const qmm_tp_layer *l);
+int64_t tp_lcm(int64_t a, int64_t b);
 
 /* qmm_tp_linear_run with a failure that happened before the call on this rank (prior !=
  * QMM_OK: the rank does no local work but takes part in every collective). */

@@ -1,6 +1,8 @@
 /*
- * tp_linear.c — column- and row-parallel INT8 linear layers over a qmm_comm (SPEC §6), built
- * only on the public API of qmm.h; bit-identical to one process with the same engine choice.
+ * tp_linear.c — column- and row-parallel INT8 and W4A8 linear layers over a qmm_comm (SPEC §6),
+ * built on the public API of qmm.h (and qmm_w4a8_desc_check, qmm_weight_adopt); bit-identical to
+ * one process with the same engine choice. A W4A8 rank's slice is a copy of its codes and group
+ * scales at the slice's width, borrowed by its local weight (make_local_w4a8).
  *
  *   column: W_r = rows [p*P + lo, p*P + hi) of each part p (P = N / parts); y_r = linear(x, W_r)
  *           [M, parts*N_r]; all-gather the ranks' blocks and place each part's columns.
@@ -89,6 +91,7 @@ qmm_status tp_agree(qmm_comm *comm, const char *layer, const char *what, const t
                         "shard, shape or call)", layer, what, r, #f, (long long)a->f, (long long)z->f);
         TP_SAME(kind) TP_SAME(parts) TP_SAME(N) TP_SAME(K) TP_SAME(gs) TP_SAME(per_channel) TP_SAME(has_bias)
         TP_SAME(unit) TP_SAME(split_hash) TP_SAME(M) TP_SAME(x_dtype) TP_SAME(y_dtype) TP_SAME(act) TP_SAME(flags)
+        TP_SAME(format) TP_SAME(group)
 #undef TP_SAME
         if (a->fingerprint != z->fingerprint && (!a->fingerprint || !z->fingerprint))
             return qmm_fail(QMM_ERR_DIST, "layer %s: %s: rank %d %s the weight fingerprint check and rank 0 %s (set "
@@ -123,6 +126,49 @@ int64_t tp_fingerprint(const qmm_weight_desc *d) {
         for (int j = 0; j < 3; j++) h = fnv(h, d->data + n * ld + at[j], (size_t)span);
     }
     return (int64_t)(h >> 1) | 1;
+}
+
+/* the first, middle and last (up to) 32 bytes of a row of n bytes */
+static uint64_t fnv_spans(uint64_t h, const uint8_t *row, int64_t n) {
+    const int64_t span = n < 32 ? n : 32, at[3] = {0, (n - span) / 2, n - span};
+    for (int j = 0; j < 3; j++) h = fnv(h, row + at[j], (size_t)span);
+    return h;
+}
+
+int64_t tp_fingerprint_layer(const qmm_tp_layer *l) {
+    if (l->format != QMM_TP_W4A8) return tp_fingerprint(&l->int8);
+    const qmm_w4a8_desc *d = &l->w4a8;
+    const int64_t G = d->K / d->group_size, rb = d->K / 8 * d->bits;
+    const size_t ss = d->s_rel_dtype == QMM_F32 ? 4 : 1;
+    const int64_t head[8] = {d->N, d->K, d->bits, d->group_size, (int64_t)d->s_rel_dtype, d->convrot_gs,
+                             d->bias ? (int64_t)d->bias_dtype : -1, d->codebook ? 16 : 0};
+    uint64_t h = fnv(0x9e3779b97f4a7c15ull, head, sizeof head);
+    h = fnv(h, d->s_channel, (size_t)d->N * sizeof(float));
+    if (d->codebook) h = fnv(h, d->codebook, 16 * sizeof(float));
+    if (d->bias) h = fnv(h, d->bias, (size_t)d->N * qmm_dtype_size(d->bias_dtype));
+    const int64_t rows = d->N < 64 ? d->N : 64;
+    for (int64_t i = 0; i < rows; i++) {
+        const int64_t n = rows > 1 ? i * (d->N - 1) / (rows - 1) : 0;
+        h = fnv_spans(h, d->codes + n * rb, rb);
+        h = fnv_spans(h, (const uint8_t *)d->s_rel + (size_t)(n * G) * ss, G * (int64_t)ss);
+    }
+    return (int64_t)(h >> 1) | 1;
+}
+
+int64_t tp_lcm(int64_t a, int64_t b) {
+    int64_t x = a, y = b;
+    while (y) {
+        const int64_t t = x % y;
+        x = y;
+        y = t;
+    }
+    return a / x * b;
+}
+
+int64_t tp_row_unit(const qmm_tp_layer *l) {
+    const int64_t g = tp_layer_gs(l) > 0 ? tp_layer_gs(l) : 1;
+    if (l->format != QMM_TP_W4A8) return g;
+    return tp_lcm(tp_lcm(g, l->w4a8.group_size), l->w4a8.bits == 6 ? 32 : 16);
 }
 
 int64_t tp_split_hash(const int64_t *split, int size) {
@@ -178,9 +224,8 @@ void qmm_tp_linear_destroy(qmm_tp_linear *L) {
     free(L);
 }
 
-/* Local checks of the arguments (before the first collective). */
-static qmm_status check_local(const qmm_weight_desc *d, const qmm_tp_options *o, const char *nm) {
-    QMM_RETURN_IF(!d, QMM_ERR_INVALID_ARGUMENT, "tensor parallel: weight desc is NULL");
+/* Local checks of an int8 desc (before the first collective). */
+static qmm_status check_int8(const qmm_weight_desc *d, const char *nm) {
     QMM_RETURN_IF(d->N <= 0 || d->K <= 0, QMM_ERR_INVALID_ARGUMENT, "layer %s: shape [%lld, %lld]", nm,
                   (long long)d->N, (long long)d->K);
     /* the limits of qmm_weight_create_int8, on the FULL shape, before anything is allocated or
@@ -200,24 +245,100 @@ static qmm_status check_local(const qmm_weight_desc *d, const qmm_tp_options *o,
                   (long long)d->ld, (long long)d->K);
     QMM_RETURN_IF(d->n_scale != 1 && d->n_scale != d->N, QMM_ERR_INVALID_ARGUMENT,
                   "layer %s: %lld weight scales (needs 1 or N=%lld)", nm, (long long)d->n_scale, (long long)d->N);
+    return QMM_OK;
+}
+
+/* Local checks of the arguments (before the first collective): the full layer's fields (a W4A8
+ * desc as qmm_weight_borrow_w4a8 checks them, reading none of its memory) and the options. */
+static qmm_status check_local(const qmm_tp_layer *l, const qmm_tp_options *o, const char *nm) {
+    QMM_RETURN_IF(!l, QMM_ERR_INVALID_ARGUMENT, "tensor parallel: weight desc is NULL");
+    QMM_RETURN_IF(l->format != QMM_TP_INT8 && l->format != QMM_TP_W4A8, QMM_ERR_INVALID_ARGUMENT,
+                  "layer %s: tensor-parallel layer format %d unknown (QMM_TP_INT8 or QMM_TP_W4A8)", nm, (int)l->format);
+    if (l->format == QMM_TP_W4A8) QMM_FORWARD_IF_ERROR(qmm_w4a8_desc_check(&l->w4a8));
+    else QMM_FORWARD_IF_ERROR(check_int8(&l->int8, nm));
+    const int64_t N = tp_layer_N(l);
+    const int full_precision = l->format == QMM_TP_W4A8 ? l->w4a8.full_precision : l->int8.full_precision;
     QMM_RETURN_IF(o->kind != QMM_TP_COLUMN && o->kind != QMM_TP_ROW, QMM_ERR_INVALID_ARGUMENT,
                   "layer %s: tensor-parallel kind %d unknown", nm, (int)o->kind);
     int parts = o->parts > 1 ? o->parts : 1;
     QMM_RETURN_IF(o->kind == QMM_TP_ROW && parts != 1, QMM_ERR_INVALID_ARGUMENT,
                   "layer %s: parts=%d is for column-parallel layers", nm, parts);
-    QMM_RETURN_IF(d->N % parts, QMM_ERR_INVALID_ARGUMENT, "layer %s: N=%lld is not %d equal parts", nm,
-                  (long long)d->N, parts);
-    QMM_RETURN_IF(d->full_precision, QMM_ERR_UNSUPPORTED,
-                  "layer %s: full_precision layers run on float engines; tensor parallelism is int8 only", nm);
+    QMM_RETURN_IF(N % parts, QMM_ERR_INVALID_ARGUMENT, "layer %s: N=%lld is not %d equal parts", nm,
+                  (long long)N, parts);
+    QMM_RETURN_IF(full_precision, QMM_ERR_UNSUPPORTED,
+                  "layer %s: full_precision layers run on float engines; tensor parallelism needs int8 engines", nm);
     return QMM_OK;
 }
 
+/* the local weight's name: the layer's, the rank and its slice */
+static void local_name(const qmm_tp_linear *L, char *nm, size_t n) {
+    snprintf(nm, n, "%s[rank %d/%d %s %lld:%lld]", L->name, L->comm->rank, L->comm->size,
+             L->kind == QMM_TP_ROW ? "K" : "N", (long long)L->off[L->comm->rank],
+             (long long)L->off[L->comm->rank + 1]);
+}
+
+static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* This rank's slice of a W4A8 layer, copied into one block its local weight adopts and borrows
+ * (the same storage at the slice's width, qmm_w4a8_desc): column, every part's rows [lo, hi) whole;
+ * row, every row's k in [lo, hi) — its low nibbles, its top-2-bit plane at 6 bits, its groups'
+ * s_rel. Reads only those bytes of the codes and s_rel. */
+static qmm_status make_local_w4a8(qmm_context *ctx, qmm_tp_linear *L, const qmm_w4a8_desc *d) {
+    const int64_t lo = L->off[L->comm->rank], hi = L->off[L->comm->rank + 1], K = d->K, gsz = d->group_size;
+    const int row = L->kind == QMM_TP_ROW, six = d->bits == 6;
+    const int64_t nl = row ? d->N : (int64_t)L->parts * (hi - lo), kl = row ? hi - lo : K, P = L->width;
+    const int64_t rb = K / 8 * d->bits, rbl = kl / 8 * d->bits, G = K / gsz, Gl = kl / gsz;
+    const size_t ss = d->s_rel_dtype == QMM_F32 ? 4 : 1, bs = d->bias ? qmm_dtype_size(d->bias_dtype) : 0;
+    /* nl <= N and nl * kl <= N * K <= QMM_MAX_WEIGHT_ELEMS (qmm_w4a8_desc_check): no product overflows */
+    const size_t a = up64((size_t)(nl * rbl)), b = up64((size_t)(nl * Gl) * ss), c = up64((size_t)nl * sizeof(float)),
+                 e = d->codebook ? up64(16 * sizeof(float)) : 0, f = up64((size_t)nl * bs);
+    char *blk = qmm_aligned_alloc(a + b + c + e + f);
+    QMM_RETURN_IF(!blk, QMM_ERR_OUT_OF_MEMORY, "layer %s: out of memory for the local slice (%zu bytes)", L->name,
+                  a + b + c + e + f);
+    uint8_t *codes = (uint8_t *)blk;
+    char *srel = blk + a, *bias = bs ? blk + a + b + c + e : NULL;
+    float *sch = (float *)(void *)(blk + a + b), *cb = d->codebook ? (float *)(void *)(blk + a + b + c) : NULL;
+    const uint8_t *sr = d->s_rel;
+    for (int64_t j = 0; j < nl; j++) {
+        const int64_t n = row ? j : (j / (hi - lo)) * P + lo + j % (hi - lo); /* part j / nr, row lo + j % nr */
+        const uint8_t *src = d->codes + n * rb;
+        uint8_t *dst = codes + j * rbl;
+        if (row) {
+            memcpy(dst, src + lo / 2, (size_t)(kl / 2));
+            if (six) memcpy(dst + kl / 2, src + K / 2 + lo / 4, (size_t)(kl / 4));
+            memcpy(srel + (size_t)(j * Gl) * ss, sr + (size_t)(n * G + lo / gsz) * ss, (size_t)Gl * ss);
+        } else {
+            memcpy(dst, src, (size_t)rb);
+            memcpy(srel + (size_t)(j * G) * ss, sr + (size_t)(n * G) * ss, (size_t)G * ss);
+        }
+        sch[j] = d->s_channel[n];
+        if (bs) memcpy(bias + (size_t)j * bs, (const char *)d->bias + (size_t)n * bs, bs);
+    }
+    if (cb) memcpy(cb, d->codebook, 16 * sizeof(float));
+    char nm[160];
+    local_name(L, nm, sizeof nm);
+    qmm_w4a8_desc w = *d;
+    w.name = nm;
+    w.N = nl;
+    w.K = kl;
+    w.codes = codes;
+    w.codes_bytes = nl * rbl;
+    w.s_rel = srel;
+    w.n_s_rel = nl * Gl;
+    w.codebook = cb;
+    w.s_channel = sch;
+    w.bias = bias;
+    const qmm_status st = qmm_weight_borrow_w4a8(ctx, &w, &L->local);
+    if (st == QMM_OK) qmm_weight_adopt(L->local, blk, a + b + c + e + f);
+    else qmm_aligned_free(blk);
+    return st;
+}
+
 /* Creates this rank's packed slice; reads only its rows/columns of d->data. */
-static qmm_status make_local(qmm_context *ctx, qmm_tp_linear *L, const qmm_weight_desc *d) {
+static qmm_status make_local_int8(qmm_context *ctx, qmm_tp_linear *L, const qmm_weight_desc *d) {
     const int64_t ld = d->ld ? d->ld : d->K, lo = L->off[L->comm->rank], hi = L->off[L->comm->rank + 1];
     char nm[160];
-    snprintf(nm, sizeof nm, "%s[rank %d/%d %s %lld:%lld]", L->name, L->comm->rank, L->comm->size,
-             L->kind == QMM_TP_ROW ? "K" : "N", (long long)lo, (long long)hi);
+    local_name(L, nm, sizeof nm);
     qmm_weight_desc w = *d;
     w.name = nm;
     if (L->kind == QMM_TP_ROW) { /* all N rows, columns [lo, hi): a view with the full stride */
@@ -271,13 +392,27 @@ static qmm_status make_local(qmm_context *ctx, qmm_tp_linear *L, const qmm_weigh
     return st;
 }
 
+static qmm_status make_local(qmm_context *ctx, qmm_tp_linear *L, const qmm_tp_layer *l) {
+    return l->format == QMM_TP_W4A8 ? make_local_w4a8(ctx, L, &l->w4a8) : make_local_int8(ctx, L, &l->int8);
+}
+
 qmm_status qmm_tp_linear_create(qmm_context *ctx, qmm_comm *comm, const qmm_weight_desc *d,
                                 const qmm_tp_options *opt, qmm_tp_linear **out) {
+    qmm_tp_layer l;
+    memset(&l, 0, sizeof l);
+    l.format = QMM_TP_INT8;
+    if (d) l.int8 = *d;
+    return qmm_tp_linear_create_layer(ctx, comm, d ? &l : NULL, opt, out);
+}
+
+qmm_status qmm_tp_linear_create_layer(qmm_context *ctx, qmm_comm *comm, const qmm_tp_layer *d,
+                                      const qmm_tp_options *opt, qmm_tp_linear **out) {
     QMM_RETURN_IF(!out || !comm, QMM_ERR_INVALID_ARGUMENT, "qmm_tp_linear_create: %s is NULL", !out ? "out" : "comm");
     *out = NULL;
     qmm_tp_options o = opt ? *opt : qmm_tp_options_default();
     if (o.parts < 1) o.parts = 1;
-    const char *nm = d && d->name && *d->name ? d->name : "(unnamed)";
+    const int fmt_ok = d && (d->format == QMM_TP_INT8 || d->format == QMM_TP_W4A8);
+    const char *nm = fmt_ok ? tp_layer_name(d) : "(unnamed)";
     qmm_tp_linear *L = calloc(1, sizeof *L);
     QMM_RETURN_IF(!L, QMM_ERR_OUT_OF_MEMORY, "layer %s: out of memory", nm);
     L->comm = comm;
@@ -298,12 +433,16 @@ qmm_status qmm_tp_linear_create(qmm_context *ctx, qmm_comm *comm, const qmm_weig
     qmm_status st = ctx ? check_local(d, &o, nm)
                         : qmm_fail(QMM_ERR_INVALID_ARGUMENT, "layer %s: qmm_tp_linear_create: ctx is NULL", nm);
     if (st == QMM_OK) {
-        rec.N = d->N;
-        rec.K = d->K;
-        rec.gs = d->convrot_gs;
-        rec.per_channel = d->n_scale != 1;
-        rec.has_bias = d->bias != NULL;
-        rec.fingerprint = o.no_fingerprint ? 0 : tp_fingerprint(d);
+        const int w4 = d->format == QMM_TP_W4A8;
+        rec.N = tp_layer_N(d);
+        rec.K = tp_layer_K(d);
+        rec.gs = tp_layer_gs(d);
+        rec.per_channel = w4 || d->int8.n_scale != 1;
+        rec.has_bias = (w4 ? d->w4a8.bias : d->int8.bias) != NULL;
+        /* W4A8: the bits, whether s_rel is F32 (16) and whether a codebook is given (32) */
+        rec.format = w4 ? d->w4a8.bits | (d->w4a8.s_rel_dtype == QMM_F32) << 4 | (d->w4a8.codebook != NULL) << 5 : 0;
+        rec.group = w4 ? d->w4a8.group_size : 0;
+        rec.fingerprint = o.no_fingerprint ? 0 : tp_fingerprint_layer(d);
     }
     rec.kind = o.kind;
     rec.parts = o.parts;
@@ -317,26 +456,35 @@ qmm_status qmm_tp_linear_create(qmm_context *ctx, qmm_comm *comm, const qmm_weig
         return st;
     }
     /* 2. the split: deterministic, so the same answer (or error) on every rank */
-    L->N = d->N;
-    L->K = d->K;
-    L->width = o.kind == QMM_TP_ROW ? d->K : d->N / o.parts;
-    const int g = d->convrot_gs;
-    int64_t unit = o.unit > 0 ? o.unit : (o.kind == QMM_TP_ROW && g ? g : 1);
+    L->N = tp_layer_N(d);
+    L->K = tp_layer_K(d);
+    L->width = o.kind == QMM_TP_ROW ? L->K : L->N / o.parts;
+    const int g = tp_layer_gs(d), w4 = d->format == QMM_TP_W4A8;
+    const int64_t ku = tp_row_unit(d); /* what a row-parallel K-slice must be a multiple of */
+    int64_t unit = o.unit > 0 ? o.unit : (o.kind == QMM_TP_ROW ? ku : 1);
     st = tp_split(nm, o.kind == QMM_TP_ROW ? "K" : "N", L->width, unit, o.split, comm->size, L->off);
     /* the int32 partials are summed across ranks: the FULL K must fit the int32 accumulator, as it
      * must for one process (whose int8 engines refuse K > QMM_MAX_INT8_K and fall back to float) */
-    if (st == QMM_OK && o.kind == QMM_TP_ROW && d->K > QMM_MAX_INT8_K)
+    if (st == QMM_OK && o.kind == QMM_TP_ROW && L->K > QMM_MAX_INT8_K)
         st = qmm_fail(QMM_ERR_UNSUPPORTED,
                       "layer %s [%lld, %lld]: row-parallel K=%lld > %d overflows the int32 partial sums (run it "
                       "column-parallel, or on one process where it falls back to a float engine)",
-                      nm, (long long)d->N, (long long)d->K, (long long)d->K, QMM_MAX_INT8_K);
-    for (int r = 0; st == QMM_OK && o.kind == QMM_TP_ROW && g && r < comm->size; r++)
-        if (L->off[r] % g || L->off[r + 1] % g)
-            st = qmm_fail(QMM_ERR_UNSUPPORTED,
-                          "layer %s [%lld, %lld]: row-parallel rank %d K-slice [%lld, %lld) (width %lld) is not a "
-                          "multiple of the convrot group g=%d (each rank's K-slice must hold whole groups)",
-                          nm, (long long)d->N, (long long)d->K, r, (long long)L->off[r], (long long)L->off[r + 1],
-                          (long long)(L->off[r + 1] - L->off[r]), g);
+                      nm, (long long)L->N, (long long)L->K, (long long)L->K, QMM_MAX_INT8_K);
+    for (int r = 0; st == QMM_OK && o.kind == QMM_TP_ROW && ku > 1 && r < comm->size; r++) {
+        if (!(L->off[r] % ku) && !(L->off[r + 1] % ku)) continue;
+        char why[160];
+        if (w4)
+            snprintf(why, sizeof why, "%lld, the lcm of the convrot group %d, the s_rel group %d and the %d k of a "
+                     "W%dA8 storage step", (long long)ku, g, d->w4a8.group_size, d->w4a8.bits == 6 ? 32 : 16,
+                     d->w4a8.bits);
+        else
+            snprintf(why, sizeof why, "the convrot group g=%d", g);
+        st = qmm_fail(QMM_ERR_UNSUPPORTED,
+                      "layer %s [%lld, %lld]: row-parallel rank %d K-slice [%lld, %lld) (width %lld) is not a "
+                      "multiple of %s (each rank's K-slice must hold whole groups)",
+                      nm, (long long)L->N, (long long)L->K, r, (long long)L->off[r], (long long)L->off[r + 1],
+                      (long long)(L->off[r + 1] - L->off[r]), why);
+    }
     if (st != QMM_OK) {
         qmm_tp_linear_destroy(L);
         return st;

@@ -7,9 +7,9 @@
  *   attention: qkv [3F, K1] column-parallel by heads (unit = head_dim) → core(local q,k,v) →
  *              [M, F_r] → out_proj [N2, F] row-parallel on [lo, hi).
  *
- * One split of F serves both layers (balanced in units of lcm(unit, g of the second layer), or
- * the caller's); the result equals one process running first → (swiglu | core) → second with the
- * same engine, bit for bit, because each rank's intermediate columns are exactly the single
+ * One split of F serves both layers (balanced in units of the lcm of unit and the second layer's
+ * row-parallel K granularity, tp_row_unit; or the caller's), each layer int8 or W4A8; the result
+ * equals one process running first → (swiglu | core) → second with the same engine, bit for bit, because each rank's intermediate columns are exactly the single
  * process's columns and the row-parallel layer is exact (tp_linear.c).
  */
 #include "tp_internal.h"
@@ -31,15 +31,6 @@ struct qmm_tp_pair {
     size_t mid_bytes, core_bytes;
 };
 
-static int64_t gcd64(int64_t a, int64_t b) {
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 void qmm_tp_pair_destroy(qmm_tp_pair *p) {
     if (!p) return;
     qmm_tp_linear_destroy(p->first);
@@ -49,10 +40,14 @@ void qmm_tp_pair_destroy(qmm_tp_pair *p) {
     free(p);
 }
 
-static qmm_status check_local(const qmm_weight_desc *a, const qmm_weight_desc *b, const qmm_tp_pair_options *o,
+static int format_ok(const qmm_tp_layer *l) { return l->format == QMM_TP_INT8 || l->format == QMM_TP_W4A8; }
+
+static qmm_status check_local(const qmm_tp_layer *a, const qmm_tp_layer *b, const qmm_tp_pair_options *o,
                               const char *nm) {
     QMM_RETURN_IF(!a || !b || !o, QMM_ERR_INVALID_ARGUMENT, "pair %s: %s is NULL", nm,
                   !a ? "first desc" : !b ? "second desc" : "options");
+    QMM_RETURN_IF(!format_ok(a) || !format_ok(b), QMM_ERR_INVALID_ARGUMENT, "pair %s: %s layer format %d unknown", nm,
+                  !format_ok(a) ? "first" : "second", (int)(!format_ok(a) ? a->format : b->format));
     QMM_RETURN_IF(o->parts != 2 && o->parts != 3, QMM_ERR_INVALID_ARGUMENT,
                   "pair %s: parts=%d (2 for an MLP [gate; up], 3 for attention [q; k; v])", nm, o->parts);
     QMM_RETURN_IF(o->act == QMM_ACT_SWIGLU && (o->parts != 2 || o->core), QMM_ERR_INVALID_ARGUMENT,
@@ -61,20 +56,31 @@ static qmm_status check_local(const qmm_weight_desc *a, const qmm_weight_desc *b
                   "pair %s: without swiglu the pair needs a core function (attention)", nm);
     QMM_RETURN_IF(o->act != QMM_ACT_SWIGLU && o->act != QMM_ACT_NONE, QMM_ERR_UNSUPPORTED,
                   "pair %s: act %s between the layers (swiglu or a core)", nm, qmm_act_name(o->act));
-    QMM_RETURN_IF(b->K <= 0 || a->N % o->parts || a->N / o->parts != b->K, QMM_ERR_INVALID_ARGUMENT,
-                  "pair %s: first layer N=%lld must be %d x the second's K=%lld", nm, (long long)a->N, o->parts,
-                  (long long)b->K);
+    const int64_t N1 = tp_layer_N(a), K2 = tp_layer_K(b);
+    QMM_RETURN_IF(K2 <= 0 || N1 % o->parts || N1 / o->parts != K2, QMM_ERR_INVALID_ARGUMENT,
+                  "pair %s: first layer N=%lld must be %d x the second's K=%lld", nm, (long long)N1, o->parts,
+                  (long long)K2);
     QMM_RETURN_IF(o->unit < 0, QMM_ERR_INVALID_ARGUMENT, "pair %s: unit %lld", nm, (long long)o->unit);
     return QMM_OK;
 }
 
 qmm_status qmm_tp_pair_create(qmm_context *ctx, qmm_comm *comm, const qmm_weight_desc *first,
                               const qmm_weight_desc *second, const qmm_tp_pair_options *opt, qmm_tp_pair **out) {
+    qmm_tp_layer a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    if (first) a.int8 = *first;
+    if (second) b.int8 = *second;
+    return qmm_tp_pair_create_layers(ctx, comm, first ? &a : NULL, second ? &b : NULL, opt, out);
+}
+
+qmm_status qmm_tp_pair_create_layers(qmm_context *ctx, qmm_comm *comm, const qmm_tp_layer *first,
+                                     const qmm_tp_layer *second, const qmm_tp_pair_options *opt, qmm_tp_pair **out) {
     QMM_RETURN_IF(!out || !comm, QMM_ERR_INVALID_ARGUMENT, "qmm_tp_pair_create: %s is NULL", !out ? "out" : "comm");
     *out = NULL;
     char nm[160];
-    snprintf(nm, sizeof nm, "%s+%s", first && first->name ? first->name : "(unnamed)",
-             second && second->name ? second->name : "(unnamed)");
+    snprintf(nm, sizeof nm, "%s+%s", first && format_ok(first) ? tp_layer_name(first) : "(unnamed)",
+             second && format_ok(second) ? tp_layer_name(second) : "(unnamed)");
     tp_rec *recs = calloc((size_t)comm->size, sizeof *recs);
     qmm_tp_pair *p = calloc(1, sizeof *p);
     if (!recs || !p) {
@@ -86,9 +92,12 @@ qmm_status qmm_tp_pair_create(qmm_context *ctx, qmm_comm *comm, const qmm_weight
     memset(&rec, 0, sizeof rec);
     qmm_status st = check_local(first, second, opt, nm);
     if (st == QMM_OK) {
-        rec.N = first->N;
-        rec.K = second->K;
-        rec.gs = second->convrot_gs;
+        rec.N = tp_layer_N(first);
+        rec.K = tp_layer_K(second);
+        rec.gs = tp_layer_gs(second);
+        rec.format = (first->format == QMM_TP_W4A8 ? first->w4a8.bits : 0) * 8 +
+                     (second->format == QMM_TP_W4A8 ? second->w4a8.bits : 0);
+        rec.group = second->format == QMM_TP_W4A8 ? second->w4a8.group_size : 0;
         rec.parts = opt->parts;
         rec.act = opt->act;
         rec.kind = opt->core != NULL;
@@ -108,16 +117,15 @@ qmm_status qmm_tp_pair_create(qmm_context *ctx, qmm_comm *comm, const qmm_weight
     p->act = opt->act;
     p->core = opt->core;
     p->core_user = opt->core_user;
-    p->F = second->K;
-    int64_t u = opt->unit > 0 ? opt->unit : 1, g = second->convrot_gs > 0 ? second->convrot_gs : 1;
-    int64_t unit = u / gcd64(u, g) * g;
+    p->F = tp_layer_K(second);
+    const int64_t unit = tp_lcm(opt->unit > 0 ? opt->unit : 1, tp_row_unit(second));
     /* the first column-parallel over `parts` blocks, the second row-parallel, on one unit */
     const qmm_tp_options o1 = {.kind = QMM_TP_COLUMN, .parts = opt->parts, .unit = unit, .split = opt->split,
                                .no_fingerprint = opt->no_fingerprint};
     const qmm_tp_options o2 = {.kind = QMM_TP_ROW, .parts = 1, .unit = unit, .split = opt->split,
                                .no_fingerprint = opt->no_fingerprint};
-    st = qmm_tp_linear_create(ctx, comm, first, &o1, &p->first);
-    if (st == QMM_OK) st = qmm_tp_linear_create(ctx, comm, second, &o2, &p->second);
+    st = qmm_tp_linear_create_layer(ctx, comm, first, &o1, &p->first);
+    if (st == QMM_OK) st = qmm_tp_linear_create_layer(ctx, comm, second, &o2, &p->second);
     if (st != QMM_OK) {
         qmm_tp_pair_destroy(p);
         return st;
