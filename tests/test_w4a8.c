@@ -11,7 +11,7 @@
  *     int8 weight of the decoded values (scale s_channel), and every int8 engine the bits of the
  *     reference (seeded random shapes: M = 1 and up to 300, odd N, K a multiple of 16 or 32 with
  *     tails of 64, every x and out dtype, act, convrot group, bias, residual, both epilogues),
- *     and every M of the fused rows kernels (1..16) and of avx_vnni's rows regime (1..32) on
+ *     and every M of the fused rows kernels (1..64) and of avx_vnni's rows regime (1..32) on
  *     weights they run;
  *   - amx_int8 (the tile emulator, tests/w4a8.cmake) on the W4A8 weight, each regime, against the
  *     reference;
@@ -562,13 +562,14 @@ int main(int argc, char **argv) {
         check_layer(&L);
         layer_free(&L);
     }
-    /* the fused rows kernels (avx512_vnni: 1..8 row dots, 9..16 tokens in lanes; avx2_int8 and
-     * avx_vnni: 1..8 row dots) at every M of their range, and the rows buffer up to 32 (avx_vnni's
-     * rows regime): e4m3 s_rel, groups of 16 to 128, K with and without a tail past the last 64 */
+    /* the fused rows kernels (avx512_vnni: 1..8 row dots, 9..16 tokens in lanes, 17..64 groups of
+     * 16 tokens; avx2_int8 and avx_vnni: 1..8 row dots) at every M of their range, and the rows
+     * buffer up to 32 (avx_vnni's rows regime): e4m3 s_rel, groups of 16 to 128, K with and without
+     * a tail past the last 64 */
     g_table_groups = 1;
-    for (int it = 0; it < (quick ? 32 : 96); it++) {
+    for (int it = 0; it < (quick ? 64 : 128); it++) {
         const int bits = tu_rand_int(0, 2) ? 4 : 6;
-        const int64_t M = 1 + it % 32, N = tu_rand_int(0, 3) == 0 ? tu_rand_int(1, 40) : tu_rand_int(1, 300) | 1;
+        const int64_t M = 1 + it % 64, N = tu_rand_int(0, 3) == 0 ? tu_rand_int(1, 40) : tu_rand_int(1, 300) | 1;
         const int64_t K = tu_rand_int(0, 1) ? 64 * tu_rand_int(1, 20) : bits == 6 ? 32 * tu_rand_int(1, 40) : 16 * tu_rand_int(1, 80);
         layer L;
         layer_random(&L, M, N, K, bits);

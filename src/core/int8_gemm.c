@@ -50,8 +50,9 @@ static qmm_i8_rows_fn w4a8_fused(const qmm_i8_engine *e, const qmm_weight *w, in
 
 const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
     if (!e || M > e->rows_m || !qmm_i8_rows_kernel_for(e, M)) return "the int8 engine's n16k4 panels";
-    return w4a8_fused(e, w, M, 0) ? "the int8 engine's fused rows kernel (multiplied, never stored)"
-                               : "the int8 engine's rows regime (a few whole rows per thread)";
+    if (!w4a8_fused(e, w, M, 0)) return "the int8 engine's rows regime (a few whole rows per thread)";
+    return M > 16 ? "the int8 engine's fused rows kernel (multiplied as looked up; kept for the later token groups)"
+                  : "the int8 engine's fused rows kernel (multiplied, never stored)";
 }
 
 /* The rows regime of a W4A8 weight: blocks [b0, b1) a few rows at a time (the thread's buffer,
@@ -60,7 +61,9 @@ const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_
  * weight rows (borrow.data, ld) are the buffer's: borrow.data + n·ld is row n's decoded copy. */
 static void w4a8_rows(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1) {
     if (g->w4_fused) {
-        g->w4_fused(g, b0, b1);
+        qmm_i8_gemm gt = *g;
+        gt.w4_buf = g->panels + (int64_t)thread * g->panel_bytes;
+        g->w4_fused(&gt, b0, b1);
         return;
     }
     const qmm_call *c = g->c;

@@ -181,6 +181,8 @@ struct qmm_i8_gemm {
     const int8_t *w4_lut;  /* a W4A8 weight with e4m3 s_rel: the call's decode table (w4a8.h), else NULL */
     const int8_t *w4_lut_u8; /* with w4_fused: the table's values as u8 (v ^ 0x80 = v + 128), for u8 × s8 kernels */
     qmm_i8_rows_fn w4_fused; /* a W4A8 weight's rows regime, fused: the engine's rows_w4a8 kernel for M, or NULL */
+    int8_t *w4_buf;          /* w4_fused: the running thread's panel buffer (panel_bytes, >= 16 rows of Kp), where
+                                a kernel may keep the rows it looked up */
 };
 
 /* The weights of blocks [nb, nb + nr) over quads [q0, q0 + nq) for thread `thread`: qmm_panel_get

@@ -47,14 +47,17 @@ void qmm_qd8_qc8w_rows_ukernel_m9to12__avx512vnni_lanes(const qmm_i8_gemm *g, in
 void qmm_qd8_qc8w_rows_ukernel_m13to16__avx512vnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 void qmm_qd8_qc8w_rows_ukernel_m17to64__avx512vnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 /* x86_avx512/avx512_vnni_w4a8.c: a W4A8 weight's rows (qmm_i8_engine.rows_w4a8), each row's codes
- * looked up in the call's decode table and multiplied without being stored: row dot products (M
- * <= 8), W broadcast against the tokens in lanes (9..16) */
+ * looked up in the call's decode table and multiplied as they are looked up: row dot products (M
+ * <= 8), W broadcast against the tokens in lanes (9..16; 17..64 in groups of 16, the later groups
+ * on the looked-up rows kept in the thread's buffer) */
 void qmm_qd8_w4_rows_ukernel_m1to8__avx512vnni_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 void qmm_qd8_w4_rows_ukernel_m9to16__avx512vnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+void qmm_qd8_w4_rows_ukernel_m17to64__avx512vnni_groups(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 /* x86_avx512/avx512_vnni_w4a8_vbmi.c: the same for a 6-bit weight, its codes looked up by VPERMB
  * (AVX512-VBMI) */
 void qmm_qd8_w6_rows_ukernel_m1to8__avx512vbmi_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 void qmm_qd8_w6_rows_ukernel_m9to16__avx512vbmi_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+void qmm_qd8_w6_rows_ukernel_m17to64__avx512vbmi_groups(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
 /* x86_avx2/avx2_int8_w4a8.c: a W4A8 weight's rows on avx2_int8 (qmm_i8_engine.rows_w4a8), looked up
  * and multiplied without being stored (M <= 8) */
 void qmm_qd8_w4_rows_ukernel_m1to8__avx2_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1);

@@ -47,7 +47,7 @@ enum { QMM_VNNI_N_ROWS_KERNELS = 5 };
 extern const qmm_i8_rows_ukernel qmm_vnni_rows_kernels[QMM_VNNI_N_ROWS_KERNELS];
 /* Its fused rows kernels of a W4A8 weight (avx512_vnni_w4a8.c; qmm_i8_engine.rows_w4a8), and of a
  * 6-bit one with AVX512-VBMI (avx512_vnni_w4a8_vbmi.c; rows_w6a8_vbmi). */
-enum { QMM_VNNI_N_ROWS_W4A8_KERNELS = 2 };
+enum { QMM_VNNI_N_ROWS_W4A8_KERNELS = 3 };
 extern const qmm_i8_rows_ukernel qmm_vnni_rows_w4a8_kernels[QMM_VNNI_N_ROWS_W4A8_KERNELS];
 extern const qmm_i8_rows_ukernel qmm_vnni_rows_w6a8_vbmi_kernels[QMM_VNNI_N_ROWS_W4A8_KERNELS];
 

@@ -12,7 +12,9 @@
  *              to the 4 lanes (VBROADCASTI32X4 m128): qmm_vnni_lanes_step, qmm_vnni_lanes_out.
  * A lane t of a row's sum is Σ_k (q[t][k] + 128)·W[n][k]; qmm_vnni_bcast_correct takes 128·Σ_k
  * W[n][k] off (from a pad lane, or from row sums). qmm_vnni_tokens_out turns 16 rows' lanes into
- * the epilogue's 16 columns per token. Include only from files built with the engine's flags.
+ * the epilogue's 16 columns per token. The dot kernels over whole rows (qmm_vnni_bcast_dot: one
+ * group of 16 lanes; qmm_vnni_lanes_dot: 12, 8 or 4) serve the int8 rows regime and the W4A8
+ * groups kernel's later groups. Include only from files built with the engine's flags.
  */
 #ifndef QMM_AVX512_VNNI_BCAST_H
 #define QMM_AVX512_VNNI_BCAST_H
@@ -23,6 +25,10 @@
 #include <string.h>
 
 enum { QMM_BC_PAD = 0, QMM_BC_SUMS = 1, QMM_BC_GIVEN = 2 }; /* the correction: a pad lane, row sums computed, given */
+enum {
+    QMM_BC_RMAX = 8,  /* the most rows of W per step */
+    QMM_BC_PF = 4096  /* the prefetch distance per row stream, bytes (into L2) */
+};
 
 /* acc += Σ4 u8(a) · s8(the 4 bytes at p, broadcast to every lane) */
 static inline __m512i qmm_vnni_dpbusd_bc(__m512i acc, __m512i a, const int8_t *p) {
@@ -93,5 +99,108 @@ static inline __attribute__((always_inline)) void qmm_vnni_tokens_out(const qmm_
     qmm_z_n16k4_step((const int8_t *)st, 64, cols, 0, 64, tr); /* tr[t] lane j = st[j][t] */
     for (int64_t t = t0; t < t1; t++) qmm_z_epilogue16(c, tr[t - t0], t, n, s[t], qmm_z_tail_mask(cols));
 }
+
+/* The broadcast kernels' rows, per 64 bytes k of rows w, w + span, .. (R of them): the prefetch
+ * and, when full, the row sums (rs[r] += VPDPBUSD(1, the 64 bytes)). */
+static inline __attribute__((always_inline)) void qmm_vnni_bcast_head(const int full, const int R, const int8_t *w,
+                                                             int64_t span, int64_t k, __m512i rs[]) {
+    for (int r = 0; r < R; r++) {
+        _mm_prefetch((const char *)(w + r * span + k + QMM_BC_PF), _MM_HINT_T1);
+        if (full) rs[r] = qmm_vnni_dpbusd(rs[r], _mm512_set1_epi8(1), _mm512_loadu_si512(w + r * span + k));
+    }
+}
+
+/* Their last bytes [K64, K) (K - K64 < 64; a masked load: nothing past K is read) into tail[r],
+ * zero padded, and their row sums when full. */
+static inline __attribute__((always_inline)) void qmm_vnni_bcast_tail(const int full, const int R, const int8_t *w,
+                                                             int64_t span, int64_t K64, int64_t K,
+                                                             int8_t tail[][64], __m512i rs[]) {
+    const __mmask64 msk = ((__mmask64)1 << (K - K64)) - 1;
+    for (int r = 0; r < R; r++) {
+        const __m512i z = _mm512_maskz_loadu_epi8(msk, w + r * span + K64);
+        _mm512_store_si512(tail[r], z);
+        if (full) rs[r] = qmm_vnni_dpbusd(rs[r], _mm512_set1_epi8(1), z);
+    }
+}
+
+/* W broadcast, tokens in lanes (yᵀ = W·xᵀ), one group of up to 16 tokens: the token copy ap
+ * [kq][16][4] (u8 q + 128; lanes past the group's tokens hold 128, the value of q = 0) is one
+ * zmm per k quad, and each 4 bytes of a W row are the s8 operand broadcast to the 16 lanes
+ * (VPDPBUSD m32{1to16}): lane t of row n's accumulator is Σ_k (q[t][k] + 128)·W[n][k]. The
+ * correction (corr): lane 15 when the group has < 16 tokens (QMM_BC_PAD); else the row sums rs,
+ * computed here (QMM_BC_SUMS) or given (QMM_BC_GIVEN). R rows at once share each load of ap: per 64
+ * bytes of W, 16 VPDPBUSD (+1 with QMM_BC_SUMS), 16/R loads of ap, a prefetch. out[r] lane t =
+ * Σ_k q[t][k]·w_r[k] (mod 2^32). The last K bytes of a row go through a masked load into tail[]
+ * (zero past K): nothing past W[n][K-1] is read. */
+static inline __attribute__((always_inline)) void qmm_vnni_bcast_dot(const int corr, const int R, const int8_t *w,
+                                                            int64_t span, int64_t K, const uint8_t *ap,
+                                                            __m512i rs[], __m512i out[]) {
+    const int full = corr == QMM_BC_SUMS; /* the row sums are computed here */
+    __m512i acc[QMM_BC_RMAX];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();
+    if (full)
+        for (int r = 0; r < R; r++) rs[r] = _mm512_setzero_si512();
+    const int64_t K64 = K & ~(int64_t)63;
+    for (int64_t k = 0; k < K64; k += 64) {
+        qmm_vnni_bcast_head(full, R, w, span, k, rs);
+        const int8_t *wp[QMM_BC_RMAX];
+        for (int r = 0; r < R; r++) wp[r] = w + r * span + k;
+        qmm_vnni_bcast_step(R, 16, wp, ap + k * 16, acc);
+    }
+    if (K64 < K) {
+        _Alignas(64) int8_t tail[QMM_BC_RMAX][64];
+        qmm_vnni_bcast_tail(full, R, w, span, K64, K, tail, rs);
+        const int8_t *wp[QMM_BC_RMAX];
+        for (int r = 0; r < R; r++) wp[r] = tail[r];
+        qmm_vnni_bcast_step(R, (int)(K - K64 + 3) / 4, wp, ap + K64 * 16, acc);
+    }
+    for (int r = 0; r < R; r++)
+        out[r] = qmm_vnni_bcast_correct(corr, acc[r], rs[r], 15);
+}
+
+/* A group of up to 12 tokens in lane groups of 8 and 4, so that no VPDPBUSD works on more pad
+ * lanes than the group needs: n8, tokens 0..7, two zmm per 16 k, 8 bytes each (token t at byte
+ * 8t: k..k+7, then k+8..k+15), against 8 bytes of a W row broadcast to the 8 qwords
+ * (VPBROADCASTQ m64); n4, the next 4 tokens, one zmm per 16 k, 16 bytes each (token t at byte
+ * 16t: k..k+15), against the row's 16 bytes broadcast to the 4 lanes (VBROADCASTI32X4 m128). The
+ * token copy holds, per 16 k, those 2·n8 + n4 zmm (u8 q + 128, pad tokens 128). Per 64 bytes of
+ * W: 8·n8 + 4·n4 VPDPBUSD (+1 with QMM_BC_SUMS) and as many broadcast loads, where the 16-lane form
+ * spends 16. Two accumulators for the 8-token group keep the dependency chains short. Kernels:
+ * qmm_qd8_qc8w_gemm_ukernel_12x1c8__avx512vnni_bcast (n8 and n4), ..._8x1c8_.. (n8), ..._4x1c16_..
+ * (n4). out[r] as bcast_dot: lane t = token t, corrected (corr as bcast_dot; the pad lane is the
+ * last, 8·n8 + 4·n4 − 1). */
+static inline __attribute__((always_inline)) void qmm_vnni_lanes_dot(const int n8, const int n4, const int corr, const int R,
+                                                            const int8_t *w, int64_t span, int64_t K,
+                                                            const uint8_t *ap, __m512i rs[], __m512i out[]) {
+    const int full = corr == QMM_BC_SUMS, S = 64 * (2 * n8 + n4); /* bytes of the token copy per 16 k */
+    __m512i a0[QMM_BC_RMAX], a1[QMM_BC_RMAX], b[QMM_BC_RMAX];
+    for (int r = 0; r < R; r++) a0[r] = a1[r] = b[r] = _mm512_setzero_si512();
+    if (full)
+        for (int r = 0; r < R; r++) rs[r] = _mm512_setzero_si512();
+    const int64_t K64 = K & ~(int64_t)63;
+    for (int64_t k = 0; k < K64; k += 64) {
+        qmm_vnni_bcast_head(full, R, w, span, k, rs);
+        for (int x = 0; x < 4; x++) {
+            const int8_t *wp[QMM_BC_RMAX];
+            for (int r = 0; r < R; r++) wp[r] = w + r * span + k + 16 * x;
+            qmm_vnni_lanes_step(n8, n4, R, wp, ap + (k / 16 + x) * S, a0, a1, b);
+        }
+    }
+    if (K64 < K) {
+        _Alignas(64) int8_t tail[QMM_BC_RMAX][64];
+        qmm_vnni_bcast_tail(full, R, w, span, K64, K, tail, rs);
+        for (int x = 0; x < (K - K64 + 15) / 16; x++) {
+            const int8_t *wp[QMM_BC_RMAX];
+            for (int r = 0; r < R; r++) wp[r] = tail[r] + 16 * x;
+            qmm_vnni_lanes_step(n8, n4, R, wp, ap + (K64 / 16 + x) * S, a0, a1, b);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        out[r] = qmm_vnni_bcast_correct(corr, qmm_vnni_lanes_out(n8, n4, a0[r], a1[r], b[r]), rs[r], 8 * n8 + 4 * n4 - 1);
+}
+
+/* The lanes of a token group of r tokens (1..16): 16 (bcast_dot), else 12, 8 or 4 (lanes_dot).
+ * Its token copy is Kp·lanes bytes. */
+static inline int qmm_vnni_group_lanes(int64_t r) { return r > 12 ? 16 : r > 8 ? 12 : r > 4 ? 8 : 4; }
 
 #endif /* QMM_AVX512_VNNI_BCAST_H */

@@ -49,10 +49,10 @@ enum {
     BCAST_G = 4,     /* bcast_dot's token groups of 16 (M <= 16·BCAST_G) */
     ROWS_RMAX = 8,   /* the most rows of W per step */
     ROWS_PAIRS_FROM = 2, /* above this M: rows_dot2 (rows in pairs) */
-    ROWS_PF = 4096,  /* rows_dot's prefetch distance per stream, bytes (into L2) */
+    ROWS_PF = QMM_BC_PF, /* rows_dot's prefetch distance per stream, bytes (into L2) */
     BCAST_R = 8,     /* bcast_dot's rows of W per step (streams) */
     LANES12_R = 6,   /* lanes_dot's at 9 <= M <= 12 (4 accumulators per row with the row sums) */
-    BCAST_RMAX = BCAST_R
+    BCAST_RMAX = QMM_BC_RMAX
 };
 
 /* rows of W per step for M tokens: rows_dot (M <= ROWS_PAIRS_FROM) R + R·M + 1 <= 32 zmm; rows_dot2
@@ -167,114 +167,12 @@ static inline __attribute__((always_inline)) void rows_blocks(const int m, const
     if (n0 + R * len < n1) rows_run(m, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
 }
 
-/* The broadcast kernels' rows, per 64 bytes k of rows w, w + span, .. (R of them): the prefetch
- * and, when full, the row sums (rs[r] += VPDPBUSD(1, the 64 bytes)). */
-static inline __attribute__((always_inline)) void bcast_head(const int full, const int R, const int8_t *w,
-                                                             int64_t span, int64_t k, __m512i rs[]) {
-    for (int r = 0; r < R; r++) {
-        _mm_prefetch((const char *)(w + r * span + k + ROWS_PF), _MM_HINT_T1);
-        if (full) rs[r] = qmm_vnni_dpbusd(rs[r], _mm512_set1_epi8(1), _mm512_loadu_si512(w + r * span + k));
-    }
-}
-
-/* Their last bytes [K64, K) (K - K64 < 64; a masked load: nothing past K is read) into tail[r],
- * zero padded, and their row sums when full. */
-static inline __attribute__((always_inline)) void bcast_tail(const int full, const int R, const int8_t *w,
-                                                             int64_t span, int64_t K64, int64_t K,
-                                                             int8_t tail[][64], __m512i rs[]) {
-    const __mmask64 msk = ((__mmask64)1 << (K - K64)) - 1;
-    for (int r = 0; r < R; r++) {
-        const __m512i z = _mm512_maskz_loadu_epi8(msk, w + r * span + K64);
-        _mm512_store_si512(tail[r], z);
-        if (full) rs[r] = qmm_vnni_dpbusd(rs[r], _mm512_set1_epi8(1), z);
-    }
-}
-
-/* W broadcast, tokens in lanes (yᵀ = W·xᵀ), one group of up to 16 tokens: the token copy ap
- * [kq][16][4] (u8 q + 128; lanes past the group's tokens hold 128, the value of q = 0) is one
- * zmm per k quad, and each 4 bytes of a W row are the s8 operand broadcast to the 16 lanes
- * (VPDPBUSD m32{1to16}): lane t of row n's accumulator is Σ_k (q[t][k] + 128)·W[n][k]. The
- * correction (corr): lane 15 when the group has < 16 tokens (QMM_BC_PAD); else the row sums rs,
- * computed here (QMM_BC_SUMS) or given (QMM_BC_GIVEN). R rows at once share each load of ap: per 64
- * bytes of W, 16 VPDPBUSD (+1 with QMM_BC_SUMS), 16/R loads of ap, a prefetch. out[r] lane t =
- * Σ_k q[t][k]·w_r[k] (mod 2^32). The last K bytes of a row go through a masked load into tail[]
- * (zero past K): nothing past W[n][K-1] is read. */
-static inline __attribute__((always_inline)) void bcast_dot(const int corr, const int R, const int8_t *w,
-                                                            int64_t span, int64_t K, const uint8_t *ap,
-                                                            __m512i rs[], __m512i out[]) {
-    const int full = corr == QMM_BC_SUMS; /* the row sums are computed here */
-    __m512i acc[BCAST_RMAX];
-    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();
-    if (full)
-        for (int r = 0; r < R; r++) rs[r] = _mm512_setzero_si512();
-    const int64_t K64 = K & ~(int64_t)63;
-    for (int64_t k = 0; k < K64; k += 64) {
-        bcast_head(full, R, w, span, k, rs);
-        const int8_t *wp[BCAST_RMAX];
-        for (int r = 0; r < R; r++) wp[r] = w + r * span + k;
-        qmm_vnni_bcast_step(R, 16, wp, ap + k * 16, acc);
-    }
-    if (K64 < K) {
-        _Alignas(64) int8_t tail[BCAST_RMAX][64];
-        bcast_tail(full, R, w, span, K64, K, tail, rs);
-        const int8_t *wp[BCAST_RMAX];
-        for (int r = 0; r < R; r++) wp[r] = tail[r];
-        qmm_vnni_bcast_step(R, (int)(K - K64 + 3) / 4, wp, ap + K64 * 16, acc);
-    }
-    for (int r = 0; r < R; r++)
-        out[r] = qmm_vnni_bcast_correct(corr, acc[r], rs[r], 15);
-}
-
-/* A group of up to 12 tokens in lane groups of 8 and 4, so that no VPDPBUSD works on more pad
- * lanes than the group needs: n8, tokens 0..7, two zmm per 16 k, 8 bytes each (token t at byte
- * 8t: k..k+7, then k+8..k+15), against 8 bytes of a W row broadcast to the 8 qwords
- * (VPBROADCASTQ m64); n4, the next 4 tokens, one zmm per 16 k, 16 bytes each (token t at byte
- * 16t: k..k+15), against the row's 16 bytes broadcast to the 4 lanes (VBROADCASTI32X4 m128). The
- * token copy holds, per 16 k, those 2·n8 + n4 zmm (u8 q + 128, pad tokens 128). Per 64 bytes of
- * W: 8·n8 + 4·n4 VPDPBUSD (+1 with QMM_BC_SUMS) and as many broadcast loads, where the 16-lane form
- * spends 16. Two accumulators for the 8-token group keep the dependency chains short. Kernels:
- * qmm_qd8_qc8w_gemm_ukernel_12x1c8__avx512vnni_bcast (n8 and n4), ..._8x1c8_.. (n8), ..._4x1c16_..
- * (n4). out[r] as bcast_dot: lane t = token t, corrected (corr as bcast_dot; the pad lane is the
- * last, 8·n8 + 4·n4 − 1). */
-static inline __attribute__((always_inline)) void lanes_dot(const int n8, const int n4, const int corr, const int R,
-                                                            const int8_t *w, int64_t span, int64_t K,
-                                                            const uint8_t *ap, __m512i rs[], __m512i out[]) {
-    const int full = corr == QMM_BC_SUMS, S = 64 * (2 * n8 + n4); /* bytes of the token copy per 16 k */
-    __m512i a0[BCAST_RMAX], a1[BCAST_RMAX], b[BCAST_RMAX];
-    for (int r = 0; r < R; r++) a0[r] = a1[r] = b[r] = _mm512_setzero_si512();
-    if (full)
-        for (int r = 0; r < R; r++) rs[r] = _mm512_setzero_si512();
-    const int64_t K64 = K & ~(int64_t)63;
-    for (int64_t k = 0; k < K64; k += 64) {
-        bcast_head(full, R, w, span, k, rs);
-        for (int x = 0; x < 4; x++) {
-            const int8_t *wp[BCAST_RMAX];
-            for (int r = 0; r < R; r++) wp[r] = w + r * span + k + 16 * x;
-            qmm_vnni_lanes_step(n8, n4, R, wp, ap + (k / 16 + x) * S, a0, a1, b);
-        }
-    }
-    if (K64 < K) {
-        _Alignas(64) int8_t tail[BCAST_RMAX][64];
-        bcast_tail(full, R, w, span, K64, K, tail, rs);
-        for (int x = 0; x < (K - K64 + 15) / 16; x++) {
-            const int8_t *wp[BCAST_RMAX];
-            for (int r = 0; r < R; r++) wp[r] = tail[r] + 16 * x;
-            qmm_vnni_lanes_step(n8, n4, R, wp, ap + (K64 / 16 + x) * S, a0, a1, b);
-        }
-    }
-    for (int r = 0; r < R; r++)
-        out[r] = qmm_vnni_bcast_correct(corr, qmm_vnni_lanes_out(n8, n4, a0[r], a1[r], b[r]), rs[r], 8 * n8 + 4 * n4 - 1);
-}
-
-/* The lanes of a token group of r tokens (1..16): 16 (bcast_dot), else 12, 8 or 4 (lanes_dot).
- * Its token copy is Kp·lanes bytes. */
-static inline int group_lanes(int64_t r) { return r > 12 ? 16 : r > 8 ? 12 : r > 4 ? 8 : 4; }
 
 /* R streams of len rows each, stream r = rows s0 + r·span + j of W (j < len), against the m
  * tokens in ap. lay 12 (9 <= m <= 12): lanes_dot on one group of 12 lanes; lay 16 (13 <= m <= 16):
  * bcast_dot on one group; full: m = 12 or 16 (no pad lane: the kernel sums the rows). lay 0
  * (m > 16): G = ⌈m / 16⌉ groups, tokens 16·gi.. — the first G − 1 of 16 (bcast_dot, copy at
- * ap + gi·Kp·16), the last of group_lanes(its tokens) lanes (after them); the first group reads
+ * ap + gi·Kp·16), the last of qmm_vnni_group_lanes(its tokens) lanes (after them); the first group reads
  * the R rows from DRAM and sums them, the others read them again from L1/L2 and take those sums.
  * After every 16 rows of the streams (and after the last) each stream's rows are transposed (lanes
  * = tokens → lanes = columns) into the epilogue, 16 columns per token. */
@@ -283,26 +181,26 @@ static inline __attribute__((always_inline)) void bcast_run(const int lay, const
                                                             int64_t len) {
     const qmm_call *c = g->c;
     const int64_t K = c->K, ld = c->w->borrow.ld, m = c->M, Kp = g->Kp;
-    const int G = lay ? 1 : (int)((m + 15) / 16), L = group_lanes(m - 16 * (G - 1));
+    const int G = lay ? 1 : (int)((m + 15) / 16), L = qmm_vnni_group_lanes(m - 16 * (G - 1));
     const uint8_t *last = g->ap + (size_t)(G - 1) * (size_t)Kp * 16;
     _Alignas(64) int32_t stage[BCAST_G][BCAST_RMAX][16][16];
     for (int64_t j = 0; j < len; j++) {
         const int8_t *w = c->w->borrow.data + (s0 + j) * ld;
         const int64_t sp = span * ld;
         __m512i out[BCAST_RMAX], rs[BCAST_RMAX];
-        if (lay == 12) lanes_dot(1, 1, full ? QMM_BC_SUMS : QMM_BC_PAD, R, w, sp, K, g->ap, rs, out);
-        else bcast_dot(lay == 0 || full ? QMM_BC_SUMS : QMM_BC_PAD, R, w, sp, K, g->ap, rs, out);
+        if (lay == 12) qmm_vnni_lanes_dot(1, 1, full ? QMM_BC_SUMS : QMM_BC_PAD, R, w, sp, K, g->ap, rs, out);
+        else qmm_vnni_bcast_dot(lay == 0 || full ? QMM_BC_SUMS : QMM_BC_PAD, R, w, sp, K, g->ap, rs, out);
         for (int r = 0; r < R; r++) _mm512_store_si512(stage[0][r][j % 16], out[r]);
         if (lay == 0) {
             for (int gi = 1; gi < G - 1; gi++) {
-                bcast_dot(QMM_BC_GIVEN, R, w, sp, K, g->ap + (size_t)gi * (size_t)Kp * 16, rs, out);
+                qmm_vnni_bcast_dot(QMM_BC_GIVEN, R, w, sp, K, g->ap + (size_t)gi * (size_t)Kp * 16, rs, out);
                 for (int r = 0; r < R; r++) _mm512_store_si512(stage[gi][r][j % 16], out[r]);
             }
             switch (L) {
-            case 16: bcast_dot(QMM_BC_GIVEN, R, w, sp, K, last, rs, out); break;
-            case 12: lanes_dot(1, 1, QMM_BC_GIVEN, R, w, sp, K, last, rs, out); break;
-            case 8: lanes_dot(1, 0, QMM_BC_GIVEN, R, w, sp, K, last, rs, out); break;
-            default: lanes_dot(0, 1, QMM_BC_GIVEN, R, w, sp, K, last, rs, out); break;
+            case 16: qmm_vnni_bcast_dot(QMM_BC_GIVEN, R, w, sp, K, last, rs, out); break;
+            case 12: qmm_vnni_lanes_dot(1, 1, QMM_BC_GIVEN, R, w, sp, K, last, rs, out); break;
+            case 8: qmm_vnni_lanes_dot(1, 0, QMM_BC_GIVEN, R, w, sp, K, last, rs, out); break;
+            default: qmm_vnni_lanes_dot(0, 1, QMM_BC_GIVEN, R, w, sp, K, last, rs, out); break;
             }
             for (int r = 0; r < R; r++) _mm512_store_si512(stage[G - 1][r][j % 16], out[r]);
         }
@@ -378,7 +276,7 @@ _Static_assert(ROWS_DOT_M == 8 && ROWS_PAIRS_FROM == 2 && BCAST_G * 16 == ROWS_M
 int64_t qmm_vnni_rows_ap_bytes(int64_t M, int64_t Kp) {
     if (M <= ROWS_DOT_M) return 0;
     const int64_t G = (M + 15) / 16;
-    return (G - 1) * Kp * 16 + Kp * group_lanes(M - 16 * (G - 1));
+    return (G - 1) * Kp * 16 + Kp * qmm_vnni_group_lanes(M - 16 * (G - 1));
 }
 
 /* One group's copy at ap from its r tokens' rows q (Kp bytes apart, zero past K): u8 q + 128, pad
@@ -387,7 +285,7 @@ int64_t qmm_vnni_rows_ap_bytes(int64_t M, int64_t Kp) {
  * zero), flipped. */
 static void fill_group(const int8_t *q, int64_t Kp, int64_t r, uint8_t *ap) {
     const __m512i flip = _mm512_set1_epi8((char)0x80), z = _mm512_setzero_si512();
-    const int L = group_lanes(r);
+    const int L = qmm_vnni_group_lanes(r);
     if (L == 16) {
         for (int64_t k = 0; k < Kp; k += 64) {
             __m512i t[16];
@@ -424,7 +322,7 @@ void qmm_vnni_rows_ap_fill(const qmm_i8_gemm *g, int64_t r0, int64_t r1) {
     for (int64_t t0 = r0; t0 < M; t0 += 16) {
         const int64_t r = M - t0 < 16 ? M - t0 : 16;
         fill_group(q + t0 * Kp, Kp, r, ap);
-        ap += Kp * group_lanes(r);
+        ap += Kp * qmm_vnni_group_lanes(r);
     }
 }
 

@@ -1,11 +1,12 @@
 /*
- * avx512_vnni_w4a8.h — the avx512_vnni engine's rows regime on a W4A8 weight at M <= 16, fused
+ * avx512_vnni_w4a8.h — the avx512_vnni engine's rows regime on a W4A8 weight at M <= 64, fused
  * (its qmm_i8_engine.rows_w4a8 kernels, int8_gemm.h), as templates: avx512_vnni_w4a8.c makes the
  * kernels of 4- and 6-bit weights, avx512_vnni_w4a8_vbmi.c those of 6-bit weights with AVX512-VBMI
  * lookups (w4a8_avx512.h) for the CPUs that have it (qmm_w4a8_vbmi): each row's codes are looked up in the
  * call's decode table (w4a8_avx512.h) and the 64 int8 values of each step multiplied at once,
- * never written past L1 (the unfused path writes whole rows to a buffer that the engine's rows
- * kernel reads back). Two forms, the rows kernels' (avx512_vnni_rows.c):
+ * never written past L1 up to 16 tokens (the unfused path writes whole rows to a buffer that the
+ * engine's rows kernel reads back in a second pass). Three forms, the rows kernels'
+ * (avx512_vnni_rows.c):
  *   M <= 8   row dot products (qmm_qd8_w4_rows_ukernel_m1to8__avx512vnni_fused): the values
  *            as u8 (w ^ 0x80 = w + 128: looked up in the table's u8 form, g->w4_lut_u8) go
  *            straight into VPDPBUSD against the M rows of q
@@ -18,6 +19,13 @@
  *            g->ap (12 lanes at M <= 12, 16 above): 12 or 16 VPDPBUSD per 64 weights, the
  *            correction from the pad lane, or from the row sums (VPDPBUSD(1, values)) at M = 12
  *            and 16; every 16 rows of a stream one transpose into the epilogue.
+ *   17..64   groups of 16 tokens (qmm_qd8_w4_rows_ukernel_m17to64__avx512vnni_groups): the first
+ *            group as 9..16 (with the row sums), each step's values written to the R = 8 rows
+ *            the thread keeps in its buffer (g->w4_buf, R·Kp bytes: L1/L2) instead of the ring;
+ *            the later groups (16 lanes, the last 4..16) run the int8 broadcast kernels
+ *            (avx512_vnni_bcast.h) on those rows, as the int8 rows regime's later groups read
+ *            its rows again. The lookup overlaps the first group's multiply-adds and the code
+ *            stream, which the unfused path's separate decode pass did not.
  * The R rows of a step come from R equal runs of the thread's blocks (R code streams in flight,
  * each prefetched 4 KiB ahead into L2, as the rows kernels' streams); every 16 rows of a run its
  * outputs go through qmm_z_epilogue16 (measured against the unfused path: bench/NOTES.md "## W4A8
@@ -123,31 +131,42 @@ static inline __attribute__((always_inline)) void qmm_vnni_w4_dot_kernel(const i
 }
 
 /* ---------------------------------------------------------------- 9..16 tokens: in lanes */
+/* p, held in a general register: the rows' addresses stay scalar arithmetic (GCC 12 vectorizes
+ * eight of them and extracts them with VEXTRACTI64X2, an AVX512DQ instruction this file is not
+ * built for) */
+static inline int8_t *w4_gpr(int8_t *p) {
+    __asm__("" : "+r"(p));
+    return p;
+}
+
 /* out[r] lane t = Σ_k W[n_r][k]·q[t][k] (mod 2^32) for R rows n_r = n0 + r·step at once, the token copy ap in
  * layout lay (12: lanes_step's 12 lanes, 16: bcast_step's); full: no pad lane (M = lay), the row
  * sums instead */
 static inline __attribute__((always_inline)) void w4_bcast_dot(const int six, const int per, const int lay,
-                                                               const int full, const int R, const qmm_weight *w,
-                                                               const int8_t *lut, int64_t n0, int64_t step,
-                                                               const uint8_t *ap, __m512i out[]) {
+                                                               const int full, const int kept, const int R,
+                                                               const qmm_weight *w, const int8_t *lut, int64_t n0,
+                                                               int64_t step, const uint8_t *ap, int8_t *keep,
+                                                               int64_t ldk, __m512i rs[], __m512i out[]) {
     enum { S12 = 192, W4_RING = 4 }; /* lanes_step's block of 16 k at 12 lanes; the stage's steps */
     const int64_t K = w->K, K64 = K / 64 * 64;
     const __m512i one = _mm512_set1_epi8(1);
-    /* a ring of 4 steps: each step's values are written 3 steps before they are read, so the
-     * broadcast loads find them in L1, not in flight in the store buffer */
+    /* a ring of 4 steps (kept: the rows themselves, keep + r·ldk + k): each step's values are
+     * written 3 steps before they are read, so the broadcast loads find them in L1, not in flight
+     * in the store buffer */
     _Alignas(64) int8_t st[W4_RING][8][64];
     const int8_t *wp[8];
     qmm_w4_walk it[8];
-    __m512i acc[8], a1[8], b[8], rs[8];
+    __m512i acc[8], a1[8], b[8];
     for (int r = 0; r < R; r++) {
         qmm_w4_walk_init(&it[r], w, lut, n0 + r * step, 0);
         acc[r] = a1[r] = b[r] = rs[r] = _mm512_setzero_si512();
     }
+#define W4_SLOT(KK, r) (kept ? w4_gpr(keep + (r) * ldk + (KK)) : st[((KK) / 64) % W4_RING][r])
 #define W4_STAGE(KK)                                                        \
     _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                   \
         if (!((KK) & 64)) qmm_w4_prefetch(&it[r], six);                      \
         const __m512i v = qmm_w4_next64(&it[r], six, per);                 \
-        _mm512_store_si512(st[((KK) / 64) % W4_RING][r], v);                \
+        _mm512_store_si512(W4_SLOT(KK, r), v);                              \
         if (full) rs[r] = qmm_vnni_dpbusd(rs[r], one, v);                  \
     }
     int64_t k = 0;
@@ -155,24 +174,26 @@ static inline __attribute__((always_inline)) void w4_bcast_dot(const int six, co
     for (; k < K64; k += 64) {
         const int64_t kn = k + (W4_RING - 1) * 64;
         if (kn < K64) W4_STAGE(kn);
-        const int p = (int)(k / 64) % W4_RING;
-        for (int r = 0; r < R; r++) wp[r] = st[p][r];
+        for (int r = 0; r < R; r++) wp[r] = W4_SLOT(k, r);
         if (lay == 16) {
             qmm_vnni_bcast_step(R, 16, wp, ap + k * 16, acc);
         } else {
             for (int x = 0; x < 4; x++) {
                 const int8_t *wx[8];
-                for (int r = 0; r < R; r++) wx[r] = st[p][r] + 16 * x;
+                for (int r = 0; r < R; r++) wx[r] = wp[r] + 16 * x;
                 qmm_vnni_lanes_step(1, 1, R, wx, ap + (k / 16 + x) * S12, acc, a1, b);
             }
         }
     }
 #undef W4_STAGE
-    for (int r = 0; r < R; r++) wp[r] = st[0][r];
+#undef W4_SLOT
+    if (!kept)
+        for (int r = 0; r < R; r++) wp[r] = st[0][r];
     for (; k < K; k += 16) { /* 16 at a time (K is a multiple of 16) */
         for (int r = 0; r < R; r++) {
             const __m128i v = qmm_w4_next16(&it[r], six);
-            _mm_store_si128((__m128i *)st[0][r], v);
+            if (kept) wp[r] = w4_gpr(keep + r * ldk + k);
+            _mm_store_si128((__m128i *)wp[r], v);
             if (full) rs[r] = qmm_vnni_dpbusd(rs[r], one, _mm512_zextsi128_si512(v));
         }
         if (lay == 16) qmm_vnni_bcast_step(R, 4, wp, ap + k * 16, acc);
@@ -185,24 +206,46 @@ static inline __attribute__((always_inline)) void w4_bcast_dot(const int six, co
 }
 
 /* R streams of L whole blocks each from block s0 (stream r: blocks s0 + r·L ..), one row of each
- * at a time; after every 16 rows each stream's rows transposed into the epilogue */
+ * at a time; after every 16 rows each stream's rows transposed into the epilogue. grouped (17..64
+ * tokens, lay 16, full): G = ⌈M / 16⌉ token groups in the engine's token copy g->ap (the int8 rows
+ * regime's layout); each row step looks up the R rows' values once and multiplies them against
+ * the first 16 tokens (w4_bcast_dot, the values kept in the thread's buffer g->w4_buf, R rows of
+ * Kp bytes that stay in L1/L2, with their row sums); the later groups run the int8 broadcast
+ * kernels on those rows, as the int8 rows regime's later groups read its rows again. */
 static inline __attribute__((always_inline)) void w4_bcast_streams(const int six, const int per, const int lay,
-                                                                   const int full, const int R,
+                                                                   const int full, const int grouped, const int R,
                                                                    const qmm_i8_gemm *g, int64_t s0, int64_t L) {
     const qmm_call *c = g->c;
-    const int64_t N = c->N;
-    _Alignas(64) int32_t stage[8][16][16]; /* [stream][row in the block][token] */
+    const int64_t N = c->N, K = c->K, Kp = g->Kp, m = c->M;
+    const int G = grouped ? (int)((m + 15) / 16) : 1, lanes = qmm_vnni_group_lanes(m - 16 * (G - 1));
+    const uint8_t *last = g->ap + (size_t)(G - 1) * (size_t)Kp * 16;
+    int8_t *keep = grouped ? g->w4_buf : NULL;
+    _Alignas(64) int32_t stage[4][8][16][16]; /* [group][stream][row in the block][token] */
     for (int64_t b = 0; b < L; b++) {
         int cols = 16;
         for (int j = 0; j < 16; j++) {
             const int64_t n0 = (s0 + b) * 16 + j; /* stream r's row: n0 + r·16·L */
-            __m512i out[8];
+            __m512i out[8], rs[8];
             if (n0 + (R - 1) * 16 * L >= N) { cols = j; break; } /* only a stream of one block: the last may end early */
-            w4_bcast_dot(six, per, lay, full, R, c->w, g->w4_lut, n0, 16 * L, g->ap, out);
-            for (int r = 0; r < R; r++) _mm512_store_si512(stage[r][j], out[r]);
+            w4_bcast_dot(six, per, lay, full, grouped, R, c->w, g->w4_lut, n0, 16 * L, g->ap, keep, Kp, rs, out);
+            for (int r = 0; r < R; r++) _mm512_store_si512(stage[0][r][j], out[r]);
+            if (!grouped) continue;
+            for (int gi = 1; gi < G - 1; gi++) {
+                qmm_vnni_bcast_dot(QMM_BC_GIVEN, R, keep, Kp, K, g->ap + (size_t)gi * (size_t)Kp * 16, rs, out);
+                for (int r = 0; r < R; r++) _mm512_store_si512(stage[gi][r][j], out[r]);
+            }
+            switch (lanes) {
+            case 16: qmm_vnni_bcast_dot(QMM_BC_GIVEN, R, keep, Kp, K, last, rs, out); break;
+            case 12: qmm_vnni_lanes_dot(1, 1, QMM_BC_GIVEN, R, keep, Kp, K, last, rs, out); break;
+            case 8: qmm_vnni_lanes_dot(1, 0, QMM_BC_GIVEN, R, keep, Kp, K, last, rs, out); break;
+            default: qmm_vnni_lanes_dot(0, 1, QMM_BC_GIVEN, R, keep, Kp, K, last, rs, out); break;
+            }
+            for (int r = 0; r < R; r++) _mm512_store_si512(stage[G - 1][r][j], out[r]);
         }
-        for (int r = 0; r < R; r++)
-            qmm_vnni_tokens_out(c, (const int32_t(*)[16])stage[r], cols, 0, c->M, (s0 + r * L + b) * 16, g->s);
+        for (int gi = 0; gi < G; gi++)
+            for (int r = 0; r < R; r++)
+                qmm_vnni_tokens_out(c, (const int32_t(*)[16])stage[gi][r], cols, 16 * gi,
+                                    m < 16 * gi + 16 ? m : 16 * gi + 16, (s0 + r * L + b) * 16, g->s);
     }
 }
 
@@ -213,9 +256,9 @@ static inline __attribute__((always_inline)) void w4_bcast_rows(const int six, c
                                                                 int64_t b1) {
     const int R = lay == 16 ? 8 : 6;
     const int64_t nfull = b1 * 16 <= g->c->N ? b1 - b0 : b1 - b0 - 1, L = nfull / R;
-    if (L > 0 && R == 8) w4_bcast_streams(six, per, lay, full, 8, g, b0, L);
-    if (L > 0 && R == 6) w4_bcast_streams(six, per, lay, full, 6, g, b0, L);
-    for (int64_t b = b0 + R * L; b < b1; b++) w4_bcast_streams(six, per, lay, full, 1, g, b, 1);
+    if (L > 0 && R == 8) w4_bcast_streams(six, per, lay, full, 0, 8, g, b0, L);
+    if (L > 0 && R == 6) w4_bcast_streams(six, per, lay, full, 0, 6, g, b0, L);
+    for (int64_t b = b0 + R * L; b < b1; b++) w4_bcast_streams(six, per, lay, full, 0, 1, g, b, 1);
 }
 
 /* The 9..16 kernel's body for 6-bit (six) or 4-bit weights */
@@ -234,6 +277,23 @@ static inline __attribute__((always_inline)) void qmm_vnni_w4_bcast_kernel(const
     if (per == 4) W4_BC(4);
     else W4_BC(0);
 #undef W4_BC
+}
+
+/* ---------------------------------------------------------------- 17..64 tokens: groups of 16 */
+/* The 17..64 kernel's body: blocks [b0, b1), 8 streams of whole blocks, the rest (and a last
+ * block cut by N) one stream at a time */
+static inline __attribute__((always_inline)) void qmm_vnni_w4_groups_kernel(const int six, const qmm_i8_gemm *g,
+                                                                            int64_t b0, int64_t b1) {
+    const int per = qmm_w4_per(g->c->w->w4.group) == 4 ? 4 : 0;
+    const int64_t nfull = b1 * 16 <= g->c->N ? b1 - b0 : b1 - b0 - 1, L = nfull / 8;
+#define W4_GR(P)                                                                              \
+    do {                                                                                      \
+        if (L > 0) w4_bcast_streams(six, P, 16, 1, 1, 8, g, b0, L);                           \
+        for (int64_t b = b0 + 8 * L; b < b1; b++) w4_bcast_streams(six, P, 16, 1, 1, 1, g, b, 1); \
+    } while (0)
+    if (per == 4) W4_GR(4);
+    else W4_GR(0);
+#undef W4_GR
 }
 
 #endif /* QMM_AVX512_VNNI_W4A8_H */
