@@ -1,8 +1,8 @@
 /*
  * cmd_tp.c — `qmm tp`, run under `mpirun -np R qmm tp [options]`: builds a layer or a pair
  * (from a seed, the same on every rank; int8, or W4A8 with --w4a8) or loads it from a ComfyUI
- * INT8 or W4A8 checkpoint (each rank
- * reads only its slice), runs it split across the ranks and once on rank 0 alone with the same
+ * INT8 or W4A8 checkpoint (each rank reads only its slice of the weights or codes), runs it split
+ * across the ranks and once on rank 0 alone with the same
  * engine, and prints each rank's slice and median time, the single-process time and whether
  * the outputs are bit-identical (a NaN matches any NaN: payloads are unspecified). Exit 0 when
  * identical, 1 otherwise or on error, 2 on usage. Every rank must be given the same options (all
