@@ -99,7 +99,8 @@ static int64_t lay_K(const qmm_tp_layer *l) { return l->format == QMM_TP_W4A8 ? 
 
 /* the single-process weight of a full layer */
 static qmm_status single_weight(qmm_context *ctx, const qmm_tp_layer *l, qmm_weight **w) {
-    return l->format == QMM_TP_W4A8 ? qmm_weight_borrow_w4a8(ctx, &l->w4a8, w) : qmm_weight_create_int8(ctx, &l->int8, w);
+    return l->format == QMM_TP_W4A8 ? qmm_weight_borrow_w4a8(ctx, &l->w4a8, w)
+                                    : qmm_weight_create_int8(ctx, &l->int8, w);
 }
 
 /* a random int8 layer [N, K] (owned buffers in *mem) */
@@ -203,7 +204,8 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--iters")) ok = num(a, v, 1, 1000000, &x), o->iters = (int)x;
         else if (!strcmp(a, "--w4a8")) {
             ok = num(a, v, 0, 6, &x), o->w4a8 = (int)x;
-            if (ok && x != 0 && x != 4 && x != 6) ok = 0, fprintf(stderr, "qmm tp: --w4a8 %s: 4 or 6 bits (0: int8)\n", v);
+            if (ok && x != 0 && x != 4 && x != 6)
+                ok = 0, fprintf(stderr, "qmm tp: --w4a8 %s: 4 or 6 bits (0: int8)\n", v);
         }
         else if (!strcmp(a, "--seed")) {
             char *end = NULL;

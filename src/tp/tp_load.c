@@ -37,7 +37,8 @@ qmm_status qmm_tp_desc_from_model(const qmm_model *m, const char *layer, qmm_wei
     const qmm_layer_info *li = NULL;
     QMM_FORWARD_IF_ERROR(qmm_model_find(m, layer, &li));
     QMM_RETURN_IF(li->kind != QMM_LAYER_INT8, QMM_ERR_UNSUPPORTED,
-                  "layer %s: %s; qmm_tp_desc_from_model gives int8_tensorwise layers (qmm_tp_layer_from_model: W4A8 too)", layer,
+                  "layer %s: %s; qmm_tp_desc_from_model gives int8_tensorwise layers (qmm_tp_layer_from_model: "
+                  "W4A8 too)", layer,
                   li->kind == QMM_LAYER_FLOAT  ? "a float layer"
                   : li->kind == QMM_LAYER_W4A8 ? "a W4A8 layer (asym_w4a8_int8)"
                                                : "an unsupported quant format");

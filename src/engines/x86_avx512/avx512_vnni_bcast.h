@@ -103,7 +103,7 @@ static inline __attribute__((always_inline)) void qmm_vnni_tokens_out(const qmm_
 /* The broadcast kernels' rows, per 64 bytes k of rows w, w + span, .. (R of them): the prefetch
  * and, when full, the row sums (rs[r] += VPDPBUSD(1, the 64 bytes)). */
 static inline __attribute__((always_inline)) void qmm_vnni_bcast_head(const int full, const int R, const int8_t *w,
-                                                             int64_t span, int64_t k, __m512i rs[]) {
+                                                                      int64_t span, int64_t k, __m512i rs[]) {
     for (int r = 0; r < R; r++) {
         _mm_prefetch((const char *)(w + r * span + k + QMM_BC_PF), _MM_HINT_T1);
         if (full) rs[r] = qmm_vnni_dpbusd(rs[r], _mm512_set1_epi8(1), _mm512_loadu_si512(w + r * span + k));
@@ -113,8 +113,8 @@ static inline __attribute__((always_inline)) void qmm_vnni_bcast_head(const int 
 /* Their last bytes [K64, K) (K - K64 < 64; a masked load: nothing past K is read) into tail[r],
  * zero padded, and their row sums when full. */
 static inline __attribute__((always_inline)) void qmm_vnni_bcast_tail(const int full, const int R, const int8_t *w,
-                                                             int64_t span, int64_t K64, int64_t K,
-                                                             int8_t tail[][64], __m512i rs[]) {
+                                                                      int64_t span, int64_t K64, int64_t K,
+                                                                      int8_t tail[][64], __m512i rs[]) {
     const __mmask64 msk = ((__mmask64)1 << (K - K64)) - 1;
     for (int r = 0; r < R; r++) {
         const __m512i z = _mm512_maskz_loadu_epi8(msk, w + r * span + K64);
@@ -133,8 +133,8 @@ static inline __attribute__((always_inline)) void qmm_vnni_bcast_tail(const int 
  * Σ_k q[t][k]·w_r[k] (mod 2^32). The last K bytes of a row go through a masked load into tail[]
  * (zero past K): nothing past W[n][K-1] is read. */
 static inline __attribute__((always_inline)) void qmm_vnni_bcast_dot(const int corr, const int R, const int8_t *w,
-                                                            int64_t span, int64_t K, const uint8_t *ap,
-                                                            __m512i rs[], __m512i out[]) {
+                                                                     int64_t span, int64_t K, const uint8_t *ap,
+                                                                     __m512i rs[], __m512i out[]) {
     const int full = corr == QMM_BC_SUMS; /* the row sums are computed here */
     __m512i acc[QMM_BC_RMAX];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();
@@ -169,9 +169,10 @@ static inline __attribute__((always_inline)) void qmm_vnni_bcast_dot(const int c
  * qmm_qd8_qc8w_gemm_ukernel_12x1c8__avx512vnni_bcast (n8 and n4), ..._8x1c8_.. (n8), ..._4x1c16_..
  * (n4). out[r] as bcast_dot: lane t = token t, corrected (corr as bcast_dot; the pad lane is the
  * last, 8·n8 + 4·n4 − 1). */
-static inline __attribute__((always_inline)) void qmm_vnni_lanes_dot(const int n8, const int n4, const int corr, const int R,
-                                                            const int8_t *w, int64_t span, int64_t K,
-                                                            const uint8_t *ap, __m512i rs[], __m512i out[]) {
+static inline __attribute__((always_inline)) void qmm_vnni_lanes_dot(const int n8, const int n4, const int corr,
+                                                                     const int R, const int8_t *w, int64_t span,
+                                                                     int64_t K, const uint8_t *ap, __m512i rs[],
+                                                                     __m512i out[]) {
     const int full = corr == QMM_BC_SUMS, S = 64 * (2 * n8 + n4); /* bytes of the token copy per 16 k */
     __m512i a0[QMM_BC_RMAX], a1[QMM_BC_RMAX], b[QMM_BC_RMAX];
     for (int r = 0; r < R; r++) a0[r] = a1[r] = b[r] = _mm512_setzero_si512();
@@ -196,7 +197,8 @@ static inline __attribute__((always_inline)) void qmm_vnni_lanes_dot(const int n
         }
     }
     for (int r = 0; r < R; r++)
-        out[r] = qmm_vnni_bcast_correct(corr, qmm_vnni_lanes_out(n8, n4, a0[r], a1[r], b[r]), rs[r], 8 * n8 + 4 * n4 - 1);
+        out[r] = qmm_vnni_bcast_correct(corr, qmm_vnni_lanes_out(n8, n4, a0[r], a1[r], b[r]), rs[r],
+                                        8 * n8 + 4 * n4 - 1);
 }
 
 /* The lanes of a token group of r tokens (1..16): 16 (bcast_dot), else 12, 8 or 4 (lanes_dot).
