@@ -314,63 +314,6 @@ static qmm_status pair_one_process(const qmm_weight *wa, const qmm_weight *wb, i
     return st == QMM_OK ? qmm_linear(g_ctx, wb, &a) : st;
 }
 
-static void test_pair(int attention, qmm_engine_id e) {
-    const int R = g_size, parts = attention ? 3 : 2;
-    int gs1 = pick_gs(0), gs2 = (int)(tu_rand_int(0, 1) ? 16 : 0);
-    int64_t head = attention ? 16 : 1;
-    int64_t unit = gs2 > head ? gs2 : head; /* lcm of 16 and 1 or 16 */
-    int64_t F = unit * tu_rand_int(R, R + (g_quick ? 2 : 5));
-    int64_t K1 = gs1 ? gs1 * tu_rand_int(1, 2) : tu_rand_int(1, 100);
-    int64_t N2 = tu_rand_int(1, g_quick ? 30 : 70);
-    int64_t M = tu_rand_int(1, g_quick ? 7 : 25);
-    qmm_dtype xt = rand_float_dtype(), mt = rand_float_dtype(), yt = rand_float_dtype();
-    void *x = malloc((size_t)(M * K1) * qmm_dtype_size(xt));
-    tu_fill_float(x, xt, M * K1, 1.0f);
-    layer A, B;
-    make_layer(&A, attention ? "attn.qkv" : "mlp.fc1", parts * F, K1, gs1);
-    make_layer(&B, attention ? "attn.out" : "mlp.fc2", N2, F, gs2);
-    /* one process: first → (swiglu | core) → second */
-    qmm_weight *wa = NULL, *wb = NULL;
-    TU_CHECK_OK(qmm_weight_create_int8(g_ctx, &A.d, &wa));
-    TU_CHECK_OK(qmm_weight_create_int8(g_ctx, &B.d, &wb));
-    size_t ms = qmm_dtype_size(mt), ys = qmm_dtype_size(yt);
-    void *mid = malloc((size_t)(M * parts * F) * ms), *core = malloc((size_t)(M * F) * ms);
-    void *yref = calloc(1, (size_t)(M * N2) * ys), *y = calloc(1, (size_t)(M * N2) * ys);
-    const qmm_status st1 = wa && wb ? pair_one_process(wa, wb, attention, M, x, xt, F, mt, yt, e, mid, core, yref)
-                                    : QMM_ERR_INTERNAL;
-    TU_CHECK(st1 == QMM_OK, "one process %s engine %s: %s", attention ? "attention" : "mlp", qmm_engine_name(e),
-             qmm_last_error());
-    qmm_tp_pair_options o;
-    memset(&o, 0, sizeof o);
-    o.act = attention ? QMM_ACT_NONE : QMM_ACT_SWIGLU;
-    o.parts = parts;
-    o.unit = head;
-    o.core = attention ? toy_core : NULL;
-    qmm_tp_pair *P = NULL;
-    qmm_status st = qmm_tp_pair_create(g_ctx, g_comm, &A.d, &B.d, &o, &P);
-    TU_CHECK(st == QMM_OK, "rank %d pair create: %s", g_rank, qmm_last_error());
-    if (st == QMM_OK) {
-        st = qmm_tp_pair_run(P, g_ctx, M, x, xt, 0, mt, y, yt, 0, e);
-        TU_CHECK(st == QMM_OK, "rank %d pair run %s: %s", g_rank, attention ? "attention" : "mlp", qmm_last_error());
-        if (st == QMM_OK && st1 == QMM_OK) {
-            char what[96];
-            snprintf(what, sizeof what, "%s pair F=%lld gs=%d/%d x=%s mid=%s y=%s", attention ? "attention" : "mlp",
-                     (long long)F, gs1, gs2, qmm_dtype_name(xt), qmm_dtype_name(mt), qmm_dtype_name(yt));
-            check_same(what, e, M, N2, F, y, yref, yt, M * N2);
-        }
-    }
-    qmm_tp_pair_destroy(P);
-    qmm_weight_destroy(wa);
-    qmm_weight_destroy(wb);
-    free(x);
-    free(mid);
-    free(core);
-    free(y);
-    free(yref);
-    free_layer(&A);
-    free_layer(&B);
-}
-
 /* ---------------------------------------------------------------- errors: everyone fails, nobody hangs */
 static void expect_all(const char *what, qmm_status st, qmm_status want, const char *must_contain) {
     const char *m = qmm_last_error();
@@ -621,6 +564,20 @@ static qmm_status write_checkpoint(const char *path, const int8_t *wq, const flo
     return st;
 }
 
+/* rank 0's file for a test: /tmp/qmm_tp_<what>_<pid>_<seed>.safetensors into path[256] */
+static void shared_path(char *path, const char *what) {
+    snprintf(path, 256, "/tmp/qmm_tp_%s_%d_%llu.safetensors", what, (int)getpid(), (unsigned long long)tu_seed());
+}
+
+/* Collective: rank 0's path (written with status st) to every rank; whether the file is there */
+static int shared_file(char *path, qmm_status st) {
+    TU_CHECK(st == QMM_OK || g_rank != 0, "writing %s: %s", path, qmm_last_error());
+    int32_t ok = st == QMM_OK;
+    TU_CHECK_OK(g_comm->broadcast(g_comm, path, 256, 0));
+    TU_CHECK_OK(g_comm->broadcast(g_comm, &ok, sizeof ok, 0));
+    return ok;
+}
+
 /* Rank 0 writes a ComfyUI INT8 checkpoint with layers "ck.col" and "ck.row"; every rank opens
  * it, builds its slices from the mapped file and must match the single-process layer. */
 static void test_checkpoint(qmm_engine_id e) {
@@ -633,15 +590,10 @@ static void test_checkpoint(qmm_engine_id e) {
     for (int64_t n = 0; n < N; n++) memcpy(wq + n * K, L.w + n * L.d.ld, (size_t)K);
     qmm_status st = QMM_OK;
     if (g_rank == 0) {
-        snprintf(path, sizeof path, "/tmp/qmm_tp_test_%d_%llu.safetensors", (int)getpid(),
-                 (unsigned long long)tu_seed());
+        shared_path(path, "test");
         st = write_checkpoint(path, wq, L.scale, N, K);
-        TU_CHECK(st == QMM_OK, "writing %s: %s", path, qmm_last_error());
     }
-    int32_t ok = st == QMM_OK;
-    TU_CHECK_OK(g_comm->broadcast(g_comm, path, sizeof path, 0));
-    TU_CHECK_OK(g_comm->broadcast(g_comm, &ok, sizeof ok, 0));
-    if (!ok) {
+    if (!shared_file(path, st)) {
         tu_skip("checkpoint", "rank 0 could not write the file");
     } else {
         qmm_model *m = NULL;
@@ -949,11 +901,12 @@ static void test_w4a8_linear(qmm_tp_kind kind, qmm_engine_id e) {
     free_w4(&W);
 }
 
-/* A pair with W4A8 layers (each layer int8 or W4A8, at least one W4A8): MLP fc1 → swiglu → fc2
- * or attention qkv → toy_core → out_proj, compared with one process. */
-static void test_w4a8_pair(int attention, qmm_engine_id e) {
+/* A pair, MLP fc1 → swiglu → fc2 or attention qkv → toy_core → out_proj, compared with one
+ * process: int8 layers through qmm_tp_pair_create (w4 = 0), or each layer int8 or W4A8, at least
+ * one W4A8, through qmm_tp_pair_create_layers (w4 = 1). */
+static void test_pair(int attention, qmm_engine_id e, int w4) {
     const int R = g_size, parts = attention ? 3 : 2;
-    const int w1 = tu_rand_int(0, 3) != 0, w2 = !w1 || tu_rand_int(0, 1);
+    const int w1 = w4 && tu_rand_int(0, 3) != 0, w2 = w4 && (!w1 || tu_rand_int(0, 1));
     int b1, g1, c1, b2, g2, c2;
     pick_w4(&b1, &g1, &c1);
     pick_w4(&b2, &g2, &c2);
@@ -1005,7 +958,8 @@ static void test_w4a8_pair(int attention, qmm_engine_id e) {
     o.split = explicit_split ? split : NULL;
     o.core = attention ? toy_core : NULL;
     qmm_tp_pair *P = NULL;
-    qmm_status st = qmm_tp_pair_create_layers(g_ctx, g_comm, &la, &lb, &o, &P);
+    qmm_status st = w4 ? qmm_tp_pair_create_layers(g_ctx, g_comm, &la, &lb, &o, &P)
+                       : qmm_tp_pair_create(g_ctx, g_comm, &la.int8, &lb.int8, &o, &P); /* the int8 entry */
     TU_CHECK(st == QMM_OK, "rank %d create %s: %s", g_rank, what, qmm_last_error());
     if (st == QMM_OK) {
         st = qmm_tp_pair_run(P, g_ctx, M, x, xt, 0, mt, y, yt, 0, e);
@@ -1419,14 +1373,10 @@ static void test_w4a8_checkpoint(qmm_engine_id e) {
     memset(path, 0, sizeof path);
     qmm_status st = QMM_OK;
     if (g_rank == 0) {
-        snprintf(path, sizeof path, "/tmp/qmm_tp_w4_%d_%llu.safetensors", (int)getpid(), (unsigned long long)tu_seed());
+        shared_path(path, "w4");
         st = write_w4_checkpoint(path, &W);
-        TU_CHECK(st == QMM_OK, "writing %s: %s", path, qmm_last_error());
     }
-    int32_t ok = st == QMM_OK;
-    TU_CHECK_OK(g_comm->broadcast(g_comm, path, sizeof path, 0));
-    TU_CHECK_OK(g_comm->broadcast(g_comm, &ok, sizeof ok, 0));
-    if (!ok) {
+    if (!shared_file(path, st)) {
         tu_skip("W4A8 checkpoint", "rank 0 could not write the file");
     } else {
         qmm_model *m = NULL;
@@ -1592,16 +1542,16 @@ int main(int argc, char **argv) {
                 test_linear(QMM_TP_ROW, engines[i]);
             }
             for (int k = 0; k < (g_quick ? 1 : 3); k++) {
-                test_pair(0, engines[i]);
-                test_pair(1, engines[i]);
+                test_pair(0, engines[i], 0);
+                test_pair(1, engines[i], 0);
             }
             for (int k = 0; k < reps; k++) {
                 test_w4a8_linear(QMM_TP_COLUMN, engines[i]);
                 test_w4a8_linear(QMM_TP_ROW, engines[i]);
             }
             for (int k = 0; k < (g_quick ? 1 : 3); k++) {
-                test_w4a8_pair(0, engines[i]);
-                test_w4a8_pair(1, engines[i]);
+                test_pair(0, engines[i], 1);
+                test_pair(1, engines[i], 1);
             }
             test_w4a8_checkpoint(engines[i]);
         }
