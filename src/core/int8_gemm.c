@@ -51,7 +51,8 @@ static qmm_i8_rows_fn w4a8_fused(const qmm_i8_engine *e, const qmm_weight *w, in
 const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
     if (!e || M > e->rows_m || !qmm_i8_rows_kernel_for(e, M)) return "the int8 engine's n16k4 panels";
     if (!w4a8_fused(e, w, M, 0)) return "the int8 engine's rows regime (a few whole rows per thread)";
-    return M > 16 ? "the int8 engine's fused rows kernel (multiplied as looked up; kept for the later token groups)"
+    return M > 16 ? "the int8 engine's fused rows kernel (multiplied as looked up; kept for the later token "
+                    "groups)"
                   : "the int8 engine's fused rows kernel (multiplied, never stored)";
 }
 

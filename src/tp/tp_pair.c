@@ -9,8 +9,9 @@
  *
  * One split of F serves both layers (balanced in units of the lcm of unit and the second layer's
  * row-parallel K granularity, tp_row_unit; or the caller's), each layer int8 or W4A8; the result
- * equals one process running first → (swiglu | core) → second with the same engine, bit for bit, because each rank's intermediate columns are exactly the single
- * process's columns and the row-parallel layer is exact (tp_linear.c).
+ * equals one process running first → (swiglu | core) → second with the same engine, bit for bit,
+ * because each rank's intermediate columns are exactly the single process's columns and the
+ * row-parallel layer is exact (tp_linear.c).
  */
 #include "tp_internal.h"
 
