@@ -284,6 +284,10 @@ static inline __attribute__((always_inline)) void qmm_vnni_w4_bcast_kernel(const
  * block cut by N) one stream at a time */
 static inline __attribute__((always_inline)) void qmm_vnni_w4_groups_kernel(const int six, const qmm_i8_gemm *g,
                                                                             int64_t b0, int64_t b1) {
+    if (!g->w4_buf || g->panel_bytes < 8 * g->Kp) { /* the 8 kept rows need the driver's rows buffer */
+        qmm_call_bug(g->c, "w4a8 groups rows: no buffer for 8 rows of Kp");
+        return;
+    }
     const int per = qmm_w4_per(g->c->w->w4.group) == 4 ? 4 : 0;
     const int64_t nfull = b1 * 16 <= g->c->N ? b1 - b0 : b1 - b0 - 1, L = nfull / 8;
 #define W4_GR(P)                                                                              \
