@@ -1,41 +1,176 @@
 /*
- * avx512_vnni_attn.c — attention's int8 mode on avx512_vnni (SPEC §10, QMM_ATTN_INT8): QKᵀ on
- * int8 operands with VPDPBUSD (SageAttention's recipe: the keys' mean over the call's keys
- * subtracted first, which leaves every softmax row unchanged), P·V in f32 (FMA), the online
- * softmax in f32; under the attention driver (core/attention.h). Admits mode int8 only.
+ * avx512_vnni_attn.c — attention's int8 mode on avx512_vnni (SPEC §10, QMM_ATTN_INT8): both
+ * products on VPDPBUSD with exact int32 sums, the online softmax in f32, under the attention
+ * driver (core/attention.h). Admits mode int8 only.
  *
- * Quantization (per kv head when packed, per query row when its tile starts):
- *   k'[j] = k[j] − mean_j k[j];  sk[j] = max_d |k'[j][d]| / 127;  kq[j][d] = round(k'[j][d] / sk[j])
- *   sq[i] = max_d |q[i][d]| / 127;  qq[i][d] = round(q[i][d] / sq[i])     (all-zero rows: scale 0)
- *   score[i][j] = (Σ_d (qq[i][d] + 128)·kq[j][d] − 128·Σ_d kq[j][d]) · sq[i] · sk[j]
- * (VPDPBUSD multiplies the unsigned qq + 128 by the signed kq; the int32 sums are exact).
+ * Quantization (per kv head when packed, per query row when its tile starts; R the rotation):
+ *   k'[j] = k[j] − mean_j k[j]   (the keys' shift: every softmax row stays as it is)
+ *   R: ConvRot's rotation (numerics.h qmm_rotate_f32: x · H_g / √g per group of g) with g the
+ *      largest power of 4 up to 64 dividing D (1: none); orthonormal, so (R q)·(R k) = q·k
+ *   sk[j] = max_d |R k'[j]| / 127, kq = round(R k' / sk);  sq[i] = max_d |R q[i]| / 127,
+ *   qq = round(R q / sq)  (codes clamped to ±127; all-zero rows: scale 0; a row with a
+ *   non-finite value: scale NaN, so its scores are NaN)
+ *   score[i][j] = (Σ_d (qq + 128)·kq − 128·Σ_d kq) · sq[i] · sk[j]
+ *   p = exp(s − m) ∈ [0, 1] (the online softmax, l summed in f32 from the f32 p);
+ *   pq = round(255·p) u8;  sv[d] = max_j |v[j][d]| / 127 over the call's keys of the kv head,
+ *   vq = round(v / sv);  O = O·α + (Σ_j pq[j]·vq[j][d]) · sv[d] / 255   (a channel with a
+ *   non-finite value: sv NaN)
+ * VPDPBUSD multiplies unsigned by signed bytes: qq + 128 against kq, pq against vq as they are.
+ *
  * Packed kv head, Dq = D rounded up to 4, Dp = D rounded up to 16, keys past Skv zero:
  *   per block of 64 keys: kq [Dq/4][64][4] int8 (per 4 of D and 16 keys one zmm), Σ_d kq [64]
- *   int32, sk [64] f32; then the V blocks [64][Dp] f32 (V's rows).
+ *   int32, sk [64] f32; then per block of 64 keys vq [16][Dp][4] int8 (per 4 keys and 16 of D
+ *   one zmm); then sv/255 [Dp] f32 and the keys' mean [Dp] f32.
  * qk: 6 query rows × 64 keys (24 zmm), per 4 of D 4 K loads and 6 dword broadcasts of qq + 128.
+ * pv: 6 rows × 64 of D (24 zmm), per 4 keys 4 V loads and 6 dword broadcasts of pq.
  */
 #include "attention_avx512.h"
 #include "avx512_attn.h"
+#include "avx512_vnni.h"
+
+#include <string.h>
 
 #define NK QMM_ZA_NK
 #define MR QMM_ZA_MR
 
+/* the lanes of x that are NaN or ±Inf (exponent all ones) */
+static inline __mmask16 nonfinite(__m512 x) {
+    const __m512i e = _mm512_set1_epi32(0x7f800000);
+    return _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(x), e), e);
+}
+
 static int64_t dq_of(int64_t D) { return qmm_round_up(D, 4); }
 /* one K block: the codes, then the key sums and scales */
 static size_t kb_bytes(int64_t D) { return (size_t)(dq_of(D) * NK) + NK * 4 + NK * 4; }
-static size_t vb_bytes(int64_t D) { return (size_t)(NK * qmm_za_dp(D)) * sizeof(float); }
-static size_t kv_bytes(int64_t Skv, int64_t D) {
-    return (size_t)((Skv + NK - 1) / NK) * (qmm_round_up((int64_t)kb_bytes(D), 64) + vb_bytes(D)) +
-           (size_t)qmm_za_dp(D) * 4; /* + the keys' mean */
-}
 static size_t kb_stride(int64_t D) { return (size_t)qmm_round_up((int64_t)kb_bytes(D), 64); }
+/* one V block: the codes, then the channels' scales */
+static size_t vb_stride(int64_t D) { return (size_t)(NK * qmm_za_dp(D)) + (size_t)qmm_za_dp(D) * 4; }
+static size_t kv_bytes(int64_t Skv, int64_t D) {
+    return (size_t)((Skv + NK - 1) / NK) * (kb_stride(D) + vb_stride(D)) + (size_t)qmm_za_dp(D) * 4;
+}
 
-static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
+/* R's group: the largest power of 4 up to 64 that divides D (1: no rotation) */
+static int rot_group(int64_t D) {
+    int g = 1;
+    while (g < 64 && D % (4 * g) == 0) g *= 4;
+    return g;
+}
+
+/* row[0..Dp) ← R row: qmm_rotate_f32 (numerics.h) in its vector form (simd_avx512.h); lanes past
+ * D are whole groups of zeros and stay zero */
+static void rotate(float *row, int64_t Dp, int g) {
+    if (g == 1) return;
+    for (int64_t d = 0; d < Dp; d += 16) {
+        __m512 x = qmm_z_rot_s1(_mm512_loadu_ps(row + d));
+        _mm512_storeu_ps(row + d, g >= 16 ? qmm_z_rot_s4(x) : x);
+    }
+    if (g == 64)
+        for (int64_t d = 0; d < Dp; d += 64) qmm_z_rot_wide(row + d, 64, 16);
+    const __m512 sc = _mm512_set1_ps(qmm_convrot_scale(g));
+    for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(row + d, _mm512_mul_ps(_mm512_loadu_ps(row + d), sc));
+}
+
+/* row[0..Dp) (zero past D) → codes c8[0..Dp) round(row · 127 / max|row|), clamped to ±127;
+ * returns max|row| / 127 (NaN if a value is not finite) and Σ codes in *sum */
+static float quantize_row(const float *row, int64_t Dp, int8_t *c8, int32_t *sum) {
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int64_t d = 0; d < Dp; d += 16) {
+        const __m512 x = _mm512_loadu_ps(row + d);
+        bad |= nonfinite(x);
+        amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
+    }
+    const float am = _mm512_reduce_max_ps(amax), inv = am > 0.0f && !bad ? 127.0f / am : 0.0f;
+    __m512i s = _mm512_setzero_si512();
+    for (int64_t d = 0; d < Dp; d += 16) {
+        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + d), _mm512_set1_ps(inv)));
+        const __m512i cl = _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+        _mm_storeu_si128((__m128i *)(c8 + d), _mm512_cvtepi32_epi8(cl));
+        s = _mm512_add_epi32(s, cl);
+    }
+    *sum = _mm512_reduce_add_epi32(s);
+    return bad ? NAN : am / 127.0f;
+}
+
+static void pack_k(const qmm_attn_call *c, const void *k, char *K, const float *mean) {
     const int64_t D = c->D, Dq = dq_of(D), Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;
     const size_t es = qmm_dtype_size(c->kv_dtype), kbs = kb_stride(D);
+    const int g = rot_group(D);
+    float row[QMM_ATTN_MAX_D + 16];
+    int8_t q8[QMM_ATTN_MAX_D + 16];
+    for (int64_t j = 0; j < nblk * NK; j++) {
+        char *blk = K + (size_t)(j / NK) * kbs;
+        int8_t *kd = (int8_t *)blk + (j % NK) * 4;
+        int32_t *ksum = (int32_t *)(blk + Dq * NK);
+        float *sk = (float *)(ksum + NK);
+        if (j >= c->Skv) {
+            for (int64_t d = 0; d < Dq; d++) kd[(d / 4) * NK * 4 + d % 4] = 0;
+            ksum[j % NK] = 0;
+            sk[j % NK] = 0.0f;
+            continue;
+        }
+        const char *kr = (const char *)k + j * c->ks[2] * (int64_t)es;
+        for (int64_t d = 0; d < Dp; d += 16) {
+            const __mmask16 mk = qmm_za_lanes(D - d);
+            _mm512_storeu_ps(row + d, _mm512_maskz_sub_ps(mk, qmm_z_load16(kr, c->kv_dtype, d, mk), _mm512_loadu_ps(mean + d)));
+        }
+        rotate(row, Dp, g);
+        sk[j % NK] = quantize_row(row, Dp, q8, &ksum[j % NK]);
+        for (int64_t d = 0; d < Dq; d++) kd[(d / 4) * NK * 4 + d % 4] = d < D ? q8[d] : 0;
+    }
+}
+
+/* V per block of NK keys and channel: the codes [16][Dp][4] (keys past Skv zero), then
+ * vs = max_j |v[j][d]| / 127 over the block's keys [Dp] (NaN for a channel with a non-finite value) */
+static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
+    const int64_t D = c->D, Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;
+    const size_t es = qmm_dtype_size(c->kv_dtype), vbs = vb_stride(D);
+    for (int64_t b = 0; b < nblk; b++) {
+        int8_t *codes = (int8_t *)(V + (size_t)b * vbs);
+        float *vsc = (float *)(codes + NK * Dp);
+        const int64_t j0 = b * NK, nv = c->Skv - j0 < NK ? c->Skv - j0 : NK;
+        __m512 amax[QMM_ATTN_MAX_D / 16], inv[QMM_ATTN_MAX_D / 16];
+        __mmask16 bad[QMM_ATTN_MAX_D / 16];
+        for (int64_t z = 0; z < Dp / 16; z++) { amax[z] = _mm512_setzero_ps(); bad[z] = 0; }
+        for (int64_t j = j0; j < j0 + nv; j++) {
+            const char *vr = (const char *)v + j * c->vs[2] * (int64_t)es;
+            for (int64_t z = 0; z < Dp / 16; z++) {
+                const __m512 x = qmm_z_load16(vr, c->kv_dtype, 16 * z, qmm_za_lanes(D - 16 * z));
+                bad[z] |= nonfinite(x);
+                amax[z] = _mm512_max_ps(amax[z], _mm512_abs_ps(x));
+            }
+        }
+        for (int64_t z = 0; z < Dp / 16; z++) {
+            const __mmask16 pos = _mm512_cmp_ps_mask(amax[z], _mm512_setzero_ps(), _CMP_GT_OQ) & (__mmask16)~bad[z];
+            inv[z] = _mm512_maskz_div_ps(pos, _mm512_set1_ps(127.0f), amax[z]);
+            const __m512 sv = _mm512_div_ps(amax[z], _mm512_set1_ps(127.0f));
+            _mm512_storeu_ps(vsc + 16 * z, _mm512_mask_mov_ps(sv, bad[z], _mm512_set1_ps(NAN)));
+        }
+        for (int64_t jj = 0; jj < NK; jj++) {
+            int8_t *vd = codes + (jj / 4) * Dp * 4 + (jj % 4);
+            const char *vr = (const char *)v + (j0 + jj) * c->vs[2] * (int64_t)es;
+            for (int64_t z = 0; z < Dp / 16; z++) {
+                int8_t q8[16];
+                if (jj < nv) {
+                    const __m512 x = qmm_z_load16(vr, c->kv_dtype, 16 * z, qmm_za_lanes(D - 16 * z));
+                    const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv[z]));
+                    const __m512i cl = _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+                    _mm_storeu_si128((__m128i *)q8, _mm512_cvtepi32_epi8(cl));
+                } else {
+                    memset(q8, 0, sizeof q8);
+                }
+                for (int e = 0; e < 16; e++) vd[(16 * z + e) * 4] = q8[e];
+            }
+        }
+    }
+}
+
+static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
+    const int64_t D = c->D, Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;
+    const size_t es = qmm_dtype_size(c->kv_dtype);
     char *K = kv;
-    float *V = (float *)(K + (size_t)nblk * kbs);
-    float *mean = V + nblk * NK * Dp;
+    char *V = K + (size_t)nblk * kb_stride(D);
+    float *mean = (float *)(V + (size_t)nblk * vb_stride(D));
     /* the keys' mean (any vector subtracted from every key leaves the softmax as it is) */
     for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(mean + d, _mm512_setzero_ps());
     for (int64_t j = 0; j < c->Skv; j++) {
@@ -45,42 +180,8 @@ static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *
     }
     const __m512 inv_n = _mm512_set1_ps(1.0f / (float)c->Skv);
     for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(mean + d, _mm512_mul_ps(_mm512_loadu_ps(mean + d), inv_n));
-    float row[QMM_ATTN_MAX_D + 16];
-    int8_t q8[QMM_ATTN_MAX_D + 16];
-    for (int64_t j = 0; j < nblk * NK; j++) {
-        char *blk = K + (size_t)(j / NK) * kbs;
-        int8_t *kd = (int8_t *)blk + (j % NK) * 4;
-        int32_t *ksum = (int32_t *)(blk + Dq * NK);
-        float *sk = (float *)(ksum + NK);
-        float *vd = V + j * Dp;
-        if (j >= c->Skv) {
-            for (int64_t d = 0; d < Dq; d++) kd[(d / 4) * NK * 4 + d % 4] = 0;
-            ksum[j % NK] = 0;
-            sk[j % NK] = 0.0f;
-            for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(vd + d, _mm512_setzero_ps());
-            continue;
-        }
-        const char *kr = (const char *)k + j * c->ks[2] * (int64_t)es, *vr = (const char *)v + j * c->vs[2] * (int64_t)es;
-        __m512 amax = _mm512_setzero_ps();
-        for (int64_t d = 0; d < Dp; d += 16) {
-            const __mmask16 mk = qmm_za_lanes(D - d);
-            const __m512 x = _mm512_maskz_sub_ps(mk, qmm_z_load16(kr, c->kv_dtype, d, mk), _mm512_loadu_ps(mean + d));
-            _mm512_storeu_ps(row + d, x);
-            amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
-            _mm512_storeu_ps(vd + d, qmm_z_load16(vr, c->kv_dtype, d, mk));
-        }
-        const float am = _mm512_reduce_max_ps(amax), s = am / 127.0f, inv = am > 0.0f ? 127.0f / am : 0.0f;
-        int32_t sum = 0;
-        for (int64_t d = 0; d < Dp; d += 16) {
-            const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + d), _mm512_set1_ps(inv)));
-            const __m512i cl = _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
-            _mm_storeu_si128((__m128i *)(q8 + d), _mm512_cvtepi32_epi8(cl));
-            sum += _mm512_reduce_add_epi32(cl);
-        }
-        for (int64_t d = 0; d < Dq; d++) kd[(d / 4) * NK * 4 + d % 4] = d < D ? q8[d] : 0;
-        ksum[j % NK] = sum;
-        sk[j % NK] = s;
-    }
+    pack_k(c, k, K, mean);
+    pack_v(c, v, V);
 }
 
 /* S[i][0..64) = the block's scores of rows i < rows (see the top) */
@@ -98,10 +199,10 @@ static inline __attribute__((always_inline)) void qk_n(const int rows, const uin
                       k3 = _mm512_load_si512(kp + 192);
         for (int i = 0; i < rows; i++) {
             const __m512i qd = _mm512_set1_epi32((int)Qw[i * quads + p]);
-            acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], qd, k0);
-            acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], qd, k1);
-            acc[i][2] = _mm512_dpbusd_epi32(acc[i][2], qd, k2);
-            acc[i][3] = _mm512_dpbusd_epi32(acc[i][3], qd, k3);
+            acc[i][0] = qmm_vnni_dpbusd(acc[i][0], qd, k0);
+            acc[i][1] = qmm_vnni_dpbusd(acc[i][1], qd, k1);
+            acc[i][2] = qmm_vnni_dpbusd(acc[i][2], qd, k2);
+            acc[i][3] = qmm_vnni_dpbusd(acc[i][3], qd, k3);
         }
     }
     const int32_t *ksum = (const int32_t *)(blk + Dq * NK);
@@ -120,37 +221,83 @@ static void qk(int rows, const uint8_t *Q, const float *sq, int64_t Dq, const ch
     QMM_ATTN_BY_ROWS(rows, qk_n, Q, sq, Dq, blk, S);
 }
 
+/* O[i][d0 .. d0 + 16·nz) = O[i]·alpha[i] + (Σ_j pq[i][j]·vq[j]) · ps[i] · vs for rows i < rows
+ * (Vb: the block's codes, then vs [Dp]) */
+static inline __attribute__((always_inline)) void pv_n(const int rows, const int nz, const uint8_t *P, const float *ps,
+                                                        const int8_t *Vb, float *O, const float *alpha, int64_t Dp,
+                                                        int64_t d0) {
+    const float *vsc = (const float *)(Vb + NK * Dp);
+    __m512i acc[MR][4];
+    for (int i = 0; i < rows; i++)
+        for (int z = 0; z < nz; z++) acc[i][z] = _mm512_setzero_si512();
+    for (int p = 0; p < NK / 4; p++) {
+        const int8_t *vp = Vb + (p * Dp + d0) * 4;
+        __m512i v[4];
+        for (int z = 0; z < nz; z++) v[z] = _mm512_loadu_si512(vp + 64 * z);
+        for (int i = 0; i < rows; i++) {
+            uint32_t w;
+            memcpy(&w, P + i * NK + 4 * p, 4);
+            const __m512i pd = _mm512_set1_epi32((int)w);
+            for (int z = 0; z < nz; z++) acc[i][z] = qmm_vnni_dpbusd(acc[i][z], pd, v[z]);
+        }
+    }
+    for (int i = 0; i < rows; i++) {
+        const __m512 a = _mm512_set1_ps(alpha[i]), p = _mm512_set1_ps(ps[i]);
+        float *o = O + i * Dp + d0;
+        for (int z = 0; z < nz; z++) {
+            const __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][z]), p), _mm512_loadu_ps(vsc + d0 + 16 * z));
+            _mm512_storeu_ps(o + 16 * z, _mm512_fmadd_ps(_mm512_loadu_ps(o + 16 * z), a, x));
+        }
+    }
+}
+
+static void pv(int rows, const uint8_t *P, const float *ps, const char *Vb, float *O, const float *alpha, int64_t Dp) {
+    for (int64_t d0 = 0; d0 < Dp; d0 += 64) {
+        const int64_t nz = (Dp - d0) / 16 >= 4 ? 4 : (Dp - d0) / 16;
+        if (nz == 4) QMM_ATTN_BY_ROWS(rows, pv_n, 4, P, ps, (const int8_t *)Vb, O, alpha, Dp, d0);
+        else if (nz == 3) QMM_ATTN_BY_ROWS(rows, pv_n, 3, P, ps, (const int8_t *)Vb, O, alpha, Dp, d0);
+        else if (nz == 2) QMM_ATTN_BY_ROWS(rows, pv_n, 2, P, ps, (const int8_t *)Vb, O, alpha, Dp, d0);
+        else QMM_ATTN_BY_ROWS(rows, pv_n, 1, P, ps, (const int8_t *)Vb, O, alpha, Dp, d0);
+    }
+}
+
 /* query row i → qq + 128 [Dq] u8 and its scale */
 static void quantize_q(const qmm_attn_call *c, const void *q, int64_t i, uint8_t *Q, float *sq) {
     const int64_t D = c->D, Dq = dq_of(D), Dp = qmm_za_dp(D);
     const char *r = (const char *)q + i * c->qs[2] * (int64_t)qmm_dtype_size(c->q_dtype);
+    const int g = rot_group(D);
     float row[QMM_ATTN_MAX_D + 16];
-    __m512 amax = _mm512_setzero_ps();
-    for (int64_t d = 0; d < Dp; d += 16) {
-        const __m512 x = qmm_z_load16(r, c->q_dtype, d, qmm_za_lanes(D - d));
-        _mm512_storeu_ps(row + d, x);
-        amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
-    }
-    const float am = _mm512_reduce_max_ps(amax), inv = am > 0.0f ? 127.0f / am : 0.0f;
-    uint8_t u8[QMM_ATTN_MAX_D + 16];
-    for (int64_t d = 0; d < Dp; d += 16) {
-        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + d), _mm512_set1_ps(inv)));
-        const __m512i cl = _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
-        _mm_storeu_si128((__m128i *)(u8 + d), _mm512_cvtepi32_epi8(_mm512_add_epi32(cl, _mm512_set1_epi32(128))));
-    }
-    for (int64_t d = 0; d < Dq; d++) Q[i * Dq + d] = d < D ? u8[d] : 128;
-    sq[i] = am / 127.0f;
+    int8_t q8[QMM_ATTN_MAX_D + 16];
+    for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(row + d, qmm_z_load16(r, c->q_dtype, d, qmm_za_lanes(D - d)));
+    rotate(row, Dp, g);
+    int32_t sum;
+    sq[i] = quantize_row(row, Dp, q8, &sum);
+    for (int64_t d = 0; d < Dq; d++) Q[i * Dq + d] = (uint8_t)(d < D ? q8[d] + 128 : 128);
 }
 
-static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(qmm_za_dp(D)); }
+/* P row i of a block (f32 in [0, 1], or NaN) → pq [NK] u8 = round(p · 255 / pm), pm = the row's
+ * largest p of the block; returns pm / 255 (0 for a row of zeros) */
+static float quantize_p(const float *P, uint8_t *pq) {
+    __m512 x[NK / 16], mx = _mm512_setzero_ps();
+    for (int z = 0; z < NK / 16; z++) mx = _mm512_max_ps(mx, x[z] = _mm512_loadu_ps(P + 16 * z));
+    const float pm = _mm512_reduce_max_ps(mx);
+    const __m512 inv = _mm512_set1_ps(pm > 0.0f ? 255.0f / pm : 0.0f);
+    for (int z = 0; z < NK / 16; z++) {
+        const __m512i u = _mm512_min_epu32(_mm512_cvtps_epi32(_mm512_mul_ps(x[z], inv)), _mm512_set1_epi32(255));
+        _mm_storeu_si128((__m128i *)(pq + 16 * z), _mm512_cvtepi32_epi8(u));
+    }
+    return pm * (1.0f / 255.0f);
+}
+
+static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(qmm_za_dp(D)) + QMM_ZA_MQ * NK; }
 
 static void tile(const qmm_attn_call *c, const void *kv, const void *q, int64_t rows, const void *mask, void *out,
                  void *scratch) {
-    const int64_t Dq = dq_of(c->D), Dp = qmm_za_dp(c->D), nblk = (c->Skv + NK - 1) / NK;
-    const size_t kbs = kb_stride(c->D);
+    const int64_t D = c->D, Dq = dq_of(D), Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;
+    const size_t kbs = kb_stride(D);
     const qmm_za_tile t = qmm_za_tile_of(scratch, Dp);
-    uint8_t *Q = t.Q;
-    float *sq = t.blk;
+    uint8_t *Q = t.Q, *Pq = (uint8_t *)scratch + qmm_za_tile_bytes(Dp);
+    float *sq = t.blk, *ps = t.blk + QMM_ZA_MQ;
     for (int64_t i = 0; i < rows; i++) {
         quantize_q(c, q, i, Q, sq);
         t.m[i] = -INFINITY;
@@ -158,14 +305,18 @@ static void tile(const qmm_attn_call *c, const void *kv, const void *q, int64_t 
         for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(t.O + i * Dp + d, _mm512_setzero_ps());
     }
     const char *K = kv;
-    const float *V = (const float *)(K + (size_t)nblk * kbs);
+    const char *V = K + (size_t)nblk * kbs;
     for (int64_t kb = 0; kb < nblk; kb++) {
         const int64_t j0 = kb * NK, nv = c->Skv - j0 < NK ? c->Skv - j0 : NK;
         for (int64_t r = 0; r < rows; r += MR)
             qk((int)(rows - r < MR ? rows - r : MR), Q + r * Dq, sq + r, Dq, K + (size_t)kb * kbs, t.S + r * NK);
-        for (int64_t i = 0; i < rows; i++) qmm_za_softmax(c, &t, i, j0, nv, mask, 0);
+        for (int64_t i = 0; i < rows; i++) {
+            qmm_za_softmax(c, &t, i, j0, nv, mask, 0);
+            ps[i] = quantize_p(t.P + i * NK, Pq + i * NK);
+        }
         for (int64_t r = 0; r < rows; r += MR)
-            qmm_za_pv_f32((int)(rows - r < MR ? rows - r : MR), t.P + r * NK, V + kb * NK * Dp, t.O + r * Dp, t.alpha + r, Dp);
+            pv((int)(rows - r < MR ? rows - r : MR), Pq + r * NK, ps + r, V + (size_t)kb * vb_stride(D), t.O + r * Dp,
+               t.alpha + r, Dp);
     }
     for (int64_t i = 0; i < rows; i++) qmm_za_store(c, &t, i, out);
 }
@@ -175,7 +326,7 @@ static const qmm_attn_kernels kernels = {
 
 const char *qmm_avx512_vnni_attn_admit(const qmm_attn_call *c, char *why, size_t n) {
     (void)why; (void)n;
-    if (c->mode != QMM_ATTN_INT8) return "int8 QKᵀ runs in mode int8 only";
+    if (c->mode != QMM_ATTN_INT8) return "int8 QKᵀ and P·V run in mode int8 only";
     return NULL;
 }
 
