@@ -22,6 +22,7 @@
 #include "testutil.h"
 
 #include "dispatch.h"
+#include "numerics.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -105,44 +106,103 @@ static int64_t out_index(const qmm_attention_args *a, int64_t bb, int64_t h, int
 
 static double g_worst[QMM_ENGINE_MAX + 1]; /* per engine id; [QMM_ENGINE_MAX]: emulated amx_bf16 */
 
+/* Mode int8's rotation (avx512_vnni_attn.c): qmm_rotate_f32 (ConvRot's Hadamard, numerics.h)
+ * per group of g values, g the largest power of 4 up to 64 dividing D; x[0..D) in place. */
+static void int8_rotate(double *x, int64_t D) {
+    int g = 1;
+    while (g < 64 && D % (4 * g) == 0) g *= 4;
+    if (g == 1) return;
+    float *f = malloc((size_t)D * sizeof(float));
+    for (int64_t d = 0; d < D; d++) f[d] = (float)x[d];
+    qmm_rotate_f32(f, D, g);
+    for (int64_t d = 0; d < D; d++) x[d] = f[d];
+    free(f);
+}
+
 /* Mode int8's score error bound (avx512_vnni_attn.c's quantization, SPEC §10): the largest
- * |scale| · (sq/2 · Σ|k'| + sk/2 · Σ|q| + D · sq/2 · sk/2) over the call's (query, key) pairs,
- * k' = k − the kv head's mean key, sq = max|q| / 127, sk = max|k'| / 127 (rounding to nearest:
- * each code is off by at most half a step; the 1e-6 relative slack covers the f32 mean). */
+ * |scale| · (sq/2 · Σ|R k'| + sk/2 · Σ|R q| + D · sq/2 · sk/2) over the call's (query, key)
+ * pairs, k' = k − the kv head's mean key, R the rotation, sq = max|R q| / 127, sk = max|R k'| /
+ * 127 (rounding to nearest: each code is off by at most half a step; the relative slacks cover
+ * the f32 mean and rotation). */
 static double int8_score_bound(const qmm_attention_args *a, float scale) {
     double eps = 0;
-    double *mean = calloc((size_t)a->D, sizeof(double));
+    const int64_t D = a->D;
+    double *mean = calloc((size_t)D, sizeof(double)), *x = malloc((size_t)D * sizeof(double));
+    double *ka = malloc((size_t)a->Skv * sizeof(double)), *ks = malloc((size_t)a->Skv * sizeof(double));
     for (int64_t bb = 0; bb < a->B; bb++)
         for (int64_t hk = 0; hk < a->Hkv; hk++) {
-            for (int64_t d = 0; d < a->D; d++) {
+            const int64_t k0 = bb * a->k_stride[0] + hk * a->k_stride[1];
+            for (int64_t d = 0; d < D; d++) {
                 double m = 0;
-                for (int64_t j = 0; j < a->Skv; j++)
-                    m += tu_load(a->k, a->kv_dtype, bb * a->k_stride[0] + hk * a->k_stride[1] + j * a->k_stride[2] + d);
+                for (int64_t j = 0; j < a->Skv; j++) m += tu_load(a->k, a->kv_dtype, k0 + j * a->k_stride[2] + d);
                 mean[d] = m / (double)a->Skv;
+            }
+            for (int64_t j = 0; j < a->Skv; j++) {
+                for (int64_t d = 0; d < D; d++) x[d] = tu_load(a->k, a->kv_dtype, k0 + j * a->k_stride[2] + d) - mean[d];
+                int8_rotate(x, D);
+                ka[j] = ks[j] = 0;
+                for (int64_t d = 0; d < D; d++) {
+                    ks[j] += fabs(x[d]);
+                    if (fabs(x[d]) > ka[j]) ka[j] = fabs(x[d]);
+                }
             }
             for (int64_t h = hk * (a->H / a->Hkv); h < (hk + 1) * (a->H / a->Hkv); h++)
                 for (int64_t s = 0; s < a->S; s++) {
                     double qa = 0, qs = 0;
-                    for (int64_t d = 0; d < a->D; d++) {
-                        const double x = fabs(tu_load(a->q, a->q_dtype, bb * a->q_stride[0] + h * a->q_stride[1] + s * a->q_stride[2] + d));
-                        qs += x;
-                        if (x > qa) qa = x;
+                    for (int64_t d = 0; d < D; d++)
+                        x[d] = tu_load(a->q, a->q_dtype, bb * a->q_stride[0] + h * a->q_stride[1] + s * a->q_stride[2] + d);
+                    int8_rotate(x, D);
+                    for (int64_t d = 0; d < D; d++) {
+                        qs += fabs(x[d]);
+                        if (fabs(x[d]) > qa) qa = fabs(x[d]);
                     }
                     for (int64_t j = 0; j < a->Skv; j++) {
-                        double ka = 0, ks = 0;
-                        for (int64_t d = 0; d < a->D; d++) {
-                            const double x = fabs(tu_load(a->k, a->kv_dtype, bb * a->k_stride[0] + hk * a->k_stride[1] + j * a->k_stride[2] + d) - mean[d]);
-                            ks += x;
-                            if (x > ka) ka = x;
-                        }
-                        const double sq = qa / 127 * (1 + 1e-6), sk = ka / 127 * (1 + 1e-6) + 1e-6 * ka;
-                        const double e = fabs(scale) * (sq / 2 * (ks + 1e-6 * (double)a->D * ka) + sk / 2 * qs + (double)a->D * sq / 2 * sk / 2);
+                        const double sq = qa / 127 * (1 + 1e-6), sk = ka[j] / 127 * (1 + 1e-6) + 1e-6 * ka[j];
+                        const double e = fabs(scale) * (sq / 2 * (ks[j] + 1e-6 * (double)D * ka[j]) + sk / 2 * qs +
+                                                        (double)D * sq / 2 * sk / 2 + 1e-5 * qs * ka[j]);
                         if (e > eps) eps = e;
                     }
                 }
         }
-    free(mean);
+    free(mean); free(x); free(ka); free(ks);
     return eps;
+}
+
+/* Mode int8's P·V term of query row (bb, h, s), in units of max|v| (avx512_vnni_attn.c: p in u8
+ * per row and block of 64 keys at the scale pm/255, pm the block's largest p; v in int8 per block
+ * and channel): with p the exact probabilities (scores off by at most eps, so each p off by a
+ * factor e^{±2eps}), a code of p is off by at most min(p, pm/510)·e^{2eps}, one of v by
+ * max|v|/254; out moves by at most (1 + 1/254)·e^{4eps}·Σ_j min(p_j, pm_b/510) / Σ_j p_j +
+ * (1 + that)/254. */
+static double int8_pv_bound(const qmm_attention_args *a, float scale, double eps, int64_t bb, int64_t h, int64_t s) {
+    const int64_t hk = h / (a->H / a->Hkv), Skv = a->Skv;
+    double *sc = malloc((size_t)Skv * sizeof(double)), m = -INFINITY;
+    for (int64_t j = 0; j < Skv; j++) {
+        double acc = 0;
+        for (int64_t d = 0; d < a->D; d++)
+            acc += (double)tu_load(a->q, a->q_dtype, bb * a->q_stride[0] + h * a->q_stride[1] + s * a->q_stride[2] + d) *
+                   tu_load(a->k, a->kv_dtype, bb * a->k_stride[0] + hk * a->k_stride[1] + j * a->k_stride[2] + d);
+        double x = acc * scale;
+        if (a->mask) {
+            const int64_t mi = bb * a->mask_stride[0] + h * a->mask_stride[1] + s * a->mask_stride[2] + j * a->mask_stride[3];
+            if (a->mask_dtype == QMM_U8) x = ((const uint8_t *)a->mask)[mi] ? x : -INFINITY;
+            else x += tu_load(a->mask, a->mask_dtype, mi);
+        }
+        sc[j] = x;
+        if (x > m) m = x;
+    }
+    double l = 0, err = 0;
+    if (m > -INFINITY) {
+        for (int64_t j = 0; j < Skv; j++) l += (sc[j] = exp(sc[j] - m));
+        for (int64_t j0 = 0; j0 < Skv; j0 += 64) {
+            double pm = 0;
+            for (int64_t j = j0; j < j0 + 64 && j < Skv; j++) pm = sc[j] > pm ? sc[j] : pm;
+            for (int64_t j = j0; j < j0 + 64 && j < Skv; j++) err += fmin(sc[j], pm / 510 * (1 + 1e-5));
+        }
+    }
+    free(sc);
+    const double pr = l > 0 ? (1 + 1.0 / 254) * exp(4 * eps) * err / l : 0;
+    return pr + (1 + pr) / 254 * (1 + 1e-5) + 1e-5;
 }
 
 static int bf16_operands(qmm_engine_id e) { return e == QMM_ENGINE_AVX512_BF16 || e == QMM_ENGINE_AMX_BF16; }
@@ -174,16 +234,19 @@ static int compare(qmm_engine_id e, int slot, const acase *t, const abuf *b, con
                 }
     const double u = ldexp(1.0, -24);
     double base = vmax * (2 * A * (double)(a->D + 2) * 2 * u + (double)(a->Skv + 8) * 2 * u);
-    if (a->mode == QMM_ATTN_INT8 && e == QMM_ENGINE_AVX512_VNNI) base += vmax * (exp(2 * int8_score_bound(a, scale)) - 1);
+    const int int8 = a->mode == QMM_ATTN_INT8 && e == QMM_ENGINE_AVX512_VNNI;
+    const double eps = int8 ? int8_score_bound(a, scale) : 0;
+    if (int8) base += vmax * (exp(2 * eps) - 1);
     else if (bf16_operands(e)) base += vmax * (2 * A * ldexp(1.0, -8) + ldexp(1.0, -7));
     int ok = 1;
     for (int64_t bb = 0; bb < a->B && ok; bb++)
         for (int64_t h = 0; h < a->H && ok; h++)
-            for (int64_t s = 0; s < a->S && ok; s++)
+            for (int64_t s = 0; s < a->S && ok; s++) {
+                const double row = int8 ? vmax * int8_pv_bound(a, scale, eps, bb, h, s) : 0;
                 for (int64_t d = 0; d < a->D; d++) {
                     const double r = ref[((bb * a->H + h) * a->S + s) * a->D + d];
                     const double y = tu_load(a->out, a->out_dtype, out_index(a, bb, h, s) + d);
-                    const double tol = base + tu_ulp(r, a->out_dtype);
+                    const double tol = base + row + tu_ulp(r, a->out_dtype);
                     const double err = fabs(y - r);
                     if (tol > 0 && err / tol > g_worst[slot]) g_worst[slot] = err / tol;
                     if (!(err <= tol)) {
@@ -200,6 +263,7 @@ static int compare(qmm_engine_id e, int slot, const acase *t, const abuf *b, con
                     }
                     if (r == 0.0 && t->masked_rows && y != 0.0) { TU_CHECK(0, "%s: a fully masked row is not 0", qmm_engine_name(e)); ok = 0; break; }
                 }
+            }
     return ok;
 }
 
