@@ -275,18 +275,41 @@ static void quantize_q(const qmm_attn_call *c, const void *q, int64_t i, uint8_t
     for (int64_t d = 0; d < Dq; d++) Q[i * Dq + d] = (uint8_t)(d < D ? q8[d] + 128 : 128);
 }
 
-/* P row i of a block (f32 in [0, 1], or NaN) → pq [NK] u8 = round(p · 255 / pm), pm = the row's
- * largest p of the block; returns pm / 255 (0 for a row of zeros) */
-static float quantize_p(const float *P, uint8_t *pq) {
-    __m512 x[NK / 16], mx = _mm512_setzero_ps();
-    for (int z = 0; z < NK / 16; z++) mx = _mm512_max_ps(mx, x[z] = _mm512_loadu_ps(P + 16 * z));
-    const float pm = _mm512_reduce_max_ps(mx);
-    const __m512 inv = _mm512_set1_ps(pm > 0.0f ? 255.0f / pm : 0.0f);
-    for (int z = 0; z < NK / 16; z++) {
-        const __m512i u = _mm512_min_epu32(_mm512_cvtps_epi32(_mm512_mul_ps(x[z], inv)), _mm512_set1_epi32(255));
-        _mm_storeu_si128((__m128i *)(pq + 16 * z), _mm512_cvtepi32_epi8(u));
+/* The online softmax of row i on one block of nv valid keys (attention_avx512.h's, with P in
+ * u8): s = scale·S (+ mask; keys past Skv -inf), bm = max s, m' = max(m, bm), e = exp(s − bm),
+ * pq = round(255·e), ps = exp(bm − m') / 255 (so p = exp(s − m') ≈ pq·ps), α = exp(m − m'),
+ * l = l·α + exp(bm − m')·Σ e. A NaN score makes l NaN (the row's output NaN); while every score
+ * so far is -inf, pq = 0 and l stays 0. */
+static void softmax_u8(const qmm_attn_call *c, const qmm_za_tile *t, int64_t i, int64_t j0, int64_t nv,
+                       const void *mask, uint8_t *pq, float *ps) {
+    const __m512 sc = _mm512_set1_ps(c->scale), ninf = _mm512_set1_ps(-INFINITY);
+    __m512 s[4];
+    for (int z = 0; z < 4; z++)
+        s[z] = _mm512_mask_mul_ps(ninf, qmm_za_lanes(nv - 16 * z), _mm512_loadu_ps(t->S + i * NK + 16 * z), sc);
+    if (mask) qmm_za_mask(c, mask, i, j0, nv, t->mtmp, s);
+    __mmask16 nan = 0;
+    for (int z = 0; z < 4; z++) nan |= _mm512_cmp_ps_mask(s[z], s[z], _CMP_UNORD_Q);
+    const float bm = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3])));
+    const float m0 = t->m[i], mn = bm > m0 ? bm : m0;
+    if (nan || bm == -INFINITY) { /* a NaN score, or every key of the block masked: nothing to add */
+        if (nan) t->l[i] = NAN;
+        t->alpha[i] = 1.0f;
+        *ps = 0.0f;
+        _mm512_storeu_si512(pq, _mm512_setzero_si512());
+        return;
     }
-    return pm * (1.0f / 255.0f);
+    const float a = mn == m0 ? 1.0f : qmm_expf(m0 - mn), f = bm == mn ? 1.0f : qmm_expf(bm - mn);
+    const __m512 vb = _mm512_set1_ps(bm), k255 = _mm512_set1_ps(255.0f);
+    __m512 sum = _mm512_setzero_ps();
+    for (int z = 0; z < 4; z++) {
+        const __m512 e = qmm_za_exp_le0(_mm512_sub_ps(s[z], vb));
+        sum = _mm512_add_ps(sum, e);
+        _mm_storeu_si128((__m128i *)(pq + 16 * z), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(e, k255))));
+    }
+    t->l[i] = t->l[i] * a + f * _mm512_reduce_add_ps(sum);
+    t->m[i] = mn;
+    t->alpha[i] = a;
+    *ps = f * (1.0f / 255.0f);
 }
 
 static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(qmm_za_dp(D)) + QMM_ZA_MQ * NK; }
@@ -310,10 +333,7 @@ static void tile(const qmm_attn_call *c, const void *kv, const void *q, int64_t 
         const int64_t j0 = kb * NK, nv = c->Skv - j0 < NK ? c->Skv - j0 : NK;
         for (int64_t r = 0; r < rows; r += MR)
             qk((int)(rows - r < MR ? rows - r : MR), Q + r * Dq, sq + r, Dq, K + (size_t)kb * kbs, t.S + r * NK);
-        for (int64_t i = 0; i < rows; i++) {
-            qmm_za_softmax(c, &t, i, j0, nv, mask, 0);
-            ps[i] = quantize_p(t.P + i * NK, Pq + i * NK);
-        }
+        for (int64_t i = 0; i < rows; i++) softmax_u8(c, &t, i, j0, nv, mask, Pq + i * NK, ps + i);
         for (int64_t r = 0; r < rows; r += MR)
             pv((int)(rows - r < MR ? rows - r : MR), Pq + r * NK, ps + r, V + (size_t)kb * vb_stride(D), t.O + r * Dp,
                t.alpha + r, Dp);
