@@ -486,10 +486,11 @@ typedef enum qmm_attn_mode {
                             with f32 accumulation where the CPU runs them faster than f32 FMA,
                             else f32 */
     QMM_ATTN_F32 = 1,    /* f32 operands only (engines with bf16 operands refuse) */
-    QMM_ATTN_INT8 = 2,   /* QKᵀ on int8 operands (the keys' mean subtracted, then q per row and k
-                            per key quantized to int8, SageAttention-style), P·V in f32, on an
-                            int8 engine; where none admits, the best float engine runs mode best
-                            — a fallback: counted, refused in strict mode */
+    QMM_ATTN_INT8 = 2,   /* comfy-kitchen's int8 recipe: the keys' mean subtracted, q and k rotated
+                            (Hadamard) and quantized to int8 per row and key, P in u8 and V in
+                            int8 per block of 64 keys, both products exact in int32 (SPEC §10),
+                            on an int8 engine; where none admits, the best float engine runs
+                            mode best — a fallback: counted, refused in strict mode */
     QMM_ATTN_MODE_COUNT = 3
 } qmm_attn_mode;
 
