@@ -261,7 +261,7 @@ static void pv(int rows, const uint8_t *P, const float *ps, const char *Vb, floa
     }
 }
 
-/* query row i → qq + 128 [Dq] u8 and its scale */
+/* query row i → qq + 128 [Dq] u8 and its scale times the call's scale and log2(e) */
 static void quantize_q(const qmm_attn_call *c, const void *q, int64_t i, uint8_t *Q, float *sq) {
     const int64_t D = c->D, Dq = dq_of(D), Dp = qmm_za_dp(D);
     const char *r = (const char *)q + i * c->qs[2] * (int64_t)qmm_dtype_size(c->q_dtype);
@@ -271,42 +271,65 @@ static void quantize_q(const qmm_attn_call *c, const void *q, int64_t i, uint8_t
     for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(row + d, qmm_z_load16(r, c->q_dtype, d, qmm_za_lanes(D - d)));
     rotate(row, Dp, g);
     int32_t sum;
-    sq[i] = quantize_row(row, Dp, q8, &sum);
+    sq[i] = quantize_row(row, Dp, q8, &sum) * (c->scale * 1.44269504088896341f);
     for (int64_t d = 0; d < Dq; d++) Q[i * Dq + d] = (uint8_t)(d < D ? q8[d] + 128 : 128);
 }
 
-/* The online softmax of row i on one block of nv valid keys (attention_avx512.h's, with P in
- * u8): s = scale·S (+ mask; keys past Skv -inf), bm = max s, m' = max(m, bm), e = exp(s − bm),
- * pq = round(255·e), ps = exp(bm − m') / 255 (so p = exp(s − m') ≈ pq·ps), α = exp(m − m'),
- * l = l·α + exp(bm − m')·Σ e. A NaN score makes l NaN (the row's output NaN); while every score
- * so far is -inf, pq = 0 and l stays 0. */
+/* 255 · 2^x for x <= 0, -inf (0) or NaN (NaN): 2^n · q(x − n), n = round(x), q the degree-5
+ * polynomial of 255 · 2^f on |f| <= 1/2 (fitted to relative error 8e-8); 0 below 2^-126 */
+static inline __m512 exp2_255(__m512 x) {
+    const __m512 n = _mm512_roundscale_ps(x, QMM_Z_RNE), f = _mm512_sub_ps(x, n);
+    __m512 q = _mm512_set1_ps(255.0f * 0.001326697994954884f);
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(255.0f * 0.009675469249486923f));
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(255.0f * 0.05550742521882057f));
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(255.0f * 0.24022121727466583f));
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(255.0f * 0.6931469440460205f));
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(255.0f * 1.0000001192092896f));
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ); /* not below, or NaN */
+    return _mm512_maskz_scalef_ps(keep, q, n);
+}
+
+/* The online softmax of row i on one block of nv valid keys (attention_avx512.h's, in base 2 and
+ * with P in u8): S holds the scores times log2(e) (the scale and log2(e) are in sq); an additive
+ * mask is added in base e. bm = max s, m' = max(m, bm), e = 2^(s − bm), pq = round(255·e),
+ * ps = 2^(bm − m') / 255 (so p = 2^(s − m') ≈ pq·ps), α = 2^(m − m'), l = l·α + 2^(bm − m')·Σ e.
+ * A NaN score makes l NaN (the row's output NaN); while every score so far is -inf, pq = 0 and
+ * l stays 0. */
 static void softmax_u8(const qmm_attn_call *c, const qmm_za_tile *t, int64_t i, int64_t j0, int64_t nv,
                        const void *mask, uint8_t *pq, float *ps) {
-    const __m512 sc = _mm512_set1_ps(c->scale), ninf = _mm512_set1_ps(-INFINITY);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 s[4];
-    for (int z = 0; z < 4; z++)
-        s[z] = _mm512_mask_mul_ps(ninf, qmm_za_lanes(nv - 16 * z), _mm512_loadu_ps(t->S + i * NK + 16 * z), sc);
-    if (mask) qmm_za_mask(c, mask, i, j0, nv, t->mtmp, s);
-    __mmask16 nan = 0;
-    for (int z = 0; z < 4; z++) nan |= _mm512_cmp_ps_mask(s[z], s[z], _CMP_UNORD_Q);
+    for (int z = 0; z < 4; z++) s[z] = _mm512_mask_loadu_ps(ninf, qmm_za_lanes(nv - 16 * z), t->S + i * NK + 16 * z);
+    if (mask && c->mask_dtype != QMM_U8) {
+        for (int z = 0; z < 4; z++) s[z] = _mm512_mul_ps(s[z], _mm512_set1_ps(0.693147180559945309f));
+        qmm_za_mask(c, mask, i, j0, nv, t->mtmp, s);
+        for (int z = 0; z < 4; z++) s[z] = _mm512_mul_ps(s[z], _mm512_set1_ps(1.44269504088896341f));
+    } else if (mask) {
+        qmm_za_mask(c, mask, i, j0, nv, t->mtmp, s);
+    }
     const float bm = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3])));
-    const float m0 = t->m[i], mn = bm > m0 ? bm : m0;
-    if (nan || bm == -INFINITY) { /* a NaN score, or every key of the block masked: nothing to add */
+    if (!(bm > -INFINITY)) { /* every key of the block masked, or a NaN the max passed over */
+        __mmask16 nan = 0;
+        for (int z = 0; z < 4; z++) nan |= _mm512_cmp_ps_mask(s[z], s[z], _CMP_UNORD_Q);
         if (nan) t->l[i] = NAN;
         t->alpha[i] = 1.0f;
         *ps = 0.0f;
         _mm512_storeu_si512(pq, _mm512_setzero_si512());
         return;
     }
-    const float a = mn == m0 ? 1.0f : qmm_expf(m0 - mn), f = bm == mn ? 1.0f : qmm_expf(bm - mn);
-    const __m512 vb = _mm512_set1_ps(bm), k255 = _mm512_set1_ps(255.0f);
+    const float m0 = t->m[i], mn = bm > m0 ? bm : m0;
+    const __m512 vb = _mm512_set1_ps(bm);
     __m512 sum = _mm512_setzero_ps();
     for (int z = 0; z < 4; z++) {
-        const __m512 e = qmm_za_exp_le0(_mm512_sub_ps(s[z], vb));
+        const __m512 e = exp2_255(_mm512_sub_ps(s[z], vb)); /* a NaN score: e and so l NaN */
         sum = _mm512_add_ps(sum, e);
-        _mm_storeu_si128((__m128i *)(pq + 16 * z), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(e, k255))));
+        _mm_storeu_si128((__m128i *)(pq + 16 * z), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(e)));
     }
-    t->l[i] = t->l[i] * a + f * _mm512_reduce_add_ps(sum);
+    /* 255·α and 255·2^(bm − m') in two lanes of one call (one of them is 255·2^0) */
+    float af[16];
+    _mm512_storeu_ps(af, exp2_255(_mm512_setr_ps(m0 - mn, bm - mn, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)));
+    const float a = mn == m0 ? 1.0f : af[0] * (1.0f / 255.0f), f = bm == mn ? 1.0f : af[1] * (1.0f / 255.0f);
+    t->l[i] = t->l[i] * a + f * (_mm512_reduce_add_ps(sum) * (1.0f / 255.0f));
     t->m[i] = mn;
     t->alpha[i] = a;
     *ps = f * (1.0f / 255.0f);
