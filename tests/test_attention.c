@@ -106,17 +106,16 @@ static int64_t out_index(const qmm_attention_args *a, int64_t bb, int64_t h, int
 
 static double g_worst[QMM_ENGINE_MAX + 1]; /* per engine id; [QMM_ENGINE_MAX]: emulated amx_bf16 */
 
-/* Mode int8's rotation (avx512_vnni_attn.c): qmm_rotate_f32 (ConvRot's Hadamard, numerics.h)
- * per group of g values, g the largest power of 4 up to 64 dividing D; x[0..D) in place. */
-static void int8_rotate(double *x, int64_t D) {
-    int g = 1;
-    while (g < 64 && D % (4 * g) == 0) g *= 4;
-    if (g == 1) return;
-    float *f = malloc((size_t)D * sizeof(float));
-    for (int64_t d = 0; d < D; d++) f[d] = (float)x[d];
-    qmm_rotate_f32(f, D, g);
-    for (int64_t d = 0; d < D; d++) x[d] = f[d];
-    free(f);
+/* Mode int8's rotation (avx512_vnni_attn.c): x[0..D) padded with zeros to Dq = D rounded up to
+ * 64, then qmm_rotate_f32 (ConvRot's Hadamard, numerics.h) per group of 64; x holds
+ * QMM_ATTN_MAX_D values; returns Dq. */
+static int64_t int8_rotate(double *x, int64_t D) {
+    const int64_t Dq = (D + 63) / 64 * 64;
+    float f[QMM_ATTN_MAX_D];
+    for (int64_t d = 0; d < Dq; d++) f[d] = d < D ? (float)x[d] : 0.0f;
+    qmm_rotate_f32(f, Dq, 64);
+    for (int64_t d = 0; d < Dq; d++) x[d] = f[d];
+    return Dq;
 }
 
 /* Mode int8's score error bound (avx512_vnni_attn.c's quantization, SPEC §10): the largest
@@ -127,7 +126,7 @@ static void int8_rotate(double *x, int64_t D) {
 static double int8_score_bound(const qmm_attention_args *a, float scale) {
     double eps = 0;
     const int64_t D = a->D;
-    double *mean = calloc((size_t)D, sizeof(double)), *x = malloc((size_t)D * sizeof(double));
+    double *mean = calloc((size_t)D, sizeof(double)), *x = malloc(QMM_ATTN_MAX_D * sizeof(double));
     double *ka = malloc((size_t)a->Skv * sizeof(double)), *ks = malloc((size_t)a->Skv * sizeof(double));
     for (int64_t bb = 0; bb < a->B; bb++)
         for (int64_t hk = 0; hk < a->Hkv; hk++) {
@@ -139,9 +138,9 @@ static double int8_score_bound(const qmm_attention_args *a, float scale) {
             }
             for (int64_t j = 0; j < a->Skv; j++) {
                 for (int64_t d = 0; d < D; d++) x[d] = tu_load(a->k, a->kv_dtype, k0 + j * a->k_stride[2] + d) - mean[d];
-                int8_rotate(x, D);
+                const int64_t Dq = int8_rotate(x, D);
                 ka[j] = ks[j] = 0;
-                for (int64_t d = 0; d < D; d++) {
+                for (int64_t d = 0; d < Dq; d++) {
                     ks[j] += fabs(x[d]);
                     if (fabs(x[d]) > ka[j]) ka[j] = fabs(x[d]);
                 }
@@ -151,15 +150,15 @@ static double int8_score_bound(const qmm_attention_args *a, float scale) {
                     double qa = 0, qs = 0;
                     for (int64_t d = 0; d < D; d++)
                         x[d] = tu_load(a->q, a->q_dtype, bb * a->q_stride[0] + h * a->q_stride[1] + s * a->q_stride[2] + d);
-                    int8_rotate(x, D);
-                    for (int64_t d = 0; d < D; d++) {
+                    const int64_t Dq = int8_rotate(x, D);
+                    for (int64_t d = 0; d < Dq; d++) {
                         qs += fabs(x[d]);
                         if (fabs(x[d]) > qa) qa = fabs(x[d]);
                     }
                     for (int64_t j = 0; j < a->Skv; j++) {
                         const double sq = qa / 127 * (1 + 1e-6), sk = ka[j] / 127 * (1 + 1e-6) + 1e-6 * ka[j];
-                        const double e = fabs(scale) * (sq / 2 * (ks[j] + 1e-6 * (double)D * ka[j]) + sk / 2 * qs +
-                                                        (double)D * sq / 2 * sk / 2 + 1e-5 * qs * ka[j]);
+                        const double e = fabs(scale) * (sq / 2 * (ks[j] + 1e-6 * (double)Dq * ka[j]) + sk / 2 * qs +
+                                                        (double)Dq * sq / 2 * sk / 2 + 1e-5 * qs * ka[j]);
                         if (e > eps) eps = e;
                     }
                 }

@@ -5,8 +5,8 @@
  *
  * Quantization (per kv head when packed, per query row when its tile starts; R the rotation):
  *   k'[j] = k[j] − mean_j k[j]   (the keys' shift: every softmax row stays as it is)
- *   R: ConvRot's rotation (numerics.h qmm_rotate_f32: x · H_g / √g per group of g) with g the
- *      largest power of 4 up to 64 dividing D (1: none); orthonormal, so (R q)·(R k) = q·k
+ *   R: q and k padded with zeros to Dq = D rounded up to 64, then ConvRot's rotation (numerics.h
+ *      qmm_rotate_f32: x · H_64 / 8 per group of 64); orthonormal, so (R q)·(R k) = q·k
  *   sk[j] = max_d |R k'[j]| / 127, kq = round(R k' / sk);  sq[i] = max_d |R q[i]| / 127,
  *   qq = round(R q / sq)  (codes clamped to ±127; all-zero rows: scale 0; a row with a
  *   non-finite value: scale NaN, so its scores are NaN)
@@ -17,7 +17,7 @@
  *   non-finite value: sv NaN)
  * VPDPBUSD multiplies unsigned by signed bytes: qq + 128 against kq, pq against vq as they are.
  *
- * Packed kv head, Dq = D rounded up to 4, Dp = D rounded up to 16, keys past Skv zero:
+ * Packed kv head, Dq as above, Dp = D rounded up to 16, keys past Skv zero:
  *   per block of 64 keys: kq [Dq/4][64][4] int8 (per 4 of D and 16 keys one zmm), Σ_d kq [64]
  *   int32, sk [64] f32; then per block of 64 keys vq [16][Dp][4] int8 (per 4 keys and 16 of D
  *   one zmm); then sv/255 [Dp] f32 and the keys' mean [Dp] f32.
@@ -39,7 +39,8 @@ static inline __mmask16 nonfinite(__m512 x) {
     return _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(x), e), e);
 }
 
-static int64_t dq_of(int64_t D) { return qmm_round_up(D, 4); }
+/* the width of the rotated q and k codes: D padded with zeros to a multiple of 64 */
+static int64_t dq_of(int64_t D) { return qmm_round_up(D, 64); }
 /* one K block: the codes, then the key sums and scales */
 static size_t kb_bytes(int64_t D) { return (size_t)(dq_of(D) * NK) + NK * 4 + NK * 4; }
 static size_t kb_stride(int64_t D) { return (size_t)qmm_round_up((int64_t)kb_bytes(D), 64); }
@@ -49,25 +50,12 @@ static size_t kv_bytes(int64_t Skv, int64_t D) {
     return (size_t)((Skv + NK - 1) / NK) * (kb_stride(D) + vb_stride(D)) + (size_t)qmm_za_dp(D) * 4;
 }
 
-/* R's group: the largest power of 4 up to 64 that divides D (1: no rotation) */
-static int rot_group(int64_t D) {
-    int g = 1;
-    while (g < 64 && D % (4 * g) == 0) g *= 4;
-    return g;
-}
-
-/* row[0..Dp) ← R row: qmm_rotate_f32 (numerics.h) in its vector form (simd_avx512.h); lanes past
- * D are whole groups of zeros and stay zero */
-static void rotate(float *row, int64_t Dp, int g) {
-    if (g == 1) return;
-    for (int64_t d = 0; d < Dp; d += 16) {
-        __m512 x = qmm_z_rot_s1(_mm512_loadu_ps(row + d));
-        _mm512_storeu_ps(row + d, g >= 16 ? qmm_z_rot_s4(x) : x);
-    }
-    if (g == 64)
-        for (int64_t d = 0; d < Dp; d += 64) qmm_z_rot_wide(row + d, 64, 16);
-    const __m512 sc = _mm512_set1_ps(qmm_convrot_scale(g));
-    for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(row + d, _mm512_mul_ps(_mm512_loadu_ps(row + d), sc));
+/* row[0..Dq) ← R row: qmm_rotate_f32 (numerics.h) with g = 64, in its vector form (simd_avx512.h) */
+static void rotate(float *row, int64_t Dq) {
+    for (int64_t d = 0; d < Dq; d += 16) _mm512_storeu_ps(row + d, qmm_z_rot_s4(qmm_z_rot_s1(_mm512_loadu_ps(row + d))));
+    for (int64_t d = 0; d < Dq; d += 64) qmm_z_rot_wide(row + d, 64, 16);
+    const __m512 sc = _mm512_set1_ps(qmm_convrot_scale(64));
+    for (int64_t d = 0; d < Dq; d += 16) _mm512_storeu_ps(row + d, _mm512_mul_ps(_mm512_loadu_ps(row + d), sc));
 }
 
 /* row[0..Dp) (zero past D) → codes c8[0..Dp) round(row · 127 / max|row|), clamped to ±127;
@@ -93,9 +81,8 @@ static float quantize_row(const float *row, int64_t Dp, int8_t *c8, int32_t *sum
 }
 
 static void pack_k(const qmm_attn_call *c, const void *k, char *K, const float *mean) {
-    const int64_t D = c->D, Dq = dq_of(D), Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;
+    const int64_t D = c->D, Dq = dq_of(D), nblk = (c->Skv + NK - 1) / NK;
     const size_t es = qmm_dtype_size(c->kv_dtype), kbs = kb_stride(D);
-    const int g = rot_group(D);
     float row[QMM_ATTN_MAX_D + 16];
     int8_t q8[QMM_ATTN_MAX_D + 16];
     for (int64_t j = 0; j < nblk * NK; j++) {
@@ -110,13 +97,14 @@ static void pack_k(const qmm_attn_call *c, const void *k, char *K, const float *
             continue;
         }
         const char *kr = (const char *)k + j * c->ks[2] * (int64_t)es;
-        for (int64_t d = 0; d < Dp; d += 16) {
+        for (int64_t d = 0; d < Dq; d += 16) {
             const __mmask16 mk = qmm_za_lanes(D - d);
-            _mm512_storeu_ps(row + d, _mm512_maskz_sub_ps(mk, qmm_z_load16(kr, c->kv_dtype, d, mk), _mm512_loadu_ps(mean + d)));
+            _mm512_storeu_ps(row + d, _mm512_maskz_sub_ps(mk, qmm_z_load16(kr, c->kv_dtype, d, mk),
+                                                          _mm512_maskz_loadu_ps(mk, mean + d)));
         }
-        rotate(row, Dp, g);
-        sk[j % NK] = quantize_row(row, Dp, q8, &ksum[j % NK]);
-        for (int64_t d = 0; d < Dq; d++) kd[(d / 4) * NK * 4 + d % 4] = d < D ? q8[d] : 0;
+        rotate(row, Dq);
+        sk[j % NK] = quantize_row(row, Dq, q8, &ksum[j % NK]);
+        for (int64_t d = 0; d < Dq; d++) kd[(d / 4) * NK * 4 + d % 4] = q8[d];
     }
 }
 
@@ -263,16 +251,15 @@ static void pv(int rows, const uint8_t *P, const float *ps, const char *Vb, floa
 
 /* query row i → qq + 128 [Dq] u8 and its scale times the call's scale and log2(e) */
 static void quantize_q(const qmm_attn_call *c, const void *q, int64_t i, uint8_t *Q, float *sq) {
-    const int64_t D = c->D, Dq = dq_of(D), Dp = qmm_za_dp(D);
+    const int64_t D = c->D, Dq = dq_of(D);
     const char *r = (const char *)q + i * c->qs[2] * (int64_t)qmm_dtype_size(c->q_dtype);
-    const int g = rot_group(D);
     float row[QMM_ATTN_MAX_D + 16];
     int8_t q8[QMM_ATTN_MAX_D + 16];
-    for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(row + d, qmm_z_load16(r, c->q_dtype, d, qmm_za_lanes(D - d)));
-    rotate(row, Dp, g);
+    for (int64_t d = 0; d < Dq; d += 16) _mm512_storeu_ps(row + d, qmm_z_load16(r, c->q_dtype, d, qmm_za_lanes(D - d)));
+    rotate(row, Dq);
     int32_t sum;
-    sq[i] = quantize_row(row, Dp, q8, &sum) * (c->scale * 1.44269504088896341f);
-    for (int64_t d = 0; d < Dq; d++) Q[i * Dq + d] = (uint8_t)(d < D ? q8[d] + 128 : 128);
+    sq[i] = quantize_row(row, Dq, q8, &sum) * (c->scale * 1.44269504088896341f);
+    for (int64_t d = 0; d < Dq; d++) Q[i * Dq + d] = (uint8_t)(q8[d] + 128);
 }
 
 /* 255 · 2^x for x <= 0, -inf (0) or NaN (NaN): 2^n · q(x − n), n = round(x), q the degree-5
