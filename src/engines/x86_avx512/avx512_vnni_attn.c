@@ -5,8 +5,11 @@
  * softmax in f32; under the attention driver (core/attention.h). Admits mode int8 only.
  *
  * Quantization (per kv head when packed, per query row when its tile starts):
- *   k'[j] = k[j] − mean_j k[j];  sk[j] = max_d |k'[j][d]| / 127;  kq[j][d] = round(k'[j][d] / sk[j])
- *   sq[i] = max_d |q[i][d]| / 127;  qq[i][d] = round(q[i][d] / sq[i])     (all-zero rows: scale 0)
+ *   k'[j] = k[j] − mean (qmm_attn_key_mean: the mean of the finite keys);  sk[j] = max_d |k'[j][d]| / 127;
+ *   kq[j][d] = round(k'[j][d] / sk[j]); a key with a non-finite k' gets sk NaN and codes 0 (its scores
+ *   NaN, as an f32 engine's are for a NaN key: its rows NaN unless a bool mask excludes it)
+ *   sq[i] = max_d |q[i][d]| / 127;  qq[i][d] = round(q[i][d] / sq[i])     (all-zero rows: scale 0;
+ *   a row holding NaN or Inf: scale NaN, its scores NaN)
  *   score[i][j] = (Σ_d (qq[i][d] + 128)·kq[j][d] − 128·Σ_d kq[j][d]) · sq[i] · sk[j]
  * (VPDPBUSD multiplies the unsigned qq + 128 by the signed kq; the int32 sums are exact).
  * Packed kv head, Dq = D rounded up to 4, Dp = D rounded up to 16, keys past Skv zero:
@@ -17,6 +20,8 @@
 #include "attention_avx512.h"
 #include "avx512_attn.h"
 
+#include <float.h>
+
 #define NK QMM_ZA_NK
 #define MR QMM_ZA_MR
 
@@ -24,11 +29,10 @@ static int64_t dq_of(int64_t D) { return qmm_round_up(D, 4); }
 /* one K block: the codes, then the key sums and scales */
 static size_t kb_bytes(int64_t D) { return (size_t)(dq_of(D) * NK) + NK * 4 + NK * 4; }
 static size_t vb_bytes(int64_t D) { return (size_t)(NK * qmm_za_dp(D)) * sizeof(float); }
-static size_t kv_bytes(int64_t Skv, int64_t D) {
-    return (size_t)((Skv + NK - 1) / NK) * (qmm_round_up((int64_t)kb_bytes(D), 64) + vb_bytes(D)) +
-           (size_t)qmm_za_dp(D) * 4; /* + the keys' mean */
-}
 static size_t kb_stride(int64_t D) { return (size_t)qmm_round_up((int64_t)kb_bytes(D), 64); }
+static size_t kv_bytes(int64_t Skv, int64_t D) {
+    return qmm_attn_blocks_bytes(Skv, NK, kb_stride(D) + vb_bytes(D), (size_t)qmm_za_dp(D) * 4); /* + the keys' mean */
+}
 
 static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
     const int64_t D = c->D, Dq = dq_of(D), Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;
@@ -36,15 +40,9 @@ static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *
     char *K = kv;
     float *V = (float *)(K + (size_t)nblk * kbs);
     float *mean = V + nblk * NK * Dp;
-    /* the keys' mean (any vector subtracted from every key leaves the softmax as it is) */
+    /* the finite keys' mean (any vector subtracted from every key leaves the softmax as it is) */
     for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(mean + d, _mm512_setzero_ps());
-    for (int64_t j = 0; j < c->Skv; j++) {
-        const char *kr = (const char *)k + j * c->ks[2] * (int64_t)es;
-        for (int64_t d = 0; d < Dp; d += 16)
-            _mm512_storeu_ps(mean + d, _mm512_add_ps(_mm512_loadu_ps(mean + d), qmm_z_load16(kr, c->kv_dtype, d, qmm_za_lanes(D - d))));
-    }
-    const __m512 inv_n = _mm512_set1_ps(1.0f / (float)c->Skv);
-    for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(mean + d, _mm512_mul_ps(_mm512_loadu_ps(mean + d), inv_n));
+    qmm_attn_key_mean(c, k, mean);
     float row[QMM_ATTN_MAX_D + 16];
     int8_t q8[QMM_ATTN_MAX_D + 16];
     for (int64_t j = 0; j < nblk * NK; j++) {
@@ -62,14 +60,19 @@ static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *
         }
         const char *kr = (const char *)k + j * c->ks[2] * (int64_t)es, *vr = (const char *)v + j * c->vs[2] * (int64_t)es;
         __m512 amax = _mm512_setzero_ps();
+        __mmask16 bad = 0; /* lanes of k' that are NaN or ±Inf */
         for (int64_t d = 0; d < Dp; d += 16) {
             const __mmask16 mk = qmm_za_lanes(D - d);
             const __m512 x = _mm512_maskz_sub_ps(mk, qmm_z_load16(kr, c->kv_dtype, d, mk), _mm512_loadu_ps(mean + d));
             _mm512_storeu_ps(row + d, x);
             amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
+            bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ);
             _mm512_storeu_ps(vd + d, qmm_z_load16(vr, c->kv_dtype, d, mk));
         }
-        const float am = _mm512_reduce_max_ps(amax), s = am / 127.0f, inv = am > 0.0f ? 127.0f / am : 0.0f;
+        if (bad)
+            for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(row + d, _mm512_setzero_ps());
+        const float am = bad ? 0.0f : _mm512_reduce_max_ps(amax), s = bad ? NAN : am / 127.0f,
+                    inv = am > 0.0f ? 127.0f / am : 0.0f;
         int32_t sum = 0;
         for (int64_t d = 0; d < Dp; d += 16) {
             const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + d), _mm512_set1_ps(inv)));
@@ -131,15 +134,18 @@ static void quantize_q(const qmm_attn_call *c, const void *q, int64_t i, uint8_t
         _mm512_storeu_ps(row + d, x);
         amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
     }
-    const float am = _mm512_reduce_max_ps(amax), inv = am > 0.0f ? 127.0f / am : 0.0f;
+    __mmask16 bad = 0; /* lanes of q that are NaN or ±Inf */
+    for (int64_t d = 0; d < Dp; d += 16)
+        bad |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(row + d)), _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ);
+    const float am = bad ? 0.0f : _mm512_reduce_max_ps(amax), inv = am > 0.0f ? 127.0f / am : 0.0f;
     uint8_t u8[QMM_ATTN_MAX_D + 16];
     for (int64_t d = 0; d < Dp; d += 16) {
         const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + d), _mm512_set1_ps(inv)));
         const __m512i cl = _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
         _mm_storeu_si128((__m128i *)(u8 + d), _mm512_cvtepi32_epi8(_mm512_add_epi32(cl, _mm512_set1_epi32(128))));
     }
-    for (int64_t d = 0; d < Dq; d++) Q[i * Dq + d] = d < D ? u8[d] : 128;
-    sq[i] = am / 127.0f;
+    for (int64_t d = 0; d < Dq; d++) Q[i * Dq + d] = d < D && !bad ? u8[d] : 128;
+    sq[i] = bad ? NAN : am / 127.0f;
 }
 
 static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(qmm_za_dp(D)); }
