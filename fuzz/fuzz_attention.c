@@ -6,7 +6,12 @@
  * engine available here (and the reference) runs what validation admits; a refusal must name
  * its argument. Checks: no crash, no out-of-bounds access; on finite inputs every engine's output
  * is finite and within a loose bound of the reference's (0.2 · max|v| + 2·10⁻³: mode int8's and
- * bf16's errors stay far below it); a row whose every key is masked is 0 on every engine.
+ * bf16's errors stay far below it); a row whose every key is masked is 0 on every engine. With
+ * NaN or ±Inf among q, k, v and the mask: wherever the reference's out is NaN every engine's is
+ * NaN (a NaN score makes its row NaN, SPEC §10), and where both are finite the loose bound holds.
+ * Huge extents: k, v (and the mask) broadcast with stride 0 to Skv = 2^40 .. 2^54 or INT64_MAX
+ * keys (and q to S past int64 / D): every engine, the reference and dispatch refuse, naming the
+ * attention, before touching memory (the buffers are of the broadcast size).
  * Replayed on fuzz/corpus/attention/ by fuzz/replay.c in the normal tests; QMM_FUZZ_VERBOSE=1 prints
  * each call and its verdict.
  *
@@ -17,8 +22,11 @@
  *   h5  layouts of q, k, v, out: 2 bits each (dense, [B,S,H·D], padded tokens, free strides)
  *   h6  mask: h6 % 4 (none, bool, f32, bf16); its broadcast bits (h6 >> 2) & 7; key stride 1 or 2
  *   h7  mode h7 % 3; scale = 0 (default) or (h7 >> 2) / 16; h7 & 128: a NaN scale
+ *   h8  non-finite values: h8 & 1: a value byte 0x80 is NaN; h8 & 2: 0x81 is +Inf, 0x7f -Inf
+ *       (in q, k, v and additive masks); h8 & 4: huge extents, Skv = 2^(40 + (h8 >> 3) % 16)
+ *       (15: INT64_MAX), h8 & 128 also S = INT64_MAX / D + 1 with q broadcast
  *   then free strides (when asked) and the values: one byte each, c → (int8)c / 32, with 0xff
- *   giving +Inf in the masks (-Inf additive) and the values left finite.
+ *   giving +Inf in the masks (-Inf additive) and the values left finite (but for h8's).
  */
 #include "qmm.h"
 
@@ -55,14 +63,59 @@ static int64_t layout(rd *r, int l, int64_t n0, int64_t n1, int64_t n2, int64_t 
     return (n0 - 1) * s[0] + (n1 - 1) * s[1] + (n2 - 1) * s[2] + D;
 }
 
+static int g_nonfinite; /* h8 & 3 */
+
+/* one value byte: (int8)c / 32, or NaN / ±Inf as h8 asks */
+static float value(uint8_t c) {
+    if ((g_nonfinite & 1) && c == 0x80) return NAN;
+    if ((g_nonfinite & 2) && (c == 0x81 || c == 0x7f)) return c == 0x81 ? INFINITY : -INFINITY;
+    return (float)(int8_t)c / 32.0f;
+}
+
 static void *values(rd *r, qmm_dtype t, int64_t n) {
     void *p = malloc((size_t)n * qmm_dtype_size(t) + 1);
     for (int64_t i = 0; i < n; i++) {
-        const float f = (float)(int8_t)next(r) / 32.0f;
+        const float f = value(next(r));
         if (t == QMM_F32) ((float *)p)[i] = f;
         else qmm_convert(&f, QMM_F32, (uint16_t *)p + i, t, 1);
     }
     return p;
+}
+
+/* h8 & 4: k and v of D values broadcast to a huge Skv (and q to a huge S when h8 & 128): every
+ * engine available, the reference and dispatch must refuse, naming the attention */
+static int huge(qmm_context *ctx, uint8_t h3, uint8_t h6, uint8_t h8) {
+    qmm_attention_args a = qmm_attention_args_default();
+    a.B = 1; a.H = 2; a.Hkv = 1; a.S = 3; a.D = h3 & 128 ? 128 : 1 + h3 % 80;
+    a.Skv = (h8 >> 3) % 16 == 15 ? INT64_MAX : (int64_t)1 << (40 + (h8 >> 3) % 16);
+    float *kv = calloc((size_t)a.D, 4), *q = calloc((size_t)(2 * 3 * a.D), 4), *out = calloc((size_t)(2 * 3 * a.D), 4);
+    const float madd = 0.0f;
+    const uint8_t mbool = 1;
+    a.q = q; a.k = kv; a.v = kv; a.out = out; /* k, v strides 0 */
+    a.q_stride[2] = a.D; a.q_stride[1] = 3 * a.D;
+    if (h8 & 128) { a.S = INT64_MAX / a.D + 1; a.q_stride[2] = a.q_stride[1] = 0; }
+    memcpy(a.out_stride, a.q_stride, sizeof a.out_stride);
+    if (h8 & 128) { a.out_stride[2] = a.D; a.out_stride[1] = 3 * a.D; } /* out 2 × S rows: past int64 */
+    if (h6 % 4) { a.mask = h6 % 4 == 1 ? (const void *)&mbool : (const void *)&madd; a.mask_dtype = h6 % 4 == 1 ? QMM_U8 : QMM_F32; }
+    for (int e = -1; e < qmm_engine_count(); e++) {
+        qmm_engine_info info = {.id = QMM_ENGINE_AUTO, .name = "dispatch"};
+        if (e >= 0 && (qmm_engine_get_info(e, &info) != QMM_OK || !qmm_engine_available(info.id, NULL, 0))) continue;
+        a.engine = info.id;
+        for (int m = 0; m < 3; m++) {
+            a.mode = (qmm_attn_mode)m;
+            const qmm_status st = qmm_attention(ctx, &a);
+            if (getenv("QMM_FUZZ_VERBOSE"))
+                fprintf(stderr, "huge: %s S=%lld Skv=%lld D=%lld mode %d: %s\n", info.name, (long long)a.S, (long long)a.Skv,
+                        (long long)a.D, m, st == QMM_OK ? "runs" : qmm_last_error());
+            if (st == QMM_OK || !strstr(qmm_last_error(), "attention")) {
+                fprintf(stderr, "fuzz_attention: %s, mode %d: S=%lld Skv=%lld D=%lld broadcast: %s\n", info.name, m,
+                        (long long)a.S, (long long)a.Skv, (long long)a.D, st == QMM_OK ? "ran" : qmm_last_error());
+                abort();
+            }
+        }
+    }
+    free(kv); free(q); free(out);
+    return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -70,7 +123,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!ctx && qmm_context_create(NULL, &ctx) != QMM_OK) return 0;
     rd r = {data, size, 0};
     const uint8_t h0 = next(&r), h1 = next(&r), h2 = next(&r), h3 = next(&r), h4 = next(&r), h5 = next(&r),
-                  h6 = next(&r), h7 = next(&r);
+                  h6 = next(&r), h7 = next(&r), h8 = next(&r);
+    g_nonfinite = h8 & 3;
+    if (h8 & 4) return huge(ctx, h3, h6, h8);
     qmm_attention_args a = qmm_attention_args_default();
     a.B = 1 + h0 % 2; a.Hkv = 1 + (h0 >> 1) % 3; a.H = a.Hkv * (1 + (h0 >> 3) % 3);
     a.S = 1 + h1 % 70; a.Skv = 1 + h2 % 140; a.D = h3 & 128 ? 128 : 1 + h3 % 80;
@@ -98,7 +153,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const uint8_t c = next(&r);
             if (mk == 1) ((uint8_t *)mask)[i] = c & 1;
             else {
-                const float f = c == 0xff ? -INFINITY : (float)(int8_t)c / 16.0f;
+                const float f = c == 0xff ? -INFINITY : g_nonfinite ? value(c) : (float)(int8_t)c / 16.0f;
                 if (mk == 2) ((float *)mask)[i] = f;
                 else qmm_convert(&f, QMM_F32, (uint16_t *)mask + i, QMM_BF16, 1);
             }
@@ -139,7 +194,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     for (int64_t d = 0; d < a.D; d++) {
                         const double x = ((const float *)ref)[((b * a.H + h) * a.S + s) * a.D + d];
                         const double y = as_f32(out, a.out_dtype, b * a.out_stride[0] + h * a.out_stride[1] + s * a.out_stride[2] + d);
-                        if (!(fabs(y - x) <= 0.2 * vmax + 2e-3 + 1e-2 * fabs(x))) {
+                        if (g_nonfinite && !(isnan(x) ? isnan(y) : !isfinite(x) || !isfinite(y) ||
+                                                                     fabs(y - x) <= 0.2 * vmax + 2e-3 + 1e-2 * fabs(x))) {
+                            fprintf(stderr, "fuzz_attention: %s: non-finite input, mode %d: out[%lld][%lld][%lld][%lld] = %g, "
+                                            "ref %g\n", info.name, (int)a.mode, (long long)b, (long long)h, (long long)s,
+                                    (long long)d, y, x);
+                            abort();
+                        }
+                        if (!g_nonfinite && !(fabs(y - x) <= 0.2 * vmax + 2e-3 + 1e-2 * fabs(x))) {
                             fprintf(stderr, "fuzz_attention: %s: B=%lld H=%lld Hkv=%lld S=%lld Skv=%lld D=%lld mode %d: "
                                             "out[%lld][%lld][%lld][%lld] = %g, ref %g\n", info.name, (long long)a.B,
                                     (long long)a.H, (long long)a.Hkv, (long long)a.S, (long long)a.Skv, (long long)a.D,

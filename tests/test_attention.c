@@ -18,6 +18,11 @@
  * engines, the reference only by name, mode int8 without an int8 engine a counted fallback); counters; every bad argument gets its status and names itself.
  * amx_bf16's attention runs in the tile emulator (its _emu copy, tests/amx_emu.cmake) on every
  * second call, zero tile faults, no configuration left, within the bf16 bound.
+ * Hostile input (issue 34), on every engine, the reference and the emulated amx_bf16: k and v
+ * broadcast to 2^53 .. INT64_MAX keys refused naming Skv (huge_kv); NaN scores give NaN rows,
+ * bool-masked NaN keys are ignored, fully masked rows stay 0 (nan_rows); ±Inf / NaN in a masked
+ * key and keys near 1e37 leave every row within the bound (hostile_keys); keys + 200 and + 1000
+ * cost the bf16 and int8 engines at most 2× their error without the offset (key_offset).
  */
 #include "testutil.h"
 
@@ -367,6 +372,260 @@ static void sweep(qmm_context *ctx, qmm_context *ctx1, int cases, int quick) {
     }
 }
 
+/* ---------------------------------------------------------------- hostile input (issue 34) */
+
+/* the engines the hostile-input checks run on: every attention engine available (mode int8 on
+ * avx512_vnni), the reference, and the emulated amx_bf16 (QMM_ENGINE_MAX) in the emulator build */
+static int targets(int *t) {
+    int n = 0;
+    for (int i = 0; i < g_n_attn; i++) t[n++] = g_attn[i];
+    t[n++] = QMM_ENGINE_REF;
+#ifdef QMM_TEST_AMX_EMU
+    t[n++] = QMM_ENGINE_MAX;
+#endif
+    return n;
+}
+
+static const char *target_name(int e) { return e == QMM_ENGINE_MAX ? "amx_bf16 (emulated)" : qmm_engine_name((qmm_engine_id)e); }
+
+/* runs a on target e in e's mode (int8 on avx512_vnni, else a->mode) */
+static qmm_status run_target(qmm_context *ctx, int e, qmm_attention_args a) {
+    if (e == QMM_ENGINE_AVX512_VNNI) a.mode = QMM_ATTN_INT8;
+#ifdef QMM_TEST_AMX_EMU
+    if (e == QMM_ENGINE_MAX) {
+        qmm_attn_call call;
+        to_call(&a, &call);
+        return qmm_amx_bf16_ops_emu.attn_run(ctx, &call);
+    }
+#endif
+    a.engine = (qmm_engine_id)e;
+    return qmm_attention(ctx, &a);
+}
+
+/* k and v broadcast (stride 0) to Skv keys: legal tensors of D values whose packed head
+ * overflows size_t (2^53 × 256, 2^57 × 16, INT64_MAX) or passes 2^40 bytes; every engine, the
+ * reference and dispatch refuse them naming Skv, before allocating or packing anything */
+static void huge_kv(qmm_context *ctx) {
+    static const struct { int64_t Skv, D; int mask; } cases[] = {
+        {(int64_t)1 << 53, 256, 0}, {(int64_t)1 << 54, 256, 1}, {(int64_t)1 << 57, 16, 0}, {(int64_t)1 << 40, 8, 1},
+        {INT64_MAX, 1, 0}, {INT64_MAX - 62, 64, 1}, {INT64_MAX / 256, 256, 0}};
+    float *q = calloc(4 * 256, 4), *kv = calloc(256, 4), *out = calloc(4 * 256, 4);
+    const uint8_t attend = 1;
+    int t[QMM_ENGINE_COUNT + 2];
+    const int nt = targets(t);
+    t[nt] = QMM_ENGINE_AUTO;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int m = 0; m < 2; m++)
+            for (int e = 0; e <= nt; e++) {
+                qmm_attention_args a = qmm_attention_args_default();
+                a.B = 1; a.H = 2; a.Hkv = 1; a.S = 2; a.Skv = cases[i].Skv; a.D = cases[i].D;
+                a.q = q; a.k = kv; a.v = kv; a.out = out;
+                a.q_stride[2] = a.D; a.q_stride[1] = 2 * a.D; a.q_stride[0] = 4 * a.D;
+                memcpy(a.out_stride, a.q_stride, sizeof a.q_stride);
+                if (cases[i].mask) a.mask = &attend; /* U8, every stride 0 */
+                a.mode = m ? QMM_ATTN_F32 : QMM_ATTN_BEST;
+                if (m && (t[e] == QMM_ENGINE_AVX512_BF16 || t[e] == QMM_ENGINE_MAX || t[e] == QMM_ENGINE_AVX512_VNNI)) continue;
+                const qmm_status st = run_target(ctx, t[e], a);
+                TU_CHECK(st == QMM_ERR_UNSUPPORTED && strstr(qmm_last_error(), "Skv"),
+                         "%s, mode %d: Skv=%lld D=%lld broadcast keys: want QMM_ERR_UNSUPPORTED naming Skv, got %s: %s",
+                         t[e] == QMM_ENGINE_AUTO ? "dispatch" : target_name(t[e]), (int)a.mode, (long long)a.Skv,
+                         (long long)a.D, qmm_status_name(st), qmm_last_error());
+            }
+    free(q); free(kv); free(out);
+}
+
+/* a small f32 call [1, 2, S=10, D=40] against Skv = 70 keys (two key blocks), N(0, 1) values */
+enum { HS = 10, HSKV = 70, HD = 40 };
+static void hostile_call(qmm_attention_args *a, float *q, float *k, float *v, float *out) {
+    *a = qmm_attention_args_default();
+    a->B = 1; a->H = 2; a->Hkv = 1; a->S = HS; a->Skv = HSKV; a->D = HD;
+    a->q = q; a->k = k; a->v = v; a->out = out;
+    a->q_stride[2] = HD; a->q_stride[1] = HS * HD; a->q_stride[0] = 2 * HS * HD;
+    memcpy(a->out_stride, a->q_stride, sizeof a->q_stride);
+    a->k_stride[2] = a->v_stride[2] = HD; a->k_stride[1] = a->v_stride[1] = HSKV * HD;
+    a->k_stride[0] = a->v_stride[0] = HSKV * HD;
+}
+
+/* NaN scores (SPEC §10): an unmasked NaN score makes its row NaN on every engine and the
+ * reference; a key a bool mask excludes is ignored, NaN or not; an additive mask adds (NaN + x
+ * and s + NaN are NaN); a row whose every score is -inf (bool-masked, NaN query or not) is 0.
+ * Rows expected finite are within 0.1·max|v| of the reference's. */
+static void nan_rows(qmm_context *ctx) {
+    float q[2 * HS * HD], k[HSKV * HD], v[HSKV * HD], out[2 * HS * HD], ref[2 * HS * HD];
+    uint8_t bmask[HS * HSKV];
+    float amask[HS * HSKV];
+    int t[QMM_ENGINE_COUNT + 2];
+    const int nt = targets(t);
+    for (int cs = 0; cs < 4; cs++) {
+        tu_fill_float(q, QMM_F32, 2 * HS * HD, 1.0f);
+        tu_fill_float(k, QMM_F32, HSKV * HD, 1.0f);
+        tu_fill_float(v, QMM_F32, HSKV * HD, 1.0f);
+        qmm_attention_args a;
+        hostile_call(&a, q, k, v, out);
+        char want[2][HS]; /* 'n' NaN, '0' zero, 'f' finite */
+        memset(want, 'f', sizeof want);
+        if (cs == 0) { /* a NaN in a query row */
+            q[3 * HD + 7] = NAN;
+            want[0][3] = 'n';
+        } else if (cs == 1) { /* a NaN in an unmasked key: every row */
+            k[65 * HD + 2] = NAN;
+            memset(want, 'n', sizeof want);
+        } else if (cs == 2) { /* bool mask (heads broadcast): the NaN key 65 attended by row 4 only; row 6 attends nothing */
+            k[65 * HD + 2] = NAN;
+            q[3 * HD + 7] = NAN;                /* head 0, row 3 */
+            q[(HS + 6) * HD] = NAN;             /* head 1, row 6: every key masked */
+            for (int s = 0; s < HS; s++)
+                for (int j = 0; j < HSKV; j++) bmask[s * HSKV + j] = s != 6 && (j != 65 || s == 4) && (j % 7 != 3);
+            a.mask = bmask; a.mask_dtype = QMM_U8;
+            a.mask_stride[2] = HSKV; a.mask_stride[3] = 1;
+            want[0][4] = want[1][4] = want[0][3] = 'n';
+            want[0][6] = want[1][6] = '0';
+        } else { /* additive mask: a NaN at (row 2, key 10); -inf on the NaN key 65 for row 5, -1e30 elsewhere */
+            k[65 * HD + 2] = NAN;
+            for (int s = 0; s < HS; s++)
+                for (int j = 0; j < HSKV; j++) amask[s * HSKV + j] = j == 65 ? (s == 5 ? -INFINITY : -1e30f) : 0.25f * (float)(j % 3);
+            amask[2 * HSKV + 10] = NAN;
+            a.mask = amask; a.mask_dtype = QMM_F32;
+            a.mask_stride[2] = HSKV; a.mask_stride[3] = 1;
+            /* -1e30 + NaN is NaN too: key 65 is NaN in every row */
+            memset(want, 'n', sizeof want);
+        }
+        qmm_attention_args ra = a;
+        ra.out = ref; ra.engine = QMM_ENGINE_REF;
+        TU_CHECK_OK(qmm_attention(ctx, &ra));
+        double vmax = 0;
+        for (int i = 0; i < HSKV * HD; i++) vmax = fmax(vmax, fabs(v[i]));
+        for (int e = 0; e < nt; e++) {
+            for (int i = 0; i < 2 * HS * HD; i++) out[i] = 12345.0f;
+            const qmm_status st = run_target(ctx, t[e], a);
+            TU_CHECK(st == QMM_OK, "%s: %s", target_name(t[e]), qmm_last_error());
+            for (int h = 0; h < 2 && st == QMM_OK; h++)
+                for (int s = 0; s < HS; s++)
+                    for (int d = 0; d < HD; d++) {
+                        const float y = out[(h * HS + s) * HD + d], r = ref[(h * HS + s) * HD + d];
+                        const char w = want[h][s];
+                        const int ok = w == 'n' ? isnan(y) : w == '0' ? y == 0.0f : isfinite(y) && fabs(y - r) <= 0.1 * vmax;
+                        if (!ok) {
+                            TU_CHECK(0, "%s: NaN case %d: out[0][%d][%d][%d] = %g (ref %g), want %s", target_name(t[e]), cs,
+                                     h, s, d, y, r, w == 'n' ? "NaN" : w == '0' ? "0" : "finite, near ref");
+                            d = HD; s = HS; h = 2;
+                        }
+                    }
+        }
+    }
+}
+
+/* Keys that once poisoned mode int8's key mean (issue 34): a +Inf or a NaN in a key every row's
+ * bool mask excludes, and finite keys near 1e37 (whose f32 sum overflows). Every engine gives
+ * finite rows within the sweep's bound of the reference on the same call with the excluded key
+ * zeroed. */
+static void hostile_keys(qmm_context *ctx) {
+    float q[2 * HS * HD], k[HSKV * HD], kc[HSKV * HD], v[HSKV * HD], out[2 * HS * HD], ref[2 * HS * HD];
+    uint8_t bmask[HS * HSKV];
+    int t[QMM_ENGINE_COUNT + 2];
+    const int nt = targets(t);
+    for (int cs = 0; cs < 3; cs++) {
+        tu_fill_float(q, QMM_F32, 2 * HS * HD, 1.0f);
+        tu_fill_float(k, QMM_F32, HSKV * HD, 1.0f);
+        tu_fill_float(v, QMM_F32, HSKV * HD, 1.0f);
+        qmm_attention_args a;
+        hostile_call(&a, q, k, v, out);
+        if (cs < 2) {
+            for (int i = 0; i < HS * HSKV; i++) bmask[i] = i % HSKV != 20;
+            a.mask = bmask; a.mask_dtype = QMM_U8;
+            a.mask_stride[2] = HSKV; a.mask_stride[3] = 1;
+        } else {
+            for (int i = 0; i < HSKV * HD; i++) k[i] = 1e37f + 1e35f * k[i];
+            for (int i = 0; i < 2 * HS * HD; i++) q[i] *= 1e-35f;
+        }
+        memcpy(kc, k, sizeof k);
+        if (cs < 2) {
+            for (int d = 0; d < HD; d++) kc[20 * HD + d] = 0.0f;
+            k[20 * HD + 3] = cs == 0 ? INFINITY : NAN;
+        }
+        acase c = {.B = 1, .H = 2, .Hkv = 1, .S = HS, .Skv = HSKV, .D = HD, .qt = QMM_F32, .kvt = QMM_F32, .ot = QMM_F32,
+                   .mask = cs < 2, .mt = QMM_U8, .mh = 1, .mk = 1};
+        abuf b = {.q = q, .k = kc, .v = v, .mask = bmask, .a = a};
+        b.a.k = kc;
+        qmm_attention_args ra = b.a;
+        ra.out = ref; ra.engine = QMM_ENGINE_REF;
+        TU_CHECK_OK(qmm_attention(ctx, &ra));
+        for (int e = 0; e < nt; e++) {
+            if (t[e] == QMM_ENGINE_REF) continue;
+            const qmm_status st = run_target(ctx, t[e], a);
+            TU_CHECK(st == QMM_OK, "%s: %s", target_name(t[e]), qmm_last_error());
+            if (t[e] == QMM_ENGINE_AVX512_VNNI) b.a.mode = QMM_ATTN_INT8;
+            else b.a.mode = QMM_ATTN_BEST;
+            if (st == QMM_OK && !compare(t[e] == QMM_ENGINE_MAX ? QMM_ENGINE_AMX_BF16 : (qmm_engine_id)t[e], t[e], &c, &b, ref))
+                tu_note("  (hostile keys, case %d: %s)", cs, cs == 0 ? "+Inf in a masked key" : cs == 1 ? "NaN in a masked key" : "keys near 1e37");
+        }
+    }
+}
+
+/* Keys with a common offset (every key + c: the softmax does not change): the error against the
+ * reference, max|out − ref| / max|v|, at offsets 0, 200 and 1000, on every engine in its mode
+ * (mode best: bf16 operands on avx512_bf16 and amx_bf16) and on dispatch's mode best and mode
+ * f32. The engines that round k (bf16, int8) subtract the finite keys' mean first, so an offset
+ * may cost them at most 2× the error without it; every engine stays within the sweep's bound. */
+static void key_offset(qmm_context *ctx) {
+    enum { S = 64, SKV = 200, D = 64 };
+    float *q = malloc(2 * S * D * 4), *k0 = malloc(SKV * D * 4), *k = malloc(SKV * D * 4), *v = malloc(SKV * D * 4),
+          *out = malloc(2 * S * D * 4), *ref = malloc(2 * S * D * 4);
+    tu_fill_float(q, QMM_F32, 2 * S * D, 1.0f);
+    tu_fill_float(k0, QMM_F32, SKV * D, 1.0f);
+    tu_fill_float(v, QMM_F32, SKV * D, 1.0f);
+    double vmax = 0;
+    for (int i = 0; i < SKV * D; i++) vmax = fmax(vmax, fabs(v[i]));
+    int t[QMM_ENGINE_COUNT + 3];
+    int nt = targets(t);
+    t[nt++] = -1; /* dispatch, mode best */
+    t[nt++] = -2; /* dispatch, mode f32 */
+    if (!qmm_engine_available(QMM_ENGINE_AVX512_BF16, NULL, 0)) tu_skip("avx512_bf16 (keys with an offset)", "unavailable here");
+    static const float offs[3] = {0.0f, 200.0f, 1000.0f};
+    for (int e = 0; e < nt; e++) {
+        if (t[e] == QMM_ENGINE_REF) continue;
+        double err[3];
+        for (int o = 0; o < 3; o++) {
+            for (int i = 0; i < SKV * D; i++) k[i] = k0[i] + offs[o];
+            qmm_attention_args a = qmm_attention_args_default();
+            a.B = 1; a.H = 2; a.Hkv = 1; a.S = S; a.Skv = SKV; a.D = D;
+            a.q = q; a.k = k; a.v = v;
+            a.q_stride[2] = D; a.q_stride[1] = S * D; a.q_stride[0] = 2 * S * D;
+            memcpy(a.out_stride, a.q_stride, sizeof a.q_stride);
+            a.k_stride[2] = a.v_stride[2] = D; a.k_stride[1] = a.v_stride[1] = a.k_stride[0] = a.v_stride[0] = SKV * D;
+            qmm_attention_args ra = a;
+            ra.out = ref; ra.engine = QMM_ENGINE_REF;
+            TU_CHECK_OK(qmm_attention(ctx, &ra));
+            a.out = out;
+            qmm_status st;
+            if (t[e] < 0) {
+                a.mode = t[e] == -1 ? QMM_ATTN_BEST : QMM_ATTN_F32;
+                st = qmm_attention(ctx, &a);
+            } else {
+                st = run_target(ctx, t[e], a);
+            }
+            TU_CHECK(st == QMM_OK, "keys + %g: %s", offs[o], qmm_last_error());
+            err[o] = 0;
+            for (int i = 0; i < 2 * S * D; i++) err[o] = fmax(err[o], fabs((double)out[i] - ref[i]) / vmax);
+            if (!(err[o] <= err[o])) err[o] = INFINITY;
+            if (t[e] >= 0 && t[e] != QMM_ENGINE_REF) {
+                acase c = {.B = 1, .H = 2, .Hkv = 1, .S = S, .Skv = SKV, .D = D, .qt = QMM_F32, .kvt = QMM_F32, .ot = QMM_F32};
+                abuf b = {.q = q, .k = k, .v = v, .a = a};
+                if (t[e] == QMM_ENGINE_AVX512_VNNI) b.a.mode = QMM_ATTN_INT8;
+                compare(t[e] == QMM_ENGINE_MAX ? QMM_ENGINE_AMX_BF16 : (qmm_engine_id)t[e], t[e], &c, &b, ref);
+            }
+        }
+        const char *name = t[e] == -1 ? "dispatch, mode best" : t[e] == -2 ? "dispatch, mode f32" : target_name(t[e]);
+        tu_note("%s: keys + 0 / + 200 / + 1000: max|out - ref| / max|v| = %.2e / %.2e / %.2e", name, err[0], err[1], err[2]);
+        const int shifts = t[e] == QMM_ENGINE_AVX512_BF16 || t[e] == QMM_ENGINE_MAX || t[e] == QMM_ENGINE_AVX512_VNNI;
+        if (shifts)
+            for (int o = 1; o < 3; o++)
+                TU_CHECK(err[o] <= 2 * err[0], "%s: keys + %g: error %.3g > 2 × %.3g (without the offset)", name, offs[o],
+                         err[o], err[0]);
+    }
+    free(q); free(k0); free(k); free(v); free(out); free(ref);
+}
+
 /* bad input: each gets its status and names the argument */
 static void expect(qmm_context *ctx, const qmm_attention_args *a, qmm_status want, const char *needle) {
     qmm_status st = qmm_attention(ctx, a);
@@ -516,6 +775,10 @@ int main(int argc, char **argv) {
     plan(ctx);
     bad_input(ctx);
     int8_fallback();
+    huge_kv(ctx);
+    nan_rows(ctx);
+    hostile_keys(ctx);
+    key_offset(ctx);
     sweep(ctx, ctx1, quick ? 40 : 160, quick);
     for (int i = 0; i < g_n_attn; i++)
         tu_note("%s: worst |err| / bound %.3f", qmm_engine_name(g_attn[i]), g_worst[g_attn[i]]);

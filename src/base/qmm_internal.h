@@ -269,6 +269,9 @@ typedef struct qmm_attn_call {
     int by_name;   /* the engine was asked for by name: an admit's preference rules (where another
                       engine is faster) give way, its capability rules do not */
 } qmm_attn_call;
+/* The largest per-thread scratch an attention engine takes (the driver's packed kv head and
+ * tile, the reference's score row): 1 TiB; a call needing more is refused before any allocation. */
+#define QMM_ATTN_MAX_SCRATCH ((size_t)1 << 40)
 
 struct qmm_i8_engine; /* int8_gemm.h */
 struct qmm_fgemm;     /* float_gemm.h */

@@ -1,10 +1,13 @@
 /*
- * attention.c — the attention driver (attention.h): tasks, per-thread scratch, one packing of
- * each kv head per thread, the engine's tile kernel per task. Plain C; the engines' kernels
- * carry the ISA.
+ * attention.c — the attention driver (attention.h): tasks, per-thread scratch (its size checked
+ * before anything is allocated), one packing of each kv head per thread, the engine's tile kernel
+ * per task; and the key shift of the engines that quantize k (qmm_attn_key_mean). Plain C; the
+ * engines' kernels carry the ISA.
  */
 #include "attention.h"
+#include "numerics.h"
 
+#include <math.h>
 #include <string.h>
 
 typedef struct {
@@ -43,11 +46,40 @@ static void attn_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
 static void attn_begin(int thread, void *arg) { (void)thread; ((const attn_job *)arg)->k->begin(); }
 static void attn_end(int thread, void *arg) { (void)thread; ((const attn_job *)arg)->k->end(); }
 
+void qmm_attn_key_mean(const qmm_attn_call *c, const void *k, float *mean) {
+    const int64_t D = c->D;
+    const size_t es = qmm_dtype_size(c->kv_dtype);
+    double sum[QMM_ATTN_MAX_D] = {0};
+    float row[QMM_ATTN_MAX_D];
+    int64_t n = 0;
+    for (int64_t j = 0; j < c->Skv; j++) {
+        const char *kr = (const char *)k + j * c->ks[2] * (int64_t)es;
+        int finite = 1;
+        for (int64_t d = 0; d < D; d++) {
+            row[d] = qmm_load_f(kr, c->kv_dtype, d);
+            finite &= isfinite(row[d]) != 0;
+        }
+        if (!finite) continue;
+        for (int64_t d = 0; d < D; d++) sum[d] += row[d];
+        n++;
+    }
+    for (int64_t d = 0; d < D; d++) mean[d] = n ? (float)(sum[d] / (double)n) : 0.0f;
+}
+
+/* a byte count rounded up to 64, or SIZE_MAX where it passes QMM_ATTN_MAX_SCRATCH */
+static size_t scratch_part(size_t bytes) {
+    return bytes > QMM_ATTN_MAX_SCRATCH ? SIZE_MAX : (bytes + 63) / 64 * 64;
+}
+
 qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm_attn_kernels *k) {
     const int T = qmm_pool_threads(ctx->pool);
     attn_job j = {.c = c, .k = k};
-    j.kv_bytes = (size_t)qmm_round_up((int64_t)k->kv_bytes(c->Skv, c->D), 64);
-    j.per_thread = j.kv_bytes + (size_t)qmm_round_up((int64_t)k->tile_bytes(c->D), 64);
+    const size_t kvb = scratch_part(k->kv_bytes(c->Skv, c->D)), tb = scratch_part(k->tile_bytes(c->D));
+    QMM_RETURN_IF(kvb == SIZE_MAX || tb == SIZE_MAX || kvb + tb > QMM_ATTN_MAX_SCRATCH, QMM_ERR_UNSUPPORTED,
+                  "attention: a kv head of Skv=%lld keys of D=%lld packs into more than 2^40 bytes per thread",
+                  (long long)c->Skv, (long long)c->D);
+    j.kv_bytes = kvb;
+    j.per_thread = kvb + tb;
     size_t all;
     QMM_RETURN_IF(!qmm_mul_ok(j.per_thread, (size_t)T, &all) || all > SIZE_MAX - 64 * (size_t)T,
                   QMM_ERR_UNSUPPORTED, "attention: scratch of %d threads overflows", T);

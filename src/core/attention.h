@@ -10,6 +10,13 @@
  * thread i mod T (pool.c), so a thread's consecutive tasks share a kv head and every output row
  * is computed by one task in one fixed order: the bits never depend on the thread count.
  * Scratch: per thread kv_bytes(Skv, D) + tile_bytes(D) — O(Skv · D), nothing of size S × Skv.
+ * Sizes: every byte count is computed overflow-checked; an engine's kv_bytes returns SIZE_MAX
+ * where the packed head's size is not representable (qmm_attn_blocks_bytes), and the driver
+ * refuses a call whose per-thread scratch passes QMM_ATTN_MAX_SCRATCH (QMM_ERR_UNSUPPORTED naming
+ * Skv and D) before it allocates or packs anything: k and v broadcast with stride 0 make Skv
+ * any int64 without any memory behind it.
+ * Key shift: the engines that quantize k (bf16, int8) subtract qmm_attn_key_mean's vector from
+ * every key first; a vector subtracted from every key leaves each softmax row as it is.
  */
 #ifndef QMM_ATTENTION_H
 #define QMM_ATTENTION_H
@@ -18,7 +25,8 @@
 
 typedef struct qmm_attn_kernels {
     int64_t mq;      /* query rows per tile call (the last tile may have fewer) */
-    /* bytes of one kv head packed (K and V, Skv keys of D values) and of a tile's own scratch */
+    /* bytes of one kv head packed (K and V, Skv keys of D values; SIZE_MAX where that overflows
+     * size_t) and of a tile's own scratch (D <= QMM_ATTN_MAX_D: small) */
     size_t (*kv_bytes)(int64_t Skv, int64_t D);
     size_t (*tile_bytes)(int64_t D);
     /* k, v: row 0 of one kv head (token strides c->ks[2], c->vs[2]) → kv (kv_bytes, 64-aligned) */
@@ -33,6 +41,21 @@ typedef struct qmm_attn_kernels {
     void (*begin)(void);
     void (*end)(void);
 } qmm_attn_kernels;
+
+/* ceil(Skv / nk) · block_bytes + extra (Skv >= 1, nk >= 1), or SIZE_MAX where it overflows size_t */
+static inline size_t qmm_attn_blocks_bytes(int64_t Skv, int64_t nk, size_t block_bytes, size_t extra) {
+    const size_t blocks = (size_t)(Skv / nk) + (Skv % nk != 0);
+    size_t b;
+    if (!qmm_mul_ok(blocks, block_bytes, &b) || b > SIZE_MAX - extra) return SIZE_MAX;
+    return b + extra;
+}
+
+/* The shift the bf16 and int8 engines subtract from every key of one kv head before rounding
+ * (k: its row 0, token stride c->ks[2]): mean[0..D) = the mean of the keys whose every element
+ * is finite, summed in f64 (no overflow for any f32 keys) and rounded to f32 once; 0 where no
+ * key is finite. Non-finite keys (whose scores are NaN or ±Inf in every engine) and the keys
+ * a mask excludes cannot move it out of the finite keys' range. Plain C; deterministic. */
+void qmm_attn_key_mean(const qmm_attn_call *c, const void *k, float *mean);
 
 /* The engines' micro-kernels take their row count as a constant (their accumulators then stay in
  * registers): QMM_ATTN_BY_ROWS(rows, K, ...) calls K(r, ...) with the constant r = rows, 1..6. */

@@ -10,7 +10,9 @@
  * The softmax of row i on a block (SPEC §10): s = scale·S (+ additive mask; bool false, and keys
  * past Skv: -inf); m' = max(m, max s); alpha = exp(m − m'); p = exp(s − m');
  * l = l·alpha + Σ p; m = m'. While every score of a row so far is -inf, p = 0 and l stays 0;
- * out = O / l at the end, 0 where l = 0. Included only by files compiled with AVX-512 F/BW/VL/DQ.
+ * out = O / l at the end, 0 where l = 0. A NaN score (one no bool mask excludes) makes the row
+ * NaN: m, l, alpha and p NaN from that block on, so O and out are NaN. Included only by files
+ * compiled with AVX-512 F/BW/VL/DQ.
  */
 #ifndef QMM_ATTENTION_AVX512_H
 #define QMM_ATTENTION_AVX512_H
@@ -128,9 +130,17 @@ static inline void qmm_za_softmax(const qmm_attn_call *c, const qmm_za_tile *t, 
     for (int z = 0; z < 4; z++)
         s[z] = _mm512_mask_mul_ps(ninf, qmm_za_lanes(nv - 16 * z), _mm512_loadu_ps(Srow + 16 * z), sc);
     if (mask) qmm_za_mask(c, mask, i, j0, nv, t->mtmp, s);
+    __mmask16 nan = 0;
+    for (int z = 0; z < 4; z++) nan |= _mm512_cmp_ps_mask(s[z], s[z], _CMP_UNORD_Q);
     const float bm = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3])));
-    const float m0 = t->m[i], mn = bm > m0 ? bm : m0;
+    const float m0 = t->m[i], mn = bm > m0 ? bm : m0; /* m0 NaN: mn NaN */
     void *Prow = bf16 ? (void *)((uint16_t *)t->P + i * QMM_ZA_NK) : (void *)(t->P + i * QMM_ZA_NK);
+    if (nan || mn != mn) { /* a NaN score, now or before: the row is NaN */
+        t->m[i] = t->l[i] = t->alpha[i] = NAN;
+        if (bf16) for (int z = 0; z < 2; z++) _mm512_storeu_si512((uint16_t *)Prow + 32 * z, _mm512_set1_epi16(0x7fc0));
+        else for (int z = 0; z < 4; z++) _mm512_storeu_ps((float *)Prow + 16 * z, _mm512_set1_ps(NAN));
+        return;
+    }
     if (mn == -INFINITY) { /* every key so far masked: nothing to add */
         t->alpha[i] = 1.0f;
         if (bf16) for (int z = 0; z < 2; z++) _mm512_storeu_si512((uint16_t *)Prow + 32 * z, _mm512_setzero_si512());
@@ -151,18 +161,22 @@ static inline void qmm_za_softmax(const qmm_attn_call *c, const qmm_za_tile *t, 
     t->alpha[i] = a;
 }
 
-/* out row i = O[i] / l[i] (0 where l = 0) in out's dtype */
+/* out row i = O[i] / l[i] in out's dtype: 0 where l = 0 (every score -inf; O may hold 0·NaN of
+ * a NaN v), NaN where l is NaN */
 static inline void qmm_za_store(const qmm_attn_call *c, const qmm_za_tile *t, int64_t i, void *out) {
     const int64_t Dp = t->Dp;
     const size_t es = qmm_dtype_size(c->out_dtype);
     char *row = (char *)out + i * c->os[2] * (int64_t)es;
-    const __m512 inv = _mm512_set1_ps(t->l[i] > 0.0f ? 1.0f / t->l[i] : 0.0f);
+    const float l = t->l[i];
+    const __m512 inv = _mm512_set1_ps(1.0f / l);
     for (int64_t d = 0; d < c->D; d += 16)
         qmm_z_store16(row + d * (int64_t)es, c->out_dtype, qmm_z_tail_mask(c->D - d),
-                      _mm512_mul_ps(_mm512_loadu_ps(t->O + i * Dp + d), inv));
+                      l == 0.0f ? _mm512_setzero_ps() : _mm512_mul_ps(_mm512_loadu_ps(t->O + i * Dp + d), inv));
 }
 
-/* One kv head → bf16 blocks of NK keys (keys past Skv and d past D zero), Dp a multiple of 16:
+/* One kv head → bf16 blocks of NK keys (keys past Skv and d past D zero), Dp a multiple of 16,
+ * each key shifted first, k − qmm_attn_key_mean in f32, so a common offset of the keys costs no
+ * bf16 bits (the scores of a row all move by q·mean: the softmax does not change):
  * nblk K blocks [Dp/2][NK][2] (per d-pair and 16 keys one zmm: the VDPBF16PS operand against a
  * broadcast q pair, and 16 consecutive pair rows one AMX B tile at a row stride of NK·4 bytes),
  * then nblk V blocks [NK/2][Dp][2] (per key pair and 16 of D one zmm against a broadcast p pair;
@@ -172,12 +186,15 @@ static inline void qmm_za_pack_kv_bf16(const qmm_attn_call *c, const void *k, co
     const size_t es = qmm_dtype_size(c->kv_dtype);
     uint16_t *K = kv, *V = (uint16_t *)kv + nblk * Dp * NK;
     uint16_t kr16[QMM_ATTN_MAX_D + 32], vr16[QMM_ATTN_MAX_D + 32];
+    float mean[QMM_ATTN_MAX_D + 32] = {0};
+    qmm_attn_key_mean(c, k, mean);
     for (int64_t j = 0; j < nblk * NK; j++) {
         for (int64_t d = 0; d < Dp; d += 16) {
             __m512 kx = _mm512_setzero_ps(), vx = _mm512_setzero_ps();
             if (j < c->Skv) {
                 const __mmask16 mk = qmm_za_lanes(D - d);
-                kx = qmm_z_load16((const char *)k + j * c->ks[2] * (int64_t)es, c->kv_dtype, d, mk);
+                kx = _mm512_maskz_sub_ps(mk, qmm_z_load16((const char *)k + j * c->ks[2] * (int64_t)es, c->kv_dtype, d, mk),
+                                         _mm512_loadu_ps(mean + d));
                 vx = qmm_z_load16((const char *)v + j * c->vs[2] * (int64_t)es, c->kv_dtype, d, mk);
             }
             qmm_z_store16(kr16 + d, QMM_BF16, 0xffff, kx);

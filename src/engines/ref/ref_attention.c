@@ -5,7 +5,7 @@
  *
  *   s[j]   = scale · Σ_d q[d]·k[j][d]  (+ mask[j] if additive; bool false or j masked: -inf)
  *   m      = max_j s[j];  p[j] = exp(s[j] − m);  out[d] = Σ_j p[j]·v[j][d] / Σ_j p[j]
- *   a row whose every s[j] is -inf gives 0; out rounded once to its dtype.
+ *   a row whose every s[j] is -inf gives 0, a row with a NaN s[j] NaN; out rounded once to its dtype.
  *
  * Runs only when asked for by name (dispatch never chooses the reference).
  */
@@ -38,6 +38,7 @@ static void ref_row(int64_t row, int64_t n_rows, int thread, void *arg) {
     double *sc = j->scores + (size_t)thread * (size_t)Skv;
     const int64_t q0 = b * c->qs[0] + h * c->qs[1] + s * c->qs[2];
     double m = -INFINITY;
+    int nan = 0;
     for (int64_t t = 0; t < Skv; t++) {
         const int64_t k0 = b * c->ks[0] + hk * c->ks[1] + t * c->ks[2];
         double acc = 0;
@@ -50,10 +51,11 @@ static void ref_row(int64_t row, int64_t n_rows, int thread, void *arg) {
         }
         sc[t] = x;
         if (x > m) m = x;
+        nan |= x != x;
     }
     const int64_t o0 = b * c->os[0] + h * c->os[1] + s * c->os[2];
-    if (m == -INFINITY) {
-        for (int64_t d = 0; d < D; d++) qmm_store_f(c->out, c->out_dtype, o0 + d, 0.0f);
+    if (m == -INFINITY || nan) {
+        for (int64_t d = 0; d < D; d++) qmm_store_f(c->out, c->out_dtype, o0 + d, nan ? NAN : 0.0f);
         return;
     }
     double l = 0;
@@ -68,9 +70,11 @@ static void ref_row(int64_t row, int64_t n_rows, int thread, void *arg) {
 
 qmm_status qmm_ref_attn_run(qmm_context *ctx, const qmm_attn_call *c) {
     const int T = qmm_pool_threads(ctx->pool);
-    size_t bytes;
-    QMM_RETURN_IF(!qmm_mul_ok((size_t)T * sizeof(double), (size_t)c->Skv, &bytes), QMM_ERR_UNSUPPORTED,
-                  "attention (ref): Skv=%lld too large", (long long)c->Skv);
+    size_t row, bytes;
+    QMM_RETURN_IF(!qmm_mul_ok(sizeof(double), (size_t)c->Skv, &row) || row > QMM_ATTN_MAX_SCRATCH ||
+                      !qmm_mul_ok(row, (size_t)T, &bytes),
+                  QMM_ERR_UNSUPPORTED, "attention (ref): a score row of Skv=%lld keys needs more than 2^40 bytes",
+                  (long long)c->Skv);
     void *p;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, bytes, &p));
     ref_job j = {.c = c, .scores = p};

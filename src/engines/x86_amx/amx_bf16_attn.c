@@ -35,7 +35,7 @@ const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const qmm_attn_call *c, char *w
 #define NK QMM_ZA_NK
 
 static int64_t dp_of(int64_t D) { return qmm_round_up(D, 32); }
-static size_t kv_bytes(int64_t Skv, int64_t D) { return (size_t)((Skv + NK - 1) / NK) * (size_t)(2 * dp_of(D) * NK) * 2; }
+static size_t kv_bytes(int64_t Skv, int64_t D) { return qmm_attn_blocks_bytes(Skv, NK, (size_t)(2 * dp_of(D) * NK) * 2, 0); }
 static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(dp_of(D)); }
 
 static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *kv) {

@@ -25,7 +25,7 @@ qmm_status qmm_avx2_f32_attn_run(qmm_context *ctx, const qmm_attn_call *c);
 static int64_t dp_of(int64_t D) { return qmm_round_up(D, 8); }
 static size_t kb_bytes(int64_t D) { return (size_t)(D * NK) * sizeof(float); }
 static size_t vb_bytes(int64_t D) { return (size_t)(NK * dp_of(D)) * sizeof(float); }
-static size_t kv_bytes(int64_t Skv, int64_t D) { return (size_t)((Skv + NK - 1) / NK) * (kb_bytes(D) + vb_bytes(D)); }
+static size_t kv_bytes(int64_t Skv, int64_t D) { return qmm_attn_blocks_bytes(Skv, NK, kb_bytes(D) + vb_bytes(D), 0); }
 /* S and P [MQ][NK], O and Q [MQ][Dp], m, l, alpha [MQ] */
 static size_t tile_bytes(int64_t D) { return (size_t)(MQ * NK * 2 + MQ * dp_of(D) * 2 + MQ * 3) * sizeof(float); }
 
@@ -131,32 +131,42 @@ static inline float hsum8(__m256 v) {
 }
 
 /* The online softmax of row i on keys [j0, j0 + nv) (attention_avx512.h's, 8 lanes at a time):
- * scale, mask (bool false and keys past Skv: -inf), running max, p = exp(s − m'), l, alpha. */
+ * scale, mask (bool false and keys past Skv: -inf), running max, p = exp(s − m'), l, alpha; a
+ * NaN score (now or in an earlier block) makes m, l, alpha and p NaN: the row is NaN. */
 static void softmax_row(const qmm_attn_call *c, float *S, float *P, float *m, float *l, float *alpha, int64_t i,
                         int64_t j0, int64_t nv, const void *mask) {
     float *s = S + i * NK, *p = P + i * NK;
     const __m256 sc = _mm256_set1_ps(c->scale), ninf = _mm256_set1_ps(-INFINITY);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256 vmax = ninf;
+    __m256 vmax = ninf, nan = _mm256_setzero_ps();
     for (int j = 0; j < NK; j += 8) {
         /* lanes j + e < nv are keys */
         const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nv - j)), lane));
         __m256 x = _mm256_blendv_ps(ninf, _mm256_mul_ps(_mm256_loadu_ps(s + j), sc), live);
-        if (mask) {
+        if (mask) { /* bool false replaces the score by -inf (a NaN score too); additive adds */
             float add[8];
+            int32_t dead[8];
             for (int e = 0; e < 8; e++) {
                 add[e] = 0.0f;
+                dead[e] = 0;
                 if (j + e >= nv) continue;
                 const int64_t mi = i * c->ms[2] + (j0 + j + e) * c->ms[3];
-                add[e] = c->mask_dtype == QMM_U8 ? (((const uint8_t *)mask)[mi] ? 0.0f : -INFINITY)
-                                                 : qmm_load_f(mask, c->mask_dtype, mi);
+                if (c->mask_dtype == QMM_U8) dead[e] = ((const uint8_t *)mask)[mi] ? 0 : -1;
+                else add[e] = qmm_load_f(mask, c->mask_dtype, mi);
             }
-            x = _mm256_add_ps(x, _mm256_loadu_ps(add));
+            x = _mm256_blendv_ps(_mm256_add_ps(x, _mm256_loadu_ps(add)), ninf,
+                                 _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)dead)));
         }
         _mm256_storeu_ps(s + j, x);
         vmax = _mm256_max_ps(vmax, x);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
     }
-    const float bm = hmax8(vmax), m0 = m[i], mn = bm > m0 ? bm : m0;
+    const float bm = hmax8(vmax), m0 = m[i], mn = bm > m0 ? bm : m0; /* m0 NaN: mn NaN */
+    if (_mm256_movemask_ps(nan) || mn != mn) {
+        for (int j = 0; j < NK; j++) p[j] = NAN;
+        m[i] = l[i] = alpha[i] = NAN;
+        return;
+    }
     if (mn == -INFINITY) {
         for (int j = 0; j < NK; j++) p[j] = 0.0f;
         alpha[i] = 1.0f;
@@ -196,8 +206,13 @@ static void tile(const qmm_attn_call *c, const void *kv, const void *q, int64_t 
             pv((int)(rows - r < MR ? rows - r : MR), P + r * NK, V + kb * NK * Dp, O + r * Dp, alpha + r, Dp);
     }
     for (int64_t i = 0; i < rows; i++) {
-        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        /* 0 where l = 0 (every score -inf; O may hold 0·NaN of a NaN v), NaN where l is NaN */
+        const float inv = 1.0f / l[i];
         char *row = (char *)out + i * c->os[2] * (int64_t)oes;
+        if (l[i] == 0.0f) {
+            for (int64_t d = 0; d < D; d++) qmm_store_f(row, c->out_dtype, d, 0.0f);
+            continue;
+        }
         for (int64_t d = 0; d < D; d++) {
             if (c->out_dtype == QMM_F32 && d + 8 <= D) {
                 _mm256_storeu_ps((float *)row + d, _mm256_mul_ps(_mm256_loadu_ps(O + i * Dp + d), _mm256_set1_ps(inv)));

@@ -18,9 +18,7 @@
 static size_t kb_bytes(int64_t D) { return (size_t)(qmm_za_dp(D) * NK) * 2; }
 static size_t vb_bytes(int64_t D) { return (size_t)(NK * qmm_za_dp(D)) * 2; }
 
-static size_t kv_bytes(int64_t Skv, int64_t D) {
-    return (size_t)((Skv + NK - 1) / NK) * (kb_bytes(D) + vb_bytes(D));
-}
+static size_t kv_bytes(int64_t Skv, int64_t D) { return qmm_attn_blocks_bytes(Skv, NK, kb_bytes(D) + vb_bytes(D), 0); }
 
 static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
     qmm_za_pack_kv_bf16(c, k, v, kv, qmm_za_dp(c->D));

@@ -17,9 +17,7 @@
 static size_t kb_bytes(int64_t D) { return (size_t)(D * NK) * sizeof(float); }
 static size_t vb_bytes(int64_t D) { return (size_t)(NK * qmm_za_dp(D)) * sizeof(float); }
 
-static size_t kv_bytes(int64_t Skv, int64_t D) {
-    return (size_t)((Skv + NK - 1) / NK) * (kb_bytes(D) + vb_bytes(D));
-}
+static size_t kv_bytes(int64_t Skv, int64_t D) { return qmm_attn_blocks_bytes(Skv, NK, kb_bytes(D) + vb_bytes(D), 0); }
 
 static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
     const int64_t D = c->D, Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;

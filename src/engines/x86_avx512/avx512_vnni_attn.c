@@ -4,12 +4,14 @@
  * driver (core/attention.h). Admits mode int8 only.
  *
  * Quantization (per kv head when packed, per query row when its tile starts; R the rotation):
- *   k'[j] = k[j] − mean_j k[j]   (the keys' shift: every softmax row stays as it is)
+ *   k'[j] = k[j] − mean (qmm_attn_key_mean: the mean of the finite keys; the softmax rows stay
+ *   as they are)
  *   R: q and k padded with zeros to Dq = D rounded up to 64, then ConvRot's rotation (numerics.h
  *      qmm_rotate_f32: x · H_64 / 8 per group of 64); orthonormal, so (R q)·(R k) = q·k
  *   sk[j] = max_d |R k'[j]| / 127, kq = round(R k' / sk);  sq[i] = max_d |R q[i]| / 127,
- *   qq = round(R q / sq)  (codes clamped to ±127; all-zero rows: scale 0; a row with a
- *   non-finite value: scale NaN, so its scores are NaN)
+ *   qq = round(R q / sq)  (codes clamped to ±127; all-zero rows: scale 0; a query row or key
+ *   with a non-finite value: scale NaN, so its scores are NaN — its rows NaN, as an f32 engine's
+ *   are, unless a bool mask excludes the key)
  *   score[i][j] = (Σ_d (qq + 128)·kq − 128·Σ_d kq) · sq[i] · sk[j]
  *   p = exp(s − m) ∈ [0, 1] (the online softmax, l summed in f32 from the f32 p);
  *   pq = round(255·p) u8;  sv[d] = max_j |v[j][d]| / 127 over the call's keys of the kv head,
@@ -47,7 +49,7 @@ static size_t kb_stride(int64_t D) { return (size_t)qmm_round_up((int64_t)kb_byt
 /* one V block: the codes, then the channels' scales */
 static size_t vb_stride(int64_t D) { return (size_t)(NK * qmm_za_dp(D)) + (size_t)qmm_za_dp(D) * 4; }
 static size_t kv_bytes(int64_t Skv, int64_t D) {
-    return (size_t)((Skv + NK - 1) / NK) * (kb_stride(D) + vb_stride(D)) + (size_t)qmm_za_dp(D) * 4;
+    return qmm_attn_blocks_bytes(Skv, NK, kb_stride(D) + vb_stride(D), (size_t)qmm_za_dp(D) * 4); /* + the keys' mean */
 }
 
 /* row[0..Dq) ← R row: qmm_rotate_f32 (numerics.h) with g = 64, in its vector form (simd_avx512.h) */
@@ -155,19 +157,12 @@ static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
 
 static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
     const int64_t D = c->D, Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;
-    const size_t es = qmm_dtype_size(c->kv_dtype);
     char *K = kv;
     char *V = K + (size_t)nblk * kb_stride(D);
     float *mean = (float *)(V + (size_t)nblk * vb_stride(D));
-    /* the keys' mean (any vector subtracted from every key leaves the softmax as it is) */
+    /* the finite keys' mean (any vector subtracted from every key leaves the softmax as it is) */
     for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(mean + d, _mm512_setzero_ps());
-    for (int64_t j = 0; j < c->Skv; j++) {
-        const char *kr = (const char *)k + j * c->ks[2] * (int64_t)es;
-        for (int64_t d = 0; d < Dp; d += 16)
-            _mm512_storeu_ps(mean + d, _mm512_add_ps(_mm512_loadu_ps(mean + d), qmm_z_load16(kr, c->kv_dtype, d, qmm_za_lanes(D - d))));
-    }
-    const __m512 inv_n = _mm512_set1_ps(1.0f / (float)c->Skv);
-    for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(mean + d, _mm512_mul_ps(_mm512_loadu_ps(mean + d), inv_n));
+    qmm_attn_key_mean(c, k, mean);
     pack_k(c, k, K, mean);
     pack_v(c, v, V);
 }
