@@ -30,6 +30,12 @@ bias in place at every call. No packed copy exists, so nothing is repacked on a 
 re-wrap, and any write to the tensor (copy_, indexing, numpy, under inference_mode or not) is
 seen by the next call.
 
+INT8 attention (attention.py): register() also gives the kitchen's own ops
+comfy_kitchen::int8_attention and int8_attention_masked (CUDA/HIP only in the kitchen) a CPU
+kernel, qmm.attention(mode="int8"), and unregister() removes it; only where the installed
+kitchen defines them, with or without an int8 engine here (without one qmm's counted fallback
+to a float engine runs them); attention_status() says, per op, whether it is installed or why not.
+
 Threads: calls run on the process's qmm context with torch.get_num_threads() workers at call
 time (unless qmm.configure(n_threads=...) fixed the count); register() makes no context.
 Where this CPU has no int8 engine, or the loaded library cannot borrow weights, register()
@@ -45,6 +51,7 @@ from comfy_kitchen.registry import registry
 
 import qmm
 
+from . import attention as _attn
 from . import dequantize as _dq
 from . import linear as _lin
 from . import quantize as _qz
@@ -61,7 +68,8 @@ from .w4a8 import w4a8_int8_linear
 from .quantize import (quantize_and_rotate_rowwise, quantize_int8_convrot_weight,
                        quantize_int8_rowwise, quantize_int8_tensorwise)
 
-__all__ = ["register", "unregister", "is_registered", "unavailable_reason", "declines",
+__all__ = ["register", "unregister", "is_registered", "unavailable_reason", "attention_status",
+           "declines",
            "reset_declines", "probe", "weights", "Refused", "int8_linear",
            "int8_linear_modulated", "int8_linear_rms_modulated", "w4a8_int8_linear",
            "quantize_int8_rowwise",
@@ -179,7 +187,16 @@ def _priority(first, priority=None):
     return [BACKEND] + others if first else others + [BACKEND]
 
 
+def attention_status():
+    """{op: "installed", "removed", or why not} for the kitchen's INT8 attention ops
+    (comfy_kitchen::int8_attention, int8_attention_masked) on the CPU; {} before register()."""
+    return _attn.status()
+
+
 def _register(first=True, priority=None):
+    att = _attn.install()
+    if any(why != "installed" for why in att.values()):
+        log.info("comfy-kitchen INT8 attention on the CPU: %s", att)
     why = unavailable_reason()
     if why:
         registry.mark_unavailable(BACKEND, why)
@@ -200,9 +217,10 @@ def register(first=True, priority=None):
     priority list (first=False: last), so CPU calls try qmm before eager and every declined call
     still reaches eager; the other backends keep their order — priority (a list of backend
     names) if given, else the order in force (the user's set_backend_priority(), or the
-    kitchen's default). Makes no qmm context. Idempotent (also undoes unregister()). Returns the
-    capability names; [] when the backend is unavailable here (the reason is in the kitchen's
-    list_backends() and in the log)."""
+    kitchen's default). Also installs the CPU kernels of the kitchen's INT8 attention ops
+    (attention_status()), whether or not the backend is available. Makes no qmm context.
+    Idempotent (also undoes unregister()). Returns the capability names; [] when the backend is
+    unavailable here (the reason is in the kitchen's list_backends() and in the log)."""
     if priority is not None and (isinstance(priority, str) or not all(isinstance(b, str) for b in priority)):
         raise ValueError("register: priority=%r: a list of backend names" % (priority,))
     with _reg_lock:
@@ -215,8 +233,9 @@ def register(first=True, priority=None):
 
 def unregister():
     """Take qmm out of the kitchen's priority list and disable it (the registry has no
-    removal); drops the borrowed weight handles."""
+    removal); removes the INT8 attention CPU kernels; drops the borrowed weight handles."""
     with _reg_lock:
+        _attn.remove()
         registry.set_priority([b for b in _current_priority() if b != BACKEND])
         registry.disable(BACKEND)
         _state["registered"] = False

@@ -1,0 +1,196 @@
+"""comfy_kitchen.int8_attention on CPU tensors after qmm.kitchen.register() (the kitchen's own
+ops comfy_kitchen::int8_attention / int8_attention_masked, given a CPU kernel by
+qmm.kitchen.attention): f32/f16/bf16, GQA, cross-attention, bool and additive masks broadcast
+from [S, Skv] and [B, 1, 1, Skv], scale given / None / negative; the result has q's shape and
+dtype. Fidelity against SDPA in float64 (relative L2 over the whole output, printed): ≤ 2e-2 on
+Gaussian q/k/v; on outlier keys (4 of D channels ×20 and a common offset +200 on every key)
+within OUTLIER_RATIO (3.5×) of the Gaussian case for D = 64, 128, 256 (the kitchen kernel's
+head dims); issue 35's 2× target is an expected failure (xfail, not strict: it shows when it
+passes), per D set, until the C kernel meets it. Bad input gets the kitchen's error types (ValueError /
+TypeError); unregister() removes the kernels (a CPU call raises the kitchen's error again) and
+register() brings them back. Skipped where the installed kitchen lacks the ops.
+"""
+import pytest
+import torch
+
+import qmm
+
+from conftest import SEED
+
+ck = pytest.importorskip("comfy_kitchen")
+GAUSS_BOUND = 2e-2
+OUTLIER_RATIO = 3.5
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@pytest.fixture(scope="module")
+def kit(kitchen):
+    st = kitchen.attention_status()
+    if st.get("int8_attention") != "installed":
+        pytest.skip("kitchen INT8 attention not installed on the CPU: %s" % st)
+    return kitchen
+
+
+def ref64(q, k, v, mask=None, scale=None):
+    """SDPA in float64 (torch's math, GQA by repeating the kv heads)."""
+    rep = q.shape[1] // k.shape[1]
+    kd = k.double().repeat_interleave(rep, dim=1)
+    vd = v.double().repeat_interleave(rep, dim=1)
+    m = mask if mask is None or mask.dtype == torch.bool else mask.double()
+    return torch.nn.functional.scaled_dot_product_attention(q.double(), kd, vd, attn_mask=m,
+                                                            scale=scale)
+
+
+def rel_l2(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def _qkv(B, H, Hkv, S, Skv, D, dtype, outlier=False, g=None):
+    q = torch.randn(B, H, S, D, generator=g)
+    k = torch.randn(B, Hkv, Skv, D, generator=g)
+    v = torch.randn(B, Hkv, Skv, D, generator=g)
+    if outlier:
+        ch = torch.randperm(D, generator=g)[:4]
+        k[..., ch] *= 20.0          # most of every key's norm in 4 of D channels
+        k += 200.0                  # a common offset on every key
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+# B, H, Hkv, S, Skv, D, mask kind, scale. ROTATED: head dims the kitchen's kernel has (64, 128,
+# 256), where qmm's rotation group is 64 (the largest power of 4 up to 64 that divides D: SPEC
+# §10); SMALL_GROUP: D = 16, 40, 72, where it is 16, 4 and 4.
+ROTATED = [
+    (1, 4, 4, 64, 64, 64, None, None),
+    (2, 8, 2, 37, 53, 128, None, 0.1),            # GQA, cross-attention, a given scale
+    (1, 6, 3, 130, 77, 64, "bool_s_skv", None),   # bool mask [S, Skv]
+    (2, 4, 1, 16, 200, 128, "add_b11skv", None),  # additive mask [B, 1, 1, Skv]
+    (1, 2, 2, 96, 96, 256, "add_s_skv", 0.05),
+    (1, 3, 1, 7, 300, 64, "bool_b11skv", None),
+]
+SMALL_GROUP = [
+    (1, 6, 3, 130, 77, 40, "bool_s_skv", None),
+    (2, 4, 1, 16, 200, 72, "add_b11skv", None),
+    (1, 3, 1, 7, 300, 16, "bool_b11skv", None),
+]
+
+
+def _mask(kind, B, S, Skv, dtype, g):
+    if kind is None:
+        return None
+    shape = (S, Skv) if kind.endswith("s_skv") else (B, 1, 1, Skv)
+    if kind.startswith("bool"):
+        m = torch.rand(shape, generator=g) < 0.7
+        m[..., 0] = True            # no fully masked row (SDPA gives NaN there, qmm 0)
+        return m
+    return (torch.randn(shape, generator=g) * 2.0).to(dtype)
+
+
+def _call(q, k, v, mask, scale):
+    out = ck.int8_attention(q, k, v, scale=scale, attn_mask=mask)
+    assert out.shape == q.shape and out.dtype == q.dtype and out.device.type == "cpu"
+    assert torch.isfinite(out).all()
+    return out
+
+
+def _sweep(cases, outlier):
+    """The worst relative L2 against fp64 SDPA over cases × (f32, f16, bf16), each printed."""
+    g = torch.Generator().manual_seed(SEED + (1 if outlier else 0))
+    worst = 0.0
+    for dtype in DTYPES:
+        for B, H, Hkv, S, Skv, D, mk, scale in cases:
+            q, k, v = _qkv(B, H, Hkv, S, Skv, D, dtype, outlier, g)
+            mask = _mask(mk, B, S, Skv, dtype, g)
+            e = rel_l2(_call(q, k, v, mask, scale), ref64(q, k, v, mask, scale))
+            print("%s %s B%d H%d/%d S%d Skv%d D%d mask=%s scale=%s: rel L2 %.3e" % (
+                "outlier" if outlier else "gauss", dtype, B, H, Hkv, S, Skv, D, mk, scale, e))
+            worst = max(worst, e)
+    return worst
+
+
+@pytest.fixture(scope="module")
+def gauss(kit):
+    q, k, v = _qkv(1, 2, 2, 64, 64, 128, torch.float32)
+    print("mode int8 runs on: %r" % qmm.attention_plan(q, k, v, mode="int8"))
+    return {"rotated": _sweep(ROTATED, False), "small_group": _sweep(SMALL_GROUP, False)}
+
+
+def test_gaussian_fidelity(gauss):
+    print("worst relative L2 vs float64 SDPA, gaussian q/k/v: %.3e (D 64/128/256), %.3e "
+          "(D 16/40/72)" % (gauss["rotated"], gauss["small_group"]))
+    assert max(gauss.values()) <= GAUSS_BOUND
+
+
+def test_outlier_keys_fidelity(gauss):
+    """Held: OUTLIER_RATIO × the Gaussian worst on D 64/128/256 (measured, QMM_TEST_SEED 1-9 and
+    1234: 1.65-2.82×; the unrotated recipe before 5712a6e, seed 1234: 5.8e-2, 5.9×)."""
+    outl = _sweep(ROTATED, True)
+    print("worst relative L2 vs float64 SDPA, D 64/128/256: gaussian %.3e, outlier keys %.3e "
+          "(%.2fx)" % (gauss["rotated"], outl, outl / gauss["rotated"]))
+    assert outl <= OUTLIER_RATIO * gauss["rotated"]
+
+
+@pytest.mark.xfail(strict=False, reason="issue 35's target (outlier keys within 2x of the Gaussian "
+                   "case) is not met on every case: on D 64/128/256 1.65-2.82x by seed (the worst "
+                   "a 7-query case), on D 16/40/72 2.4-3.3x, where qmm's rotation group (the "
+                   "largest power of 4 up to 64 dividing D, SPEC §10) is 16, 4, 4")
+@pytest.mark.parametrize("which", ["rotated", "small_group"])
+def test_outlier_keys_within_2x_target(gauss, which):
+    outl = _sweep(ROTATED if which == "rotated" else SMALL_GROUP, True)
+    print("worst relative L2 vs float64 SDPA, %s: gaussian %.3e, outlier keys %.3e (%.2fx)"
+          % (which, gauss[which], outl, outl / gauss[which]))
+    assert outl <= 2.0 * gauss[which]
+
+
+def test_masked_op_and_direct_op(kit):
+    """torch.ops.comfy_kitchen.* directly (as compiled graphs call them), a 0-d and a bool
+    mask, and a negative scale (the kitchen accepts any finite scale)."""
+    q, k, v = _qkv(1, 2, 2, 24, 24, 32, torch.float32)
+    ref = ref64(q, k, v)
+    out = torch.ops.comfy_kitchen.int8_attention(q, k, v, None)
+    assert rel_l2(out, ref) <= GAUSS_BOUND
+    out = torch.ops.comfy_kitchen.int8_attention_masked(q, k, v, torch.tensor(True), None)
+    assert rel_l2(out, ref) <= GAUSS_BOUND
+    e = rel_l2(ck.int8_attention(q, k, v, scale=-0.2), ref64(q, k, v, scale=-0.2))
+    assert e <= GAUSS_BOUND, e
+    e = rel_l2(ck.int8_attention(q, k, v, scale=0.0), ref64(q, k, v, scale=0.0))
+    assert e <= GAUSS_BOUND, e
+
+
+def test_bad_input_gets_the_kitchens_errors(kit):
+    q, k, v = _qkv(1, 4, 2, 8, 8, 16, torch.float32)
+    cases = [
+        (ValueError, "shape", dict(q=q[0])),
+        (TypeError, "float32, float16, or bfloat16", dict(q=q.double(), k=k.double(),
+                                                          v=v.double())),
+        (TypeError, "same dtype", dict(k=k.half(), v=v.half())),
+        (ValueError, "positive", dict(q=q[:, :, :0])),
+        (ValueError, "contiguous", dict(q=q.transpose(2, 3).contiguous().transpose(2, 3))),
+        (ValueError, "v has shape", dict(v=v[:, :, :4])),
+        (ValueError, "multiple of Hkv", dict(k=k[:, :1].expand(1, 3, 8, 16).contiguous(),
+                                             v=v[:, :1].expand(1, 3, 8, 16).contiguous())),
+        (ValueError, "head dim", dict(q=torch.randn(1, 4, 8, 300), k=torch.randn(1, 2, 8, 300),
+                                      v=torch.randn(1, 2, 8, 300))),
+        (TypeError, "attn_mask must be", dict(attn_mask=torch.zeros(8, 8, dtype=torch.int32))),
+        (ValueError, "broadcast", dict(attn_mask=torch.zeros(3, 8, dtype=torch.bool))),
+        (ValueError, "finite", dict(scale=float("inf"))),
+    ]
+    for err, text, kw in cases:
+        a = dict(q=q, k=k, v=v) | kw
+        with pytest.raises(err, match=text):
+            ck.int8_attention(a["q"], a["k"], a["v"], scale=kw.get("scale"),
+                              attn_mask=kw.get("attn_mask"))
+
+
+def test_unregister_removes_the_cpu_kernel(kit):
+    q, k, v = _qkv(1, 2, 2, 8, 8, 16, torch.float32)
+    try:
+        kit.unregister()
+        assert kit.attention_status()["int8_attention"] == "removed"
+        for mask in (None, torch.ones(8, 8, dtype=torch.bool)):
+            with pytest.raises((ValueError, RuntimeError), match="CUDA"):
+                ck.int8_attention(q, k, v, attn_mask=mask)
+    finally:
+        kit.register()
+    assert kit.attention_status() == {"int8_attention": "installed",
+                                      "int8_attention_masked": "installed"}
+    assert rel_l2(ck.int8_attention(q, k, v), ref64(q, k, v)) <= GAUSS_BOUND
