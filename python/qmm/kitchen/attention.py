@@ -44,22 +44,22 @@ def _check(q, k, v, attn_mask):
     type); the rest is left to qmm.attention."""
     ts = (q, k, v)
     if not all(isinstance(t, torch.Tensor) for t in ts) or any(t.dim() != 4 for t in ts):
-        raise ValueError("q, k, and v must have shape [batch, heads, sequence, head_dim]")
+        raise ValueError("int8_attention: q, k, v: 4-D tensors of shape [B, heads, tokens, D] expected")
     if q.dtype not in _DTYPES:
-        raise TypeError("q, k, and v must be float32, float16, or bfloat16, got %s" % q.dtype)
+        raise TypeError("int8_attention: q dtype %s: needs float32, float16, or bfloat16" % q.dtype)
     if q.dtype != k.dtype or q.dtype != v.dtype:
-        raise TypeError("q, k, and v must have the same dtype, got %s, %s, and %s"
+        raise TypeError("int8_attention: q, k, v need the same dtype: %s, %s, %s"
                         % (q.dtype, k.dtype, v.dtype))
     if min(q.shape[:3]) == 0 or min(k.shape[1:3]) == 0:
-        raise ValueError("batch, head counts, and sequence lengths must be positive")
+        raise ValueError("int8_attention: sizes must be positive (B, heads and tokens of q, k)")
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
-        raise ValueError("the last dimension of q, k, and v must be contiguous")
+        raise ValueError("int8_attention: q, k, v: the last dimension must be contiguous (stride 1)")
     if attn_mask is None:
         return None
     if not isinstance(attn_mask, torch.Tensor):
-        raise TypeError("attn_mask must be a tensor, got %s" % type(attn_mask).__name__)
+        raise TypeError("int8_attention: attn_mask must be a tensor, not %s" % type(attn_mask).__name__)
     if attn_mask.dtype not in (torch.bool,) + _DTYPES:
-        raise TypeError("attn_mask must be bool, float16, bfloat16, or float32")
+        raise TypeError("int8_attention: attn_mask must be bool, float32, float16 or bfloat16")
     return attn_mask.reshape(1) if attn_mask.dim() == 0 else attn_mask
 
 
@@ -71,7 +71,7 @@ def run(q, k, v, attn_mask=None, scale=None):
     if scale is not None:
         scale = float(scale)
         if not math.isfinite(scale):
-            raise ValueError("scale must be finite, got %s" % scale)
+            raise ValueError("int8_attention: scale %s is not finite" % scale)
         if scale < 0:
             q, scale = -q, -scale
         elif scale == 0:
