@@ -177,7 +177,7 @@ def test_python_m_qmm_prints_engines():
 # ---------------------------------------------------------------- borrowed tensors (issue 34)
 def _borrowed(kind, N=2048, K=2048):
     """A borrowed weight over 4 MiB CPU tensors (large enough that freed memory goes back to the
-    OS): (weight, its main tensor — int8 data or W4A8 codes —, run(weight) → y of one call)."""
+    OS): (weight, its main tensor — int8 data or W4A8 codes —, run(weight) → y of a call)."""
     if kind == "int8":
         t = torch.randint(-127, 128, (N, K), dtype=torch.int8)
         s = torch.rand(N) * 0.01 + 1e-3
@@ -270,7 +270,8 @@ def test_borrow_w4a8_checks_what_it_is_given():
         borrow(codes=torch.randint(0, 256, (K // 2, N), dtype=torch.uint8).t())
     with pytest.raises(ValueError, match=r"s_rel has dtype torch.float64, needs s_rel_dtype='f32'"):
         borrow(s_rel=s_rel.double())
-    with pytest.raises(ValueError, match=r"s_rel has dtype torch.float32, needs s_rel_dtype='f8_e4m3'"):
+    with pytest.raises(ValueError,
+                       match=r"s_rel has dtype torch.float32, needs s_rel_dtype='f8_e4m3'"):
         borrow(s_rel_dtype="f8_e4m3")
     with pytest.raises(ValueError, match=r"s_channel has dtype torch.bfloat16, needs float32"):
         borrow(s_ch=s_ch.bfloat16())
@@ -299,7 +300,8 @@ def test_borrow_int8_checks_what_it_is_given():
     borrow(data=torch.randint(-127, 128, (N, K + 6), dtype=torch.int8)[:, :K], ld=K + 6).close()
     with pytest.raises(ValueError, match=r"data has 16 values, needs \(N-1\)·ld \+ K = 2800"):
         borrow(data=torch.zeros(16, dtype=torch.int8))
-    with pytest.raises(ValueError, match=r"data \(shape \[40, 70\], strides \[1, 40\]\) is neither"):
+    with pytest.raises(ValueError,
+                       match=r"data \(shape \[40, 70\], strides \[1, 40\]\) is neither"):
         borrow(data=torch.zeros(K, N, dtype=torch.int8).t())
     with pytest.raises(ValueError, match=r"data has dtype torch.uint8, needs int8"):
         borrow(data=w.view(torch.uint8))
@@ -311,5 +313,5 @@ def test_borrow_int8_checks_what_it_is_given():
         borrow(bias=torch.zeros(N), bias_dtype="f16")
     with pytest.raises(ValueError, match=r"scale is on meta"):
         borrow(scale=torch.empty(N, device="meta"))
-    with pytest.raises(qmm.QmmError, match=r"3 scales \(needs 1 or N=40\)"):  # the library's own check
+    with pytest.raises(qmm.QmmError, match=r"3 scales \(needs 1 or N=40\)"):   # C's check
         borrow(scale=s[:3], n_scale=3)
