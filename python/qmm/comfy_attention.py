@@ -356,7 +356,8 @@ def chain(previous=None, mode=None):
     """An optimized_attention_override for transformer_options: called by ComfyUI's wrap_attn as
     override(func, *args, **kwargs); runs qmm, and passes what qmm does not take to
     previous(func, *args, **kwargs) (an override the model already had) or, without one, to
-    func(*args, **kwargs) — the function ComfyUI would have run. mode as in make_attention."""
+    func(*args, **kwargs) — the function ComfyUI would have run, unless that is qmm's own (then
+    the default of make_attention). mode as in make_attention."""
     def qmm_attention_override(func, *args, **kwargs):
         b, extra = _bind(args, kwargs)
         try:
@@ -365,6 +366,8 @@ def chain(previous=None, mode=None):
             if previous is not None:
                 _decline(str(e), "the previous override %s" % _name(previous))
                 return previous(func, *args, **kwargs)
+            if _is_own(func):            # qmm's own function selected in ComfyUI: its default
+                func = _comfy_default() or sdpa_attention
             _decline(str(e), _name(func))
             return func(*args, **kwargs)
     qmm_attention_override.qmm_previous = previous

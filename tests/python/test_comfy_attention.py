@@ -505,3 +505,15 @@ def test_own_function_as_fallback_goes_to_the_default(monkeypatch):
     out = f(q, q, q, 2, skip_reshape=True)
     assert torch.equal(out, ca.sdpa_attention(q, q, q, 2, skip_reshape=True)) and CALLS == []
     assert sum(ca.declines().values()) == 1
+
+
+def test_override_over_qmms_own_function_declines_once(monkeypatch):
+    """ComfyUI runs wrap_attn(qmm's attention) with qmm's override set: a declined call goes to
+    attention_sub_quad, declined once (func is qmm's own: not asked again)."""
+    attn, _ = _fake_comfyui(monkeypatch)
+    attn.attention_sub_quad = optimized_attention
+    attn.optimized_attention = comfy_wrap_attn(ca.attention)
+    q = torch.randn(1, 2, 5, 300)
+    out = attn.optimized_attention(q, q, q, 2, skip_reshape=True, transformer_options=_to())
+    assert torch.equal(out, _sub_quad_stand_in(q, q, q, 2, skip_reshape=True))
+    assert len(CALLS) == 2 and sum(ca.declines().values()) == 1
