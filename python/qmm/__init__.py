@@ -15,8 +15,15 @@ Rules kept here:
     counters are process-wide; fork()ed children keep working (see context());
   - the GIL is released during every library call (ctypes does so for foreign calls);
   - no copies of caller memory here: callers pass pointers (torch: data_ptr()); Weight.int8
-    makes the library copy and pack a weight once, Weight.borrow_int8 reads the caller's memory
-    at every call (what the kitchen backend uses).
+    makes the library copy and pack a weight once, Weight.borrow_int8 / borrow_w4a8 read the
+    caller's memory at every call (what the kitchen backend uses);
+  - a borrowed weight made over tensors (or arrays) checks here what the C descriptor cannot
+    carry — device, contiguity, dtype, and the sizes the descriptor has no field for — and gives
+    C the real sizes it has fields for (C's checks decide); it keeps each tensor's storage alive
+    and, before every call through the Weight (linear, linear_call, int8_rows), checks that each
+    tensor still holds that memory: a replaced or resized storage (set_, .data =,
+    untyped_storage().resize_) is a QmmError, never a read of freed memory. A weight made over
+    bare addresses (ints) is the caller's to keep valid.
 
 Attention (SPEC §10) on torch CPU tensors, flash-attention style on the same engines:
 
@@ -102,12 +109,15 @@ def attention(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=
     D], k and v [B, Hkv, Skv, D] (H a multiple of Hkv, 1 <= D <= 256; float32, bfloat16 or
     float16; any strides, a last dimension that is not contiguous is copied), mask None, bool
     (True = attend) or additive float, broadcast to [B, H, S, Skv] as torch's SDPA does (strides
-    of 0, never copied); scale None (D^-1/2) or finite > 0; mode None/"best" (bf16 operands with
-    f32 accumulation where the CPU runs them faster, else f32), "f32", or "int8" (QKᵀ on int8
-    operands, SageAttention-style; less accurate: SPEC §10); out_dtype (q's unless given) or out, a
-    [B, H, S, D] tensor to write, e.g. y.view(B, S, H, D).transpose(1, 2) of y [B, S, H·D];
-    engine None/"auto" or a name ("ref"). Returns out [B, H, S, D]. A bad argument raises a
-    ValueError naming it; a library failure QmmError. Fully masked query rows give 0."""
+    of 0, never copied); scale None (D^-1/2) or a finite real > 0; mode None/"best" (bf16
+    operands with f32 accumulation where the CPU runs them faster, else f32), "f32", or "int8"
+    (QKᵀ on int8 operands, SageAttention-style; less accurate: SPEC §10); out_dtype (q's unless
+    given) or out, a [B, H, S, D] tensor to write, e.g. y.view(B, S, H, D).transpose(1, 2) of y
+    [B, S, H·D]; engine None/"auto" or a name ("ref"). Returns out [B, H, S, D]. A bad
+    argument raises a ValueError naming it; a library failure QmmError. Fully masked query rows
+    give 0; zero sizes give what torch's SDPA gives (an empty out; zeros for Skv = 0). No
+    backward: under grad mode an input or out that requires grad is a ValueError; out's
+    version counter is bumped."""
     from . import _attention
     return _attention.attention(q, k, v, mask, scale, mode, out_dtype, engine, out)
 
@@ -245,7 +255,11 @@ def linear_call(weight, args, n_threads=0):
     context()) under its lock, the GIL released during the call: the hot path of a caller that
     fills a _lib.LinearArgs itself (the kitchen backend). weight: a Weight or its handle's
     pointer. Raises QmmError."""
-    ptr = weight.ptr if isinstance(weight, Weight) else weight
+    if isinstance(weight, Weight):
+        weight._still_borrowed("qmm_linear")
+        ptr = weight.ptr
+    else:
+        ptr = weight
     with _lock:
         c = _proc
         want = _options["n_threads"] or n_threads
@@ -342,10 +356,117 @@ def _address(obj):
                     "torch tensor)" % type(obj))
 
 
+# qmm dtype codes of the dtypes a borrowed tensor (torch's names) or array (numpy's typestr
+# without byte order) may have
+_TORCH_DTYPE_CODES = {"torch.int8": L.I8, "torch.uint8": L.U8, "torch.float32": L.F32,
+                      "torch.float16": L.F16, "torch.bfloat16": L.BF16,
+                      "torch.float8_e4m3fn": L.F8_E4M3}
+_TYPESTR_CODES = {"i1": L.I8, "u1": L.U8, "f4": L.F32, "f2": L.F16}
+
+
+class _Buffer:
+    """One object a borrowed weight reads. .address; for a torch tensor or an array-interface
+    object also .dtype (a qmm dtype code, None if qmm has none; .dtype_text for messages),
+    .numel, .nbytes, .shape, .strides (elements) and .contiguous, else those are None. .keep
+    holds what keeps the memory alive (a tensor's storage: a later set_ or .data = on the
+    tensor leaves it alive); .changed() says whether the object still covers the memory it
+    covered at borrowing (None) or how it changed."""
+
+    def __init__(self, obj, param, fn):
+        self.obj, self.param = obj, param
+        self.dtype = self.dtype_text = self.numel = self.nbytes = None
+        self.shape = self.strides = self.contiguous = None
+        self.keep = obj
+        self._mark = self.mark0 = None
+        if obj is None or isinstance(obj, int):
+            self.address, self.keep = obj, None
+            return
+        if callable(getattr(obj, "untyped_storage", None)) and callable(getattr(obj, "data_ptr",
+                                                                                None)):
+            if obj.device.type != "cpu":
+                raise ValueError("%s: %s is on %s (qmm reads CPU memory)" % (fn, param,
+                                                                             obj.device))
+            if str(obj.layout) != "torch.strided":
+                raise ValueError("%s: %s has layout %s (strided tensors only)" % (
+                    fn, param, obj.layout))
+            self.dtype_text = str(obj.dtype)
+            self.dtype = _TORCH_DTYPE_CODES.get(self.dtype_text)
+            self.shape, self.strides = tuple(obj.shape), tuple(obj.stride())
+            self.numel, self.nbytes = obj.numel(), obj.numel() * obj.element_size()
+            self.contiguous = obj.is_contiguous()
+            self.keep = (obj, obj.untyped_storage())
+            self._mark = self._torch_mark
+        elif getattr(obj, "__array_interface__", None) is not None:
+            ai = obj.__array_interface__
+            self.dtype_text = ai["typestr"]
+            self.dtype = _TYPESTR_CODES.get(ai["typestr"][1:])
+            item = int(ai["typestr"][2:])
+            self.shape = tuple(ai["shape"])
+            self.numel = 1
+            for n in self.shape:
+                self.numel *= n
+            self.nbytes = self.numel * item
+            st = ai.get("strides")
+            self.contiguous = st is None
+            if st is None:
+                st, acc = [], 1
+                for n in reversed(self.shape):
+                    st.insert(0, acc)
+                    acc *= n
+            else:
+                st = [x // item for x in st]
+            self.strides = tuple(st)
+            self._mark = self._array_mark
+        self.address = _address(obj)
+        if self._mark is not None:
+            self.mark0 = self._mark()
+
+    def _torch_mark(self):
+        t = self.obj
+        st = t.untyped_storage()
+        return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), st.data_ptr(), st.nbytes())
+
+    def _array_mark(self):
+        ai = self.obj.__array_interface__
+        return (ai["data"][0], tuple(ai["shape"]), ai.get("strides"))
+
+    def changed(self):
+        if self._mark is None:
+            return None
+        now = self._mark()
+        if now == self.mark0:
+            return None
+        if len(now) == 5 and now[4] != self.mark0[4]:
+            return "its storage was resized from %d to %d bytes" % (self.mark0[4], now[4])
+        if now[0] != self.mark0[0]:
+            return "its memory is now at another address (set_, .data =, resize_)"
+        return "its shape or strides changed (%s %s, borrowed as %s %s)" % (
+            list(now[1]), list(now[2] or ()), list(self.mark0[1]), list(self.mark0[2] or ()))
+
+    def need(self, fn, dtypes, what, numel=None, contiguous=True):
+        """Check a tensor / array against what the weight reads (nothing to check for an
+        address): dtype code in dtypes, contiguous, numel values if given."""
+        if self.dtype_text is None:
+            return self
+        if self.dtype not in dtypes:
+            raise ValueError("%s: %s has dtype %s, needs %s" % (fn, self.param, self.dtype_text,
+                                                                 what))
+        if contiguous and not self.contiguous:
+            raise ValueError("%s: %s is not contiguous (shape %s, strides %s): qmm reads it as "
+                             "packed rows" % (fn, self.param, list(self.shape),
+                                              list(self.strides)))
+        if numel is not None and self.numel != numel:
+            raise ValueError("%s: %s has %d values (shape %s), needs %d" % (
+                fn, self.param, self.numel, list(self.shape), numel))
+        return self
+
+
 class Weight:
-    """A qmm_weight. int8() copies and packs the caller's memory at creation; borrow_int8() copies
-    nothing and reads the caller's memory at every call. The handle is freed by close() or when
-    the object is collected."""
+    """A qmm_weight. int8() copies and packs the caller's memory at creation; borrow_int8() and
+    borrow_w4a8() copy nothing and read the caller's memory at every call. The handle is freed
+    by close() or when the object is collected."""
+
+    _watch = ()
 
     def __init__(self, ptr, name=None):
         self.ptr = ptr
@@ -353,15 +474,28 @@ class Weight:
         self._destroy = L.qmm_weight_destroy
 
     @classmethod
-    def _borrow(cls, fn, fname, d, keep, name, ctx):
-        # a borrowed Weight from descriptor d through fn (qmm_weight_borrow_*), keeping a
-        # reference to every object in keep until close()
+    def _borrow(cls, fn, fname, d, bufs, name, ctx):
+        # a borrowed Weight from descriptor d through fn (qmm_weight_borrow_*), keeping what
+        # keeps the memory of every buffer in bufs alive until close(), and watching the tensors
+        # and arrays among them
         p = ctypes.c_void_p()
         with _lock:
             _check(fn((ctx or context()).ptr, ctypes.byref(d), ctypes.byref(p)), fname)
         w = cls(p.value, name)
-        w._borrowed = keep
+        w._borrowed = [b.keep for b in bufs if b.keep is not None]
+        w._watch = tuple(b for b in bufs if b.mark0 is not None)
         return w
+
+    def _still_borrowed(self, call):
+        """QmmError if a borrowed tensor or array no longer covers the memory the handle reads
+        (a replaced or resized storage): the call would read memory that is not the tensor's."""
+        for b in self._watch:
+            why = b.changed()
+            if why is not None:
+                raise QmmError(L.ERR_INVALID_ARGUMENT,
+                               "weight %s: the borrowed %s no longer holds the memory the weight "
+                               "reads: %s; borrow it again" % (self.name or "?", b.param, why),
+                               call)
 
     @staticmethod
     def _desc(data, N, K, scale, n_scale, ld, bias, bias_dtype, convrot_gs, name, full_precision):
@@ -396,50 +530,86 @@ class Weight:
                     name=None, full_precision=False, ctx=None):
         """qmm_weight_borrow_int8: a weight over the caller's memory, nothing copied. data, scale
         and bias are each an address (int), a ctypes object, an object with the numpy array
-        interface or a torch tensor (rows contiguous, row stride ld); the Weight keeps a reference to
-        every object passed until close(), so that memory lives as long as the handle. Every call
-        reads the memory as it is then: change it between calls (the next call sees the change),
-        never during one."""
-        keep = [o for o in (data, scale, bias) if o is not None and not isinstance(o, int)]
-        d = cls._desc(_address(data), N, K, _address(scale), n_scale, ld, _address(bias), bias_dtype,
-                         convrot_gs, name, full_precision)
-        return cls._borrow(L.qmm_weight_borrow_int8, "qmm_weight_borrow_int8", d, keep, name, ctx)
+        interface or a CPU torch tensor: data int8, [N, >= K] with strides (ld, 1) or contiguous
+        with at least (N-1)·ld + K values (ld 0 = K); scale n_scale float32 values; bias N values
+        of bias_dtype; both contiguous (a ValueError naming the one that is not). The Weight keeps
+        every object's memory alive until close(); every call reads it as it is then: change it
+        in place between calls (the next call sees the change), never during one. A tensor whose
+        storage is replaced or resized afterwards makes the next call a QmmError."""
+        fn = "qmm.Weight.borrow_int8(%s)" % (name or "?")
+        N, K, ld = int(N), int(K), int(ld)
+        rows = ld or K
+        bd = _Buffer(data, "data", fn)
+        if bd.dtype_text is not None:
+            if bd.dtype != L.I8:
+                raise ValueError("%s: data has dtype %s, needs int8" % (fn, bd.dtype_text))
+            if len(bd.shape) == 2 and bd.shape[0] == N and bd.shape[1] >= K and \
+                    (bd.strides[1] == 1 or bd.shape[1] == 1) and (bd.strides[0] == rows or N == 1):
+                pass                                   # [N, >= K] rows ld apart
+            elif not bd.contiguous:
+                raise ValueError("%s: data (shape %s, strides %s) is neither [N=%d, >= K=%d] with "
+                                 "strides (ld=%d, 1) nor contiguous" % (
+                                     fn, list(bd.shape), list(bd.strides), N, K, rows))
+            elif N >= 1 and K >= 1 and bd.numel < (N - 1) * rows + K:
+                raise ValueError("%s: data has %d values, needs (N-1)·ld + K = %d (N=%d, K=%d, "
+                                 "ld=%d)" % (fn, bd.numel, (N - 1) * rows + K, N, K, rows))
+        bs = _Buffer(scale, "scale", fn).need(fn, (L.F32,), "float32", int(n_scale))
+        bb = _Buffer(bias, "bias", fn).need(fn, (dtype_code(bias_dtype),),
+                                            "bias_dtype=%r" % (bias_dtype,), N)
+        d = cls._desc(bd.address, N, K, bs.address, n_scale, ld, bb.address, bias_dtype,
+                      convrot_gs, name, full_precision)
+        return cls._borrow(L.qmm_weight_borrow_int8, "qmm_weight_borrow_int8", d, (bd, bs, bb),
+                           name, ctx)
 
     @classmethod
     def borrow_w4a8(cls, codes, N, K, bits, s_rel, s_rel_dtype, group_size, s_channel,
                     codebook=None, bias=None, bias_dtype="f32", convrot_gs=256, name=None,
                     full_precision=False, ctx=None):
         """qmm_weight_borrow_w4a8: a W4A8 / W6A8 weight over the caller's memory (SPEC §11),
-        nothing copied: codes [N, K*bits/8] bytes, s_rel [N, K/group_size] of s_rel_dtype
-        ("f8_e4m3" or "f32"), s_channel [N] fp32, optional codebook [16] fp32 and bias. Each is
-        an address, a ctypes object, an array-interface object or a torch tensor (contiguous);
-        the Weight keeps a reference to every object passed until close()."""
+        nothing copied: codes [N, K*bits/8] bytes (int8 or uint8), s_rel [N, K/group_size] of
+        s_rel_dtype ("f8_e4m3" or "f32"), s_channel [N] float32, optional codebook [16] float32
+        and bias [N] of bias_dtype. Each is an address, a ctypes object, an array-interface
+        object or a CPU torch tensor. Of a tensor or array, the contiguity, the dtype and the
+        count of s_channel and bias are checked here (a ValueError naming it); the sizes of codes,
+        s_rel and codebook go to the library as they are (codes_bytes, n_s_rel, n_codebook),
+        whose checks decide (QmmError). Of a bare address, the sizes are the ones N, K, bits and
+        group_size imply. The Weight keeps every object's memory alive until close(); a tensor
+        whose storage is replaced or resized afterwards makes the next call a QmmError."""
         if L.qmm_weight_borrow_w4a8 is None:
             raise QmmError(L.ERR_UNSUPPORTED, "qmm: %s lacks qmm_weight_borrow_w4a8" % L.PATH)
-        keep = [o for o in (codes, s_rel, s_channel, codebook, bias)
-                if o is not None and not isinstance(o, int)]
+        fn = "qmm.Weight.borrow_w4a8(%s)" % (name or "?")
+        N, K, bits, group_size = int(N), int(K), int(bits), int(group_size)
+        srd = L.F8_E4M3 if s_rel_dtype in ("f8_e4m3", "float8_e4m3fn") else dtype_code(s_rel_dtype)
+        bc = _Buffer(codes, "codes", fn).need(fn, (L.I8, L.U8), "int8 or uint8 bytes")
+        br = _Buffer(s_rel, "s_rel", fn).need(fn, (srd,), "s_rel_dtype=%r" % (s_rel_dtype,))
+        bs = _Buffer(s_channel, "s_channel", fn).need(fn, (L.F32,), "float32", N)
+        bk = _Buffer(codebook, "codebook", fn).need(fn, (L.F32,), "float32")
+        bb = _Buffer(bias, "bias", fn).need(fn, (dtype_code(bias_dtype),),
+                                            "bias_dtype=%r" % (bias_dtype,), N)
         d = L.qmm_w4a8_desc_default()
         bname = name.encode() if name else None
         d.name = bname
-        d.N, d.K, d.bits = int(N), int(K), int(bits)
-        d.codes = _address(codes)
-        d.codes_bytes = int(N) * int(K) * int(bits) // 8
-        d.s_rel = _address(s_rel)
-        d.s_rel_dtype = L.F8_E4M3 if s_rel_dtype in ("f8_e4m3", "float8_e4m3fn") else dtype_code(s_rel_dtype)
-        d.group_size = int(group_size)
-        d.n_s_rel = int(N) * (int(K) // max(int(group_size), 1))
-        d.codebook = _address(codebook)
-        d.n_codebook = 16 if codebook is not None else 0
-        d.s_channel = _address(s_channel)
-        d.bias = _address(bias)
+        d.N, d.K, d.bits = N, K, bits
+        d.codes = bc.address
+        d.codes_bytes = bc.nbytes if bc.nbytes is not None else N * K * bits // 8
+        d.s_rel = br.address
+        d.s_rel_dtype = srd
+        d.group_size = group_size
+        d.n_s_rel = br.numel if br.numel is not None else N * (K // max(group_size, 1))
+        d.codebook = bk.address
+        d.n_codebook = (bk.numel if bk.numel is not None else 16) if codebook is not None else 0
+        d.s_channel = bs.address
+        d.bias = bb.address
         d.bias_dtype = dtype_code(bias_dtype)
         d.convrot_gs = int(convrot_gs)
         d.full_precision = int(bool(full_precision))
-        return cls._borrow(L.qmm_weight_borrow_w4a8, "qmm_weight_borrow_w4a8", d, keep, name, ctx)
+        return cls._borrow(L.qmm_weight_borrow_w4a8, "qmm_weight_borrow_w4a8", d,
+                           (bc, br, bs, bk, bb), name, ctx)
 
     def int8_rows(self, n0=0, rows=None):
         """qmm_weight_int8_rows: the int8 values every engine multiplies (a W4A8 weight's codes
         decoded), rows [n0, n0 + rows), as a bytearray of rows × K."""
+        self._still_borrowed("qmm_weight_int8_rows")
         i = self.info()
         rows = i["N"] - n0 if rows is None else rows
         buf = (ctypes.c_int8 * max(rows * i["K"], 1))()
@@ -451,6 +621,7 @@ class Weight:
             self._destroy(self.ptr)
             self.ptr = None
         self._borrowed = None
+        self._watch = ()
 
     __del__ = close
 
@@ -467,6 +638,7 @@ class Weight:
     def linear(self, args, ctx=None, n_threads=0):
         """qmm_linear with a filled _lib.LinearArgs (pointers already set by the caller), on ctx
         or the process context (n_threads as in context())."""
+        self._still_borrowed("qmm_linear(%s)" % (self.name or "?"))
         if ctx is not None:
             st = L.qmm_linear(ctx.ptr, self.ptr, ctypes.byref(args))
         else:

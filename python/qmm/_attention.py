@@ -6,7 +6,10 @@ function qmm.attention on the package.)
 
 The contract, checked here before the library is called (a ValueError naming the argument):
   q [B, H, S, D], k and v [B, Hkv, Skv, D] (H a multiple of Hkv), 1 <= D <= 256, CPU tensors of
-  float32, bfloat16 or float16 (k and v of one dtype; q's may differ). Any strides: they are
+  float32, bfloat16 or float16 (k and v of one dtype; q's may differ). Zero sizes are answered
+  as torch's scaled_dot_product_attention answers them, without the library: B, H or S = 0 an
+  empty out, Skv = 0 (nothing to attend to) an out of zeros; attention_plan gives a Plan with no
+  engine and status QMM_OK for them. Any strides: they are
   passed to the library as they are (a stride of 0, as expand makes, included); a tensor whose
   last dimension is not contiguous (stride != 1, with D > 1) is copied into a contiguous one
   first — nothing else is ever copied.
@@ -17,7 +20,12 @@ The contract, checked here before the library is called (a ValueError naming the
   float16) broadcastable to [B, H, S, Skv] as torch's scaled_dot_product_attention broadcasts
   attn_mask; broadcasting is passed as strides of 0, never materialized. A query whose every
   key is masked gets 0 (torch's SDPA gives NaN there).
-  scale: None (D^-1/2) or a finite number > 0.
+  scale: None (D^-1/2) or a finite real number > 0 (not a bool, not a string).
+  autograd: qmm has no backward. Under grad mode q, k, v or a float mask that requires grad is
+  refused, and so is an out that requires grad; out is written in place and its version counter
+  is bumped as an in-place torch operation bumps it (a tensor autograd saved and then
+  overwritten through out= fails at backward, as torch's own check does). Under torch.no_grad
+  or inference_mode nothing is refused.
   mode: None or "best" (bf16 operands, f32 accumulation, where the CPU has the instructions;
   else f32), "f32" (f32 operands only), "int8" (QKᵀ on int8 operands, SageAttention-style, on
   an int8 engine; without one a counted fallback to "best", refused in strict mode).
@@ -27,6 +35,7 @@ GIL during it.
 """
 import ctypes
 import math
+import numbers
 
 import torch
 
@@ -92,6 +101,9 @@ def _engine(engine, fn):
 def _scale(scale, fn):
     if scale is None:
         return 0.0
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise ValueError("%s: scale=%r is not a real number (a float > 0, or None for D^-1/2)"
+                         % (fn, scale))
     try:
         s = float(scale)
     except (TypeError, ValueError):
@@ -159,13 +171,15 @@ def prepare(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=No
     if not 1 <= D <= MAX_D:
         raise ValueError("%s: head dim D = %d of q %s is out of range (1 to %d)" % (
             fn, D, list(q.shape), MAX_D))
-    if H < 1 or Hkv < 1:
-        raise ValueError("%s: heads H = %d (q) and Hkv = %d (k, v) must be >= 1" % (fn, H, Hkv))
-    if H % Hkv != 0:
+    if (H % Hkv != 0) if Hkv else H != 0:
         raise ValueError("%s: heads: q has %d, k and v %d: H must be a multiple of Hkv" % (
             fn, H, Hkv))
-    if Skv < 1:
-        raise ValueError("%s: k and v have %d tokens (Skv >= 1)" % (fn, Skv))
+    if torch.is_grad_enabled():
+        for name, t in (("q", q), ("k", k), ("v", v), ("mask", mask), ("out", out)):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                raise ValueError("%s: %s requires grad under grad mode (qmm has no backward: "
+                                 "run it under torch.no_grad() or inference_mode(), or use "
+                                 "torch's scaled_dot_product_attention)" % (fn, name))
     c = _Call()
     c.mode = _mode(mode, fn)
     c.engine = _engine(engine, fn)
@@ -209,10 +223,21 @@ def prepare(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=No
         except RuntimeError:
             raise ValueError("%s: mask has shape %s, which does not broadcast to [B, H, S, Skv] "
                              "= %s" % (fn, list(mask.shape), [B, H, S, Skv])) from None
-    c.q, c.k, c.v, c.mask = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v), m
     c.B, c.H, c.Hkv, c.S, c.Skv, c.D = B, H, Hkv, S, Skv, D
+    c.empty = B == 0 or H == 0 or S == 0 or Skv == 0      # answered here, not by the library
+    if c.empty:
+        c.q, c.k, c.v, c.mask, c.args = q, k, v, m, None
+        return c
+    c.q, c.k, c.v, c.mask = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v), m
     c.args = _args(c)
     return c
+
+
+def _written(out):
+    """Bump out's version counter, as an in-place torch operation does (inference tensors
+    have none)."""
+    if not out.is_inference():
+        torch.autograd.graph.increment_version(out)
 
 
 def _args(c):
@@ -255,10 +280,13 @@ def attention(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=
     c = prepare(q, k, v, mask, scale, mode, out_dtype, engine, out)
     if L.qmm_attention is None:
         raise _missing("qmm_attention")
-    if c.B == 0 or c.S == 0:
+    if c.empty:
+        if c.out.numel():                  # Skv = 0: every row attends to nothing, as torch
+            c.out.zero_()                  # (zero_ bumps the version itself)
         return c.out
     with lock():
         st = L.qmm_attention(context(torch.get_num_threads()).ptr, ctypes.byref(c.args))
+    _written(c.out)
     if st != L.OK:
         _check(st, "qmm_attention")
     return c.out
@@ -272,7 +300,24 @@ def attention_plan(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, en
     if L.qmm_attention_plan is None:
         raise _missing("qmm_attention_plan")
     p = L.PlanInfo()
+    if c.empty:
+        return Plan(_empty_plan(p, c))
     with lock():
         _check(L.qmm_attention_plan(context(torch.get_num_threads()).ptr, ctypes.byref(c.args),
                                     ctypes.byref(p)), "qmm_attention_plan")
     return Plan(p)
+
+
+def _empty_plan(p, c):
+    """p filled for a call of zero size: no engine, status QMM_OK, every engine's reason saying
+    that nothing runs."""
+    what = ("an empty call (B=%d, H=%d, S=%d): nothing to compute" % (c.B, c.H, c.S)
+            if c.B == 0 or c.H == 0 or c.S == 0 else
+            "Skv=0: nothing to attend to, out is zeros")
+    p.engine, p.is_fallback, p.status = L.ENGINE_AUTO, 0, L.OK
+    why = ("not called: " + what).encode()[:L.REASON_MAX - 1]
+    for e in L.ENGINES:
+        p.admitted[e["id"]] = 0
+        p.reason[e["id"]].value = why
+    p.weight = ("attention " + what).encode()[:L.REASON_MAX - 1]
+    return p

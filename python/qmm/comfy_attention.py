@@ -19,7 +19,8 @@ _inside_attn_wrapper=True among the kwargs (so func(*args, **kwargs) does not re
 Here:
   attention(q, k, v, heads, ...)    ComfyUI's signature; falls back to ComfyUI's
                                     optimized_attention (or torch SDPA without ComfyUI);
-  make_attention(fallback)          the same with your fallback;
+  make_attention(fallback)          the same with your fallback, called with exactly the
+                                    caller's arguments;
   override(func, q, k, v, heads, ...)
                                     the transformer_options override: what qmm does not
                                     take goes to func;
@@ -45,12 +46,20 @@ float16, a head dim above 256, a mask of another dtype or one that does not broa
 that do not match without enable_gqa, autograd, a library without qmm_attention, anything the
 library refuses — goes to the fallback unchanged; each reason is logged once (INFO, logger
 "qmm.comfyui"; DEBUG every time) and counted (declines()).
+
+The default fallback is ComfyUI's optimized_attention unless that is qmm's own function (a
+node may install attention(), or wrap_attn(attention), as optimized_attention): then ComfyUI's
+CPU default attention_sub_quad (else attention_pytorch, attention_basic), never qmm itself.
+ComfyUI's functions are called with _inside_attn_wrapper=True added (as wrap_attn calls the
+function it decorates), so that they do not consult the override again; a fallback given to
+make_attention gets exactly the caller's arguments.
 """
 import logging
 import math
 import operator
 import sys
 import threading
+import weakref
 
 import torch
 
@@ -243,10 +252,37 @@ def _name(f):
     return getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or repr(f)
 
 
+_OWN = weakref.WeakSet()    # the functions make_attention made
+
+
+def _is_own(f):
+    """Whether f is a function make_attention made, or wraps one (__wrapped__, as wrap_attn and
+    functools.wraps set it)."""
+    for _ in range(32):
+        if f is None:
+            return False
+        try:
+            if f in _OWN:
+                return True
+        except TypeError:            # not hashable, not weak-referenceable: not ours
+            pass
+        f = getattr(f, "__wrapped__", None)
+    return False
+
+
 def _comfy_default():
-    """What ComfyUI would have run: its optimized_attention when ComfyUI is loaded, else None."""
+    """What ComfyUI would have run: its optimized_attention when ComfyUI is loaded — unless
+    that is qmm's own function, then ComfyUI's CPU default (attention_sub_quad, else
+    attention_pytorch, attention_basic) — else None."""
     mod = sys.modules.get("comfy.ldm.modules.attention")
-    return getattr(mod, "optimized_attention", None)
+    if mod is None:
+        return None
+    for name in ("optimized_attention", "attention_sub_quad", "attention_pytorch",
+                 "attention_basic"):
+        f = getattr(mod, name, None)
+        if callable(f) and not _is_own(f):
+            return f
+    return None
 
 
 def sdpa_attention(q, k, v, heads, mask=None, attn_precision=None, skip_reshape=False,
@@ -283,21 +319,26 @@ def sdpa_attention(q, k, v, heads, mask=None, attn_precision=None, skip_reshape=
 
 def make_attention(fallback=None, mode=None):
     """A function of ComfyUI's attention signature that runs qmm and passes what qmm does not
-    take to fallback (called with the same arguments; None: ComfyUI's optimized_attention when
-    ComfyUI is loaded, else sdpa_attention). mode None: from attn_precision (float32 → "f32",
-    else "best"); "best", "f32" or "int8" to fix it ("int8" gives way to "best" where the call
-    says low_precision_attention=False, and to "f32" where attn_precision is float32)."""
+    take to fallback, called with exactly the caller's arguments (None, or a function qmm made:
+    ComfyUI's optimized_attention when ComfyUI is loaded and it is not qmm's own — else its
+    attention_sub_quad — called as wrap_attn calls the function it decorates; sdpa_attention
+    without ComfyUI). mode None: from attn_precision (float32 → "f32", else "best"); "best",
+    "f32" or "int8" to fix it ("int8" gives way to "best" where the call says
+    low_precision_attention=False, and to "f32" where attn_precision is float32)."""
+    own = fallback is None or _is_own(fallback)
+
     def attention(*args, **kwargs):
         b, extra = _bind(args, kwargs)
         try:
             return _run(b, extra, mode)
         except Declined as e:
-            f = fallback or _comfy_default() or sdpa_attention
+            f = (_comfy_default() or sdpa_attention) if own else fallback
             _decline(str(e), _name(f))
-            if f is not sdpa_attention and "_inside_attn_wrapper" not in kwargs:
+            if own and f is not sdpa_attention and "_inside_attn_wrapper" not in kwargs:
                 # ComfyUI's decorated functions would consult the override (maybe us) again
                 kwargs = dict(kwargs, _inside_attn_wrapper=True)
             return f(*args, **kwargs)
+    _OWN.add(attention)
     attention.__name__ = attention.__qualname__ = "qmm_attention"
     attention.__doc__ = ("qmm attention in ComfyUI's signature (qmm.comfy_attention); falls back "
                          "to %s" % (_name(fallback) if fallback else "ComfyUI's optimized_attention"))
@@ -315,7 +356,8 @@ def chain(previous=None, mode=None):
     """An optimized_attention_override for transformer_options: called by ComfyUI's wrap_attn as
     override(func, *args, **kwargs); runs qmm, and passes what qmm does not take to
     previous(func, *args, **kwargs) (an override the model already had) or, without one, to
-    func(*args, **kwargs) — the function ComfyUI would have run. mode as in make_attention."""
+    func(*args, **kwargs) — the function ComfyUI would have run, unless that is qmm's own (then
+    the default of make_attention). mode as in make_attention."""
     def qmm_attention_override(func, *args, **kwargs):
         b, extra = _bind(args, kwargs)
         try:
@@ -324,6 +366,8 @@ def chain(previous=None, mode=None):
             if previous is not None:
                 _decline(str(e), "the previous override %s" % _name(previous))
                 return previous(func, *args, **kwargs)
+            if _is_own(func):            # qmm's own function selected in ComfyUI: its default
+                func = _comfy_default() or sdpa_attention
             _decline(str(e), _name(func))
             return func(*args, **kwargs)
     qmm_attention_override.qmm_previous = previous

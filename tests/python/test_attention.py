@@ -253,10 +253,29 @@ def test_single_query_and_key():
 
 
 @needs_attention
-def test_empty_queries_and_batch_return_empty():
-    k = v = torch.randn(1, 2, 5, 16)
-    assert qmm.attention(torch.randn(1, 2, 0, 16), k, v).shape == (1, 2, 0, 16)
-    assert qmm.attention(torch.randn(0, 2, 3, 16), k[:0], v[:0]).shape == (0, 2, 3, 16)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sizes", [(0, 2, 2, 3, 5), (1, 0, 0, 3, 5), (1, 0, 2, 3, 5),
+                                   (1, 2, 2, 0, 5), (2, 4, 2, 3, 0), (0, 0, 0, 0, 0)],
+                         ids=["B0", "H0", "H0Hkv2", "S0", "Skv0", "all0"])
+def test_zero_sizes_as_torch(sizes, dtype):
+    """B, H or S = 0: an empty out; Skv = 0: zeros (nothing to attend to) — what torch's SDPA
+    returns for the same tensors; attention_plan says no engine runs, without an error."""
+    B, H, Hkv, S, Skv = sizes
+    D = 16
+    q = torch.randn(B, H, S, D).to(dtype)
+    k, v = torch.randn(B, Hkv, Skv, D).to(dtype), torch.randn(B, Hkv, Skv, D).to(dtype)
+    want = F.scaled_dot_product_attention(q, k, v, enable_gqa=H != Hkv)
+    got = qmm.attention(q, k, v)
+    assert got.shape == want.shape and got.dtype == want.dtype and torch.equal(got, want)
+    m = torch.zeros(S, Skv, dtype=torch.bool)
+    assert torch.equal(qmm.attention(q, k, v, mask=m),
+                       F.scaled_dot_product_attention(q, k, v, attn_mask=m,
+                                                      enable_gqa=H != Hkv).nan_to_num(0.0))
+    out = torch.full((B, H, S, D), float("nan"), dtype=dtype)
+    assert qmm.attention(q, k, v, out=out) is out and torch.equal(out, want)
+    p = qmm.attention_plan(q, k, v, mask=m)
+    assert p.status == "QMM_OK" and p.engine == "auto" and not p.admitted
+    assert "nothing" in p.text and all("nothing" in r for r in p.reasons.values())
 
 
 def test_strides_and_broadcast_masks_are_passed_not_copied():
@@ -364,14 +383,17 @@ def test_value_errors_tensors():
     _bad(r"head dim D = 257 .* out of range \(1 to 256\)", q=torch.randn(1, 2, 5, 257),
          k=torch.randn(1, 2, 6, 257), v=torch.randn(1, 2, 6, 257))
     _bad(r"heads: q has 3, k and v 2: H must be a multiple", q=torch.randn(1, 3, 5, 16))
-    _bad(r"heads H = 0", q=torch.randn(1, 0, 5, 16))
-    _bad(r"k and v have 0 tokens", k=torch.randn(1, 2, 0, 16), v=torch.randn(1, 2, 0, 16))
+    _bad(r"heads: q has 2, k and v 0", k=torch.randn(1, 0, 6, 16), v=torch.randn(1, 0, 6, 16))
 
 
 def test_value_errors_scalars():
     for s in (float("nan"), float("inf"), -float("inf"), 0.0, -1.0, 1e40, 1e-60):
         _bad(r"scale=", scale=s)
-    _bad(r"scale='x' is not a number", scale="x")
+    _bad(r"scale='x' is not a real number", scale="x")
+    _bad(r"scale='0.5' is not a real number", scale="0.5")
+    _bad(r"scale=True is not a real number", scale=True)
+    _bad(r"scale=False is not a real number", scale=False)
+    _bad(r"scale=\(0.5\+0j\) is not a real number", scale=0.5 + 0j)
     _bad(r"mode='fast'", mode="fast")
     _bad(r"mode=3", mode=3)
     _bad(r"out_dtype='f64'", out_dtype="f64")
@@ -440,7 +462,6 @@ def test_math_is_f64_reference_sane():
     assert math.isclose(rel_err(want, reference(q, k2, v2, m, 0.2), v2), 0.0, abs_tol=1e-12)
 
 
-
 def _fidelity(q, k, v, mask=None):
     """relative L2 of mode int8 against the f64 reference"""
     out = qmm.attention(q, k, v, mask=mask, mode="int8")
@@ -476,3 +497,48 @@ def test_int8_fidelity():
     assert worst["gauss"] <= 2e-2, worst
     assert worst["outlier"] <= 2.5 * max(worst["gauss"], 1e-2), worst
     assert worst["offset"] <= 2 * max(worst["gauss"], 1e-2), worst
+
+
+# ---------------------------------------------------------------- autograd (issue 34)
+def _leaf(*shape):
+    return torch.randn(*shape).requires_grad_()
+
+
+@needs_attention
+def test_inputs_requiring_grad_are_refused_under_grad_mode():
+    q, k, v = _qkv()
+    for name in ("q", "k", "v", "mask"):
+        args = {"q": q, "k": k, "v": v, "mask": torch.zeros(5, 6)}
+        args[name] = args[name].clone().requires_grad_()
+        mask = args.pop("mask")
+        with pytest.raises(ValueError, match=r"qmm.attention: %s requires grad under grad mode"
+                           % name):
+            qmm.attention(**args, mask=mask)
+        with pytest.raises(ValueError, match=r"%s requires grad" % name):
+            qmm.attention_plan(**args, mask=mask)
+        want = qmm.attention(*(t.detach() for t in args.values()), mask=mask.detach())
+        with torch.no_grad():
+            assert torch.equal(qmm.attention(**args, mask=mask), want)
+        with torch.inference_mode():
+            assert torch.equal(qmm.attention(**args, mask=mask), want)
+
+
+@needs_attention
+def test_out_requiring_grad_is_refused_and_out_is_versioned():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=r"out requires grad under grad mode"):
+        qmm.attention(q, k, v, out=_leaf(1, 2, 5, 16))
+    out = torch.empty(1, 2, 5, 16)
+    v0 = out._version
+    qmm.attention(q, k, v, out=out)
+    assert out._version > v0
+    # a tensor autograd saved, then overwritten through out=: backward fails as torch's check
+    # does for any in-place write, instead of a silently wrong gradient
+    a = _leaf(1, 2, 5, 16)
+    y = (a * out).sum()                            # saves out for a's gradient
+    qmm.attention(q, k, v, out=out)
+    with pytest.raises(RuntimeError, match=r"modified by an inplace operation"):
+        y.backward()
+    with torch.inference_mode():                   # inference tensors have no version counter
+        o = torch.empty(1, 2, 5, 16)
+        qmm.attention(q, k, v, out=o)

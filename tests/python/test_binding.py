@@ -172,3 +172,146 @@ def test_python_m_qmm_prints_engines():
     for e in qmm.int8_engines_available():
         assert e in r.stdout
     assert "qmm %s" % qmm.__version__ in r.stdout
+
+
+# ---------------------------------------------------------------- borrowed tensors (issue 34)
+def _borrowed(kind, N=2048, K=2048):
+    """A borrowed weight over 4 MiB CPU tensors (large enough that freed memory goes back to the
+    OS): (weight, its main tensor — int8 data or W4A8 codes —, run(weight) → y of a call)."""
+    if kind == "int8":
+        t = torch.randint(-127, 128, (N, K), dtype=torch.int8)
+        s = torch.rand(N) * 0.01 + 1e-3
+        w = qmm.Weight.borrow_int8(t, N, K, s, N, name="t.borrow8")
+    else:
+        K = 4096
+        t = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8)
+        s_rel = torch.rand(N, K // 16) + 0.5
+        s = torch.rand(N) * 0.01 + 1e-3
+        w = qmm.Weight.borrow_w4a8(t, N, K, 4, s_rel, "f32", 16, s, convrot_gs=0,
+                                   name="t.borrow4")
+    x = torch.randn(3, K, dtype=torch.bfloat16)
+
+    def run(w):
+        y = torch.empty(3, N, dtype=torch.bfloat16)
+        a = qmm.linear_args(3, "bf16")
+        a.x, a.y = x.data_ptr(), y.data_ptr()
+        w.linear(a)
+        return y
+    return w, t, run
+
+
+@pytest.mark.parametrize("kind", ["int8", "w4a8"])
+@pytest.mark.parametrize("how", ["set_", "data", "resize0", "resize0_again"])
+def test_borrowed_storage_replaced_is_an_error(kind, how):
+    """A borrowed tensor whose storage is replaced (set_, .data =, as ComfyUI's low-memory paths
+    do) or freed (untyped_storage().resize_(0)) is a QmmError at the next call, never a read of
+    freed memory."""
+    w, t, run = _borrowed(kind)
+    run(w)
+    p0 = t.data_ptr()
+    if how == "set_":
+        t.set_(torch.zeros_like(t))
+    elif how == "data":
+        t.data = torch.zeros_like(t)
+    else:
+        st = t.untyped_storage()
+        n = st.nbytes()
+        st.resize_(0)
+        if how == "resize0_again":               # freed, then new memory of the same size
+            st.resize_(n)
+    import gc
+    gc.collect()
+    if how == "resize0_again" and t.data_ptr() == p0:
+        run(w)                       # the same address again: the tensor's own, live memory
+        return
+    with pytest.raises(qmm.QmmError, match=r"the borrowed (data|codes) no longer holds"):
+        run(w)
+    with pytest.raises(qmm.QmmError, match=r"no longer holds"):
+        w.int8_rows(0, 1)
+    w.close()
+
+
+@pytest.mark.parametrize("kind", ["int8", "w4a8"])
+def test_borrowed_in_place_copy_is_seen(kind):
+    """copy_ into a borrowed tensor keeps its memory: the next call reads the new values."""
+    w, t, run = _borrowed(kind)
+    y0 = run(w)
+    rows0 = bytes(w.int8_rows(0, 2))
+    t.copy_(torch.flip(t, [1]))
+    y1 = run(w)
+    assert bytes(w.int8_rows(0, 2)) != rows0 and not torch.equal(y0, y1)
+    w.close()
+
+
+def _w4(N=64, K=128, bits=4, gsz=16):
+    return (torch.randint(0, 256, (N, K * bits // 8), dtype=torch.uint8),
+            torch.rand(N, K // gsz) + 0.5, torch.rand(N) * 0.01 + 1e-3)
+
+
+def test_borrow_w4a8_checks_what_it_is_given():
+    N, K = 64, 128
+    codes, s_rel, s_ch = _w4(N, K)
+
+    def borrow(codes=codes, s_rel=s_rel, s_ch=s_ch, s_rel_dtype="f32", **kw):
+        return qmm.Weight.borrow_w4a8(codes, N, K, 4, s_rel, s_rel_dtype, 16, s_ch,
+                                      convrot_gs=0, name="t.w4", **kw)
+    borrow().close()
+    # sizes: the tensors' own go to the library, whose checks decide
+    big_s_rel = torch.rand(4096, 4096 // 16) + 0.5
+    with pytest.raises(qmm.QmmError, match=r"codes_bytes 16 \(needs N\*K\*bits/8 = 8388608"):
+        qmm.Weight.borrow_w4a8(torch.zeros(16, dtype=torch.uint8), 4096, 4096, 4, big_s_rel,
+                               "f32", 16, torch.ones(4096), convrot_gs=0)
+    with pytest.raises(qmm.QmmError, match=r"1 s_rel values \(needs N\*K/group_size = 512\)"):
+        borrow(s_rel=torch.ones(1))
+    with pytest.raises(qmm.QmmError, match=r"n_codebook 1 "):
+        borrow(codebook=torch.ones(1))
+    # what the library cannot see: contiguity, dtype, the counts it has no field for
+    with pytest.raises(ValueError, match=r"codes is not contiguous"):
+        borrow(codes=torch.randint(0, 256, (K // 2, N), dtype=torch.uint8).t())
+    with pytest.raises(ValueError, match=r"s_rel has dtype torch.float64, needs s_rel_dtype='f32'"):
+        borrow(s_rel=s_rel.double())
+    with pytest.raises(ValueError,
+                       match=r"s_rel has dtype torch.float32, needs s_rel_dtype='f8_e4m3'"):
+        borrow(s_rel_dtype="f8_e4m3")
+    with pytest.raises(ValueError, match=r"s_channel has dtype torch.bfloat16, needs float32"):
+        borrow(s_ch=s_ch.bfloat16())
+    with pytest.raises(ValueError, match=r"s_channel has 1 values \(shape \[1\]\), needs 64"):
+        borrow(s_ch=torch.ones(1))
+    with pytest.raises(ValueError, match=r"codes has dtype torch.float32"):
+        borrow(codes=codes.float())
+    with pytest.raises(ValueError, match=r"bias has 3 values"):
+        borrow(bias=torch.zeros(3))
+    with pytest.raises(ValueError, match=r"bias has dtype torch.float32, needs bias_dtype='bf16'"):
+        borrow(bias=torch.zeros(N), bias_dtype="bf16")
+    with pytest.raises(ValueError, match=r"codes is on meta"):
+        borrow(codes=torch.empty(N, K // 2, dtype=torch.uint8, device="meta"))
+    with pytest.raises(ValueError, match=r"s_rel is not contiguous"):
+        borrow(s_rel=torch.rand(K // 16, N).t())
+
+
+def test_borrow_int8_checks_what_it_is_given():
+    N, K = 40, 70
+    w = torch.randint(-127, 128, (N, K), dtype=torch.int8)
+    s = torch.rand(N) * 0.01 + 1e-3
+
+    def borrow(data=w, scale=s, n_scale=N, **kw):
+        return qmm.Weight.borrow_int8(data, N, K, scale, n_scale, name="t.i8", **kw)
+    borrow().close()
+    borrow(data=torch.randint(-127, 128, (N, K + 6), dtype=torch.int8)[:, :K], ld=K + 6).close()
+    with pytest.raises(ValueError, match=r"data has 16 values, needs \(N-1\)·ld \+ K = 2800"):
+        borrow(data=torch.zeros(16, dtype=torch.int8))
+    with pytest.raises(ValueError,
+                       match=r"data \(shape \[40, 70\], strides \[1, 40\]\) is neither"):
+        borrow(data=torch.zeros(K, N, dtype=torch.int8).t())
+    with pytest.raises(ValueError, match=r"data has dtype torch.uint8, needs int8"):
+        borrow(data=w.view(torch.uint8))
+    with pytest.raises(ValueError, match=r"scale has dtype torch.float64, needs float32"):
+        borrow(scale=s.double())
+    with pytest.raises(ValueError, match=r"scale has 1 values \(shape \[1\]\), needs 40"):
+        borrow(scale=s[:1])
+    with pytest.raises(ValueError, match=r"bias has dtype torch.float32, needs bias_dtype='f16'"):
+        borrow(bias=torch.zeros(N), bias_dtype="f16")
+    with pytest.raises(ValueError, match=r"scale is on meta"):
+        borrow(scale=torch.empty(N, device="meta"))
+    with pytest.raises(qmm.QmmError, match=r"3 scales \(needs 1 or N=40\)"):   # C's check
+        borrow(scale=s[:3], n_scale=3)

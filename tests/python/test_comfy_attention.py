@@ -330,7 +330,7 @@ def test_plain_function_without_comfyui_falls_back_to_sdpa():
     assert "head dim 300" in next(iter(ca.declines()))
     f = ca.make_attention(_sub_quad_stand_in)
     f(q, q, q, 2, skip_reshape=True)
-    assert len(CALLS) == 1 and CALLS[0]["_inside_attn_wrapper"] is True
+    assert len(CALLS) == 1 and "_inside_attn_wrapper" not in CALLS[0]   # the caller's arguments
 
 
 def test_bind_is_pythons():
@@ -447,3 +447,73 @@ def test_node_on_comfyui_without_override(monkeypatch, caplog):
     assert ca.KEY not in cpu.model_options["transformer_options"]
     out, = node.NODE_CLASS_MAPPINGS["QmmAttention"]().patch(cpu, enabled=True)
     assert out is cpu                                       # unchanged
+
+
+# ---------------------------------------------------------------- fallbacks (issue 34)
+def test_fallback_gets_exactly_the_callers_arguments():
+    """make_attention(fallback=f): f is called with the caller's arguments and nothing else, so
+    a fallback with an explicit signature (no **kwargs) works."""
+    seen = []
+
+    def strict(q, k, v, heads, mask=None, attn_precision=None, skip_reshape=False,
+               skip_output_reshape=False, transformer_options=None):
+        seen.append((heads, skip_reshape, transformer_options))
+        return "strict's"
+    f = ca.make_attention(strict)
+    q = torch.randn(1, 2, 5, 300)                       # D > 256: declined
+    to = {"patches": {}}
+    assert f(q, q, q, 2, skip_reshape=True, transformer_options=to) == "strict's"
+    assert seen == [(2, True, to)]
+    assert f(q, q, q, heads=2, skip_reshape=True) == "strict's"
+    assert seen[-1] == (2, True, None)
+
+
+def _declined_calls():
+    """One call of each kind qmm declines: float64, D > 256, a tensor requiring grad."""
+    g = torch.randn(1, 2, 5, 16).requires_grad_()
+    return [((torch.randn(1, 2, 5, 16, dtype=torch.float64),) * 3, "float64"),
+            ((torch.randn(1, 2, 5, 300),) * 3, "head dim 300"),
+            ((g, g.detach(), g.detach()), "requires grad")]
+
+
+@pytest.mark.parametrize("installed", ["plain", "wrap_attn"])
+def test_installed_as_optimized_attention_never_falls_back_to_itself(monkeypatch, installed):
+    """qmm installed as ComfyUI's optimized_attention (plain, or decorated by wrap_attn as
+    register_attention_function does): a declined call goes to ComfyUI's CPU default,
+    attention_sub_quad, once — not to qmm again (RecursionError)."""
+    attn, _ = _fake_comfyui(monkeypatch)
+    attn.attention_sub_quad = optimized_attention               # the wrapped stand-in
+    attn.optimized_attention = ca.attention if installed == "plain" else \
+        comfy_wrap_attn(ca.attention)
+    for qkv, reason in _declined_calls():
+        CALLS.clear()
+        out = attn.optimized_attention(*qkv, 2, skip_reshape=True, transformer_options={})
+        assert len(CALLS) == 1 and CALLS[0]["_inside_attn_wrapper"] is True
+        want = _sub_quad_stand_in(*(t.detach() for t in qkv), 2, skip_reshape=True)
+        assert torch.equal(out.detach(), want)
+        assert any(reason in r for r in ca.declines()), ca.declines()
+    assert sum(ca.declines().values()) == 3
+
+
+def test_own_function_as_fallback_goes_to_the_default(monkeypatch):
+    """make_attention(fallback=<a qmm function>) and a ComfyUI whose every attention function is
+    qmm's: the fallback is torch SDPA (sdpa_attention), never qmm itself."""
+    attn, _ = _fake_comfyui(monkeypatch)
+    attn.optimized_attention = comfy_wrap_attn(ca.attention)
+    f = ca.make_attention(fallback=attn.optimized_attention)
+    q = torch.randn(1, 2, 5, 300)
+    out = f(q, q, q, 2, skip_reshape=True)
+    assert torch.equal(out, ca.sdpa_attention(q, q, q, 2, skip_reshape=True)) and CALLS == []
+    assert sum(ca.declines().values()) == 1
+
+
+def test_override_over_qmms_own_function_declines_once(monkeypatch):
+    """ComfyUI runs wrap_attn(qmm's attention) with qmm's override set: a declined call goes to
+    attention_sub_quad, declined once (func is qmm's own: not asked again)."""
+    attn, _ = _fake_comfyui(monkeypatch)
+    attn.attention_sub_quad = optimized_attention
+    attn.optimized_attention = comfy_wrap_attn(ca.attention)
+    q = torch.randn(1, 2, 5, 300)
+    out = attn.optimized_attention(q, q, q, 2, skip_reshape=True, transformer_options=_to())
+    assert torch.equal(out, _sub_quad_stand_in(q, q, q, 2, skip_reshape=True))
+    assert len(CALLS) == 2 and sum(ca.declines().values()) == 1
