@@ -499,7 +499,7 @@ def test_int8_fidelity():
     assert worst["offset"] <= 2 * max(worst["gauss"], 1e-2), worst
 
 
-# ---------------------------------------------------------------- autograd (issue 34)
+# ---------------------------------------------------------------- autograd
 def _leaf(*shape):
     return torch.randn(*shape).requires_grad_()
 

@@ -174,7 +174,7 @@ def test_python_m_qmm_prints_engines():
     assert "qmm %s" % qmm.__version__ in r.stdout
 
 
-# ---------------------------------------------------------------- borrowed tensors (issue 34)
+# ---------------------------------------------------------------- borrowed tensors
 def _borrowed(kind, N=2048, K=2048):
     """A borrowed weight over 4 MiB CPU tensors (large enough that freed memory goes back to the
     OS): (weight, its main tensor — int8 data or W4A8 codes —, run(weight) → y of a call)."""

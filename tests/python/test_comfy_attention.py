@@ -449,7 +449,7 @@ def test_node_on_comfyui_without_override(monkeypatch, caplog):
     assert out is cpu                                       # unchanged
 
 
-# ---------------------------------------------------------------- fallbacks (issue 34)
+# ---------------------------------------------------------------- fallbacks
 def test_fallback_gets_exactly_the_callers_arguments():
     """make_attention(fallback=f): f is called with the caller's arguments and nothing else, so
     a fallback with an explicit signature (no **kwargs) works."""
