@@ -111,13 +111,14 @@ def attention(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=
     (True = attend) or additive float, broadcast to [B, H, S, Skv] as torch's SDPA does (strides
     of 0, never copied); scale None (D^-1/2) or a finite real > 0; mode None/"best" (bf16
     operands with f32 accumulation where the CPU runs them faster, else f32), "f32", or "int8"
-    (QKᵀ on int8 operands, SageAttention-style; less accurate: SPEC §10); out_dtype (q's unless
+    (comfy-kitchen's int8 recipe: both products on int8 operands; less accurate: SPEC §10); out_dtype (q's unless
     given) or out, a [B, H, S, D] tensor to write, e.g. y.view(B, S, H, D).transpose(1, 2) of y
     [B, S, H·D]; engine None/"auto" or a name ("ref"). Returns out [B, H, S, D]. A bad
     argument raises a ValueError naming it; a library failure QmmError. Fully masked query rows
     give 0; zero sizes give what torch's SDPA gives (an empty out; zeros for Skv = 0). No
     backward: under grad mode an input or out that requires grad is a ValueError; out's
-    version counter is bumped."""
+    version counter is bumped. Without out it runs as the torch custom op qmm::attention, so
+    torch.compile (fullgraph=True too) keeps it in the graph."""
     from . import _attention
     return _attention.attention(q, k, v, mask, scale, mode, out_dtype, engine, out)
 

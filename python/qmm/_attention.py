@@ -27,8 +27,11 @@ The contract, checked here before the library is called (a ValueError naming the
   overwritten through out= fails at backward, as torch's own check does). Under torch.no_grad
   or inference_mode nothing is refused.
   mode: None or "best" (bf16 operands, f32 accumulation, where the CPU has the instructions;
-  else f32), "f32" (f32 operands only), "int8" (QKᵀ on int8 operands, SageAttention-style, on
-  an int8 engine; without one a counted fallback to "best", refused in strict mode).
+  else f32), "f32" (f32 operands only), "int8" (comfy-kitchen's int8 recipe: rotated int8 q and
+  k, u8 P, int8 V, on an int8 engine; without one a counted fallback to "best", refused in
+  strict mode).
+  The call without out runs as the torch custom op qmm::attention (end of this file): what
+  torch.compile traces (fullgraph=True included); with out it is a plain call.
   engine: None or "auto" (dispatch chooses), or an engine name ("ref" for tests).
 Library failures raise qmm.QmmError. The call holds qmm's context lock; ctypes releases the
 GIL during it.
@@ -276,6 +279,32 @@ def _missing(call):
 
 
 def attention(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=None, out=None):
+    """qmm.attention: without out, the custom op qmm::attention (so torch.compile, fullgraph
+    included, keeps the call in its graph); with out, the call itself."""
+    if out is None:
+        mode = mode.lower() if isinstance(mode, str) else mode
+        if isinstance(out_dtype, str) and out_dtype in _NAMED_DTYPES:
+            out_dtype = _NAMED_DTYPES[out_dtype]
+        if _op_types(q, k, v, mask, scale, mode, out_dtype, engine):
+            return torch.ops.qmm.attention(q, k, v, mask, None if scale is None else float(scale),
+                                           mode or "best", out_dtype, engine or "auto")
+    return _run(q, k, v, mask, scale, mode, out_dtype, engine, out)
+
+
+def _op_types(q, k, v, mask, scale, mode, out_dtype, engine):
+    """Whether the arguments have the custom op's types, tensors on the CPU, none requiring grad
+    under grad mode (else the plain call names the bad one: inside the op grad mode is off)."""
+    ts = (q, k, v) if mask is None else (q, k, v, mask)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in ts):
+        return False
+    return (all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (q, k, v)) and
+            (mask is None or isinstance(mask, torch.Tensor) and mask.device.type == "cpu") and
+            (scale is None or isinstance(scale, numbers.Real) and not isinstance(scale, bool)) and
+            (mode is None or isinstance(mode, str)) and (engine is None or isinstance(engine, str)) and
+            (out_dtype is None or isinstance(out_dtype, torch.dtype)))
+
+
+def _run(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=None, out=None):
     from . import _check, context, lock
     c = prepare(q, k, v, mask, scale, mode, out_dtype, engine, out)
     if L.qmm_attention is None:
@@ -321,3 +350,20 @@ def _empty_plan(p, c):
         p.reason[e["id"]].value = why
     p.weight = ("attention " + what).encode()[:L.REASON_MAX - 1]
     return p
+
+
+# ---------------------------------------------------------------- the custom op
+# qmm::attention(q, k, v, mask, scale, mode, out_dtype, engine) -> out: _run without out (a new
+# [B, H, S, D] tensor of out_dtype, q's dtype when None); its fake gives the shape and dtype
+# from q alone, so torch.compile traces through it. Arguments of other types than the schema's
+# take the plain path (attention above), where _run names them in its ValueError.
+@torch.library.custom_op("qmm::attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                  scale: float | None, mode: str, out_dtype: torch.dtype | None,
+                  engine: str) -> torch.Tensor:
+    return _run(q, k, v, mask, scale, mode, out_dtype, None if engine == "auto" else engine)
+
+
+@_attention_op.register_fake
+def _attention_fake(q, k, v, mask, scale, mode, out_dtype, engine):
+    return q.new_empty(q.shape, dtype=out_dtype if out_dtype is not None else q.dtype)

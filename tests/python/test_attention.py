@@ -542,3 +542,22 @@ def test_out_requiring_grad_is_refused_and_out_is_versioned():
     with torch.inference_mode():                   # inference tensors have no version counter
         o = torch.empty(1, 2, 5, 16)
         qmm.attention(q, k, v, out=o)
+
+
+@needs_attention
+def test_torch_compile_fullgraph():
+    """qmm.attention is the custom op qmm::attention (without out=): torch.compile(fullgraph=True)
+    of a function calling it compiles (no graph break: fullgraph raises on one) and gives the
+    eager bits."""
+    g = torch.Generator().manual_seed(SEED)
+    q, k, v = (torch.randn(1, 2, 40, 64, generator=g) for _ in range(3))
+    mask = torch.rand(40, 40, generator=g) > 0.3
+    mask[:, 0] = True
+
+    def block(q, k, v, mask):
+        return qmm.attention(q * 2.0, k, v, mask=mask, mode="int8") + 1.0
+
+    got = torch.compile(block, fullgraph=True, backend="eager")(q, k, v, mask)   # eager: no C compiler
+    assert torch.equal(got, block(q, k, v, mask))
+    assert qmm.attention(q, k, v).dtype == torch.float32
+    assert torch.ops.qmm.attention.default is not None
