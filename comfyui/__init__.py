@@ -14,8 +14,11 @@ attention call) of every diffusion model ComfyUI loads onto the CPU. Calls qmm d
 (another device, dtype, mask kind, head dim above 256, ...) go to the function ComfyUI would have
 run (on a CPU: attention_sub_quad); each reason is logged once (logger qmm.comfyui).
 QMM_ATTENTION=0 turns that default off; QMM_ATTENTION=f32 makes it run f32 operands only,
-QMM_ATTENTION=int8 QKᵀ on int8 operands where the call allows low precision (default
-"auto": bf16 operands with f32 accumulation unless the model asks for attn_precision float32).
+QMM_ATTENTION=best bf16 operands with f32 accumulation (where the CPU has them), QMM_ATTENTION=int8
+comfy-kitchen's int8 recipe where the call allows low precision. The default "auto" is int8 on
+a CPU whose int8 engine runs it (AVX512-VNNI: the fastest mode, and the block's output stays
+within the fidelity rule; README), else best; f32 where the model asks for attn_precision
+float32.
 Node "qmm attention": MODEL in, MODEL out, applies (enabled) or removes (disabled) qmm attention
 on that model, whatever its device or the default.
 An older ComfyUI (no wrap_attn) never consults the override: the node then says so and returns

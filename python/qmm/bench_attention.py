@@ -3,7 +3,8 @@ ComfyUI hands its attention on a CPU), in one process, on the same CPU threads:
 
     qmm <engine> <mode>   qmm.attention on each engine that admits it here, each mode (best:
                           bf16 operands and f32 accumulation where they pay; f32: f32 operands;
-                          int8: QKᵀ on int8 operands, on the int8 engines)
+                          int8: the kitchen's int8 recipe, both products on int8 operands, on
+                          the int8 engines)
     sdpa f32              torch's scaled_dot_product_attention on the f32 tensors
     sdpa bf16             torch's SDPA on bf16 copies made beforehand (not timed)
     sdpa bf16+casts       f32 → bf16, SDPA, → f32, all timed (what a bf16 attention costs a

@@ -38,7 +38,10 @@ in q's dtype. A mask is broadcast as attention_pytorch does (2-D [S, Skv] → [1
 kwargs: scale (None = D^-1/2), enable_gqa; attn_precision=torch.float32 (after ComfyUI's
 get_attn_precision when ComfyUI is loaded) → qmm mode "f32"; low_precision_attention=False
 (what ComfyUI's call sites pass where a low-precision attention such as SageAttention must not
-run) turns mode "int8" into "best" for that call. Everything else ComfyUI passes
+run) turns mode "int8" into "best" for that call. mode None ("auto") is "int8" where an int8
+engine of this CPU runs it (int8_attention_here(): AVX512-VNNI), else "best" — measured
+(bench/NOTES.md, "Attention"): the fastest mode, and the DiT block with it stays within 10 % of
+the block with f32 SDPA against the fp32 block (tests/python/test_dit_attention.py). Everything else ComfyUI passes
 (transformer_options, ...) is ignored, as ComfyUI's functions ignore it.
 
 What qmm does not take — a tensor on another device, a dtype other than float32/bfloat16/
@@ -143,6 +146,22 @@ def _attn_precision(attn_precision, dtype):
     return attn_precision
 
 
+_INT8_HERE = []
+
+
+def int8_attention_here():
+    """Whether an int8 engine of this CPU runs qmm.attention's mode int8 (avx512_vnni), not its
+    counted fallback to mode best; asked of the library once per process."""
+    if not _INT8_HERE:
+        try:
+            q = torch.zeros(1, 1, 1, 64)
+            p = qmm.attention_plan(q, q, q, mode="int8")
+            _INT8_HERE.append(bool(p.engine) and not p.is_fallback)
+        except Exception:   # noqa: BLE001 — a library without attention: no int8 here
+            _INT8_HERE.append(False)
+    return _INT8_HERE[0]
+
+
 def _run(b, extra, mode=None):
     """qmm for one bound call, or Declined."""
     q, k, v, heads = b["q"], b["k"], b["v"], b["heads"]
@@ -227,9 +246,9 @@ def _run(b, extra, mode=None):
         if not math.isfinite(s) or s <= 0.0:
             raise Declined("scale=%r (qmm takes finite scales > 0)" % (scale,))
     prec = _attn_precision(b["attn_precision"], q.dtype)
-    if mode is None:
-        mode = "f32" if prec == torch.float32 else "best"
-    elif mode == "int8" and (extra.get("low_precision_attention", True) is False or prec == torch.float32):
+    if mode is None:                                        # auto: int8 where it runs here
+        mode = "f32" if prec == torch.float32 else "int8" if int8_attention_here() else "best"
+    if mode == "int8" and (extra.get("low_precision_attention", True) is False or prec == torch.float32):
         mode = "f32" if prec == torch.float32 else "best"   # the call site asks for full precision
     if not qmm.has_attention():
         raise Declined("the loaded libqmm lacks qmm_attention (%s)" % qmm.library_path)
@@ -322,7 +341,8 @@ def make_attention(fallback=None, mode=None):
     take to fallback, called with exactly the caller's arguments (None, or a function qmm made:
     ComfyUI's optimized_attention when ComfyUI is loaded and it is not qmm's own — else its
     attention_sub_quad — called as wrap_attn calls the function it decorates; sdpa_attention
-    without ComfyUI). mode None: from attn_precision (float32 → "f32", else "best"); "best",
+    without ComfyUI). mode None: from attn_precision (float32 → "f32"), else "int8" where it
+    runs on an int8 engine here (as "int8" below), else "best"; "best",
     "f32" or "int8" to fix it ("int8" gives way to "best" where the call says
     low_precision_attention=False, and to "f32" where attn_precision is float32)."""
     own = fallback is None or _is_own(fallback)

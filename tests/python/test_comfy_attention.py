@@ -517,3 +517,21 @@ def test_override_over_qmms_own_function_declines_once(monkeypatch):
     out = attn.optimized_attention(q, q, q, 2, skip_reshape=True, transformer_options=_to())
     assert torch.equal(out, _sub_quad_stand_in(q, q, q, 2, skip_reshape=True))
     assert len(CALLS) == 2 and sum(ca.declines().values()) == 1
+
+
+def test_auto_mode_is_int8_where_an_int8_engine_runs_it(monkeypatch):
+    """mode None ("auto", the node's default): "int8" where int8_attention_here() (an int8
+    engine runs mode int8, no fallback), giving way as mode "int8" does; else "best"."""
+    seen = _spy_modes(monkeypatch)
+    q = torch.randn(1, 4, 8, 16)
+    for here in (True, False):
+        monkeypatch.setattr(ca, "_INT8_HERE", [here])
+        optimized_attention(q, q, q, 4, skip_reshape=True, transformer_options=_to())
+        optimized_attention(q, q, q, 4, skip_reshape=True, transformer_options=_to(),
+                            low_precision_attention=False)
+        optimized_attention(q, q, q, 4, skip_reshape=True, transformer_options=_to(),
+                            attn_precision=torch.float32)
+    assert seen == ["int8", "best", "f32", "best", "best", "f32"]
+    monkeypatch.setattr(ca, "_INT8_HERE", [])
+    p = qmm.attention_plan(q, q, q, mode="int8")
+    assert ca.int8_attention_here() == (bool(p.engine) and not p.is_fallback)

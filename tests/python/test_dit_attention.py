@@ -59,6 +59,14 @@ def test_block_with_qmm_attention(kitchen, checkpoint):  # noqa: F811
         print("qmm attention (%s): attention error %.3g, vs the fp32 block %.3g" % (label, e_attn, e_ref))
         assert e_attn <= 1.1 * e_bf_attn, (label, e_attn, e_bf_attn)
         assert e_ref <= 1.1 * e_bf_ref, (label, e_ref, e_bf_ref)
+    # mode int8 (the kitchen's recipe): the block with it no farther from the fp32 block than the
+    # same INT8 block with f32 SDPA, by more than 10 %
+    e_32_ref = rel(y32, yr)
+    y = _block(layers, lambda q, k, v: qmm.attention(q, k, v, mode="int8"))(x)
+    e_attn, e_ref = rel(y, y32), rel(y, yr)
+    print("qmm attention (int8): attention error %.3g, vs the fp32 block %.3g (f32 SDPA: %.3g)"
+          % (e_attn, e_ref, e_32_ref))
+    assert e_ref <= 1.1 * e_32_ref, (e_ref, e_32_ref)
 
 
 def test_block_attention_qmm_option(kitchen, checkpoint):  # noqa: F811
