@@ -271,6 +271,20 @@ static inline __m512 exp2_255(__m512 x) {
     return _mm512_maskz_scalef_ps(keep, q, n);
 }
 
+/* 2^x for one finite x <= 0: exp2_255's polynomial on the low lane, / 255 */
+static inline float exp2_1(float x) {
+#define FMA_SS(a, b, c) _mm_fmadd_round_ss(a, b, c, _MM_FROUND_CUR_DIRECTION) /* AVX512F's form */
+    const __m128 v = _mm_set_ss(x), n = _mm_roundscale_ss(v, v, QMM_Z_RNE), f = _mm_sub_ss(v, n);
+    __m128 q = _mm_set_ss(0.001326697994954884f);
+    q = FMA_SS(q, f, _mm_set_ss(0.009675469249486923f));
+    q = FMA_SS(q, f, _mm_set_ss(0.05550742521882057f));
+    q = FMA_SS(q, f, _mm_set_ss(0.24022121727466583f));
+    q = FMA_SS(q, f, _mm_set_ss(0.6931469440460205f));
+    q = FMA_SS(q, f, _mm_set_ss(1.0000001192092896f));
+#undef FMA_SS
+    return _mm_cvtss_f32(_mm_scalef_ss(q, n));
+}
+
 /* The online softmax of row i on one block of nv valid keys (attention_avx512.h's, in base 2 and
  * with P in u8): S holds the scores times log2(e) (the scale and log2(e) are in sq); an additive
  * mask is added in base e. bm = max s, m' = max(m, bm), e = 2^(s − bm), pq = round(255·e),
@@ -307,10 +321,9 @@ static void softmax_u8(const qmm_attn_call *c, const qmm_za_tile *t, int64_t i, 
         sum = _mm512_add_ps(sum, e);
         _mm_storeu_si128((__m128i *)(pq + 16 * z), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(e)));
     }
-    /* 255·α and 255·2^(bm − m') in two lanes of one call (one of them is 255·2^0) */
-    float af[16];
-    _mm512_storeu_ps(af, exp2_255(_mm512_setr_ps(m0 - mn, bm - mn, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)));
-    const float a = mn == m0 ? 1.0f : af[0] * (1.0f / 255.0f), f = bm == mn ? 1.0f : af[1] * (1.0f / 255.0f);
+    /* α = 2^(m0 − m') and f = 2^(bm − m'): one of them is 2^0 = 1 (m' is m0 or bm) */
+    const float a = mn == m0 ? 1.0f : m0 == -INFINITY ? 0.0f : exp2_1(m0 - mn),
+                f = bm == mn ? 1.0f : exp2_1(bm - mn);
     t->l[i] = t->l[i] * a + f * (_mm512_reduce_add_ps(sum) * (1.0f / 255.0f));
     t->m[i] = mn;
     t->alpha[i] = a;
