@@ -12,17 +12,18 @@
  *   qq = round(R q / sq)  (codes clamped to ±127; all-zero rows: scale 0; a query row or key
  *   with a non-finite value: scale NaN, so its scores are NaN — its rows NaN, as an f32 engine's
  *   are, unless a bool mask excludes the key)
- *   score[i][j] = (Σ_d (qq + 128)·kq − 128·Σ_d kq) · sq[i] · sk[j]
- *   p = exp(s − m) ∈ [0, 1] (the online softmax, l summed in f32 from the f32 p);
- *   pq = round(255·p) u8;  sv[d] = max_j |v[j][d]| / 127 over the call's keys of the kv head,
- *   vq = round(v / sv);  O = O·α + (Σ_j pq[j]·vq[j][d]) · sv[d] / 255   (a channel with a
- *   non-finite value: sv NaN)
+ *   score[i][j] = (Σ_d (qq + 128)·kq − 128·Σ_d kq) · sq[i] · sk[j]   (sq carries the call's scale
+ *   and log2(e): the softmax runs in base 2)
+ *   per block of 64 keys and query row (softmax_u8): e = 2^(s − the block's max) ∈ [0, 1],
+ *   pq = round(255·e) u8, l summed from the f32 e;  per block of 64 keys and channel:
+ *   sv[d] = max_j |v[j][d]| / 127, vq = round(v / sv) (a channel with a non-finite value: sv NaN);
+ *   O = O·α + (Σ_j pq[j]·vq[j][d]) · ps · sv[d] / 255, ps = 2^(block max − running max)
  * VPDPBUSD multiplies unsigned by signed bytes: qq + 128 against kq, pq against vq as they are.
  *
  * Packed kv head, Dq as above, Dp = D rounded up to 16, keys past Skv zero:
  *   per block of 64 keys: kq [Dq/4][64][4] int8 (per 4 of D and 16 keys one zmm), Σ_d kq [64]
  *   int32, sk [64] f32; then per block of 64 keys vq [16][Dp][4] int8 (per 4 keys and 16 of D
- *   one zmm); then sv/255 [Dp] f32 and the keys' mean [Dp] f32.
+ *   one zmm) and sv/255 [Dp] f32; then the keys' mean [Dp] f32.
  * qk: 6 query rows × 64 keys (24 zmm), per 4 of D 4 K loads and 6 dword broadcasts of qq + 128.
  * pv: 6 rows × 64 of D (24 zmm), per 4 keys 4 V loads and 6 dword broadcasts of pq.
  */
@@ -133,7 +134,7 @@ static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
         for (int64_t z = 0; z < Dp / 16; z++) {
             const __mmask16 pos = _mm512_cmp_ps_mask(amax[z], _mm512_setzero_ps(), _CMP_GT_OQ) & (__mmask16)~bad[z];
             inv[z] = _mm512_maskz_div_ps(pos, _mm512_set1_ps(127.0f), amax[z]);
-            const __m512 sv = _mm512_div_ps(amax[z], _mm512_set1_ps(127.0f));
+            const __m512 sv = _mm512_div_ps(amax[z], _mm512_set1_ps(127.0f * 255.0f));
             _mm512_storeu_ps(vsc + 16 * z, _mm512_mask_mov_ps(sv, bad[z], _mm512_set1_ps(NAN)));
         }
         for (int64_t jj = 0; jj < NK; jj++) {
@@ -205,7 +206,8 @@ static void qk(int rows, const uint8_t *Q, const float *sq, int64_t Dq, const ch
 }
 
 /* O[i][d0 .. d0 + 16·nz) = O[i]·alpha[i] + (Σ_j pq[i][j]·vq[j]) · ps[i] · vs for rows i < rows
- * (Vb: the block's codes, then vs [Dp]) */
+ * (Vb: the block's codes, then vs = sv / 255 [Dp]); one of alpha[i] and ps[i] is 1 (softmax_u8),
+ * so each output takes a conversion, a product and one FMA */
 static inline __attribute__((always_inline)) void pv_n(const int rows, const int nz, const uint8_t *P, const float *ps,
                                                         const int8_t *Vb, float *O, const float *alpha, int64_t Dp,
                                                         int64_t d0) {
@@ -227,10 +229,16 @@ static inline __attribute__((always_inline)) void pv_n(const int rows, const int
     for (int i = 0; i < rows; i++) {
         const __m512 a = _mm512_set1_ps(alpha[i]), p = _mm512_set1_ps(ps[i]);
         float *o = O + i * Dp + d0;
-        for (int z = 0; z < nz; z++) {
-            const __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][z]), p), _mm512_loadu_ps(vsc + d0 + 16 * z));
-            _mm512_storeu_ps(o + 16 * z, _mm512_fmadd_ps(_mm512_loadu_ps(o + 16 * z), a, x));
-        }
+        if (ps[i] == 1.0f) /* O·α + x */
+            for (int z = 0; z < nz; z++) {
+                const __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][z]), _mm512_loadu_ps(vsc + d0 + 16 * z));
+                _mm512_storeu_ps(o + 16 * z, _mm512_fmadd_ps(_mm512_loadu_ps(o + 16 * z), a, x));
+            }
+        else /* α = 1: O + x·ps */
+            for (int z = 0; z < nz; z++) {
+                const __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][z]), _mm512_loadu_ps(vsc + d0 + 16 * z));
+                _mm512_storeu_ps(o + 16 * z, _mm512_fmadd_ps(x, p, _mm512_loadu_ps(o + 16 * z)));
+            }
     }
 }
 
@@ -288,7 +296,8 @@ static inline float exp2_1(float x) {
 /* The online softmax of row i on one block of nv valid keys (attention_avx512.h's, in base 2 and
  * with P in u8): S holds the scores times log2(e) (the scale and log2(e) are in sq); an additive
  * mask is added in base e. bm = max s, m' = max(m, bm), e = 2^(s − bm), pq = round(255·e),
- * ps = 2^(bm − m') / 255 (so p = 2^(s − m') ≈ pq·ps), α = 2^(m − m'), l = l·α + 2^(bm − m')·Σ e.
+ * ps = 2^(bm − m') (so p = 2^(s − m') ≈ pq·ps / 255; the 1/255 is in V's scales), α = 2^(m − m')
+ * (one of α and ps is 1), l = l·α + ps·Σ e.
  * A NaN score makes l NaN (the row's output NaN); while every score so far is -inf, pq = 0 and
  * l stays 0. */
 static void softmax_u8(const qmm_attn_call *c, const qmm_za_tile *t, int64_t i, int64_t j0, int64_t nv,
@@ -327,7 +336,7 @@ static void softmax_u8(const qmm_attn_call *c, const qmm_za_tile *t, int64_t i, 
     t->l[i] = t->l[i] * a + f * (_mm512_reduce_add_ps(sum) * (1.0f / 255.0f));
     t->m[i] = mn;
     t->alpha[i] = a;
-    *ps = f * (1.0f / 255.0f);
+    *ps = f;
 }
 
 static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(qmm_za_dp(D)) + QMM_ZA_MQ * NK; }
