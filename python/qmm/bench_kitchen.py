@@ -9,7 +9,8 @@ torch, four ways, on the same CPU threads:
 --dtype is the activations' dtype of the two INT8 paths: f32 (the default) is what ComfyUI sends
 to every INT8 layer on a CPU (also with --bf16-unet); bf16 for comparison. Attention is the one
 ComfyUI runs on a CPU (qmm.dit.sub_quad: its attention_sub_quad), or --attention sdpa (torch's),
-qmm (qmm.attention, what the ComfyUI node makes the CPU default) or sdpa_bf16.
+qmm (qmm.attention in the ComfyUI node's default mode: int8 where an int8 engine runs it) or
+sdpa_bf16.
 
 Each path runs in its own process (clean peak RSS): weights are made from a fixed seed (INT8
 weights directly as int8 + per-row scales: timing does not depend on their values), one

@@ -10,7 +10,7 @@ attn is the attention ComfyUI runs on a CPU (comfy/ldm/modules/attention.py pick
 attention_sub_quad for a CPU device: with the memory to spare, the whole key/value length in one
 chunk and queries in chunks of 4096 — scores by baddbmm, softmax, then bmm; sub_quad() here), or
 torch's scaled_dot_product_attention (attention="sdpa"; "sdpa_bf16": in bf16, cast from and back to
-the block's dtype), or qmm's (attention="qmm": qmm.attention, mode best).
+the block's dtype), or qmm's (attention="qmm": qmm.attention in the ComfyUI node's default mode).
 Its four linears are layers of one of three kinds:
     KitchenInt8Linear  a ComfyUI INT8 layer: comfy-kitchen's TensorWiseINT8Layout weight, run
                        through the kitchen's dispatch (eager, or qmm once registered);
@@ -103,12 +103,15 @@ def sub_quad(q, k, v, query_chunk=4096):
 
 
 def qmm_attention(q, k, v):
-    """qmm.attention (SPEC §10; mode best) writing [B, T, H·hd] directly: returned as its [B, H, T, hd]
-    view, so the block's transpose + reshape back is free."""
+    """qmm.attention (SPEC §10) in the ComfyUI node's default mode (int8 where an int8 engine runs
+    it, else best: qmm.comfy_attention) writing [B, T, H·hd] directly: returned as its
+    [B, H, T, hd] view, so the block's transpose + reshape back is free."""
     import qmm
+    from qmm import comfy_attention
     B, H, T, hd = q.shape
     y = torch.empty(B, T, H * hd, dtype=q.dtype)
-    return qmm.attention(q, k, v, out=y.view(B, T, H, hd).transpose(1, 2))
+    mode = "int8" if comfy_attention.int8_attention_here() else "best"
+    return qmm.attention(q, k, v, mode=mode, out=y.view(B, T, H, hd).transpose(1, 2))
 
 
 def sdpa_bf16(q, k, v):
