@@ -146,7 +146,8 @@ def main(argv=None):
     # is measured against — ComfyUI today (eager INT8 + sub_quad) and torch bf16 with torch's SDPA
     runs = [(p, a.attention) for p in a.paths.split(",")]
     if a.attention == "qmm":
-        runs += [(p, att) for p, att in (("eager", "sub_quad"), ("bf16", "sdpa")) if p in a.paths.split(",")]
+        runs += [(p, att) for p, att in (("eager", "sub_quad"), ("eager", "sdpa"), ("bf16", "sdpa"))
+                 if p in a.paths.split(",")]
     for T, rnd, (p, att) in [(T, rnd, r) for T in tokens for rnd in range(a.rounds) for r in runs]:
         cmd = [sys.executable, "-m", "qmm.bench_kitchen", "--one", p, "--tokens", str(T),
                "--threads", str(a.threads), "--reps", str(reps)] + \
@@ -172,17 +173,17 @@ def main(argv=None):
                 p, T, att, rnd + 1, res["median_s"]), flush=True)
     if not a.json:
         print()
-        today = "eager@sub_quad"
+        today, best_today = "eager@sub_quad", "eager@sdpa"
         print("| tokens | path | median / block | vs eager INT8 | vs torch bf16 | vs torch fp32 | "
               "%soutside linears | peak RSS | weights resident | + first calls |" % (
-                  "vs ComfyUI today | " if a.attention == "qmm" else ""))
+                  "vs ComfyUI today | vs eager + SDPA | " if a.attention == "qmm" else ""))
         print("| --- | --- | --- | --- | --- | --- | %s--- | --- | --- | --- |" % (
-            "--- | " if a.attention == "qmm" else ""))
+            "--- | --- | " if a.attention == "qmm" else ""))
         names = {"eager": "kitchen eager INT8 (%s)" % a.dtype, "qmm": "kitchen + qmm INT8 (%s)" % a.dtype,
                  "bf16": "torch bf16", "fp32": "torch fp32"}
         for T in tokens:
             by = {r["key"]: r for r in rows if r["tokens"] == T}
-            for key in [k for k in list(PATHS) + [today, "bf16@sdpa"] if k in by]:
+            for key in [k for k in list(PATHS) + [today, best_today, "bf16@sdpa"] if k in by]:
                 r = by[key]
                 p = r["path"]
                 def sp(ref):
@@ -193,7 +194,7 @@ def main(argv=None):
                 print("| %d | %s | %.3f s | %s | %s | %s | %s%.0f%% | %.0f MiB | %.0f MiB%s | "
                       "%+.0f MiB |" % (
                           T, label, r["median_s"], sp("eager"), sp("bf16"), sp("fp32"),
-                          sp(today) + " | " if a.attention == "qmm" else "",
+                          sp(today) + " | " + sp(best_today) + " | " if a.attention == "qmm" else "",
                           100 * r["outside_linears"], r["peak_rss_mib"], wr, extra, wa - wr))
         q = [r for r in rows if r["path"] == "qmm"]
         if q:
