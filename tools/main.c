@@ -13,7 +13,7 @@ static const struct {
     const char *help;
 } k_commands[] = {
     {"info", cmd_info, "this machine's CPU features and qmm engines [--json]"},
-    {"demo", cmd_demo, "a video-DiT block's linear layers: INT8 vs W8A16 vs BF16 vs FP32"},
+    {"demo", cmd_demo, "a video-DiT block's linears + attention: INT8 vs W8A16 vs BF16 vs FP32"},
     {"bench", cmd_bench, "per-kernel benchmarks on real model shapes [--json]"},
     {"quantize", cmd_quantize, "float safetensors checkpoint -> ComfyUI INT8 checkpoint"},
     {"inspect", cmd_inspect, "list a checkpoint's layers, dtypes, quant formats"},
