@@ -93,7 +93,7 @@ static int huge(qmm_context *ctx, uint8_t h3, uint8_t h6, uint8_t h8) {
     const uint8_t mbool = 1;
     a.q = q; a.k = kv; a.v = kv; a.out = out; /* k, v strides 0 */
     a.q_stride[2] = a.D; a.q_stride[1] = 3 * a.D;
-    if (h8 & 128) { a.S = INT64_MAX / a.D + 1; a.q_stride[2] = a.q_stride[1] = 0; }
+    if (h8 & 128) { a.S = INT64_MAX / a.D + (a.D > 1); a.q_stride[2] = a.q_stride[1] = 0; } /* S·D past int64 */
     memcpy(a.out_stride, a.q_stride, sizeof a.out_stride);
     if (h8 & 128) { a.out_stride[2] = a.D; a.out_stride[1] = 3 * a.D; } /* out 2 × S rows: past int64 */
     if (h6 % 4) { a.mask = h6 % 4 == 1 ? (const void *)&mbool : (const void *)&madd; a.mask_dtype = h6 % 4 == 1 ? QMM_U8 : QMM_F32; }
