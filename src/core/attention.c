@@ -17,6 +17,7 @@ typedef struct {
     size_t per_thread, kv_bytes;
     int64_t *packed;           /* [T] the (b · Hkv + hk) packed in the thread's kv buffer, -1: none */
     int64_t tiles, group;      /* tiles per query head; query heads per kv head */
+    int64_t threads;           /* the pool's */
 } attn_job;
 
 static const char *at(const void *base, qmm_dtype t, int64_t elems) {
@@ -24,10 +25,12 @@ static const char *at(const void *base, qmm_dtype t, int64_t elems) {
 }
 
 static void attn_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    (void)n_tasks;
     const attn_job *j = arg;
     const qmm_attn_call *c = j->c;
-    const int64_t t = task % j->tiles, head = task / j->tiles; /* head = (b · Hkv + hk) · group + g */
+    /* the pool's task i (on thread i mod T) → entry e of the thread's contiguous share */
+    const int64_t T = j->threads, th = task % T, share = n_tasks / T, extra = n_tasks % T;
+    const int64_t e = th * share + (th < extra ? th : extra) + task / T;
+    const int64_t t = e % j->tiles, head = e / j->tiles; /* head = (b · Hkv + hk) · group + g */
     const int64_t kvh = head / j->group, g = head % j->group;
     const int64_t b = kvh / c->Hkv, hk = kvh % c->Hkv, h = hk * j->group + g;
     char *kv = j->scratch + (size_t)thread * j->per_thread;
@@ -54,12 +57,15 @@ void qmm_attn_key_mean(const qmm_attn_call *c, const void *k, float *mean) {
     int64_t n = 0;
     for (int64_t j = 0; j < c->Skv; j++) {
         const char *kr = (const char *)k + j * c->ks[2] * (int64_t)es;
-        int finite = 1;
-        for (int64_t d = 0; d < D; d++) {
-            row[d] = qmm_load_f(kr, c->kv_dtype, d);
-            finite &= isfinite(row[d]) != 0;
+        const uint16_t *h = (const uint16_t *)kr;
+        switch (c->kv_dtype) { /* the row in f32, one loop per dtype (the compiler vectorizes them) */
+        case QMM_F32: memcpy(row, kr, (size_t)D * sizeof(float)); break;
+        case QMM_BF16: for (int64_t d = 0; d < D; d++) row[d] = qmm_bf16_to_f32(h[d]); break;
+        default: for (int64_t d = 0; d < D; d++) row[d] = qmm_f16_to_f32(h[d]); break;
         }
-        if (!finite) continue;
+        uint32_t inf = 0; /* some element with an all-ones exponent: NaN or ±Inf */
+        for (int64_t d = 0; d < D; d++) inf |= (qmm_f32_bits(row[d]) & 0x7f800000u) == 0x7f800000u;
+        if (inf) continue;
         for (int64_t d = 0; d < D; d++) sum[d] += row[d];
         n++;
     }
@@ -90,6 +96,7 @@ qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm
     for (int i = 0; i < T; i++) j.packed[i] = -1;
     j.tiles = (c->S + k->mq - 1) / k->mq;
     j.group = c->H / c->Hkv;
+    j.threads = T;
     qmm_pool_run_bracketed(ctx->pool, c->B * c->H * j.tiles, attn_task, k->begin ? attn_begin : NULL,
                            k->end ? attn_end : NULL, &j);
     return QMM_OK;

@@ -6,8 +6,10 @@
  * which runs the flash-attention loop over the key blocks for its rows: S = Q·Kᵀ on a block,
  * the softmax online in f32, O = O·α + P·V, and at the end out = O / l.
  *
- * Tasks: (b, kv head, query head of its group, tile), tile-major within a head, task i on
- * thread i mod T (pool.c), so a thread's consecutive tasks share a kv head and every output row
+ * Tasks: (b, kv head, query head of its group, tile), tile-major within a head; thread th of T
+ * runs one contiguous share of that list, in order (the pool's task i, run on thread i mod T, is
+ * list entry th·⌊n/T⌋ + min(th, n mod T) + ⌊i/T⌋), so a thread packs each kv head of its share
+ * once and every output row
  * is computed by one task in one fixed order: the bits never depend on the thread count.
  * Scratch: per thread kv_bytes(Skv, D) + tile_bytes(D) — O(Skv · D), nothing of size S × Skv.
  * Sizes: every byte count is computed overflow-checked; an engine's kv_bytes returns SIZE_MAX

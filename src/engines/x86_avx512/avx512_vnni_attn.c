@@ -107,7 +107,7 @@ static void pack_k(const qmm_attn_call *c, const void *k, char *K, const float *
         }
         rotate(row, Dq);
         sk[j % NK] = quantize_row(row, Dq, q8, &ksum[j % NK]);
-        for (int64_t d = 0; d < Dq; d++) kd[(d / 4) * NK * 4 + d % 4] = q8[d];
+        for (int64_t p = 0; p < Dq / 4; p++) memcpy(kd + p * NK * 4, q8 + 4 * p, 4);
     }
 }
 
@@ -137,22 +137,33 @@ static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
             const __m512 sv = _mm512_div_ps(amax[z], _mm512_set1_ps(127.0f * 255.0f));
             _mm512_storeu_ps(vsc + 16 * z, _mm512_mask_mov_ps(sv, bad[z], _mm512_set1_ps(NAN)));
         }
+        int8_t q8[NK][QMM_ATTN_MAX_D]; /* the block's codes by key, then 4 keys × 16 of D per zmm */
         for (int64_t jj = 0; jj < NK; jj++) {
-            int8_t *vd = codes + (jj / 4) * Dp * 4 + (jj % 4);
             const char *vr = (const char *)v + (j0 + jj) * c->vs[2] * (int64_t)es;
             for (int64_t z = 0; z < Dp / 16; z++) {
-                int8_t q8[16];
+                __m512i cl = _mm512_setzero_si512();
                 if (jj < nv) {
                     const __m512 x = qmm_z_load16(vr, c->kv_dtype, 16 * z, qmm_za_lanes(D - 16 * z));
                     const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv[z]));
-                    const __m512i cl = _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
-                    _mm_storeu_si128((__m128i *)q8, _mm512_cvtepi32_epi8(cl));
-                } else {
-                    memset(q8, 0, sizeof q8);
+                    cl = _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
                 }
-                for (int e = 0; e < 16; e++) vd[(16 * z + e) * 4] = q8[e];
+                _mm_storeu_si128((__m128i *)(q8[jj] + 16 * z), _mm512_cvtepi32_epi8(cl));
             }
         }
+        for (int64_t p = 0; p < NK / 4; p++)
+            for (int64_t d = 0; d < Dp; d += 16) {
+                const __m128i a = _mm_loadu_si128((const __m128i *)(q8[4 * p] + d)),
+                              b = _mm_loadu_si128((const __m128i *)(q8[4 * p + 1] + d)),
+                              e = _mm_loadu_si128((const __m128i *)(q8[4 * p + 2] + d)),
+                              f = _mm_loadu_si128((const __m128i *)(q8[4 * p + 3] + d));
+                const __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b),
+                              ef0 = _mm_unpacklo_epi8(e, f), ef1 = _mm_unpackhi_epi8(e, f);
+                __m128i *o = (__m128i *)(codes + (p * Dp + d) * 4);
+                _mm_storeu_si128(o, _mm_unpacklo_epi16(ab0, ef0));
+                _mm_storeu_si128(o + 1, _mm_unpackhi_epi16(ab0, ef0));
+                _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(ab1, ef1));
+                _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(ab1, ef1));
+            }
     }
 }
 
