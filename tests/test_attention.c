@@ -437,6 +437,9 @@ static void huge_kv(qmm_context *ctx) {
 /* a small f32 call [1, 2, S=10, D=40] against Skv = 70 keys (two key blocks), N(0, 1) values */
 enum { HS = 10, HSKV = 70, HD = 40 };
 static void hostile_call(qmm_attention_args *a, float *q, float *k, float *v, float *out) {
+    tu_fill_float(q, QMM_F32, 2 * HS * HD, 1.0f);
+    tu_fill_float(k, QMM_F32, HSKV * HD, 1.0f);
+    tu_fill_float(v, QMM_F32, HSKV * HD, 1.0f);
     *a = qmm_attention_args_default();
     a->B = 1; a->H = 2; a->Hkv = 1; a->S = HS; a->Skv = HSKV; a->D = HD;
     a->q = q; a->k = k; a->v = v; a->out = out;
@@ -457,9 +460,6 @@ static void nan_rows(qmm_context *ctx) {
     int t[QMM_ENGINE_COUNT + 2];
     const int nt = targets(t);
     for (int cs = 0; cs < 4; cs++) {
-        tu_fill_float(q, QMM_F32, 2 * HS * HD, 1.0f);
-        tu_fill_float(k, QMM_F32, HSKV * HD, 1.0f);
-        tu_fill_float(v, QMM_F32, HSKV * HD, 1.0f);
         qmm_attention_args a;
         hostile_call(&a, q, k, v, out);
         char want[2][HS]; /* 'n' NaN, '0' zero, 'f' finite */
@@ -525,9 +525,6 @@ static void hostile_keys(qmm_context *ctx) {
     int t[QMM_ENGINE_COUNT + 2];
     const int nt = targets(t);
     for (int cs = 0; cs < 3; cs++) {
-        tu_fill_float(q, QMM_F32, 2 * HS * HD, 1.0f);
-        tu_fill_float(k, QMM_F32, HSKV * HD, 1.0f);
-        tu_fill_float(v, QMM_F32, HSKV * HD, 1.0f);
         qmm_attention_args a;
         hostile_call(&a, q, k, v, out);
         if (cs < 2) {
