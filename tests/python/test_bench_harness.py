@@ -93,16 +93,18 @@ def test_bench_attention_tiny_runs():
 
 
 def test_bench_kitchen_qmm_attention_rows():
-    """--attention qmm adds ComfyUI today (eager INT8 + sub_quad) and torch bf16 + SDPA rows and
-    the "vs ComfyUI today" column."""
+    """--attention qmm adds ComfyUI today (eager INT8 + sub_quad), eager INT8 + torch SDPA (the
+    best a user configures today) and torch bf16 + SDPA rows and the "vs ComfyUI today" and "vs
+    eager + SDPA" columns."""
     cmd = [sys.executable, "-m", "qmm.bench_kitchen", "--small", "--tokens", "16", "--reps", "1",
            "--paths", "eager,qmm,bf16", "--attention", "qmm"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "vs ComfyUI today" in r.stdout, r.stdout
+    assert "vs ComfyUI today" in r.stdout and "vs eager + SDPA" in r.stdout, r.stdout
     rows = [line for line in r.stdout.splitlines() if line.startswith("| 16 |")]
     labels = [x.split("|")[2].strip() for x in rows]
     assert labels == ["kitchen eager INT8 (f32)", "kitchen + qmm INT8 (f32)", "torch bf16",
-                      "kitchen eager INT8 (f32) + sub_quad", "torch bf16 + sdpa"], labels
+                      "kitchen eager INT8 (f32) + sub_quad", "kitchen eager INT8 (f32) + sdpa",
+                      "torch bf16 + sdpa"], labels
 
