@@ -168,12 +168,12 @@ static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
 }
 
 static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
-    const int64_t D = c->D, Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;
+    const int64_t D = c->D, nblk = (c->Skv + NK - 1) / NK;
     char *K = kv;
     char *V = K + (size_t)nblk * kb_stride(D);
     float *mean = (float *)(V + (size_t)nblk * vb_stride(D));
-    /* the finite keys' mean (any vector subtracted from every key leaves the softmax as it is) */
-    for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(mean + d, _mm512_setzero_ps());
+    /* the finite keys' mean (any vector subtracted from every key leaves the softmax as it is;
+     * pack_k reads its D values through masks) */
     qmm_attn_key_mean(c, k, mean);
     pack_k(c, k, K, mean);
     pack_v(c, v, V);
