@@ -44,6 +44,68 @@ typedef struct qmm_attn_kernels {
     void (*end)(void);
 } qmm_attn_kernels;
 
+/* ---------------------------------------------------------------- the ukernel contract
+ * An attention engine is a const qmm_attn_ukernels (its row in qmm_engine_ops): named ukernels
+ * per operand kind (ukernels.h) and the sizes of its operands. The driver (attention.c) owns
+ * everything else: tasks, scratch, the key-block loop, the online softmax's state (m, l, α) and
+ * the output's store (O / l in out's dtype).
+ *
+ * Scores are in base 2: s = log2(e) · scale · q·k, so p = 2^(s − m). Per key block of nk keys
+ * and query row, the softmax ukernel (the frame's, by SIMD level and P kind) returns the block's
+ * max bm and writes P = 2^(s − bm) in the engine's P kind; the driver then sets
+ * m' = max(m, bm), α = 2^(m − m'), ps = 2^(bm − m'), l = l·α + ps·Σ P, m = m', and the P·V
+ * ukernel adds ps·P·V to O·α. One of α and ps is 1.
+ *
+ * The packed kv head (pack_kv writes it, per thread, once per kv head): nblk = ceil(Skv / nk)
+ * K blocks of kb_bytes(D), then nblk V blocks of vb_bytes(D), then extra_bytes(D) of the
+ * engine's own (int8: the keys' mean); each block 64-byte aligned (the sizes are multiples of
+ * 64); keys past Skv are zero (their scores the softmax ignores: lanes past nv are −inf).
+ * Rows: O [mq][Dp] f32 with Dp = D rounded up to dalign; Q [mq'][q_bytes(D)], P [mq'][nk] in
+ * P's kind, S [mq'][nk] f32, mq' = mq rounded up to mr. The driver calls qk and pv on groups of
+ * rows <= mr; where pad_rows is set it zeroes Q and P rows past a tile's last row, and the
+ * ukernels may compute (not store into O) all mr rows of a group. */
+typedef enum qmm_attn_p_kind { QMM_ATTN_P_F32, QMM_ATTN_P_BF16, QMM_ATTN_P_U8 } qmm_attn_p_kind;
+
+/* One kv head (k, v: its row 0, token strides c->ks[2], c->vs[2]) → kv, laid out as above. */
+typedef void (*qmm_attn_pack_kv_fn)(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+/* One query row (q: the row, in c->q_dtype) → Q (q_bytes(D)) and *sq, the row's score factor:
+ * the row's scores are sq · (the engine's product of Q and a key) — log2(e) · c->scale times the
+ * row's quantization scale where Q is quantized; NaN where the row holds a non-finite value and
+ * the engine quantizes q. */
+typedef void (*qmm_attn_pack_q_fn)(const qmm_attn_call *c, const void *q, void *Q, float *sq);
+/* S[i][0..nk) = sq[i] · Q[i]·K[j] (times the key's scale where K is quantized), i < rows, for
+ * the K block kblk; Q: rows rows of q_bytes(D); S: row stride nk floats. */
+typedef void (*qmm_attn_qk_fn)(int rows, const void *Q, const float *sq, const void *kblk, int64_t D, float *S);
+/* One row: s[0..nk) the block's scores, of which the first nv (1..nk) are keys j0.. (lanes past
+ * nv: −inf); mask: the row's mask at key j0 (c->ms[3] apart; additive in base e, or bool) or
+ * NULL → P (nk values of the P kind) = 2^(s − bm) (u8: round(255 · 2^(s − bm))) and *sum = Σ P
+ * in units of 1 (u8: Σ pq / 255, summed from f32 values); returns bm, the max of the masked
+ * scores: −inf where every key is masked (P then 0); a NaN score no bool mask excludes makes
+ * *sum NaN. */
+typedef float (*qmm_attn_softmax_fn)(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
+                                     const void *mask, void *P, float *sum);
+/* O[i][0..Dp) = O[i]·alpha[i] + ps[i] · Σ_j P[i][j]·V[j] (times V's scales where V is
+ * quantized; u8 P: its 1/255 included), i < rows, for the V block vblk; P: row stride nk
+ * values, O: row stride Dp; ws: ws_bytes of the thread's own, 64-aligned. */
+typedef void (*qmm_attn_pv_fn)(int rows, const void *P, const float *ps, const float *alpha, const void *vblk,
+                               int64_t D, float *O, void *ws);
+
+typedef struct qmm_attn_ukernels {
+    const char *name;          /* how QMM_VERBOSE and the tester name it */
+    qmm_attn_p_kind p;
+    int mr;                    /* rows per qk and pv call */
+    int pad_rows;              /* see above (AMX: 16-row tiles) */
+    int64_t nk, mq, dalign;    /* keys per block; query rows per task; O's row multiple */
+    size_t (*kb_bytes)(int64_t D), (*vb_bytes)(int64_t D), (*extra_bytes)(int64_t D), (*q_bytes)(int64_t D);
+    size_t ws_bytes;
+    qmm_attn_pack_kv_fn pack_kv;
+    qmm_attn_pack_q_fn pack_q;
+    qmm_attn_qk_fn qk;
+    qmm_attn_softmax_fn softmax;
+    qmm_attn_pv_fn pv;
+    void (*begin)(void), (*end)(void);  /* optional, per thread around its tasks (AMX tiles) */
+} qmm_attn_ukernels;
+
 /* ceil(Skv / nk) · block_bytes + extra (Skv >= 1, nk >= 1), or SIZE_MAX where it overflows size_t */
 static inline size_t qmm_attn_blocks_bytes(int64_t Skv, int64_t nk, size_t block_bytes, size_t extra) {
     const size_t blocks = (size_t)(Skv / nk) + (Skv % nk != 0);
