@@ -226,6 +226,46 @@ typedef struct qmm_counters {
 void qmm_get_counters(const qmm_context *ctx, qmm_counters *out);
 void qmm_reset_counters(qmm_context *ctx);
 
+/* Phase timers of the linear calls made through a context (off by default; on with
+ * qmm_context_set_profile or QMM_PROFILE=1 in the environment when the context is created).
+ * Off, they cost one branch per phase. Nanoseconds of CLOCK_MONOTONIC, summed over the calls
+ * since creation/reset: the wall phases are timed on the calling thread; the THREADS phases are
+ * sums over the worker threads of the time each spent in that part of the parallel GEMM (divide
+ * by qmm_profile.threads for its share of the GEMM phase's wall time). The int8 GEMM driver
+ * times PREPASS, GEMM and the thread sums; an engine with its own driver (amx_int8's regimes),
+ * the float engines and the W4A8 paths are timed by CALL, SETUP and ENGINE only. Read them while
+ * no call is running on the context. */
+typedef enum qmm_phase {
+    QMM_PHASE_CALL = 0,          /* qmm_linear, whole */
+    QMM_PHASE_SETUP = 1,         /* before the engine: validation, dispatch, a borrowed weight's
+                                    per-call scales and bias, the input stage (rms_norm, situ,
+                                    modulation), the madvise of y */
+    QMM_PHASE_ENGINE = 2,        /* the engine's run (PREPASS + GEMM + its own set-up) */
+    QMM_PHASE_PREPASS = 3,       /* the int8 driver's pre-pass: act, rotation, quantization of x
+                                    (and the copies its regime reads), one pool run */
+    QMM_PHASE_GEMM = 4,          /* the int8 driver's pool run of the GEMM tasks */
+    QMM_PHASE_THREADS_TASKS = 5, /* thread sum: inside GEMM tasks (the rest of threads × GEMM is idle) */
+    QMM_PHASE_THREADS_PACK = 6,  /* thread sum: a borrowed weight's panels packed per call */
+    QMM_PHASE_THREADS_TILES = 7, /* thread sum: the tile / rows / one-pass kernels, their stores included */
+    QMM_PHASE_THREADS_EPILOGUE = 8, /* thread sum: the output stores (the epilogue, and the first touch
+                                    of y's pages) of the engines that time them (avx512_vnni's
+                                    tiles); part of THREADS_TILES; 0 for the others */
+    QMM_PHASE_COUNT = 9
+} qmm_phase;
+#define QMM_PHASE_MAX 16
+typedef struct qmm_profile {
+    uint64_t calls;               /* qmm_linear calls timed */
+    uint64_t ns[QMM_PHASE_MAX];   /* by qmm_phase */
+    int threads;                  /* the context's threads */
+    int enabled;
+} qmm_profile;
+const char *qmm_phase_name(qmm_phase p); /* "call", "setup", ..., "threads_epilogue"; "unknown" */
+/* on = 1: time the phases from the next call on (allocates a slot per thread: OUT_OF_MEMORY);
+ * 0: stop (the totals are kept until qmm_reset_profile). */
+qmm_status qmm_context_set_profile(qmm_context *ctx, int on);
+void       qmm_get_profile(const qmm_context *ctx, qmm_profile *out);
+void       qmm_reset_profile(qmm_context *ctx);
+
 /* ---------------------------------------------------------------- weights */
 typedef struct qmm_weight qmm_weight;
 

@@ -19,6 +19,8 @@
  *   - a weight, scale and bias changed between two calls: the second gives the new result;
  *   - two threads, each with its own context, making the first call on one borrowed weight at
  *     once: both exact;
+ *   - the phase timers (qmm_profile) on the int8 driver's engines: the same bits, the phases
+ *     nested, nothing counted while off;
  *   - bad descriptors: an error status whose message names the field;
  *   - no read past the caller's memory: W, its scales and its bias each end at a page followed by
  *     a PROT_NONE page (an over-read is a SIGSEGV, with or without ASan), every engine (the AMX
@@ -374,6 +376,86 @@ static void check_change(void) {
     layer_free(&L);
 }
 
+/* ---------------------------------------------------------------- phase timers */
+/* qmm_profile on a borrowed weight, each int8 engine of the int8 driver by name, M in the panels
+ * regime, M = 3 (the rows regime) and one call with the timers off: the same bits as untimed; the
+ * totals nested as qmm.h says (CALL >= SETUP + ENGINE, ENGINE >= PREPASS + GEMM, TASKS >= PACK +
+ * TILES, TILES >= EPILOGUE, each thread sum <= threads × GEMM), one call counted per call; off, nothing
+ * added. Not timings: only their structure. */
+static void check_profile(void) {
+    qmm_context_options o = qmm_context_options_default();
+    o.n_threads = 2;
+    qmm_context *ctx = NULL;
+    TU_CHECK_OK(qmm_context_create(&o, &ctx));
+    if (!ctx) return;
+    TU_CHECK(strcmp(qmm_phase_name(QMM_PHASE_THREADS_EPILOGUE), "threads_epilogue") == 0 &&
+                 strcmp(qmm_phase_name(QMM_PHASE_COUNT), "unknown") == 0,
+             "qmm_phase_name");
+    TU_CHECK(qmm_context_set_profile(NULL, 1) == QMM_ERR_INVALID_ARGUMENT, "qmm_context_set_profile(NULL)");
+    static const int64_t Ms[2] = {150, 3};
+    for (int mi = 0; mi < 2; mi++) {
+        layer L;
+        layer_random(&L, Ms[mi], 200, 700);
+        L.yt = QMM_F32;
+        qmm_weight_desc d = layer_desc(&L);
+        qmm_weight *wb = NULL;
+        TU_CHECK_OK(qmm_weight_borrow_int8(ctx, &d, &wb));
+        const size_t yb = (size_t)(L.M * L.N) * 4;
+        void *y0 = malloc(yb), *y1 = malloc(yb);
+        int ran = 0, driven = 0;
+        for (int i = 0; i < g_neng && wb; i++) {
+            const qmm_engine_id e = g_eng[i];
+            const qmm_engine *eng = qmm_engine_get(e);
+            if (!g_avail[e] || !eng || !eng->ops->i8 || eng->ops->run) continue;
+            driven++;
+            char what[320];
+            describe(&L, qmm_engine_name(e), what, sizeof what);
+            qmm_profile p0, p1;
+            TU_CHECK_OK(qmm_context_set_profile(ctx, 0));
+            qmm_reset_profile(ctx);
+            if (run(ctx, wb, &L, y0, e) != QMM_OK) continue; /* e.g. -128 on an engine that refuses it */
+            ran++;
+            qmm_get_profile(ctx, &p0);
+            TU_CHECK(p0.calls == 0 && p0.ns[QMM_PHASE_CALL] == 0 && !p0.enabled, "%s: timers off, yet counted", what);
+            TU_CHECK_OK(qmm_context_set_profile(ctx, 1));
+            TU_CHECK_OK(run(ctx, wb, &L, y1, e));
+            TU_CHECK_OK(run(ctx, wb, &L, y1, e));
+            same(&L, y0, y1, what, "the same call with the timers off");
+            qmm_get_profile(ctx, &p1);
+            const uint64_t *ns = p1.ns;
+            TU_CHECK(p1.calls == 2 && p1.enabled && p1.threads == 2, "%s: calls %llu enabled %d threads %d", what,
+                     (unsigned long long)p1.calls, p1.enabled, p1.threads);
+            TU_CHECK(ns[QMM_PHASE_CALL] > 0 && ns[QMM_PHASE_CALL] >= ns[QMM_PHASE_SETUP] + ns[QMM_PHASE_ENGINE] &&
+                         ns[QMM_PHASE_ENGINE] >= ns[QMM_PHASE_PREPASS] + ns[QMM_PHASE_GEMM] && ns[QMM_PHASE_GEMM] > 0 &&
+                         ns[QMM_PHASE_PREPASS] > 0,
+                     "%s: wall phases not nested: call %llu setup %llu engine %llu prepass %llu gemm %llu", what,
+                     (unsigned long long)ns[QMM_PHASE_CALL], (unsigned long long)ns[QMM_PHASE_SETUP],
+                     (unsigned long long)ns[QMM_PHASE_ENGINE], (unsigned long long)ns[QMM_PHASE_PREPASS],
+                     (unsigned long long)ns[QMM_PHASE_GEMM]);
+            TU_CHECK(ns[QMM_PHASE_THREADS_TASKS] > 0 &&
+                         ns[QMM_PHASE_THREADS_TASKS] >= ns[QMM_PHASE_THREADS_PACK] + ns[QMM_PHASE_THREADS_TILES] &&
+                         ns[QMM_PHASE_THREADS_TILES] >= ns[QMM_PHASE_THREADS_EPILOGUE] &&
+                         ns[QMM_PHASE_THREADS_TASKS] <= 2 * ns[QMM_PHASE_GEMM],
+                     "%s: thread sums not nested: tasks %llu pack %llu tiles %llu epilogue %llu (gemm %llu)", what,
+                     (unsigned long long)ns[QMM_PHASE_THREADS_TASKS], (unsigned long long)ns[QMM_PHASE_THREADS_PACK],
+                     (unsigned long long)ns[QMM_PHASE_THREADS_TILES], (unsigned long long)ns[QMM_PHASE_THREADS_EPILOGUE],
+                     (unsigned long long)ns[QMM_PHASE_GEMM]);
+            if (mi == 0)
+                TU_CHECK(ns[QMM_PHASE_THREADS_PACK] > 0, "%s: a borrowed weight's panels, yet no packing timed", what);
+            TU_CHECK_OK(qmm_context_set_profile(ctx, 0));
+            TU_CHECK_OK(run(ctx, wb, &L, y1, e));
+            qmm_get_profile(ctx, &p0);
+            TU_CHECK(p0.calls == 2 && p0.ns[QMM_PHASE_CALL] == p1.ns[QMM_PHASE_CALL], "%s: timers off, yet counted",
+                     what);
+        }
+        TU_CHECK(ran > 0 || !driven, "phase timers: none of the %d int8 driver engines ran M=%lld", driven, (long long)L.M);
+        free(y0); free(y1);
+        qmm_weight_destroy(wb);
+        layer_free(&L);
+    }
+    qmm_context_destroy(ctx);
+}
+
 /* ---------------------------------------------------------------- two threads, first call */
 typedef struct {
     const qmm_weight *w;
@@ -598,6 +680,7 @@ int main(int argc, char **argv) {
         check_amx_emulated(tu_rand_int(300, 700), tu_rand_int(100, 600), tu_rand_int(500, 1300));
     check_change();
     check_threads();
+    check_profile();
     qmm_context_destroy(g_ctx);
     return tu_finish();
 }

@@ -1,7 +1,9 @@
 /*
  * context.c — a context: thread pool, fallback policy, ISA cap, dispatch logging, the scratch
- * arena of its calls (handed out by base/scratch.c) and the counters. Options not given come
- * from the environment: QMM_NUM_THREADS, QMM_MAX_ISA, QMM_VERBOSE=dispatch.
+ * arena of its calls (handed out by base/scratch.c), the counters and the phase timers
+ * (qmm_profile: the totals, and a slot per thread while on). Options not given come from the
+ * environment: QMM_NUM_THREADS, QMM_MAX_ISA, QMM_VERBOSE=dispatch; QMM_PROFILE=1 turns the
+ * phase timers on.
  */
 #define _GNU_SOURCE
 #include "qmm_internal.h"
@@ -60,6 +62,11 @@ qmm_status qmm_context_create(const qmm_context_options *opt, qmm_context **out)
     ctx->usable_engines = qmm_engines_usable(ctx->max_isa, ctx->disabled_engines);
     qmm_status st = qmm_pool_create(n, o.pin_threads, o.cpu_list, &ctx->pool);
     if (st != QMM_OK) { free(ctx); return st; }
+    const char *pe = getenv("QMM_PROFILE");
+    if (pe && *pe && strcmp(pe, "0") != 0 && (st = qmm_context_set_profile(ctx, 1)) != QMM_OK) {
+        qmm_context_destroy(ctx);
+        return st;
+    }
     *out = ctx;
     return QMM_OK;
 }
@@ -68,6 +75,7 @@ void qmm_context_destroy(qmm_context *ctx) {
     if (!ctx) return;
     qmm_pool_destroy(ctx->pool);
     for (int i = 0; i < QMM_SCRATCH_SLOTS; i++) qmm_aligned_free(ctx->scratch[i]);
+    qmm_aligned_free(ctx->prof_slots);
     free(ctx);
 }
 
@@ -82,4 +90,39 @@ void qmm_get_counters(const qmm_context *ctx, qmm_counters *out) {
 
 void qmm_reset_counters(qmm_context *ctx) {
     if (ctx) memset(&ctx->counters, 0, sizeof ctx->counters);
+}
+
+const char *qmm_phase_name(qmm_phase p) {
+    static const char *const names[QMM_PHASE_COUNT] = {
+        "call", "setup", "engine", "prepass", "gemm", "threads_tasks", "threads_pack", "threads_tiles",
+        "threads_epilogue"};
+    return (unsigned)p < QMM_PHASE_COUNT ? names[p] : "unknown";
+}
+
+qmm_status qmm_context_set_profile(qmm_context *ctx, int on) {
+    QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_context_set_profile: ctx is NULL");
+    if (on && !ctx->prof_slots) {
+        size_t bytes;
+        QMM_RETURN_IF(!qmm_mul_ok((size_t)ctx->n_threads, sizeof(qmm_prof_slot), &bytes), QMM_ERR_OUT_OF_MEMORY,
+                      "qmm_context_set_profile: out of memory");
+        ctx->prof_slots = qmm_aligned_alloc(bytes);
+        QMM_RETURN_IF(!ctx->prof_slots, QMM_ERR_OUT_OF_MEMORY, "qmm_context_set_profile: out of memory (%zu bytes)",
+                      bytes);
+        memset(ctx->prof_slots, 0, bytes);
+    }
+    ctx->profile = on != 0;
+    return QMM_OK;
+}
+
+void qmm_get_profile(const qmm_context *ctx, qmm_profile *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!ctx) return;
+    *out = ctx->prof;
+    out->threads = ctx->n_threads;
+    out->enabled = ctx->profile;
+}
+
+void qmm_reset_profile(qmm_context *ctx) {
+    if (ctx) memset(&ctx->prof, 0, sizeof ctx->prof);
 }

@@ -4,7 +4,8 @@
  * CPU only when no int8 engine admits; the choice cached on the weight per call class, every
  * engine's reason made only for a message), run it, count it (a fallback is counted, logged once
  * per weight, refused in strict mode), and never pick the scalar reference unless asked for by
- * name. Also qmm_plan and the SPEC §6 building blocks (amax, epilogue).
+ * name; with the phase timers on (qmm_profile) the call's set-up, engine and whole time are
+ * added to the context's totals. Also qmm_plan and the SPEC §6 building blocks (amax, epilogue).
  */
 #include "borrow.h"
 #include "dispatch.h"
@@ -205,6 +206,7 @@ static qmm_status engine_run(const qmm_engine *e, qmm_context *ctx, const qmm_ca
 
 qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args) {
     QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_linear: ctx is NULL");
+    const uint64_t t_call = ctx->profile ? qmm_now_ns() : 0;
     qmm_call c;
     qmm_status st = make_call(w, args, 1, &c);
     if (st != QMM_OK) { ctx->counters.errors++; return st; }
@@ -258,7 +260,9 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
     _Atomic(const char *) bug = NULL;
     c.bug = &bug;
     if (st == QMM_OK) qmm_advise_huge(c.y, (size_t)((c.M - 1) * c.ldy + c.N) * qmm_dtype_size(c.y_dtype));
+    const uint64_t t_engine = ctx->profile ? qmm_now_ns() : 0;
     if (st == QMM_OK) st = engine_run(e, ctx, &c);
+    const uint64_t t_done = ctx->profile ? qmm_now_ns() : 0;
     if (st == QMM_OK && atomic_load(&bug))
         st = qmm_fail(QMM_ERR_INTERNAL, "layer %s [%lld, %lld] M=%lld on %s: %s (a bug in qmm: please report this message)",
                       w->name, (long long)w->N, (long long)w->K, (long long)c.M, e->name, atomic_load(&bug));
@@ -274,6 +278,12 @@ qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_ar
         return st;
     }
     count(ctx, e->id, fallback);
+    if (ctx->profile) { /* the successful calls (qmm_profile) */
+        ctx->prof.calls++;
+        ctx->prof.ns[QMM_PHASE_SETUP] += t_engine - t_call;
+        ctx->prof.ns[QMM_PHASE_ENGINE] += t_done - t_engine;
+        ctx->prof.ns[QMM_PHASE_CALL] += qmm_now_ns() - t_call;
+    }
     return QMM_OK;
 }
 

@@ -11,6 +11,7 @@
  * qmm_pool_run_bracketed(p, n, fn, begin, end, arg): the same, with begin(thread) before a thread's
  * first task of the run and end(thread) after its last (threads with no task: neither) — per-thread
  * state of an engine (AMX tile configuration), placed by the pool that knows which thread runs what.
+ * qmm_now_ns: the monotonic clock of the phase timers (qmm_profile).
  * qmm_pool_run_rows(p, rows, unit, fn, arg): the row-range form of it that the passes over
  * tokens use (pre-pass, input stage, epilogues): ranges of whole `unit`s of rows.
  *
@@ -28,6 +29,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct qmm_pool {
     int n;
@@ -174,6 +176,12 @@ void qmm_pool_destroy(qmm_pool *p) {
 }
 
 int qmm_pool_threads(const qmm_pool *p) { return p ? p->n : 1; }
+
+uint64_t qmm_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 void qmm_pool_run(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, void *arg) {
     qmm_pool_run_bracketed(p, n_tasks, fn, NULL, NULL, arg);

@@ -69,6 +69,10 @@ void       qmm_pool_run_bracketed(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, 
 typedef void (*qmm_rows_fn)(int64_t r0, int64_t r1, int thread, void *arg);
 void       qmm_pool_run_rows(qmm_pool *p, int64_t rows, int64_t unit, qmm_rows_fn fn, void *arg);
 
+/* ---------------------------------------------------------------- time */
+/* CLOCK_MONOTONIC in nanoseconds (pool.c): the phase timers (qmm_profile). */
+uint64_t qmm_now_ns(void);
+
 /* ---------------------------------------------------------------- logging */
 void qmm_log(const qmm_context *ctx, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -47,7 +47,29 @@ struct qmm_context {
     size_t scratch_bytes[QMM_SCRATCH_SLOTS];
     qmm_counters counters;
     qmm_engine_id last_engine;   /* the engine of the last successful qmm_linear */
+    /* phase timers (qmm_profile): on, the totals, and one slot per thread for the thread sums */
+    int profile;
+    qmm_profile prof;
+    struct qmm_prof_slot *prof_slots; /* [n_threads], while profile is on */
 };
+/* One thread's sums of a parallel phase (QMM_PHASE_THREADS_*), a cache line of its own: the
+ * driver adds each run's slots into ctx->prof and clears them (qmm_profile_collect). */
+enum { QMM_PROF_TASKS = 0, QMM_PROF_PACK = 1, QMM_PROF_TILES = 2, QMM_PROF_EPILOGUE = 3, QMM_PROF_SLOT_NS = 4 };
+typedef struct qmm_prof_slot {
+    _Alignas(64) uint64_t ns[QMM_PROF_SLOT_NS];
+} qmm_prof_slot;
+/* Adds the threads' slots into ctx->prof (QMM_PHASE_THREADS_*) and clears them: after a pool
+ * run whose threads wrote them, on the calling thread. */
+static inline void qmm_profile_collect(qmm_context *ctx) {
+    for (int i = 0; i < ctx->n_threads; i++) {
+        qmm_prof_slot *sl = &ctx->prof_slots[i];
+        ctx->prof.ns[QMM_PHASE_THREADS_TASKS] += sl->ns[QMM_PROF_TASKS];
+        ctx->prof.ns[QMM_PHASE_THREADS_PACK] += sl->ns[QMM_PROF_PACK];
+        ctx->prof.ns[QMM_PHASE_THREADS_TILES] += sl->ns[QMM_PROF_TILES];
+        ctx->prof.ns[QMM_PHASE_THREADS_EPILOGUE] += sl->ns[QMM_PROF_EPILOGUE];
+        for (int j = 0; j < QMM_PROF_SLOT_NS; j++) sl->ns[j] = 0;
+    }
+}
 /* Returns a 64-byte aligned scratch block of at least `bytes` (reused across calls). Slots are
  * independent: QMM_SCRATCH_ACT (quantized activations q + scales), QMM_SCRATCH_PREPASS (per-thread
  * rows of the pre-pass), QMM_SCRATCH_ENGINE (an engine's own: partial sums, packed A, ...),

@@ -2,7 +2,9 @@
  * int8_gemm.c — the int8 GEMM driver (contract in int8_gemm.h): the pre-pass asked for the
  * engine's operand (u8 or s8, the one-pass row copy, the rows regime's row sums), the task grid,
  * K chunks, the prefetch schedule, the weight panels (panel.h: owned in place, borrowed packed per call),
- * token scales; the engines' descriptors for the unit tests (qmm_i8_engine_of).
+ * token scales; the engines' descriptors for the unit tests (qmm_i8_engine_of). With the phase
+ * timers on (qmm_profile) it times the pre-pass and the GEMM run on the calling thread and, per
+ * thread, its tasks, the panels it packs and the kernels it runs.
  */
 #include "int8_gemm.h"
 
@@ -85,8 +87,14 @@ static void w4a8_rows(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1) 
     }
 }
 
-static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
-    const qmm_i8_gemm *g = arg;
+/* the time from t0 added to a thread's slot entry (phase timers on) */
+static inline uint64_t prof_add(uint64_t *ns, uint64_t t0) {
+    const uint64_t t = qmm_now_ns();
+    *ns += t - t0;
+    return t;
+}
+
+static void gemm_task_run(int64_t task, int64_t n_tasks, int thread, const qmm_i8_gemm *g, qmm_prof_slot *pf) {
     const qmm_i8_engine *e = g->e;
     const qmm_call *c = g->c;
     const int8_t *wdata = c->w->i8.data;
@@ -98,16 +106,20 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t b1 = b0 + bpt < nblocks ? b0 + bpt : nblocks;
     int32_t *part = g->part + (int64_t)thread * g->mc * e->nc;
     int32_t *cs = g->borrowed ? g->colsums + (int64_t)thread * e->nc : NULL; /* the task's columns */
+    uint64_t t0 = pf ? qmm_now_ns() : 0;
     if (g->rows && c->w->w4a8) { /* one task per thread, each an equal share of the blocks */
         w4a8_rows(g, thread, nblocks * nt / g->ntasks, nblocks * (nt + 1) / g->ntasks);
+        if (pf) prof_add(&pf->ns[QMM_PROF_TILES], t0);
         return;
     }
     if (g->rows) {
         g->rows_fn(g, b0, b1);
+        if (pf) prof_add(&pf->ns[QMM_PROF_TILES], t0);
         return;
     }
     if (g->ap) {
         const int64_t done = e->one_pass(g, thread, b0, b1, part);
+        if (pf) t0 = prof_add(&pf->ns[QMM_PROF_TILES], t0);
         if (done < 0) return;
         b0 += done; /* the weight's last blocks: the row tiles below */
     }
@@ -117,12 +129,15 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     for (int64_t q0 = 0, nq; q0 < g->kq; q0 += nq) {
         nq = qmm_i8_chunk_nq(g, q0);
         qmm_i8_tile t;
+        t.epilogue_ns = pf ? &pf->ns[QMM_PROF_EPILOGUE] : NULL;
         t.nq = nq;
         t.first = q0 == 0;
         t.last = q0 + nq >= g->kq;
         for (int64_t nb = b0; nb < b1; nb += e->nrb) {
             t.nr = (int)(b1 - nb < e->nrb ? b1 - nb : e->nrb);
+            if (pf) t0 = qmm_now_ns();
             qmm_i8_get_panel(g, thread, nb, t.nr, q0, nq, cs ? cs + (nb - b0) * 16 : NULL, t.first, &t);
+            if (pf) t0 = prof_add(&pf->ns[QMM_PROF_PACK], t0);
             t.n = nb * 16;
             /* whole-K panels with several row tiles: they share the prefetch of the panel this
              * thread runs next (this task's next, else its next task's first), one share each;
@@ -162,8 +177,21 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
                 t.pf_step = step;
                 e->tile(g, &t);
             }
+            if (pf) prof_add(&pf->ns[QMM_PROF_TILES], t0);
         }
     }
+}
+
+static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
+    const qmm_i8_gemm *g = arg;
+    if (!g->prof) {
+        gemm_task_run(task, n_tasks, thread, g, NULL);
+        return;
+    }
+    qmm_prof_slot *pf = &g->prof[thread];
+    const uint64_t t0 = qmm_now_ns();
+    gemm_task_run(task, n_tasks, thread, g, pf);
+    prof_add(&pf->ns[QMM_PROF_TASKS], t0);
 }
 
 /* the pre-pass's group_fill: the rows regime's copy of q for rows [r0, r1), in the engine's layout */
@@ -272,6 +300,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     const qmm_prepass_out po = {.q = q, .ldq = Kp, .s = s, .flip = e->u8 && !rows ? 0x80 : 0, .qsum = g.qsum,
                                 .qneg128 = g.qneg128, .ap = wrows ? g.ap : NULL, .kq = kq, .wrows = wrows,
                                 .group_fill = rows_ap ? rows_ap_group : NULL, .group_arg = &g, .group_rows = 16};
+    const uint64_t t_pre = ctx->profile ? qmm_now_ns() : 0;
     QMM_FORWARD_IF_ERROR(qmm_prepass_to(ctx, c, &po, 0));
     g.rows_per_task = mc;
     g.mc = mc;
@@ -279,8 +308,16 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     g.kc_long = kc_long;
     g.mtasks = (M + mc - 1) / mc;
     g.ntasks = rows && w->w4a8 ? (ntasks < nt ? ntasks : nt) : ntasks;
+    g.prof = ctx->profile ? ctx->prof_slots : NULL;
+    const uint64_t t_gemm = ctx->profile ? qmm_now_ns() : 0;
     qmm_pool_run_bracketed(ctx->pool, g.mtasks * g.ntasks, gemm_task, e->begin ? gemm_begin : NULL,
                            e->end ? gemm_end : NULL, &g);
+    if (ctx->profile) {
+        const uint64_t t = qmm_now_ns();
+        ctx->prof.ns[QMM_PHASE_PREPASS] += t_gemm - t_pre;
+        ctx->prof.ns[QMM_PHASE_GEMM] += t - t_gemm;
+        qmm_profile_collect(ctx);
+    }
     if (c->token_scales) memcpy(c->token_scales, s, (size_t)M * sizeof(float));
     return QMM_OK;
 }

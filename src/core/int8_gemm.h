@@ -81,6 +81,9 @@ typedef struct qmm_i8_tile {
     int64_t next_nb, next_q0, next_nq;
     int next_nr;
     int64_t pass, passes;
+    /* Phase timers on (qmm_profile): the running thread's epilogue sum (QMM_PROF_EPILOGUE), to
+     * which an engine adds the time of its output stores; NULL when off. */
+    uint64_t *epilogue_ns;
 } qmm_i8_tile;
 
 /* The kernel families of the int8 driver, one signature each (the kernels by name: ukernels.h).
@@ -181,6 +184,7 @@ struct qmm_i8_gemm {
     const int8_t *w4_lut;  /* a W4A8 weight with e4m3 s_rel: the call's decode table (w4a8.h), else NULL */
     const int8_t *w4_lut_u8; /* with w4_fused: the table's values as u8 (v ^ 0x80 = v + 128), for u8 × s8 kernels */
     qmm_i8_rows_fn w4_fused; /* a W4A8 weight's rows regime, fused: the engine's rows_w4a8 kernel for M, or NULL */
+    qmm_prof_slot *prof;     /* phase timers on: the context's [threads] slots (qmm_profile), else NULL */
     int8_t *w4_buf;          /* w4_fused: the running thread's panel buffer (panel_bytes, >= 16 rows of Kp), where
                                 a kernel may keep the rows it looked up */
 };

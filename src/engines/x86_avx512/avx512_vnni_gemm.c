@@ -3,7 +3,8 @@
  * ukernels.h; the engine: avx512_vnni.c): up to 6 rows × 4 16-column blocks, 24 zmm accumulators,
  * one broadcast of 4 activation bytes (u8, q + 128) per row and one 64-byte weight row per block
  * per 4 k (VPDPBUSD), the partial sums of a task in the driver's MC × NC int32 block between K
- * chunks, the outputs on the last chunk (qmm_vnni_store_out: acc − 128·colsum, the epilogue):
+ * chunks, the outputs on the last chunk (qmm_vnni_store_out: acc − 128·colsum, the epilogue; its
+ * time added to t->epilogue_ns when the phase timers are on):
  *   qmm_qd8_qc8w_gemm_ukernel_<mr>x64c4__avx512vnni  4 blocks, mr = 1..6, in asm;
  *   qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni     1..3 blocks (the last of N), 1..6 rows, in C.
  * Preconditions: t->mr <= 6, t->nr <= 4 (the x64 kernels: t->nr == 4, t->mr = their rows), the
@@ -115,7 +116,7 @@ enum { NC = QMM_VNNI_NC, PF_AHEAD = 1024 /* software prefetch distance of PF_STR
                            "zmm9", "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15", "zmm16",            \
                            "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "zmm22", "zmm23", "zmm24",           \
                            "zmm25", "zmm26", "zmm27", "zmm28", "zmm29", "memory", "cc");                    \
-        if ((t)->last) store_rows(g, t);                                                                   \
+        if ((t)->last) timed_store_rows(g, t);                                                             \
     } while (0)
 
 /* the outputs of the tile's rows × 4 blocks from its sums in t->part */
@@ -125,6 +126,17 @@ static void store_rows(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
             if (t->n + jj * 16 < g->c->N)
                 qmm_vnni_store_out(g->c, t->colsum + jj * 16, _mm512_loadu_si512(t->part + i * NC + jj * 16), t->r + i,
                                    t->n + jj * 16, g->s[t->r + i]);
+}
+
+/* store_rows, its time added to t->epilogue_ns when the phase timers are on (qmm_profile) */
+static void timed_store_rows(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
+    if (!t->epilogue_ns) {
+        store_rows(g, t);
+        return;
+    }
+    const uint64_t t0 = qmm_now_ns();
+    store_rows(g, t);
+    *t->epilogue_ns += qmm_now_ns() - t0;
 }
 
 void qmm_qd8_qc8w_gemm_ukernel_1x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t) { V_TILE_X64(V_ROWS1, g, t); }
