@@ -6,6 +6,7 @@ AVX-VNNI, AVX2), from Python. A thin ctypes binding over include/qmm.h (see qmm.
     w = qmm.Weight.int8(ptr, N, K, scale_ptr, n_scale, convrot_gs=256, name="fc1")
     p = qmm.plan(w, M=1024, x_dtype="bf16")   # which engine would run, every engine's reason
     qmm.counters(); qmm.reset_counters(); qmm.last_engine()
+    qmm.profile(enable=True); qmm.profile()  # phase timers: calls, nanoseconds per phase
 
 Rules kept here:
   - every failing library call raises qmm.QmmError carrying the status name and
@@ -42,7 +43,7 @@ from . import _lib as L
 
 __version__ = L.qmm_version_string().decode()
 
-__all__ = ["QmmError", "Weight", "Plan", "info", "plan", "counters", "reset_counters",
+__all__ = ["QmmError", "Weight", "Plan", "info", "plan", "counters", "reset_counters", "profile",
            "last_engine", "configure", "context", "lock", "threads", "library_path", "dtype_code",
            "act_code", "engine_name", "linear_call", "attention", "attention_plan",
            "has_attention"]
@@ -145,6 +146,7 @@ _lock = threading.RLock()
 _options = {"n_threads": 0, "max_isa": -1, "fallback": L.FALLBACK_ALLOW, "verbose": -1,
             "disabled_engines": 0}
 _proc = None               # the process Context, or None until first use
+_profile_on = None         # profile(enable=...) for the process context (None: QMM_PROFILE decides)
 _carried = L.Counters()    # counters of the process contexts re-made since the last reset
 
 
@@ -248,6 +250,8 @@ def context(n_threads=0):
         if c is None or (want and c.threads != want):
             _retire()
             c = _proc = Context(**dict(_options, n_threads=want))
+            if _profile_on is not None:
+                _check(L.qmm_context_set_profile(c.ptr, int(_profile_on)), "qmm_context_set_profile")
         return c
 
 
@@ -309,6 +313,26 @@ def reset_counters():
         ctypes.memset(ctypes.byref(_carried), 0, ctypes.sizeof(_carried))
         if _proc is not None:
             _proc.reset_counters()
+
+
+def profile(enable=None, reset=False):
+    """The phase timers of the process context (qmm.h qmm_profile, SPEC §4): enable True/False
+    turns them on/off (for a context re-made later too; None leaves them as QMM_PROFILE set them);
+    returns {"calls", "threads", "enabled", "ns": {phase: nanoseconds}} of the successful linear
+    calls since the last reset (a re-made context starts from zero); reset=True zeroes the totals
+    after reading them."""
+    global _profile_on
+    with _lock:
+        c = context()
+        if enable is not None:
+            _profile_on = bool(enable)
+            _check(L.qmm_context_set_profile(c.ptr, int(_profile_on)), "qmm_context_set_profile")
+        p = L.Profile()
+        L.qmm_get_profile(c.ptr, ctypes.byref(p))
+        if reset:
+            L.qmm_reset_profile(c.ptr)
+    return {"calls": int(p.calls), "threads": int(p.threads), "enabled": bool(p.enabled),
+            "ns": {name: int(p.ns[i]) for i, name in enumerate(L.PHASES)}}
 
 
 def last_engine():

@@ -44,6 +44,16 @@ class Counters(Structure):
     _fields_ = [("calls", c_uint64 * ENGINE_MAX), ("fallbacks", c_uint64), ("errors", c_uint64)]
 
 
+PHASE_MAX = 16
+PHASES = ["call", "setup", "engine", "prepass", "gemm", "threads_tasks", "threads_pack",
+          "threads_tiles", "threads_epilogue"]     # qmm_phase, in order (qmm_phase_name)
+
+
+class Profile(Structure):
+    _fields_ = [("calls", c_uint64), ("ns", c_uint64 * PHASE_MAX), ("threads", c_int),
+                ("enabled", c_int)]
+
+
 class WeightDesc(Structure):
     _fields_ = [("name", c_char_p), ("N", c_int64), ("K", c_int64), ("data", c_void_p),
                 ("ld", c_int64), ("scale", c_void_p), ("n_scale", c_int64), ("bias", c_void_p),
@@ -162,6 +172,9 @@ qmm_context_threads = _fn("qmm_context_threads", c_int, c_void_p)
 qmm_context_max_isa = _fn("qmm_context_max_isa", c_int, c_void_p)
 qmm_get_counters = _fn("qmm_get_counters", None, c_void_p, POINTER(Counters))
 qmm_reset_counters = _fn("qmm_reset_counters", None, c_void_p)
+qmm_context_set_profile = _fn("qmm_context_set_profile", c_int, c_void_p, c_int)
+qmm_get_profile = _fn("qmm_get_profile", None, c_void_p, POINTER(Profile))
+qmm_reset_profile = _fn("qmm_reset_profile", None, c_void_p)
 
 qmm_weight_desc_default = _fn("qmm_weight_desc_default", WeightDesc)
 qmm_weight_create_int8 = _fn("qmm_weight_create_int8", c_int, c_void_p, POINTER(WeightDesc),

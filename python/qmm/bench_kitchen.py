@@ -25,7 +25,27 @@ same tensors without qmm, is the control).
     python -m qmm.bench_kitchen --quick         # 1024 tokens, 2 reps (a few minutes)
     python -m qmm.bench_kitchen --dtype bf16    # bf16 activations on the INT8 paths
     python -m qmm.bench_kitchen --rounds 2      # each path twice, in turn; the faster round kept
+    python -m qmm.bench_kitchen --split --tokens 4096   # where the INT8 linears' time goes
 Not a test: no thresholds; the numbers go to bench/NOTES.md and the README.
+
+--split (the qmm path only) times each INT8 layer of the block three ways, with qmm's phase
+timers on (qmm.profile(); qmm.h qmm_profile):
+    in block        the layer's call inside --reps timed block runs (median over the runs);
+    alone           right after the layer's call in one more block run, the same call again
+                    (same input tensor, weight and arguments, through the kitchen, a fresh output
+                    each time as in the block), --alone times, the fastest kept;
+    alone, y reused the same qmm_linear again on the output of the last "alone" call (its pages
+                    already written), --alone times, the fastest kept.
+Each is split into: Python + dispatch (the layer's wall time from Python minus qmm_linear's own
+time: the kitchen's dispatch, argument checks, the output's allocation, ctypes), C set-up
+(validation, plan, a borrowed weight's per-call scales and bias, the madvise of y, and any C
+time outside the phases below), pre-pass + rotation (the int8 driver's pre-pass, wall), and the
+GEMM run's wall time shared out by the worker threads' sums (each sum / threads): panel packing
+(the borrowed weight packed per call), kernels (the tiles without their stores), epilogue (the
+tiles' output stores: with the first touch of y's pages), and GEMM idle (threads waiting: load
+imbalance, wake-up). First touch of y = qmm_linear with a fresh output minus qmm_linear on an
+output already written (alone − alone y reused, C call time; the page faults of a fresh y land
+in the epilogue column of the first). T int-ops/s = 2·M·N·K / the layer's wall time.
 """
 import argparse
 import json
@@ -47,7 +67,127 @@ def _rss_mib():
     return 0.0
 
 
-def _one(path, tokens, threads, reps, width, act_dtype, attention):
+class _Split:
+    """--split: each INT8 layer of the block behind a probe that times its calls (module
+    docstring). The kitchen backend's qmm_linear call (qmm.kitchen.linear._linear_call) is
+    wrapped to keep the last call's weight, arguments and thread count for the y-reused runs."""
+
+    def __init__(self, block, tokens, shapes, alone):
+        import qmm.kitchen.linear as kl
+        self.kl, self.orig, self.alone = kl, kl._linear_call, alone
+        self.tokens, self.shapes = tokens, shapes
+        self.replay = False     # the alone runs after each call (the last block run)
+        self.last = None
+        self.rows = {name: {"in_block": [], "alone": None, "alone_y_reused": None}
+                     for name in shapes}
+        kl._linear_call = self._hook
+        for name in shapes:
+            block.layers[name] = self._probe(name, block.layers[name])
+
+    def close(self):
+        self.kl._linear_call = self.orig
+
+    def _hook(self, ptr, a, n):
+        self.last = (ptr, a.__class__.from_buffer_copy(a), n)
+        self.orig(ptr, a, n)
+
+    def _timed(self, fn):
+        import qmm
+        qmm.profile(reset=True)
+        t = time.perf_counter()
+        y = fn()
+        wall = time.perf_counter() - t
+        p = qmm.profile()
+        return y, dict(wall_s=wall, qmm_calls=p["calls"], threads=p["threads"],
+                       ns=p["ns"])
+
+    def _probe(self, name, layer):
+        def call(x, **kw):
+            y, r = self._timed(lambda: layer(x, **kw))
+            if not self.replay:
+                self.rows[name]["in_block"].append(r)
+                return y
+            best = None
+            for _ in range(self.alone):
+                y2, r2 = self._timed(lambda: layer(x, **kw))
+                if best is None or r2["wall_s"] < best["wall_s"]:
+                    best = r2
+            self.rows[name]["alone"] = best
+            ptr, a, n = self.last          # the last alone call, on y2 (alive here)
+            best = None
+            for _ in range(self.alone):
+                _, r3 = self._timed(lambda: self.orig(ptr, a, n))
+                if best is None or r3["wall_s"] < best["wall_s"]:
+                    best = r3
+            self.rows[name]["alone_y_reused"] = best
+            del y2
+            return y
+        return call
+
+    def result(self):
+        """[{layer, M, N, K, in_block, alone, alone_y_reused}], each run's split in ms."""
+        out = []
+        for name, (N, K) in self.shapes.items():
+            r = self.rows[name]
+            ib = sorted(r["in_block"], key=lambda d: d["wall_s"])
+            row = {"layer": name, "M": self.tokens, "N": N, "K": K,
+                   "in_block": _split_ms(ib[len(ib) // 2], N, K, self.tokens) if ib else None}
+            for k in ("alone", "alone_y_reused"):
+                row[k] = _split_ms(r[k], N, K, self.tokens) if r[k] else None
+            if row["alone"] and row["alone_y_reused"]:
+                row["first_touch_ms"] = row["alone"]["qmm_ms"] - row["alone_y_reused"]["qmm_ms"]
+            out.append(row)
+        return out
+
+
+SPLIT = ("python", "setup", "prepass", "pack", "kernels", "epilogue", "idle")
+
+
+def _split_ms(r, N, K, M):
+    """One timed call (wall + qmm.profile) → its split in ms (module docstring)."""
+    ns, th = r["ns"], max(r["threads"], 1)
+    ms = {k: v / 1e6 for k, v in ns.items()}
+    wall = r["wall_s"] * 1e3
+    gemm = ms["gemm"]
+    d = {"wall_ms": wall, "qmm_ms": ms["call"], "qmm_calls": r["qmm_calls"],
+         "tops": 2.0 * M * N * K / (wall * 1e-3) / 1e12 if wall > 0 else 0.0,
+         "python": wall - ms["call"] if r["qmm_calls"] else wall,
+         "prepass": ms["prepass"], "pack": ms["threads_pack"] / th,
+         "kernels": (ms["threads_tiles"] - ms["threads_epilogue"]) / th,
+         "epilogue": ms["threads_epilogue"] / th, "idle": gemm - ms["threads_tasks"] / th}
+    d["setup"] = ms["call"] - ms["prepass"] - gemm
+    d["ns"] = ns
+    return d
+
+
+def _split_table(rows, threads):
+    print("\nper INT8 layer (%d threads; ms; T = 10^12 int-ops/s; ratio = in block / alone):" % threads)
+    print("| layer | M x N x K | in block | alone | ratio | T in block | T alone | first touch of y |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        ib, al = r["in_block"], r["alone"]
+        print("| %s | %dx%dx%d | %.2f | %.2f | %.2fx | %.3f | %.3f | %s |" % (
+            r["layer"], r["M"], r["N"], r["K"], ib["wall_ms"], al["wall_ms"],
+            ib["wall_ms"] / al["wall_ms"], ib["tops"], al["tops"],
+            "%.2f" % r["first_touch_ms"] if "first_touch_ms" in r else "-"))
+    print("\nsplit (ms): Python + dispatch | C set-up | pre-pass + rotation | panel packing | "
+          "GEMM kernels | epilogue stores (+ first touch) | GEMM idle")
+    print("| layer | run | wall | qmm_linear | %s |" % " | ".join(
+        ("python+dispatch", "C set-up", "pre-pass+rotation", "packing", "kernels", "epilogue",
+         "GEMM idle")))
+    print("| --- | --- | --- | --- |%s" % (" --- |" * len(SPLIT)))
+    for r in rows:
+        for run, label in (("in_block", "in block"), ("alone", "alone"),
+                           ("alone_y_reused", "alone, y reused")):
+            d = r[run]
+            if d is None:
+                continue
+            print("| %s | %s | %.2f | %.2f | %s |" % (
+                r["layer"], label, d["wall_ms"], d["qmm_ms"],
+                " | ".join("%.2f" % d[k] for k in SPLIT)))
+
+
+def _one(path, tokens, threads, reps, width, act_dtype, attention, split=0):
     import torch
     torch.set_num_threads(threads)
     import contextlib
@@ -58,6 +198,8 @@ def _one(path, tokens, threads, reps, width, act_dtype, attention):
     import qmm.kitchen
     from qmm import dit
     qmm.configure(n_threads=threads)
+    if split:
+        qmm.profile(enable=True)
     hidden, heads, head_dim, ffn = width
     shapes = dit.shapes(hidden, heads, head_dim, ffn)
     g = torch.Generator().manual_seed(1)
@@ -87,6 +229,7 @@ def _one(path, tokens, threads, reps, width, act_dtype, attention):
             block(x[:, :1])
         rss_after = _rss_mib() - rss0
         block(x)               # warm-up
+        probe = _Split(block, tokens, shapes, split) if split else None
         times, lin = [], []
         for _ in range(reps):
             block.timer.linear_s = 0.0
@@ -94,6 +237,10 @@ def _one(path, tokens, threads, reps, width, act_dtype, attention):
             y = block(x)
             times.append(time.perf_counter() - t)
             lin.append(block.timer.linear_s)
+        if probe:
+            probe.replay = True
+            block(x)           # each layer's call, then the same call alone
+            probe.close()
     out = {"path": path, "tokens": tokens, "threads": threads, "times_s": times,
            "median_s": statistics.median(times),
            "outside_linears": statistics.median([1 - a / b for a, b in zip(lin, times)]),
@@ -105,6 +252,8 @@ def _one(path, tokens, threads, reps, width, act_dtype, attention):
         c = qmm.counters()
         out["engines"] = c["calls"]
         out["fallbacks"] = c["fallbacks"]
+    if probe:
+        out["split"] = probe.result()
     return out
 
 
@@ -127,13 +276,24 @@ def main(argv=None):
                     help="sub_quad: ComfyUI's CPU attention (default); sdpa: torch's; qmm: "
                     "qmm.attention; sdpa_bf16: torch's in bf16 (casts included)")
     ap.add_argument("--json", action="store_true", help="one JSON object per path and size")
+    ap.add_argument("--split", action="store_true", help="the qmm path only: each INT8 layer's "
+                    "time in the block against the same call alone, split into Python + "
+                    "dispatch, C set-up, pre-pass + rotation, panel packing, GEMM kernels, "
+                    "epilogue stores, GEMM idle, and the first touch of the output (fresh y "
+                    "minus reused y); see the module docstring")
+    ap.add_argument("--alone", type=int, default=None, help="--split: runs of each call alone, "
+                    "the fastest kept (default 5, --quick 3)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     width = (1536, 16, 128, 4096) if a.small else (5376, 56, 128, 14336)
     tokens = [int(t) for t in (a.tokens or ("1024" if a.quick else "1024,4096")).split(",")]
     reps = a.reps or (2 if a.quick else 3)
+    split = (a.alone or (3 if a.quick else 5)) if a.split else 0
+    if a.split:
+        a.paths = "qmm"
     if a.one:
-        print(json.dumps(_one(a.one, tokens[0], a.threads, reps, width, a.dtype, a.attention)))
+        print(json.dumps(_one(a.one, tokens[0], a.threads, reps, width, a.dtype, a.attention,
+                              split)))
         return 0
     import qmm
     info = qmm.info()
@@ -151,7 +311,8 @@ def main(argv=None):
     for T, rnd, (p, att) in [(T, rnd, r) for T in tokens for rnd in range(a.rounds) for r in runs]:
         cmd = [sys.executable, "-m", "qmm.bench_kitchen", "--one", p, "--tokens", str(T),
                "--threads", str(a.threads), "--reps", str(reps)] + \
-              (["--small"] if a.small else []) + ["--dtype", a.dtype, "--attention", att]
+              (["--small"] if a.small else []) + ["--dtype", a.dtype, "--attention", att] + \
+              (["--split", "--alone", str(split)] if split else [])
         r = subprocess.run(cmd, capture_output=True, text=True,
                            env=dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
         if r.returncode != 0:
@@ -200,6 +361,10 @@ def main(argv=None):
         if q:
             print("\nqmm engines: %s, fallbacks %d; %.0f MiB of int8 weights, borrowed (no copy)" % (
                 q[0]["engines"], q[0]["fallbacks"], q[0]["int8_mib"]))
+        for r in q:
+            if "split" in r:
+                print("\n%d tokens:" % r["tokens"], end="")
+                _split_table(r["split"], r["threads"])
     return 0
 
 
