@@ -173,6 +173,7 @@ qmm_context_max_isa = _fn("qmm_context_max_isa", c_int, c_void_p)
 qmm_get_counters = _fn("qmm_get_counters", None, c_void_p, POINTER(Counters))
 qmm_reset_counters = _fn("qmm_reset_counters", None, c_void_p)
 qmm_context_set_profile = _fn("qmm_context_set_profile", c_int, c_void_p, c_int)
+qmm_phase_name = _fn("qmm_phase_name", c_char_p, c_int)
 qmm_get_profile = _fn("qmm_get_profile", None, c_void_p, POINTER(Profile))
 qmm_reset_profile = _fn("qmm_reset_profile", None, c_void_p)
 

@@ -46,6 +46,9 @@ tiles' output stores: with the first touch of y's pages), and GEMM idle (threads
 imbalance, wake-up). First touch of y = qmm_linear with a fresh output minus qmm_linear on an
 output already written (alone − alone y reused, C call time; the page faults of a fresh y land
 in the epilogue column of the first). T int-ops/s = 2·M·N·K / the layer's wall time.
+Where the int8 driver's tile kernels do not time their stores (the rows regime at small M, engines
+other than avx512_vnni) the stores count in the kernels column; an engine with a driver of its
+own (amx_int8) shows its whole qmm_linear as C set-up.
 """
 import argparse
 import json

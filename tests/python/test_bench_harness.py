@@ -37,6 +37,46 @@ def test_bench_kitchen_table():
     assert len(rows) == 2 and all("x int8) | +" in x or "x int8) | -" in x for x in rows), r.stdout
 
 
+def test_bench_kitchen_split():
+    """--split: the per-layer table (in block vs alone) and the phase split of each layer's three
+    runs, in the table and in --json; the structure only, no timing."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
+    base = [sys.executable, "-m", "qmm.bench_kitchen", "--small", "--tokens", "16", "--reps", "1",
+            "--alone", "1", "--split"]
+    r = subprocess.run(base, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    layers = ("attn.qkv_proj", "attn.out_proj", "mlp.fc1", "mlp.fc2")
+    lines = [x for x in r.stdout.splitlines() if x.startswith("| ")]
+    head = [x for x in lines if x.startswith("| layer | M x N x K | in block | alone | ratio |")]
+    assert len(head) == 1, r.stdout
+    per_layer = [x for x in lines if x.split(" | ")[0][2:] in layers and "x" in x.split(" | ")[1]
+                 and x.split(" | ")[1][0].isdigit()]
+    assert [x.split(" | ")[0][2:] for x in per_layer] == list(layers), r.stdout
+    assert all(len(x.strip("|").split("|")) == 8 for x in per_layer), r.stdout
+    split_head = [x for x in lines if x.startswith("| layer | run | wall | qmm_linear |")]
+    assert len(split_head) == 1 and len(split_head[0].strip("|").split("|")) == 11, r.stdout
+    split = [x for x in lines if x.split(" | ")[1:2] and x.split(" | ")[1] in
+             ("in block", "alone", "alone, y reused")]
+    assert [(x.split(" | ")[0][2:], x.split(" | ")[1]) for x in split] == [
+        (L, run) for L in layers for run in ("in block", "alone", "alone, y reused")], r.stdout
+    assert all(len(x.strip("|").split("|")) == 11 for x in split), r.stdout
+    r = subprocess.run(base + ["--json"], capture_output=True, text=True, cwd=ROOT, env=env,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert [x["path"] for x in rows] == ["qmm"] and rows[0]["fallbacks"] == 0
+    sp = rows[0]["split"]
+    assert [x["layer"] for x in sp] == list(layers)
+    for x in sp:
+        assert x["M"] == 16 and "first_touch_ms" in x
+        for run in ("in_block", "alone", "alone_y_reused"):
+            d = x[run]
+            assert d["qmm_calls"] == 1 and d["wall_ms"] > 0 and d["qmm_ms"] > 0
+            assert set(d["ns"]) == set(qmm._lib.PHASES)
+            for k in ("python", "setup", "prepass", "pack", "kernels", "epilogue", "idle", "tops"):
+                assert isinstance(d[k], float), (run, k)
+
+
 def test_bench_overhead_runs():
     cmd = [sys.executable, "-m", "qmm.bench_overhead", "--n", "50", "--rounds", "1"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))

@@ -69,6 +69,35 @@ def test_plan_counters_last_engine():
     assert qmm.counters()["errors"] == 1
 
 
+def test_profile_phase_timers():
+    """qmm.profile(): off unless asked, one call counted per linear, the phases named as the
+    header's qmm_phase_name, their totals nested (not their values: no timing asserted)."""
+    L = qmm._lib
+    assert [L.qmm_phase_name(i).decode() for i in range(len(L.PHASES))] == L.PHASES
+    w, _, _ = _weight(N=64, K=256)
+    x = torch.randn(40, 256)
+    y = torch.empty(40, 64)
+    a = qmm.linear_args(40, "f32", "f32")
+    a.x, a.y = x.data_ptr(), y.data_ptr()
+    try:
+        qmm.profile(enable=False, reset=True)
+        w.linear(a)
+        assert qmm.profile()["calls"] == 0
+        p = qmm.profile(enable=True)
+        assert p["enabled"] and p["calls"] == 0 and p["threads"] == qmm.threads()
+        w.linear(a)
+        w.linear(a)
+        p = qmm.profile(reset=True)
+        ns = p["ns"]
+        assert p["calls"] == 2 and set(ns) == set(L.PHASES)
+        assert ns["call"] >= ns["setup"] + ns["engine"] and ns["engine"] >= ns["prepass"] + ns["gemm"]
+        assert ns["threads_tasks"] >= ns["threads_tiles"] + ns["threads_pack"]
+        assert ns["threads_tiles"] >= ns["threads_epilogue"]
+        assert qmm.profile()["calls"] == 0
+    finally:
+        qmm.profile(enable=False, reset=True)
+
+
 def test_one_context_per_process():
     seen = []
 
