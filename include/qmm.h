@@ -232,9 +232,9 @@ void qmm_reset_counters(qmm_context *ctx);
  * since creation/reset: the wall phases are timed on the calling thread; the THREADS phases are
  * sums over the worker threads of the time each spent in that part of the parallel GEMM (divide
  * by qmm_profile.threads for its share of the GEMM phase's wall time). The int8 GEMM driver
- * times PREPASS, GEMM and the thread sums; an engine with its own driver (amx_int8's regimes),
- * the float engines and the W4A8 paths are timed by CALL, SETUP and ENGINE only. Read them while
- * no call is running on the context. */
+ * times PREPASS, GEMM and the thread sums (int8 and W4A8 weights on avx512_vnni, avx_vnni,
+ * avx2_int8); an engine with its own driver (amx_int8's regimes) and the float engines are timed
+ * by CALL, SETUP and ENGINE only. Read them while no call is running on the context. */
 typedef enum qmm_phase {
     QMM_PHASE_CALL = 0,          /* qmm_linear, whole */
     QMM_PHASE_SETUP = 1,         /* before the engine: validation, dispatch, a borrowed weight's
@@ -245,7 +245,8 @@ typedef enum qmm_phase {
                                     (and the copies its regime reads), one pool run */
     QMM_PHASE_GEMM = 4,          /* the int8 driver's pool run of the GEMM tasks */
     QMM_PHASE_THREADS_TASKS = 5, /* thread sum: inside GEMM tasks (the rest of threads × GEMM is idle) */
-    QMM_PHASE_THREADS_PACK = 6,  /* thread sum: a borrowed weight's panels packed per call */
+    QMM_PHASE_THREADS_PACK = 6,  /* thread sum: a borrowed weight's panels packed (W4A8: decoded) per
+                                    call for the tiles (the one-pass and rows regimes' own in TILES) */
     QMM_PHASE_THREADS_TILES = 7, /* thread sum: the tile / rows / one-pass kernels, their stores included */
     QMM_PHASE_THREADS_EPILOGUE = 8, /* thread sum: the output stores (the epilogue, and the first touch
                                     of y's pages) of the engines that time them (avx512_vnni's
