@@ -48,7 +48,11 @@
  * Rows: O [mq][Dp] f32 with Dp = D rounded up to dalign; Q [mq'][q_bytes(D)], P [mq'][nk] in
  * P's kind, S [mq'][nk] f32, mq' = mq rounded up to mr. The driver calls qk and pv on groups of
  * rows <= mr; where pad_rows is set it zeroes Q and P rows past a tile's last row, and the
- * ukernels may compute (not store into O) all mr rows of a group. */
+ * ukernels may compute (not store into O) all mr rows of a group.
+ * The driver's row state: a row whose softmax gave *sum NaN (an unmasked NaN score, now or in an
+ * earlier block) has l = NaN from then on (out NaN); a block whose every key is masked adds
+ * nothing (α = 1, ps = 0: O·1 + 0·P·V); out = O / l, 0 where l = 0 (every key so far masked).
+ * α and ps are the driver's 2^x (plain C, the softmax ukernels' polynomial), once per row and block. */
 typedef enum qmm_attn_p_kind { QMM_ATTN_P_F32, QMM_ATTN_P_BF16, QMM_ATTN_P_U8 } qmm_attn_p_kind;
 
 /* One kv head (k, v: its row 0, token strides c->ks[2], c->vs[2]) → kv, laid out as above. */
