@@ -210,7 +210,8 @@ static qmm_status attention(qmm_context *ctx, const qmm_attention_args *args) {
             }
             qmm_log(ctx, "fallback: %s, mode int8, runs mode best on %s: %s", shape(&c, sh, sizeof sh), e->name, reasons);
         } else {
-            qmm_log(ctx, "dispatch: %s → %s", shape(&c, sh, sizeof sh), e->name);
+            /* the engine's ukernels by their descriptor's name (it starts with the engine's) */
+            qmm_log(ctx, "dispatch: %s → %s", shape(&c, sh, sizeof sh), e->ops->attn ? e->ops->attn->name : e->name);
         }
     }
     const int64_t n[3] = {c.B, c.H, c.S};
