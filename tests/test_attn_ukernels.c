@@ -399,6 +399,8 @@ int main(int argc, char **argv) {
     g_quick = getenv("QMM_TEST_QUICK") != NULL;
     char why[QMM_REASON_MAX];
     const int avx512 = qmm_engine_available(QMM_ENGINE_AVX512_F32, why, sizeof why);
+    char why512[QMM_REASON_MAX];
+    memcpy(why512, why, sizeof why512);
     if (!avx512) tu_skip("the AVX-512 softmax ukernels", why);
     else {
         const softmax_uk ks[] = {{"qmm_attn_softmax_f32__avx512", qmm_attn_softmax_f32__avx512, QMM_ATTN_P_F32, 16},
@@ -435,7 +437,7 @@ int main(int argc, char **argv) {
             tu_skip(e->name, "attention ukernels not in this test's list (test_attention covers the engine)");
     }
 #ifdef QMM_TEST_AMX_EMU
-    if (!avx512) tu_skip("amx_bf16 (emulated)", "the emulated build's conversions are AVX-512; CPU lacks it");
+    if (!avx512) tu_skip("amx_bf16 (emulated, its conversions AVX-512)", why512);
     else {
         const engine e = {"amx_bf16 (emulated)", qmm_amx_bf16_ops_emu.attn, 0};
         const long f0 = qmm_amx_emu_faults();

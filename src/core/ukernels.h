@@ -4,9 +4,9 @@
  * int8 activations × per-channel int8 weights, c4 = K packed by 4 (n16k4, panel.h). One signature
  * per family (the driver's callback type); each kernel states its preconditions where it is
  * defined (src/engines/<isa>/), and the tests call them by these names (test_int8_ukernels,
- * test_float_engines). Declarations only: call a kernel only when the CPU has its ISA (its
- * engine is available). The AMX kernels are declared in x86_amx/amx_kernel.h (compiled twice:
- * for the hardware and for the tile emulator).
+ * test_float_engines, test_attn_ukernels). Declarations only: call a kernel only when the CPU
+ * has its ISA (its engine is available). The AMX kernels are declared in x86_amx/amx_kernel.h
+ * (compiled twice: for the hardware and for the tile emulator).
  *
  * Families:
  *   gemm (int8)   qmm_i8_tile_fn (int8_gemm.h): one tile of the int8 driver, its sums and, on
