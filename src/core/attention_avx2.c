@@ -49,7 +49,7 @@ static inline float hsum8(__m256 v) {
 }
 
 /* the block row's scores, lanes past nv −inf, masked → s[0..nz); returns whether one is NaN */
-static inline int masked_scores(const qmm_attn_call *c, const float *S, int nz, int64_t nv, const void *mask,
+static inline __attribute__((always_inline)) int masked_scores(const qmm_attn_call *c, const float *S, int nz, int64_t nv, const void *mask,
                                 __m256 s[NZ_MAX]) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -93,11 +93,10 @@ static inline void store_u8x8(uint8_t *p, __m256 e) {
     _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
 }
 
-/* u8 = 0: P f32; 1: u8 */
-static inline __attribute__((always_inline)) float softmax_k(const qmm_attn_call *c, const float *S, int64_t nk,
+/* u8 = 0: P f32; 1: u8; nz = nk / 8 (a constant: the row stays in registers) */
+static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call *c, const float *S, const int nz,
                                                              int64_t nv, const void *mask, void *P, float *sum,
                                                              const int u8) {
-    const int nz = (int)(nk / 8);
     __m256 s[NZ_MAX];
     const int nan = masked_scores(c, S, nz, nv, mask, s);
     __m256 mx = _mm256_set1_ps(-INFINITY);
@@ -122,6 +121,17 @@ static inline __attribute__((always_inline)) float softmax_k(const qmm_attn_call
     const float t = hsum8(acc);
     *sum = u8 ? t * (1.0f / 255.0f) : t;
     return bm;
+}
+
+static inline __attribute__((always_inline)) float softmax_k(const qmm_attn_call *c, const float *S, int64_t nk,
+                                                             int64_t nv, const void *mask, void *P, float *sum,
+                                                             const int u8) {
+    switch (nk) {
+    case 64: return softmax_n(c, S, 8, nv, mask, P, sum, u8);
+    case 32: return softmax_n(c, S, 4, nv, mask, P, sum, u8);
+    case 16: return softmax_n(c, S, 2, nv, mask, P, sum, u8);
+    default: return softmax_n(c, S, (int)(nk / 8), nv, mask, P, sum, u8);
+    }
 }
 
 float qmm_attn_softmax_f32__avx2(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,

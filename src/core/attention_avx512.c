@@ -38,7 +38,7 @@ static inline __m512 exp2_k(__m512 x, float k) {
 
 /* the block row's scores, lanes past nv −inf, masked (see the top) → s[0..nz); returns the lanes
  * that are NaN */
-static inline __mmask64 masked_scores(const qmm_attn_call *c, const float *S, int nz, int64_t nv, const void *mask,
+static inline __attribute__((always_inline)) __mmask64 masked_scores(const qmm_attn_call *c, const float *S, int nz, int64_t nv, const void *mask,
                                       __m512 s[4]) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int z = 0; z < nz; z++) s[z] = _mm512_mask_loadu_ps(ninf, lanes16(nv - 16 * z), S + 16 * z);
@@ -84,17 +84,16 @@ static inline __mmask64 masked_scores(const qmm_attn_call *c, const float *S, in
     return nan;
 }
 
-static inline float max_of(const __m512 s[4], int nz) {
+static inline __attribute__((always_inline)) float max_of(const __m512 s[4], int nz) {
     __m512 m = _mm512_set1_ps(-INFINITY);
     for (int z = 0; z < nz; z++) m = _mm512_max_ps(m, s[z]);
     return _mm512_reduce_max_ps(m);
 }
 
-/* kind: 0 f32, 1 bf16, 2 u8 */
-static inline __attribute__((always_inline)) float softmax_k(const qmm_attn_call *c, const float *S, int64_t nk,
+/* kind: 0 f32, 1 bf16, 2 u8; nz = nk / 16 (a constant: the row stays in registers) */
+static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call *c, const float *S, const int nz,
                                                              int64_t nv, const void *mask, void *P, float *sum,
                                                              const int kind) {
-    const int nz = (int)(nk / 16);
     __m512 s[4];
     const __mmask64 nan = masked_scores(c, S, nz, nv, mask, s);
     const float bm = max_of(s, nz);
@@ -119,6 +118,17 @@ static inline __attribute__((always_inline)) float softmax_k(const qmm_attn_call
     const float t = _mm512_reduce_add_ps(acc); /* a NaN e (s = +inf = bm): NaN */
     *sum = kind == 2 ? t * (1.0f / 255.0f) : t;
     return bm;
+}
+
+static inline __attribute__((always_inline)) float softmax_k(const qmm_attn_call *c, const float *S, int64_t nk,
+                                                             int64_t nv, const void *mask, void *P, float *sum,
+                                                             const int kind) {
+    switch (nk) {
+    case 64: return softmax_n(c, S, 4, nv, mask, P, sum, kind);
+    case 48: return softmax_n(c, S, 3, nv, mask, P, sum, kind);
+    case 32: return softmax_n(c, S, 2, nv, mask, P, sum, kind);
+    default: return softmax_n(c, S, 1, nv, mask, P, sum, kind);
+    }
 }
 
 float qmm_attn_softmax_f32__avx512(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
