@@ -275,8 +275,21 @@ static double engine_case(const engine *e, int64_t D, char *where_worst, size_t 
     return worst;
 }
 
+/* the frame's softmax ukernels and their P kinds */
+static const struct { qmm_attn_softmax_fn f; qmm_attn_p_kind p; } g_softmax[] = {
+    {qmm_attn_softmax_f32__avx512, QMM_ATTN_P_F32}, {qmm_attn_softmax_bf16__avx512, QMM_ATTN_P_BF16},
+    {qmm_attn_softmax_u8__avx512, QMM_ATTN_P_U8},   {qmm_attn_softmax_f32__avx2, QMM_ATTN_P_F32},
+    {qmm_attn_softmax_u8__avx2, QMM_ATTN_P_U8}};
+
 static void test_engine(const engine *e) {
     const int n = g_quick ? 6 : 20;
+    int frame = 0; /* its softmax is one of the frame's (tested below), of its P kind */
+    for (size_t i = 0; i < sizeof g_softmax / sizeof g_softmax[0]; i++) frame |= g_softmax[i].f == e->u->softmax && g_softmax[i].p == e->u->p;
+    TU_CHECK(frame, "%s: its softmax is not the frame's ukernel of its P kind", e->name);
+    TU_CHECK(e->u->mr >= 1 && e->u->mr <= 16 && e->u->mq % e->u->mr == 0 && e->u->nk % 8 == 0 && e->u->nk <= 64 &&
+                 e->u->dalign >= 1,
+             "%s: sizes mr %d, mq %lld, nk %lld, dalign %lld", e->name, e->u->mr, (long long)e->u->mq, (long long)e->u->nk,
+             (long long)e->u->dalign);
     double worst = 0;
     char where[200] = "", w[200];
     for (size_t di = 0; di < sizeof g_ds / sizeof g_ds[0]; di++)
