@@ -4,7 +4,7 @@
  * driver (core/attention.h) and the frame's u8 softmax (qmm_attn_softmax_u8__avx512, the online
  * softmax's state in f32 in the driver). Admits mode int8 only.
  *
- * Quantization (per kv head when packed, per query row when its tile starts; R the rotation):
+ * Quantization (per kv head when packed, per query row by pack_q; R the rotation):
  *   k'[j] = k[j] − mean (qmm_attn_key_mean: the mean of the finite keys; the softmax rows stay
  *   as they are)
  *   R: q and k padded with zeros to Dq = D rounded up to 64, then ConvRot's rotation (numerics.h
