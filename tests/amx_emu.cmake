@@ -20,6 +20,10 @@ if(TARGET test_amx_emulated)
     target_link_libraries(test_attention PRIVATE qmm_amx_emu m)
     target_compile_definitions(test_attention PRIVATE QMM_TEST_AMX_EMU=1)
   endif()
+  if(TARGET test_attn_ukernels) # amx_bf16's attention ukernels (.attn), emulated
+    target_link_libraries(test_attn_ukernels PRIVATE qmm_amx_emu m)
+    target_compile_definitions(test_attn_ukernels PRIVATE QMM_TEST_AMX_EMU=1)
+  endif()
   if(TARGET test_int8_ukernels) # amx_int8's descriptor (.i8), emulated, beside the other int8 engines
     target_link_libraries(test_int8_ukernels PRIVATE qmm_amx_emu m)
     target_compile_definitions(test_int8_ukernels PRIVATE QMM_TEST_AMX_EMU=1)

@@ -26,6 +26,7 @@
  */
 #include "testutil.h"
 
+#include "attention.h"
 #include "dispatch.h"
 #include "numerics.h"
 
@@ -359,7 +360,7 @@ static void sweep(qmm_context *ctx, qmm_context *ctx1, int cases, int quick) {
             qmm_attn_call call;
             to_call(&b.a, &call);
             const long f0 = qmm_amx_emu_faults();
-            TU_CHECK_OK(qmm_amx_bf16_ops_emu.attn_run(ctx, &call));
+            TU_CHECK_OK(qmm_attention_run(ctx, &call, qmm_amx_bf16_ops_emu.attn));
             TU_CHECK(qmm_amx_emu_faults() == f0 && qmm_amx_emu_live_configs() == 0,
                      "amx_bf16 (emulated): %ld tile faults (%s), %ld configurations left", qmm_amx_emu_faults() - f0,
                      qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
@@ -395,7 +396,7 @@ static qmm_status run_target(qmm_context *ctx, int e, qmm_attention_args a) {
     if (e == QMM_ENGINE_MAX) {
         qmm_attn_call call;
         to_call(&a, &call);
-        return qmm_amx_bf16_ops_emu.attn_run(ctx, &call);
+        return qmm_attention_run(ctx, &call, qmm_amx_bf16_ops_emu.attn);
     }
 #endif
     a.engine = (qmm_engine_id)e;
@@ -759,13 +760,13 @@ int main(int argc, char **argv) {
     const int n = tu_engines(TU_ENGINES_FLOAT, all);
     for (int i = 0; i < n; i++) {
         const qmm_engine *e = qmm_engine_get(all[i]);
-        if (i == 0 && qmm_engine_get(QMM_ENGINE_AVX512_VNNI)->ops->attn_run) { /* mode int8's engine first */
+        if (i == 0 && qmm_engine_get(QMM_ENGINE_AVX512_VNNI)->ops->attn) { /* mode int8's engine first */
             char why[QMM_REASON_MAX];
             if (qmm_engine_available(QMM_ENGINE_AVX512_VNNI, why, sizeof why)) g_attn[g_n_attn++] = QMM_ENGINE_AVX512_VNNI;
             else tu_skip("avx512_vnni (attention, mode int8)", why);
         }
         char why[QMM_REASON_MAX];
-        if (!e->ops->attn_run) continue;
+        if (!e->ops->attn) continue;
         if (!qmm_engine_available(all[i], why, sizeof why)) { tu_skip(e->name, why); continue; }
         g_attn[g_n_attn++] = all[i];
     }

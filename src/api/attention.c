@@ -1,8 +1,10 @@
 /*
  * attention.c — the public attention calls (qmm.h, SPEC §10): qmm_attention_args_default, the
  * validation of a call into a qmm_attn_call (every error names the argument), qmm_attention
- * (dispatch or the named engine, the engine's attn_run, the counters) and qmm_attention_plan.
+ * (dispatch or the named engine; the attention driver on the engine's ukernels, or the
+ * reference's own run; the counters) and qmm_attention_plan.
  */
+#include "attention.h"
 #include "dispatch.h"
 #include "qmm_internal.h"
 
@@ -208,12 +210,13 @@ static qmm_status attention(qmm_context *ctx, const qmm_attention_args *args) {
             }
             qmm_log(ctx, "fallback: %s, mode int8, runs mode best on %s: %s", shape(&c, sh, sizeof sh), e->name, reasons);
         } else {
-            qmm_log(ctx, "dispatch: %s → %s", shape(&c, sh, sizeof sh), e->name);
+            /* the engine's ukernels by their descriptor's name (it starts with the engine's) */
+            qmm_log(ctx, "dispatch: %s → %s", shape(&c, sh, sizeof sh), e->ops->attn ? e->ops->attn->name : e->name);
         }
     }
     const int64_t n[3] = {c.B, c.H, c.S};
     qmm_advise_huge(c.out, (size_t)extent(n, c.os, 3, c.D, qmm_dtype_size(c.out_dtype)));
-    QMM_FORWARD_IF_ERROR(e->ops->attn_run(ctx, &c));
+    QMM_FORWARD_IF_ERROR(e->ops->attn ? qmm_attention_run(ctx, &c, e->ops->attn) : e->ops->attn_run(ctx, &c));
     ctx->counters.calls[e->id]++;
     if (fallback) ctx->counters.fallbacks++;
     return QMM_OK;

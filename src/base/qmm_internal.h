@@ -297,6 +297,7 @@ typedef struct qmm_attn_call {
 
 struct qmm_i8_engine; /* int8_gemm.h */
 struct qmm_fgemm;     /* float_gemm.h */
+struct qmm_attn_ukernels; /* attention.h */
 
 /* What an engine's kernel file exports: its operations (the engine's identity is its row of the
  * engine table, engines.c). */
@@ -336,8 +337,11 @@ typedef struct qmm_engine_ops {
     qmm_status (*probe)(int i, int64_t reps, int small, void (*ready)(void *), void *arg, qmm_probe_result *r);
     /* The second operation, attention (SPEC §10), through the same table and plan: NULL when the
      * engine offers none. attn_admit reads the whole call (attention's choice is not cached);
-     * attn_run's preconditions: admitted, the call validated. */
+     * attn: the engine's ukernels (core/attention.h), which the attention driver
+     * (qmm_attention_run) runs an admitted, validated call on; attn_run: only the reference's
+     * (its own f64 loop, no driver), NULL for every other engine. */
     const char *(*attn_admit)(const qmm_attn_call *c, char *why, size_t n);
+    const struct qmm_attn_ukernels *attn;
     qmm_status (*attn_run)(qmm_context *ctx, const qmm_attn_call *c);
 } qmm_engine_ops;
 

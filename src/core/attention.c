@@ -1,8 +1,10 @@
 /*
  * attention.c — the attention driver (attention.h): tasks, per-thread scratch (its size checked
- * before anything is allocated), one packing of each kv head per thread, the engine's tile kernel
- * per task; and the key shift of the engines that quantize k (qmm_attn_key_mean). Plain C; the
- * engines' kernels carry the ISA.
+ * before anything is allocated), one packing of each kv head per thread, and each tile's
+ * flash-attention loop over the engine's ukernels: pack_q, qk, the softmax ukernel, the online
+ * softmax's state per row (m, l, α, ps: scalar f32), pv, and the store of O / l in out's
+ * dtype; and the key shift of the engines that quantize k (qmm_attn_key_mean). Plain C; the
+ * ukernels carry the ISA.
  */
 #include "attention.h"
 #include "numerics.h"
@@ -12,9 +14,14 @@
 
 typedef struct {
     const qmm_attn_call *c;
-    const qmm_attn_kernels *k;
+    const qmm_attn_ukernels *u;
     char *scratch;             /* T × per_thread bytes */
     size_t per_thread, kv_bytes;
+    /* a tile's rows within the thread's scratch (after the packed head): Q, S, P, O, the row
+     * state (sq, m, l, α, ps: mqp floats each) and the engine's ws */
+    size_t q_off, s_off, p_off, o_off, f_off, ws_off;
+    size_t q_row, p_row;       /* bytes of a Q row and of a P row */
+    int64_t mqp, dp, nblk;     /* mq rounded up to mr; O's row; key blocks */
     int64_t *packed;           /* [T] the (b · Hkv + hk) packed in the thread's kv buffer, -1: none */
     int64_t tiles, group;      /* tiles per query head; query heads per kv head */
     int64_t threads;           /* the pool's */
@@ -22,6 +29,98 @@ typedef struct {
 
 static const char *at(const void *base, qmm_dtype t, int64_t elems) {
     return (const char *)base + elems * (int64_t)qmm_dtype_size(t);
+}
+
+/* 2^x for x <= 0 (α and ps, once per row and block): 2^n · q(x − n), n = x rounded to nearest,
+ * q the degree-5 polynomial of 2^f on |f| <= 1/2 the softmax ukernels use (relative error 8e-8,
+ * plus the roundings of this plain C form); 0 below 2^-126 (and for −inf) */
+static inline float exp2_le0(float x) {
+    if (!(x >= -126.0f)) return 0.0f;
+    const int n = -(int)(0.5f - x);
+    const float f = x - (float)n;
+    float q = 0.001326697994954884f;
+    q = q * f + 0.009675469249486923f;
+    q = q * f + 0.05550742521882057f;
+    q = q * f + 0.24022121727466583f;
+    q = q * f + 0.6931469440460205f;
+    q = q * f + 1.0000001192092896f;
+    return q * qmm_bits_f32((uint32_t)(n + 127) << 23);
+}
+
+static size_t p_size(qmm_attn_p_kind p) { return p == QMM_ATTN_P_F32 ? 4 : p == QMM_ATTN_P_BF16 ? 2 : 1; }
+
+/* out row = O / l in out's dtype: 0 where l = 0 (every key masked; O may hold 0·NaN of a NaN v),
+ * NaN where l is NaN */
+static void store_row(const qmm_attn_call *c, const float *O, float l, void *row) {
+    const int64_t D = c->D;
+    const float inv = 1.0f / l;
+    if (c->out_dtype == QMM_F32) {
+        float *y = row;
+        if (l == 0.0f) for (int64_t d = 0; d < D; d++) y[d] = 0.0f;
+        else for (int64_t d = 0; d < D; d++) y[d] = O[d] * inv;
+    } else if (c->out_dtype == QMM_BF16) {
+        uint16_t *y = row;
+        if (l == 0.0f) for (int64_t d = 0; d < D; d++) y[d] = 0;
+        else for (int64_t d = 0; d < D; d++) y[d] = qmm_f32_to_bf16(O[d] * inv);
+    } else {
+        for (int64_t d = 0; d < D; d++) qmm_store_f(row, c->out_dtype, d, l == 0.0f ? 0.0f : O[d] * inv);
+    }
+}
+
+/* One tile: rows (1..mq) query rows from q (token stride c->qs[2]) against the packed head kv;
+ * mask: the first row's mask row at key 0 or NULL; out: the first output row; ts: the tile's
+ * scratch. */
+static void attn_tile(const attn_job *j, const char *kv, const void *q, int64_t rows, const char *mask, char *out,
+                      char *ts) {
+    const qmm_attn_call *c = j->c;
+    const qmm_attn_ukernels *u = j->u;
+    const int64_t D = c->D, nk = u->nk, mr = u->mr, mqp = j->mqp, dp = j->dp;
+    const int64_t R = u->pad_rows ? qmm_round_up(rows, mr) : rows;
+    char *Q = ts + j->q_off, *P = ts + j->p_off;
+    float *S = (float *)(ts + j->s_off), *O = (float *)(ts + j->o_off), *sq = (float *)(ts + j->f_off);
+    float *m = sq + mqp, *l = m + mqp, *al = l + mqp, *ps = al + mqp;
+    void *ws = ts + j->ws_off;
+    const int64_t qes = (int64_t)qmm_dtype_size(c->q_dtype), oes = (int64_t)qmm_dtype_size(c->out_dtype);
+    const int64_t mes = c->mask ? (int64_t)qmm_dtype_size(c->mask_dtype) : 0;
+    for (int64_t i = 0; i < rows; i++) {
+        u->pack_q(c, (const char *)q + i * c->qs[2] * qes, Q + (size_t)i * j->q_row, &sq[i]);
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    if (R > rows) { /* pad_rows: the group's rows past the tile's last are zero */
+        memset(Q + (size_t)rows * j->q_row, 0, (size_t)(R - rows) * j->q_row);
+        memset(P + (size_t)rows * j->p_row, 0, (size_t)(R - rows) * j->p_row);
+        for (int64_t i = rows; i < R; i++) sq[i] = 0.0f;
+    }
+    memset(O, 0, (size_t)(R * dp) * sizeof(float));
+    const size_t kb = u->kb_bytes(D), vb = u->vb_bytes(D);
+    const char *K = kv, *V = kv + (size_t)j->nblk * kb;
+    for (int64_t blk = 0; blk < j->nblk; blk++) {
+        const int64_t j0 = blk * nk, nv = c->Skv - j0 < nk ? c->Skv - j0 : nk;
+        for (int64_t r = 0; r < rows; r += mr)
+            u->qk((int)(rows - r < mr ? rows - r : mr), Q + (size_t)r * j->q_row, sq + r, K + (size_t)blk * kb, D, S + r * nk);
+        for (int64_t i = 0; i < rows; i++) {
+            float sum;
+            const float bm = u->softmax(c, S + i * nk, nk, j0, nv, mask ? mask + (i * c->ms[2] + j0 * c->ms[3]) * mes : NULL,
+                                        P + (size_t)i * j->p_row, &sum);
+            float a = 1.0f, f = 0.0f; /* nothing added: a NaN row, or every key of the block masked */
+            if (sum != sum || l[i] != l[i]) {
+                l[i] = NAN; /* a NaN score, now or before: the row is NaN */
+            } else if (bm > -INFINITY) {
+                const float mn = bm > m[i] ? bm : m[i]; /* one of α and ps is 2^0 = 1 */
+                a = mn == m[i] ? 1.0f : exp2_le0(m[i] - mn);
+                f = bm == mn ? 1.0f : exp2_le0(bm - mn);
+                l[i] = l[i] * a + f * sum;
+                m[i] = mn;
+            }
+            al[i] = a;
+            ps[i] = f;
+        }
+        for (int64_t r = 0; r < rows; r += mr)
+            u->pv((int)(rows - r < mr ? rows - r : mr), P + (size_t)r * j->p_row, ps + r, al + r, V + (size_t)blk * vb, D,
+                  O + r * dp, ws);
+    }
+    for (int64_t i = 0; i < rows; i++) store_row(c, O + i * dp, l[i], out + i * c->os[2] * oes);
 }
 
 static void attn_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
@@ -35,19 +134,19 @@ static void attn_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t b = kvh / c->Hkv, hk = kvh % c->Hkv, h = hk * j->group + g;
     char *kv = j->scratch + (size_t)thread * j->per_thread;
     if (j->packed[thread] != kvh) {
-        j->k->pack_kv(c, at(c->k, c->kv_dtype, b * c->ks[0] + hk * c->ks[1]),
+        j->u->pack_kv(c, at(c->k, c->kv_dtype, b * c->ks[0] + hk * c->ks[1]),
                       at(c->v, c->kv_dtype, b * c->vs[0] + hk * c->vs[1]), kv);
         j->packed[thread] = kvh;
     }
-    const int64_t r0 = t * j->k->mq, rows = c->S - r0 < j->k->mq ? c->S - r0 : j->k->mq;
+    const int64_t mq = j->u->mq, r0 = t * mq, rows = c->S - r0 < mq ? c->S - r0 : mq;
     const void *q = at(c->q, c->q_dtype, b * c->qs[0] + h * c->qs[1] + r0 * c->qs[2]);
-    const void *mask = c->mask ? at(c->mask, c->mask_dtype, b * c->ms[0] + h * c->ms[1] + r0 * c->ms[2]) : NULL;
-    void *out = (char *)c->out + (b * c->os[0] + h * c->os[1] + r0 * c->os[2]) * (int64_t)qmm_dtype_size(c->out_dtype);
-    j->k->tile(c, kv, q, rows, mask, out, kv + j->kv_bytes);
+    const char *mask = c->mask ? at(c->mask, c->mask_dtype, b * c->ms[0] + h * c->ms[1] + r0 * c->ms[2]) : NULL;
+    char *out = (char *)c->out + (b * c->os[0] + h * c->os[1] + r0 * c->os[2]) * (int64_t)qmm_dtype_size(c->out_dtype);
+    attn_tile(j, kv, q, rows, mask, out, kv + j->kv_bytes);
 }
 
-static void attn_begin(int thread, void *arg) { (void)thread; ((const attn_job *)arg)->k->begin(); }
-static void attn_end(int thread, void *arg) { (void)thread; ((const attn_job *)arg)->k->end(); }
+static void attn_begin(int thread, void *arg) { (void)thread; ((const attn_job *)arg)->u->begin(); }
+static void attn_end(int thread, void *arg) { (void)thread; ((const attn_job *)arg)->u->end(); }
 
 void qmm_attn_key_mean(const qmm_attn_call *c, const void *k, float *mean) {
     const int64_t D = c->D;
@@ -77,11 +176,26 @@ static size_t scratch_part(size_t bytes) {
     return bytes > QMM_ATTN_MAX_SCRATCH ? SIZE_MAX : (bytes + 63) / 64 * 64;
 }
 
-qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm_attn_kernels *k) {
+qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm_attn_ukernels *u) {
     const int T = qmm_pool_threads(ctx->pool);
-    attn_job j = {.c = c, .k = k};
-    const size_t kvb = scratch_part(k->kv_bytes(c->Skv, c->D)), tb = scratch_part(k->tile_bytes(c->D));
-    QMM_RETURN_IF(kvb == SIZE_MAX || tb == SIZE_MAX || kvb + tb > QMM_ATTN_MAX_SCRATCH, QMM_ERR_UNSUPPORTED,
+    const int64_t D = c->D, mqp = qmm_round_up(u->mq, u->mr), dp = qmm_round_up(D, u->dalign);
+    attn_job j = {.c = c, .u = u, .mqp = mqp, .dp = dp, .nblk = c->Skv / u->nk + (c->Skv % u->nk != 0)};
+    const size_t kvb = scratch_part(qmm_attn_blocks_bytes(c->Skv, u->nk, u->kb_bytes(D) + u->vb_bytes(D),
+                                                              u->extra_bytes ? u->extra_bytes(D) : 0));
+    QMM_RETURN_IF(kvb == SIZE_MAX, QMM_ERR_UNSUPPORTED,
+                  "attention: a kv head of Skv=%lld keys of D=%lld packs into more than 2^40 bytes per thread",
+                  (long long)c->Skv, (long long)c->D);
+    /* a tile's rows: D <= QMM_ATTN_MAX_D and mq, nk, ws small (no overflow) */
+    j.q_row = u->q_bytes(D);
+    j.p_row = (size_t)u->nk * p_size(u->p);
+    size_t tb = 0;
+    j.q_off = tb; tb += scratch_part((size_t)mqp * j.q_row);
+    j.s_off = tb; tb += scratch_part((size_t)(mqp * u->nk) * sizeof(float));
+    j.p_off = tb; tb += scratch_part((size_t)mqp * j.p_row);
+    j.o_off = tb; tb += scratch_part((size_t)(mqp * dp) * sizeof(float));
+    j.f_off = tb; tb += scratch_part((size_t)(5 * mqp) * sizeof(float));
+    j.ws_off = tb; tb += scratch_part(u->ws_bytes);
+    QMM_RETURN_IF(kvb + tb > QMM_ATTN_MAX_SCRATCH, QMM_ERR_UNSUPPORTED,
                   "attention: a kv head of Skv=%lld keys of D=%lld packs into more than 2^40 bytes per thread",
                   (long long)c->Skv, (long long)c->D);
     j.kv_bytes = kvb;
@@ -94,10 +208,10 @@ qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm
     j.scratch = p;
     j.packed = (int64_t *)(j.scratch + all);
     for (int i = 0; i < T; i++) j.packed[i] = -1;
-    j.tiles = (c->S + k->mq - 1) / k->mq;
+    j.tiles = (c->S + u->mq - 1) / u->mq;
     j.group = c->H / c->Hkv;
     j.threads = T;
-    qmm_pool_run_bracketed(ctx->pool, c->B * c->H * j.tiles, attn_task, k->begin ? attn_begin : NULL,
-                           k->end ? attn_end : NULL, &j);
+    qmm_pool_run_bracketed(ctx->pool, c->B * c->H * j.tiles, attn_task, u->begin ? attn_begin : NULL,
+                           u->end ? attn_end : NULL, &j);
     return QMM_OK;
 }

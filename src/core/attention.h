@@ -1,22 +1,26 @@
 /*
- * attention.h — the attention driver every attention engine runs under (SPEC §10): it splits a
- * call into tasks of one query head × one tile of query rows, gives each thread its scratch
- * from the context, has the engine pack each kv head once per thread (K and V in the engine's
- * operand layout, padded to whole key blocks with zeros), and calls the engine's tile kernel,
- * which runs the flash-attention loop over the key blocks for its rows: S = Q·Kᵀ on a block,
- * the softmax online in f32, O = O·α + P·V, and at the end out = O / l.
+ * attention.h — the attention driver every attention engine but the reference runs under (SPEC
+ * §10), and the contract of the engines' ukernels. The driver (attention.c) splits a call into
+ * tasks of one query head × one tile of query rows, gives each thread its scratch from the
+ * context, has the engine pack each kv head once per thread (pack_kv: K and V blocks in the
+ * engine's operand layout, padded to whole key blocks with zeros) and runs the flash-attention
+ * loop of each tile itself: pack_q per query row; per key block S = qk (groups of <= mr rows),
+ * the frame's softmax ukernel per row (block max bm, P = 2^(s − bm)), the online softmax's state
+ * per row in scalar f32 (m, l, α, ps), O = pv (O·α + ps·P·V); at the end out = O / l in out's
+ * dtype (0 where l = 0: every key masked; NaN where l is NaN: an unmasked NaN score).
  *
  * Tasks: (b, kv head, query head of its group, tile), tile-major within a head; thread th of T
  * runs one contiguous share of that list, in order (the pool's task i, run on thread i mod T, is
  * list entry th·⌊n/T⌋ + min(th, n mod T) + ⌊i/T⌋), so a thread packs each kv head of its share
- * once and every output row
- * is computed by one task in one fixed order: the bits never depend on the thread count.
- * Scratch: per thread kv_bytes(Skv, D) + tile_bytes(D) — O(Skv · D), nothing of size S × Skv.
- * Sizes: every byte count is computed overflow-checked; an engine's kv_bytes returns SIZE_MAX
- * where the packed head's size is not representable (qmm_attn_blocks_bytes), and the driver
- * refuses a call whose per-thread scratch passes QMM_ATTN_MAX_SCRATCH (QMM_ERR_UNSUPPORTED naming
- * Skv and D) before it allocates or packs anything: k and v broadcast with stride 0 make Skv
- * any int64 without any memory behind it.
+ * once and every output row is computed by one task in one fixed order: the bits never depend on
+ * the thread count.
+ * Scratch: per thread the packed head (O(Skv · D)) + a tile's rows (Q, S, P, O, the row state,
+ * the engine's ws: O(mq · (D + nk))), nothing of size S × Skv.
+ * Sizes: every byte count is computed overflow-checked; qmm_attn_blocks_bytes gives SIZE_MAX
+ * where the packed head's size is not representable, and the driver refuses a call whose
+ * per-thread scratch passes QMM_ATTN_MAX_SCRATCH (QMM_ERR_UNSUPPORTED naming Skv and D) before
+ * it allocates or packs anything: k and v broadcast with stride 0 make Skv any int64 without any
+ * memory behind it.
  * Key shift: the engines that quantize k (bf16, int8) subtract qmm_attn_key_mean's vector from
  * every key first; a vector subtracted from every key leaves each softmax row as it is.
  */
@@ -24,25 +28,6 @@
 #define QMM_ATTENTION_H
 
 #include "qmm_internal.h"
-
-typedef struct qmm_attn_kernels {
-    int64_t mq;      /* query rows per tile call (the last tile may have fewer) */
-    /* bytes of one kv head packed (K and V, Skv keys of D values; SIZE_MAX where that overflows
-     * size_t) and of a tile's own scratch (D <= QMM_ATTN_MAX_D: small) */
-    size_t (*kv_bytes)(int64_t Skv, int64_t D);
-    size_t (*tile_bytes)(int64_t D);
-    /* k, v: row 0 of one kv head (token strides c->ks[2], c->vs[2]) → kv (kv_bytes, 64-aligned) */
-    void (*pack_kv)(const qmm_attn_call *c, const void *k, const void *v, void *kv);
-    /* rows (1..mq) query rows from q (token stride c->qs[2]) against the packed head kv; mask:
-     * the first row's mask row (strides c->ms[2], c->ms[3]) or NULL; out: the first output row
-     * (token stride c->os[2]); scratch: tile_bytes, 64-aligned. */
-    void (*tile)(const qmm_attn_call *c, const void *kv, const void *q, int64_t rows, const void *mask,
-                 void *out, void *scratch);
-    /* optional, on each thread before its first task and after its last (AMX: LDTILECFG and
-     * TILERELEASE) */
-    void (*begin)(void);
-    void (*end)(void);
-} qmm_attn_kernels;
 
 /* ---------------------------------------------------------------- the ukernel contract
  * An attention engine is a const qmm_attn_ukernels (its row in qmm_engine_ops): named ukernels
@@ -63,7 +48,11 @@ typedef struct qmm_attn_kernels {
  * Rows: O [mq][Dp] f32 with Dp = D rounded up to dalign; Q [mq'][q_bytes(D)], P [mq'][nk] in
  * P's kind, S [mq'][nk] f32, mq' = mq rounded up to mr. The driver calls qk and pv on groups of
  * rows <= mr; where pad_rows is set it zeroes Q and P rows past a tile's last row, and the
- * ukernels may compute (not store into O) all mr rows of a group. */
+ * ukernels may compute (not store into O) all mr rows of a group.
+ * The driver's row state: a row whose softmax gave *sum NaN (an unmasked NaN score, now or in an
+ * earlier block) has l = NaN from then on (out NaN); a block whose every key is masked adds
+ * nothing (α = 1, ps = 0: O·1 + 0·P·V); out = O / l, 0 where l = 0 (every key so far masked).
+ * α and ps are the driver's 2^x (plain C, the softmax ukernels' polynomial), once per row and block. */
 typedef enum qmm_attn_p_kind { QMM_ATTN_P_F32, QMM_ATTN_P_BF16, QMM_ATTN_P_U8 } qmm_attn_p_kind;
 
 /* One kv head (k, v: its row 0, token strides c->ks[2], c->vs[2]) → kv, laid out as above. */
@@ -135,7 +124,7 @@ void qmm_attn_key_mean(const qmm_attn_call *c, const void *k, float *mean);
         }                                 \
     } while (0)
 
-/* Runs c with the engine's kernels k on ctx's threads. */
-qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm_attn_kernels *k);
+/* Runs c (admitted by the engine, validated) with the engine's ukernels u on ctx's threads. */
+qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm_attn_ukernels *u);
 
 #endif /* QMM_ATTENTION_H */

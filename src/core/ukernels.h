@@ -4,9 +4,9 @@
  * int8 activations × per-channel int8 weights, c4 = K packed by 4 (n16k4, panel.h). One signature
  * per family (the driver's callback type); each kernel states its preconditions where it is
  * defined (src/engines/<isa>/), and the tests call them by these names (test_int8_ukernels,
- * test_float_engines). Declarations only: call a kernel only when the CPU has its ISA (its
- * engine is available). The AMX kernels are declared in x86_amx/amx_kernel.h (compiled twice:
- * for the hardware and for the tile emulator).
+ * test_float_engines, test_attn_ukernels). Declarations only: call a kernel only when the CPU
+ * has its ISA (its engine is available). The AMX kernels are declared in x86_amx/amx_kernel.h
+ * (compiled twice: for the hardware and for the tile emulator).
  *
  * Families:
  *   gemm (int8)   qmm_i8_tile_fn (int8_gemm.h): one tile of the int8 driver, its sums and, on
@@ -16,11 +16,19 @@
  *                 qmm_i8_engine.rows_kernels with the range;
  *   onepass       avx512_vnni's one-pass register tiles (7 <= M <= 24): rows × 16·blocks
  *                 columns over the whole K (avx512_vnni_small.c);
- *   gemm (float)  qmm_fkernel_fn (float_gemm.h): mr × nr panel tile of the float driver.
+ *   gemm (float)  qmm_fkernel_fn (float_gemm.h): mr × nr panel tile of the float driver;
+ *   attention     the ukernels of an attention engine (attention.h: qmm_attn_pack_kv_fn,
+ *                 pack_q, qk, softmax, pv) and each engine's const qmm_attn_ukernels that lists
+ *                 them (its qmm_engine_ops.attn); the softmax ukernels are the frame's (core/
+ *                 attention_<isa>.c, by SIMD level and P kind), the others the engine's
+ *                 (<engine>_attn.c); qmm_f32 = f32 operands, qmm_bf16 = bf16, qmm_qs8 = rotated
+ *                 int8 q (+ 128, u8) and k, qmm_qu8_qs8 = u8 P × int8 V; <mr>x<nk> the tile of qk,
+ *                 <mr>x<64 of D> that of pv (tests/test_attn_ukernels).
  */
 #ifndef QMM_UKERNELS_H
 #define QMM_UKERNELS_H
 
+#include "attention.h"
 #include "float_gemm.h"
 #include "int8_gemm.h"
 
@@ -94,5 +102,53 @@ void qmm_bf16_f32_gemm_ukernel_6x64__avx512bf16(const qmm_fgemm *g, int rows, in
                                                 const void *b, float *C, int accumulate);
 void qmm_f32_gemm_ukernel_6x16__avx2_fma(const qmm_fgemm *g, int rows, int64_t kc, const void *a, const void *b,
                                          float *C, int accumulate);
+
+/* ---------------------------------------------------------------- attention (attention.h) */
+/* the frame's softmax ukernels (qmm_attn_softmax_fn): core/attention_avx512.c (AVX-512 F/BW/VL/DQ,
+ * nk a multiple of 16 up to 64), core/attention_avx2.c (AVX2 + FMA, nk a multiple of 8 up to 64) */
+float qmm_attn_softmax_f32__avx512(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
+                                   const void *mask, void *P, float *sum);
+float qmm_attn_softmax_bf16__avx512(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
+                                    const void *mask, void *P, float *sum);
+float qmm_attn_softmax_u8__avx512(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
+                                  const void *mask, void *P, float *sum);
+float qmm_attn_softmax_f32__avx2(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
+                                 const void *mask, void *P, float *sum);
+float qmm_attn_softmax_u8__avx2(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
+                                const void *mask, void *P, float *sum);
+
+/* x86_avx512/avx512_f32_attn.c: f32 K [D][64] and V [64][Dp] blocks, FMA */
+extern const qmm_attn_ukernels qmm_avx512_f32_attn;
+void qmm_f32_attn_pack_kv__avx512f(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+void qmm_f32_attn_pack_q__avx512f(const qmm_attn_call *c, const void *q, void *Q, float *sq);
+void qmm_f32_attn_qk_ukernel_6x64__avx512f(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
+                                           float *S);
+void qmm_f32_attn_pv_ukernel_6x64__avx512f(int rows, const void *P, const float *ps, const float *alpha,
+                                           const void *vblk, int64_t D, float *O, void *ws);
+/* x86_avx512/avx512_bf16_attn.c: bf16 K [Dp/2][64][2] and V [32][Dp][2] blocks, VDPBF16PS */
+extern const qmm_attn_ukernels qmm_avx512_bf16_attn;
+void qmm_bf16_attn_pack_kv__avx512bf16(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+void qmm_bf16_attn_pack_q__avx512bf16(const qmm_attn_call *c, const void *q, void *Q, float *sq);
+void qmm_bf16_attn_qk_ukernel_6x64__avx512bf16(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
+                                               float *S);
+void qmm_bf16_attn_pv_ukernel_6x64__avx512bf16(int rows, const void *P, const float *ps, const float *alpha,
+                                               const void *vblk, int64_t D, float *O, void *ws);
+/* x86_avx512/avx512_vnni_attn.c (mode int8): rotated int8 K [Dq/4][64][4] with key sums and
+ * scales, int8 V [16][Dp][4] with channel scales, VPDPBUSD */
+extern const qmm_attn_ukernels qmm_avx512_vnni_attn;
+void qmm_qs8_attn_pack_kv__avx512vnni(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+void qmm_qs8_attn_pack_q__avx512vnni(const qmm_attn_call *c, const void *q, void *Q, float *sq);
+void qmm_qs8_attn_qk_ukernel_6x64c4__avx512vnni(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
+                                                float *S);
+void qmm_qu8_qs8_attn_pv_ukernel_6x64c4__avx512vnni(int rows, const void *P, const float *ps, const float *alpha,
+                                                    const void *vblk, int64_t D, float *O, void *ws);
+/* x86_avx2/avx2_f32_attn.c: f32 K [D][32] and V [32][Dp] blocks (Dp = D rounded up to 8), FMA ymm */
+extern const qmm_attn_ukernels qmm_avx2_f32_attn;
+void qmm_f32_attn_pack_kv__avx2_fma(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+void qmm_f32_attn_pack_q__avx2_fma(const qmm_attn_call *c, const void *q, void *Q, float *sq);
+void qmm_f32_attn_qk_ukernel_6x32__avx2_fma(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
+                                            float *S);
+void qmm_f32_attn_pv_ukernel_6x16__avx2_fma(int rows, const void *P, const float *ps, const float *alpha,
+                                            const void *vblk, int64_t D, float *O, void *ws);
 
 #endif /* QMM_UKERNELS_H */

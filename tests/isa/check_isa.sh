@@ -32,6 +32,7 @@ src/engines/x86_avx2/avx_vnni.c             avx2,fma,f16c,avx_vnni              
 src/engines/x86_avx2/avx_vnni_w4a8.c        avx2,fma,f16c,avx_vnni                       avx_vnni
 src/engines/x86_avx2/avx_vnni_rows.c        avx2,fma,f16c,avx_vnni                       avx_vnni
 src/core/prepass_avx2.c                     avx2,fma,f16c                                f16c
+src/core/attention_avx2.c                   avx2,fma                                     fma
 src/core/float_act_avx2.c                   avx2,fma,f16c                                f16c
 src/core/w4a8_avx2.c                        avx2,fma,f16c                                -
 src/engines/x86_avx512/avx512_vnni.c        avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
@@ -44,6 +45,7 @@ src/engines/x86_avx512/avx512_f32.c         avx512f,avx512bw,avx512vl,avx512dq  
 src/engines/x86_avx512/avx512_f32_attn.c    avx512f,avx512bw,avx512vl,avx512dq           avx512f
 src/engines/x86_avx512/avx512_bf16_attn.c   avx512f,avx512bw,avx512vl,avx512_bf16        avx512_bf16
 src/core/prepass_avx512.c                   avx512f,avx512bw,avx512vl,avx512dq           avx512f
+src/core/attention_avx512.c                 avx512f,avx512bw,avx512vl,avx512dq           avx512f
 src/core/input_stage_avx512.c               avx512f,avx512bw,avx512vl,avx512dq           avx512f
 src/core/float_act_avx512.c                 avx512f,avx512bw,avx512vl,avx512dq           avx512f
 src/core/float_gemm_avx512.c                avx512f,avx512bw,avx512vl,avx512dq           avx512f

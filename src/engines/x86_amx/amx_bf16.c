@@ -251,15 +251,13 @@ static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
 }
 #endif
 
-/* attention (amx_bf16_attn.c) */
-const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const qmm_attn_call *c, char *why, size_t n);
-qmm_status QMM_AMX_SYM(qmm_amx_bf16_attn_run)(qmm_context *ctx, const qmm_attn_call *c);
-
 const qmm_engine_ops QMM_AMX_SYM(qmm_amx_bf16_ops) = {
     .built = QMM_AMX_BUILT,
     .admit = amx_bf16_admit,
     .run = amx_bf16_run,
     .tuning = qmm_amx_tuning,
-    .attn_admit = QMM_AMX_SYM(qmm_amx_bf16_attn_admit),
-    .attn_run = QMM_AMX_SYM(qmm_amx_bf16_attn_run),
+    .attn_admit = QMM_AMX_SYM(qmm_amx_bf16_attn_admit), /* attention: amx_bf16_attn.c */
+#ifdef QMM_AMX_KERNELS
+    .attn = &QMM_AMX_SYM(qmm_amx_bf16_attn),
+#endif
 };

@@ -1,28 +1,29 @@
 /*
  * amx_bf16_attn.c — attention on amx_bf16 (SPEC §10): QKᵀ and P·V on the tiles (TDPBF16PS: q, k,
- * p and v rounded to bf16, nearest even; products exact, sums in f32), the online softmax in f32
- * with AVX-512 (core/attention_avx512.h), under the attention driver (core/attention.h).
+ * p and v rounded to bf16, nearest even; products exact, sums in f32): its ukernels under the
+ * attention driver (core/attention.h), 16 rows per group (pad_rows), the frame's bf16 softmax
+ * (qmm_attn_softmax_bf16__avx512), its descriptor qmm_amx_bf16_attn (amx_kernel.h).
  * Refuses mode f32. Compiled twice, as amx_kernel.h says: for dispatch, and with
  * -DQMM_AMX_EMULATE for tests/test_amx_emulated (every symbol then ends in _emu).
  *
  * Packed kv head: qmm_za_pack_kv_bf16 with Dp = D rounded up to 32 (a whole number of 64-byte
- * A-tile rows of q): K blocks [Dp/2][64][2], V blocks [32][Dp][2].
+ * A-tile rows of q): K blocks [Dp/2][64][2], V blocks [32][Dp][2]. Q: bf16 [Dp]; sq = log2(e) ·
+ * scale.
  * Tiles (the 2×2 plan's configuration of amx_kernel.h, every tile 16 rows × 64 bytes, loaded once
  * per thread by the driver's begin hook):
  *   QKᵀ, per 16 query rows and block of 64 keys:  tmm0..3 = S of keys 0-15, ..., 48-63;
  *     per 32 of D: tmm4 = q (16 rows × 32 bf16, row stride Dp·2), tmm6/7 = K (16 d-pairs × 16
- *     keys, row stride 256 bytes), 4 TDPBF16PS; S stored [16][64] f32.
+ *     keys, row stride 256 bytes), 4 TDPBF16PS; S stored [16][64] f32, then S = sq · S (AVX-512).
  *   P·V, per 16 query rows and 64 of D:            tmm0..3 = 16 rows × 16 of D each;
  *     tmm4, tmm5 = p of keys 0-31 and 32-63 (row stride 128 bytes), tmm6/7 = V (16 key pairs ×
- *     16 of D, row stride Dp·4 bytes), 8 TDPBF16PS; then O = O·alpha + the tiles (AVX-512).
- * A tile of fewer than 16 rows runs on zero q rows and zero p rows past its end (the tiles stay
- * 16 × 64); nothing past the tile's rows is stored.
+ *     16 of D, row stride Dp·4 bytes), 8 TDPBF16PS, stored to ws [16][64] f32; then
+ *     O = O·alpha + ps · ws (AVX-512).
+ * A group of fewer than 16 rows runs on the zero q rows and zero p rows the driver puts past its
+ * end (pad_rows: the tiles stay 16 × 64); nothing past the group's rows is stored into O.
  */
 #include "amx_kernel.h"
 #include "attention_avx512.h"
-
-const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const qmm_attn_call *c, char *why, size_t n);
-qmm_status QMM_AMX_SYM(qmm_amx_bf16_attn_run)(qmm_context *ctx, const qmm_attn_call *c);
+#include "ukernels.h"
 
 const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const qmm_attn_call *c, char *why, size_t n) {
     (void)why; (void)n;
@@ -35,15 +36,23 @@ const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const qmm_attn_call *c, char *w
 #define NK QMM_ZA_NK
 
 static int64_t dp_of(int64_t D) { return qmm_round_up(D, 32); }
-static size_t kv_bytes(int64_t Skv, int64_t D) { return qmm_attn_blocks_bytes(Skv, NK, (size_t)(2 * dp_of(D) * NK) * 2, 0); }
-static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(dp_of(D)); }
+static size_t kb_bytes(int64_t D) { return (size_t)(dp_of(D) * NK) * 2; }
+static size_t q_bytes(int64_t D) { return (size_t)dp_of(D) * 2; }
 
-static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
+void QMM_AMX_SYM(qmm_bf16_attn_pack_kv__amx)(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
     qmm_za_pack_kv_bf16(c, k, v, kv, dp_of(c->D));
 }
 
-/* S rows [g0, g0+16) × the block's 64 keys = Q · Kᵀ */
-static void qk16(const uint16_t *Q, int64_t Dp, const uint16_t *Kb, float *S) {
+void QMM_AMX_SYM(qmm_bf16_attn_pack_q__amx)(const qmm_attn_call *c, const void *q, void *Q, float *sq) {
+    qmm_za_pack_q(c, q, Q, sq, dp_of(c->D), 1);
+}
+
+/* S[0..16) × the block's 64 keys = sq · Q · Kᵀ (all 16 rows; rows: how many are the group's) */
+void QMM_AMX_SYM(qmm_bf16_attn_qk_ukernel_16x64__amx)(int rows, const void *Qv, const float *sq, const void *kblk,
+                                                      int64_t D, float *S) {
+    (void)rows;
+    const int64_t Dp = dp_of(D);
+    const uint16_t *Q = Qv, *Kb = kblk;
     QMM_TILE_ZERO(QMM_TC00);
     QMM_TILE_ZERO(QMM_TC01);
     QMM_TILE_ZERO(QMM_TC10);
@@ -64,11 +73,18 @@ static void qk16(const uint16_t *Q, int64_t Dp, const uint16_t *Kb, float *S) {
     QMM_TILE_STORE(QMM_TC01, S + 16, NK * 4);
     QMM_TILE_STORE(QMM_TC10, S + 32, NK * 4);
     QMM_TILE_STORE(QMM_TC11, S + 48, NK * 4);
+    for (int r = 0; r < 16; r++) {
+        const __m512 f = _mm512_set1_ps(sq[r]);
+        for (int z = 0; z < 4; z++) _mm512_storeu_ps(S + r * NK + 16 * z, _mm512_mul_ps(_mm512_loadu_ps(S + r * NK + 16 * z), f));
+    }
 }
 
-/* O rows [g0, g0 + rows) (rows <= 16) = O·alpha + P · V over the block, 64 of D at a time */
-static void pv16(const uint16_t *P, const uint16_t *Vb, float *O, const float *alpha, int64_t rows, int64_t Dp,
-                 float *blk) {
+/* O rows [0, rows) (rows <= 16) = O·alpha + ps · P · V over the block, 64 of D at a time */
+void QMM_AMX_SYM(qmm_bf16_attn_pv_ukernel_16x64__amx)(int rows, const void *Pv, const float *ps, const float *alpha,
+                                                      const void *vblk, int64_t D, float *O, void *ws) {
+    const int64_t Dp = dp_of(D);
+    const uint16_t *P = Pv, *Vb = vblk;
+    float *blk = ws;
     QMM_TILE_LOAD(QMM_TA0, P, NK * 2);
     QMM_TILE_LOAD(QMM_TA1, P + 32, NK * 2);
     for (int64_t dq = 0; dq < Dp; dq += 64) {
@@ -97,52 +113,23 @@ static void pv16(const uint16_t *P, const uint16_t *Vb, float *O, const float *a
         QMM_TILE_STORE(QMM_TC01, blk + 16, 64 * 4);
         if (nz > 2) QMM_TILE_STORE(QMM_TC10, blk + 32, 64 * 4);
         if (nz > 3) QMM_TILE_STORE(QMM_TC11, blk + 48, 64 * 4);
-        for (int64_t r = 0; r < rows; r++) {
-            const __m512 a = _mm512_set1_ps(alpha[r]);
-            float *o = O + r * Dp + dq;
-            for (int z = 0; z < nz; z++)
-                _mm512_storeu_ps(o + 16 * z, _mm512_fmadd_ps(_mm512_loadu_ps(o + 16 * z), a, _mm512_loadu_ps(blk + r * 64 + 16 * z)));
+        for (int r = 0; r < rows; r++) {
+            __m512 acc[4];
+            for (int z = 0; z < nz; z++) acc[z] = _mm512_loadu_ps(blk + r * 64 + 16 * z);
+            qmm_za_pv_store(O + r * Dp + dq, acc, nz, alpha[r], ps[r]);
         }
     }
-}
-
-static void tile(const qmm_attn_call *c, const void *kv, const void *q, int64_t rows, const void *mask, void *out,
-                 void *scratch) {
-    const int64_t Dp = dp_of(c->D), nblk = (c->Skv + NK - 1) / NK, R = qmm_round_up(rows, 16);
-    const qmm_za_tile t = qmm_za_tile_of(scratch, Dp);
-    uint16_t *Q = t.Q, *P = (uint16_t *)t.P;
-    for (int64_t i = 0; i < R; i++) {
-        if (i < rows) qmm_za_load_q(c, q, i, Q, Dp, 1);
-        else for (int64_t d = 0; d < Dp; d++) Q[i * Dp + d] = 0;
-        for (int64_t d = 0; d < NK; d++) P[i * NK + d] = 0;
-        for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(t.O + i * Dp + d, _mm512_setzero_ps());
-        t.m[i] = -INFINITY;
-        t.l[i] = 0.0f;
-    }
-    const uint16_t *K = kv, *V = (const uint16_t *)kv + nblk * Dp * NK;
-    for (int64_t kb = 0; kb < nblk; kb++) {
-        const int64_t j0 = kb * NK, nv = c->Skv - j0 < NK ? c->Skv - j0 : NK;
-        for (int64_t g = 0; g < R; g += 16) qk16(Q + g * Dp, Dp, K + kb * Dp * NK, t.S + g * NK);
-        for (int64_t i = 0; i < rows; i++) qmm_za_softmax(c, &t, i, j0, nv, mask, 1);
-        for (int64_t g = 0; g < R; g += 16)
-            pv16(P + g * NK, V + kb * NK * Dp, t.O + g * Dp, t.alpha + g, rows - g < 16 ? rows - g : 16, Dp, t.blk);
-    }
-    for (int64_t i = 0; i < rows; i++) qmm_za_store(c, &t, i, out);
 }
 
 static void tiles_begin(void) { QMM_AMX_SYM(qmm_amx_tiles_config)(16, 16); }
 static void tiles_end(void) { QMM_AMX_SYM(qmm_amx_tiles_release)(); }
 
-static const qmm_attn_kernels kernels = {.mq = QMM_ZA_MQ, .kv_bytes = kv_bytes, .tile_bytes = tile_bytes,
-                                         .pack_kv = pack_kv, .tile = tile, .begin = tiles_begin, .end = tiles_end};
+const qmm_attn_ukernels QMM_AMX_SYM(qmm_amx_bf16_attn) = {
+    .name = "amx_bf16 (bf16 tiles 16x64, bf16 P)", .p = QMM_ATTN_P_BF16, .mr = 16, .pad_rows = 1, .nk = NK,
+    .mq = QMM_ZA_MQ, .dalign = 32, .kb_bytes = kb_bytes, .vb_bytes = kb_bytes, .q_bytes = q_bytes,
+    .ws_bytes = 16 * 64 * sizeof(float),
+    .pack_kv = QMM_AMX_SYM(qmm_bf16_attn_pack_kv__amx), .pack_q = QMM_AMX_SYM(qmm_bf16_attn_pack_q__amx),
+    .qk = QMM_AMX_SYM(qmm_bf16_attn_qk_ukernel_16x64__amx), .softmax = qmm_attn_softmax_bf16__avx512,
+    .pv = QMM_AMX_SYM(qmm_bf16_attn_pv_ukernel_16x64__amx), .begin = tiles_begin, .end = tiles_end};
 
-qmm_status QMM_AMX_SYM(qmm_amx_bf16_attn_run)(qmm_context *ctx, const qmm_attn_call *c) {
-    return qmm_attention_run(ctx, c, &kernels);
-}
-
-#else /* built without AMX compiler support */
-qmm_status QMM_AMX_SYM(qmm_amx_bf16_attn_run)(qmm_context *ctx, const qmm_attn_call *c) {
-    (void)ctx; (void)c;
-    return qmm_fail(QMM_ERR_UNSUPPORTED_HARDWARE, "attention: amx_bf16 was not built (compiler lacks AMX)");
-}
 #endif

@@ -140,5 +140,20 @@ void QMM_AMX_SYM(qmm_amx_tiles_config)(int r0, int r1);
  * (the end hook of either driver, after the thread's last task of a pool run). */
 void QMM_AMX_SYM(qmm_amx_tiles_release)(void);
 
+/* amx_bf16's attention (amx_bf16_attn.c; attention.h's contract): its descriptor (the engine's
+ * qmm_engine_ops.attn; begin / end configure and release the tiles) and its ukernels, 16 query
+ * rows × 64 keys (qk) and 16 rows × 64 of D (pv) on bf16 tiles, called between begin and end. */
+struct qmm_attn_ukernels;
+extern const struct qmm_attn_ukernels QMM_AMX_SYM(qmm_amx_bf16_attn);
+void QMM_AMX_SYM(qmm_bf16_attn_pack_kv__amx)(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+void QMM_AMX_SYM(qmm_bf16_attn_pack_q__amx)(const qmm_attn_call *c, const void *q, void *Q, float *sq);
+void QMM_AMX_SYM(qmm_bf16_attn_qk_ukernel_16x64__amx)(int rows, const void *Q, const float *sq, const void *kblk,
+                                                      int64_t D, float *S);
+void QMM_AMX_SYM(qmm_bf16_attn_pv_ukernel_16x64__amx)(int rows, const void *P, const float *ps, const float *alpha,
+                                                      const void *vblk, int64_t D, float *O, void *ws);
+
 #endif /* QMM_AMX_KERNELS */
+
+/* amx_bf16's attention admit (amx_bf16_attn.c: plain, built either way) */
+const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const qmm_attn_call *c, char *why, size_t n);
 #endif /* QMM_AMX_KERNEL_H */

@@ -112,9 +112,8 @@ static const qmm_fgemm k_gemm = {
 
 /* attention (avx2_f32_attn.c) */
 const char *qmm_avx2_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n);
-qmm_status qmm_avx2_f32_attn_run(qmm_context *ctx, const qmm_attn_call *c);
 
 const qmm_engine_ops qmm_avx2_f32_ops = {
     .built = 1, .admit = qmm_admit_common_float, .f = &k_gemm,
-    .attn_admit = qmm_avx2_f32_attn_admit, .attn_run = qmm_avx2_f32_attn_run,
+    .attn_admit = qmm_avx2_f32_attn_admit, .attn = &qmm_avx2_f32_attn,
 };

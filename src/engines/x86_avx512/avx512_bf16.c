@@ -106,5 +106,5 @@ static const qmm_fgemm k_gemm = {
 
 const qmm_engine_ops qmm_avx512_bf16_ops = {
     .built = 1, .admit = admit, .f = &k_gemm,
-    .attn_admit = qmm_avx512_bf16_attn_admit, .attn_run = qmm_avx512_bf16_attn_run,
+    .attn_admit = qmm_avx512_bf16_attn_admit, .attn = &qmm_avx512_bf16_attn,
 };

@@ -1,30 +1,37 @@
 /*
  * avx512_bf16_attn.c — attention on avx512_bf16 (SPEC §10): q, k, v and the probabilities p
  * rounded to bf16 (nearest even), products exact and sums in f32 (VDPBF16PS); the softmax, its
- * running max and sum, and O in f32; the tile loop of attention_avx512.h. Refuses mode F32.
+ * running max and sum, and O in f32: its ukernels (ukernels.h) under the attention driver
+ * (core/attention.h), the frame's bf16 softmax (qmm_attn_softmax_bf16__avx512). Refuses mode F32.
  *
  * Packed kv head (per thread, once per head), Dp = D rounded up to 16, keys past Skv and d past
  * D zero: nblk = ceil(Skv / 64) K blocks [Dp/2][64][2] bf16 (per d-pair one zmm for each 16
  * keys: the VDPBF16PS operand against a broadcast q pair), then the V blocks [32][Dp][2] bf16
  * (per key pair one zmm for each 16 of D, against a broadcast p pair).
- * qk: 6 query rows × 64 keys (24 zmm), per d-pair 4 K loads and 6 dword broadcasts.
+ * Q: bf16 [Dp]; sq = log2(e) · scale.
+ * qk: 6 query rows × 64 keys (24 zmm), per d-pair 4 K loads and 6 dword broadcasts; S = sq · acc.
  * pv: 6 rows × 64 of D (24 zmm) per pass, per key pair 4 V loads and 6 dword broadcasts.
  */
 #include "attention_avx512.h"
 #include "avx512_attn.h"
+#include "ukernels.h"
 
 #define NK QMM_ZA_NK
 
 static size_t kb_bytes(int64_t D) { return (size_t)(qmm_za_dp(D) * NK) * 2; }
 static size_t vb_bytes(int64_t D) { return (size_t)(NK * qmm_za_dp(D)) * 2; }
 
-static size_t kv_bytes(int64_t Skv, int64_t D) { return qmm_attn_blocks_bytes(Skv, NK, kb_bytes(D) + vb_bytes(D), 0); }
+static size_t q_bytes(int64_t D) { return (size_t)qmm_za_dp(D) * 2; }
 
-static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
+void qmm_bf16_attn_pack_kv__avx512bf16(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
     qmm_za_pack_kv_bf16(c, k, v, kv, qmm_za_dp(c->D));
 }
 
-static inline __attribute__((always_inline)) void qk_n(const int rows, const uint16_t *Q, int64_t D,
+void qmm_bf16_attn_pack_q__avx512bf16(const qmm_attn_call *c, const void *q, void *Q, float *sq) {
+    qmm_za_pack_q(c, q, Q, sq, qmm_za_dp(c->D), 1);
+}
+
+static inline __attribute__((always_inline)) void qk_n(const int rows, const uint16_t *Q, const float *sq, int64_t D,
                                                         const uint16_t *Kb, float *S) {
     const int64_t Dp = qmm_za_dp(D), pairs = Dp / 2;
     const uint32_t *Qw = (const uint32_t *)Q;
@@ -43,17 +50,20 @@ static inline __attribute__((always_inline)) void qk_n(const int rows, const uin
             acc[i][3] = _mm512_dpbf16_ps(acc[i][3], qd, k3);
         }
     }
-    for (int i = 0; i < rows; i++)
-        for (int z = 0; z < 4; z++) _mm512_storeu_ps(S + i * NK + 16 * z, acc[i][z]);
+    for (int i = 0; i < rows; i++) {
+        const __m512 s = _mm512_set1_ps(sq[i]);
+        for (int z = 0; z < 4; z++) _mm512_storeu_ps(S + i * NK + 16 * z, _mm512_mul_ps(acc[i][z], s));
+    }
 }
 
-static void qk(int rows, const void *Q, int64_t D, const void *Kb, float *S) {
-    QMM_ATTN_BY_ROWS(rows, qk_n, Q, D, Kb, S);
+void qmm_bf16_attn_qk_ukernel_6x64__avx512bf16(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
+                                               float *S) {
+    QMM_ATTN_BY_ROWS(rows, qk_n, Q, sq, D, kblk, S);
 }
 
 static inline __attribute__((always_inline)) void pv_n(const int rows, const int nz, const uint16_t *P,
-                                                        const uint16_t *Vb, float *O, const float *alpha, int64_t Dp,
-                                                        int64_t d0) {
+                                                        const uint16_t *Vb, float *O, const float *alpha,
+                                                        const float *ps, int64_t Dp, int64_t d0) {
     const uint32_t *Pw = (const uint32_t *)P;
     __m512 acc[QMM_ZA_MR][4];
     for (int i = 0; i < rows; i++)
@@ -67,34 +77,29 @@ static inline __attribute__((always_inline)) void pv_n(const int rows, const int
             for (int z = 0; z < nz; z++) acc[i][z] = _mm512_dpbf16_ps(acc[i][z], p, v[z]);
         }
     }
-    for (int i = 0; i < rows; i++) {
-        const __m512 a = _mm512_set1_ps(alpha[i]);
-        float *o = O + i * Dp + d0;
-        for (int z = 0; z < nz; z++) _mm512_storeu_ps(o + 16 * z, _mm512_fmadd_ps(_mm512_loadu_ps(o + 16 * z), a, acc[i][z]));
-    }
+    for (int i = 0; i < rows; i++) qmm_za_pv_store(O + i * Dp + d0, acc[i], nz, alpha[i], ps[i]);
 }
 
-static void pv(int rows, const void *Pv, const void *Vv, float *O, const float *alpha, int64_t D) {
-    const uint16_t *P = Pv, *Vb = Vv;
+void qmm_bf16_attn_pv_ukernel_6x64__avx512bf16(int rows, const void *Pv, const float *ps, const float *alpha,
+                                               const void *vblk, int64_t D, float *O, void *ws) {
+    (void)ws;
+    const uint16_t *P = Pv, *Vb = vblk;
     const int64_t Dp = qmm_za_dp(D);
     for (int64_t d0 = 0; d0 < Dp; d0 += 64) {
         const int64_t nz = (Dp - d0) / 16 >= 4 ? 4 : (Dp - d0) / 16;
-        if (nz == 4) QMM_ATTN_BY_ROWS(rows, pv_n, 4, P, Vb, O, alpha, Dp, d0);
-        else if (nz == 3) QMM_ATTN_BY_ROWS(rows, pv_n, 3, P, Vb, O, alpha, Dp, d0);
-        else if (nz == 2) QMM_ATTN_BY_ROWS(rows, pv_n, 2, P, Vb, O, alpha, Dp, d0);
-        else QMM_ATTN_BY_ROWS(rows, pv_n, 1, P, Vb, O, alpha, Dp, d0);
+        if (nz == 4) QMM_ATTN_BY_ROWS(rows, pv_n, 4, P, Vb, O, alpha, ps, Dp, d0);
+        else if (nz == 3) QMM_ATTN_BY_ROWS(rows, pv_n, 3, P, Vb, O, alpha, ps, Dp, d0);
+        else if (nz == 2) QMM_ATTN_BY_ROWS(rows, pv_n, 2, P, Vb, O, alpha, ps, Dp, d0);
+        else QMM_ATTN_BY_ROWS(rows, pv_n, 1, P, Vb, O, alpha, ps, Dp, d0);
     }
 }
 
-static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(qmm_za_dp(D)); }
-
-static void tile(const qmm_attn_call *c, const void *kv, const void *q, int64_t rows, const void *mask, void *out,
-                 void *scratch) {
-    qmm_za_tile_run(c, kv, q, rows, mask, out, scratch, 1, kb_bytes(c->D), vb_bytes(c->D), qk, pv);
-}
-
-static const qmm_attn_kernels kernels = {
-    .mq = QMM_ZA_MQ, .kv_bytes = kv_bytes, .tile_bytes = tile_bytes, .pack_kv = pack_kv, .tile = tile};
+const qmm_attn_ukernels qmm_avx512_bf16_attn = {
+    .name = "avx512_bf16 (bf16 6x64, bf16 P)", .p = QMM_ATTN_P_BF16, .mr = QMM_ZA_MR, .nk = NK, .mq = QMM_ZA_MQ,
+    .dalign = 16, .kb_bytes = kb_bytes, .vb_bytes = vb_bytes, .q_bytes = q_bytes,
+    .pack_kv = qmm_bf16_attn_pack_kv__avx512bf16, .pack_q = qmm_bf16_attn_pack_q__avx512bf16,
+    .qk = qmm_bf16_attn_qk_ukernel_6x64__avx512bf16, .softmax = qmm_attn_softmax_bf16__avx512,
+    .pv = qmm_bf16_attn_pv_ukernel_6x64__avx512bf16};
 
 /* Where bf16 operands pay. Intel cores with AVX512-FP16 (Sapphire Rapids and later) issue
  * VDPBF16PS zmm at half the rate of FMA zmm (16 bf16 pairs per cycle against 2 × 16 f32
@@ -108,8 +113,4 @@ const char *qmm_avx512_bf16_attn_admit(const qmm_attn_call *c, char *why, size_t
     if (c->mode == QMM_ATTN_F32) return "mode f32: this engine rounds q, k, v and p to bf16";
     if (!c->by_name && !bf16_pays()) return "mode best: VDPBF16PS runs at half FMA's rate on this CPU (avx512_f32 is faster)";
     return NULL;
-}
-
-qmm_status qmm_avx512_bf16_attn_run(qmm_context *ctx, const qmm_attn_call *c) {
-    return qmm_attention_run(ctx, c, &kernels);
 }

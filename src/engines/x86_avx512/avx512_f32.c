@@ -115,5 +115,5 @@ static const qmm_fgemm k_gemm = {
 
 const qmm_engine_ops qmm_avx512_f32_ops = {
     .built = 1, .admit = qmm_admit_common_float, .f = &k_gemm,
-    .attn_admit = qmm_avx512_f32_attn_admit, .attn_run = qmm_avx512_f32_attn_run,
+    .attn_admit = qmm_avx512_f32_attn_admit, .attn = &qmm_avx512_f32_attn,
 };

@@ -1,25 +1,26 @@
 /*
  * avx512_f32_attn.c — attention on avx512_f32 (SPEC §10): f32 operands, FMA, f32 accumulation;
- * the tile loop and softmax of attention_avx512.h.
+ * its ukernels (ukernels.h) under the attention driver (core/attention.h), the frame's f32
+ * softmax (qmm_attn_softmax_f32__avx512).
  *
  * Packed kv head (per thread, once per head): nblk = ceil(Skv / 64) K blocks [D][64] f32 (64 keys
  * side by side per d: 4 zmm), then the V blocks [64][Dp] f32 (V's rows, D padded to 16); keys
- * past Skv and d past D are zero.
- * qk: 6 query rows × 64 keys (24 zmm), per d 4 K loads and 6 broadcasts of q[i][d].
- * pv: qmm_za_pv_f32 (attention_avx512.h).
+ * past Skv and d past D are zero. Q: f32 [Dp]; sq = log2(e) · scale.
+ * qk: 6 query rows × 64 keys (24 zmm), per d 4 K loads and 6 broadcasts of q[i][d]; S = sq · acc.
+ * pv: 6 rows × 64 of D (24 zmm) per pass, per key 4 V loads and 6 broadcasts of p[i][j].
  * Each score and each output is one FMA chain in order of d (of j within a block).
  */
 #include "attention_avx512.h"
 #include "avx512_attn.h"
+#include "ukernels.h"
 
 #define NK QMM_ZA_NK
 
 static size_t kb_bytes(int64_t D) { return (size_t)(D * NK) * sizeof(float); }
 static size_t vb_bytes(int64_t D) { return (size_t)(NK * qmm_za_dp(D)) * sizeof(float); }
+static size_t q_bytes(int64_t D) { return (size_t)qmm_za_dp(D) * sizeof(float); }
 
-static size_t kv_bytes(int64_t Skv, int64_t D) { return qmm_attn_blocks_bytes(Skv, NK, kb_bytes(D) + vb_bytes(D), 0); }
-
-static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
+void qmm_f32_attn_pack_kv__avx512f(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
     const int64_t D = c->D, Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;
     const size_t es = qmm_dtype_size(c->kv_dtype);
     float *K = kv, *V = (float *)kv + nblk * D * NK;
@@ -41,8 +42,12 @@ static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *
     }
 }
 
-static inline __attribute__((always_inline)) void qk_n(const int rows, const float *Q, int64_t D, const float *Kb,
-                                                        float *S) {
+void qmm_f32_attn_pack_q__avx512f(const qmm_attn_call *c, const void *q, void *Q, float *sq) {
+    qmm_za_pack_q(c, q, Q, sq, qmm_za_dp(c->D), 0);
+}
+
+static inline __attribute__((always_inline)) void qk_n(const int rows, const float *Q, const float *sq, int64_t D,
+                                                        const float *Kb, float *S) {
     const int64_t Dp = qmm_za_dp(D);
     __m512 acc[QMM_ZA_MR][4];
     for (int i = 0; i < rows; i++)
@@ -59,33 +64,64 @@ static inline __attribute__((always_inline)) void qk_n(const int rows, const flo
             acc[i][3] = _mm512_fmadd_ps(qd, k3, acc[i][3]);
         }
     }
+    for (int i = 0; i < rows; i++) {
+        const __m512 s = _mm512_set1_ps(sq[i]);
+        for (int z = 0; z < 4; z++) _mm512_storeu_ps(S + i * NK + 16 * z, _mm512_mul_ps(acc[i][z], s));
+    }
+}
+
+void qmm_f32_attn_qk_ukernel_6x64__avx512f(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
+                                           float *S) {
+    QMM_ATTN_BY_ROWS(rows, qk_n, Q, sq, D, kblk, S);
+}
+
+/* O[i][0..Dp) = O[i]·alpha[i] + ps[i]·Σ_j P[i][j]·V[j] for rows
+ * i < rows (1..6), P [rows][NK] f32, the V block [NK][Dp] f32 (V's rows, Dp a multiple of 16);
+ * 6 rows × 64 of D (24 zmm) per pass, per key 4 V loads and 6 broadcasts of p[i][j]. */
+static inline __attribute__((always_inline)) void pv_n(const int rows, const int nz, const float *P,
+                                                                  const float *Vb, float *O, const float *alpha,
+                                                                  const float *ps, int64_t Dp, int64_t d0) {
+    __m512 acc[QMM_ZA_MR][4];
     for (int i = 0; i < rows; i++)
-        for (int z = 0; z < 4; z++) _mm512_storeu_ps(S + i * NK + 16 * z, acc[i][z]);
+        for (int z = 0; z < nz; z++) acc[i][z] = _mm512_setzero_ps();
+    for (int j = 0; j < NK; j++) {
+        const float *vj = Vb + j * Dp + d0;
+        __m512 v[4];
+        for (int z = 0; z < nz; z++) v[z] = _mm512_loadu_ps(vj + 16 * z);
+        for (int i = 0; i < rows; i++) {
+            const __m512 p = _mm512_set1_ps(P[i * NK + j]);
+            for (int z = 0; z < nz; z++) acc[i][z] = _mm512_fmadd_ps(p, v[z], acc[i][z]);
+        }
+    }
+    for (int i = 0; i < rows; i++) qmm_za_pv_store(O + i * Dp + d0, acc[i], nz, alpha[i], ps[i]);
 }
 
-static void qk(int rows, const void *Q, int64_t D, const void *Kb, float *S) {
-    QMM_ATTN_BY_ROWS(rows, qk_n, Q, D, Kb, S);
+static inline void pv_f32(int rows, const float *P, const float *Vb, float *O, const float *alpha,
+                                 const float *ps, int64_t Dp) {
+    for (int64_t d0 = 0; d0 < Dp; d0 += 64) {
+        const int64_t nz = (Dp - d0) / 16 >= 4 ? 4 : (Dp - d0) / 16;
+        if (nz == 4) QMM_ATTN_BY_ROWS(rows, pv_n, 4, P, Vb, O, alpha, ps, Dp, d0);
+        else if (nz == 3) QMM_ATTN_BY_ROWS(rows, pv_n, 3, P, Vb, O, alpha, ps, Dp, d0);
+        else if (nz == 2) QMM_ATTN_BY_ROWS(rows, pv_n, 2, P, Vb, O, alpha, ps, Dp, d0);
+        else QMM_ATTN_BY_ROWS(rows, pv_n, 1, P, Vb, O, alpha, ps, Dp, d0);
+    }
 }
 
-static void pv(int rows, const void *P, const void *Vb, float *O, const float *alpha, int64_t D) {
-    qmm_za_pv_f32(rows, P, Vb, O, alpha, qmm_za_dp(D));
+
+void qmm_f32_attn_pv_ukernel_6x64__avx512f(int rows, const void *P, const float *ps, const float *alpha,
+                                           const void *vblk, int64_t D, float *O, void *ws) {
+    (void)ws;
+    pv_f32(rows, P, vblk, O, alpha, ps, qmm_za_dp(D));
 }
 
-static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(qmm_za_dp(D)); }
-
-static void tile(const qmm_attn_call *c, const void *kv, const void *q, int64_t rows, const void *mask, void *out,
-                 void *scratch) {
-    qmm_za_tile_run(c, kv, q, rows, mask, out, scratch, 0, kb_bytes(c->D), vb_bytes(c->D), qk, pv);
-}
-
-static const qmm_attn_kernels kernels = {
-    .mq = QMM_ZA_MQ, .kv_bytes = kv_bytes, .tile_bytes = tile_bytes, .pack_kv = pack_kv, .tile = tile};
+const qmm_attn_ukernels qmm_avx512_f32_attn = {
+    .name = "avx512_f32 (f32 6x64, f32 P)", .p = QMM_ATTN_P_F32, .mr = QMM_ZA_MR, .nk = NK, .mq = QMM_ZA_MQ, .dalign = 16,
+    .kb_bytes = kb_bytes, .vb_bytes = vb_bytes, .q_bytes = q_bytes,
+    .pack_kv = qmm_f32_attn_pack_kv__avx512f, .pack_q = qmm_f32_attn_pack_q__avx512f,
+    .qk = qmm_f32_attn_qk_ukernel_6x64__avx512f, .softmax = qmm_attn_softmax_f32__avx512,
+    .pv = qmm_f32_attn_pv_ukernel_6x64__avx512f};
 
 const char *qmm_avx512_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n) {
     (void)c; (void)why; (void)n;
     return NULL;
-}
-
-qmm_status qmm_avx512_f32_attn_run(qmm_context *ctx, const qmm_attn_call *c) {
-    return qmm_attention_run(ctx, c, &kernels);
 }

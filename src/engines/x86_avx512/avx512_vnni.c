@@ -118,5 +118,5 @@ static const char *admit(const qmm_call *c, char *why, size_t n) { return qmm_ad
 
 const qmm_engine_ops qmm_avx512_vnni_ops = {
     .built = 1, .admit = admit, .i8 = &k_vnni,
-    .attn_admit = qmm_avx512_vnni_attn_admit, .attn_run = qmm_avx512_vnni_attn_run,
+    .attn_admit = qmm_avx512_vnni_attn_admit, .attn = &qmm_avx512_vnni_attn,
 };

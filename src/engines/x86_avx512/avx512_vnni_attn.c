@@ -1,9 +1,10 @@
 /*
  * avx512_vnni_attn.c — attention's int8 mode on avx512_vnni (SPEC §10, QMM_ATTN_INT8): both
- * products on VPDPBUSD with exact int32 sums, the online softmax in f32, under the attention
- * driver (core/attention.h). Admits mode int8 only.
+ * products on VPDPBUSD with exact int32 sums: its ukernels (ukernels.h) under the attention
+ * driver (core/attention.h) and the frame's u8 softmax (qmm_attn_softmax_u8__avx512, the online
+ * softmax's state in f32 in the driver). Admits mode int8 only.
  *
- * Quantization (per kv head when packed, per query row when its tile starts; R the rotation):
+ * Quantization (per kv head when packed, per query row by pack_q; R the rotation):
  *   k'[j] = k[j] − mean (qmm_attn_key_mean: the mean of the finite keys; the softmax rows stay
  *   as they are)
  *   R: q and k padded with zeros to Dq = D rounded up to 64, then ConvRot's rotation (numerics.h
@@ -14,7 +15,7 @@
  *   are, unless a bool mask excludes the key)
  *   score[i][j] = (Σ_d (qq + 128)·kq − 128·Σ_d kq) · sq[i] · sk[j]   (sq carries the call's scale
  *   and log2(e): the softmax runs in base 2)
- *   per block of 64 keys and query row (softmax_u8): e = 2^(s − the block's max) ∈ [0, 1],
+ *   per block of 64 keys and query row (the u8 softmax): e = 2^(s − the block's max) ∈ [0, 1],
  *   pq = round(255·e) u8, l summed from the f32 e;  per block of 64 keys and channel:
  *   sv[d] = max_j |v[j][d]| / 127, vq = round(v / sv) (a channel with a non-finite value: sv NaN);
  *   O = O·α + (Σ_j pq[j]·vq[j][d]) · ps · sv[d] / 255, ps = 2^(block max − running max)
@@ -30,6 +31,7 @@
 #include "attention_avx512.h"
 #include "avx512_attn.h"
 #include "avx512_vnni.h"
+#include "ukernels.h"
 
 #include <string.h>
 
@@ -49,9 +51,9 @@ static size_t kb_bytes(int64_t D) { return (size_t)(dq_of(D) * NK) + NK * 4 + NK
 static size_t kb_stride(int64_t D) { return (size_t)qmm_round_up((int64_t)kb_bytes(D), 64); }
 /* one V block: the codes, then the channels' scales */
 static size_t vb_stride(int64_t D) { return (size_t)(NK * qmm_za_dp(D)) + (size_t)qmm_za_dp(D) * 4; }
-static size_t kv_bytes(int64_t Skv, int64_t D) {
-    return qmm_attn_blocks_bytes(Skv, NK, kb_stride(D) + vb_stride(D), (size_t)qmm_za_dp(D) * 4); /* + the keys' mean */
-}
+/* after the blocks: the keys' mean */
+static size_t extra_bytes(int64_t D) { return (size_t)qmm_za_dp(D) * 4; }
+static size_t q_bytes(int64_t D) { return (size_t)dq_of(D); }
 
 /* row[0..Dq) ← R row: qmm_rotate_f32 (numerics.h) with g = 64, in its vector form (simd_avx512.h) */
 static void rotate(float *row, int64_t Dq) {
@@ -167,7 +169,7 @@ static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
     }
 }
 
-static void pack_kv(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
+void qmm_qs8_attn_pack_kv__avx512vnni(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
     const int64_t D = c->D, nblk = (c->Skv + NK - 1) / NK;
     char *K = kv;
     char *V = K + (size_t)nblk * kb_stride(D);
@@ -212,13 +214,14 @@ static inline __attribute__((always_inline)) void qk_n(const int rows, const uin
     }
 }
 
-static void qk(int rows, const uint8_t *Q, const float *sq, int64_t Dq, const char *blk, float *S) {
-    QMM_ATTN_BY_ROWS(rows, qk_n, Q, sq, Dq, blk, S);
+void qmm_qs8_attn_qk_ukernel_6x64c4__avx512vnni(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
+                                                float *S) {
+    QMM_ATTN_BY_ROWS(rows, qk_n, Q, sq, dq_of(D), kblk, S);
 }
 
 /* O[i][d0 .. d0 + 16·nz) = O[i]·alpha[i] + (Σ_j pq[i][j]·vq[j]) · ps[i] · vs for rows i < rows
- * (Vb: the block's codes, then vs = sv / 255 [Dp]); one of alpha[i] and ps[i] is 1 (softmax_u8),
- * so each output takes a conversion, a product and one FMA */
+ * (Vb: the block's codes, then vs = sv / 255 [Dp]); one of alpha[i] and ps[i] is 1 (the
+ * driver's), so each output takes a conversion, a product and one FMA */
 static inline __attribute__((always_inline)) void pv_n(const int rows, const int nz, const uint8_t *P, const float *ps,
                                                         const int8_t *Vb, float *O, const float *alpha, int64_t Dp,
                                                         int64_t d0) {
@@ -238,22 +241,18 @@ static inline __attribute__((always_inline)) void pv_n(const int rows, const int
         }
     }
     for (int i = 0; i < rows; i++) {
-        const __m512 a = _mm512_set1_ps(alpha[i]), p = _mm512_set1_ps(ps[i]);
-        float *o = O + i * Dp + d0;
-        if (ps[i] == 1.0f) /* O·α + x */
-            for (int z = 0; z < nz; z++) {
-                const __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][z]), _mm512_loadu_ps(vsc + d0 + 16 * z));
-                _mm512_storeu_ps(o + 16 * z, _mm512_fmadd_ps(_mm512_loadu_ps(o + 16 * z), a, x));
-            }
-        else /* α = 1: O + x·ps */
-            for (int z = 0; z < nz; z++) {
-                const __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][z]), _mm512_loadu_ps(vsc + d0 + 16 * z));
-                _mm512_storeu_ps(o + 16 * z, _mm512_fmadd_ps(x, p, _mm512_loadu_ps(o + 16 * z)));
-            }
+        __m512 x[4];
+        for (int z = 0; z < nz; z++) x[z] = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][z]), _mm512_loadu_ps(vsc + d0 + 16 * z));
+        qmm_za_pv_store(O + i * Dp + d0, x, nz, alpha[i], ps[i]);
     }
 }
 
-static void pv(int rows, const uint8_t *P, const float *ps, const char *Vb, float *O, const float *alpha, int64_t Dp) {
+void qmm_qu8_qs8_attn_pv_ukernel_6x64c4__avx512vnni(int rows, const void *Pv, const float *ps, const float *alpha,
+                                                    const void *vblk, int64_t D, float *O, void *ws) {
+    (void)ws;
+    const int64_t Dp = qmm_za_dp(D);
+    const uint8_t *P = Pv;
+    const char *Vb = vblk;
     for (int64_t d0 = 0; d0 < Dp; d0 += 64) {
         const int64_t nz = (Dp - d0) / 16 >= 4 ? 4 : (Dp - d0) / 16;
         if (nz == 4) QMM_ATTN_BY_ROWS(rows, pv_n, 4, P, ps, (const int8_t *)Vb, O, alpha, Dp, d0);
@@ -263,131 +262,28 @@ static void pv(int rows, const uint8_t *P, const float *ps, const char *Vb, floa
     }
 }
 
-/* query row i → qq + 128 [Dq] u8 and its scale times the call's scale and log2(e) */
-static void quantize_q(const qmm_attn_call *c, const void *q, int64_t i, uint8_t *Q, float *sq) {
+/* one query row → qq + 128 [Dq] u8 and its scale times the call's scale and log2(e) */
+void qmm_qs8_attn_pack_q__avx512vnni(const qmm_attn_call *c, const void *q, void *Qv, float *sq) {
     const int64_t D = c->D, Dq = dq_of(D);
-    const char *r = (const char *)q + i * c->qs[2] * (int64_t)qmm_dtype_size(c->q_dtype);
+    uint8_t *Q = Qv;
     float row[QMM_ATTN_MAX_D + 16];
     int8_t q8[QMM_ATTN_MAX_D + 16];
-    for (int64_t d = 0; d < Dq; d += 16) _mm512_storeu_ps(row + d, qmm_z_load16(r, c->q_dtype, d, qmm_za_lanes(D - d)));
+    for (int64_t d = 0; d < Dq; d += 16) _mm512_storeu_ps(row + d, qmm_z_load16(q, c->q_dtype, d, qmm_za_lanes(D - d)));
     rotate(row, Dq);
     int32_t sum;
-    sq[i] = quantize_row(row, Dq, q8, &sum) * (c->scale * 1.44269504088896341f);
-    for (int64_t d = 0; d < Dq; d++) Q[i * Dq + d] = (uint8_t)(q8[d] + 128);
+    *sq = quantize_row(row, Dq, q8, &sum) * (c->scale * QMM_ZA_LOG2E);
+    for (int64_t d = 0; d < Dq; d++) Q[d] = (uint8_t)(q8[d] + 128);
 }
 
-/* 255 · 2^x for x <= 0, -inf (0) or NaN (NaN): 2^n · q(x − n), n = round(x), q the degree-5
- * polynomial of 255 · 2^f on |f| <= 1/2 (fitted to relative error 8e-8); 0 below 2^-126 */
-static inline __m512 exp2_255(__m512 x) {
-    const __m512 n = _mm512_roundscale_ps(x, QMM_Z_RNE), f = _mm512_sub_ps(x, n);
-    __m512 q = _mm512_set1_ps(255.0f * 0.001326697994954884f);
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(255.0f * 0.009675469249486923f));
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(255.0f * 0.05550742521882057f));
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(255.0f * 0.24022121727466583f));
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(255.0f * 0.6931469440460205f));
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(255.0f * 1.0000001192092896f));
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ); /* not below, or NaN */
-    return _mm512_maskz_scalef_ps(keep, q, n);
-}
-
-/* 2^x for one finite x <= 0: exp2_255's polynomial on the low lane, / 255 */
-static inline float exp2_1(float x) {
-#define FMA_SS(a, b, c) _mm_fmadd_round_ss(a, b, c, _MM_FROUND_CUR_DIRECTION) /* AVX512F's form */
-    const __m128 v = _mm_set_ss(x), n = _mm_roundscale_ss(v, v, QMM_Z_RNE), f = _mm_sub_ss(v, n);
-    __m128 q = _mm_set_ss(0.001326697994954884f);
-    q = FMA_SS(q, f, _mm_set_ss(0.009675469249486923f));
-    q = FMA_SS(q, f, _mm_set_ss(0.05550742521882057f));
-    q = FMA_SS(q, f, _mm_set_ss(0.24022121727466583f));
-    q = FMA_SS(q, f, _mm_set_ss(0.6931469440460205f));
-    q = FMA_SS(q, f, _mm_set_ss(1.0000001192092896f));
-#undef FMA_SS
-    return _mm_cvtss_f32(_mm_scalef_ss(q, n));
-}
-
-/* The online softmax of row i on one block of nv valid keys (attention_avx512.h's, in base 2 and
- * with P in u8): S holds the scores times log2(e) (the scale and log2(e) are in sq); an additive
- * mask is added in base e. bm = max s, m' = max(m, bm), e = 2^(s − bm), pq = round(255·e),
- * ps = 2^(bm − m') (so p = 2^(s − m') ≈ pq·ps / 255; the 1/255 is in V's scales), α = 2^(m − m')
- * (one of α and ps is 1), l = l·α + ps·Σ e.
- * A NaN score makes l NaN (the row's output NaN); while every score so far is -inf, pq = 0 and
- * l stays 0. */
-static void softmax_u8(const qmm_attn_call *c, const qmm_za_tile *t, int64_t i, int64_t j0, int64_t nv,
-                       const void *mask, uint8_t *pq, float *ps) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 s[4];
-    for (int z = 0; z < 4; z++) s[z] = _mm512_mask_loadu_ps(ninf, qmm_za_lanes(nv - 16 * z), t->S + i * NK + 16 * z);
-    if (mask && c->mask_dtype != QMM_U8) {
-        for (int z = 0; z < 4; z++) s[z] = _mm512_mul_ps(s[z], _mm512_set1_ps(0.693147180559945309f));
-        qmm_za_mask(c, mask, i, j0, nv, t->mtmp, s);
-        for (int z = 0; z < 4; z++) s[z] = _mm512_mul_ps(s[z], _mm512_set1_ps(1.44269504088896341f));
-    } else if (mask) {
-        qmm_za_mask(c, mask, i, j0, nv, t->mtmp, s);
-    }
-    const float bm = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3])));
-    if (!(bm > -INFINITY)) { /* every key of the block masked, or a NaN the max passed over */
-        __mmask16 nan = 0;
-        for (int z = 0; z < 4; z++) nan |= _mm512_cmp_ps_mask(s[z], s[z], _CMP_UNORD_Q);
-        if (nan) t->l[i] = NAN;
-        t->alpha[i] = 1.0f;
-        *ps = 0.0f;
-        _mm512_storeu_si512(pq, _mm512_setzero_si512());
-        return;
-    }
-    const float m0 = t->m[i], mn = bm > m0 ? bm : m0;
-    const __m512 vb = _mm512_set1_ps(bm);
-    __m512 sum = _mm512_setzero_ps();
-    for (int z = 0; z < 4; z++) {
-        const __m512 e = exp2_255(_mm512_sub_ps(s[z], vb)); /* a NaN score: e and so l NaN */
-        sum = _mm512_add_ps(sum, e);
-        _mm_storeu_si128((__m128i *)(pq + 16 * z), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(e)));
-    }
-    /* α = 2^(m0 − m') and f = 2^(bm − m'): one of them is 2^0 = 1 (m' is m0 or bm) */
-    const float a = mn == m0 ? 1.0f : m0 == -INFINITY ? 0.0f : exp2_1(m0 - mn),
-                f = bm == mn ? 1.0f : exp2_1(bm - mn);
-    t->l[i] = t->l[i] * a + f * (_mm512_reduce_add_ps(sum) * (1.0f / 255.0f));
-    t->m[i] = mn;
-    t->alpha[i] = a;
-    *ps = f;
-}
-
-static size_t tile_bytes(int64_t D) { return qmm_za_tile_bytes(qmm_za_dp(D)) + QMM_ZA_MQ * NK; }
-
-static void tile(const qmm_attn_call *c, const void *kv, const void *q, int64_t rows, const void *mask, void *out,
-                 void *scratch) {
-    const int64_t D = c->D, Dq = dq_of(D), Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;
-    const size_t kbs = kb_stride(D);
-    const qmm_za_tile t = qmm_za_tile_of(scratch, Dp);
-    uint8_t *Q = t.Q, *Pq = (uint8_t *)scratch + qmm_za_tile_bytes(Dp);
-    float *sq = t.blk, *ps = t.blk + QMM_ZA_MQ;
-    for (int64_t i = 0; i < rows; i++) {
-        quantize_q(c, q, i, Q, sq);
-        t.m[i] = -INFINITY;
-        t.l[i] = 0.0f;
-        for (int64_t d = 0; d < Dp; d += 16) _mm512_storeu_ps(t.O + i * Dp + d, _mm512_setzero_ps());
-    }
-    const char *K = kv;
-    const char *V = K + (size_t)nblk * kbs;
-    for (int64_t kb = 0; kb < nblk; kb++) {
-        const int64_t j0 = kb * NK, nv = c->Skv - j0 < NK ? c->Skv - j0 : NK;
-        for (int64_t r = 0; r < rows; r += MR)
-            qk((int)(rows - r < MR ? rows - r : MR), Q + r * Dq, sq + r, Dq, K + (size_t)kb * kbs, t.S + r * NK);
-        for (int64_t i = 0; i < rows; i++) softmax_u8(c, &t, i, j0, nv, mask, Pq + i * NK, ps + i);
-        for (int64_t r = 0; r < rows; r += MR)
-            pv((int)(rows - r < MR ? rows - r : MR), Pq + r * NK, ps + r, V + (size_t)kb * vb_stride(D), t.O + r * Dp,
-               t.alpha + r, Dp);
-    }
-    for (int64_t i = 0; i < rows; i++) qmm_za_store(c, &t, i, out);
-}
-
-static const qmm_attn_kernels kernels = {
-    .mq = QMM_ZA_MQ, .kv_bytes = kv_bytes, .tile_bytes = tile_bytes, .pack_kv = pack_kv, .tile = tile};
+const qmm_attn_ukernels qmm_avx512_vnni_attn = {
+    .name = "avx512_vnni (int8 6x64c4, u8 P)", .p = QMM_ATTN_P_U8, .mr = MR, .nk = NK, .mq = QMM_ZA_MQ, .dalign = 16,
+    .kb_bytes = kb_stride, .vb_bytes = vb_stride, .extra_bytes = extra_bytes, .q_bytes = q_bytes,
+    .pack_kv = qmm_qs8_attn_pack_kv__avx512vnni, .pack_q = qmm_qs8_attn_pack_q__avx512vnni,
+    .qk = qmm_qs8_attn_qk_ukernel_6x64c4__avx512vnni, .softmax = qmm_attn_softmax_u8__avx512,
+    .pv = qmm_qu8_qs8_attn_pv_ukernel_6x64c4__avx512vnni};
 
 const char *qmm_avx512_vnni_attn_admit(const qmm_attn_call *c, char *why, size_t n) {
     (void)why; (void)n;
     if (c->mode != QMM_ATTN_INT8) return "int8 QKᵀ and P·V run in mode int8 only";
     return NULL;
-}
-
-qmm_status qmm_avx512_vnni_attn_run(qmm_context *ctx, const qmm_attn_call *c) {
-    return qmm_attention_run(ctx, c, &kernels);
 }

@@ -1,0 +1,466 @@
+/*
+ * test_attn_ukernels.c — the attention ukernels (core/attention.h's contract) as units, outside
+ * the driver (which tests/test_attention covers): every engine's qmm_attn_ukernels available on
+ * this CPU (ukernels.h: avx512_f32, avx512_bf16, avx512_vnni, avx2_f32; the emulated amx_bf16
+ * when linked with tests/amx_emu.cmake, QMM_TEST_AMX_EMU; the others skipped visibly), and the
+ * frame's softmax ukernels by SIMD level and P kind, against scalar references on randomized
+ * shapes (D in {1, 3, 16, 64, 100, 128, 256}, rows 1..mr, keys 1..3·nk, q / kv dtypes f32, f16,
+ * bf16; seed printed, QMM_SEED=N or the first argument replays; QMM_TEST_QUICK=1 runs fewer):
+ *   pack_q, qk   sq = log2(e)·scale (f32, bf16 operands) and S = sq · Q·K per key block against
+ *                the operands in double (f32: q, k; bf16: bf16(q), bf16(k − qmm_attn_key_mean)):
+ *                |S − ref| <= |sq|·Σ_d |q·k|·(D + 2)·2^-24; int8: the codes read back from the
+ *                packed Q row and K block (|code| <= 127, the key sums exact, each code within
+ *                one step of the rotated, shifted row / its scale) and S bit for bit
+ *                (float)(Σ qq·kq, exact in int64) · sk · sq; keys past Skv score 0;
+ *   pv           O = O·α + ps·Σ_j P·V on random O, α, ps (one of them 1, or ps = 0) and P of the
+ *                engine's kind: f32 and bf16 V against v (bf16: rounded) in double within
+ *                (nk + 4)·2^-24 of Σ |terms|; int8 V against its codes and scales read back
+ *                (codes within one step of v / scale, Σ pq·vq exact); O rows past the group and
+ *                (pad_rows) the zero rows untouched;
+ *   softmax      the frame's five (f32, bf16, u8 × avx512, avx2; nk = 16..64) on random score
+ *                rows with garbage past nv, masks none / bool / additive f32, f16, bf16 (key
+ *                stride 1 or 3, −inf, torch's finfo.min), a NaN score unmasked (sum NaN) or
+ *                bool-masked (ignored), every key masked (bm −inf, P 0, sum 0): bm bit for bit,
+ *                P within 2^-21 relative + the exp2 argument's rounding (bf16: + 2^-9; u8 within
+ *                0.5 + that of 255·2^(s − bm)), sum likewise.
+ */
+#include "attention.h"
+#include "numerics.h"
+#include "testutil.h"
+#include "ukernels.h"
+#ifdef QMM_TEST_AMX_EMU
+#include "../src/engines/x86_amx/amx_emu.h"
+extern const qmm_engine_ops qmm_amx_bf16_ops_emu; /* amx_bf16.c, emulated: .attn its descriptor */
+#endif
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOG2E 1.44269504088896341
+static int g_quick;
+
+static const int64_t g_ds[] = {1, 3, 16, 64, 100, 128, 256};
+
+static qmm_dtype rand_dtype(void) {
+    const int r = (int)tu_rand_int(0, 2);
+    return r == 0 ? QMM_F32 : r == 1 ? QMM_BF16 : QMM_F16;
+}
+
+static double p_val(const qmm_attn_ukernels *u, const void *P, int64_t i) {
+    if (u->p == QMM_ATTN_P_F32) return ((const float *)P)[i];
+    if (u->p == QMM_ATTN_P_BF16) return qmm_bf16_to_f32(((const uint16_t *)P)[i]);
+    return ((const uint8_t *)P)[i] / 255.0;
+}
+
+/* the rotation of mode int8 (avx512_vnni_attn.c): x[0..D) zero-padded to Dq, qmm_rotate_f32 g = 64 */
+static void rotate64(const float *x, int64_t D, int64_t Dq, float *r) {
+    for (int64_t d = 0; d < Dq; d++) r[d] = d < D ? x[d] : 0.0f;
+    qmm_rotate_f32(r, Dq, 64);
+}
+
+typedef struct {
+    const char *name;
+    const qmm_attn_ukernels *u;
+    int int8;    /* avx512_vnni's layout */
+} engine;
+
+/* ---------------------------------------------------------------- pack_kv, pack_q, qk, pv */
+
+static double engine_case(const engine *e, int64_t D, char *where_worst, size_t nw) {
+    const qmm_attn_ukernels *u = e->u;
+    const int64_t nk = u->nk, Skv = tu_rand_int(1, 3 * nk), nblk = (Skv + nk - 1) / nk;
+    const int rows = (int)tu_rand_int(1, u->mr);
+    const int64_t dp = qmm_round_up(D, u->dalign), kpad = tu_rand_int(0, 3);
+    const qmm_dtype qt = rand_dtype(), kvt = rand_dtype();
+    const size_t qes = qmm_dtype_size(qt), kes = qmm_dtype_size(kvt);
+    void *q = calloc((size_t)(u->mr * D), qes), *k = calloc((size_t)(Skv * (D + kpad)), kes),
+         *v = calloc((size_t)(Skv * (D + kpad)), kes);
+    tu_fill_float(q, qt, u->mr * D, 1.0f);
+    for (int64_t j = 0; j < Skv; j++) {
+        tu_fill_float((char *)k + (size_t)(j * (D + kpad)) * kes, kvt, D, 1.0f);
+        tu_fill_float((char *)v + (size_t)(j * (D + kpad)) * kes, kvt, D, 1.0f);
+    }
+    if (tu_rand_int(0, 3) == 0) /* a common offset of the keys (the bf16 and int8 engines shift it out) */
+        for (int64_t j = 0; j < Skv; j++)
+            for (int64_t d = 0; d < D; d++) {
+                const int64_t i = j * (D + kpad) + d;
+                qmm_store_f(k, kvt, i, qmm_load_f(k, kvt, i) + 3.0f);
+            }
+    qmm_attn_call c = {.B = 1, .H = 1, .Hkv = 1, .S = rows, .Skv = Skv, .D = D, .q = q, .q_dtype = qt,
+                       .qs = {0, 0, D}, .k = k, .v = v, .kv_dtype = kvt, .ks = {0, 0, D + kpad},
+                       .vs = {0, 0, D + kpad}, .scale = 0.25f + (float)tu_rand_int(0, 4) * 0.125f};
+    const size_t kb = u->kb_bytes(D), vb = u->vb_bytes(D), qb = u->q_bytes(D);
+    const size_t extra = u->extra_bytes ? u->extra_bytes(D) : 0;
+    const size_t kvbytes = qmm_attn_blocks_bytes(Skv, nk, kb + vb, extra);
+    TU_CHECK(kb % 64 == 0 && vb % 64 == 0, "%s: block sizes %zu, %zu not multiples of 64", e->name, kb, vb);
+    char *kv = qmm_aligned_alloc(kvbytes);
+    char *Q = qmm_aligned_alloc((size_t)u->mr * qb);
+    float *S = qmm_aligned_alloc((size_t)(u->mr * nk) * sizeof(float));
+    float *O = qmm_aligned_alloc((size_t)((u->mr + 1) * dp) * sizeof(float));
+    char *P = qmm_aligned_alloc((size_t)(u->mr * nk) * 4);
+    void *ws = qmm_aligned_alloc(u->ws_bytes ? u->ws_bytes : 64);
+    float sq[64], ps[64], al[64];
+    memset(kv, 0xa5, kvbytes); /* every byte the engine reads must be written by pack_kv */
+    memset(Q, 0, (size_t)u->mr * qb);
+    if (u->begin) u->begin();
+    u->pack_kv(&c, k, v, kv);
+    for (int i = 0; i < rows; i++) u->pack_q(&c, (const char *)q + (size_t)(i * D) * qes, Q + (size_t)i * qb, &sq[i]);
+    for (int i = rows; i < u->mr; i++) sq[i] = 0.0f;
+    /* the operands as the engine rounds them */
+    float mean[QMM_ATTN_MAX_D] = {0};
+    if (u->p != QMM_ATTN_P_F32) qmm_attn_key_mean(&c, k, mean);
+    double worst = 0;
+    char where[160] = "";
+    for (int i = 0; i < rows && !e->int8; i++)
+        if (!(fabs(sq[i] - c.scale * LOG2E) <= 1e-6 * c.scale))
+            TU_CHECK(0, "%s: sq %g, want log2(e)·scale %g", e->name, sq[i], c.scale * LOG2E);
+    /* ---- qk, block by block */
+    int qk_ok = 1;
+    for (int64_t blk = 0; blk < nblk && qk_ok; blk++) {
+        for (int64_t x = 0; x < u->mr * nk; x++) S[x] = NAN;
+        u->qk(rows, Q, sq, kv + (size_t)blk * kb, D, S);
+        for (int i = 0; i < rows && qk_ok; i++)
+            for (int64_t jj = 0; jj < nk && qk_ok; jj++) {
+                const int64_t j = blk * nk + jj;
+                const float got = S[i * nk + jj];
+                if (j >= Skv) {
+                    if ((!e->int8 || got != got) && got != 0.0f)
+                        qk_ok = TU_CHECK(0, "%s D=%lld: score of padding key %lld = %g", e->name, (long long)D, (long long)j, got);
+                    continue;
+                }
+                if (e->int8) { /* codes read back; the score bit for bit */
+                    const int64_t Dq = qmm_round_up(D, 64);
+                    const char *b = kv + (size_t)blk * kb;
+                    const int8_t *kc = (const int8_t *)b;
+                    const int32_t ksum = ((const int32_t *)(b + Dq * nk))[jj];
+                    const float sk = ((const float *)(b + Dq * nk + nk * 4))[jj];
+                    const uint8_t *qc = (const uint8_t *)(Q + (size_t)i * qb);
+                    int64_t dot = 0, ks = 0;
+                    for (int64_t d = 0; d < Dq; d++) {
+                        const int kq = kc[((d / 4) * nk + jj) * 4 + d % 4];
+                        ks += kq;
+                        dot += (int64_t)(qc[d] - 128) * kq;
+                        if (kq < -127 || qc[d] == 0) qk_ok = TU_CHECK(0, "%s: a code -128", e->name);
+                    }
+                    if (ks != ksum)
+                        qk_ok = TU_CHECK(0, "%s: key %lld: sum of codes %lld, stored %d", e->name, (long long)j, (long long)ks, ksum);
+                    const float want = ((float)(int32_t)dot * sk) * sq[i];
+                    if (qk_ok && !(got == want || (got != got && want != want))) {
+                        qk_ok = TU_CHECK(0, "%s D=%lld: S[%d][%lld] = %.9g, want %.9g (Σ qq·kq = %lld)", e->name, (long long)D, i,
+                                         (long long)j, got, want, (long long)dot);
+                    }
+                    if (i == 0 && qk_ok) { /* the key's codes within one step of R(k − mean) / sk */
+                        float row[QMM_ATTN_MAX_D], r[QMM_ATTN_MAX_D];
+                        for (int64_t d = 0; d < D; d++) row[d] = qmm_load_f(k, kvt, j * (D + kpad) + d) - mean[d];
+                        rotate64(row, D, Dq, r);
+                        for (int64_t d = 0; d < Dq && qk_ok; d++) {
+                            const int kq = kc[((d / 4) * nk + jj) * 4 + d % 4];
+                            if (!(fabs(kq * (double)sk - r[d]) <= 0.51 * sk + 1e-6 * fabs(r[d])))
+                                qk_ok = TU_CHECK(0, "%s: key %lld code[%lld] %d · %g, rotated value %g", e->name, (long long)j,
+                                                 (long long)d, kq, sk, r[d]);
+                        }
+                    }
+                    continue;
+                }
+                double ref = 0, mag = 0;
+                for (int64_t d = 0; d < D; d++) {
+                    double qd = qmm_load_f(q, qt, i * D + d), kd = qmm_load_f(k, kvt, j * (D + kpad) + d);
+                    if (u->p != QMM_ATTN_P_F32) {
+                        qd = qmm_bf16_to_f32(qmm_f32_to_bf16((float)qd));
+                        kd = qmm_bf16_to_f32(qmm_f32_to_bf16((float)kd - mean[d]));
+                    }
+                    ref += qd * kd;
+                    mag += fabs(qd * kd);
+                }
+                ref *= sq[i];
+                const double bound = fabs(sq[i]) * mag * (double)(D + 2) * 0x1p-24 + 1e-30;
+                const double r = fabs(got - ref) / bound;
+                if (r > worst) { worst = r; snprintf(where, sizeof where, "qk S[%d][%lld]", i, (long long)j); }
+                if (!(r <= 1.0)) qk_ok = TU_CHECK(0, "%s D=%lld: S[%d][%lld] = %.9g, want %.9g (bound %.3g)", e->name, (long long)D,
+                                                  i, (long long)j, got, ref, bound);
+            }
+    }
+    if (e->int8) { /* each query row's codes within one step of R q / its scale */
+        const int64_t Dq = qmm_round_up(D, 64);
+        for (int i = 0; i < rows && qk_ok; i++) {
+            float row[QMM_ATTN_MAX_D], r[QMM_ATTN_MAX_D];
+            for (int64_t d = 0; d < D; d++) row[d] = qmm_load_f(q, qt, i * D + d);
+            rotate64(row, D, Dq, r);
+            const double s = sq[i] / (c.scale * LOG2E);
+            for (int64_t d = 0; d < Dq && qk_ok; d++) {
+                const int qq = ((const uint8_t *)(Q + (size_t)i * qb))[d] - 128;
+                if (!(fabs(qq * s - r[d]) <= 0.51 * s + 1e-5 * fabs(r[d])))
+                    qk_ok = TU_CHECK(0, "%s: q row %d code[%lld] %d · %g, rotated %g", e->name, i, (long long)d, qq, s, r[d]);
+            }
+        }
+    }
+    TU_CHECK(qk_ok, "%s: qk, D=%lld, Skv=%lld, rows=%d, q %s, kv %s", e->name, (long long)D, (long long)Skv, rows,
+             qmm_dtype_name(qt), qmm_dtype_name(kvt));
+    /* ---- pv, block by block, on random P, O, α, ps */
+    int pv_ok = 1;
+    const char *V = kv + (size_t)nblk * kb;
+    for (int64_t blk = 0; blk < nblk && pv_ok; blk++) {
+        const int64_t j0 = blk * nk;
+        memset(P, 0, (size_t)(u->mr * nk) * 4);
+        for (int i = 0; i < rows; i++)
+            for (int64_t jj = 0; jj < nk; jj++) {
+                const float p = tu_rand_int(0, 5) == 0 ? 0.0f : (float)tu_rand_int(0, 1000000) / 1e6f;
+                if (u->p == QMM_ATTN_P_F32) ((float *)P)[i * nk + jj] = p;
+                else if (u->p == QMM_ATTN_P_BF16) ((uint16_t *)P)[i * nk + jj] = qmm_f32_to_bf16(p);
+                else ((uint8_t *)P)[i * nk + jj] = (uint8_t)tu_rand_int(0, 255);
+            }
+        for (int i = 0; i < rows; i++) {
+            const int kind = (int)tu_rand_int(0, 2);
+            const float r = 0.01f + (float)tu_rand_int(0, 990) / 1000.0f;
+            al[i] = kind == 0 ? 1.0f : kind == 1 ? r : 1.0f;
+            ps[i] = kind == 0 ? r : kind == 1 ? 1.0f : 0.0f;
+        }
+        for (int64_t x = 0; x < (u->mr + 1) * dp; x++) O[x] = x < rows * dp ? tu_rand_normal() : 12345.0f;
+        float O0[(6 > 16 ? 6 : 16) * (QMM_ATTN_MAX_D + 32)];
+        memcpy(O0, O, (size_t)(rows * dp) * sizeof(float));
+        u->pv(rows, P, ps, al, V + (size_t)blk * vb, D, O, ws);
+        for (int64_t x = rows * dp; x < (u->mr + 1) * dp && pv_ok; x++)
+            if (O[x] != 12345.0f) pv_ok = TU_CHECK(0, "%s: pv wrote O[%lld] past its %d rows", e->name, (long long)x, rows);
+        for (int i = 0; i < rows && pv_ok; i++)
+            for (int64_t d = 0; d < D && pv_ok; d++) {
+                double acc = 0, mag = 0;
+                const char *vb8 = V + (size_t)blk * vb;
+                for (int64_t jj = 0; jj < nk; jj++) {
+                    const int64_t j = j0 + jj;
+                    double vv = 0;
+                    if (e->int8) { /* the block's codes [nk/4][Dp][4], then sv/255 [Dp] */
+                        const int vq = ((const int8_t *)vb8)[((jj / 4) * dp + d) * 4 + jj % 4];
+                        const float vs = ((const float *)(vb8 + nk * dp))[d];
+                        vv = vq * (double)vs * 255.0; /* P's 1/255 is in p_val */
+                        if (j < Skv && vs == vs) {
+                            const double want = qmm_load_f(v, kvt, j * (D + kpad) + d);
+                            if (!(fabs(vq * (double)vs * 255.0 - want) <= 0.51 * vs * 255.0 + 1e-6 * fabs(want)))
+                                pv_ok = TU_CHECK(0, "%s: v[%lld][%lld] code %d · %g, value %g", e->name, (long long)j, (long long)d,
+                                                 vq, vs * 255.0, want);
+                        } else if (j >= Skv) {
+                            if (vq != 0) pv_ok = TU_CHECK(0, "%s: padding key %lld has a V code %d", e->name, (long long)j, vq);
+                        }
+                    } else if (j < Skv) {
+                        vv = qmm_load_f(v, kvt, j * (D + kpad) + d);
+                        if (u->p != QMM_ATTN_P_F32) vv = qmm_bf16_to_f32(qmm_f32_to_bf16((float)vv));
+                    }
+                    acc += p_val(u, P, i * nk + jj) * vv;
+                    mag += fabs(p_val(u, P, i * nk + jj) * vv);
+                }
+                const double o0 = O0[i * dp + d];
+                const double ref = o0 * al[i] + ps[i] * acc;
+                const double bound = (fabs(o0 * al[i]) + ps[i] * mag) * (double)(nk + 4) * 0x1p-24 + 1e-30;
+                const double r = fabs(O[i * dp + d] - ref) / bound;
+                if (r > worst) { worst = r; snprintf(where, sizeof where, "pv O[%d][%lld]", i, (long long)d); }
+                if (!(r <= 1.0))
+                    pv_ok = TU_CHECK(0, "%s D=%lld: pv O[%d][%lld] = %.9g, want %.9g (α %g, ps %g, bound %.3g)", e->name,
+                                     (long long)D, i, (long long)d, O[i * dp + d], ref, al[i], ps[i], bound);
+            }
+    }
+    TU_CHECK(pv_ok, "%s: pv, D=%lld, Skv=%lld, rows=%d, kv %s", e->name, (long long)D, (long long)Skv, rows,
+             qmm_dtype_name(kvt));
+    if (u->end) u->end();
+    snprintf(where_worst, nw, "%s, D=%lld", where, (long long)D);
+    qmm_aligned_free(kv);
+    qmm_aligned_free(Q);
+    qmm_aligned_free(S);
+    qmm_aligned_free(O);
+    qmm_aligned_free(P);
+    qmm_aligned_free(ws);
+    free(q);
+    free(k);
+    free(v);
+    return worst;
+}
+
+/* the frame's softmax ukernels and their P kinds */
+static const struct { qmm_attn_softmax_fn f; qmm_attn_p_kind p; } g_softmax[] = {
+    {qmm_attn_softmax_f32__avx512, QMM_ATTN_P_F32}, {qmm_attn_softmax_bf16__avx512, QMM_ATTN_P_BF16},
+    {qmm_attn_softmax_u8__avx512, QMM_ATTN_P_U8},   {qmm_attn_softmax_f32__avx2, QMM_ATTN_P_F32},
+    {qmm_attn_softmax_u8__avx2, QMM_ATTN_P_U8}};
+
+static void test_engine(const engine *e) {
+    const int n = g_quick ? 6 : 20;
+    int frame = 0; /* its softmax is one of the frame's (tested below), of its P kind */
+    for (size_t i = 0; i < sizeof g_softmax / sizeof g_softmax[0]; i++) frame |= g_softmax[i].f == e->u->softmax && g_softmax[i].p == e->u->p;
+    TU_CHECK(frame, "%s: its softmax is not the frame's ukernel of its P kind", e->name);
+    TU_CHECK(e->u->mr >= 1 && e->u->mr <= 16 && e->u->mq % e->u->mr == 0 && e->u->nk % 8 == 0 && e->u->nk <= 64 &&
+                 e->u->dalign >= 1,
+             "%s: sizes mr %d, mq %lld, nk %lld, dalign %lld", e->name, e->u->mr, (long long)e->u->mq, (long long)e->u->nk,
+             (long long)e->u->dalign);
+    double worst = 0;
+    char where[200] = "", w[200];
+    for (size_t di = 0; di < sizeof g_ds / sizeof g_ds[0]; di++)
+        for (int r = 0; r < n; r++) {
+            const double x = engine_case(e, g_ds[di], w, sizeof w);
+            if (x > worst) { worst = x; memcpy(where, w, sizeof where); }
+        }
+    tu_note("%s (%s): pack_kv, pack_q, qk, pv: worst |err| / bound %.3f (%s)", e->name, e->u->name, worst, where);
+}
+
+/* ---------------------------------------------------------------- softmax */
+
+typedef struct {
+    const char *name;
+    qmm_attn_softmax_fn f;
+    qmm_attn_p_kind p;
+    int nk_step;   /* nk: a multiple of it, up to 64 */
+} softmax_uk;
+
+/* one row: scores s[0..nk) (garbage past nv), a mask of kind mk (0 none, 1 bool, 2 additive of
+ * dtype mt) with key stride ms3 */
+static int softmax_case(const softmax_uk *k, int64_t nk, int64_t nv, int mk, qmm_dtype mt, int64_t ms3, int special) {
+    float s[64], x[64];
+    uint8_t bm8[64 * 3];
+    char am[64 * 3 * 4];
+    for (int64_t j = 0; j < nk; j++) s[j] = j < nv ? 3.0f * tu_rand_normal() : (tu_rand_int(0, 1) ? 1e30f : NAN);
+    if (special == 3) s[tu_rand_int(0, nv - 1)] = 200.0f; /* a spread past 2^-126 */
+    qmm_attn_call c = {.D = 1, .mask_dtype = mk == 1 ? QMM_U8 : mt, .ms = {0, 0, 0, ms3}};
+    const void *mask = NULL;
+    if (mk == 1) {
+        for (int64_t j = 0; j < nk * ms3; j++) bm8[j] = tu_rand_int(0, 3) != 0;
+        mask = bm8;
+    } else if (mk == 2) {
+        for (int64_t j = 0; j < nk * ms3; j++) {
+            const int r = (int)tu_rand_int(0, 9);
+            qmm_store_f(am, mt, j, r == 0 ? -INFINITY : r == 1 ? -FLT_MAX : tu_rand_normal());
+        }
+        mask = am;
+    }
+    const int64_t nanj = tu_rand_int(0, nv - 1);
+    if (special == 1) s[nanj] = NAN; /* unmasked (additive / none) or bool-masked */
+    if (special == 2) { /* every key masked */
+        for (int64_t j = 0; j < nv; j++) {
+            if (mk == 1) bm8[j * ms3] = 0;
+            else if (mk == 2) qmm_store_f(am, mt, j * ms3, -INFINITY);
+            else s[j] = -INFINITY;
+        }
+    }
+    /* the masked scores as the kernels form them (fmaf: one rounding, as VFMADD) */
+    int nan = 0;
+    float bm = -INFINITY;
+    for (int64_t j = 0; j < nk; j++) {
+        float y = j < nv ? s[j] : -INFINITY;
+        if (j < nv && mk == 1 && !bm8[j * ms3]) y = -INFINITY;
+        if (j < nv && mk == 2) {
+            const float a = qmm_load_f(am, mt, j * ms3);
+            const float z = fmaf(a, 1.44269504088896341f, y);
+            y = a != -INFINITY && y != -INFINITY && z == -INFINITY ? -FLT_MAX : z;
+        }
+        x[j] = y;
+        if (y != y) nan = 1;
+        else if (y > bm) bm = y;
+    }
+    char P[64 * 4];
+    memset(P, 0x5a, sizeof P);
+    float sum = -1.0f;
+    const float got = k->f(&c, s, nk, 0, nv, mask, P, &sum);
+    char what[200];
+    snprintf(what, sizeof what, "%s: nk=%lld nv=%lld mask %s%s ms3=%lld case %d", k->name, (long long)nk, (long long)nv,
+             mk == 0 ? "none" : mk == 1 ? "bool" : "additive ", mk == 2 ? qmm_dtype_name(mt) : "", (long long)ms3, special);
+    if (nan) return TU_CHECK(sum != sum, "%s: a NaN score, sum %g (want NaN)", what, sum);
+    if (bm == -INFINITY) {
+        int ok = TU_CHECK(got == -INFINITY && sum == 0.0f, "%s: every key masked: bm %g, sum %g", what, got, sum);
+        for (int64_t j = 0; j < nk && ok; j++)
+            if (p_val(&(qmm_attn_ukernels){.p = k->p}, P, j) != 0.0) ok = TU_CHECK(0, "%s: P[%lld] not 0", what, (long long)j);
+        return ok;
+    }
+    if (!TU_CHECK(got == bm, "%s: bm %.9g, want %.9g", what, got, bm)) return 0;
+    double sref = 0, smag = 0;
+    const qmm_attn_ukernels pk = {.p = k->p};
+    for (int64_t j = 0; j < nk; j++) {
+        if (x[j] == -INFINITY) { /* a masked key, or one past nv */
+            if (!TU_CHECK(p_val(&pk, P, j) == 0.0, "%s: P[%lld] of a masked key = %g", what, (long long)j, p_val(&pk, P, j)))
+                return 0;
+            continue;
+        }
+        const double e = exp2((double)x[j] - bm), arg = fabs((double)x[j] - bm);
+        const double rel = 0x1p-21 + arg * 0x1p-23; /* the polynomial, the rounding of x − bm */
+        const double pe = e < 0x1p-126 ? 0x1p-126 : 0;  /* flushed below 2^-126 */
+        double pr = p_val(&pk, P, j), tol;
+        if (k->p == QMM_ATTN_P_U8) tol = (0.5 + 255 * e * rel) / 255 + 1e-9;
+        else if (k->p == QMM_ATTN_P_BF16) tol = e * (rel + 0x1p-8) + pe;
+        else tol = e * rel + pe;
+        if (!(fabs(pr - e) <= tol))
+            return TU_CHECK(0, "%s: P[%lld] = %.9g, want %.9g (s − bm = %g)", what, (long long)j, pr, e, (double)x[j] - bm);
+        sref += e;
+        smag += e * (0x1p-21 + arg * 0x1p-23) + 0x1p-126;
+    }
+    return TU_CHECK(fabs(sum - sref) <= smag + sref * (double)nk * 0x1p-24, "%s: sum %.9g, want %.9g", what, sum, sref);
+}
+
+static void test_softmax(const softmax_uk *k) {
+    int bad = 0, n = 0;
+    const int reps = g_quick ? 40 : 200;
+    for (int64_t nk = k->nk_step; nk <= 64; nk += k->nk_step)
+        for (int r = 0; r < reps && bad < 5; r++) {
+            const int64_t nv = r % 3 == 0 ? nk : tu_rand_int(1, nk);
+            const int mk = (int)tu_rand_int(0, 2);
+            const qmm_dtype mt = rand_dtype();
+            const int64_t ms3 = tu_rand_int(0, 1) ? 1 : 3;
+            const int special = r % 5 == 1 ? 1 : r % 5 == 2 ? 2 : r % 5 == 3 ? 3 : 0;
+            bad += !softmax_case(k, nk, nv, mk, mt, ms3, special);
+            n++;
+        }
+    tu_note("%s: %d rows (nk %d..64)", k->name, n, k->nk_step);
+}
+
+int main(int argc, char **argv) {
+    tu_init(argc, argv, "test_attn_ukernels");
+    g_quick = getenv("QMM_TEST_QUICK") != NULL;
+    char why[QMM_REASON_MAX];
+    const int avx512 = qmm_engine_available(QMM_ENGINE_AVX512_F32, why, sizeof why);
+    char why512[QMM_REASON_MAX];
+    memcpy(why512, why, sizeof why512);
+    if (!avx512) tu_skip("the AVX-512 softmax ukernels", why);
+    else {
+        const softmax_uk ks[] = {{"qmm_attn_softmax_f32__avx512", qmm_attn_softmax_f32__avx512, QMM_ATTN_P_F32, 16},
+                                 {"qmm_attn_softmax_bf16__avx512", qmm_attn_softmax_bf16__avx512, QMM_ATTN_P_BF16, 16},
+                                 {"qmm_attn_softmax_u8__avx512", qmm_attn_softmax_u8__avx512, QMM_ATTN_P_U8, 16}};
+        for (size_t i = 0; i < 3; i++) test_softmax(&ks[i]);
+    }
+    if (!qmm_engine_available(QMM_ENGINE_AVX2_F32, why, sizeof why)) tu_skip("the AVX2 softmax ukernels", why);
+    else {
+        const softmax_uk ks[] = {{"qmm_attn_softmax_f32__avx2", qmm_attn_softmax_f32__avx2, QMM_ATTN_P_F32, 8},
+                                 {"qmm_attn_softmax_u8__avx2", qmm_attn_softmax_u8__avx2, QMM_ATTN_P_U8, 8}};
+        for (size_t i = 0; i < 2; i++) test_softmax(&ks[i]);
+    }
+    const struct { qmm_engine_id id; engine e; } engines[] = {
+        {QMM_ENGINE_AVX512_F32, {"avx512_f32", &qmm_avx512_f32_attn, 0}},
+        {QMM_ENGINE_AVX512_BF16, {"avx512_bf16", &qmm_avx512_bf16_attn, 0}},
+        {QMM_ENGINE_AVX512_VNNI, {"avx512_vnni", &qmm_avx512_vnni_attn, 1}},
+        {QMM_ENGINE_AVX2_F32, {"avx2_f32", &qmm_avx2_f32_attn, 0}},
+    };
+    for (size_t i = 0; i < sizeof engines / sizeof engines[0]; i++) {
+        if (!qmm_engine_available(engines[i].id, why, sizeof why)) { tu_skip(engines[i].e.name, why); continue; }
+        TU_CHECK(qmm_engine_get(engines[i].id)->ops->attn == engines[i].e.u, "%s: ops.attn is not its descriptor",
+                 engines[i].e.name);
+        test_engine(&engines[i].e);
+    }
+    /* the engines' descriptors this test does not know yet */
+    qmm_engine_id all[QMM_ENGINE_COUNT];
+    const int n = tu_engines(TU_ENGINES_ALL, all);
+    for (int i = 0; i < n; i++) {
+        const qmm_engine *e = qmm_engine_get(all[i]);
+        int known = 0;
+        for (size_t j = 0; j < sizeof engines / sizeof engines[0]; j++) known |= engines[j].id == all[i];
+        if (e->ops->attn && !known && all[i] != QMM_ENGINE_AMX_BF16)
+            tu_skip(e->name, "attention ukernels not in this test's list (test_attention covers the engine)");
+    }
+#ifdef QMM_TEST_AMX_EMU
+    if (!avx512) tu_skip("amx_bf16 (emulated, its conversions AVX-512)", why512);
+    else {
+        const engine e = {"amx_bf16 (emulated)", qmm_amx_bf16_ops_emu.attn, 0};
+        const long f0 = qmm_amx_emu_faults();
+        test_engine(&e);
+        TU_CHECK(qmm_amx_emu_faults() == f0 && qmm_amx_emu_live_configs() == 0,
+                 "amx_bf16 (emulated): %ld tile faults (%s), %ld configurations left", qmm_amx_emu_faults() - f0,
+                 qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
+    }
+#else
+    tu_skip("amx_bf16 (emulated)", "this build has no emulated AMX objects (tests/amx_emu.cmake)");
+#endif
+    return tu_finish();
+}
