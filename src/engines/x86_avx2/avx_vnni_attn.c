@@ -35,7 +35,9 @@
  * where Dp ends on 8). 12 accumulators + 2 operands + 1 broadcast = 15 registers, and 12
  * independent VPDPBUSD chains cover its latency at two per cycle — the int8 gemm's tile on this
  * engine (avx_vnni.c). The other fit, 3 rows × 32, holds 4 operand registers for 3 rows: each
- * K and V byte is then read from cache for every 3 rows instead of every 6.
+ * K and V byte is then read from cache for every 3 rows instead of every 6. Both kernels store
+ * their int32 sums first (qk into S, pv into ws: ws_bytes = 6 × 16 int32) and scale them from
+ * there: with the scaling's registers live past the loop, gcc spills the accumulators inside it.
  * nk = 32: one P row is one ymm of u8; V's scales per 32 keys (finer than 64); at most 31
  * padded keys; the per-block softmax and α/ps work is over 32 keys (64 would halve it, at the
  * price of coarser V scales and more padding).
@@ -65,6 +67,7 @@ float qmm_attn_softmax_u8__avx2(const qmm_attn_call *c, const float *s, int64_t 
 #define NK 32
 #define MR 6
 #define DALIGN 8
+#define WS_BYTES (MR * 16 * 4) /* pv's int32 sums of one 6 × 16 tile */
 
 static int64_t dq_of(int64_t D) { return qmm_round_up(D, 64); }
 static int64_t dp_of(int64_t D) { return qmm_round_up(D, DALIGN); }
@@ -254,35 +257,58 @@ void qmm_qs8_attn_pack_q__avxvnni(const qmm_attn_call *c, const void *q, void *Q
                             _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(q8 + d)), _mm256_set1_epi8((char)0x80)));
 }
 
-/* S[i][0..32) = the block's scores of rows i < rows, 16 keys at a time (see the top) */
-static inline __attribute__((always_inline)) void qk_n(const int rows, const uint8_t *Q, const float *sq,
-                                                        const int8_t *Kb, int64_t Dq, float *S) {
+/* S[i][h .. h + 16) = the scores of keys h.. of the block, rows i < rows (see the top). The row
+ * loops run over the constant 6 with r < rows tested (rows constant too: QMM_ATTN_BY_ROWS), so
+ * the 12 accumulators stay in registers. */
+static inline __attribute__((always_inline)) void qk_16(const int rows, const uint8_t *Q, const float *sq,
+                                                         const int8_t *Kb, int64_t Dq, int h, float *S) {
     const int64_t quads = Dq / 4;
     const int32_t *ksum = (const int32_t *)(Kb + Dq * NK);
     const float *sk = (const float *)(ksum + NK);
-    for (int h = 0; h < NK; h += 16) {
-        __m256i acc[MR][2];
-        for (int i = 0; i < rows; i++) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
-        for (int64_t p = 0; p < quads; p++) {
-            const int8_t *kp = Kb + (p * NK + h) * 4;
-            const __m256i k0 = _mm256_loadu_si256((const __m256i *)kp), k1 = _mm256_loadu_si256((const __m256i *)(kp + 32));
-            for (int i = 0; i < rows; i++) {
+    __m256i lo[MR], hi[MR];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+        if (i < rows) {
+            lo[i] = _mm256_setzero_si256();
+            hi[i] = _mm256_setzero_si256();
+        }
+    for (int64_t p = 0; p < quads; p++) {
+        const int8_t *kp = Kb + (p * NK + h) * 4;
+        const __m256i k0 = _mm256_loadu_si256((const __m256i *)kp), k1 = _mm256_loadu_si256((const __m256i *)(kp + 32));
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++)
+            if (i < rows) {
                 int32_t w;
                 memcpy(&w, Q + i * Dq + 4 * p, 4);
                 const __m256i qd = _mm256_set1_epi32(w);
-                acc[i][0] = _mm256_dpbusd_avx_epi32(acc[i][0], qd, k0);
-                acc[i][1] = _mm256_dpbusd_avx_epi32(acc[i][1], qd, k1);
+                lo[i] = _mm256_dpbusd_avx_epi32(lo[i], qd, k0);
+                hi[i] = _mm256_dpbusd_avx_epi32(hi[i], qd, k1);
             }
-        }
-        for (int z = 0; z < 2; z++) {
-            const __m256i corr = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(ksum + h + 8 * z)), 7);
-            const __m256 skz = _mm256_loadu_ps(sk + h + 8 * z);
-            for (int i = 0; i < rows; i++) {
-                const __m256 s = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[i][z], corr));
-                _mm256_storeu_ps(S + i * NK + h + 8 * z, _mm256_mul_ps(_mm256_mul_ps(s, skz), _mm256_set1_ps(sq[i])));
-            }
-        }
     }
+    /* the sums into S first, then the scaling from S: the scaling's registers past the loop's
+     * 15 would otherwise make gcc spill the accumulators inside the loop */
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+        if (i < rows) {
+            _mm256_storeu_si256((__m256i *)(S + i * NK + h), lo[i]);
+            _mm256_storeu_si256((__m256i *)(S + i * NK + h + 8), hi[i]);
+        }
+    const __m256i c0 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(ksum + h)), 7),
+                  c1 = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(ksum + h + 8)), 7);
+    const __m256 s0 = _mm256_loadu_ps(sk + h), s1 = _mm256_loadu_ps(sk + h + 8);
+    for (int i = 0; i < rows; i++) {
+        const __m256 f = _mm256_set1_ps(sq[i]);
+        float *o = S + i * NK + h;
+        const __m256i a0 = _mm256_loadu_si256((const __m256i *)o), a1 = _mm256_loadu_si256((const __m256i *)(o + 8));
+        _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(a0, c0)), s0), f));
+        _mm256_storeu_ps(o + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(a1, c1)), s1), f));
+    }
+}
+
+static inline __attribute__((always_inline)) void qk_n(const int rows, const uint8_t *Q, const float *sq,
+                                                        const int8_t *Kb, int64_t Dq, float *S) {
+    qk_16(rows, Q, sq, Kb, Dq, 0, S);
+    qk_16(rows, Q, sq, Kb, Dq, 16, S);
 }
 
 void qmm_qs8_attn_qk_ukernel_6x32c4__avxvnni(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
@@ -290,31 +316,47 @@ void qmm_qs8_attn_qk_ukernel_6x32c4__avxvnni(int rows, const void *Q, const floa
     QMM_ATTN_BY_ROWS(rows, qk_n, (const uint8_t *)Q, sq, (const int8_t *)kblk, dq_of(D), S);
 }
 
-/* O[i][d0 .. d0 + 8·nz) = O[i]·alpha[i] + ps[i] · (Σ_j pq[i][j]·vq[j]) · vs, rows i < rows; the
- * update as one FMA: O·α + x where ps = 1, x·ps + O where α = 1, else x·ps + O·α */
+/* O[i][d0 .. d0 + 8·nz) = O[i]·alpha[i] + ps[i] · (Σ_j pq[i][j]·vq[j]) · vs, rows i < rows (row
+ * loops as qk_16's); the update as one FMA: O·α + x where ps = 1, x·ps + O where α = 1, else
+ * x·ps + O·α */
 static inline __attribute__((always_inline)) void pv_n(const int rows, const int nz, const uint8_t *P, const float *ps,
                                                         const float *alpha, const int8_t *Vb, int64_t Dp, int64_t d0,
-                                                        float *O) {
+                                                        float *O, int32_t *ws) {
     const float *vsc = (const float *)(Vb + NK * Dp);
-    __m256i acc[MR][2];
-    for (int i = 0; i < rows; i++) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+    __m256i lo[MR], hi[MR];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+        if (i < rows) {
+            lo[i] = _mm256_setzero_si256();
+            hi[i] = _mm256_setzero_si256();
+        }
     for (int p = 0; p < NK / 4; p++) {
         const int8_t *vp = Vb + (p * Dp + d0) * 4;
         const __m256i v0 = _mm256_loadu_si256((const __m256i *)vp),
                       v1 = nz > 1 ? _mm256_loadu_si256((const __m256i *)(vp + 32)) : v0;
-        for (int i = 0; i < rows; i++) {
-            int32_t w;
-            memcpy(&w, P + i * NK + 4 * p, 4);
-            const __m256i pd = _mm256_set1_epi32(w);
-            acc[i][0] = _mm256_dpbusd_avx_epi32(acc[i][0], pd, v0);
-            if (nz > 1) acc[i][1] = _mm256_dpbusd_avx_epi32(acc[i][1], pd, v1);
-        }
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++)
+            if (i < rows) {
+                int32_t w;
+                memcpy(&w, P + i * NK + 4 * p, 4);
+                const __m256i pd = _mm256_set1_epi32(w);
+                lo[i] = _mm256_dpbusd_avx_epi32(lo[i], pd, v0);
+                if (nz > 1) hi[i] = _mm256_dpbusd_avx_epi32(hi[i], pd, v1);
+            }
     }
+    /* the sums into ws first (as qk_16's into S), then the update from there */
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+        if (i < rows) {
+            _mm256_store_si256((__m256i *)(ws + 16 * i), lo[i]);
+            if (nz > 1) _mm256_store_si256((__m256i *)(ws + 16 * i + 8), hi[i]);
+        }
     for (int i = 0; i < rows; i++) {
         const __m256 a = _mm256_set1_ps(alpha[i]), f = _mm256_set1_ps(ps[i]);
         float *o = O + i * Dp + d0;
         for (int z = 0; z < nz; z++) {
-            const __m256 x = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][z]), _mm256_loadu_ps(vsc + d0 + 8 * z)),
+            const __m256 x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(ws + 16 * i + 8 * z))),
+                                           _mm256_loadu_ps(vsc + d0 + 8 * z)),
                          ov = _mm256_loadu_ps(o + 8 * z);
             const __m256 r = ps[i] == 1.0f      ? _mm256_fmadd_ps(ov, a, x)
                              : alpha[i] == 1.0f ? _mm256_fmadd_ps(x, f, ov)
@@ -324,16 +366,18 @@ static inline __attribute__((always_inline)) void pv_n(const int rows, const int
     }
 }
 
+/* all of O's Dp columns for rows rows: 16 at a time, the last 8 alone where Dp ends on 8 */
+static inline __attribute__((always_inline)) void pv_rows(const int rows, const uint8_t *P, const float *ps,
+                                                           const float *alpha, const int8_t *Vb, int64_t Dp, float *O,
+                                                           int32_t *ws) {
+    int64_t d0 = 0;
+    for (; d0 + 16 <= Dp; d0 += 16) pv_n(rows, 2, P, ps, alpha, Vb, Dp, d0, O, ws);
+    if (d0 < Dp) pv_n(rows, 1, P, ps, alpha, Vb, Dp, d0, O, ws);
+}
+
 void qmm_qu8_qs8_attn_pv_ukernel_6x16c4__avxvnni(int rows, const void *P, const float *ps, const float *alpha,
                                                   const void *vblk, int64_t D, float *O, void *ws) {
-    (void)ws;
-    const int64_t Dp = dp_of(D);
-    const uint8_t *Pu = P;
-    const int8_t *Vb = vblk;
-    for (int64_t d0 = 0; d0 < Dp; d0 += 16) {
-        if (Dp - d0 >= 16) QMM_ATTN_BY_ROWS(rows, pv_n, 2, Pu, ps, alpha, Vb, Dp, d0, O);
-        else QMM_ATTN_BY_ROWS(rows, pv_n, 1, Pu, ps, alpha, Vb, Dp, d0, O);
-    }
+    QMM_ATTN_BY_ROWS(rows, pv_rows, (const uint8_t *)P, ps, alpha, (const int8_t *)vblk, dp_of(D), O, (int32_t *)ws);
 }
 
 const qmm_attn_ukernels qmm_avx_vnni_attn_ukernels = {
@@ -348,7 +392,7 @@ const qmm_attn_ukernels qmm_avx_vnni_attn_ukernels = {
     .vb_bytes = vb_bytes,
     .extra_bytes = extra_bytes,
     .q_bytes = q_bytes,
-    .ws_bytes = 0,
+    .ws_bytes = WS_BYTES,
     .pack_kv = qmm_qs8_attn_pack_kv__avxvnni,
     .pack_q = qmm_qs8_attn_pack_q__avxvnni,
     .qk = qmm_qs8_attn_qk_ukernel_6x32c4__avxvnni,
