@@ -31,6 +31,7 @@ src/engines/x86_avx2/avx2_f32_attn.c        avx2,fma                            
 src/engines/x86_avx2/avx_vnni.c             avx2,fma,f16c,avx_vnni                       avx_vnni
 src/engines/x86_avx2/avx_vnni_w4a8.c        avx2,fma,f16c,avx_vnni                       avx_vnni
 src/engines/x86_avx2/avx_vnni_rows.c        avx2,fma,f16c,avx_vnni                       avx_vnni
+src/engines/x86_avx2/avx_vnni_attn.c        avx2,fma,f16c,avx_vnni                       avx_vnni
 src/core/prepass_avx2.c                     avx2,fma,f16c                                f16c
 src/core/attention_avx2.c                   avx2,fma                                     fma
 src/core/float_act_avx2.c                   avx2,fma,f16c                                f16c
