@@ -50,6 +50,11 @@ typedef struct {
     qmm_attention_args a;
 } abuf;
 
+/* the engines of mode int8 (int8 QKᵀ and P·V; they refuse the other modes) */
+static int int8_engine(int e) {
+    return e == QMM_ENGINE_AVX512_VNNI || e == QMM_ENGINE_AVX_VNNI || e == QMM_ENGINE_AMX_INT8;
+}
+
 static void strides_of(int layout, int64_t B, int64_t H, int64_t S, int64_t D, int64_t s[3], int64_t *elems) {
     (void)B;
     if (layout == 1) { s[0] = S * H * D; s[1] = D; s[2] = H * D; }
@@ -239,7 +244,7 @@ static int compare(qmm_engine_id e, int slot, const acase *t, const abuf *b, con
                 }
     const double u = ldexp(1.0, -24);
     double base = vmax * (2 * A * (double)(a->D + 2) * 2 * u + (double)(a->Skv + 8) * 2 * u);
-    const int int8 = a->mode == QMM_ATTN_INT8 && e == QMM_ENGINE_AVX512_VNNI;
+    const int int8 = a->mode == QMM_ATTN_INT8 && int8_engine(e);
     const double eps = int8 ? int8_score_bound(a, scale) : 0;
     if (int8) base += vmax * (exp(2 * eps) - 1);
     else if (bf16_operands(e)) base += vmax * (2 * A * ldexp(1.0, -8) + ldexp(1.0, -7));
@@ -338,7 +343,7 @@ static void sweep(qmm_context *ctx, qmm_context *ctx1, int cases, int quick) {
         TU_CHECK_OK(qmm_attention(ctx, &ra));
         for (int i = 0; i < g_n_attn; i++) {
             b.a.engine = g_attn[i];
-            b.a.mode = g_attn[i] == QMM_ENGINE_AVX512_VNNI ? QMM_ATTN_INT8 : QMM_ATTN_BEST;
+            b.a.mode = int8_engine(g_attn[i]) ? QMM_ATTN_INT8 : QMM_ATTN_BEST;
             qmm_status st = qmm_attention(ctx, &b.a);
             TU_CHECK(st == QMM_OK, "%s: %s", qmm_engine_name(g_attn[i]), qmm_last_error());
             if (st != QMM_OK || !compare(g_attn[i], g_attn[i], &t, &b, ref)) continue;
@@ -389,9 +394,9 @@ static int targets(int *t) {
 
 static const char *target_name(int e) { return e == QMM_ENGINE_MAX ? "amx_bf16 (emulated)" : qmm_engine_name((qmm_engine_id)e); }
 
-/* runs a on target e in e's mode (int8 on avx512_vnni, else a->mode) */
+/* runs a on target e in e's mode (int8 on the int8 engines, else a->mode) */
 static qmm_status run_target(qmm_context *ctx, int e, qmm_attention_args a) {
-    if (e == QMM_ENGINE_AVX512_VNNI) a.mode = QMM_ATTN_INT8;
+    if (int8_engine(e)) a.mode = QMM_ATTN_INT8;
 #ifdef QMM_TEST_AMX_EMU
     if (e == QMM_ENGINE_MAX) {
         qmm_attn_call call;
@@ -425,7 +430,7 @@ static void huge_kv(qmm_context *ctx) {
                 memcpy(a.out_stride, a.q_stride, sizeof a.q_stride);
                 if (cases[i].mask) a.mask = &attend; /* U8, every stride 0 */
                 a.mode = m ? QMM_ATTN_F32 : QMM_ATTN_BEST;
-                if (m && (t[e] == QMM_ENGINE_AVX512_BF16 || t[e] == QMM_ENGINE_MAX || t[e] == QMM_ENGINE_AVX512_VNNI)) continue;
+                if (m && (t[e] == QMM_ENGINE_AVX512_BF16 || t[e] == QMM_ENGINE_MAX || int8_engine(t[e]))) continue;
                 const qmm_status st = run_target(ctx, t[e], a);
                 TU_CHECK(st == QMM_ERR_UNSUPPORTED && strstr(qmm_last_error(), "Skv"),
                          "%s, mode %d: Skv=%lld D=%lld broadcast keys: want QMM_ERR_UNSUPPORTED naming Skv, got %s: %s",
@@ -552,7 +557,7 @@ static void hostile_keys(qmm_context *ctx) {
             if (t[e] == QMM_ENGINE_REF) continue;
             const qmm_status st = run_target(ctx, t[e], a);
             TU_CHECK(st == QMM_OK, "%s: %s", target_name(t[e]), qmm_last_error());
-            if (t[e] == QMM_ENGINE_AVX512_VNNI) b.a.mode = QMM_ATTN_INT8;
+            if (int8_engine(t[e])) b.a.mode = QMM_ATTN_INT8;
             else b.a.mode = QMM_ATTN_BEST;
             if (st == QMM_OK && !compare(t[e] == QMM_ENGINE_MAX ? QMM_ENGINE_AMX_BF16 : (qmm_engine_id)t[e], t[e], &c, &b, ref))
                 tu_note("  (hostile keys, case %d: %s)", cs, cs == 0 ? "+Inf in a masked key" : cs == 1 ? "NaN in a masked key" : "keys near 1e37");
@@ -609,13 +614,13 @@ static void key_offset(qmm_context *ctx) {
             if (t[e] >= 0 && t[e] != QMM_ENGINE_REF) {
                 acase c = {.B = 1, .H = 2, .Hkv = 1, .S = S, .Skv = SKV, .D = D, .qt = QMM_F32, .kvt = QMM_F32, .ot = QMM_F32};
                 abuf b = {.q = q, .k = k, .v = v, .a = a};
-                if (t[e] == QMM_ENGINE_AVX512_VNNI) b.a.mode = QMM_ATTN_INT8;
+                if (int8_engine(t[e])) b.a.mode = QMM_ATTN_INT8;
                 compare(t[e] == QMM_ENGINE_MAX ? QMM_ENGINE_AMX_BF16 : (qmm_engine_id)t[e], t[e], &c, &b, ref);
             }
         }
         const char *name = t[e] == -1 ? "dispatch, mode best" : t[e] == -2 ? "dispatch, mode f32" : target_name(t[e]);
         tu_note("%s: keys + 0 / + 200 / + 1000: max|out - ref| / max|v| = %.2e / %.2e / %.2e", name, err[0], err[1], err[2]);
-        const int shifts = t[e] == QMM_ENGINE_AVX512_BF16 || t[e] == QMM_ENGINE_MAX || t[e] == QMM_ENGINE_AVX512_VNNI;
+        const int shifts = t[e] == QMM_ENGINE_AVX512_BF16 || t[e] == QMM_ENGINE_MAX || int8_engine(t[e]);
         if (shifts)
             for (int o = 1; o < 3; o++)
                 TU_CHECK(err[o] <= 2 * err[0], "%s: keys + %g: error %.3g > 2 × %.3g (without the offset)", name, offs[o],
@@ -660,9 +665,10 @@ static void bad_input(qmm_context *ctx) {
     a = b.a; a.engine = QMM_ENGINE_AVX2_INT8; expect(ctx, &a, qmm_engine_available(QMM_ENGINE_AVX2_INT8, NULL, 0)
                                                      ? QMM_ERR_UNSUPPORTED : QMM_ERR_UNSUPPORTED_HARDWARE,
                                                      qmm_engine_available(QMM_ENGINE_AVX2_INT8, NULL, 0) ? "offers no attention" : "unavailable");
-    if (qmm_engine_available(QMM_ENGINE_AVX512_VNNI, NULL, 0)) {
-        a = b.a; a.engine = QMM_ENGINE_AVX512_VNNI; expect(ctx, &a, QMM_ERR_UNSUPPORTED, "mode int8 only");
-    }
+    for (int e = 0; e < QMM_ENGINE_COUNT; e++)
+        if (int8_engine(e) && qmm_engine_available((qmm_engine_id)e, NULL, 0)) {
+            a = b.a; a.engine = (qmm_engine_id)e; expect(ctx, &a, QMM_ERR_UNSUPPORTED, "mode int8 only");
+        }
     a = b.a; a.q_stride[2] = INT64_MAX / 4; expect(ctx, &a, QMM_ERR_UNSUPPORTED, "q's extent");
     a = b.a; a.out = b.q; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "out overlaps q");
     a = b.a; a.out = (char *)b.k + 4; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "out overlaps k");
@@ -687,7 +693,8 @@ static void plan(qmm_context *ctx) {
     TU_CHECK((!qmm_plan_admits(&p, QMM_ENGINE_AVX2_INT8) && strstr(qmm_plan_reason(&p, QMM_ENGINE_AVX2_INT8), "offers no attention")) ||
                  !qmm_engine_available(QMM_ENGINE_AVX2_INT8, NULL, 0),
              "avx2_int8 offers no attention: %s", qmm_plan_reason(&p, QMM_ENGINE_AVX2_INT8));
-    TU_CHECK(!qmm_plan_admits(&p, QMM_ENGINE_AVX512_VNNI), "mode best: avx512_vnni (int8 QKᵀ) refuses");
+    TU_CHECK(!qmm_plan_admits(&p, QMM_ENGINE_AVX512_VNNI) && !qmm_plan_admits(&p, QMM_ENGINE_AVX_VNNI),
+             "mode best: the int8 engines (int8 QKᵀ) refuse");
     TU_CHECK(p.engine != QMM_ENGINE_REF, "the plan never picks the reference");
     char text[4096];
     qmm_plan_format(&p, text, sizeof text);
@@ -696,7 +703,7 @@ static void plan(qmm_context *ctx) {
     const int fp16 = (qmm_cpu_features() & QMM_CPU_AVX512_FP16) != 0;
     qmm_engine_id want = QMM_ENGINE_AUTO;
     for (int i = 0; i < g_n_attn && want == QMM_ENGINE_AUTO; i++)
-        if (!(fp16 && g_attn[i] == QMM_ENGINE_AVX512_BF16) && g_attn[i] != QMM_ENGINE_AVX512_VNNI) want = g_attn[i];
+        if (!(fp16 && g_attn[i] == QMM_ENGINE_AVX512_BF16) && !int8_engine(g_attn[i])) want = g_attn[i];
     TU_CHECK(p.engine == want, "plan picks %s, expected %s", qmm_engine_name(p.engine), qmm_engine_name(want));
     a.mode = QMM_ATTN_F32;
     TU_CHECK_OK(qmm_attention_plan(ctx, &a, &p));
@@ -725,7 +732,7 @@ static void int8_fallback(void) {
     b.a.mode = QMM_ATTN_INT8;
     for (int strict = 0; strict < 2; strict++) {
         qmm_context_options o = qmm_context_options_default();
-        o.disabled_engines = 1u << QMM_ENGINE_AVX512_VNNI;
+        o.disabled_engines = 1u << QMM_ENGINE_AVX512_VNNI | 1u << QMM_ENGINE_AVX_VNNI | 1u << QMM_ENGINE_AMX_INT8;
         o.fallback = strict ? QMM_FALLBACK_STRICT : QMM_FALLBACK_ALLOW;
         qmm_context *cx;
         TU_CHECK_OK(qmm_context_create(&o, &cx));
@@ -760,11 +767,13 @@ int main(int argc, char **argv) {
     const int n = tu_engines(TU_ENGINES_FLOAT, all);
     for (int i = 0; i < n; i++) {
         const qmm_engine *e = qmm_engine_get(all[i]);
-        if (i == 0 && qmm_engine_get(QMM_ENGINE_AVX512_VNNI)->ops->attn) { /* mode int8's engine first */
-            char why[QMM_REASON_MAX];
-            if (qmm_engine_available(QMM_ENGINE_AVX512_VNNI, why, sizeof why)) g_attn[g_n_attn++] = QMM_ENGINE_AVX512_VNNI;
-            else tu_skip("avx512_vnni (attention, mode int8)", why);
-        }
+        if (i == 0) /* mode int8's engines first */
+            for (int e8 = 0; e8 < QMM_ENGINE_COUNT; e8++) {
+                char why[QMM_REASON_MAX];
+                if (!int8_engine(e8) || !qmm_engine_get((qmm_engine_id)e8)->ops->attn) continue;
+                if (qmm_engine_available((qmm_engine_id)e8, why, sizeof why)) g_attn[g_n_attn++] = (qmm_engine_id)e8;
+                else tu_skip(qmm_engine_name((qmm_engine_id)e8), why);
+            }
         char why[QMM_REASON_MAX];
         if (!e->ops->attn) continue;
         if (!qmm_engine_available(all[i], why, sizeof why)) { tu_skip(e->name, why); continue; }

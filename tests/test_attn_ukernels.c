@@ -1,7 +1,7 @@
 /*
  * test_attn_ukernels.c — the attention ukernels (core/attention.h's contract) as units, outside
  * the driver (which tests/test_attention covers): every engine's qmm_attn_ukernels available on
- * this CPU (ukernels.h: avx512_f32, avx512_bf16, avx512_vnni, avx2_f32; the emulated amx_bf16
+ * this CPU (ukernels.h: avx512_f32, avx512_bf16, avx512_vnni, avx_vnni, avx2_f32; the emulated amx_bf16
  * when linked with tests/amx_emu.cmake, QMM_TEST_AMX_EMU; the others skipped visibly), and the
  * frame's softmax ukernels by SIMD level and P kind, against scalar references on randomized
  * shapes (D in {1, 3, 16, 64, 100, 128, 256}, rows 1..mr, keys 1..3·nk, q / kv dtypes f32, f16,
@@ -63,7 +63,7 @@ static void rotate64(const float *x, int64_t D, int64_t Dq, float *r) {
 typedef struct {
     const char *name;
     const qmm_attn_ukernels *u;
-    int int8;    /* avx512_vnni's layout */
+    int int8;    /* mode int8's layout (avx512_vnni_attn.c, avx_vnni_attn.c: the same in nk and Dp) */
 } engine;
 
 /* ---------------------------------------------------------------- pack_kv, pack_q, qk, pv */
@@ -431,6 +431,7 @@ int main(int argc, char **argv) {
         {QMM_ENGINE_AVX512_F32, {"avx512_f32", &qmm_avx512_f32_attn, 0}},
         {QMM_ENGINE_AVX512_BF16, {"avx512_bf16", &qmm_avx512_bf16_attn, 0}},
         {QMM_ENGINE_AVX512_VNNI, {"avx512_vnni", &qmm_avx512_vnni_attn, 1}},
+        {QMM_ENGINE_AVX_VNNI, {"avx_vnni", &qmm_avx_vnni_attn, 1}},
         {QMM_ENGINE_AVX2_F32, {"avx2_f32", &qmm_avx2_f32_attn, 0}},
     };
     for (size_t i = 0; i < sizeof engines / sizeof engines[0]; i++) {

@@ -25,7 +25,8 @@
  * Skipped, visibly (exit 77), on a CPU without AVX-VNNI or a build without it. Seeded
  * (testutil.h): QMM_SEED=N or the first argument replays a run; QMM_TEST_QUICK=1 runs fewer cases.
  */
-#include "../src/engines/x86_avx2/avx_vnni_attn.h"
+#include "../src/engines/x86_avx2/avx2_attn.h"
+#include "ukernels.h"
 #include "attention.h"
 #include "numerics.h"
 #include "testutil.h"
@@ -34,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const qmm_attn_ukernels *U = &qmm_avx_vnni_attn_ukernels;
+static const qmm_attn_ukernels *U = &qmm_avx_vnni_attn;
 static const int64_t g_D[] = {1, 3, 16, 64, 100, 128, 256};
 static const qmm_dtype g_dt[] = {QMM_F32, QMM_BF16, QMM_F16};
 static const char *dt_name(qmm_dtype t) { return t == QMM_F32 ? "f32" : t == QMM_BF16 ? "bf16" : "f16"; }

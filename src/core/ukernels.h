@@ -150,5 +150,14 @@ void qmm_f32_attn_qk_ukernel_6x32__avx2_fma(int rows, const void *Q, const float
                                             float *S);
 void qmm_f32_attn_pv_ukernel_6x16__avx2_fma(int rows, const void *P, const float *ps, const float *alpha,
                                             const void *vblk, int64_t D, float *O, void *ws);
+/* x86_avx2/avx_vnni_attn.c (mode int8): rotated int8 K [Dq/4][32][4] with key sums and scales,
+ * int8 V [8][Dp][4] with channel scales (Dp = D rounded up to 8), VPDPBUSD ymm */
+extern const qmm_attn_ukernels qmm_avx_vnni_attn;
+void qmm_qs8_attn_pack_kv__avxvnni(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+void qmm_qs8_attn_pack_q__avxvnni(const qmm_attn_call *c, const void *q, void *Q, float *sq);
+void qmm_qs8_attn_qk_ukernel_6x32c4__avxvnni(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
+                                             float *S);
+void qmm_qu8_qs8_attn_pv_ukernel_6x16c4__avxvnni(int rows, const void *P, const float *ps, const float *alpha,
+                                                 const void *vblk, int64_t D, float *O, void *ws);
 
 #endif /* QMM_UKERNELS_H */

@@ -13,6 +13,7 @@
  * Micro-kernel: 6 rows × 16 columns (12 ymm accumulators), B block [kc][16] f32. Each output
  * element is one FMA chain over k in order from 0: the same bits as avx512_f32.
  */
+#include "avx2_attn.h"
 #include "float_gemm.h"
 #include "qmm_internal.h"
 #include "ukernels.h"
@@ -111,7 +112,6 @@ static const qmm_fgemm k_gemm = {
 };
 
 /* attention (avx2_f32_attn.c) */
-const char *qmm_avx2_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n);
 
 const qmm_engine_ops qmm_avx2_f32_ops = {
     .built = 1, .admit = qmm_admit_common_float, .f = &k_gemm,

@@ -12,13 +12,13 @@
  * broadcasts of p[i][j]).
  */
 #include "attention.h"
+#include "avx2_attn.h"
 #include "numerics.h"
 #include "simd_avx2.h"
 #include "ukernels.h"
 
 #include <math.h>
 
-const char *qmm_avx2_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n);
 
 #define NK 32
 #define MQ 192

@@ -14,6 +14,7 @@
  * tokens in lanes from 9).
  * Admission: the common int8 checks only (any K, M, N; -128 weights are fine: u8 × s8 is exact).
  */
+#include "avx2_attn.h"
 #include "int8_gemm_avx2.h"
 #include "int8_rows_avx2.h"
 #include "ukernels.h"
@@ -120,7 +121,8 @@ static const qmm_i8_engine k_avx_vnni = {
 #endif
 
 #ifdef QMM_HAVE_AVXVNNI_BUILD
-const qmm_engine_ops qmm_avx_vnni_ops = {.built = 1, .admit = admit, .i8 = &k_avx_vnni};
+const qmm_engine_ops qmm_avx_vnni_ops = {.built = 1, .admit = admit, .i8 = &k_avx_vnni,
+                                         .attn_admit = qmm_avx_vnni_attn_admit, .attn = &qmm_avx_vnni_attn};
 #else /* the compiler lacks AVX-VNNI: listed, never usable */
 const qmm_engine_ops qmm_avx_vnni_ops = {.built = 0, .admit = admit};
 #endif

@@ -42,11 +42,12 @@
  * padded keys; the per-block softmax and α/ps work is over 32 keys (64 would halve it, at the
  * price of coarser V scales and more padding).
  */
-#include "avx_vnni_attn.h"
+#include "avx2_attn.h"
 
 #include "attention.h"
 #include "numerics.h"
 #include "simd_avx2.h"
+#include "ukernels.h"
 
 #include <math.h>
 #include <string.h>
@@ -58,11 +59,6 @@ const char *qmm_avx_vnni_attn_admit(const qmm_attn_call *c, char *why, size_t n)
 }
 
 #if defined(__AVXVNNI__)
-
-/* TEMPORARY, until the driver's branch (which declares it in ukernels.h) is merged: the frame's
- * u8 softmax, weak so that this branch links without it (the descriptor's softmax is then NULL). */
-float qmm_attn_softmax_u8__avx2(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
-                                const void *mask, void *P, float *sum) __attribute__((weak));
 
 #define NK 32
 #define MR 6
@@ -380,7 +376,7 @@ void qmm_qu8_qs8_attn_pv_ukernel_6x16c4__avxvnni(int rows, const void *P, const 
     QMM_ATTN_BY_ROWS(rows, pv_rows, (const uint8_t *)P, ps, alpha, (const int8_t *)vblk, dp_of(D), O, (int32_t *)ws);
 }
 
-const qmm_attn_ukernels qmm_avx_vnni_attn_ukernels = {
+const qmm_attn_ukernels qmm_avx_vnni_attn = {
     .name = "avx_vnni int8 (qk 6x32c4, pv 6x16c4)",
     .p = QMM_ATTN_P_U8,
     .mr = MR,
@@ -401,5 +397,5 @@ const qmm_attn_ukernels qmm_avx_vnni_attn_ukernels = {
 };
 
 #else /* the compiler lacks AVX-VNNI: named, no kernels */
-const qmm_attn_ukernels qmm_avx_vnni_attn_ukernels = {.name = "avx_vnni int8 (not built)", .p = QMM_ATTN_P_U8};
+const qmm_attn_ukernels qmm_avx_vnni_attn = {.name = "avx_vnni int8 (not built)", .p = QMM_ATTN_P_U8};
 #endif
