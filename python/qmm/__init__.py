@@ -43,10 +43,10 @@ from . import _lib as L
 
 __version__ = L.qmm_version_string().decode()
 
-__all__ = ["QmmError", "ArgumentError", "Weight", "Plan", "info", "plan", "counters", "reset_counters", "profile",
-           "last_engine", "configure", "context", "lock", "threads", "library_path", "dtype_code",
-           "act_code", "engine_name", "linear_call", "attention", "attention_plan",
-           "has_attention"]
+__all__ = ["QmmError", "ArgumentError", "Weight", "Plan", "info", "plan", "counters",
+           "reset_counters", "profile", "last_engine", "configure", "context", "lock", "threads",
+           "library_path", "dtype_code", "act_code", "engine_name", "linear_call", "attention",
+           "attention_plan", "has_attention"]
 
 library_path = L.PATH
 

@@ -48,7 +48,6 @@ Other library failures raise qmm.QmmError. The call holds qmm's context lock; ct
 GIL during it.
 """
 import ctypes
-import math
 import numbers
 
 import torch

@@ -47,8 +47,12 @@ the block with f32 SDPA against the fp32 block (tests/python/test_dit_attention.
 What qmm does not take — a tensor on another device, a dtype other than float32/bfloat16/
 float16, a head dim above 256, a mask of another dtype or one that does not broadcast, heads
 that do not match without enable_gqa, autograd, a library without qmm_attention, anything the
-library refuses — goes to the fallback unchanged; each reason is logged once (INFO, logger
-"qmm.comfyui"; DEBUG every time) and counted (declines()).
+library refuses — goes to the fallback unchanged. Checked here is only what ComfyUI's signature
+adds (heads, the layouts, enable_gqa); the rest is qmm.attention's refusal (its ValueError, or
+the library's QmmError / ArgumentError naming the argument), whose message is the reason. Each
+reason is logged once (INFO, logger
+"qmm.comfyui"; DEBUG every time) and counted (declines(); the store, qmm._declines, is the
+one the kitchen backend's declines share).
 
 The default fallback is ComfyUI's optimized_attention unless that is qmm's own function (a
 node may install attention(), or wrap_attn(attention), as optimized_attention): then ComfyUI's
@@ -60,20 +64,18 @@ make_attention gets exactly the caller's arguments.
 import logging
 import operator
 import sys
-import threading
 import weakref
 
 import torch
 
 import qmm
+from qmm import _declines as _store
 
 log = logging.getLogger("qmm.comfyui")
 
-_lock = threading.Lock()
-_counts = {}            # reason -> count; bounded
-_MAX = 256
 _MSG = "qmm attention passes a call on to %s: %s"
 _SIG = ("q", "k", "v", "heads", "mask", "attn_precision", "skip_reshape", "skip_output_reshape")
+SOURCE = "comfyui"          # this adapter's part of qmm._declines, the store the kitchen shares
 
 
 class Declined(Exception):
@@ -82,27 +84,16 @@ class Declined(Exception):
 
 
 def _decline(reason, fallback_name):
-    with _lock:
-        key = reason
-        first = key not in _counts
-        if first and len(_counts) >= _MAX:
-            key = "(other reasons)"
-            first = key not in _counts
-        _counts[key] = _counts.get(key, 0) + 1
-    log.debug(_MSG, fallback_name, reason)
-    if first:
-        log.info(_MSG, fallback_name, reason)
+    _store.record(SOURCE, reason, "(other reasons)", log, _MSG, fallback_name, reason)
 
 
 def declines():
     """{reason: count} of the calls passed on to the fallback since the last reset."""
-    with _lock:
-        return dict(_counts)
+    return _store.counts(SOURCE)
 
 
 def reset_declines():
-    with _lock:
-        _counts.clear()
+    _store.reset(SOURCE)
 
 
 def _bind(args, kwargs):
