@@ -43,10 +43,10 @@ from . import _lib as L
 
 __version__ = L.qmm_version_string().decode()
 
-__all__ = ["QmmError", "Weight", "Plan", "info", "plan", "counters", "reset_counters", "profile",
-           "last_engine", "configure", "context", "lock", "threads", "library_path", "dtype_code",
-           "act_code", "engine_name", "linear_call", "attention", "attention_plan",
-           "has_attention"]
+__all__ = ["QmmError", "ArgumentError", "Weight", "Plan", "info", "plan", "counters",
+           "reset_counters", "profile", "last_engine", "configure", "context", "lock", "threads",
+           "library_path", "dtype_code", "act_code", "engine_name", "linear_call", "attention",
+           "attention_plan", "has_attention"]
 
 library_path = L.PATH
 
@@ -68,6 +68,12 @@ class QmmError(RuntimeError):
         super().__init__("%s%s: %s" % (call + ": " if call else "", self.status_name, message))
 
 
+class ArgumentError(QmmError, ValueError):
+    """The library refused an argument (QMM_ERR_INVALID_ARGUMENT, or QMM_ERR_UNSUPPORTED for one
+    it does not take, e.g. an attention head dim above 256): a QmmError that is also a
+    ValueError, its message naming the argument (qmm.attention raises it)."""
+
+
 def status_name(status):
     return L.qmm_status_name(int(status)).decode()
 
@@ -75,6 +81,13 @@ def status_name(status):
 def _check(status, call):
     if status != L.OK:
         raise QmmError(status, (L.qmm_last_error() or b"").decode(errors="replace"), call)
+
+
+def _check_arguments(status, call):
+    """_check, raising ArgumentError: for calls whose Python layer leaves the argument checks
+    to the library."""
+    if status != L.OK:
+        raise ArgumentError(status, (L.qmm_last_error() or b"").decode(errors="replace"), call)
 
 
 def dtype_code(t):
@@ -115,7 +128,8 @@ def attention(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=
     (comfy-kitchen's int8 recipe: both products on int8 operands; less accurate: SPEC §10); out_dtype (q's unless
     given) or out, a [B, H, S, D] tensor to write, e.g. y.view(B, S, H, D).transpose(1, 2) of y
     [B, S, H·D]; engine None/"auto" or a name ("ref"). Returns out [B, H, S, D]. A bad
-    argument raises a ValueError naming it; a library failure QmmError. Fully masked query rows
+    argument raises a ValueError naming it (qmm.ArgumentError, also a QmmError, where the
+    library refused it); another library failure QmmError. Fully masked query rows
     give 0; zero sizes give what torch's SDPA gives (an empty out; zeros for Skv = 0). No
     backward: under grad mode an input or out that requires grad is a ValueError; out's
     version counter is bumped. Without out it runs as the torch custom op qmm::attention, so

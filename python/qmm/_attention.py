@@ -4,18 +4,29 @@ qmm.attention_plan run. Imported at the first such call, so that `import qmm` ne
 (The module is not called qmm.attention: importing a submodule of that name would replace the
 function qmm.attention on the package.)
 
-The contract, checked here before the library is called (a ValueError naming the argument):
+The contract. Checked here, before the library is called (a ValueError naming the argument): what
+the C call cannot see or represent — the types, devices, layouts and torch dtypes of the tensors,
+autograd, the shapes of q, k, v, out and mask against each other (qmm_attention_args has one B,
+one D, one kv dtype and no shapes of out or mask), out's last stride, the names of mode, engine
+and out_dtype, and scale > 0 (0 is C's "D^-1/2"). Checked by the library (qmm_attention_args,
+SPEC §10): the sizes (>= 1, D <= 256), H a multiple of Hkv, a finite scale, the strides, out's
+elements and its overlap with the inputs; its refusal (QMM_ERR_INVALID_ARGUMENT, or
+QMM_ERR_UNSUPPORTED: D > 256, extents past int64, a named engine that refuses) raises
+qmm.ArgumentError, a QmmError that is also a ValueError, whose message names the argument.
   q [B, H, S, D], k and v [B, Hkv, Skv, D] (H a multiple of Hkv), 1 <= D <= 256, CPU tensors of
   float32, bfloat16 or float16 (k and v of one dtype; q's may differ). Zero sizes are answered
-  as torch's scaled_dot_product_attention answers them, without the library: B, H or S = 0 an
-  empty out, Skv = 0 (nothing to attend to) an out of zeros; attention_plan gives a Plan with no
-  engine and status QMM_OK for them. Any strides: they are
-  passed to the library as they are (a stride of 0, as expand makes, included); a tensor whose
+  as torch's scaled_dot_product_attention answers them, without running the library: B, H or
+  S = 0 an empty out, Skv = 0 (nothing to attend to) an out of zeros; attention_plan gives a Plan
+  with no engine and status QMM_OK for them (the other arguments are still checked by the
+  library's qmm_attention_plan, with each zero size replaced by one it takes). Any strides: they
+  are passed to the library as they are (a stride of 0, as expand makes, included); a tensor whose
   last dimension is not contiguous (stride != 1, with D > 1) is copied into a contiguous one
   first — nothing else is ever copied.
   out: a tensor [B, H, S, D] to write (any strides with the last one 1 and no two elements
   sharing memory, e.g. y.view(B, S, H, D).transpose(1, 2) of a [B, S, H·D] tensor y), or
-  None for a new contiguous [B, H, S, D] tensor of out_dtype (q's dtype unless given).
+  None for a new contiguous [B, H, S, D] tensor of out_dtype (q's dtype unless given). The
+  library checks out's strides and overlaps when it runs the call; a plan reads no memory, so for
+  attention_plan they are checked here.
   mask: None, a bool tensor (True = attend) or an additive float tensor (float32, bfloat16,
   float16) broadcastable to [B, H, S, Skv] as torch's scaled_dot_product_attention broadcasts
   attn_mask; broadcasting is passed as strides of 0, never materialized. A query whose every
@@ -33,11 +44,10 @@ The contract, checked here before the library is called (a ValueError naming the
   The call without out runs as the torch custom op qmm::attention (end of this file): what
   torch.compile traces (fullgraph=True included); with out it is a plain call.
   engine: None or "auto" (dispatch chooses), or an engine name ("ref" for tests).
-Library failures raise qmm.QmmError. The call holds qmm's context lock; ctypes releases the
+Other library failures raise qmm.QmmError. The call holds qmm's context lock; ctypes releases the
 GIL during it.
 """
 import ctypes
-import math
 import numbers
 
 import torch
@@ -102,6 +112,8 @@ def _engine(engine, fn):
 
 
 def _scale(scale, fn):
+    """scale as the float C gets: 0.0 for None (C's D^-1/2); a real number that is not > 0 in
+    float32 is refused here (C would read 0 as D^-1/2); C refuses a non-finite one."""
     if scale is None:
         return 0.0
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
@@ -109,12 +121,11 @@ def _scale(scale, fn):
                          % (fn, scale))
     try:
         s = float(scale)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ValueError("%s: scale=%r is not a number" % (fn, scale)) from None
-    if not math.isfinite(s) or s <= 0.0:
-        raise ValueError("%s: scale=%r (a finite number > 0, or None for D^-1/2)" % (fn, scale))
-    if not math.isfinite(float(ctypes.c_float(s).value)) or ctypes.c_float(s).value <= 0.0:
-        raise ValueError("%s: scale=%r is out of float32's range" % (fn, scale))
+    if s <= 0.0 or ctypes.c_float(s).value == 0.0:
+        raise ValueError("%s: scale=%r (a finite number > 0 in float32, or None for D^-1/2)"
+                         % (fn, scale))
     return s
 
 
@@ -171,12 +182,6 @@ def prepare(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=No
     if tuple(v.shape) != tuple(k.shape):
         raise ValueError("%s: v has shape %s but k has %s (v is [B, Hkv, Skv, D] as k)" % (
             fn, list(v.shape), list(k.shape)))
-    if not 1 <= D <= MAX_D:
-        raise ValueError("%s: head dim D = %d of q %s is out of range (1 to %d)" % (
-            fn, D, list(q.shape), MAX_D))
-    if (H % Hkv != 0) if Hkv else H != 0:
-        raise ValueError("%s: heads: q has %d, k and v %d: H must be a multiple of Hkv" % (
-            fn, H, Hkv))
     if torch.is_grad_enabled():
         for name, t in (("q", q), ("k", k), ("v", v), ("mask", mask), ("out", out)):
             if isinstance(t, torch.Tensor) and t.requires_grad:
@@ -197,12 +202,13 @@ def prepare(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=No
         if D > 1 and out.stride(-1) != 1:
             raise ValueError("%s: out's last dimension is not contiguous (strides %s)" % (
                 fn, list(out.stride())))
-        if _overlaps_itself(out):
-            raise ValueError("%s: out has elements that share memory (strides %s)" % (
-                fn, list(out.stride())))
-        for name, t in (("q", q), ("k", k), ("v", v), ("mask", mask)):
-            if isinstance(t, torch.Tensor) and not _disjoint(out, t):
-                raise ValueError("%s: out overlaps %s in memory" % (fn, name))
+        if not allocate:                # a plan: C reads no memory, so checks no overlap
+            if _overlaps_itself(out):
+                raise ValueError("%s: out has elements that share memory (strides %s)" % (
+                    fn, list(out.stride())))
+            for name, t in (("q", q), ("k", k), ("v", v), ("mask", mask)):
+                if isinstance(t, torch.Tensor) and not _disjoint(out, t):
+                    raise ValueError("%s: out overlaps %s in memory" % (fn, name))
     elif allocate:
         out = torch.empty((B, H, S, D), dtype=_out_dtype(out_dtype, q, fn))
     c.out = out
@@ -230,10 +236,44 @@ def prepare(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=No
     c.empty = B == 0 or H == 0 or S == 0 or Skv == 0      # answered here, not by the library
     if c.empty:
         c.q, c.k, c.v, c.mask, c.args = q, k, v, m, None
+        _check_empty(c, fn)
         return c
     c.q, c.k, c.v, c.mask = _last_contiguous(q), _last_contiguous(k), _last_contiguous(v), m
     c.args = _args(c)
     return c
+
+
+def _check_empty(c, fn):
+    """A call of zero size is answered here, but its other arguments are the library's to judge:
+    qmm_attention_plan on the same arguments with each zero size replaced by one it takes (B, S,
+    Skv: 1; H: Hkv; Hkv stays 0 where H > 0, which the library refuses). Nothing is checked
+    when the loaded library lacks attention (the call then raises that)."""
+    if L.qmm_attention_plan is None:
+        return
+    from . import context, lock
+    z = _Call()
+    z.__dict__.update(c.__dict__)
+    z.B, z.S, z.Skv = max(c.B, 1), max(c.S, 1), max(c.Skv, 1)
+    z.Hkv = c.Hkv if c.Hkv or c.H else 1
+    z.H = c.H or z.Hkv
+    z.out = None                         # the plan's contiguous layout
+    a = _args(z)
+    a.q = a.k = a.v = None               # a plan reads no memory
+    a.mask = 1 if c.mask is not None else None
+    p = L.PlanInfo()
+    with lock():
+        st = L.qmm_attention_plan(context(torch.get_num_threads()).ptr, ctypes.byref(a),
+                                  ctypes.byref(p))
+    if st != L.OK:
+        _fail(st, fn)
+
+
+def _fail(st, call):
+    """The library's refusal as an exception: qmm.ArgumentError (a ValueError) for
+    QMM_ERR_INVALID_ARGUMENT and QMM_ERR_UNSUPPORTED (the message names the argument), else
+    qmm.QmmError."""
+    from . import _check, _check_arguments
+    (_check_arguments if st in (L.ERR_INVALID_ARGUMENT, L.ERR_UNSUPPORTED) else _check)(st, call)
 
 
 def _written(out):
@@ -305,7 +345,7 @@ def _op_types(q, k, v, mask, scale, mode, out_dtype, engine):
 
 
 def _run(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=None, out=None):
-    from . import _check, context, lock
+    from . import context, lock
     c = prepare(q, k, v, mask, scale, mode, out_dtype, engine, out)
     if L.qmm_attention is None:
         raise _missing("qmm_attention")
@@ -317,13 +357,13 @@ def _run(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=None,
         st = L.qmm_attention(context(torch.get_num_threads()).ptr, ctypes.byref(c.args))
     _written(c.out)
     if st != L.OK:
-        _check(st, "qmm_attention")
+        _fail(st, "qmm_attention")
     return c.out
 
 
 def attention_plan(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=None,
                    out=None):
-    from . import Plan, _check, context, lock
+    from . import Plan, context, lock
     c = prepare(q, k, v, mask, scale, mode, out_dtype, engine, out,
                 fn="qmm.attention_plan", allocate=False)
     if L.qmm_attention_plan is None:
@@ -332,8 +372,10 @@ def attention_plan(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, en
     if c.empty:
         return Plan(_empty_plan(p, c))
     with lock():
-        _check(L.qmm_attention_plan(context(torch.get_num_threads()).ptr, ctypes.byref(c.args),
-                                    ctypes.byref(p)), "qmm_attention_plan")
+        st = L.qmm_attention_plan(context(torch.get_num_threads()).ptr, ctypes.byref(c.args),
+                                  ctypes.byref(p))
+    if st != L.OK:
+        _fail(st, "qmm_attention_plan")
     return Plan(p)
 
 

@@ -47,8 +47,12 @@ the block with f32 SDPA against the fp32 block (tests/python/test_dit_attention.
 What qmm does not take — a tensor on another device, a dtype other than float32/bfloat16/
 float16, a head dim above 256, a mask of another dtype or one that does not broadcast, heads
 that do not match without enable_gqa, autograd, a library without qmm_attention, anything the
-library refuses — goes to the fallback unchanged; each reason is logged once (INFO, logger
-"qmm.comfyui"; DEBUG every time) and counted (declines()).
+library refuses — goes to the fallback unchanged. Checked here is only what ComfyUI's signature
+adds (heads, the layouts, enable_gqa); the rest is qmm.attention's refusal (its ValueError, or
+the library's QmmError / ArgumentError naming the argument), whose message is the reason. Each
+reason is logged once (INFO, logger
+"qmm.comfyui"; DEBUG every time) and counted (declines(); the store, qmm._declines, is the
+one the kitchen backend's declines share).
 
 The default fallback is ComfyUI's optimized_attention unless that is qmm's own function (a
 node may install attention(), or wrap_attn(attention), as optimized_attention): then ComfyUI's
@@ -58,24 +62,20 @@ function it decorates), so that they do not consult the override again; a fallba
 make_attention gets exactly the caller's arguments.
 """
 import logging
-import math
 import operator
 import sys
-import threading
 import weakref
 
 import torch
 
 import qmm
+from qmm import _declines as _store
 
 log = logging.getLogger("qmm.comfyui")
 
-_lock = threading.Lock()
-_counts = {}            # reason -> count; bounded
-_MAX = 256
 _MSG = "qmm attention passes a call on to %s: %s"
 _SIG = ("q", "k", "v", "heads", "mask", "attn_precision", "skip_reshape", "skip_output_reshape")
-_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+SOURCE = "comfyui"          # this adapter's part of qmm._declines, the store the kitchen shares
 
 
 class Declined(Exception):
@@ -84,27 +84,16 @@ class Declined(Exception):
 
 
 def _decline(reason, fallback_name):
-    with _lock:
-        key = reason
-        first = key not in _counts
-        if first and len(_counts) >= _MAX:
-            key = "(other reasons)"
-            first = key not in _counts
-        _counts[key] = _counts.get(key, 0) + 1
-    log.debug(_MSG, fallback_name, reason)
-    if first:
-        log.info(_MSG, fallback_name, reason)
+    _store.record(SOURCE, reason, "(other reasons)", log, _MSG, fallback_name, reason)
 
 
 def declines():
     """{reason: count} of the calls passed on to the fallback since the last reset."""
-    with _lock:
-        return dict(_counts)
+    return _store.counts(SOURCE)
 
 
 def reset_declines():
-    with _lock:
-        _counts.clear()
+    _store.reset(SOURCE)
 
 
 def _bind(args, kwargs):
@@ -163,24 +152,15 @@ def int8_attention_here():
 
 
 def _run(b, extra, mode=None):
-    """qmm for one bound call, or Declined."""
+    """qmm for one bound call, or Declined. Checked here: what ComfyUI's signature adds (heads,
+    skip_reshape and its layouts, enable_gqa, the 2-D / 3-D mask); every other argument is
+    qmm.attention's to check (its ValueError, or the library's refusal as QmmError, is the
+    reason)."""
     q, k, v, heads = b["q"], b["k"], b["v"], b["heads"]
     mask = b["mask"]
     for name, t in (("q", q), ("k", k), ("v", v), ("mask", mask)):
-        if t is None and name == "mask":
-            continue
-        if not isinstance(t, torch.Tensor):
+        if not isinstance(t, torch.Tensor) and not (t is None and name == "mask"):
             raise Declined("%s is a %s, not a tensor" % (name, type(t).__name__))
-        if t.device.type != "cpu":
-            raise Declined("%s is on %s (qmm runs CPU tensors)" % (name, t.device.type))
-        if name != "mask" and t.dtype not in _DTYPES:
-            raise Declined("%s is %s (qmm takes float32, bfloat16, float16)" % (name, t.dtype))
-    if mask is not None and mask.dtype != torch.bool and mask.dtype not in _DTYPES:
-        raise Declined("mask is %s (qmm takes bool or float32/bfloat16/float16 masks)"
-                       % mask.dtype)
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
-                                       for t in (q, k, v, mask)):
-        raise Declined("a tensor requires grad (qmm has no backward)")
     try:
         heads = operator.index(heads)
     except TypeError:
@@ -189,9 +169,8 @@ def _run(b, extra, mode=None):
         raise Declined("heads=%r is not a positive int" % (b["heads"],))
     gqa = bool(extra.get("enable_gqa", False))
     if b["skip_reshape"]:
-        if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-            raise Declined("skip_reshape with q, k, v of %d, %d, %d dims (4 expected)"
-                           % (q.dim(), k.dim(), v.dim()))
+        if q.dim() != 4:
+            raise Declined("skip_reshape with q of %d dims (4 expected)" % q.dim())
         B, H, S, D = q.shape
         if H != heads:
             raise Declined("skip_reshape: q has %d heads but heads=%d" % (H, heads))
@@ -206,45 +185,23 @@ def _run(b, extra, mode=None):
         D = inner // heads
         H = heads
         if gqa:
-            if k.shape[-1] % D or v.shape[-1] % D:
+            if D == 0 or k.shape[-1] % D or v.shape[-1] % D:
                 raise Declined("enable_gqa: k or v width is not a multiple of the head dim")
             hk, hv = k.shape[-1] // D, v.shape[-1] // D
         else:
             hk = hv = heads
             if k.shape[-1] != inner or v.shape[-1] != inner:
                 raise Declined("k or v width differs from q's without enable_gqa")
-        if k.shape[0] != B or v.shape[0] != B or k.shape[1] != v.shape[1]:
-            raise Declined("q, k, v batch or k, v token counts differ")
         q4 = q.unflatten(-1, (H, D)).transpose(1, 2)
         k4 = k.unflatten(-1, (hk, D)).transpose(1, 2)
         v4 = v.unflatten(-1, (hv, D)).transpose(1, 2)
-    if k4.shape[1] != H and not gqa:
+    if not gqa and k4.dim() == 4 and k4.shape[1] != H:
         raise Declined("k has %d heads, q %d, without enable_gqa" % (k4.shape[1], H))
-    if not 1 <= D <= qmm._lib.ATTN_MAX_D:
-        raise Declined("head dim %d (qmm takes 1 to %d)" % (D, qmm._lib.ATTN_MAX_D))
-    if tuple(k4.shape) != tuple(v4.shape) or k4.shape[0] != B or k4.shape[3] != D:
-        raise Declined("k and v shapes differ, or differ from q's batch or head dim")
-    if H % k4.shape[1]:
-        raise Declined("enable_gqa: q's heads are not a multiple of k's")
     if mask is not None:
         if mask.dim() == 2:
             mask = mask.unsqueeze(0)
         if mask.dim() == 3:
             mask = mask.unsqueeze(1)
-        if mask.dim() > 4:
-            raise Declined("mask of %d dims" % mask.dim())
-        try:
-            mask.expand(B, H, S, k4.shape[2])
-        except RuntimeError:
-            raise Declined("mask does not broadcast to [B, heads, S, Skv]") from None
-    scale = extra.get("scale", None)
-    if scale is not None:
-        try:
-            s = float(scale)
-        except (TypeError, ValueError):
-            raise Declined("scale=%r is not a number" % (scale,)) from None
-        if not math.isfinite(s) or s <= 0.0:
-            raise Declined("scale=%r (qmm takes finite scales > 0)" % (scale,))
     prec = _attn_precision(b["attn_precision"], q.dtype)
     if mode is None:                                        # auto: int8 where it runs here
         mode = "f32" if prec == torch.float32 else "int8" if int8_attention_here() else "best"
@@ -259,11 +216,11 @@ def _run(b, extra, mode=None):
         out = torch.empty((B, S, H * D), dtype=q.dtype)
         view = out.view(B, S, H, D).transpose(1, 2)
     try:
-        qmm.attention(q4, k4, v4, mask=mask, scale=scale, mode=mode, out=view)
-    except ValueError as e:
-        raise Declined(str(e)) from None
-    except qmm.QmmError as e:
+        qmm.attention(q4, k4, v4, mask=mask, scale=extra.get("scale", None), mode=mode, out=view)
+    except qmm.QmmError as e:                     # the library's (ArgumentError included)
         raise Declined("%s: %s" % (e.status_name, e.message)) from None
+    except ValueError as e:                       # qmm.attention's own checks
+        raise Declined(str(e)) from None
     return out
 
 

@@ -378,17 +378,17 @@ def test_value_errors_tensors():
     _bad(r"k has head dim 32 but q has 16", k=torch.randn(1, 2, 6, 32),
          v=torch.randn(1, 2, 6, 32))
     _bad(r"v has shape \[1, 2, 7, 16\] but k has", v=torch.randn(1, 2, 7, 16))
-    _bad(r"head dim D = 0", q=torch.randn(1, 2, 5, 0), k=torch.randn(1, 2, 6, 0),
+    _bad(r"D = 0: must be >= 1", q=torch.randn(1, 2, 5, 0), k=torch.randn(1, 2, 6, 0),
          v=torch.randn(1, 2, 6, 0))
-    _bad(r"head dim D = 257 .* out of range \(1 to 256\)", q=torch.randn(1, 2, 5, 257),
+    _bad(r"D = 257 > 256", q=torch.randn(1, 2, 5, 257),
          k=torch.randn(1, 2, 6, 257), v=torch.randn(1, 2, 6, 257))
-    _bad(r"heads: q has 3, k and v 2: H must be a multiple", q=torch.randn(1, 3, 5, 16))
-    _bad(r"heads: q has 2, k and v 0", k=torch.randn(1, 0, 6, 16), v=torch.randn(1, 0, 6, 16))
+    _bad(r"H = 3 is not a multiple of Hkv = 2", q=torch.randn(1, 3, 5, 16))
+    _bad(r"Hkv = 0: must be >= 1", k=torch.randn(1, 0, 6, 16), v=torch.randn(1, 0, 6, 16))
 
 
 def test_value_errors_scalars():
     for s in (float("nan"), float("inf"), -float("inf"), 0.0, -1.0, 1e40, 1e-60):
-        _bad(r"scale=", scale=s)
+        _bad(r"scale[= ]", scale=s)
     _bad(r"scale='x' is not a real number", scale="x")
     _bad(r"scale='0.5' is not a real number", scale="0.5")
     _bad(r"scale=True is not a real number", scale=True)
@@ -421,7 +421,7 @@ def test_value_errors_out():
     _bad(r"out has dtype torch.float64", out=torch.empty(1, 2, 5, 16, dtype=torch.float64))
     _bad(r"out's last dimension is not contiguous",
          out=torch.empty(1, 2, 16, 5).transpose(2, 3))
-    _bad(r"out has elements that share memory", out=torch.empty(1, 1, 5, 16).expand(1, 2, 5, 16))
+    _bad(r"out (has elements that share memory|strides .* make elements share memory)", out=torch.empty(1, 1, 5, 16).expand(1, 2, 5, 16))
     _bad(r"out is on meta", out=torch.empty(1, 2, 5, 16, device="meta"))
     q, k, v = _qkv(Skv=5)
     with pytest.raises(ValueError, match=r"out overlaps q"):

@@ -234,19 +234,19 @@ def test_fallback_with_reason_logged_once(caplog):
                   "q is on meta", caplog=caplog)
     big = torch.randn(1, 2, 5, 512)
     _declined(lambda: optimized_attention(big, big, big, 2, skip_reshape=True,
-                                          transformer_options=to), "head dim 512")
+                                          transformer_options=to), "D = 512 > 256")
     _declined(lambda: optimized_attention(q.double(), q.double(), q.double(), 2,
                                           skip_reshape=True, transformer_options=to),
-              "q is torch.float64")
+              "q has dtype torch.float64")
     _declined(lambda: optimized_attention(q, q, q, 2, torch.ones(5, 5, dtype=torch.int64),
                                           skip_reshape=True, transformer_options=to),
-              "mask is torch.int64")
+              "mask has dtype torch.int64")
 
     def bad_mask():            # the fallback gets it, and fails on it as ComfyUI's own would
         with pytest.raises(RuntimeError):
             optimized_attention(q, q, q, 2, torch.zeros(3, 5, 5), skip_reshape=True,
                                 transformer_options=to)
-    _declined(bad_mask, "mask does not broadcast")
+    _declined(bad_mask, "which does not broadcast")
     kv = torch.randn(1, 1, 5, 16)
     _declined(lambda: optimized_attention(q, kv, kv, 2, skip_reshape=True,
                                           transformer_options=to),
@@ -254,7 +254,7 @@ def test_fallback_with_reason_logged_once(caplog):
     _declined(lambda: optimized_attention(q, q, q, 3, skip_reshape=True, transformer_options=to),
               "q has 2 heads but heads=3")
     _declined(lambda: optimized_attention(q, q, q, 2, skip_reshape=True, transformer_options=to,
-                                          scale=float("nan")), "scale=nan")
+                                          scale=float("nan")), "scale nan is not finite")
     qg = q.clone().requires_grad_()
     _declined(lambda: optimized_attention(qg, q, q, 2, skip_reshape=True, transformer_options=to),
               "requires grad")
@@ -297,7 +297,7 @@ def test_chain_falls_back_to_the_previous_override(caplog):
     with caplog.at_level(logging.INFO, logger="qmm.comfyui"):
         optimized_attention(q, q, q, 2, skip_reshape=True, transformer_options=to)
     assert seen == [_sub_quad_stand_in] and len(CALLS) == 1
-    assert "head dim 512" in next(iter(ca.declines()))
+    assert "D = 512 > 256" in next(iter(ca.declines()))
     assert "the previous override" in caplog.records[-1].getMessage()
 
 
@@ -327,7 +327,7 @@ def test_plain_function_without_comfyui_falls_back_to_sdpa():
     q = torch.randn(1, 2, 5, 300)
     out = ca.attention(q, q, q, 2, skip_reshape=True)
     assert torch.allclose(out, ca.sdpa_attention(q, q, q, 2, skip_reshape=True))
-    assert "head dim 300" in next(iter(ca.declines()))
+    assert "D = 300 > 256" in next(iter(ca.declines()))
     f = ca.make_attention(_sub_quad_stand_in)
     f(q, q, q, 2, skip_reshape=True)
     assert len(CALLS) == 1 and "_inside_attn_wrapper" not in CALLS[0]   # the caller's arguments
@@ -472,7 +472,7 @@ def _declined_calls():
     """One call of each kind qmm declines: float64, D > 256, a tensor requiring grad."""
     g = torch.randn(1, 2, 5, 16).requires_grad_()
     return [((torch.randn(1, 2, 5, 16, dtype=torch.float64),) * 3, "float64"),
-            ((torch.randn(1, 2, 5, 300),) * 3, "head dim 300"),
+            ((torch.randn(1, 2, 5, 300),) * 3, "D = 300 > 256"),
             ((g, g.detach(), g.detach()), "requires grad")]
 
 

@@ -152,7 +152,7 @@ def test_bad_input_gets_the_kitchens_errors(kit):
         (ValueError, "v has shape", dict(v=v[:, :, :4])),
         (ValueError, "multiple of Hkv", dict(k=k[:, :1].expand(1, 3, 8, 16).contiguous(),
                                              v=v[:, :1].expand(1, 3, 8, 16).contiguous())),
-        (ValueError, "head dim", dict(q=torch.randn(1, 4, 8, 300), k=torch.randn(1, 2, 8, 300),
+        (ValueError, "D = 300 > 256", dict(q=torch.randn(1, 4, 8, 300), k=torch.randn(1, 2, 8, 300),
                                       v=torch.randn(1, 2, 8, 300))),
         (TypeError, "attn_mask must be", dict(attn_mask=torch.zeros(8, 8, dtype=torch.int32))),
         (ValueError, "broadcast", dict(attn_mask=torch.zeros(3, 8, dtype=torch.bool))),

@@ -81,9 +81,6 @@ __all__ = ["register", "unregister", "is_registered", "unavailable_reason", "att
 BACKEND = "qmm"
 log = logging.getLogger("qmm.kitchen")
 
-# The kitchen's default order (comfy_kitchen.registry / __init__), used only where its registry
-# does not show the order in force (it has no public getter; _current_priority reads it).
-KITCHEN_ORDER = ("hip", "ascend", "cuda", "triton", "eager")
 
 
 def _rule(module, func):
@@ -173,11 +170,27 @@ def unavailable_reason():
 
 
 def _current_priority():
-    """The kitchen's priority list in force: the user's set_backend_priority() order, or its
-    default. The registry keeps it in a private attribute (no public getter as of
-    comfy-kitchen 0.2.40); without it, KITCHEN_ORDER."""
+    """The kitchen's priority list in force: the user's set_backend_priority() order, or the
+    kitchen's default.
+
+    The one place qmm reads a private attribute of the kitchen (registry._priority). What
+    comfy-kitchen 0.2.40 offers publicly cannot do it: set_priority() / set_backend_priority()
+    only replace the whole list, list_backends() gives names without their order, and
+    use_backend() puts one backend first only inside a with-block, on one thread. A public
+    getter (registry.get_priority(), or comfy_kitchen.get_backend_priority()) — or a
+    set_priority() that places one backend and keeps the others' order, e.g.
+    registry.prefer("qmm", first=True) — would remove this read. Without the attribute: the
+    backends list_backends() names (their order unknown, so by name), eager last."""
     cur = getattr(registry, "_priority", None)
-    return list(cur) if isinstance(cur, (list, tuple)) else list(KITCHEN_ORDER)
+    if isinstance(cur, (list, tuple)):
+        return list(cur)
+    names = sorted(n for n in registry.list_backends() if n not in ("eager", BACKEND))
+    return names + ["eager"]
+
+
+# The kitchen's order when qmm.kitchen is imported, qmm taken out: its default (as the kitchen
+# set it: hip first under ROCm), unless the user had set another by then.
+KITCHEN_ORDER = tuple(b for b in _current_priority() if b != BACKEND)
 
 
 def _priority(first, priority=None):

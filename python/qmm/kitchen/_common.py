@@ -27,14 +27,17 @@ def is_pow4(g):
         and (g.bit_length() - 1) % 2 == 0
 
 
-def need_tensor(param, t, dtypes, what):
-    """t is a CPU tensor of one of dtypes (else Refused naming param and `what`)."""
-    if not isinstance(t, Tensor):
+def need_tensor(param, t, dtypes, what, contiguous=False):
+    """t is a CPU tensor of one of dtypes, contiguous if asked (else Refused naming param and
+    `what`). On every call's path: the exact-type test first."""
+    if type(t) is not Tensor and not isinstance(t, Tensor):
         raise Refused(param, "needs %s, got %s" % (what, type(t).__name__))
     if t.dtype not in dtypes:
         raise Refused(param, "needs %s, got dtype %s" % (what, t.dtype))
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         raise Refused(param, "needs a cpu tensor, got device %s" % t.device)
+    if contiguous and not t.is_contiguous():
+        raise Refused(param, "needs a contiguous tensor, got stride %s" % (t.stride(),))
 
 
 def no_grad_needed(func, *tensors):

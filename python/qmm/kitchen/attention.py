@@ -18,14 +18,14 @@ The kitchen's argument rules, with its error types: q, k, v 4-D ([B, H, S, D], k
 >= 1, the last dimension contiguous, attn_mask bool or float32/float16/bfloat16 (else TypeError)
 broadcastable to [B, H, S, Skv], scale None (D^-1/2) or finite (any sign). Checked here: what
 the kitchen rules differently from qmm.attention (dtypes and their error type, sizes of 0, the
-last stride, a 0-d mask, the sign of scale); shapes, GQA, D in [1, 256], devices and mask
-broadcasting are qmm.attention's checks (ValueError naming the argument). The result has q's
+last stride, a 0-d mask, the sign of scale); shapes, devices and mask broadcasting are
+qmm.attention's checks, GQA, D in [1, 256] and a finite scale the library's (a ValueError naming
+the argument either way: qmm.ArgumentError where the library refused it). The result has q's
 shape and dtype (float32 for float32 input, as the kitchen returns). Where this CPU has no
 int8 attention engine, qmm runs the call on its best float engine, a counted fallback (refused
 under qmm.configure(fallback="strict")). No gradients: as the kitchen's CUDA op, no autograd
 formula is registered.
 """
-import math
 import threading
 
 import torch
@@ -69,9 +69,7 @@ def run(q, k, v, attn_mask=None, scale=None):
     1 on a zero q (qmm.attention takes scale > 0): the same scores."""
     attn_mask = _check(q, k, v, attn_mask)
     if scale is not None:
-        scale = float(scale)
-        if not math.isfinite(scale):
-            raise ValueError("int8_attention: scale %s is not finite" % scale)
+        scale = float(scale)             # a non-finite one: the library refuses it
         if scale < 0:
             q, scale = -q, -scale
         elif scale == 0:

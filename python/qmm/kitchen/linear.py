@@ -29,7 +29,7 @@ import qmm
 from qmm import _lib as L
 
 from . import weights
-from ._common import ACTS, FLOATS, PAIR_ACTS, QDT, Refused, Tensor, is_pow4
+from ._common import ACTS, FLOATS, PAIR_ACTS, QDT, Refused, Tensor, is_pow4, need_tensor
 from .probe import probe
 
 _tls = threading.local()
@@ -141,15 +141,6 @@ def _group(g, K):
         raise Refused("convrot_groupsize", "%d does not divide K=%d" % (g, K))
 
 
-def _need(param, t, dtypes, what):
-    if type(t) is not Tensor and not isinstance(t, Tensor):
-        raise Refused(param, "needs %s, got %s" % (what, type(t).__name__))
-    if t.dtype not in dtypes:
-        raise Refused(param, "needs %s, got dtype %s" % (what, t.dtype))
-    if not t.is_cpu:
-        raise Refused(param, "needs a cpu tensor, got device %s" % t.device)
-
-
 _GRAD_NAMES = ("x", "weight", "weight_scale", "bias", None, None, None, None, "act_weight", None,
                "residual", "residual_scale", "modulation_scale")
 
@@ -167,9 +158,9 @@ def check(func, args, partial=False, w4=None):
     it gives. w4: a W4A8 weight (w4a8.py: .N, .K, .handle(bias, call)) instead of weight and
     weight_scale (both None then)."""
     x, weight, ws, bias, out_dtype, convrot, g, act, aw, eps, res, rs, mod = args
-    _need("x", x, FLOATS, "a float tensor (f32, f16 or bf16)")
+    need_tensor("x", x, FLOATS, "a float tensor (f32, f16 or bf16)")
     if w4 is None:
-        _need("weight", weight, (torch.int8,), "an int8 [N, K] tensor")
+        need_tensor("weight", weight, (torch.int8,), "an int8 [N, K] tensor")
         if weight.dim() != 2:
             raise Refused("weight", "needs a 2-D [N, K] int8 tensor, got shape %s" % list(weight.shape))
         N, K = weight.shape
@@ -179,7 +170,7 @@ def check(func, args, partial=False, w4=None):
                           "stride >= K, not empty), got shape %s stride %s" % (
                               K, list(weight.shape), weight.stride()))
         if ws is not None:
-            _need("weight_scale", ws, FLOATS, "1 or N float values")
+            need_tensor("weight_scale", ws, FLOATS, "1 or N float values")
             ns = ws.numel()
             if ns != N and ns != 1:
                 raise Refused("weight_scale", "needs 1 or N=%d values, got shape %s" % (
@@ -192,7 +183,7 @@ def check(func, args, partial=False, w4=None):
     if xdim < 1 or x.numel() == 0:
         raise Refused("x", "empty input %s" % list(x.shape))
     if bias is not None:
-        _need("bias", bias, FLOATS, "N float values")
+        need_tensor("bias", bias, FLOATS, "N float values")
         if bias.numel() != N:
             raise Refused("bias", "needs N=%d values, got shape %s" % (N, list(bias.shape)))
     if out_dtype is None:
@@ -217,7 +208,7 @@ def check(func, args, partial=False, w4=None):
     awdt = None
     if act == "rms_norm":
         pn, pe = ("norm_weight", "norm_eps") if rms_mod else ("input_act_weight", "input_act_eps")
-        _need(pn, aw, FLOATS, "K=%d float values" % K)
+        need_tensor(pn, aw, FLOATS, "K=%d float values" % K)
         if aw.numel() != K:
             raise Refused(pn, "needs K=%d values, got shape %s" % (K, list(aw.shape)))
         if rms_mod and aw.dtype != x.dtype:
@@ -231,7 +222,7 @@ def check(func, args, partial=False, w4=None):
     elif aw is not None:
         raise Refused("input_act_weight", "given without input_act rms_norm")
     if func != "int8_linear":
-        _need("modulation_scale", mod, (x.dtype,), "K=%d values of x's dtype %s" % (K, x.dtype))
+        need_tensor("modulation_scale", mod, (x.dtype,), "K=%d values of x's dtype %s" % (K, x.dtype))
         if mod.numel() != K:
             raise Refused("modulation_scale", "needs one row of K=%d values, got shape %s" % (
                 K, list(mod.shape)))
@@ -240,11 +231,11 @@ def check(func, args, partial=False, w4=None):
             raise Refused("modulation_scale", why)
     if res is not None:
         out_shape = tuple(x.shape[:-1]) + (N,)
-        _need("residual", res, FLOATS, "a float tensor of the output's shape")
+        need_tensor("residual", res, FLOATS, "a float tensor of the output's shape")
         if tuple(res.shape) != out_shape:
             raise Refused("residual", "needs the output's shape %s, got %s" % (
                 list(out_shape), list(res.shape)))
-        _need("residual_scale", rs, FLOATS, "1 or N=%d float values" % N)
+        need_tensor("residual_scale", rs, FLOATS, "1 or N=%d float values" % N)
         if rs.numel() not in (1, N) or (rs.numel() == N and N > 1 and rs.shape[-1] != N) \
                 or rs.dim() > len(out_shape):
             raise Refused("residual_scale", "needs 1 or N=%d values along the last "

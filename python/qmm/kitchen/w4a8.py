@@ -22,7 +22,7 @@ from qmm import _lib as L
 
 from . import linear as _lin
 from . import weights
-from ._common import QDT, Refused, Tensor
+from ._common import QDT, Refused, Tensor, need_tensor
 
 _F32 = torch.float32
 _F8 = getattr(torch, "float8_e4m3fn", None)
@@ -34,17 +34,6 @@ def available():
     """None if the loaded libqmm has W4A8 weights, else the reason."""
     return None if L.qmm_weight_borrow_w4a8 is not None else \
         "libqmm lacks qmm_weight_borrow_w4a8 (older library)"
-
-
-def _need(param, t, dtypes, what):
-    if not isinstance(t, Tensor):
-        raise Refused(param, "needs %s, got %s" % (what, type(t).__name__))
-    if t.dtype not in dtypes:
-        raise Refused(param, "needs %s, got dtype %s" % (what, t.dtype))
-    if not t.is_cpu:
-        raise Refused(param, "needs a cpu tensor, got device %s" % t.device)
-    if not t.is_contiguous():
-        raise Refused(param, "needs a contiguous tensor, got stride %s" % (t.stride(),))
 
 
 class _W4:
@@ -83,12 +72,13 @@ def _geometry(qdata, s_rel, s_channel, codebook, correction, group_size, convrot
     if correction is not None:
         raise Refused("correction", "asymmetric W4A8 (a correction term) is not run by qmm: it "
                       "has no int8 form (eager dequantizes the weight to float)")
-    _need("qdata", qdata, (torch.int8, torch.uint8), "an int8 [N, K*bits/8] tensor of codes")
+    need_tensor("qdata", qdata, (torch.int8, torch.uint8), "an int8 [N, K*bits/8] tensor of codes",
+                contiguous=True)
     if qdata.dim() != 2:
         raise Refused("qdata", "needs a 2-D tensor, got shape %s" % list(qdata.shape))
-    _need("s_rel", s_rel, tuple(t for t in (_F8, _F32) if t is not None),
-          "a float8_e4m3fn or float32 [N, K/group_size] tensor")
-    _need("s_channel", s_channel, (_F32,), "N float32 values")
+    need_tensor("s_rel", s_rel, tuple(t for t in (_F8, _F32) if t is not None),
+                "a float8_e4m3fn or float32 [N, K/group_size] tensor", contiguous=True)
+    need_tensor("s_channel", s_channel, (_F32,), "N float32 values", contiguous=True)
     if not isinstance(group_size, int) or isinstance(group_size, bool):
         raise Refused("group_size", "needs an int, got %r" % (group_size,))
     N, cols = qdata.shape
@@ -101,7 +91,7 @@ def _geometry(qdata, s_rel, s_channel, codebook, correction, group_size, convrot
     if s_channel.numel() != N:
         raise Refused("s_channel", "needs N=%d values, got shape %s" % (N, list(s_channel.shape)))
     if codebook is not None:
-        _need("codebook", codebook, (_F32,), "16 float32 values")
+        need_tensor("codebook", codebook, (_F32,), "16 float32 values", contiguous=True)
         if codebook.numel() != 16:
             raise Refused("codebook", "needs 16 values, got shape %s" % list(codebook.shape))
     w = _W4()
