@@ -58,6 +58,7 @@ src/engines/x86_amx/amx_int8.c              avx512f,avx512bw,avx512vl,avx512dq,a
 src/engines/x86_amx/amx_ladder.c            avx512f,avx512bw,avx512vl,avx512dq,amx_tile,amx_int8 amx_int8
 src/engines/x86_amx/amx_bf16.c              avx512f,avx512bw,avx512vl,avx512dq,amx_tile,amx_bf16 amx_bf16
 src/engines/x86_amx/amx_bf16_attn.c         avx512f,avx512bw,avx512vl,avx512dq,amx_tile,amx_bf16 amx_bf16
+src/engines/x86_amx/amx_int8_attn.c         avx512f,avx512bw,avx512vl,avx512dq,amx_tile,amx_int8 amx_int8
 src/engines/x86_amx/amx_common.c            avx512f,avx512bw,avx512vl,avx512dq,amx_tile  amx_tile
 src/engines/x86_amx/amx_emu.c               avx512f,avx512bw,avx512vl,avx512dq,amx_tile  -
 src/engines/x86_amx/amx_regime.c            none                                         -

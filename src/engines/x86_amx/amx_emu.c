@@ -192,7 +192,7 @@ void qmm_amx_emu_zero(int t) {
     memset(g_t.data[t], 0, sizeof g_t.data[t]);
 }
 
-/* The shape rules shared by TDPBSSD and TDPBF16PS (SDM: #UD otherwise). */
+/* The shape rules shared by TDPBSSD, TDPBUSD and TDPBF16PS (SDM: #UD otherwise). */
 static int dp_ok(int c, int a, int b, const char *op) {
     if (!usable(c, op) || !usable(a, op) || !usable(b, op)) return 0;
     if (c == a || c == b || a == b) { fault("%s tmm%d, tmm%d, tmm%d: registers not distinct (#UD)", op, c, a, b); return 0; }
@@ -211,8 +211,9 @@ static void finish_dst(int c) {
     }
 }
 
-void qmm_amx_emu_dpbssd(int c, int a, int b) {
-    if (!dp_ok(c, a, b, "tdpbssd")) return;
+/* TDPBSSD (a_unsigned = 0) and TDPBUSD (1): A's bytes signed or unsigned, B's signed */
+static void dp_int8(int c, int a, int b, int a_unsigned, const char *op) {
+    if (!dp_ok(c, a, b, op)) return;
     atomic_fetch_add(&g_ops, 1);
     trace(QMM_AMX_EV_DP, c, NULL, (size_t)(a * 8 + b));
     const int M = g_t.rows[c], K = g_t.colsb[a] / 4, N = g_t.colsb[c] / 4;
@@ -220,10 +221,12 @@ void qmm_amx_emu_dpbssd(int c, int a, int b) {
         uint32_t tmp[16];
         memcpy(tmp, g_t.data[c][m], 64);
         for (int k = 0; k < K; k++) {
-            const int8_t *x = (const int8_t *)&g_t.data[a][m][4 * k];
+            const uint8_t *xb = &g_t.data[a][m][4 * k];
+            int32_t x[4];
+            for (int e = 0; e < 4; e++) x[e] = a_unsigned ? (int32_t)xb[e] : (int32_t)(int8_t)xb[e];
             for (int n = 0; n < N; n++) {
                 const int8_t *y = (const int8_t *)&g_t.data[b][k][4 * n];
-                int32_t p = (int32_t)x[0] * y[0] + (int32_t)x[1] * y[1] + (int32_t)x[2] * y[2] + (int32_t)x[3] * y[3];
+                int32_t p = x[0] * y[0] + x[1] * y[1] + x[2] * y[2] + x[3] * y[3];
                 tmp[n] += (uint32_t)p; /* wrapping int32 accumulation */
             }
         }
@@ -231,6 +234,9 @@ void qmm_amx_emu_dpbssd(int c, int a, int b) {
     }
     finish_dst(c);
 }
+
+void qmm_amx_emu_dpbssd(int c, int a, int b) { dp_int8(c, a, b, 0, "tdpbssd"); }
+void qmm_amx_emu_dpbusd(int c, int a, int b) { dp_int8(c, a, b, 1, "tdpbusd"); }
 
 static float bf16_in(const uint8_t *p) { /* bf16 → fp32, denormal → ±0 (DAZ) */
     uint16_t h;

@@ -4,10 +4,10 @@
  * Test-only: nothing here is part of the library's dispatch.
  *
  * The model follows the Intel SDM (vol. 2, LDTILECFG, TILELOADD, TILESTORED, TILEZERO,
- * TILERELEASE, TDPBSSD, TDPBF16PS): 8 tiles of 16 rows × 64 bytes per thread, the palette-1
+ * TILERELEASE, TDPBSSD, TDPBUSD, TDPBF16PS): 8 tiles of 16 rows × 64 bytes per thread, the palette-1
  * configuration (rows/colsb per tile, unused tiles 0/0, reserved bytes 0), loads that zero
- * the bytes beyond colsb and the rows beyond rows, TDPBSSD as wrapping int32 accumulation of
- * signed 4-byte dot products, TDPBF16PS as fp32 accumulation of bf16 pairs (even element
+ * the bytes beyond colsb and the rows beyond rows, TDPBSSD (TDPBUSD) as wrapping int32 accumulation of
+ * 4-byte dot products of signed (unsigned) A bytes and signed B bytes, TDPBF16PS as fp32 accumulation of bf16 pairs (even element
  * first, then odd) with bf16 inputs and fp32 accumulator denormals treated as zero, each
  * product exact and each addition rounded to nearest even, denormal results flushed to zero.
  * A configuration or shape violation that would #UD/#GP on hardware is counted as a fault
@@ -28,6 +28,7 @@ void qmm_amx_emu_load_t1(int t, const void *base, size_t stride); /* TILELOADDT1
 void qmm_amx_emu_store(int t, void *base, size_t stride);
 void qmm_amx_emu_zero(int t);
 void qmm_amx_emu_dpbssd(int c, int a, int b);
+void qmm_amx_emu_dpbusd(int c, int a, int b);
 void qmm_amx_emu_dpbf16ps(int c, int a, int b);
 
 /* Faults since start (all threads) and the first fault's message ("" if none). */

@@ -101,6 +101,7 @@ qmm_status QMM_AMX_SYM(qmm_amx_ladder_probe)(int rung, int64_t reps, int small, 
 #define QMM_TILE_STORE(t, p, stride) qmm_amx_emu_store((t), (p), (size_t)(stride))
 #define QMM_TILE_ZERO(t) qmm_amx_emu_zero(t)
 #define QMM_TDPBSSD(c, a, b) qmm_amx_emu_dpbssd((c), (a), (b))
+#define QMM_TDPBUSD(c, a, b) qmm_amx_emu_dpbusd((c), (a), (b))
 #define QMM_TDPBF16PS(c, a, b) qmm_amx_emu_dpbf16ps((c), (a), (b))
 #define QMM_AMX_PREFETCH_T1(p) qmm_amx_emu_prefetch(p)
 #define QMM_TILE_LOAD_T1(t, p, stride) qmm_amx_emu_load_t1((t), (p), (size_t)(stride))
@@ -122,6 +123,7 @@ qmm_status QMM_AMX_SYM(qmm_amx_ladder_probe)(int rung, int64_t reps, int small, 
     do { QMM_AMX_MEMBAR(); _tile_stream_loadd(t, (p), (long)(stride)); } while (0)
 #define QMM_TILE_ZERO(t) _tile_zero(t)
 #define QMM_TDPBSSD(c, a, b) _tile_dpbssd(c, a, b)
+#define QMM_TDPBUSD(c, a, b) _tile_dpbusd(c, a, b)
 #define QMM_TDPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
 #define QMM_AMX_PREFETCH_T1(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 #endif
