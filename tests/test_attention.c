@@ -312,7 +312,8 @@ static int g_n_attn;
  * with the call qmm_attention would validate */
 #include "../src/engines/x86_amx/amx_emu.h"
 extern const qmm_engine_ops qmm_amx_bf16_ops_emu;
-static long g_emu_runs;
+extern const qmm_engine_ops qmm_amx_int8_ops_emu;
+static long g_emu_runs, g_emu_int8_runs;
 
 static void to_call(const qmm_attention_args *a, qmm_attn_call *c) {
     memset(c, 0, sizeof *c);
@@ -371,6 +372,31 @@ static void sweep(qmm_context *ctx, qmm_context *ctx1, int cases, int quick) {
                      qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
             compare(QMM_ENGINE_AMX_BF16, QMM_ENGINE_MAX, &t, &b, ref);
             g_emu_runs++;
+        }
+        if (n % (quick ? 3 : 2) == 1 && qmm_engine_available(QMM_ENGINE_AVX512_VNNI, NULL, 0)) {
+            /* the emulated amx_int8 in mode int8: avx512_vnni's outputs, bit for bit */
+            int64_t no, s3[3];
+            strides_of(t.lo, t.B, t.H, t.S, t.D, s3, &no);
+            const size_t bytes = (size_t)no * qmm_dtype_size(t.ot);
+            void *want = malloc(bytes);
+            b.a.engine = QMM_ENGINE_AVX512_VNNI;
+            b.a.mode = QMM_ATTN_INT8;
+            memset(b.a.out, 0x5a, bytes); /* the same bytes between the rows of a padded layout */
+            TU_CHECK_OK(qmm_attention(ctx, &b.a));
+            memcpy(want, b.a.out, bytes);
+            memset(b.a.out, 0x5a, bytes);
+            qmm_attn_call call;
+            to_call(&b.a, &call);
+            const long f0 = qmm_amx_emu_faults();
+            TU_CHECK_OK(qmm_attention_run(ctx, &call, qmm_amx_int8_ops_emu.attn));
+            TU_CHECK(qmm_amx_emu_faults() == f0 && qmm_amx_emu_live_configs() == 0,
+                     "amx_int8 (emulated): %ld tile faults (%s), %ld configurations left", qmm_amx_emu_faults() - f0,
+                     qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
+            TU_CHECK(memcmp(want, b.a.out, bytes) == 0, "amx_int8 (emulated), mode int8: not avx512_vnni's bits (B=%lld H=%lld S=%lld Skv=%lld D=%lld mask %d q/kv/out %s/%s/%s)",
+                     (long long)t.B, (long long)t.H, (long long)t.S, (long long)t.Skv, (long long)t.D, t.mask,
+                     qmm_dtype_name(t.qt), qmm_dtype_name(t.kvt), qmm_dtype_name(t.ot));
+            g_emu_int8_runs++;
+            free(want);
         }
 #endif
         free(ref);
@@ -792,6 +818,12 @@ int main(int argc, char **argv) {
 #ifdef QMM_TEST_AMX_EMU
     tu_note("amx_bf16 (emulated, %ld calls): worst |err| / bound %.3f", g_emu_runs, g_worst[QMM_ENGINE_MAX]);
     TU_CHECK(g_emu_runs > 0, "the emulated amx_bf16 attention never ran");
+    if (qmm_engine_available(QMM_ENGINE_AVX512_VNNI, NULL, 0)) {
+        tu_note("amx_int8 (emulated, mode int8): %ld calls, avx512_vnni's bits", g_emu_int8_runs);
+        TU_CHECK(g_emu_int8_runs > 0, "the emulated amx_int8 attention never ran");
+    } else {
+        tu_skip("amx_int8 attention (emulated)", "its operands are avx512_vnni's, which this CPU lacks");
+    }
 #else
     tu_skip("amx_bf16 attention (emulated)", "this build has no emulated AMX objects (tests/amx_emu.cmake)");
 #endif

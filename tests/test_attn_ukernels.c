@@ -1,7 +1,7 @@
 /*
  * test_attn_ukernels.c — the attention ukernels (core/attention.h's contract) as units, outside
  * the driver (which tests/test_attention covers): every engine's qmm_attn_ukernels available on
- * this CPU (ukernels.h: avx512_f32, avx512_bf16, avx512_vnni, avx_vnni, avx2_f32; the emulated amx_bf16
+ * this CPU (ukernels.h: avx512_f32, avx512_bf16, avx512_vnni, avx_vnni, avx2_f32; the emulated amx_bf16 and amx_int8
  * when linked with tests/amx_emu.cmake, QMM_TEST_AMX_EMU; the others skipped visibly), and the
  * frame's softmax ukernels by SIMD level and P kind, against scalar references on randomized
  * shapes (D in {1, 3, 16, 64, 100, 128, 256}, rows 1..mr, keys 1..3·nk, q / kv dtypes f32, f16,
@@ -31,6 +31,7 @@
 #ifdef QMM_TEST_AMX_EMU
 #include "../src/engines/x86_amx/amx_emu.h"
 extern const qmm_engine_ops qmm_amx_bf16_ops_emu; /* amx_bf16.c, emulated: .attn its descriptor */
+extern const qmm_engine_ops qmm_amx_int8_ops_emu; /* amx_int8.c, emulated: .attn (mode int8) */
 #endif
 
 #include <float.h>
@@ -447,7 +448,7 @@ int main(int argc, char **argv) {
         const qmm_engine *e = qmm_engine_get(all[i]);
         int known = 0;
         for (size_t j = 0; j < sizeof engines / sizeof engines[0]; j++) known |= engines[j].id == all[i];
-        if (e->ops->attn && !known && all[i] != QMM_ENGINE_AMX_BF16)
+        if (e->ops->attn && !known && all[i] != QMM_ENGINE_AMX_BF16 && all[i] != QMM_ENGINE_AMX_INT8)
             tu_skip(e->name, "attention ukernels not in this test's list (test_attention covers the engine)");
     }
 #ifdef QMM_TEST_AMX_EMU
@@ -460,8 +461,18 @@ int main(int argc, char **argv) {
                  "amx_bf16 (emulated): %ld tile faults (%s), %ld configurations left", qmm_amx_emu_faults() - f0,
                  qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
     }
+    if (!qmm_engine_available(QMM_ENGINE_AVX512_VNNI, why, sizeof why))
+        tu_skip("amx_int8 (emulated, avx512_vnni's pack_kv and pack_q)", why);
+    else {
+        const engine e = {"amx_int8 (emulated)", qmm_amx_int8_ops_emu.attn, 1};
+        const long f0 = qmm_amx_emu_faults();
+        test_engine(&e);
+        TU_CHECK(qmm_amx_emu_faults() == f0 && qmm_amx_emu_live_configs() == 0,
+                 "amx_int8 (emulated): %ld tile faults (%s), %ld configurations left", qmm_amx_emu_faults() - f0,
+                 qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
+    }
 #else
-    tu_skip("amx_bf16 (emulated)", "this build has no emulated AMX objects (tests/amx_emu.cmake)");
+    tu_skip("amx_bf16, amx_int8 (emulated)", "this build has no emulated AMX objects (tests/amx_emu.cmake)");
 #endif
     return tu_finish();
 }

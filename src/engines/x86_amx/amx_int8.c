@@ -357,4 +357,8 @@ const qmm_engine_ops QMM_AMX_SYM(qmm_amx_int8_ops) = {
     .n_probes = QMM_AMX_LADDER_RUNGS,
     .probe_names = QMM_AMX_SYM(qmm_amx_ladder_names),
     .probe = QMM_AMX_SYM(qmm_amx_ladder_probe),
+    .attn_admit = QMM_AMX_SYM(qmm_amx_int8_attn_admit), /* attention, mode int8: amx_int8_attn.c */
+#ifdef QMM_AMX_KERNELS
+    .attn = &QMM_AMX_SYM(qmm_amx_int8_attn),
+#endif
 };

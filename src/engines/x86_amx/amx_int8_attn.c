@@ -5,6 +5,8 @@
  * int32 sums). The sums are the ones VPDPBUSD forms and the float steps after them are
  * avx512_vnni's, in its order: the outputs are avx512_vnni's, bit for bit. Compiled twice, as
  * amx_kernel.h says: for dispatch, and with -DQMM_AMX_EMULATE for the tests (symbols _emu).
+ * Descriptor: qmm_amx_int8_attn (amx_kernel.h; avx512_vnni's pack_kv, pack_q and sizes, the
+ * frame's AVX-512 u8 softmax, these two tiles). Admits mode int8 only.
  *
  * Tiles (every tile 16 rows × 64 bytes: qmm_amx_tiles_config(16, 16), loaded once per thread by
  * the driver's begin hook); 16 query rows per call (pad_rows: the driver's Q and P rows past
@@ -16,20 +18,15 @@
  *   P·V per V block and 64 of Dp: tmm0..3 = 16 rows × 16 channels each; tmm4 = P (16 rows × 64
  *     keys u8, row stride 64), tmm6/7 = 16 key quads × 16 channels (row stride Dp·4 bytes), one
  *     TDPBUSD per C tile covers the block's 64 keys; stored into the thread's workspace, then
- *     O = O·α + sum · vs (ps = 1) or O + sum · vs · ps (α = 1), as avx512_vnni's.
+ *     O = O·α + ps · sum · vs in avx512_vnni's steps (qmm_za_pv_store).
  */
 #include "amx_kernel.h"
 #include "attention_avx512.h"
+#include "ukernels.h"
 
 #ifdef QMM_AMX_KERNELS
 
 #define NK 64
-
-void QMM_AMX_SYM(qmm_qs8_attn_qk_ukernel_16x64c4__amx)(int rows, const void *Q, const float *sq, const void *kblk,
-                                                       int64_t D, float *S);
-void QMM_AMX_SYM(qmm_qu8_qs8_attn_pv_ukernel_16x64c4__amx)(int rows, const void *P, const float *ps,
-                                                           const float *alpha, const void *vblk, int64_t D, float *O,
-                                                           void *ws);
 
 /* the rotated codes' width: D rounded up to 64 (avx512_vnni_attn.c's Dq) */
 static int64_t dq_of(int64_t D) { return qmm_round_up(D, 64); }
@@ -106,18 +103,35 @@ void QMM_AMX_SYM(qmm_qu8_qs8_attn_pv_ukernel_16x64c4__amx)(int rows, const void 
             QMM_TILE_STORE(QMM_TC11, acc + 48, 64 * 4);
         }
         for (int i = 0; i < rows; i++) {
-            const __m512 a = _mm512_set1_ps(alpha[i]), p = _mm512_set1_ps(ps[i]);
-            float *o = O + i * Dp + d0;
-            for (int z = 0; z < nz; z++) {
-                const __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(acc + i * 64 + 16 * z)),
-                                               _mm512_loadu_ps(vsc + d0 + 16 * z));
-                _mm512_storeu_ps(o + 16 * z, ps[i] == 1.0f ? _mm512_fmadd_ps(_mm512_loadu_ps(o + 16 * z), a, x)
-                                                           : _mm512_fmadd_ps(x, p, _mm512_loadu_ps(o + 16 * z)));
-            }
+            __m512 x[4];
+            for (int z = 0; z < nz; z++)
+                x[z] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(acc + i * 64 + 16 * z)),
+                                     _mm512_loadu_ps(vsc + d0 + 16 * z));
+            qmm_za_pv_store(O + i * Dp + d0, x, nz, alpha[i], ps[i]);
         }
     }
 }
 
-#else
-typedef int qmm_amx_int8_attn_unused; /* built without AMX compiler support: amx_int8 offers no attention */
-#endif
+static void tiles_begin(void) { QMM_AMX_SYM(qmm_amx_tiles_config)(16, 16); }
+static void tiles_end(void) { QMM_AMX_SYM(qmm_amx_tiles_release)(); }
+/* avx512_vnni's operand sizes (its packed head, its query rows) */
+static size_t kb_bytes(int64_t D) { return qmm_avx512_vnni_attn.kb_bytes(D); }
+static size_t vb_bytes(int64_t D) { return qmm_avx512_vnni_attn.vb_bytes(D); }
+static size_t extra_bytes(int64_t D) { return qmm_avx512_vnni_attn.extra_bytes(D); }
+static size_t q_bytes(int64_t D) { return qmm_avx512_vnni_attn.q_bytes(D); }
+
+const qmm_attn_ukernels QMM_AMX_SYM(qmm_amx_int8_attn) = {
+    .name = "amx_int8 (int8 tiles 16x64c4, u8 P)", .p = QMM_ATTN_P_U8, .mr = 16, .pad_rows = 1, .nk = NK,
+    .mq = QMM_ZA_MQ, .dalign = 16, .kb_bytes = kb_bytes, .vb_bytes = vb_bytes, .extra_bytes = extra_bytes,
+    .q_bytes = q_bytes, .ws_bytes = 16 * 64 * sizeof(int32_t),
+    .pack_kv = qmm_qs8_attn_pack_kv__avx512vnni, .pack_q = qmm_qs8_attn_pack_q__avx512vnni,
+    .qk = QMM_AMX_SYM(qmm_qs8_attn_qk_ukernel_16x64c4__amx), .softmax = qmm_attn_softmax_u8__avx512,
+    .pv = QMM_AMX_SYM(qmm_qu8_qs8_attn_pv_ukernel_16x64c4__amx), .begin = tiles_begin, .end = tiles_end};
+
+#endif /* QMM_AMX_KERNELS */
+
+const char *QMM_AMX_SYM(qmm_amx_int8_attn_admit)(const qmm_attn_call *c, char *why, size_t n) {
+    (void)why; (void)n;
+    if (c->mode != QMM_ATTN_INT8) return "int8 QKᵀ and P·V run in mode int8 only";
+    return NULL;
+}

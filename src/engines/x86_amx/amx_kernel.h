@@ -154,8 +154,19 @@ void QMM_AMX_SYM(qmm_bf16_attn_qk_ukernel_16x64__amx)(int rows, const void *Q, c
 void QMM_AMX_SYM(qmm_bf16_attn_pv_ukernel_16x64__amx)(int rows, const void *P, const float *ps, const float *alpha,
                                                       const void *vblk, int64_t D, float *O, void *ws);
 
+/* amx_int8's attention (amx_int8_attn.c): mode int8 on avx512_vnni's operands, 16 query rows ×
+ * 64 keys (qk) and 16 rows × 64 of D (pv) on TDPBUSD, called between begin and end. */
+extern const struct qmm_attn_ukernels QMM_AMX_SYM(qmm_amx_int8_attn);
+void QMM_AMX_SYM(qmm_qs8_attn_qk_ukernel_16x64c4__amx)(int rows, const void *Q, const float *sq, const void *kblk,
+                                                       int64_t D, float *S);
+void QMM_AMX_SYM(qmm_qu8_qs8_attn_pv_ukernel_16x64c4__amx)(int rows, const void *P, const float *ps,
+                                                           const float *alpha, const void *vblk, int64_t D, float *O,
+                                                           void *ws);
+
 #endif /* QMM_AMX_KERNELS */
 
+/* amx_int8's attention admit (amx_int8_attn.c: plain, built either way): mode int8 only */
+const char *QMM_AMX_SYM(qmm_amx_int8_attn_admit)(const qmm_attn_call *c, char *why, size_t n);
 /* amx_bf16's attention admit (amx_bf16_attn.c: plain, built either way) */
 const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const qmm_attn_call *c, char *why, size_t n);
 #endif /* QMM_AMX_KERNEL_H */
