@@ -97,16 +97,25 @@ static inline __attribute__((always_inline)) const int8_t *qmm_w4_run16(qmm_w4_w
     return t;
 }
 
+/* byte j of s times 2^sh (a table's offset; sh <= 8): one shift and one AND */
+static inline int64_t qmm_w4_sbyte(uint32_t s, const int j, const int sh) {
+    return (int64_t)(8 * j >= sh ? (s >> (8 * j - sh)) & (0xffu << sh) : (s << (sh - 8 * j)) & (0xffu << sh));
+}
+
 /* the next 64 weights (the walk at a multiple of 64 when per is 1) */
 static inline __attribute__((always_inline)) __m512i qmm_w4_next64(qmm_w4_walk *it, const int six, const int per) {
     const int8_t *t[4];
     const int sh = six ? 6 : 4; /* a constant shift: SHL by CL is 3 uops */
-    if (per == 4) {
-        for (int j = 0; j < 4; j++) t[j] = it->lut + ((int64_t)it->sp[j] << sh);
+    if (per == 4) { /* the 4 scale bytes in one load: a load per table, not two */
+        uint32_t s4;
+        __builtin_memcpy(&s4, it->sp, 4);
+        for (int j = 0; j < 4; j++) t[j] = it->lut + qmm_w4_sbyte(s4, j, sh);
         it->sp += 4;
     } else if (per == 2) {
-        t[0] = t[1] = it->lut + ((int64_t)it->sp[0] << sh);
-        t[2] = t[3] = it->lut + ((int64_t)it->sp[1] << sh);
+        uint16_t s2;
+        __builtin_memcpy(&s2, it->sp, 2);
+        t[0] = t[1] = it->lut + qmm_w4_sbyte(s2, 0, sh);
+        t[2] = t[3] = it->lut + qmm_w4_sbyte(s2, 1, sh);
         it->sp += 2;
     } else if (per == 1) {
         t[0] = t[1] = t[2] = t[3] = it->lut + ((int64_t)it->sp[0] << sh);
