@@ -8,9 +8,10 @@
  *                     each the table's entry of (the group's s_rel byte, the code);
  *   how 64 are found  4 bits: the 32 code bytes widened to words, the nibbles split by one shift
  *                     and one VPTERNLOGD; the 16-byte tables of the four runs of 16 (each in one
- *                     group) in the 4 lanes; one VPSHUFB. 6 bits: the top 2 bits of each code
- *                     widened from the high plane's 16 bytes; compiled with AVX512-VBMI
- *                     (__AVX512VBMI__: w4a8_avx512vbmi.c, avx512_vnni_w4a8_vbmi.c), the whole
+ *                     group) in the 4 lanes (groups of 16 or 32: the step's scale bytes in one
+ *                     load, each table's offset shifted out of it); one VPSHUFB. 6 bits: the top
+ *                     2 bits of each code widened from the high plane's 16 bytes; compiled with
+ *                     AVX512-VBMI (__AVX512VBMI__: w4a8_avx512vbmi.c, avx512_vnni_w4a8_vbmi.c), the whole
  *                     codes index each run's 64-entry table, one VPERMB per table (masked to its
  *                     run's lanes); without, the four 16-entry quarters of the runs' tables each
  *                     looked up by VPSHUFB, the right one kept by two masked blends;
