@@ -84,12 +84,14 @@ static inline void qmm_w4_walk_init(qmm_w4_walk *it, const qmm_weight *w, const 
     it->gsz = w->w4.group;
 }
 
-/* the prefetch of the row's stream QMM_W4_PF code bytes ahead. Always inlined: as a function GCC
+/* the prefetch of the row's stream QMM_W4_PF code bytes ahead, for a call every 128 k (a line of
+ * codes; of the s_rel bytes, a line when the walk enters one). Always inlined: as a function GCC
  * finds it pure (a prefetch has no effect it models) and drops every call before inlining. */
 static inline __attribute__((always_inline)) void qmm_w4_prefetch(const qmm_w4_walk *it, int six) {
     _mm_prefetch((const char *)(it->cp + QMM_W4_PF), _MM_HINT_T1);
     if (six) _mm_prefetch((const char *)(it->hp + QMM_W4_PF / 2), _MM_HINT_T1);
-    _mm_prefetch((const char *)(it->sp + QMM_W4_PF / 8), _MM_HINT_T1);
+    if (((uintptr_t)it->sp & 63) < 8) /* once per line: a call comes every 128 k, sp moves <= 8 bytes */
+        _mm_prefetch((const char *)(it->sp + QMM_W4_PF / 8), _MM_HINT_T1);
 }
 
 static inline __attribute__((always_inline)) const int8_t *qmm_w4_run16(qmm_w4_walk *it, const int six) {
