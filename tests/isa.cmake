@@ -7,3 +7,6 @@ set_tests_properties(isa_objects PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
 add_test(NAME isa_objects_selftest
          COMMAND sh ${CMAKE_SOURCE_DIR}/tests/isa/selftest.sh ${CMAKE_BINARY_DIR} ${CMAKE_C_COMPILER})
 set_tests_properties(isa_objects_selftest PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+# the streaming rows kernels hold their software prefetches (tests/isa/check_prefetch.sh)
+add_test(NAME isa_prefetch COMMAND sh ${CMAKE_SOURCE_DIR}/tests/isa/check_prefetch.sh ${CMAKE_BINARY_DIR})
+set_tests_properties(isa_prefetch PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)

@@ -8,9 +8,10 @@
  *                     each the table's entry of (the group's s_rel byte, the code);
  *   how 64 are found  4 bits: the 32 code bytes widened to words, the nibbles split by one shift
  *                     and one VPTERNLOGD; the 16-byte tables of the four runs of 16 (each in one
- *                     group) in the 4 lanes; one VPSHUFB. 6 bits: the top 2 bits of each code
- *                     widened from the high plane's 16 bytes; compiled with AVX512-VBMI
- *                     (__AVX512VBMI__: w4a8_avx512vbmi.c, avx512_vnni_w4a8_vbmi.c), the whole
+ *                     group) in the 4 lanes (groups of 16 or 32: the step's scale bytes in one
+ *                     load, each table's offset shifted out of it); one VPSHUFB. 6 bits: the top
+ *                     2 bits of each code widened from the high plane's 16 bytes; compiled with
+ *                     AVX512-VBMI (__AVX512VBMI__: w4a8_avx512vbmi.c, avx512_vnni_w4a8_vbmi.c), the whole
  *                     codes index each run's 64-entry table, one VPERMB per table (masked to its
  *                     run's lanes); without, the four 16-entry quarters of the runs' tables each
  *                     looked up by VPSHUFB, the right one kept by two masked blends;
@@ -83,11 +84,14 @@ static inline void qmm_w4_walk_init(qmm_w4_walk *it, const qmm_weight *w, const 
     it->gsz = w->w4.group;
 }
 
-/* the prefetch of the row's stream QMM_W4_PF code bytes ahead */
-static inline void qmm_w4_prefetch(const qmm_w4_walk *it, int six) {
+/* the prefetch of the row's stream QMM_W4_PF code bytes ahead, for a call every 128 k (a line of
+ * codes; of the s_rel bytes, a line when the walk enters one). Always inlined: as a function GCC
+ * finds it pure (a prefetch has no effect it models) and drops every call before inlining. */
+static inline __attribute__((always_inline)) void qmm_w4_prefetch(const qmm_w4_walk *it, int six) {
     _mm_prefetch((const char *)(it->cp + QMM_W4_PF), _MM_HINT_T1);
     if (six) _mm_prefetch((const char *)(it->hp + QMM_W4_PF / 2), _MM_HINT_T1);
-    _mm_prefetch((const char *)(it->sp + QMM_W4_PF / 8), _MM_HINT_T1);
+    if (((uintptr_t)it->sp & 63) < 8) /* once per line: a call comes every 128 k, sp moves <= 8 bytes */
+        _mm_prefetch((const char *)(it->sp + QMM_W4_PF / 8), _MM_HINT_T1);
 }
 
 static inline __attribute__((always_inline)) const int8_t *qmm_w4_run16(qmm_w4_walk *it, const int six) {
@@ -97,16 +101,25 @@ static inline __attribute__((always_inline)) const int8_t *qmm_w4_run16(qmm_w4_w
     return t;
 }
 
+/* byte j of s times 2^sh (a table's offset; sh <= 8): one shift and one AND */
+static inline int64_t qmm_w4_sbyte(uint32_t s, const int j, const int sh) {
+    return (int64_t)(8 * j >= sh ? (s >> (8 * j - sh)) & (0xffu << sh) : (s << (sh - 8 * j)) & (0xffu << sh));
+}
+
 /* the next 64 weights (the walk at a multiple of 64 when per is 1) */
 static inline __attribute__((always_inline)) __m512i qmm_w4_next64(qmm_w4_walk *it, const int six, const int per) {
     const int8_t *t[4];
     const int sh = six ? 6 : 4; /* a constant shift: SHL by CL is 3 uops */
-    if (per == 4) {
-        for (int j = 0; j < 4; j++) t[j] = it->lut + ((int64_t)it->sp[j] << sh);
+    if (per == 4) { /* the 4 scale bytes in one load: a load per table, not two */
+        uint32_t s4;
+        __builtin_memcpy(&s4, it->sp, 4);
+        for (int j = 0; j < 4; j++) t[j] = it->lut + qmm_w4_sbyte(s4, j, sh);
         it->sp += 4;
     } else if (per == 2) {
-        t[0] = t[1] = it->lut + ((int64_t)it->sp[0] << sh);
-        t[2] = t[3] = it->lut + ((int64_t)it->sp[1] << sh);
+        uint16_t s2;
+        __builtin_memcpy(&s2, it->sp, 2);
+        t[0] = t[1] = it->lut + qmm_w4_sbyte(s2, 0, sh);
+        t[2] = t[3] = it->lut + qmm_w4_sbyte(s2, 1, sh);
         it->sp += 2;
     } else if (per == 1) {
         t[0] = t[1] = t[2] = t[3] = it->lut + ((int64_t)it->sp[0] << sh);
