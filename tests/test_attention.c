@@ -21,7 +21,7 @@
  * Hostile input (issue 34), on every engine, the reference and the emulated amx_bf16: k and v
  * broadcast to 2^53 .. INT64_MAX keys refused naming Skv (huge_kv); NaN scores give NaN rows,
  * bool-masked NaN keys are ignored, fully masked rows stay 0 (nan_rows); ±Inf / NaN in a masked
- * key and keys near 1e37 leave every row within the bound (hostile_keys); keys + 200 and + 1000
+ * key, keys near 1e37 and values near 1e-37 leave every row within the bound (hostile_keys); keys + 200 and + 1000
  * cost the bf16 and int8 engines at most 2× their error without the offset (key_offset).
  */
 #include "testutil.h"
@@ -548,7 +548,8 @@ static void nan_rows(qmm_context *ctx) {
 }
 
 /* Keys that once poisoned mode int8's key mean (issue 34): a +Inf or a NaN in a key every row's
- * bool mask excludes, and finite keys near 1e37 (whose f32 sum overflows). Every engine gives
+ * bool mask excludes, finite keys near 1e37 (whose f32 sum overflows), and values near 1e-37
+ * (mode int8's 127 / max|v| overflows f32 unless prescaled). Every engine gives
  * finite rows within the sweep's bound of the reference on the same call with the excluded key
  * zeroed. */
 static void hostile_keys(qmm_context *ctx) {
@@ -556,17 +557,19 @@ static void hostile_keys(qmm_context *ctx) {
     uint8_t bmask[HS * HSKV];
     int t[QMM_ENGINE_COUNT + 2];
     const int nt = targets(t);
-    for (int cs = 0; cs < 3; cs++) {
+    for (int cs = 0; cs < 4; cs++) {
         qmm_attention_args a;
         hostile_call(&a, q, k, v, out);
         if (cs < 2) {
             for (int i = 0; i < HS * HSKV; i++) bmask[i] = i % HSKV != 20;
             a.mask = bmask; a.mask_dtype = QMM_U8;
             a.mask_stride[2] = HSKV; a.mask_stride[3] = 1;
-        } else {
+        } else if (cs == 2) {
             for (int i = 0; i < HSKV * HD; i++) k[i] = 1e37f + 1e35f * k[i];
             for (int i = 0; i < 2 * HS * HD; i++) q[i] *= 1e-35f;
         }
+        if (cs == 3) /* values near 1e-37: 127 / max|v| passes FLT_MAX (mode int8 quantizes v) */
+            for (int i = 0; i < HSKV * HD; i++) v[i] *= 1e-37f;
         memcpy(kc, k, sizeof k);
         if (cs < 2) {
             for (int d = 0; d < HD; d++) kc[20 * HD + d] = 0.0f;
@@ -586,7 +589,7 @@ static void hostile_keys(qmm_context *ctx) {
             if (int8_engine(t[e])) b.a.mode = QMM_ATTN_INT8;
             else b.a.mode = QMM_ATTN_BEST;
             if (st == QMM_OK && !compare(t[e] == QMM_ENGINE_MAX ? QMM_ENGINE_AMX_BF16 : (qmm_engine_id)t[e], t[e], &c, &b, ref))
-                tu_note("  (hostile keys, case %d: %s)", cs, cs == 0 ? "+Inf in a masked key" : cs == 1 ? "NaN in a masked key" : "keys near 1e37");
+                tu_note("  (hostile keys, case %d: %s)", cs, cs == 0 ? "+Inf in a masked key" : cs == 1 ? "NaN in a masked key" : cs == 2 ? "keys near 1e37" : "values near 1e-37");
         }
     }
 }

@@ -20,6 +20,8 @@
  *   sv[d] = max_j |v[j][d]| / 127, vq = round(v / sv) (a channel with a non-finite value: sv NaN);
  *   O = O·α + (Σ_j pq[j]·vq[j][d]) · ps · sv[d] / 255, ps = 2^(block max − running max)
  * VPDPBUSD multiplies unsigned by signed bytes: qq + 128 against kq, pq against vq as they are.
+ * The codes: x · pre · inv rounded to nearest even, inv = 127 / (max · pre), pre = 1, or 2^64
+ * where max < 2^-100 (127 / max would overflow f32; both factors are exact powers of two apart).
  *
  * Packed kv head, Dq as above, Dp = D rounded up to 16, keys past Skv zero:
  *   per block of 64 keys: kq [Dq/4][64][4] int8 (per 4 of D and 16 keys one zmm), Σ_d kq [64]
@@ -73,10 +75,12 @@ static float quantize_row(const float *row, int64_t Dp, int8_t *c8, int32_t *sum
         bad |= nonfinite(x);
         amax = _mm512_max_ps(amax, _mm512_abs_ps(x));
     }
-    const float am = _mm512_reduce_max_ps(amax), inv = am > 0.0f && !bad ? 127.0f / am : 0.0f;
+    const float am = _mm512_reduce_max_ps(amax), pre = am < 0x1p-100f ? 0x1p64f : 1.0f,
+                inv = am > 0.0f && !bad ? 127.0f / (am * pre) : 0.0f;
     __m512i s = _mm512_setzero_si512();
     for (int64_t d = 0; d < Dp; d += 16) {
-        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + d), _mm512_set1_ps(inv)));
+        const __m512i qi =
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(row + d), _mm512_set1_ps(pre)), _mm512_set1_ps(inv)));
         const __m512i cl = _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
         _mm_storeu_si128((__m128i *)(c8 + d), _mm512_cvtepi32_epi8(cl));
         s = _mm512_add_epi32(s, cl);
@@ -122,7 +126,7 @@ static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
         int8_t *codes = (int8_t *)(V + (size_t)b * vbs);
         float *vsc = (float *)(codes + NK * Dp);
         const int64_t j0 = b * NK, nv = c->Skv - j0 < NK ? c->Skv - j0 : NK;
-        __m512 amax[QMM_ATTN_MAX_D / 16], inv[QMM_ATTN_MAX_D / 16];
+        __m512 amax[QMM_ATTN_MAX_D / 16], inv[QMM_ATTN_MAX_D / 16], pre[QMM_ATTN_MAX_D / 16];
         __mmask16 bad[QMM_ATTN_MAX_D / 16];
         for (int64_t z = 0; z < Dp / 16; z++) { amax[z] = _mm512_setzero_ps(); bad[z] = 0; }
         for (int64_t j = j0; j < j0 + nv; j++) {
@@ -135,7 +139,9 @@ static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
         }
         for (int64_t z = 0; z < Dp / 16; z++) {
             const __mmask16 pos = _mm512_cmp_ps_mask(amax[z], _mm512_setzero_ps(), _CMP_GT_OQ) & (__mmask16)~bad[z];
-            inv[z] = _mm512_maskz_div_ps(pos, _mm512_set1_ps(127.0f), amax[z]);
+            pre[z] = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), _mm512_cmp_ps_mask(amax[z], _mm512_set1_ps(0x1p-100f), _CMP_LT_OQ),
+                                        _mm512_set1_ps(0x1p64f));
+            inv[z] = _mm512_maskz_div_ps(pos, _mm512_set1_ps(127.0f), _mm512_mul_ps(amax[z], pre[z]));
             const __m512 sv = _mm512_div_ps(amax[z], _mm512_set1_ps(127.0f * 255.0f));
             _mm512_storeu_ps(vsc + 16 * z, _mm512_mask_mov_ps(sv, bad[z], _mm512_set1_ps(NAN)));
         }
@@ -146,7 +152,7 @@ static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
                 __m512i cl = _mm512_setzero_si512();
                 if (jj < nv) {
                     const __m512 x = qmm_z_load16(vr, c->kv_dtype, 16 * z, qmm_za_lanes(D - 16 * z));
-                    const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv[z]));
+                    const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(x, pre[z]), inv[z]));
                     cl = _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
                 }
                 _mm_storeu_si128((__m128i *)(q8[jj] + 16 * z), _mm512_cvtepi32_epi8(cl));
