@@ -16,7 +16,7 @@ run (on a CPU: attention_sub_quad); each reason is logged once (logger qmm.comfy
 QMM_ATTENTION=0 turns that default off; QMM_ATTENTION=f32 makes it run f32 operands only,
 QMM_ATTENTION=best bf16 operands with f32 accumulation (where the CPU has them), QMM_ATTENTION=int8
 comfy-kitchen's int8 recipe where the call allows low precision. The default "auto" is int8 on
-a CPU whose int8 engine runs it (AVX512-VNNI: the fastest mode, and the block's output stays
+a CPU whose int8 engine runs it (AMX-INT8, AVX512-VNNI or AVX-VNNI: the fastest mode, and the block's output stays
 within the fidelity rule; README), else best; f32 where the model asks for attn_precision
 float32.
 Node "qmm attention": MODEL in, MODEL out, applies (enabled) or removes (disabled) qmm attention

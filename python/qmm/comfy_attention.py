@@ -39,7 +39,7 @@ kwargs: scale (None = D^-1/2), enable_gqa; attn_precision=torch.float32 (after C
 get_attn_precision when ComfyUI is loaded) → qmm mode "f32"; low_precision_attention=False
 (what ComfyUI's call sites pass where a low-precision attention such as SageAttention must not
 run) turns mode "int8" into "best" for that call. mode None ("auto") is "int8" where an int8
-engine of this CPU runs it (int8_attention_here(): AVX512-VNNI), else "best" — measured
+engine of this CPU runs it (int8_attention_here(): AMX-INT8, AVX512-VNNI or AVX-VNNI), else "best" — measured
 (bench/NOTES.md, "Attention"): the fastest mode, and the DiT block with it stays within 10 % of
 the block with f32 SDPA against the fp32 block (tests/python/test_dit_attention.py). Everything else ComfyUI passes
 (transformer_options, ...) is ignored, as ComfyUI's functions ignore it.
@@ -139,7 +139,7 @@ _INT8_HERE = []
 
 
 def int8_attention_here():
-    """Whether an int8 engine of this CPU runs qmm.attention's mode int8 (avx512_vnni), not its
+    """Whether an int8 engine of this CPU runs qmm.attention's mode int8 (amx_int8, avx512_vnni, avx_vnni), not its
     counted fallback to mode best; asked of the library once per process."""
     if not _INT8_HERE:
         try:
