@@ -5,7 +5,7 @@
  *     engine on an owned copy (qmm_weight_create_int8 of the same values), and every int8 engine
  *     (and the reference itself on the borrowed weight) the bits of the reference on the owned
  *     copy; cases: ld > K, odd K, K not a multiple of 4 or 64, N = 1, an unaligned base, M = 1..100
- *     (and up to 420 with K up to 1700: several row tasks and K chunks),
+ *     (and up to 1700 with K up to 1700: several row tasks and K chunks),
  *     every x dtype, out dtype, input_act, convrot group, per-tensor and per-row scales, bias of
  *     each dtype, residual, modulation, both epilogues, weights holding -128 (avx2_int8 refuses
  *     those owned; borrowed, it runs them exactly); every M in 1..20 on weights of whole 256-row
@@ -669,7 +669,9 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < (quick ? 2 : 8); i++) { /* several row tasks and K chunks */
         layer L;
-        layer_random(&L, tu_rand_int(150, 420), tu_rand_int(1, 300), tu_rand_int(500, 1700));
+        /* every second case past 4·192 rows: several row tasks of a borrowed weight (int8_gemm.c) */
+        layer_random(&L, i % 2 ? tu_rand_int(790, 1700) : tu_rand_int(150, 420), tu_rand_int(1, 300),
+                     tu_rand_int(500, 1700));
         check_layer(&L);
         layer_free(&L);
     }

@@ -231,11 +231,13 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         kc_long = steps % nch ? steps % nch * kcq : kq;
     }
     /* rows per task: the engine's mc; a borrowed weight's panels are packed once per task, so up
-     * to 2·mc rows (in equal row tasks) while that still leaves two tasks per thread */
+     * to 4·mc rows (in equal row tasks) while that still leaves two tasks per thread (measured on
+     * avx512_vnni, M = 1024 and 4096: packing is 10–15 % of a call at 2·mc; 4·mc runs 5–10 %
+     * faster, 8·mc no faster, all of M slower: the partials leave L2; bench/NOTES.md) */
     int64_t mc = e->mc;
     const int64_t ntasks = (w->i8.Np / 16 + e->nc / 16 - 1) / (e->nc / 16);
     if (borrowed && M > mc && !e->mc_fixed) {
-        const int64_t mtasks = (M + 2 * mc - 1) / (2 * mc), mc2 = qmm_round_up((M + mtasks - 1) / mtasks, e->mr);
+        const int64_t mtasks = (M + 4 * mc - 1) / (4 * mc), mc2 = qmm_round_up((M + mtasks - 1) / mtasks, e->mr);
         if (mtasks * ntasks >= 2 * (int64_t)nt) mc = mc2;
     }
     /* [threads][mc·nc] partials, the one-pass rows [kq][wrows][4], and for a borrowed weight the

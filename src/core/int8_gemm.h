@@ -133,7 +133,7 @@ typedef struct qmm_i8_engine {
                             * and the chunks are even: nch = the k-steps ÷ kc/64 rounded to nearest
                             * (>= 1), each chunk ⌊or⌈k-steps/nch⌉ k-steps, the longer ones first
                             * (max − min <= 1 k-step, none over 1.5·kc; qmm_i8_chunk_nq) */
-    int mc_fixed;          /* borrowed weights keep mc rows per task (no 2·mc: partials sized for L2) */
+    int mc_fixed;          /* borrowed weights keep mc rows per task (no 4·mc: partials sized for L2) */
     int c_tiles;           /* the partials tile-contiguous: each (panel, row tile) of a task owns
                             * mr × 16·nrb consecutive int32 of the thread's mc × nc buffer, the row
                             * tiles of one panel adjacent (the order the tiles run in); inside it
