@@ -1,6 +1,6 @@
 /*
  * test_avx_vnni_attn.c — avx_vnni's attention ukernels (avx_vnni_attn.c, under the contract of
- * core/attention.h) as units, before any driver runs them, on randomized shapes (D in {1, 3, 16,
+ * core/attention.h) as units against an independent scalar model of mode int8, on randomized shapes (D in {1, 3, 16,
  * 64, 100, 128, 256}, Skv = 1 or odd, rows 1..mr, k / v / q in f32, bf16 and f16, token strides
  * past D):
  *   qk    pack_kv + pack_q + qk against a scalar model that computes the same codes on its own
@@ -14,7 +14,7 @@
  *         x = (float)Σ · vs and the kernel's one FMA (O·α + x where ps = 1, x·ps + O where α = 1,
  *         else x·ps + O·α), bit for bit, with random P, O, and each of the three α / ps cases;
  *   e2e   a tile loop of the test's own (per K block: qk, a scalar u8 block-max softmax in base
- *         2 — the frame's ukernel stands in — the driver's m / l / α / ps bookkeeping, pv; then
+ *         2 in place of the frame's ukernel, the driver's m / l / α / ps bookkeeping, pv; then
  *         O / l) on Gaussian q, k (shifted by a common vector), v against a float64 softmax
  *         attention: relative L2 error over the tile's outputs (rows 1..2·mr + 1, and at least
  *         128 values: up to 128 rows at D = 1, in groups of mr as the driver runs them) <= 2e-2

@@ -133,5 +133,8 @@ const qmm_attn_ukernels QMM_AMX_SYM(qmm_amx_int8_attn) = {
 const char *QMM_AMX_SYM(qmm_amx_int8_attn_admit)(const qmm_attn_call *c, char *why, size_t n) {
     (void)why; (void)n;
     if (c->mode != QMM_ATTN_INT8) return "int8 QKᵀ and P·V run in mode int8 only";
+    /* its packing and query rows are avx512_vnni's kernels (every AMX CPU has AVX512-VNNI; the
+     * engine table requires only AVX-512 F/BW/VL/DQ of the AMX engines) */
+    if (!(qmm_cpu_features() & QMM_CPU_AVX512_VNNI)) return "mode int8 packs with avx512_vnni's kernels: CPU lacks AVX512-VNNI";
     return NULL;
 }
