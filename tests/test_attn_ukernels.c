@@ -17,12 +17,16 @@
  *                (nk + 4)·2^-24 of Σ |terms|; int8 V against its codes and scales read back
  *                (codes within one step of v / scale, Σ pq·vq exact); O rows past the group and
  *                (pad_rows) the zero rows untouched;
- *   softmax      the frame's five (f32, bf16, u8 × avx512, avx2; nk = 16..64) on random score
- *                rows with garbage past nv, masks none / bool / additive f32, f16, bf16 (key
- *                stride 1 or 3, −inf, torch's finfo.min), a NaN score unmasked (sum NaN) or
- *                bool-masked (ignored), every key masked (bm −inf, P 0, sum 0): bm bit for bit,
- *                P within 2^-21 relative + the exp2 argument's rounding (bf16: + 2^-9; u8 within
- *                0.5 + that of 255·2^(s − bm)), sum likewise.
+ *   softmax      the frame's five (f32, bf16, u8 × avx512, avx2; nk = 8 or 16..64) on groups of
+ *                1..16 rows (1, 6, 16 and random) over 1..4 key blocks, the rows' state carried
+ *                from block to block: random score rows with garbage past nv, masks none / bool
+ *                / additive f32, f16, bf16 (row stride 0 or more, key stride 1 or 3, −inf,
+ *                torch's finfo.min), per row a NaN score unmasked (the row NaN from then on) or
+ *                bool-masked (ignored), every key masked (P 0, state as it was), a spread past
+ *                2^-126: P within 2^-21 relative + the exp2 argument's rounding (bf16: + 2^-9;
+ *                u8 within 0.5 + that of 255·2^(s − bm)); m, α, ps bit for bit (attention.h's
+ *                rules and E in plain C); l within the sum's bound of l·α + ps·Σ 2^(x − bm);
+ *                the state and P past the group's rows untouched.
  */
 #include "attention.h"
 #include "numerics.h"
@@ -310,102 +314,164 @@ typedef struct {
     int nk_step;   /* nk: a multiple of it, up to 64 */
 } softmax_uk;
 
-/* one row: scores s[0..nk) (garbage past nv), a mask of kind mk (0 none, 1 bool, 2 additive of
- * dtype mt) with key stride ms3 */
-static int softmax_case(const softmax_uk *k, int64_t nk, int64_t nv, int mk, qmm_dtype mt, int64_t ms3, int special) {
-    float s[64], x[64];
-    uint8_t bm8[64 * 3];
-    char am[64 * 3 * 4];
-    for (int64_t j = 0; j < nk; j++) s[j] = j < nv ? 3.0f * tu_rand_normal() : (tu_rand_int(0, 1) ? 1e30f : NAN);
-    if (special == 3) s[tu_rand_int(0, nv - 1)] = 200.0f; /* a spread past 2^-126 */
-    qmm_attn_call c = {.D = 1, .mask_dtype = mk == 1 ? QMM_U8 : mt, .ms = {0, 0, 0, ms3}};
-    const void *mask = NULL;
-    if (mk == 1) {
-        for (int64_t j = 0; j < nk * ms3; j++) bm8[j] = tu_rand_int(0, 3) != 0;
-        mask = bm8;
-    } else if (mk == 2) {
-        for (int64_t j = 0; j < nk * ms3; j++) {
+/* attention.h's E(x), x <= 0, in plain C (no FMA: -ffp-contract=off) */
+static float ref_e(float x) {
+    if (!(x >= -126.0f)) return 0.0f;
+    const int n = -(int)(0.5f - x);
+    const float f = x - (float)n;
+    float q = 0.001326697994954884f;
+    q = q * f + 0.009675469249486923f;
+    q = q * f + 0.05550742521882057f;
+    q = q * f + 0.24022121727466583f;
+    q = q * f + 0.6931469440460205f;
+    q = q * f + 1.0000001192092896f;
+    return q * qmm_bits_f32((uint32_t)(n + 127) << 23);
+}
+
+static int same_bits(float a, float b) { return qmm_f32_bits(a) == qmm_f32_bits(b); }
+
+/* A group of rows (1..16) over nblk key blocks, the state carried from block to block: per block
+ * random scores (garbage past nv, a per-row offset so that the max rises and falls), a mask of
+ * kind mk (0 none, 1 bool, 2 additive of dtype mt; row stride ms2 (0: one row for all), key
+ * stride ms3) and per row one of: plain, a NaN score (unmasked or bool-masked), every key
+ * masked, a spread past 2^-126. Checks per row: P as 2^(x − bm) (the masked scores x formed as
+ * the kernels do), m, α, ps bit for bit against attention.h's rules and E, l against
+ * l·α + ps·Σ 2^(x − bm) in double; rows, P rows and state past the group untouched. */
+static int softmax_case(const softmax_uk *k, int64_t nk, int rows, int nblk, int mk, qmm_dtype mt, int64_t ms2,
+                        int64_t ms3) {
+    enum { R = 16 };
+    const int64_t mrows = ms2 ? rows : 1, mlen = (mrows - 1) * ms2 + (nk - 1) * ms3 + 1;
+    float *S = malloc((size_t)(rows * nk) * sizeof(float)), x[64];
+    uint8_t *bm8 = malloc((size_t)mlen);
+    char *am = malloc((size_t)mlen * 4), P[(R + 1) * 64 * 4];
+    float m[R + 1], l[R + 1], al[R + 1], ps[R + 1];
+    for (int i = 0; i <= R; i++) { m[i] = i < rows ? -INFINITY : 7.0f; l[i] = i < rows ? 0.0f : 7.0f; al[i] = ps[i] = 7.0f; }
+    int ok = 1;
+    for (int b = 0; b < nblk && ok; b++) {
+        const int64_t nv = b == nblk - 1 && tu_rand_int(0, 1) ? tu_rand_int(1, nk) : tu_rand_int(0, 2) ? nk : tu_rand_int(1, nk);
+        int special[R];
+        for (int i = 0; i < rows; i++) {
             const int r = (int)tu_rand_int(0, 9);
-            qmm_store_f(am, mt, j, r == 0 ? -INFINITY : r == 1 ? -FLT_MAX : tu_rand_normal());
+            special[i] = r == 0 ? 1 : r == 1 ? 2 : r == 2 ? 3 : 0;
+            static const float offs[] = {0.0f, 5.0f, -5.0f, 30.0f, -30.0f, -150.0f};
+            const float off = offs[tu_rand_int(0, 5)];
+            for (int64_t j = 0; j < nk; j++)
+                S[i * nk + j] = j < nv ? off + 3.0f * tu_rand_normal() : (tu_rand_int(0, 1) ? 1e30f : NAN);
+            if (special[i] == 3) S[i * nk + tu_rand_int(0, nv - 1)] = off + 200.0f;
         }
-        mask = am;
-    }
-    const int64_t nanj = tu_rand_int(0, nv - 1);
-    if (special == 1) s[nanj] = NAN; /* unmasked (additive / none) or bool-masked */
-    if (special == 2) { /* every key masked */
-        for (int64_t j = 0; j < nv; j++) {
-            if (mk == 1) bm8[j * ms3] = 0;
-            else if (mk == 2) qmm_store_f(am, mt, j * ms3, -INFINITY);
-            else s[j] = -INFINITY;
+        if (mk == 1) for (int64_t j = 0; j < mlen; j++) bm8[j] = tu_rand_int(0, 3) != 0;
+        if (mk == 2)
+            for (int64_t j = 0; j < mlen; j++) {
+                const int r = (int)tu_rand_int(0, 9);
+                qmm_store_f(am, mt, j, r == 0 ? -INFINITY : r == 1 ? -FLT_MAX : tu_rand_normal());
+            }
+        for (int i = 0; i < rows; i++) { /* the specials (a shared mask row: only the rows without a special there) */
+            const int64_t mr0 = i * ms2;
+            if (special[i] == 1) S[i * nk + tu_rand_int(0, nv - 1)] = NAN; /* unmasked (additive, none) or bool-masked */
+            if (special[i] == 2) {
+                for (int64_t j = 0; j < nv; j++) {
+                    if (mk == 0) S[i * nk + j] = -INFINITY;
+                    else if (ms2 == 0) S[i * nk + j] = -INFINITY;
+                    else if (mk == 1) bm8[mr0 + j * ms3] = 0;
+                    else qmm_store_f(am, mt, mr0 + j * ms3, -INFINITY);
+                }
+            }
         }
-    }
-    /* the masked scores as the kernels form them (fmaf: one rounding, as VFMADD) */
-    int nan = 0;
-    float bm = -INFINITY;
-    for (int64_t j = 0; j < nk; j++) {
-        float y = j < nv ? s[j] : -INFINITY;
-        if (j < nv && mk == 1 && !bm8[j * ms3]) y = -INFINITY;
-        if (j < nv && mk == 2) {
-            const float a = qmm_load_f(am, mt, j * ms3);
-            const float z = fmaf(a, 1.44269504088896341f, y);
-            y = a != -INFINITY && y != -INFINITY && z == -INFINITY ? -FLT_MAX : z;
+        memset(P, 0x5a, sizeof P);
+        float m0[R], l0[R];
+        memcpy(m0, m, sizeof m0);
+        memcpy(l0, l, sizeof l0);
+        qmm_attn_call c = {.D = 1, .mask_dtype = mk == 1 ? QMM_U8 : mt, .ms = {0, 0, ms2, ms3}};
+        k->f(&c, rows, S, nk, nv, mk == 0 ? NULL : mk == 1 ? (const void *)bm8 : (const void *)am, P, m, l, al, ps);
+        const qmm_attn_ukernels pk = {.p = k->p};
+        for (int i = 0; i < rows && ok; i++) {
+            char what[240];
+            snprintf(what, sizeof what, "%s: rows=%d nk=%lld nv=%lld block %d row %d, mask %s%s ms2=%lld ms3=%lld case %d",
+                     k->name, rows, (long long)nk, (long long)nv, b, i, mk == 0 ? "none" : mk == 1 ? "bool" : "additive ",
+                     mk == 2 ? qmm_dtype_name(mt) : "", (long long)ms2, (long long)ms3, special[i]);
+            /* the masked scores as the kernels form them (fmaf: one rounding, as VFMADD) */
+            int nan = 0;
+            float bm = -INFINITY;
+            for (int64_t j = 0; j < nk; j++) {
+                float y = j < nv ? S[i * nk + j] : -INFINITY;
+                if (j < nv && mk == 1 && !bm8[i * ms2 + j * ms3]) y = -INFINITY;
+                if (j < nv && mk == 2) {
+                    const float a = qmm_load_f(am, mt, i * ms2 + j * ms3);
+                    const float z = fmaf(a, 1.44269504088896341f, y);
+                    y = a != -INFINITY && y != -INFINITY && z == -INFINITY ? -FLT_MAX : z;
+                }
+                x[j] = y;
+                if (y != y) nan = 1;
+                else if (y > bm) bm = y;
+            }
+            const char *Pi = P + (size_t)(i * nk) * (k->p == QMM_ATTN_P_F32 ? 4 : k->p == QMM_ATTN_P_BF16 ? 2 : 1);
+            double sref = 0, smag = 0;
+            for (int64_t j = 0; j < nk && ok; j++) { /* P */
+                const double pr = p_val(&pk, Pi, j);
+                if (nan || bm == -INFINITY || x[j] == -INFINITY) { /* P 0: the row, or this key */
+                    if (pr != 0.0) ok = TU_CHECK(0, "%s: P[%lld] = %g, want 0", what, (long long)j, pr);
+                    continue;
+                }
+                const double e = exp2((double)x[j] - bm), arg = fabs((double)x[j] - bm);
+                const double rel = 0x1p-21 + arg * 0x1p-23; /* the polynomial, the rounding of x − bm */
+                const double pe = e < 0x1p-126 ? 0x1p-126 : 0;  /* flushed below 2^-126 */
+                double tol;
+                if (k->p == QMM_ATTN_P_U8) tol = (0.5 + 255 * e * rel) / 255 + 1e-9;
+                else if (k->p == QMM_ATTN_P_BF16) tol = e * (rel + 0x1p-8) + pe;
+                else tol = e * rel + pe;
+                if (!(fabs(pr - e) <= tol))
+                    ok = TU_CHECK(0, "%s: P[%lld] = %.9g, want %.9g (s − bm = %g)", what, (long long)j, pr, e, (double)x[j] - bm);
+                sref += e;
+                smag += e * rel + 0x1p-126;
+            }
+            if (!ok) break;
+            if (nan || l0[i] != l0[i]) { /* the row is NaN from now on */
+                ok = TU_CHECK(l[i] != l[i] && same_bits(m[i], m0[i]) && al[i] == 1.0f && same_bits(ps[i], 0.0f),
+                              "%s: a NaN row: l %g, m %g (was %g), α %g, ps %g; want NaN, m as it was, 1, 0", what, l[i], m[i],
+                              m0[i], al[i], ps[i]);
+            } else if (bm == -INFINITY) { /* nothing added */
+                ok = TU_CHECK(same_bits(l[i], l0[i]) && same_bits(m[i], m0[i]) && al[i] == 1.0f && same_bits(ps[i], 0.0f),
+                              "%s: every key masked: l %g (was %g), m %g (was %g), α %g, ps %g; want l, m as they were, 1, 0",
+                              what, l[i], l0[i], m[i], m0[i], al[i], ps[i]);
+            } else {
+                const float mn = bm > m0[i] ? bm : m0[i];
+                const float a = mn == m0[i] ? 1.0f : ref_e(m0[i] - mn), f = bm == mn ? 1.0f : ref_e(bm - mn);
+                const double lref = (double)l0[i] * a + (double)f * sref;
+                const double tol = f * (smag + sref * (double)nk * 0x1p-24) + lref * 0x1p-22 + 1e-37;
+                ok = TU_CHECK(same_bits(m[i], mn) && same_bits(al[i], a) && same_bits(ps[i], f),
+                              "%s: m %.9g α %.9g ps %.9g, want %.9g %.9g %.9g (bm %.9g, m before %.9g)", what, m[i], al[i], ps[i],
+                              mn, a, f, bm, m0[i]) &&
+                     TU_CHECK(fabs(l[i] - lref) <= tol, "%s: l %.9g, want %.9g (l before %.9g, α %g, ps %g)", what, l[i], lref,
+                              l0[i], a, f);
+            }
         }
-        x[j] = y;
-        if (y != y) nan = 1;
-        else if (y > bm) bm = y;
+        for (int i = rows; i <= R && ok; i++)
+            ok = TU_CHECK(m[i] == 7.0f && l[i] == 7.0f && al[i] == 7.0f && ps[i] == 7.0f, "%s: rows=%d: the state of row %d written",
+                          k->name, rows, i);
+        const size_t pb = (size_t)(rows * nk) * (k->p == QMM_ATTN_P_F32 ? 4 : k->p == QMM_ATTN_P_BF16 ? 2 : 1);
+        for (size_t x8 = pb; x8 < sizeof P && ok; x8++)
+            if ((unsigned char)P[x8] != 0x5a) ok = TU_CHECK(0, "%s: rows=%d: P byte %zu past the group written", k->name, rows, x8);
     }
-    char P[64 * 4];
-    memset(P, 0x5a, sizeof P);
-    float sum = -1.0f;
-    const float got = k->f(&c, s, nk, 0, nv, mask, P, &sum);
-    char what[200];
-    snprintf(what, sizeof what, "%s: nk=%lld nv=%lld mask %s%s ms3=%lld case %d", k->name, (long long)nk, (long long)nv,
-             mk == 0 ? "none" : mk == 1 ? "bool" : "additive ", mk == 2 ? qmm_dtype_name(mt) : "", (long long)ms3, special);
-    if (nan) return TU_CHECK(sum != sum, "%s: a NaN score, sum %g (want NaN)", what, sum);
-    if (bm == -INFINITY) {
-        int ok = TU_CHECK(got == -INFINITY && sum == 0.0f, "%s: every key masked: bm %g, sum %g", what, got, sum);
-        for (int64_t j = 0; j < nk && ok; j++)
-            if (p_val(&(qmm_attn_ukernels){.p = k->p}, P, j) != 0.0) ok = TU_CHECK(0, "%s: P[%lld] not 0", what, (long long)j);
-        return ok;
-    }
-    if (!TU_CHECK(got == bm, "%s: bm %.9g, want %.9g", what, got, bm)) return 0;
-    double sref = 0, smag = 0;
-    const qmm_attn_ukernels pk = {.p = k->p};
-    for (int64_t j = 0; j < nk; j++) {
-        if (x[j] == -INFINITY) { /* a masked key, or one past nv */
-            if (!TU_CHECK(p_val(&pk, P, j) == 0.0, "%s: P[%lld] of a masked key = %g", what, (long long)j, p_val(&pk, P, j)))
-                return 0;
-            continue;
-        }
-        const double e = exp2((double)x[j] - bm), arg = fabs((double)x[j] - bm);
-        const double rel = 0x1p-21 + arg * 0x1p-23; /* the polynomial, the rounding of x − bm */
-        const double pe = e < 0x1p-126 ? 0x1p-126 : 0;  /* flushed below 2^-126 */
-        double pr = p_val(&pk, P, j), tol;
-        if (k->p == QMM_ATTN_P_U8) tol = (0.5 + 255 * e * rel) / 255 + 1e-9;
-        else if (k->p == QMM_ATTN_P_BF16) tol = e * (rel + 0x1p-8) + pe;
-        else tol = e * rel + pe;
-        if (!(fabs(pr - e) <= tol))
-            return TU_CHECK(0, "%s: P[%lld] = %.9g, want %.9g (s − bm = %g)", what, (long long)j, pr, e, (double)x[j] - bm);
-        sref += e;
-        smag += e * (0x1p-21 + arg * 0x1p-23) + 0x1p-126;
-    }
-    return TU_CHECK(fabs(sum - sref) <= smag + sref * (double)nk * 0x1p-24, "%s: sum %.9g, want %.9g", what, sum, sref);
+    free(S);
+    free(bm8);
+    free(am);
+    return ok;
 }
 
 static void test_softmax(const softmax_uk *k) {
     int bad = 0, n = 0;
-    const int reps = g_quick ? 40 : 200;
+    const int reps = g_quick ? 24 : 120;
     for (int64_t nk = k->nk_step; nk <= 64; nk += k->nk_step)
         for (int r = 0; r < reps && bad < 5; r++) {
-            const int64_t nv = r % 3 == 0 ? nk : tu_rand_int(1, nk);
-            const int mk = (int)tu_rand_int(0, 2);
+            /* group sizes: 1, 16, the engines' 6, and any */
+            const int rows = r % 4 == 0 ? 1 : r % 4 == 1 ? 16 : r % 4 == 2 ? 6 : (int)tu_rand_int(1, 16);
+            const int nblk = (int)tu_rand_int(1, 4), mk = (int)tu_rand_int(0, 2);
             const qmm_dtype mt = rand_dtype();
-            const int64_t ms3 = tu_rand_int(0, 1) ? 1 : 3;
-            const int special = r % 5 == 1 ? 1 : r % 5 == 2 ? 2 : r % 5 == 3 ? 3 : 0;
-            bad += !softmax_case(k, nk, nv, mk, mt, ms3, special);
+            const int64_t ms3 = tu_rand_int(0, 1) ? 1 : 3, ms2 = tu_rand_int(0, 4) == 0 ? 0 : nk * ms3 + tu_rand_int(0, 5);
+            bad += !softmax_case(k, nk, rows, nblk, mk, mt, ms2, ms3);
             n++;
         }
-    tu_note("%s: %d rows (nk %d..64)", k->name, n, k->nk_step);
+    tu_note("%s: %d groups of 1..16 rows over 1..4 blocks (nk %d..64)", k->name, n, k->nk_step);
 }
 
 int main(int argc, char **argv) {

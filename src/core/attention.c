@@ -1,10 +1,10 @@
 /*
  * attention.c — the attention driver (attention.h): tasks, per-thread scratch (its size checked
  * before anything is allocated), one packing of each kv head per thread, and each tile's
- * flash-attention loop over the engine's ukernels: pack_q, qk, the softmax ukernel, the online
- * softmax's state per row (m, l, α, ps: scalar f32), pv, and the store of O / l in out's
- * dtype; and the key shift of the engines that quantize k (qmm_attn_key_mean). Plain C; the
- * ukernels carry the ISA.
+ * flash-attention loop over the engine's ukernels: pack_q, then per key block and group of rows
+ * qk and the softmax ukernel (P and the rows' state m, l, α, ps), then pv per group; and the
+ * store of O / l in out's dtype; and the key shift of the engines that quantize k
+ * (qmm_attn_key_mean). Plain C; the ukernels carry the ISA.
  */
 #include "attention.h"
 #include "numerics.h"
@@ -29,22 +29,6 @@ typedef struct {
 
 static const char *at(const void *base, qmm_dtype t, int64_t elems) {
     return (const char *)base + elems * (int64_t)qmm_dtype_size(t);
-}
-
-/* 2^x for x <= 0 (α and ps, once per row and block): 2^n · q(x − n), n = x rounded to nearest,
- * q the degree-5 polynomial of 2^f on |f| <= 1/2 the softmax ukernels use (relative error 8e-8,
- * plus the roundings of this plain C form); 0 below 2^-126 (and for −inf) */
-static inline float exp2_le0(float x) {
-    if (!(x >= -126.0f)) return 0.0f;
-    const int n = -(int)(0.5f - x);
-    const float f = x - (float)n;
-    float q = 0.001326697994954884f;
-    q = q * f + 0.009675469249486923f;
-    q = q * f + 0.05550742521882057f;
-    q = q * f + 0.24022121727466583f;
-    q = q * f + 0.6931469440460205f;
-    q = q * f + 1.0000001192092896f;
-    return q * qmm_bits_f32((uint32_t)(n + 127) << 23);
 }
 
 static size_t p_size(qmm_attn_p_kind p) { return p == QMM_ATTN_P_F32 ? 4 : p == QMM_ATTN_P_BF16 ? 2 : 1; }
@@ -97,24 +81,12 @@ static void attn_tile(const attn_job *j, const char *kv, const void *q, int64_t 
     const char *K = kv, *V = kv + (size_t)j->nblk * kb;
     for (int64_t blk = 0; blk < j->nblk; blk++) {
         const int64_t j0 = blk * nk, nv = c->Skv - j0 < nk ? c->Skv - j0 : nk;
-        for (int64_t r = 0; r < rows; r += mr)
-            u->qk((int)(rows - r < mr ? rows - r : mr), Q + (size_t)r * j->q_row, sq + r, K + (size_t)blk * kb, D, S + r * nk);
-        for (int64_t i = 0; i < rows; i++) {
-            float sum;
-            const float bm = u->softmax(c, S + i * nk, nk, j0, nv, mask ? mask + (i * c->ms[2] + j0 * c->ms[3]) * mes : NULL,
-                                        P + (size_t)i * j->p_row, &sum);
-            float a = 1.0f, f = 0.0f; /* nothing added: a NaN row, or every key of the block masked */
-            if (sum != sum || l[i] != l[i]) {
-                l[i] = NAN; /* a NaN score, now or before: the row is NaN */
-            } else if (bm > -INFINITY) {
-                const float mn = bm > m[i] ? bm : m[i]; /* one of α and ps is 2^0 = 1 */
-                a = mn == m[i] ? 1.0f : exp2_le0(m[i] - mn);
-                f = bm == mn ? 1.0f : exp2_le0(bm - mn);
-                l[i] = l[i] * a + f * sum;
-                m[i] = mn;
-            }
-            al[i] = a;
-            ps[i] = f;
+        const char *mb = mask ? mask + j0 * c->ms[3] * mes : NULL; /* the first row's mask at key j0 */
+        for (int64_t r = 0; r < rows; r += mr) {
+            const int g = (int)(rows - r < mr ? rows - r : mr);
+            u->qk(g, Q + (size_t)r * j->q_row, sq + r, K + (size_t)blk * kb, D, S + r * nk);
+            u->softmax(c, g, S + r * nk, nk, nv, mb ? mb + r * c->ms[2] * mes : NULL, P + (size_t)r * j->p_row, m + r, l + r,
+                       al + r, ps + r);
         }
         for (int64_t r = 0; r < rows; r += mr)
             u->pv((int)(rows - r < mr ? rows - r : mr), P + (size_t)r * j->p_row, ps + r, al + r, V + (size_t)blk * vb, D,

@@ -4,10 +4,11 @@
  * tasks of one query head × one tile of query rows, gives each thread its scratch from the
  * context, has the engine pack each kv head once per thread (pack_kv: K and V blocks in the
  * engine's operand layout, padded to whole key blocks with zeros) and runs the flash-attention
- * loop of each tile itself: pack_q per query row; per key block S = qk (groups of <= mr rows),
- * the frame's softmax ukernel per row (block max bm, P = 2^(s − bm)), the online softmax's state
- * per row in scalar f32 (m, l, α, ps), O = pv (O·α + ps·P·V); at the end out = O / l in out's
- * dtype (0 where l = 0: every key masked; NaN where l is NaN: an unmasked NaN score).
+ * loop of each tile itself: pack_q per query row; per key block and group of <= mr rows S = qk,
+ * then the frame's softmax ukernel on the group (per row the block max bm, P = 2^(s − bm) and
+ * the online softmax's state m, l, α, ps in f32), then O = pv (O·α + ps·P·V); at the end
+ * out = O / l in out's dtype (0 where l = 0: every key masked; NaN where l is NaN: an unmasked
+ * NaN score).
  *
  * Tasks: (b, kv head, query head of its group, tile), tile-major within a head; thread th of T
  * runs one contiguous share of that list, in order (the pool's task i, run on thread i mod T, is
@@ -32,27 +33,26 @@
 /* ---------------------------------------------------------------- the ukernel contract
  * An attention engine is a const qmm_attn_ukernels (its row in qmm_engine_ops): named ukernels
  * per operand kind (ukernels.h) and the sizes of its operands. The driver (attention.c) owns
- * everything else: tasks, scratch, the key-block loop, the online softmax's state (m, l, α) and
- * the output's store (O / l in out's dtype).
+ * everything else: tasks, scratch, the key-block loop, the rows' online-softmax state (m, l, α,
+ * ps: arrays the softmax ukernel updates) and the output's store (O / l in out's dtype).
  *
  * Scores are in base 2: s = log2(e) · scale · q·k, so p = 2^(s − m). Per key block of nk keys
- * and query row, the softmax ukernel (the frame's, by SIMD level and P kind) returns the block's
- * max bm and writes P = 2^(s − bm) in the engine's P kind; the driver then sets
- * m' = max(m, bm), α = 2^(m − m'), ps = 2^(bm − m'), l = l·α + ps·Σ P, m = m', and the P·V
- * ukernel adds ps·P·V to O·α. One of α and ps is 1.
+ * and group of query rows, the softmax ukernel (the frame's, by SIMD level and P kind) finds
+ * each row's block max bm, writes P = 2^(s − bm) in the engine's P kind and sets the row's
+ * m' = max(m, bm), α = 2^(m − m'), ps = 2^(bm − m'), l = l·α + ps·Σ P, m = m'; the P·V
+ * ukernel then adds ps·P·V to O·α. One of α and ps is 1.
  *
  * The packed kv head (pack_kv writes it, per thread, once per kv head): nblk = ceil(Skv / nk)
  * K blocks of kb_bytes(D), then nblk V blocks of vb_bytes(D), then extra_bytes(D) of the
  * engine's own (int8: the keys' mean); each block 64-byte aligned (the sizes are multiples of
  * 64); keys past Skv are zero (their scores the softmax ignores: lanes past nv are −inf).
  * Rows: O [mq][Dp] f32 with Dp = D rounded up to dalign; Q [mq'][q_bytes(D)], P [mq'][nk] in
- * P's kind, S [mq'][nk] f32, mq' = mq rounded up to mr. The driver calls qk and pv on groups of
- * rows <= mr; where pad_rows is set it zeroes Q and P rows past a tile's last row, and the
- * ukernels may compute (not store into O) all mr rows of a group.
- * The driver's row state: a row whose softmax gave *sum NaN (an unmasked NaN score, now or in an
- * earlier block) has l = NaN from then on (out NaN); a block whose every key is masked adds
- * nothing (α = 1, ps = 0: O·1 + 0·P·V); out = O / l, 0 where l = 0 (every key so far masked).
- * α and ps are the driver's 2^x (plain C, the softmax ukernels' polynomial), once per row and block. */
+ * P's kind, S [mq'][nk] f32, mq' = mq rounded up to mr. The driver calls qk, softmax and pv on
+ * groups of rows <= mr (per key block: qk then softmax on each group, then pv on each); where
+ * pad_rows is set it zeroes Q and P rows past a tile's last row, softmax gets the tile's rows
+ * only, and qk and pv may compute (not store into O) all mr rows of a group.
+ * The row state: the driver sets m = −inf, l = 0 at a tile's start; out = O / l at its end, 0
+ * where l = 0 (every key so far masked), NaN where l is NaN (an unmasked NaN score). */
 typedef enum qmm_attn_p_kind { QMM_ATTN_P_F32, QMM_ATTN_P_BF16, QMM_ATTN_P_U8 } qmm_attn_p_kind;
 
 /* One kv head (k, v: its row 0, token strides c->ks[2], c->vs[2]) → kv, laid out as above. */
@@ -65,14 +65,23 @@ typedef void (*qmm_attn_pack_q_fn)(const qmm_attn_call *c, const void *q, void *
 /* S[i][0..nk) = sq[i] · Q[i]·K[j] (times the key's scale where K is quantized), i < rows, for
  * the K block kblk; Q: rows rows of q_bytes(D); S: row stride nk floats. */
 typedef void (*qmm_attn_qk_fn)(int rows, const void *Q, const float *sq, const void *kblk, int64_t D, float *S);
-/* One row: s[0..nk) the block's scores, of which the first nv (1..nk) are keys j0.. (lanes past
- * nv: −inf); mask: the row's mask at key j0 (c->ms[3] apart; additive in base e, or bool) or
- * NULL → P (nk values of the P kind) = 2^(s − bm) (u8: round(255 · 2^(s − bm))) and *sum = Σ P
- * in units of 1 (u8: Σ pq / 255, summed from f32 values); returns bm, the max of the masked
- * scores: −inf where every key is masked (P then 0); a NaN score no bool mask excludes makes
- * *sum NaN. */
-typedef float (*qmm_attn_softmax_fn)(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
-                                     const void *mask, void *P, float *sum);
+/* A group of rows (1..16) of one key block: S [rows][nk] their scores (row stride nk), of which
+ * the first nv (1..nk) are keys j0.. (lanes past nv: −inf, whatever S holds); mask: the first
+ * row's mask at key j0 (rows c->ms[2], keys c->ms[3] elements apart; additive in base e, or
+ * bool) or NULL. Per row i: bm = the max of its masked scores (−inf where every key is masked),
+ * P[i] (nk values of the P kind, row stride nk) = 2^(s − bm) (u8: round(255 · 2^(s − bm))),
+ * Σ = Σ P[i] in units of 1 (u8: Σ pq / 255, summed from f32 values); then its state (m[i],
+ * l[i] in and out; alpha[i], ps[i] out):
+ *   a NaN score no bool mask excludes (Σ NaN; P 0), or l NaN from an earlier block: l = NaN,
+ *   m as it was, α = 1, ps = 0;
+ *   else every key masked (bm = −inf): m and l as they were, α = 1, ps = 0, P 0;
+ *   else m' = max(m, bm), α = (m' = m ? 1 : E(m − m')), ps = (m' = bm ? 1 : E(bm − m')),
+ *   l = l·α + ps·Σ (each product and the sum rounded to f32: no FMA), m = m'.
+ * E(x) (x <= 0): 2^n · q(f), n = −trunc(0.5 − x) (0.5 − x rounded to f32), f = x − n, q the
+ * softmax's degree-5 polynomial of 2^f evaluated in Horner form, one f32 product and one f32
+ * sum per step (no FMA), times 2^n; 0 where x < −126 or x is −inf. */
+typedef void (*qmm_attn_softmax_fn)(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                                    const void *mask, void *P, float *m, float *l, float *alpha, float *ps);
 /* O[i][0..Dp) = O[i]·alpha[i] + ps[i] · Σ_j P[i][j]·V[j] (times V's scales where V is
  * quantized; u8 P: its 1/255 included), i < rows, for the V block vblk; P: row stride nk
  * values, O: row stride Dp; ws: ws_bytes of the thread's own, 64-aligned. */
@@ -82,7 +91,7 @@ typedef void (*qmm_attn_pv_fn)(int rows, const void *P, const float *ps, const f
 typedef struct qmm_attn_ukernels {
     const char *name;          /* how QMM_VERBOSE and the tester name it */
     qmm_attn_p_kind p;
-    int mr;                    /* rows per qk and pv call */
+    int mr;                    /* rows per qk, softmax and pv call, <= 16 */
     int pad_rows;              /* see above (AMX: 16-row tiles) */
     int64_t nk, mq, dalign;    /* keys per block; query rows per task; O's row multiple */
     size_t (*kb_bytes)(int64_t D), (*vb_bytes)(int64_t D), (*extra_bytes)(int64_t D), (*q_bytes)(int64_t D);

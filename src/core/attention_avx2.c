@@ -1,13 +1,14 @@
 /*
  * attention_avx2.c — the frame's attention softmax ukernels for AVX2 + FMA (no F16C: f16 masks
  * are converted one by one, numerics.h), one per P kind it serves (qmm_attn_softmax_fn,
- * attention.h; declared in ukernels.h): f32 (avx2_f32) and u8 (avx_vnni's int8 mode). One score
- * row of a key block (nk a multiple of 8, <= 64) in base 2 → the block max bm and P = 2^(s − bm)
- * as f32 or u8 (round(255 · 2^(s − bm))); *sum = Σ P from the f32 values before rounding
- * (u8: / 255). The same numbers as attention_avx512.c's (its mask rules, its exp2 polynomial):
- * bool false → −inf; additive (base e) → s + mask·log2(e) in one FMA, kept finite where mask and
- * s are; lanes past nv −inf; a NaN score left by the mask → *sum NaN, P 0; every lane −inf →
- * bm = −inf, P 0, *sum 0.
+ * attention.h; declared in ukernels.h): f32 (avx2_f32) and u8 (avx_vnni's int8 mode). A group of
+ * 1..16 score rows of a key block (nk a multiple of 8, <= 64) → per row the block max bm and
+ * P = 2^(s − bm) as f32 or u8 (round(255 · 2^(s − bm))), Σ P from the f32 values before rounding
+ * (u8: / 255), and the rows' online-softmax state (m, l, α, ps) updated, 8 rows per register.
+ * The same numbers as attention_avx512.c's (its mask rules, its exp2 polynomials): bool false →
+ * −inf; additive (base e) → s + mask·log2(e) in one FMA, kept finite where mask and s are; lanes
+ * past nv −inf; a NaN score left by the mask → Σ NaN, P 0; every lane −inf → bm = −inf, P 0,
+ * Σ 0.
  */
 #include "attention.h"
 #include "numerics.h"
@@ -93,7 +94,8 @@ static inline void store_u8x8(uint8_t *p, __m256 e) {
     _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
 }
 
-/* u8 = 0: P f32; 1: u8; nz = nk / 8 (a constant: the row stays in registers) */
+/* u8 = 0: P f32; 1: u8; nz = nk / 8 (a constant: the row stays in registers); one row → P,
+ * *sum; returns bm (−inf where every key is masked; *sum NaN where a score is NaN) */
 static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call *c, const float *S, const int nz,
                                                              int64_t nv, const void *mask, void *P, float *sum,
                                                              const int u8) {
@@ -123,25 +125,69 @@ static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call
     return bm;
 }
 
-static inline __attribute__((always_inline)) float softmax_k(const qmm_attn_call *c, const float *S, int64_t nk,
-                                                             int64_t nv, const void *mask, void *P, float *sum,
-                                                             const int u8) {
+/* attention.h's E(x) for x <= 0: n = −trunc(0.5 − x), q(x − n) in Horner form without FMA, times
+ * 2^n; 0 where x < −126 or x is −inf */
+static inline __m256 exp2_state(__m256 x) {
+    const __m256i n = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_set1_ps(0.5f), x)));
+    const __m256 f = _mm256_sub_ps(x, _mm256_cvtepi32_ps(n));
+    __m256 q = _mm256_set1_ps(0.001326697994954884f);
+    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(0.009675469249486923f));
+    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(0.05550742521882057f));
+    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(0.24022121727466583f));
+    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(0.6931469440460205f));
+    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(1.0000001192092896f));
+    const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
+    return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GE_OQ), _mm256_mul_ps(q, p2));
+}
+
+/* the state of 8 rows from their block max bm and Σ P (attention.h); the lanes past the group's
+ * rows are computed on the caller's padding and not stored */
+static inline void row_state8(int rows, const float *bm_, const float *sum_, float *m, float *l, float *alpha, float *ps) {
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 one = _mm256_set1_ps(1.0f), bm = _mm256_loadu_ps(bm_), sum = _mm256_loadu_ps(sum_);
+    const __m256 vm = _mm256_maskload_ps(m, live), vl = _mm256_maskload_ps(l, live);
+    const __m256 nan = _mm256_or_ps(_mm256_cmp_ps(sum, sum, _CMP_UNORD_Q), _mm256_cmp_ps(vl, vl, _CMP_UNORD_Q));
+    const __m256 add = _mm256_andnot_ps(nan, _mm256_cmp_ps(bm, _mm256_set1_ps(-INFINITY), _CMP_GT_OQ));
+    const __m256 mn = _mm256_max_ps(bm, vm); /* bm > m ? bm : m */
+    const __m256 a = _mm256_blendv_ps(exp2_state(_mm256_sub_ps(vm, mn)), one, _mm256_cmp_ps(mn, vm, _CMP_EQ_OQ));
+    const __m256 f = _mm256_blendv_ps(exp2_state(_mm256_sub_ps(bm, mn)), one, _mm256_cmp_ps(bm, mn, _CMP_EQ_OQ));
+    const __m256 ln = _mm256_add_ps(_mm256_mul_ps(vl, a), _mm256_mul_ps(f, sum));
+    _mm256_maskstore_ps(l, live, _mm256_blendv_ps(_mm256_blendv_ps(vl, ln, add), _mm256_set1_ps(NAN), nan));
+    _mm256_maskstore_ps(m, live, _mm256_blendv_ps(vm, mn, add));
+    _mm256_maskstore_ps(alpha, live, _mm256_blendv_ps(one, a, add));
+    _mm256_maskstore_ps(ps, live, _mm256_and_ps(add, f));
+}
+
+/* rows (1..16) of nz · 8 keys: each row's P and Σ, then the rows' state */
+static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_call *c, int rows, const float *S,
+                                                                 const int nz, int64_t nv, const void *mask, void *P,
+                                                                 float *m, float *l, float *alpha, float *ps,
+                                                                 const int u8) {
+    float bm[16] = {0}, sum[16] = {0};
+    const int64_t mrow = mask ? c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype) : 0, prow = 8 * nz * (u8 ? 1 : 4);
+    for (int i = 0; i < rows; i++)
+        bm[i] = softmax_n(c, S + i * 8 * nz, nz, nv, mask ? (const char *)mask + i * mrow : NULL, (char *)P + i * prow,
+                          &sum[i], u8);
+    for (int r = 0; r < rows; r += 8) row_state8(rows - r, bm + r, sum + r, m + r, l + r, alpha + r, ps + r);
+}
+
+static inline __attribute__((always_inline)) void softmax_k(const qmm_attn_call *c, int rows, const float *S, int64_t nk,
+                                                            int64_t nv, const void *mask, void *P, float *m, float *l,
+                                                            float *alpha, float *ps, const int u8) {
     switch (nk) {
-    case 64: return softmax_n(c, S, 8, nv, mask, P, sum, u8);
-    case 32: return softmax_n(c, S, 4, nv, mask, P, sum, u8);
-    case 16: return softmax_n(c, S, 2, nv, mask, P, sum, u8);
-    default: return softmax_n(c, S, (int)(nk / 8), nv, mask, P, sum, u8);
+    case 64: softmax_rows_n(c, rows, S, 8, nv, mask, P, m, l, alpha, ps, u8); break;
+    case 32: softmax_rows_n(c, rows, S, 4, nv, mask, P, m, l, alpha, ps, u8); break;
+    case 16: softmax_rows_n(c, rows, S, 2, nv, mask, P, m, l, alpha, ps, u8); break;
+    default: softmax_rows_n(c, rows, S, (int)(nk / 8), nv, mask, P, m, l, alpha, ps, u8); break;
     }
 }
 
-float qmm_attn_softmax_f32__avx2(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
-                                 const void *mask, void *P, float *sum) {
-    (void)j0;
-    return softmax_k(c, s, nk, nv, mask, P, sum, 0);
+void qmm_attn_softmax_f32__avx2(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                                const void *mask, void *P, float *m, float *l, float *alpha, float *ps) {
+    softmax_k(c, rows, S, nk, nv, mask, P, m, l, alpha, ps, 0);
 }
 
-float qmm_attn_softmax_u8__avx2(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
-                                const void *mask, void *P, float *sum) {
-    (void)j0;
-    return softmax_k(c, s, nk, nv, mask, P, sum, 1);
+void qmm_attn_softmax_u8__avx2(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                               const void *mask, void *P, float *m, float *l, float *alpha, float *ps) {
+    softmax_k(c, rows, S, nk, nv, mask, P, m, l, alpha, ps, 1);
 }

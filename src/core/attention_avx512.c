@@ -1,17 +1,19 @@
 /*
  * attention_avx512.c — the frame's attention softmax ukernels for AVX-512 (F/BW/VL/DQ), one per P
- * kind (qmm_attn_softmax_fn, attention.h; declared in ukernels.h): one score row of a key block
- * (nk a multiple of 16, <= 64) in base 2 → the block max bm and P = 2^(s − bm) as f32, bf16
- * (nearest even) or u8 (round(255 · 2^(s − bm))); *sum = Σ P from the f32 values before
- * rounding (u8: / 255).
+ * kind (qmm_attn_softmax_fn, attention.h; declared in ukernels.h): a group of 1..16 score rows
+ * of a key block (nk a multiple of 16, <= 64) → per row the block max bm and P = 2^(s − bm) as
+ * f32, bf16 (nearest even) or u8 (round(255 · 2^(s − bm))), Σ P from the f32 values before
+ * rounding (u8: / 255), and the rows' online-softmax state (m, l, α, ps) updated, 16 rows in
+ * one register.
  *
  * Mask (the row's at key j0, keys c->ms[3] apart): bool (u8) false → −inf, whatever the score;
  * additive (f32, f16, bf16; base e) → s + mask·log2(e) in one FMA, kept finite where mask and s
  * are (an additive −FLT_MAX, torch's finfo.min, then stays a finite −FLT_MAX as it does in base e).
- * Lanes past nv are −inf whatever S holds. A NaN score left by the mask makes *sum NaN (P 0);
- * every lane −inf: bm = −inf, P 0, *sum 0.
- * exp2: 2^n · q(x − n), n = round(x), q the degree-5 polynomial of 2^f on |f| <= 1/2 (relative
- * error 8e-8); 0 below 2^-126 and for −inf.
+ * Lanes past nv are −inf whatever S holds. A NaN score left by the mask makes Σ NaN (P 0);
+ * every lane −inf: bm = −inf, P 0, Σ 0.
+ * exp2 of P: 2^n · q(x − n), n = round(x), q the degree-5 polynomial of 2^f on |f| <= 1/2
+ * (relative error 8e-8), FMA; 0 below 2^-126 and for −inf. exp2 of α and ps: attention.h's E
+ * (the same polynomial without FMA).
  */
 #include "attention.h"
 #include "numerics.h"
@@ -90,7 +92,8 @@ static inline __attribute__((always_inline)) float max_of(const __m512 s[4], int
     return _mm512_reduce_max_ps(m);
 }
 
-/* kind: 0 f32, 1 bf16, 2 u8; nz = nk / 16 (a constant: the row stays in registers) */
+/* kind: 0 f32, 1 bf16, 2 u8; nz = nk / 16 (a constant: the row stays in registers); one row →
+ * P, *sum; returns bm (−inf where every key is masked; *sum NaN where a score is NaN) */
 static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call *c, const float *S, const int nz,
                                                              int64_t nv, const void *mask, void *P, float *sum,
                                                              const int kind) {
@@ -120,31 +123,73 @@ static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call
     return bm;
 }
 
-static inline __attribute__((always_inline)) float softmax_k(const qmm_attn_call *c, const float *S, int64_t nk,
-                                                             int64_t nv, const void *mask, void *P, float *sum,
-                                                             const int kind) {
+/* attention.h's E(x) for x <= 0: n = −trunc(0.5 − x), q(x − n) in Horner form without FMA, times
+ * 2^n; 0 where x < −126 or x is −inf */
+static inline __m512 exp2_state(__m512 x) {
+    const __m512i n = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_set1_ps(0.5f), x)));
+    const __m512 f = _mm512_sub_ps(x, _mm512_cvtepi32_ps(n));
+    __m512 q = _mm512_set1_ps(0.001326697994954884f);
+    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(0.009675469249486923f));
+    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(0.05550742521882057f));
+    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(0.24022121727466583f));
+    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(0.6931469440460205f));
+    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(1.0000001192092896f));
+    const __m512 p2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23));
+    return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ), q, p2);
+}
+
+/* the state of rows (1..16) from their block max bm and Σ P (attention.h) */
+static inline void row_state(int rows, const float *bm_, const float *sum_, float *m, float *l, float *alpha, float *ps) {
+    const __mmask16 k = lanes16(rows);
+    const __m512 one = _mm512_set1_ps(1.0f), bm = _mm512_maskz_loadu_ps(k, bm_), sum = _mm512_maskz_loadu_ps(k, sum_);
+    const __m512 vm = _mm512_maskz_loadu_ps(k, m), vl = _mm512_maskz_loadu_ps(k, l);
+    const __mmask16 nan = _mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(vl, vl, _CMP_UNORD_Q);
+    const __mmask16 add = ~nan & _mm512_cmp_ps_mask(bm, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
+    const __m512 mn = _mm512_max_ps(bm, vm); /* bm > m ? bm : m */
+    const __m512 a = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, vm, _CMP_EQ_OQ), exp2_state(_mm512_sub_ps(vm, mn)), one);
+    const __m512 f = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(bm, mn, _CMP_EQ_OQ), exp2_state(_mm512_sub_ps(bm, mn)), one);
+    const __m512 ln = _mm512_add_ps(_mm512_mul_ps(vl, a), _mm512_mul_ps(f, sum));
+    _mm512_mask_storeu_ps(l, k, _mm512_mask_blend_ps(nan, _mm512_mask_blend_ps(add, vl, ln), _mm512_set1_ps(NAN)));
+    _mm512_mask_storeu_ps(m, k, _mm512_mask_blend_ps(add, vm, mn));
+    _mm512_mask_storeu_ps(alpha, k, _mm512_mask_blend_ps(add, one, a));
+    _mm512_mask_storeu_ps(ps, k, _mm512_maskz_mov_ps(add, f));
+}
+
+/* rows (1..16) of nz · 16 keys: each row's P and Σ, then the rows' state */
+static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_call *c, int rows, const float *S,
+                                                                 const int nz, int64_t nv, const void *mask, void *P,
+                                                                 float *m, float *l, float *alpha, float *ps,
+                                                                 const int kind) {
+    float bm[16], sum[16];
+    const int64_t mrow = mask ? c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype) : 0, prow = 16 * nz * (4 >> kind);
+    for (int i = 0; i < rows; i++)
+        bm[i] = softmax_n(c, S + i * 16 * nz, nz, nv, mask ? (const char *)mask + i * mrow : NULL, (char *)P + i * prow,
+                          &sum[i], kind);
+    row_state(rows, bm, sum, m, l, alpha, ps);
+}
+
+static inline __attribute__((always_inline)) void softmax_k(const qmm_attn_call *c, int rows, const float *S, int64_t nk,
+                                                            int64_t nv, const void *mask, void *P, float *m, float *l,
+                                                            float *alpha, float *ps, const int kind) {
     switch (nk) {
-    case 64: return softmax_n(c, S, 4, nv, mask, P, sum, kind);
-    case 48: return softmax_n(c, S, 3, nv, mask, P, sum, kind);
-    case 32: return softmax_n(c, S, 2, nv, mask, P, sum, kind);
-    default: return softmax_n(c, S, 1, nv, mask, P, sum, kind);
+    case 64: softmax_rows_n(c, rows, S, 4, nv, mask, P, m, l, alpha, ps, kind); break;
+    case 48: softmax_rows_n(c, rows, S, 3, nv, mask, P, m, l, alpha, ps, kind); break;
+    case 32: softmax_rows_n(c, rows, S, 2, nv, mask, P, m, l, alpha, ps, kind); break;
+    default: softmax_rows_n(c, rows, S, 1, nv, mask, P, m, l, alpha, ps, kind); break;
     }
 }
 
-float qmm_attn_softmax_f32__avx512(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
-                                   const void *mask, void *P, float *sum) {
-    (void)j0;
-    return softmax_k(c, s, nk, nv, mask, P, sum, 0);
+void qmm_attn_softmax_f32__avx512(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                                  const void *mask, void *P, float *m, float *l, float *alpha, float *ps) {
+    softmax_k(c, rows, S, nk, nv, mask, P, m, l, alpha, ps, 0);
 }
 
-float qmm_attn_softmax_bf16__avx512(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
-                                    const void *mask, void *P, float *sum) {
-    (void)j0;
-    return softmax_k(c, s, nk, nv, mask, P, sum, 1);
+void qmm_attn_softmax_bf16__avx512(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                                   const void *mask, void *P, float *m, float *l, float *alpha, float *ps) {
+    softmax_k(c, rows, S, nk, nv, mask, P, m, l, alpha, ps, 1);
 }
 
-float qmm_attn_softmax_u8__avx512(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
-                                  const void *mask, void *P, float *sum) {
-    (void)j0;
-    return softmax_k(c, s, nk, nv, mask, P, sum, 2);
+void qmm_attn_softmax_u8__avx512(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                                 const void *mask, void *P, float *m, float *l, float *alpha, float *ps) {
+    softmax_k(c, rows, S, nk, nv, mask, P, m, l, alpha, ps, 2);
 }

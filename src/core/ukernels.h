@@ -106,16 +106,16 @@ void qmm_f32_gemm_ukernel_6x16__avx2_fma(const qmm_fgemm *g, int rows, int64_t k
 /* ---------------------------------------------------------------- attention (attention.h) */
 /* the frame's softmax ukernels (qmm_attn_softmax_fn): core/attention_avx512.c (AVX-512 F/BW/VL/DQ,
  * nk a multiple of 16 up to 64), core/attention_avx2.c (AVX2 + FMA, nk a multiple of 8 up to 64) */
-float qmm_attn_softmax_f32__avx512(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
-                                   const void *mask, void *P, float *sum);
-float qmm_attn_softmax_bf16__avx512(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
-                                    const void *mask, void *P, float *sum);
-float qmm_attn_softmax_u8__avx512(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
-                                  const void *mask, void *P, float *sum);
-float qmm_attn_softmax_f32__avx2(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
-                                 const void *mask, void *P, float *sum);
-float qmm_attn_softmax_u8__avx2(const qmm_attn_call *c, const float *s, int64_t nk, int64_t j0, int64_t nv,
-                                const void *mask, void *P, float *sum);
+void qmm_attn_softmax_f32__avx512(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                                  const void *mask, void *P, float *m, float *l, float *alpha, float *ps);
+void qmm_attn_softmax_bf16__avx512(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                                   const void *mask, void *P, float *m, float *l, float *alpha, float *ps);
+void qmm_attn_softmax_u8__avx512(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                                 const void *mask, void *P, float *m, float *l, float *alpha, float *ps);
+void qmm_attn_softmax_f32__avx2(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                                const void *mask, void *P, float *m, float *l, float *alpha, float *ps);
+void qmm_attn_softmax_u8__avx2(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                               const void *mask, void *P, float *m, float *l, float *alpha, float *ps);
 
 /* x86_avx512/avx512_f32_attn.c: f32 K [D][64] and V [64][Dp] blocks, FMA */
 extern const qmm_attn_ukernels qmm_avx512_f32_attn;

@@ -2,8 +2,8 @@
  * avx_vnni_attn.c — attention's int8 mode on avx_vnni (SPEC §10, QMM_ATTN_INT8) for CPUs with
  * AVX-VNNI (256-bit VPDPBUSD {vex}) and no AVX-512: the ukernels of the attention contract
  * (core/attention.h, "the ukernel contract"), both products on VPDPBUSD with exact int32 sums.
- * The driver owns the tiles, the key-block loop and the online softmax's state; the softmax
- * ukernel is the frame's (qmm_attn_softmax_u8__avx2). Admits mode int8 only.
+ * The driver owns the tiles and the key-block loop; the softmax ukernel (P and the rows'
+ * online-softmax state) is the frame's (qmm_attn_softmax_u8__avx2). Admits mode int8 only.
  *
  * The recipe is comfy-kitchen's INT8 attention, as avx512_vnni_attn.c runs it, on 32-key blocks
  * (R the rotation):

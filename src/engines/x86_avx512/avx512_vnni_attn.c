@@ -1,8 +1,8 @@
 /*
  * avx512_vnni_attn.c — attention's int8 mode on avx512_vnni (SPEC §10, QMM_ATTN_INT8): both
  * products on VPDPBUSD with exact int32 sums: its ukernels (ukernels.h) under the attention
- * driver (core/attention.h) and the frame's u8 softmax (qmm_attn_softmax_u8__avx512, the online
- * softmax's state in f32 in the driver). Admits mode int8 only.
+ * driver (core/attention.h) and the frame's u8 softmax (qmm_attn_softmax_u8__avx512, which also
+ * updates the rows' online-softmax state in f32). Admits mode int8 only.
  *
  * Quantization (per kv head when packed, per query row by pack_q; R the rotation):
  *   k'[j] = k[j] − mean (qmm_attn_key_mean: the mean of the finite keys; the softmax rows stay
