@@ -49,16 +49,24 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* the block row's scores, lanes past nv −inf, masked → s[0..nz); returns whether one is NaN */
-static inline __attribute__((always_inline)) int masked_scores(const qmm_attn_call *c, const float *S, int nz, int64_t nv, const void *mask,
-                                __m256 s[NZ_MAX]) {
-    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+/* the lanes of the block's 8·z.. keys below nv, per z */
+static inline void live_lanes(int nz, int64_t nv, __m256 live[NZ_MAX]) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int z = 0; z < nz; z++) {
+        const int64_t n = nv - 8 * z;
+        live[z] = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n > 8 ? 8 : n < 0 ? 0 : n)), lane));
+    }
+}
+
+/* the block row's scores, lanes past nv −inf (live: live_lanes), masked → s[0..nz); returns
+ * whether one is NaN */
+static inline __attribute__((always_inline)) int masked_scores(const qmm_attn_call *c, const float *S, int nz, int64_t nv,
+                                                               const __m256 live[NZ_MAX], const void *mask, __m256 s[NZ_MAX]) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
     const int64_t ms3 = mask ? c->ms[3] : 0;
     for (int z = 0; z < nz; z++) {
         const int64_t n = nv - 8 * z;
-        const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n > 8 ? 8 : n < 0 ? 0 : n)), lane));
-        __m256 x = _mm256_blendv_ps(ninf, _mm256_loadu_ps(S + 8 * z), live);
+        __m256 x = _mm256_blendv_ps(ninf, _mm256_loadu_ps(S + 8 * z), live[z]);
         if (mask && n > 0) {
             if (c->mask_dtype == QMM_U8) { /* false → −inf */
                 const uint8_t *r = (const uint8_t *)mask + 8 * z * ms3;
@@ -77,7 +85,7 @@ static inline __attribute__((always_inline)) int masked_scores(const qmm_attn_ca
                 const __m256 fin = _mm256_and_ps(_mm256_cmp_ps(add, ninf, _CMP_NEQ_UQ), _mm256_cmp_ps(x, ninf, _CMP_NEQ_UQ));
                 __m256 y = _mm256_fmadd_ps(add, _mm256_set1_ps(1.44269504088896341f), x);
                 y = _mm256_blendv_ps(y, _mm256_max_ps(_mm256_set1_ps(-FLT_MAX), y), fin); /* max keeps a NaN y */
-                x = _mm256_blendv_ps(x, y, live);
+                x = _mm256_blendv_ps(x, y, live[z]);
             }
         }
         s[z] = x;
@@ -97,12 +105,13 @@ static inline void store_u8x8(uint8_t *p, __m256 e) {
 /* u8 = 0: P f32; 1: u8; nz = nk / 8 (a constant: the row stays in registers); one row → P,
  * *sum; returns bm (−inf where every key is masked; *sum NaN where a score is NaN) */
 static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call *c, const float *S, const int nz,
-                                                             int64_t nv, const void *mask, void *P, float *sum,
-                                                             const int u8) {
+                                                             int64_t nv, const __m256 live[NZ_MAX], const void *mask,
+                                                             void *P, float *sum, const int u8) {
     __m256 s[NZ_MAX];
-    const int nan = masked_scores(c, S, nz, nv, mask, s);
-    __m256 mx = _mm256_set1_ps(-INFINITY);
-    for (int z = 0; z < nz; z++) mx = _mm256_max_ps(mx, s[z]);
+    s[0] = _mm256_set1_ps(-INFINITY); /* nz >= 1; the compiler cannot see it where nz is not a constant */
+    const int nan = masked_scores(c, S, nz, nv, live, mask, s);
+    __m256 mx = s[0]; /* max(−inf, s[0]) */
+    for (int z = 1; z < nz; z++) mx = _mm256_max_ps(mx, s[z]);
     const float bm = hmax8(mx);
     if (nan || !(bm > -INFINITY)) { /* a NaN score, or every key masked: P 0 */
         for (int z = 0; z < nz; z++) {
@@ -116,7 +125,7 @@ static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call
     __m256 acc = _mm256_setzero_ps();
     for (int z = 0; z < nz; z++) {
         const __m256 e = exp2_k(_mm256_sub_ps(s[z], vb), u8 ? 255.0f : 1.0f);
-        acc = _mm256_add_ps(acc, e);
+        acc = z ? _mm256_add_ps(acc, e) : e; /* 0 + e: e (never −0) */
         if (u8) store_u8x8((uint8_t *)P + 8 * z, e);
         else _mm256_storeu_ps((float *)P + 8 * z, e);
     }
@@ -149,8 +158,10 @@ static inline void row_state8(int rows, const float *bm_, const float *sum_, flo
     const __m256 nan = _mm256_or_ps(_mm256_cmp_ps(sum, sum, _CMP_UNORD_Q), _mm256_cmp_ps(vl, vl, _CMP_UNORD_Q));
     const __m256 add = _mm256_andnot_ps(nan, _mm256_cmp_ps(bm, _mm256_set1_ps(-INFINITY), _CMP_GT_OQ));
     const __m256 mn = _mm256_max_ps(bm, vm); /* bm > m ? bm : m */
-    const __m256 a = _mm256_blendv_ps(exp2_state(_mm256_sub_ps(vm, mn)), one, _mm256_cmp_ps(mn, vm, _CMP_EQ_OQ));
-    const __m256 f = _mm256_blendv_ps(exp2_state(_mm256_sub_ps(bm, mn)), one, _mm256_cmp_ps(bm, mn, _CMP_EQ_OQ));
+    /* E(m − m') where m' = bm, E(bm − m') where m' = m: E of the smaller minus m' */
+    const __m256 e = exp2_state(_mm256_sub_ps(_mm256_min_ps(bm, vm), mn));
+    const __m256 a = _mm256_blendv_ps(e, one, _mm256_cmp_ps(mn, vm, _CMP_EQ_OQ));
+    const __m256 f = _mm256_blendv_ps(e, one, _mm256_cmp_ps(bm, mn, _CMP_EQ_OQ));
     const __m256 ln = _mm256_add_ps(_mm256_mul_ps(vl, a), _mm256_mul_ps(f, sum));
     _mm256_maskstore_ps(l, live, _mm256_blendv_ps(_mm256_blendv_ps(vl, ln, add), _mm256_set1_ps(NAN), nan));
     _mm256_maskstore_ps(m, live, _mm256_blendv_ps(vm, mn, add));
@@ -164,10 +175,16 @@ static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_
                                                                  float *m, float *l, float *alpha, float *ps,
                                                                  const int u8) {
     float bm[16] = {0}, sum[16] = {0};
-    const int64_t mrow = mask ? c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype) : 0, prow = 8 * nz * (u8 ? 1 : 4);
-    for (int i = 0; i < rows; i++)
-        bm[i] = softmax_n(c, S + i * 8 * nz, nz, nv, mask ? (const char *)mask + i * mrow : NULL, (char *)P + i * prow,
-                          &sum[i], u8);
+    const int64_t prow = 8 * nz * (u8 ? 1 : 4);
+    __m256 live[NZ_MAX];
+    live_lanes(nz, nv, live);
+    if (!mask) {
+        for (int i = 0; i < rows; i++) bm[i] = softmax_n(c, S + i * 8 * nz, nz, nv, live, NULL, (char *)P + i * prow, &sum[i], u8);
+    } else {
+        const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
+        for (int i = 0; i < rows; i++)
+            bm[i] = softmax_n(c, S + i * 8 * nz, nz, nv, live, (const char *)mask + i * mrow, (char *)P + i * prow, &sum[i], u8);
+    }
     for (int r = 0; r < rows; r += 8) row_state8(rows - r, bm + r, sum + r, m + r, l + r, alpha + r, ps + r);
 }
 

@@ -38,18 +38,18 @@ static inline __m512 exp2_k(__m512 x, float k) {
     return _mm512_maskz_scalef_ps(keep, q, n);
 }
 
-/* the block row's scores, lanes past nv −inf, masked (see the top) → s[0..nz); returns the lanes
- * that are NaN */
-static inline __attribute__((always_inline)) __mmask64 masked_scores(const qmm_attn_call *c, const float *S, int nz, int64_t nv, const void *mask,
-                                      __m512 s[4]) {
+/* the block row's scores, lanes past nv −inf (kz[z]: the lanes below nv of s[z]), masked (see the
+ * top) → s[0..nz); returns whether one is NaN */
+static inline __attribute__((always_inline)) int masked_scores(const qmm_attn_call *c, const float *S, int nz, int64_t nv,
+                                                               const __mmask16 kz[4], const void *mask, __m512 s[4]) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    for (int z = 0; z < nz; z++) s[z] = _mm512_mask_loadu_ps(ninf, lanes16(nv - 16 * z), S + 16 * z);
+    for (int z = 0; z < nz; z++) s[z] = _mm512_mask_loadu_ps(ninf, kz[z], S + 16 * z);
     if (mask) {
         const int64_t ms3 = c->ms[3];
         if (c->mask_dtype == QMM_U8) {
             const uint8_t *r = mask;
             for (int z = 0; z < nz && nv > 16 * z; z++) {
-                const __mmask16 mk = lanes16(nv - 16 * z);
+                const __mmask16 mk = kz[z];
                 __mmask16 attend;
                 if (ms3 == 1) {
                     attend = _mm512_mask_test_epi32_mask(mk, _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mk, r + 16 * z)),
@@ -64,7 +64,7 @@ static inline __attribute__((always_inline)) __mmask64 masked_scores(const qmm_a
         } else {
             const __m512 l2e = _mm512_set1_ps(1.44269504088896341f), lo = _mm512_set1_ps(-FLT_MAX);
             for (int z = 0; z < nz && nv > 16 * z; z++) {
-                const __mmask16 mk = lanes16(nv - 16 * z);
+                const __mmask16 mk = kz[z];
                 __m512 add;
                 if (ms3 == 1) {
                     add = qmm_z_load16(mask, c->mask_dtype, 16 * z, mk);
@@ -81,24 +81,24 @@ static inline __attribute__((always_inline)) __mmask64 masked_scores(const qmm_a
             }
         }
     }
-    __mmask64 nan = 0;
-    for (int z = 0; z < nz; z++) nan |= (__mmask64)_mm512_cmp_ps_mask(s[z], s[z], _CMP_UNORD_Q) << (16 * z);
-    return nan;
+    __mmask16 nan = 0;
+    for (int z = 0; z < nz; z++) nan |= _mm512_cmp_ps_mask(s[z], s[z], _CMP_UNORD_Q);
+    return nan != 0;
 }
 
 static inline __attribute__((always_inline)) float max_of(const __m512 s[4], int nz) {
-    __m512 m = _mm512_set1_ps(-INFINITY);
-    for (int z = 0; z < nz; z++) m = _mm512_max_ps(m, s[z]);
+    __m512 m = s[0]; /* max(−inf, s[0]) */
+    for (int z = 1; z < nz; z++) m = _mm512_max_ps(m, s[z]);
     return _mm512_reduce_max_ps(m);
 }
 
 /* kind: 0 f32, 1 bf16, 2 u8; nz = nk / 16 (a constant: the row stays in registers); one row →
  * P, *sum; returns bm (−inf where every key is masked; *sum NaN where a score is NaN) */
 static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call *c, const float *S, const int nz,
-                                                             int64_t nv, const void *mask, void *P, float *sum,
-                                                             const int kind) {
+                                                             int64_t nv, const __mmask16 kz[4], const void *mask, void *P,
+                                                             float *sum, const int kind) {
     __m512 s[4];
-    const __mmask64 nan = masked_scores(c, S, nz, nv, mask, s);
+    const int nan = masked_scores(c, S, nz, nv, kz, mask, s);
     const float bm = max_of(s, nz);
     if (nan || !(bm > -INFINITY)) { /* a NaN score, or every key masked: P 0 */
         for (int z = 0; z < nz; z++) {
@@ -113,7 +113,7 @@ static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call
     __m512 acc = _mm512_setzero_ps();
     for (int z = 0; z < nz; z++) {
         const __m512 e = exp2_k(_mm512_sub_ps(s[z], vb), kind == 2 ? 255.0f : 1.0f);
-        acc = _mm512_add_ps(acc, e);
+        acc = z ? _mm512_add_ps(acc, e) : e; /* 0 + e: e (never −0) */
         if (kind == 0) _mm512_storeu_ps((float *)P + 16 * z, e);
         else if (kind == 1) qmm_z_store16((uint16_t *)P + 16 * z, QMM_BF16, 0xffff, e);
         else _mm_storeu_si128((__m128i *)((uint8_t *)P + 16 * z), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(e)));
@@ -146,8 +146,10 @@ static inline void row_state(int rows, const float *bm_, const float *sum_, floa
     const __mmask16 nan = _mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(vl, vl, _CMP_UNORD_Q);
     const __mmask16 add = ~nan & _mm512_cmp_ps_mask(bm, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
     const __m512 mn = _mm512_max_ps(bm, vm); /* bm > m ? bm : m */
-    const __m512 a = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, vm, _CMP_EQ_OQ), exp2_state(_mm512_sub_ps(vm, mn)), one);
-    const __m512 f = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(bm, mn, _CMP_EQ_OQ), exp2_state(_mm512_sub_ps(bm, mn)), one);
+    /* E(m − m') where m' = bm, E(bm − m') where m' = m: E of the smaller minus m' */
+    const __m512 e = exp2_state(_mm512_sub_ps(_mm512_min_ps(bm, vm), mn));
+    const __m512 a = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, vm, _CMP_EQ_OQ), e, one);
+    const __m512 f = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(bm, mn, _CMP_EQ_OQ), e, one);
     const __m512 ln = _mm512_add_ps(_mm512_mul_ps(vl, a), _mm512_mul_ps(f, sum));
     _mm512_mask_storeu_ps(l, k, _mm512_mask_blend_ps(nan, _mm512_mask_blend_ps(add, vl, ln), _mm512_set1_ps(NAN)));
     _mm512_mask_storeu_ps(m, k, _mm512_mask_blend_ps(add, vm, mn));
@@ -161,10 +163,16 @@ static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_
                                                                  float *m, float *l, float *alpha, float *ps,
                                                                  const int kind) {
     float bm[16], sum[16];
-    const int64_t mrow = mask ? c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype) : 0, prow = 16 * nz * (4 >> kind);
-    for (int i = 0; i < rows; i++)
-        bm[i] = softmax_n(c, S + i * 16 * nz, nz, nv, mask ? (const char *)mask + i * mrow : NULL, (char *)P + i * prow,
-                          &sum[i], kind);
+    const int64_t prow = 16 * nz * (4 >> kind);
+    __mmask16 kz[4];
+    for (int z = 0; z < nz; z++) kz[z] = lanes16(nv - 16 * z);
+    if (!mask) {
+        for (int i = 0; i < rows; i++) bm[i] = softmax_n(c, S + i * 16 * nz, nz, nv, kz, NULL, (char *)P + i * prow, &sum[i], kind);
+    } else {
+        const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
+        for (int i = 0; i < rows; i++)
+            bm[i] = softmax_n(c, S + i * 16 * nz, nz, nv, kz, (const char *)mask + i * mrow, (char *)P + i * prow, &sum[i], kind);
+    }
     row_state(rows, bm, sum, m, l, alpha, ps);
 }
 
