@@ -261,7 +261,8 @@ static void test_pack(const char *name, const qmm_i8_engine *e) {
     tu_note("%s: %d packs", name, cases);
 }
 
-/* rows kernel fn (named kname) of engine e over blocks [b0, b1) of a borrowed weight, M rows of q */
+/* rows kernel fn (named kname) of engine e on the rows of a borrowed weight (pointer and stride), M rows of q,
+ * over column ranges of whole blocks */
 static void rows_case(const char *name, const qmm_i8_engine *e, const char *kname, qmm_i8_rows_fn fn, int64_t M,
                       int64_t N, int64_t K, int task_ranges, int neg_q) {
     const int64_t Kp = qmm_round_up(K, 64), ld = K + tu_rand_int(0, 2) * tu_rand_int(0, 70), ldy = N + tu_rand_int(0, 3);
@@ -307,8 +308,6 @@ static void rows_case(const char *name, const qmm_i8_engine *e, const char *knam
     qmm_i8_gemm g = unit_gemm(&c, e, q, s, Kp, (K + 3) / 4, (K + 3) / 4);
     g.borrowed = 1;
     g.rows = 1;
-    g.qsum = qsum;
-    g.qneg128 = qneg;
     /* the engine's own copy of q, as the driver makes it (int8_gemm.h: rows_ap_bytes/rows_ap_fill) */
     const int64_t apb = e->rows_ap_bytes ? e->rows_ap_bytes(M, Kp) : 0;
     uint8_t *ap = apb ? qmm_aligned_alloc((size_t)apb) : NULL;
@@ -320,15 +319,14 @@ static void rows_case(const char *name, const qmm_i8_engine *e, const char *knam
             e->rows_ap_fill(&g, r0, r1);
         }
     }
+    /* the kernel's operands: the rows from row n0 on (ld bytes apart), the activations */
+    const qmm_rows_act act = {.q = q, .lda = Kp, .M = M, .K = K, .qsum = qsum, .qneg128 = qneg, .ap = ap, .s = s};
     const int64_t nblocks = (N + 15) / 16, bpt = e->nc / 16;
-    if (task_ranges) { /* the driver's tasks */
-        for (int64_t b0 = 0; b0 < nblocks; b0 += bpt) fn(&g, b0, b0 + bpt < nblocks ? b0 + bpt : nblocks);
-    } else { /* any ranges */
-        for (int64_t b0 = 0; b0 < nblocks;) {
-            const int64_t b1 = b0 + tu_rand_int(1, 20) < nblocks ? b0 + tu_rand_int(1, 20) : nblocks;
-            fn(&g, b0, b1);
-            b0 = b1;
-        }
+    for (int64_t b0 = 0; b0 < nblocks;) { /* the driver's tasks, or any ranges of whole blocks */
+        const int64_t b1 = task_ranges ? b0 + bpt : b0 + tu_rand_int(1, 20);
+        const int64_t n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N;
+        fn(W + n0 * ld, ld, &act, &c, n0, n1);
+        b0 = b1;
     }
     const int64_t bad = tu_first_diff(y0, y, QMM_I32, M * ldy);
     TU_CHECK(bad < 0, "%s %s M=%lld N=%lld K=%lld ld=%lld %s%s: y[%lld][%lld] = %d, expected %d", name, kname,

@@ -11,3 +11,10 @@ if(TARGET test_w4a8)
   add_test(NAME test_w4a8_capped COMMAND test_w4a8)
   set_tests_properties(test_w4a8_capped PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77 ENVIRONMENT "QMM_MAX_ISA=avx2")
 endif()
+# The W4A8 kernel tester again with the ISA capped at avx_vnni, as test_int8_engines_capped: the
+# 256-bit engines' kernels run, the engines above the cap are skipped visibly.
+if(TARGET test_w4a8_ukernels)
+  add_test(NAME test_w4a8_ukernels_capped COMMAND test_w4a8_ukernels)
+  set_tests_properties(test_w4a8_ukernels_capped PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "QMM_MAX_ISA=avx_vnni")
+endif()

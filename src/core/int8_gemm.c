@@ -27,8 +27,13 @@ qmm_i8_rows_fn qmm_i8_rows_kernel_for(const qmm_i8_engine *e, int64_t M) {
     return kernel_for(e->rows_kernels, e->n_rows_kernels, M);
 }
 
-qmm_i8_rows_fn qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_t M, int vbmi6) {
-    return kernel_for(vbmi6 && e->rows_w6a8_vbmi ? e->rows_w6a8_vbmi : e->rows_w4a8, e->n_rows_w4a8, M);
+const qmm_w4_rows_ukernel *qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_t M, int bits, int vbmi) {
+    const int mask = bits == 6 ? QMM_W4_BITS6 : QMM_W4_BITS4;
+    for (int i = 0; e->w4a8 && i < e->w4a8->n; i++) {
+        const qmm_w4_rows_ukernel *k = &e->w4a8->k[i];
+        if (M >= k->m_min && M <= k->m_max && (k->bits & mask) && (vbmi || !k->vbmi)) return k;
+    }
+    return NULL;
 }
 
 void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
@@ -41,12 +46,12 @@ void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int6
     t->neg128 = p.neg128;
 }
 
-/* A W4A8 weight's rows regime on engine e runs fused: the engine's rows_w4a8 kernel for M (a 6-bit
- * weight with vbmi: its rows_w6a8_vbmi kernel), with e4m3 s_rel (the table) and groups of a
- * multiple of 16 (NULL: unfused). */
-static qmm_i8_rows_fn w4a8_fused(const qmm_i8_engine *e, const qmm_weight *w, int64_t M, int vbmi) {
+/* A W4A8 weight's rows regime on engine e runs fused: the engine's W4A8 kernel for M and the
+ * weight's bits (with vbmi: one that needs VBMI, where the engine has it), with e4m3 s_rel (the
+ * table) and groups of a multiple of 16 (NULL: unfused). */
+static const qmm_w4_rows_ukernel *w4a8_fused(const qmm_i8_engine *e, const qmm_weight *w, int64_t M, int vbmi) {
     return w->w4.s_rel_dtype == QMM_F8_E4M3 && w->w4.group % 16 == 0
-               ? qmm_i8_w4a8_kernel_for(e, M, vbmi && w->w4.bits == 6)
+               ? qmm_i8_w4a8_kernel_for(e, M, w->w4.bits, vbmi)
                : NULL;
 }
 
@@ -58,32 +63,29 @@ const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_
                   : "the int8 engine's fused rows kernel (multiplied, never stored)";
 }
 
-/* The rows regime of a W4A8 weight: blocks [b0, b1) a few rows at a time (the thread's buffer,
- * g->panel_bytes: that many rows of Kp bytes), decoded into the buffer (row-major, Kp bytes
- * apart, the rows' codes read once), then the engine's rows kernel (g->rows_fn) on a view of the call whose
- * weight rows (borrow.data, ld) are the buffer's: borrow.data + n·ld is row n's decoded copy. */
-static void w4a8_rows(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1) {
-    if (g->w4_fused) {
-        qmm_i8_gemm gt = *g;
-        gt.w4_buf = g->panels + (int64_t)thread * g->panel_bytes;
-        g->w4_fused(&gt, b0, b1);
-        return;
-    }
+/* Columns [n0, n1) of the rows regime: the caller's int8 rows from row n0 (w->borrow) */
+static void int8_rows(const qmm_i8_gemm *g, int64_t n0, int64_t n1) {
+    const qmm_weight *w = g->c->w;
+    if (n0 < n1) g->rows_fn(w->borrow.data + n0 * w->borrow.ld, w->borrow.ld, &g->act, g->c, n0, n1);
+}
+
+/* Columns [n0, n1) of the rows regime of a W4A8 weight: the fused kernel on the caller's codes
+ * (the thread's buffer, g->panel_bytes, its own), else a few rows at a time (that many rows of Kp
+ * bytes, a multiple of 16) decoded into the thread's buffer (row-major, Kp bytes apart, the rows'
+ * codes read once) and handed to the engine's rows kernel (g->rows_fn) as rows. */
+static void w4a8_rows(const qmm_i8_gemm *g, int thread, int64_t n0, int64_t n1) {
     const qmm_call *c = g->c;
     int8_t *buf = g->panels + (int64_t)thread * g->panel_bytes;
-    qmm_weight wv;
-    qmm_weight_copy_plain(&wv, c->w);
-    qmm_call cv = *c;
-    qmm_i8_gemm gv = *g;
-    cv.w = &wv;
-    gv.c = &cv;
-    wv.borrow.ld = g->Kp;
-    const int64_t step = g->panel_bytes / (16 * g->Kp); /* blocks per buffer */
-    for (int64_t b = b0; b < b1; b += step) {
-        const int64_t be = b + step < b1 ? b + step : b1, n0 = b * 16, n1 = be * 16 < c->N ? be * 16 : c->N;
-        g->src.w4_decode(c->w, g->w4_lut, n0, n1 - n0, 0, c->K, buf, g->Kp);
-        wv.borrow.data = (const int8_t *)((uintptr_t)buf - (uintptr_t)(n0 * g->Kp));
-        g->rows_fn(&gv, b, be);
+    if (n0 >= n1) return;
+    if (g->w4_fused) {
+        g->w4_fused->fn(&g->w4, g->w4_lut, g->w4_lut_u8, &g->act, c, n0, n1, buf, g->panel_bytes);
+        return;
+    }
+    const int64_t step = g->panel_bytes / g->Kp; /* rows per buffer */
+    for (int64_t n = n0; n < n1; n += step) {
+        const int64_t ne = n + step < n1 ? n + step : n1;
+        g->src.w4_decode(c->w, g->w4_lut, n, ne - n, 0, c->K, buf, g->Kp);
+        g->rows_fn(buf, g->Kp, &g->act, c, n, ne);
     }
 }
 
@@ -108,12 +110,13 @@ static void gemm_task_run(int64_t task, int64_t n_tasks, int thread, const qmm_i
     int32_t *cs = g->borrowed ? g->colsums + (int64_t)thread * e->nc : NULL; /* the task's columns */
     uint64_t t0 = pf ? qmm_now_ns() : 0;
     if (g->rows && c->w->w4a8) { /* one task per thread, each an equal share of the blocks */
-        w4a8_rows(g, thread, nblocks * nt / g->ntasks, nblocks * (nt + 1) / g->ntasks);
+        const int64_t e0 = nblocks * nt / g->ntasks * 16, e1 = nblocks * (nt + 1) / g->ntasks * 16;
+        w4a8_rows(g, thread, e0, e1 < c->N ? e1 : c->N);
         if (pf) prof_add(&pf->ns[QMM_PROF_TILES], t0);
         return;
     }
     if (g->rows) {
-        g->rows_fn(g, b0, b1);
+        int8_rows(g, b0 * 16, b1 * 16 < c->N ? b1 * 16 : c->N);
         if (pf) prof_add(&pf->ns[QMM_PROF_TILES], t0);
         return;
     }
@@ -287,21 +290,22 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
             const size_t n = (size_t)256 << w->w4.bits;
             for (size_t i = 0; i < n; i++) lut_u8[i] = (int8_t)(lut[i] ^ (int8_t)0x80);
             g.w4_lut_u8 = lut_u8;
+            g.w4 = qmm_w4_codes_of(w);
         }
     }
+    if (rows_ap) g.ap = (uint8_t *)pbuf + pbytes; /* the rows kernel's copy of q */
     if (rows) {
         g.rows = 1;
         g.rows_fn = rows_fn;
-        g.qsum = qsum;
-        g.qneg128 = qneg;
+        g.act = (qmm_rows_act){.q = q, .lda = Kp, .M = M, .K = c->K, .qsum = qsum, .qneg128 = qneg, .ap = g.ap, .s = s};
     }
-    if (rows_ap) g.ap = (uint8_t *)pbuf + pbytes; /* the rows kernel's copy of q */
     /* one pass over the rows writes what the kernels read: a (u8 engines: q XOR 0x80, except in
      * the rows regime), the one-pass copy, the rows regime's sums and its copy in the engine's
      * layout (per group of 16 rows, on the thread that wrote its last rows) */
-    const qmm_prepass_out po = {.q = q, .ldq = Kp, .s = s, .flip = e->u8 && !rows ? 0x80 : 0, .qsum = g.qsum,
-                                .qneg128 = g.qneg128, .ap = wrows ? g.ap : NULL, .kq = kq, .wrows = wrows,
-                                .group_fill = rows_ap ? rows_ap_group : NULL, .group_arg = &g, .group_rows = 16};
+    const qmm_prepass_out po = {.q = q, .ldq = Kp, .s = s, .flip = e->u8 && !rows ? 0x80 : 0,
+                                .qsum = rows ? qsum : NULL, .qneg128 = rows ? qneg : NULL, .ap = wrows ? g.ap : NULL,
+                                .kq = kq, .wrows = wrows, .group_fill = rows_ap ? rows_ap_group : NULL, .group_arg = &g,
+                                .group_rows = 16};
     const uint64_t t_pre = ctx->profile ? qmm_now_ns() : 0;
     QMM_FORWARD_IF_ERROR(qmm_prepass_to(ctx, c, &po, 0));
     g.rows_per_task = mc;

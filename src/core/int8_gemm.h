@@ -38,7 +38,10 @@
  *              engine's rows kernel for M (rows_kernels) reads the caller's rows directly instead (small M, the rows
  *              regime: a left as q, its row sums in qsum, and where the engine asks for one
  *              (rows_ap_bytes) its own copy of q in the layout its kernel reads, ap, written by
- *              the engine's rows_ap_fill inside the pre-pass's pool run);
+ *              the engine's rows_ap_fill inside the pre-pass's pool run). A W4A8 weight in the
+ *              rows regime: the engine's fused W4A8 kernel for M (w4a8) on the caller's codes,
+ *              else a few whole rows at a time decoded into the thread's buffer and handed to the
+ *              rows kernel as rows (the buffer and its stride Kp);
  *   out        token scales copied to c->token_scales when asked.
  * A new int8 engine is its micro-kernel(s) (declared by name in ukernels.h), a qmm_i8_engine
  * descriptor (its qmm_engine_ops' .i8: test_int8_ukernels drives the kernels through it), its
@@ -86,14 +89,39 @@ typedef struct qmm_i8_tile {
     uint64_t *epilogue_ns;
 } qmm_i8_tile;
 
+/* The rows regime's activations, as every rows kernel (the int8 and the W4A8 family) reads them:
+ * the driver's pre-pass output left as q (s8, never flipped) with its row sums. */
+typedef struct qmm_rows_act {
+    const int8_t *q;          /* [M][lda]: q, zero past K up to lda */
+    int64_t lda;              /* bytes between rows of q: Kp, a multiple of 64 */
+    int64_t M, K;             /* tokens; k of q and of every weight row */
+    const int32_t *qsum;      /* [M] Σ_k q[i][k] */
+    const uint8_t *qneg128;   /* [M] 1 where row i of q holds -128 */
+    const uint8_t *ap;        /* the engine's own copy of q in its kernels' layout (rows_ap_fill), or NULL */
+    const float *s;           /* [M] token scales (the epilogue's s_r) */
+} qmm_rows_act;
+
 /* The kernel families of the int8 driver, one signature each (the kernels by name: ukernels.h).
+ * The rows families write outputs y[i][n] for tokens i < a->M and columns n in [n0, n1) (n0 a
+ * multiple of 16, n1 <= out->N) through the epilogue of call `out` (epilogue.h: out's y, dtype,
+ * epilogue, residual, and its weight's scale and bias: nothing else of out is read), and report an
+ * impossible case with qmm_call_bug(out, ..).
  *   tile       rows [t->r, t->r + t->mr) × blocks [t->n/16, t->n/16 + t->nr) over the chunk's
  *              quads (qmm_i8_tile): the sums into t->part and, on the last chunk, the outputs;
- *   rows       the rows regime (below, qmm_i8_engine.rows_kernels): the outputs of 16-column
- *              blocks [b0, b1) of a borrowed weight straight from the caller's rows, all M
- *              tokens at once; each kernel is for a range of M. */
+ *   rows       the rows regime (below, qmm_i8_engine.rows_kernels), int8 weight rows: column n
+ *              from row w + (n − n0)·ldw (K bytes, any alignment), all M tokens at once; each
+ *              kernel is for a range of M;
+ *   w4 rows    the rows regime of a W4A8 / W6A8 weight, fused (qmm_w4_rows_kernels): column n
+ *              from row n of the codes w (w4a8.h qmm_w4_codes: codes, row stride, bits, group and
+ *              group scales), each code looked up in the call's decode table (lut: s8 values, the
+ *              table of w4a8.h; lut_u8: the same values + 128 as u8, for u8 × s8 kernels) and
+ *              multiplied as it is looked up; buf: buf_bytes (>= 16·a->lda, 64-byte aligned) of
+ *              the running thread's own memory, where a kernel may keep rows it looked up. */
 typedef void (*qmm_i8_tile_fn)(const qmm_i8_gemm *g, const qmm_i8_tile *t);
-typedef void (*qmm_i8_rows_fn)(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+typedef void (*qmm_i8_rows_fn)(const int8_t *w, int64_t ldw, const qmm_rows_act *a, const qmm_call *out, int64_t n0,
+                               int64_t n1);
+typedef void (*qmm_w4_rows_fn)(const qmm_w4_codes *w, const int8_t *lut, const int8_t *lut_u8, const qmm_rows_act *a,
+                               const qmm_call *out, int64_t n0, int64_t n1, int8_t *buf, int64_t buf_bytes);
 
 /* A rows kernel of an engine, by name, and the M it runs: m_min <= M <= m_max. */
 typedef struct qmm_i8_rows_ukernel {
@@ -101,6 +129,24 @@ typedef struct qmm_i8_rows_ukernel {
     qmm_i8_rows_fn fn;
     int m_min, m_max;
 } qmm_i8_rows_ukernel;
+
+/* A W4A8 rows kernel, by name, the M and the bit widths it runs (QMM_W4_BITS4 | QMM_W4_BITS6), and
+ * whether it needs AVX512-VBMI (run only where qmm_w4a8_vbmi says so). */
+enum { QMM_W4_BITS4 = 1, QMM_W4_BITS6 = 2 };
+typedef struct qmm_w4_rows_ukernel {
+    const char *name;
+    qmm_w4_rows_fn fn;
+    int m_min, m_max;
+    int bits;
+    int vbmi;
+} qmm_w4_rows_ukernel;
+
+/* An engine's W4A8 family: its fused rows kernels, in the order they are picked
+ * (qmm_i8_w4a8_kernel_for: the first that runs the call). */
+typedef struct qmm_w4_rows_kernels {
+    const qmm_w4_rows_ukernel *k;
+    int n;
+} qmm_w4_rows_kernels;
 
 typedef struct qmm_i8_engine {
     int u8;                /* A = q + 128 */
@@ -118,12 +164,11 @@ typedef struct qmm_i8_engine {
                             * engine exact on -128 that reads no column sums: amx_int8) */
     /* Optional, borrowed weights with M <= rows_m (the rows regime): the engine's rows kernels,
      * n_rows_kernels of them, one for each M in 1..rows_m (qmm_i8_rows_kernel_for: the first whose
-     * range holds M); the kernel computes the outputs of 16-column blocks [b0, b1) straight from
-     * the caller's rows
-     * (w->borrow: each row read once, front to back, all M rows of A against it) and writes them;
-     * no panel packing. In this regime the driver leaves a = q (s8, zero past K, also for u8
-     * engines) and fills g->qsum (Σ_k q per row) and g->qneg128 (a row holds -128). The regime
-     * where the weights stream from memory once. */
+     * range holds M); the kernel computes the outputs of a range of columns straight from the
+     * caller's rows (w->borrow: each row read once, front to back, all M rows of A against it) and
+     * writes them; no panel packing. In this regime the driver leaves a = q (s8, zero past K, also
+     * for u8 engines) and fills the row sums (Σ_k q per row) and -128 flags (a row holds -128):
+     * g->act. The regime where the weights stream from memory once. */
     int rows_m;
     const qmm_i8_rows_ukernel *rows_kernels;
     int n_rows_kernels;
@@ -148,15 +193,10 @@ typedef struct qmm_i8_engine {
     int64_t (*rows_ap_bytes)(int64_t M, int64_t Kp);
     void (*rows_ap_fill)(const qmm_i8_gemm *g, int64_t r0, int64_t r1);
     /* Optional, the rows regime of a W4A8 weight (w4a8.h) with e4m3 s_rel and groups of a
-     * multiple of 16: n_rows_w4a8 kernels by name and range (as rows_kernels; qmm_i8_w4a8_kernel_for),
-     * each computing and writing blocks [b0, b1) as a rows kernel does, each row's codes looked
-     * up in g->w4_lut and multiplied without being stored (fused). For an M none of them runs,
-     * the driver decodes whole rows into a buffer for the rows kernels. */
-    const qmm_i8_rows_ukernel *rows_w4a8;
-    int n_rows_w4a8;
-    /* Optional, n_rows_w4a8 kernels of the same ranges for a 6-bit weight on a CPU with
-     * AVX512-VBMI (qmm_w4a8_vbmi), run instead of rows_w4a8's there. */
-    const qmm_i8_rows_ukernel *rows_w6a8_vbmi;
+     * multiple of 16: the engine's fused kernels (the W4A8 family above), each computing and
+     * writing columns as a rows kernel does. For an M none of them runs, the driver decodes a few
+     * whole rows at a time into a buffer and hands them to the rows kernels as rows. */
+    const qmm_w4_rows_kernels *w4a8;
 } qmm_i8_engine;
 
 /* One call's state, read by the engine's callbacks. */
@@ -175,18 +215,17 @@ struct qmm_i8_gemm {
     int borrowed;          /* the weight is the caller's rows (w->borrow), packed per panel */
     int rows;              /* the rows regime (borrowed, M <= e->rows_m): a is q (never flipped) */
     qmm_i8_rows_fn rows_fn; /* the rows regime: the engine's kernel for M (qmm_i8_rows_kernel_for) */
-    int32_t *qsum;         /* rows regime: [M] Σ_k q[r][k] */
-    uint8_t *qneg128;      /* rows regime: [M] row r of q holds -128 */
+    qmm_rows_act act;      /* the rows regime: the activations its kernels read */
     qmm_panel_source src;  /* the weight's panels (panel.h) */
-    int8_t *panels;        /* borrowed: [threads][panel_bytes] panel buffers */
+    int8_t *panels;        /* borrowed: [threads][panel_bytes] panel buffers (a W4A8 weight's rows
+                              regime: its decoded rows, or a fused kernel's buf) */
     int32_t *colsums;      /* borrowed: [threads][nc] column sums of the thread's task */
     int64_t panel_bytes;
     const int8_t *w4_lut;  /* a W4A8 weight with e4m3 s_rel: the call's decode table (w4a8.h), else NULL */
-    const int8_t *w4_lut_u8; /* with w4_fused: the table's values as u8 (v ^ 0x80 = v + 128), for u8 × s8 kernels */
-    qmm_i8_rows_fn w4_fused; /* a W4A8 weight's rows regime, fused: the engine's rows_w4a8 kernel for M, or NULL */
-    qmm_prof_slot *prof;     /* phase timers on: the context's [threads] slots (qmm_profile), else NULL */
-    int8_t *w4_buf;          /* w4_fused: the running thread's panel buffer (panel_bytes, >= 16 rows of Kp), where
-                                a kernel may keep the rows it looked up */
+    const qmm_w4_rows_ukernel *w4_fused; /* a W4A8 weight's rows regime, fused: the kernel for M, or NULL */
+    qmm_w4_codes w4;       /* with w4_fused: the weight's codes */
+    const int8_t *w4_lut_u8; /* with w4_fused: the table's values as u8 (v ^ 0x80 = v + 128) */
+    qmm_prof_slot *prof;   /* phase timers on: the context's [threads] slots (qmm_profile), else NULL */
 };
 
 /* The weights of blocks [nb, nb + nr) over quads [q0, q0 + nq) for thread `thread`: qmm_panel_get
@@ -210,9 +249,10 @@ const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_
  * whose range holds M; NULL if none does. */
 qmm_i8_rows_fn qmm_i8_rows_kernel_for(const qmm_i8_engine *e, int64_t M);
 
-/* The fused W4A8 rows kernel of engine e for M tokens: the first of e->rows_w4a8 (vbmi6: of
- * e->rows_w6a8_vbmi, where it has them) whose range holds M; NULL if none does. */
-qmm_i8_rows_fn qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_t M, int vbmi6);
+/* The fused W4A8 rows kernel of engine e for M tokens of a weight of `bits` bits: the first of
+ * e->w4a8 whose range holds M, that runs those bits, and that needs no VBMI unless vbmi; NULL if
+ * none does. */
+const qmm_w4_rows_ukernel *qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_t M, int bits, int vbmi);
 
 /* The int8 driver's descriptor of engine id (qmm_engine_ops.i8); NULL if it has none. */
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id);

@@ -4,7 +4,7 @@
  * int8 activations × per-channel int8 weights, c4 = K packed by 4 (n16k4, panel.h). One signature
  * per family (the driver's callback type); each kernel states its preconditions where it is
  * defined (src/engines/<isa>/), and the tests call them by these names (test_int8_ukernels,
- * test_float_engines, test_attn_ukernels). Declarations only: call a kernel only when the CPU
+ * test_w4a8_ukernels, test_float_engines, test_attn_ukernels). Declarations only: call a kernel only when the CPU
  * has its ISA (its engine is available). The AMX kernels are declared in x86_amx/amx_kernel.h
  * (compiled twice: for the hardware and for the tile emulator).
  *
@@ -12,8 +12,13 @@
  *   gemm (int8)   qmm_i8_tile_fn (int8_gemm.h): one tile of the int8 driver, its sums and, on
  *                 the last K chunk, its outputs; <mr>x<16·nrb> the largest tile;
  *   rows (int8)   qmm_i8_rows_fn (int8_gemm.h): the rows regime of a borrowed weight, for the
- *                 M of its name (m<lo>to<hi>); each engine lists its own in its
- *                 qmm_i8_engine.rows_kernels with the range;
+ *                 M of its name (m<lo>to<hi>), on int8 rows (pointer and stride); each engine
+ *                 lists its own in its qmm_i8_engine.rows_kernels with the range;
+ *   w4 rows       qmm_w4_rows_fn (int8_gemm.h): the rows regime of a W4A8 / W6A8 weight, fused
+ *                 (its codes looked up in the call's decode table as they are multiplied);
+ *                 qmm_qd8_w4 / _w6 / _w4w6 = the bit widths it runs; each engine lists its own
+ *                 in a qmm_w4_rows_kernels (qmm_i8_engine.w4a8) with the range, the widths and
+ *                 whether it needs VBMI (tests/test_w4a8_ukernels);
  *   onepass       avx512_vnni's one-pass register tiles (7 <= M <= 24): rows × 16·blocks
  *                 columns over the whole K (avx512_vnni_small.c);
  *   gemm (float)  qmm_fkernel_fn (float_gemm.h): mr × nr panel tile of the float driver;
@@ -47,37 +52,45 @@ void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni(const qmm_i8_gemm *g, const qmm_i
 void qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx2(const qmm_i8_gemm *g, const qmm_i8_tile *t);
 
 /* ---------------------------------------------------------------- rows (int8): qmm_i8_rows_fn */
+#define QMM_I8_ROWS_ARGS const int8_t *w, int64_t ldw, const qmm_rows_act *a, const qmm_call *out, int64_t n0, int64_t n1
 /* x86_avx512/avx512_vnni_rows.c: row dot products (M <= 8: rows_dot, rows_dot2), then W broadcast
  * against the tokens in lanes (lanes_dot: 9..12, bcast_dot: 13..16, groups of 16: 17..64) */
-void qmm_qd8_qc8w_rows_ukernel_m1to2__avx512vnni_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-void qmm_qd8_qc8w_rows_ukernel_m3to8__avx512vnni_dot2(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-void qmm_qd8_qc8w_rows_ukernel_m9to12__avx512vnni_lanes(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-void qmm_qd8_qc8w_rows_ukernel_m13to16__avx512vnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-void qmm_qd8_qc8w_rows_ukernel_m17to64__avx512vnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-/* x86_avx512/avx512_vnni_w4a8.c: a W4A8 weight's rows (qmm_i8_engine.rows_w4a8), each row's codes
- * looked up in the call's decode table and multiplied as they are looked up: row dot products (M
- * <= 8), W broadcast against the tokens in lanes (9..16; 17..64 in groups of 16, the later groups
- * on the looked-up rows kept in the thread's buffer) */
-void qmm_qd8_w4_rows_ukernel_m1to8__avx512vnni_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-void qmm_qd8_w4_rows_ukernel_m9to16__avx512vnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-void qmm_qd8_w4_rows_ukernel_m17to64__avx512vnni_groups(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-/* x86_avx512/avx512_vnni_w4a8_vbmi.c: the same for a 6-bit weight, its codes looked up by VPERMB
- * (AVX512-VBMI) */
-void qmm_qd8_w6_rows_ukernel_m1to8__avx512vbmi_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-void qmm_qd8_w6_rows_ukernel_m9to16__avx512vbmi_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-void qmm_qd8_w6_rows_ukernel_m17to64__avx512vbmi_groups(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-/* x86_avx2/avx2_int8_w4a8.c: a W4A8 weight's rows on avx2_int8 (qmm_i8_engine.rows_w4a8), looked up
- * and multiplied without being stored (M <= 8) */
-void qmm_qd8_w4_rows_ukernel_m1to8__avx2_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-/* x86_avx2/avx_vnni_w4a8.c: the same on avx_vnni, VPDPBUSD on the table's w + 128 (M <= 8) */
-void qmm_qd8_w4_rows_ukernel_m1to8__avxvnni_fused(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+void qmm_qd8_qc8w_rows_ukernel_m1to2__avx512vnni_dot(QMM_I8_ROWS_ARGS);
+void qmm_qd8_qc8w_rows_ukernel_m3to8__avx512vnni_dot2(QMM_I8_ROWS_ARGS);
+void qmm_qd8_qc8w_rows_ukernel_m9to12__avx512vnni_lanes(QMM_I8_ROWS_ARGS);
+void qmm_qd8_qc8w_rows_ukernel_m13to16__avx512vnni_bcast(QMM_I8_ROWS_ARGS);
+void qmm_qd8_qc8w_rows_ukernel_m17to64__avx512vnni_bcast(QMM_I8_ROWS_ARGS);
 /* x86_avx2/avx2_int8.c: row dot products, one token group (M <= 12), groups of 8 (13..64) */
-void qmm_qd8_qc8w_rows_ukernel_m1to12__avx2_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
-void qmm_qd8_qc8w_rows_ukernel_m13to64__avx2_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+void qmm_qd8_qc8w_rows_ukernel_m1to12__avx2_dot(QMM_I8_ROWS_ARGS);
+void qmm_qd8_qc8w_rows_ukernel_m13to64__avx2_dot(QMM_I8_ROWS_ARGS);
 /* x86_avx2/avx_vnni.c: the same with VPDPBUSD ymm (w + 128 against q), one token group (M <= 8) */
-void qmm_qd8_qc8w_rows_ukernel_m1to8__avxvnni_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+void qmm_qd8_qc8w_rows_ukernel_m1to8__avxvnni_dot(QMM_I8_ROWS_ARGS);
 /* x86_avx2/avx_vnni_rows.c: the tokens in the lanes of a ymm (9..32), each row's k-quads broadcast */
-void qmm_qd8_qc8w_rows_ukernel_m9to32__avxvnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1);
+void qmm_qd8_qc8w_rows_ukernel_m9to32__avxvnni_bcast(QMM_I8_ROWS_ARGS);
+#undef QMM_I8_ROWS_ARGS
+
+/* ---------------------------------------------------------------- w4 rows: qmm_w4_rows_fn */
+#define QMM_W4_ROWS_ARGS                                                                                           \
+    const qmm_w4_codes *w, const int8_t *lut, const int8_t *lut_u8, const qmm_rows_act *a, const qmm_call *out,  \
+        int64_t n0, int64_t n1, int8_t *buf, int64_t buf_bytes
+/* x86_avx512/avx512_vnni_w4a8.c: 4- and 6-bit weights, each row's codes looked up in the call's
+ * decode table and multiplied as they are looked up: row dot products (M <= 8), W broadcast
+ * against the tokens in lanes (9..16; 17..64 in groups of 16, the later groups on the looked-up
+ * rows kept in buf) */
+void qmm_qd8_w4w6_rows_ukernel_m1to8__avx512vnni_fused(QMM_W4_ROWS_ARGS);
+void qmm_qd8_w4w6_rows_ukernel_m9to16__avx512vnni_bcast(QMM_W4_ROWS_ARGS);
+void qmm_qd8_w4w6_rows_ukernel_m17to64__avx512vnni_groups(QMM_W4_ROWS_ARGS);
+/* x86_avx512/avx512_vnni_w4a8_vbmi.c: the same for 6-bit weights only, the codes looked up by
+ * VPERMB (AVX512-VBMI) */
+void qmm_qd8_w6_rows_ukernel_m1to8__avx512vbmi_fused(QMM_W4_ROWS_ARGS);
+void qmm_qd8_w6_rows_ukernel_m9to16__avx512vbmi_bcast(QMM_W4_ROWS_ARGS);
+void qmm_qd8_w6_rows_ukernel_m17to64__avx512vbmi_groups(QMM_W4_ROWS_ARGS);
+/* x86_avx2/avx2_int8_w4a8.c: 4- and 6-bit weights on avx2_int8, looked up and multiplied without
+ * being stored (M <= 8) */
+void qmm_qd8_w4w6_rows_ukernel_m1to8__avx2_fused(QMM_W4_ROWS_ARGS);
+/* x86_avx2/avx_vnni_w4a8.c: the same on avx_vnni, VPDPBUSD on the table's w + 128 (M <= 8) */
+void qmm_qd8_w4w6_rows_ukernel_m1to8__avxvnni_fused(QMM_W4_ROWS_ARGS);
+#undef QMM_W4_ROWS_ARGS
 
 /* ---------------------------------------------------------------- onepass (avx512_vnni) */
 /* part[i·256 + jb·16 + l] = Σ_q Σ_t ap[q][i][t] · b[jb·ldb + q·64 + l·4 + t] for the tile's rows i,

@@ -18,6 +18,25 @@
 
 enum { QMM_W4A8_LUT_BYTES = 256 * 64 }; /* the largest table (6 bits) */
 
+/* A W4A8 / W6A8 weight's codes as the table lookups walk them (the weight's w4 fields with e4m3
+ * s_rel): row n at codes + n·ld, K/2 bytes of 4-bit codes (k even: the low nibble), then for 6
+ * bits K/4 bytes of the codes' top 2 bits (k = 4i + t at bit 2t of byte i); row n's group scales
+ * (e4m3 bytes, one per group of `group` k) at s_rel + n·(K/group). */
+typedef struct qmm_w4_codes {
+    const uint8_t *codes;
+    int64_t ld;            /* bytes between rows: K·bits/8 */
+    const uint8_t *s_rel;
+    int64_t K;
+    int bits;              /* 4 or 6 */
+    int group;
+} qmm_w4_codes;
+
+static inline qmm_w4_codes qmm_w4_codes_of(const qmm_weight *w) {
+    const qmm_w4_codes c = {.codes = w->w4.codes, .ld = w->w4.row_bytes, .s_rel = (const uint8_t *)w->w4.s_rel,
+                            .K = w->K, .bits = w->w4.bits, .group = w->w4.group};
+    return c;
+}
+
 /* lut[b · 2^bits + c] = qmm_w4a8_value(qmm_w4a8_level(w, c), qmm_e4m3_to_f32(b)) for every byte b
  * and code c (w's s_rel e4m3; lut 64-byte aligned, QMM_W4A8_LUT_BYTES). The scalar form and the
  * fastest the context's core SIMD level runs (qmm_w4a8_lut_filler). */

@@ -17,7 +17,8 @@ static inline __attribute__((always_inline)) void table_row(const int six, const
     int64_t k = (k0 + 15) / 16 * 16 < k1 ? (k0 + 15) / 16 * 16 : k1;
     if (k > k0) qmm_w4a8_decode_rows(w, lut, n, 1, k0, k, dst, 0);
     const int64_t k16 = k + (k1 - k) / 16 * 16;
-    qmm_w4a2_walk it = qmm_w4a2_walk_at(w, n, k);
+    const qmm_w4_codes wc = qmm_w4_codes_of(w);
+    qmm_w4a2_walk it = qmm_w4a2_walk_at(&wc, n, k);
     for (; k + 32 <= k16; k += 32) _mm256_storeu_si256((__m256i *)(dst + (k - k0)), qmm_w4a2_next32(&it, lut, six, per));
     if (k < k16) {
         _mm_storeu_si128((__m128i *)(dst + (k - k0)), qmm_w4a2_next16(&it, lut, six));

@@ -112,11 +112,11 @@ static inline __attribute__((always_inline)) __m128i qmm_w4a2_next16(qmm_w4a2_wa
 }
 
 /* row n's walk from k (a multiple of 16) */
-static inline qmm_w4a2_walk qmm_w4a2_walk_at(const qmm_weight *w, int64_t n, int64_t k) {
-    const uint8_t *row = w->w4.codes + n * w->w4.row_bytes;
+static inline qmm_w4a2_walk qmm_w4a2_walk_at(const qmm_w4_codes *w, int64_t n, int64_t k) {
+    const uint8_t *row = w->codes + n * w->ld;
     const qmm_w4a2_walk it = {.cp = row + k / 2, .hp = row + w->K / 2 + k / 4,
-                              .sp = (const uint8_t *)w->w4.s_rel + n * (w->K / w->w4.group) + k / w->w4.group,
-                              .r = k % w->w4.group, .gsz = w->w4.group};
+                              .sp = w->s_rel + n * (w->K / w->group) + k / w->group, .r = k % w->group,
+                              .gsz = w->group};
     return it;
 }
 

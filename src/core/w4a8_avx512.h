@@ -73,15 +73,15 @@ typedef struct qmm_w4_walk {
     int gsz;
 } qmm_w4_walk;
 
-static inline void qmm_w4_walk_init(qmm_w4_walk *it, const qmm_weight *w, const int8_t *lut, int64_t n,
+static inline void qmm_w4_walk_init(qmm_w4_walk *it, const qmm_w4_codes *w, const int8_t *lut, int64_t n,
                                     int64_t k) {
-    const uint8_t *row = w->w4.codes + n * w->w4.row_bytes;
+    const uint8_t *row = w->codes + n * w->ld;
     it->cp = row + k / 2;
     it->hp = row + w->K / 2 + k / 4;
-    it->sp = (const uint8_t *)w->w4.s_rel + n * (w->K / w->w4.group) + k / w->w4.group;
+    it->sp = w->s_rel + n * (w->K / w->group) + k / w->group;
     it->lut = lut;
-    it->r = k % w->w4.group;
-    it->gsz = w->w4.group;
+    it->r = k % w->group;
+    it->gsz = w->group;
 }
 
 /* the prefetch of the row's stream QMM_W4_PF code bytes ahead, for a call every 128 k (a line of
@@ -194,8 +194,9 @@ static inline __attribute__((always_inline)) void qmm_w4_lut_row(const int six, 
     int64_t k = (k0 + 15) / 16 * 16 < k1 ? (k0 + 15) / 16 * 16 : k1;
     if (k > k0) qmm_w4a8_decode_rows(w, lut, n, 1, k0, k, dst, 0);
     const int64_t k16 = k + (k1 - k) / 16 * 16, k64 = k16 / 64 * 64;
+    const qmm_w4_codes wc = qmm_w4_codes_of(w);
     qmm_w4_walk it;
-    qmm_w4_walk_init(&it, w, lut, n, k);
+    qmm_w4_walk_init(&it, &wc, lut, n, k);
     for (; k < k16 && (k % 64 || k >= k64); k += 16) _mm_storeu_si128((__m128i *)(dst + (k - k0)), qmm_w4_next16(&it, six));
     const int pf = k1 - k0 > 1024; /* a long run (not a panel chunk): the row's stream prefetched ahead */
     for (; k + 128 <= k64; k += 128) {        /* two steps of 64 per prefetch */

@@ -17,9 +17,9 @@ fi
 table='
 engines/x86_avx512/avx512_vnni_rows.c        qmm_qd8_qc8w_rows_ukernel_m1to2__avx512vnni_dot
 engines/x86_avx512/avx512_vnni_rows.c        qmm_qd8_qc8w_rows_ukernel_m13to16__avx512vnni_bcast
-engines/x86_avx512/avx512_vnni_w4a8.c        qmm_qd8_w4_rows_ukernel_m1to8__avx512vnni_fused
-engines/x86_avx512/avx512_vnni_w4a8.c        qmm_qd8_w4_rows_ukernel_m9to16__avx512vnni_bcast
-engines/x86_avx512/avx512_vnni_w4a8.c        qmm_qd8_w4_rows_ukernel_m17to64__avx512vnni_groups
+engines/x86_avx512/avx512_vnni_w4a8.c        qmm_qd8_w4w6_rows_ukernel_m1to8__avx512vnni_fused
+engines/x86_avx512/avx512_vnni_w4a8.c        qmm_qd8_w4w6_rows_ukernel_m9to16__avx512vnni_bcast
+engines/x86_avx512/avx512_vnni_w4a8.c        qmm_qd8_w4w6_rows_ukernel_m17to64__avx512vnni_groups
 engines/x86_avx512/avx512_vnni_w4a8_vbmi.c   qmm_qd8_w6_rows_ukernel_m1to8__avx512vbmi_fused
 engines/x86_avx512/avx512_vnni_w4a8_vbmi.c   qmm_qd8_w6_rows_ukernel_m9to16__avx512vbmi_bcast
 engines/x86_avx2/avx_vnni_w4a8.c             -

@@ -73,14 +73,16 @@ void qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx2(const qmm_i8_gemm *g, const qmm_i8_t
 
 /* ---------------------------------------------------------------- borrowed weights: small M */
 /* The rows kernels (qmm_i8_rows_fn, ukernels.h; the rows regime, int8_rows_avx2.h, in its sign
- * form: exact for every weight, -128 included): 16-column blocks [b0, b1) of a borrowed weight,
- * M = g->c->M in the kernel's range. */
-void qmm_qd8_qc8w_rows_ukernel_m1to12__avx2_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    qmm_a2r_kernel_m1to12(0, g, b0, b1);
+ * form: exact for every weight, -128 included): columns [n0, n1) from the rows w (ldw bytes
+ * apart), M = a->M in the kernel's range. */
+void qmm_qd8_qc8w_rows_ukernel_m1to12__avx2_dot(const int8_t *w, int64_t ldw, const qmm_rows_act *a,
+                                                const qmm_call *out, int64_t n0, int64_t n1) {
+    qmm_a2r_kernel_m1to12(0, w, ldw, a, out, n0, n1);
 }
 
-void qmm_qd8_qc8w_rows_ukernel_m13to64__avx2_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    qmm_a2r_kernel_m13to64(0, g, b0, b1);
+void qmm_qd8_qc8w_rows_ukernel_m13to64__avx2_dot(const int8_t *w, int64_t ldw, const qmm_rows_act *a,
+                                                 const qmm_call *out, int64_t n0, int64_t n1) {
+    qmm_a2r_kernel_m13to64(0, w, ldw, a, out, n0, n1);
 }
 
 static const qmm_i8_rows_ukernel k_rows[] = {
@@ -90,13 +92,16 @@ static const qmm_i8_rows_ukernel k_rows[] = {
 };
 _Static_assert(QMM_A2R_DOT_M == 12 && QMM_A2R_M <= 64, "the rows kernels' ranges above");
 
-static const qmm_i8_rows_ukernel k_rows_w4a8[] = {
-    {"qmm_qd8_w4_rows_ukernel_m1to8__avx2_fused", qmm_qd8_w4_rows_ukernel_m1to8__avx2_fused, 1, 8},
+/* its W4A8 family (qmm_i8_engine.w4a8): the fused rows kernel of avx2_int8_w4a8.c */
+static const qmm_w4_rows_ukernel k_w4a8[] = {
+    {"qmm_qd8_w4w6_rows_ukernel_m1to8__avx2_fused", qmm_qd8_w4w6_rows_ukernel_m1to8__avx2_fused, 1, 8,
+     QMM_W4_BITS4 | QMM_W4_BITS6, 0},
 };
+static const qmm_w4_rows_kernels k_w4a8_family = {k_w4a8, 1};
 
 static const qmm_i8_engine k_avx2_int8 = {
     QMM_A2_ENGINE_FIELDS(0, 4, qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx2, QMM_A2R_M, k_rows, (int)(sizeof k_rows / sizeof k_rows[0])),
-    .rows_w4a8 = k_rows_w4a8, .n_rows_w4a8 = 1,
+    .w4a8 = &k_w4a8_family,
 };
 
 const qmm_engine_ops qmm_avx2_int8_ops = {.built = 1, .admit = admit, .i8 = &k_avx2_int8};

@@ -99,8 +99,9 @@ void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni(const qmm_i8_gemm *g, const qmm_i
 enum { ROWS_DOT_M = 8, ROWS_M = 32 };
 _Static_assert((int)ROWS_DOT_M <= (int)QMM_A2R_DOT_M, "one token group per row");
 
-void qmm_qd8_qc8w_rows_ukernel_m1to8__avxvnni_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    qmm_a2r_kernel_m1to12(1, g, b0, b1);
+void qmm_qd8_qc8w_rows_ukernel_m1to8__avxvnni_dot(const int8_t *w, int64_t ldw, const qmm_rows_act *a,
+                                                  const qmm_call *out, int64_t n0, int64_t n1) {
+    qmm_a2r_kernel_m1to12(1, w, ldw, a, out, n0, n1);
 }
 
 static const qmm_i8_rows_ukernel k_rows[] = {
@@ -109,14 +110,17 @@ static const qmm_i8_rows_ukernel k_rows[] = {
      ROWS_M},
 };
 
-static const qmm_i8_rows_ukernel k_rows_w4a8[] = {
-    {"qmm_qd8_w4_rows_ukernel_m1to8__avxvnni_fused", qmm_qd8_w4_rows_ukernel_m1to8__avxvnni_fused, 1, ROWS_DOT_M},
+/* its W4A8 family (qmm_i8_engine.w4a8): the fused rows kernel of avx_vnni_w4a8.c */
+static const qmm_w4_rows_ukernel k_w4a8[] = {
+    {"qmm_qd8_w4w6_rows_ukernel_m1to8__avxvnni_fused", qmm_qd8_w4w6_rows_ukernel_m1to8__avxvnni_fused, 1, ROWS_DOT_M,
+     QMM_W4_BITS4 | QMM_W4_BITS6, 0},
 };
+static const qmm_w4_rows_kernels k_w4a8_family = {k_w4a8, 1};
 
 static const qmm_i8_engine k_avx_vnni = {
     QMM_A2_ENGINE_FIELDS(1, 6, qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni, ROWS_M, k_rows, (int)(sizeof k_rows / sizeof k_rows[0])),
     .rows_ap_bytes = qmm_avx_vnni_rows_ap_bytes, .rows_ap_fill = qmm_avx_vnni_rows_ap_fill,
-    .rows_w4a8 = k_rows_w4a8, .n_rows_w4a8 = 1,
+    .w4a8 = &k_w4a8_family,
 };
 #endif
 

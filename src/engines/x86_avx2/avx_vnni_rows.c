@@ -98,36 +98,38 @@ static inline __attribute__((always_inline)) void bc_rows(const int G, const int
     }
 }
 
-/* R streams of len rows, stream r = rows s0 + r·len + j; every 16 rows their outputs */
-static inline __attribute__((always_inline)) void bc_run(const int G, const int R, const qmm_i8_gemm *g, int64_t s0,
+/* R streams of len rows, stream r = rows s0 + r·len + j (row n at g->w + (n − g->n0)·ldw); every
+ * 16 rows their outputs */
+static inline __attribute__((always_inline)) void bc_run(const int G, const int R, const qmm_a2r_job *g, int64_t s0,
                                                          int64_t len) {
-    const qmm_call *c = g->c;
-    const int64_t ld = c->w->borrow.ld;
-    const int m = (int)c->M;
+    const qmm_rows_act *a = g->a;
+    const int64_t ld = g->ldw;
+    const int m = (int)a->M;
     int32_t out[BC_M][64];
     for (int64_t j = 0; j < len; j++) {
-        bc_rows(G, R, c->w->borrow.data + (s0 + j) * ld, len * ld, c->K, g->ap, g->Kp, out, (int)(j % 16));
+        bc_rows(G, R, g->w + (s0 + j - g->n0) * ld, len * ld, a->K, a->ap, a->lda, out, (int)(j % 16));
         if (j % 16 != 15 && j != len - 1) continue;
         const int cols = (int)(j % 16) + 1;
-        qmm_a2_rows_out(g, (const int32_t(*)[64])out, R, m, s0 + j - cols + 1, len, cols);
+        qmm_a2_rows_out(g->c, a->s, (const int32_t(*)[64])out, R, m, s0 + j - cols + 1, len, cols);
     }
 }
 
-/* blocks [b0, b1): R streams of ⌊rows / R⌋ rows, the rest one at a time */
-static inline __attribute__((always_inline)) void bc_blocks(const int G, const int R, const qmm_i8_gemm *g, int64_t b0,
-                                                            int64_t b1) {
-    const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N;
+/* columns [g->n0, g->n1): R streams of ⌊rows / R⌋ rows, the rest one at a time */
+static inline __attribute__((always_inline)) void bc_blocks(const int G, const int R, const qmm_a2r_job *g) {
+    const int64_t n0 = g->n0, n1 = g->n1;
     const int64_t len = (n1 - n0) / R;
     if (len > 0) bc_run(G, R, g, n0, len);
     if (n0 + R * len < n1) bc_run(G, 1, g, n0 + R * len, n1 - n0 - R * len);
 }
 
-void qmm_qd8_qc8w_rows_ukernel_m9to32__avxvnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    switch ((g->c->M + 7) / 8) {
-    case 2: bc_blocks(2, 3, g, b0, b1); break;
-    case 3: bc_blocks(3, 2, g, b0, b1); break;
-    case 4: bc_blocks(4, 2, g, b0, b1); break;
-    default: qmm_call_bug(g->c, "avx_vnni broadcast rows: M outside 9..32"); break;
+void qmm_qd8_qc8w_rows_ukernel_m9to32__avxvnni_bcast(const int8_t *w, int64_t ldw, const qmm_rows_act *a,
+                                                     const qmm_call *out, int64_t n0, int64_t n1) {
+    const qmm_a2r_job job = {w, ldw, a, out, n0, n1};
+    switch ((a->M + 7) / 8) {
+    case 2: bc_blocks(2, 3, &job); break;
+    case 3: bc_blocks(3, 2, &job); break;
+    case 4: bc_blocks(4, 2, &job); break;
+    default: qmm_call_bug(out, "avx_vnni broadcast rows: M outside 9..32"); break;
     }
 }
 

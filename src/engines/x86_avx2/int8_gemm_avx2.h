@@ -172,14 +172,24 @@ static inline void qmm_a2_pack(const int8_t *W, int64_t ld, int rows, int64_t k0
     .u8 = (u8_), .mr = (mr_), .nrb = 4, .mc = QMM_A2_MC, .nc = QMM_A2_NC, .kc = QMM_A2_KC, .whole_k_m = 32, .tile = (tile_), \
     .pack = qmm_a2_pack, .rows_m = (rows_m_), .rows_kernels = (rows_kernels_), .n_rows_kernels = (n_rows_kernels_)
 
+/* One rows kernel call's operands (qmm_i8_rows_fn, int8_gemm.h) as the rows templates pass them
+ * on (int8_rows_avx2.h, avx_vnni_rows.c): column n from row w + (n − n0)·ldw, columns [n0, n1). */
+typedef struct qmm_a2r_job {
+    const int8_t *w;
+    int64_t ldw;
+    const qmm_rows_act *a;
+    const qmm_call *c;
+    int64_t n0, n1;
+} qmm_a2r_job;
+
 /* The rows regime's outputs (int8_rows_avx2.h, w4a8_rows_avx2.h, avx_vnni_rows.c): for R
  * streams, stream r's rows n0 + r·span .. n0 + r·span + cols − 1, the sums out[i][r·16 + j] of
- * token i < m through the epilogue. */
-static inline void qmm_a2_rows_out(const qmm_i8_gemm *g, const int32_t (*out)[64], int R, int m, int64_t n0,
-                                   int64_t span, int cols) {
+ * token i < m (token scale s[i]) through the epilogue of call c. */
+static inline void qmm_a2_rows_out(const qmm_call *c, const float *s, const int32_t (*out)[64], int R, int m,
+                                   int64_t n0, int64_t span, int cols) {
     static const int32_t zero[16];
     for (int r = 0; r < R; r++)
-        for (int i = 0; i < m; i++) qmm_a2_epilogue_row(g->c, zero, out[i] + r * 16, i, n0 + r * span, cols, 0, g->s[i]);
+        for (int i = 0; i < m; i++) qmm_a2_epilogue_row(c, zero, out[i] + r * 16, i, n0 + r * span, cols, 0, s[i]);
 }
 
 /* the sum of v's 8 int32 lanes */

@@ -19,8 +19,8 @@
  * row; per 16 rows of a stream the outputs go through qmm_a2_rows_out. The last K % 32 bytes of
  * a row are copied into a zeroed buffer: nothing past W[n][K-1] is read (q is zero past K up to
  * Kp). The int32 sums are exact (mod 2^32): the reference's bits.
- *   qmm_a2r_kernel_m1to12(vnni, g, b0, b1), qmm_a2r_kernel_m13to64(vnni, g, b0, b1): the bodies
- *   of the engines' two rows kernels (qmm_i8_rows_fn, ukernels.h).
+ *   qmm_a2r_kernel_m1to12(vnni, ..), qmm_a2r_kernel_m13to64(vnni, ..): the bodies of the engines'
+ *   two rows kernels, with their operands (qmm_i8_rows_fn, ukernels.h).
  * Static inline; included only by files compiled with the AVX2 flags.
  */
 #ifndef QMM_INT8_ROWS_AVX2_H
@@ -104,39 +104,40 @@ static inline void qmm_a2r_dot_scalar(int m, const int8_t *w, int64_t K, const i
  * and then the last, [8·ng, 8·ng + last); after every 16 rows of the streams (and after the last)
  * their outputs through the epilogue */
 static inline __attribute__((always_inline)) void qmm_a2r_run(const int vnni, const int last, const int ng, const int R,
-                                                              const qmm_i8_gemm *g, int64_t s0, int64_t span,
+                                                              const qmm_a2r_job *g, int64_t s0, int64_t span,
                                                               int64_t len) {
     const int m = 8 * ng + last;
-    const qmm_call *c = g->c;
-    const int64_t K = c->K, ld = c->w->borrow.ld;
-    const int8_t *q = (const int8_t *)g->a;
+    const qmm_rows_act *a = g->a;
+    const int64_t K = a->K, ld = g->ldw, lda = a->lda;
+    const int8_t *q = a->q;
     int scalar = 0;
     if (!vnni)
-        for (int i = 0; i < m; i++) scalar |= g->qneg128[i];
+        for (int i = 0; i < m; i++) scalar |= a->qneg128[i];
     int32_t out[QMM_A2R_M][QMM_A2R_RMAX * 16];
     for (int64_t j = 0; j < len; j++) {
-        const int8_t *w = c->w->borrow.data + (s0 + j) * ld;
+        const int8_t *w = g->w + (s0 + j - g->n0) * ld;
         if (scalar)
             for (int r = 0; r < R; r++)
-                qmm_a2r_dot_scalar(m, w + r * span * ld, K, q, g->Kp, out, (int)(j % 16) + r * 16);
+                qmm_a2r_dot_scalar(m, w + r * span * ld, K, q, lda, out, (int)(j % 16) + r * 16);
         else {
             for (int gi = 0; gi < ng; gi++)
-                qmm_a2r_dot(vnni, 8, R, w, span * ld, K, q + 8 * gi * g->Kp, g->Kp, g->qsum + 8 * gi, out + 8 * gi,
+                qmm_a2r_dot(vnni, 8, R, w, span * ld, K, q + 8 * gi * lda, lda, a->qsum + 8 * gi, out + 8 * gi,
                             (int)(j % 16));
-            qmm_a2r_dot(vnni, last, R, w, span * ld, K, q + 8 * ng * g->Kp, g->Kp, g->qsum + 8 * ng, out + 8 * ng,
+            qmm_a2r_dot(vnni, last, R, w, span * ld, K, q + 8 * ng * lda, lda, a->qsum + 8 * ng, out + 8 * ng,
                         (int)(j % 16));
         }
         if (j % 16 != 15 && j != len - 1) continue;
         const int cols = (int)(j % 16) + 1;
-        qmm_a2_rows_out(g, (const int32_t(*)[64])out, R, m, s0 + j - cols + 1, span, cols);
+        qmm_a2_rows_out(g->c, a->s, (const int32_t(*)[64])out, R, m, s0 + j - cols + 1, span, cols);
     }
 }
 
-/* blocks [b0, b1) for 8·ng + last tokens: R streams of ⌊rows / R⌋ rows, the rest one at a time
- * (with token groups, ng > 0, one stream: R = 1, a constant, so the accumulators stay in registers) */
+/* columns [g->n0, g->n1) for 8·ng + last tokens: R streams of ⌊rows / R⌋ rows, the rest one at a
+ * time (with token groups, ng > 0, one stream: R = 1, a constant, so the accumulators stay in
+ * registers) */
 static inline __attribute__((always_inline)) void qmm_a2r_blocks(const int vnni, const int last, const int ng,
-                                                                 const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N;
+                                                                 const qmm_a2r_job *g) {
+    const int64_t n0 = g->n0, n1 = g->n1;
     if (ng > 0) {
         qmm_a2r_run(vnni, last, ng, 1, g, n0, 0, n1 - n0);
         return;
@@ -147,38 +148,42 @@ static inline __attribute__((always_inline)) void qmm_a2r_blocks(const int vnni,
     if (n0 + R * len < n1) qmm_a2r_run(vnni, last, 0, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
 }
 
-/* M = g->c->M in 1..QMM_A2R_DOT_M: one token group per row */
-static inline __attribute__((always_inline)) void qmm_a2r_kernel_m1to12(const int vnni, const qmm_i8_gemm *g,
-                                                                        int64_t b0, int64_t b1) {
-    switch (g->c->M) {
-    case 1: qmm_a2r_blocks(vnni, 1, 0, g, b0, b1); break;
-    case 2: qmm_a2r_blocks(vnni, 2, 0, g, b0, b1); break;
-    case 3: qmm_a2r_blocks(vnni, 3, 0, g, b0, b1); break;
-    case 4: qmm_a2r_blocks(vnni, 4, 0, g, b0, b1); break;
-    case 5: qmm_a2r_blocks(vnni, 5, 0, g, b0, b1); break;
-    case 6: qmm_a2r_blocks(vnni, 6, 0, g, b0, b1); break;
-    case 7: qmm_a2r_blocks(vnni, 7, 0, g, b0, b1); break;
-    case 8: qmm_a2r_blocks(vnni, 8, 0, g, b0, b1); break;
-    case 9: qmm_a2r_blocks(vnni, 9, 0, g, b0, b1); break;
-    case 10: qmm_a2r_blocks(vnni, 10, 0, g, b0, b1); break;
-    case 11: qmm_a2r_blocks(vnni, 11, 0, g, b0, b1); break;
-    default: qmm_a2r_blocks(vnni, 12, 0, g, b0, b1); break;
+/* M = a->M in 1..QMM_A2R_DOT_M: one token group per row (qmm_i8_rows_fn's operands) */
+static inline __attribute__((always_inline)) void qmm_a2r_kernel_m1to12(const int vnni, const int8_t *w, int64_t ldw,
+                                                                        const qmm_rows_act *a, const qmm_call *out,
+                                                                        int64_t n0, int64_t n1) {
+    const qmm_a2r_job job = {w, ldw, a, out, n0, n1}, *g = &job;
+    switch (a->M) {
+    case 1: qmm_a2r_blocks(vnni, 1, 0, g); break;
+    case 2: qmm_a2r_blocks(vnni, 2, 0, g); break;
+    case 3: qmm_a2r_blocks(vnni, 3, 0, g); break;
+    case 4: qmm_a2r_blocks(vnni, 4, 0, g); break;
+    case 5: qmm_a2r_blocks(vnni, 5, 0, g); break;
+    case 6: qmm_a2r_blocks(vnni, 6, 0, g); break;
+    case 7: qmm_a2r_blocks(vnni, 7, 0, g); break;
+    case 8: qmm_a2r_blocks(vnni, 8, 0, g); break;
+    case 9: qmm_a2r_blocks(vnni, 9, 0, g); break;
+    case 10: qmm_a2r_blocks(vnni, 10, 0, g); break;
+    case 11: qmm_a2r_blocks(vnni, 11, 0, g); break;
+    default: qmm_a2r_blocks(vnni, 12, 0, g); break;
     }
 }
 
-/* M = g->c->M in QMM_A2R_DOT_M + 1..QMM_A2R_M: groups of 8, the last of 1..8 */
-static inline __attribute__((always_inline)) void qmm_a2r_kernel_m13to64(const int vnni, const qmm_i8_gemm *g,
-                                                                         int64_t b0, int64_t b1) {
-    const int ng = (int)(g->c->M - 1) / 8;
-    switch (g->c->M - 8 * ng) {
-    case 1: qmm_a2r_blocks(vnni, 1, ng, g, b0, b1); break;
-    case 2: qmm_a2r_blocks(vnni, 2, ng, g, b0, b1); break;
-    case 3: qmm_a2r_blocks(vnni, 3, ng, g, b0, b1); break;
-    case 4: qmm_a2r_blocks(vnni, 4, ng, g, b0, b1); break;
-    case 5: qmm_a2r_blocks(vnni, 5, ng, g, b0, b1); break;
-    case 6: qmm_a2r_blocks(vnni, 6, ng, g, b0, b1); break;
-    case 7: qmm_a2r_blocks(vnni, 7, ng, g, b0, b1); break;
-    default: qmm_a2r_blocks(vnni, 8, ng, g, b0, b1); break;
+/* M = a->M in QMM_A2R_DOT_M + 1..QMM_A2R_M: groups of 8, the last of 1..8 */
+static inline __attribute__((always_inline)) void qmm_a2r_kernel_m13to64(const int vnni, const int8_t *w, int64_t ldw,
+                                                                         const qmm_rows_act *a, const qmm_call *out,
+                                                                         int64_t n0, int64_t n1) {
+    const qmm_a2r_job job = {w, ldw, a, out, n0, n1}, *g = &job;
+    const int ng = (int)(a->M - 1) / 8;
+    switch (a->M - 8 * ng) {
+    case 1: qmm_a2r_blocks(vnni, 1, ng, g); break;
+    case 2: qmm_a2r_blocks(vnni, 2, ng, g); break;
+    case 3: qmm_a2r_blocks(vnni, 3, ng, g); break;
+    case 4: qmm_a2r_blocks(vnni, 4, ng, g); break;
+    case 5: qmm_a2r_blocks(vnni, 5, ng, g); break;
+    case 6: qmm_a2r_blocks(vnni, 6, ng, g); break;
+    case 7: qmm_a2r_blocks(vnni, 7, ng, g); break;
+    default: qmm_a2r_blocks(vnni, 8, ng, g); break;
     }
 }
 

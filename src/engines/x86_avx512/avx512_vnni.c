@@ -108,8 +108,7 @@ static const qmm_i8_engine k_vnni = {
     .tile = tile, .one_pass_rows = one_pass_rows, .one_pass = one_pass, .pack = pack_block,
     .rows_m = QMM_VNNI_ROWS_M, .rows_kernels = qmm_vnni_rows_kernels,
     .n_rows_kernels = QMM_VNNI_N_ROWS_KERNELS, .rows_ap_bytes = qmm_vnni_rows_ap_bytes, .rows_ap_fill = qmm_vnni_rows_ap_fill,
-    .rows_w4a8 = qmm_vnni_rows_w4a8_kernels, .n_rows_w4a8 = QMM_VNNI_N_ROWS_W4A8_KERNELS,
-    .rows_w6a8_vbmi = qmm_vnni_rows_w6a8_vbmi_kernels,
+    .w4a8 = &qmm_vnni_w4a8_kernels,
 };
 
 /* Admission beside the kernel: the common int8 rules; this kernel has no extra limit (any M, N,

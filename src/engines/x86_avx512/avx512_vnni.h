@@ -45,10 +45,8 @@ void qmm_vnni_rows_ap_fill(const qmm_i8_gemm *g, int64_t r0, int64_t r1);
 /* The rows kernels of the engine with the M each runs (qmm_i8_engine.rows_kernels). */
 enum { QMM_VNNI_N_ROWS_KERNELS = 5 };
 extern const qmm_i8_rows_ukernel qmm_vnni_rows_kernels[QMM_VNNI_N_ROWS_KERNELS];
-/* Its fused rows kernels of a W4A8 weight (avx512_vnni_w4a8.c; qmm_i8_engine.rows_w4a8), and of a
- * 6-bit one with AVX512-VBMI (avx512_vnni_w4a8_vbmi.c; rows_w6a8_vbmi). */
-enum { QMM_VNNI_N_ROWS_W4A8_KERNELS = 3 };
-extern const qmm_i8_rows_ukernel qmm_vnni_rows_w4a8_kernels[QMM_VNNI_N_ROWS_W4A8_KERNELS];
-extern const qmm_i8_rows_ukernel qmm_vnni_rows_w6a8_vbmi_kernels[QMM_VNNI_N_ROWS_W4A8_KERNELS];
+/* Its W4A8 family (qmm_i8_engine.w4a8): the fused rows kernels of avx512_vnni_w4a8.c (4 and 6
+ * bits) and avx512_vnni_w4a8_vbmi.c (6 bits with AVX512-VBMI). */
+extern const qmm_w4_rows_kernels qmm_vnni_w4a8_kernels;
 
 #endif /* QMM_AVX512_VNNI_H */

@@ -55,6 +55,16 @@ enum {
     BCAST_RMAX = QMM_BC_RMAX
 };
 
+/* One rows kernel call's operands (qmm_i8_rows_fn, int8_gemm.h) as the templates below pass them
+ * on: column n from row w + (n − n0)·ldw, columns [n0, n1). */
+typedef struct rows_job {
+    const int8_t *w;
+    int64_t ldw;
+    const qmm_rows_act *a;
+    const qmm_call *c;
+    int64_t n0, n1;
+} rows_job;
+
 /* rows of W per step for M tokens: rows_dot (M <= ROWS_PAIRS_FROM) R + R·M + 1 <= 32 zmm; rows_dot2
  * R + (R/2)·M + 2 <= 32; at most 8 streams */
 static inline int rows_r(int m) { return m <= 5 ? 8 : m <= 7 ? 6 : 4; }
@@ -137,15 +147,17 @@ static inline __attribute__((always_inline)) void rows_dot2(const int m, const i
 /* R streams of len rows each, stream r = rows s0 + r·span + j of W (j < len): row j of every
  * stream at once; after every 16 rows of the streams (and after the last) each stream's outputs
  * of those rows, per token: 16 column sums − 128·qsum through the epilogue. */
-static inline __attribute__((always_inline)) void rows_run(const int m, const int R, const qmm_i8_gemm *g, int64_t s0,
+static inline __attribute__((always_inline)) void rows_run(const int m, const int R, const rows_job *g, int64_t s0,
                                                            int64_t span, int64_t len) {
     const qmm_call *c = g->c;
-    const int64_t K = c->K, ld = c->w->borrow.ld;
-    const int8_t *q = (const int8_t *)g->a;
+    const qmm_rows_act *a = g->a;
+    const int64_t K = a->K, ld = g->ldw;
+    const int8_t *q = a->q;
     _Alignas(64) int32_t buf[42 * 256]; /* R·m <= 42 (rows_r), or R = 1 and m <= ROWS_DOT_M */
     for (int64_t j = 0; j < len; j++) {
-        if (m > ROWS_PAIRS_FROM && R > 1) rows_dot2(m, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, q, g->Kp, buf, (int)(j % 16));
-        else rows_dot(m, R, c->w->borrow.data + (s0 + j) * ld, span * ld, K, q, g->Kp, buf, (int)(j % 16));
+        const int8_t *w = g->w + (s0 + j - g->n0) * ld;
+        if (m > ROWS_PAIRS_FROM && R > 1) rows_dot2(m, R, w, span * ld, K, q, a->lda, buf, (int)(j % 16));
+        else rows_dot(m, R, w, span * ld, K, q, a->lda, buf, (int)(j % 16));
         if (j % 16 != 15 && j != len - 1) continue;
         const int cols = (int)(j % 16) + 1;
         for (int r = 0; r < R; r++)
@@ -153,16 +165,16 @@ static inline __attribute__((always_inline)) void rows_run(const int m, const in
                 __m512i v[16];
                 for (int jn = 0; jn < 16; jn++)
                     v[jn] = jn < cols ? _mm512_load_si512(buf + ((r * m + i) * 16 + jn) * 16) : _mm512_setzero_si512();
-                const __m512i acc = _mm512_sub_epi32(hsum16(v), _mm512_set1_epi32((int32_t)((uint32_t)g->qsum[i] << 7)));
-                qmm_z_epilogue16(c, acc, i, s0 + r * span + j - cols + 1, g->s[i], qmm_z_tail_mask(cols));
+                const __m512i acc = _mm512_sub_epi32(hsum16(v), _mm512_set1_epi32((int32_t)((uint32_t)a->qsum[i] << 7)));
+                qmm_z_epilogue16(c, acc, i, s0 + r * span + j - cols + 1, a->s[i], qmm_z_tail_mask(cols));
             }
     }
 }
 
-/* blocks [b0, b1) for m <= ROWS_DOT_M rows: R streams of ⌊rows / R⌋ rows, the rest one at a time */
-static inline __attribute__((always_inline)) void rows_blocks(const int m, const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
+/* columns [n0, n1) for m <= ROWS_DOT_M tokens: R streams of ⌊rows / R⌋ rows, the rest one at a time */
+static inline __attribute__((always_inline)) void rows_blocks(const int m, const rows_job *g) {
     const int R = rows_r(m);
-    const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N, len = (n1 - n0) / R;
+    const int64_t n0 = g->n0, n1 = g->n1, len = (n1 - n0) / R;
     if (len > 0) rows_run(m, R, g, n0, len, len);
     if (n0 + R * len < n1) rows_run(m, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
 }
@@ -177,23 +189,24 @@ static inline __attribute__((always_inline)) void rows_blocks(const int m, const
  * After every 16 rows of the streams (and after the last) each stream's rows are transposed (lanes
  * = tokens → lanes = columns) into the epilogue, 16 columns per token. */
 static inline __attribute__((always_inline)) void bcast_run(const int lay, const int full, const int R,
-                                                            const qmm_i8_gemm *g, int64_t s0, int64_t span,
+                                                            const rows_job *g, int64_t s0, int64_t span,
                                                             int64_t len) {
     const qmm_call *c = g->c;
-    const int64_t K = c->K, ld = c->w->borrow.ld, m = c->M, Kp = g->Kp;
+    const qmm_rows_act *a = g->a;
+    const int64_t K = a->K, ld = g->ldw, m = a->M, Kp = a->lda;
     const int G = lay ? 1 : (int)((m + 15) / 16), L = qmm_vnni_group_lanes(m - 16 * (G - 1));
-    const uint8_t *last = g->ap + (size_t)(G - 1) * (size_t)Kp * 16;
+    const uint8_t *ap = a->ap, *last = ap + (size_t)(G - 1) * (size_t)Kp * 16;
     _Alignas(64) int32_t stage[BCAST_G][BCAST_RMAX][16][16];
     for (int64_t j = 0; j < len; j++) {
-        const int8_t *w = c->w->borrow.data + (s0 + j) * ld;
+        const int8_t *w = g->w + (s0 + j - g->n0) * ld;
         const int64_t sp = span * ld;
         __m512i out[BCAST_RMAX], rs[BCAST_RMAX];
-        if (lay == 12) qmm_vnni_lanes_dot(1, 1, full ? QMM_BC_SUMS : QMM_BC_PAD, R, w, sp, K, g->ap, rs, out);
-        else qmm_vnni_bcast_dot(lay == 0 || full ? QMM_BC_SUMS : QMM_BC_PAD, R, w, sp, K, g->ap, rs, out);
+        if (lay == 12) qmm_vnni_lanes_dot(1, 1, full ? QMM_BC_SUMS : QMM_BC_PAD, R, w, sp, K, ap, rs, out);
+        else qmm_vnni_bcast_dot(lay == 0 || full ? QMM_BC_SUMS : QMM_BC_PAD, R, w, sp, K, ap, rs, out);
         for (int r = 0; r < R; r++) _mm512_store_si512(stage[0][r][j % 16], out[r]);
         if (lay == 0) {
             for (int gi = 1; gi < G - 1; gi++) {
-                qmm_vnni_bcast_dot(QMM_BC_GIVEN, R, w, sp, K, g->ap + (size_t)gi * (size_t)Kp * 16, rs, out);
+                qmm_vnni_bcast_dot(QMM_BC_GIVEN, R, w, sp, K, ap + (size_t)gi * (size_t)Kp * 16, rs, out);
                 for (int r = 0; r < R; r++) _mm512_store_si512(stage[gi][r][j % 16], out[r]);
             }
             switch (L) {
@@ -209,57 +222,68 @@ static inline __attribute__((always_inline)) void bcast_run(const int lay, const
         for (int gi = 0; gi < G; gi++)
             for (int r = 0; r < R; r++)
                 qmm_vnni_tokens_out(c, (const int32_t(*)[16])stage[gi][r], cols, 16 * gi, m < 16 * gi + 16 ? m : 16 * gi + 16,
-                                    s0 + r * span + j - cols + 1, g->s);
+                                    s0 + r * span + j - cols + 1, a->s);
     }
 }
 
-/* blocks [b0, b1) for ROWS_DOT_M < M <= ROWS_M tokens (bcast_run): R streams of ⌊rows / R⌋ rows,
+/* columns [n0, n1) for ROWS_DOT_M < M <= ROWS_M tokens (bcast_run): R streams of ⌊rows / R⌋ rows,
  * the rest one at a time */
 static inline __attribute__((always_inline)) void bcast_blocks(const int lay, const int full, const int R,
-                                                               const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    const int64_t N = g->c->N, n0 = b0 * 16, n1 = b1 * 16 < N ? b1 * 16 : N, len = (n1 - n0) / R;
+                                                               const rows_job *g) {
+    const int64_t n0 = g->n0, n1 = g->n1, len = (n1 - n0) / R;
     if (len > 0) bcast_run(lay, full, R, g, n0, len, len);
     if (n0 + R * len < n1) bcast_run(lay, full, 1, g, n0 + R * len, 0, n1 - n0 - R * len);
 }
 
 /* ---------------------------------------------------------------- the rows kernels */
-/* qmm_i8_rows_fn (ukernels.h): 16-column blocks [b0, b1) of a borrowed weight, M = g->c->M in the
- * kernel's range. 1..2 tokens: rows_dot (R·M accumulators) */
-void qmm_qd8_qc8w_rows_ukernel_m1to2__avx512vnni_dot(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    switch (g->c->M) {
-    case 1: rows_blocks(1, g, b0, b1); break;
-    default: rows_blocks(2, g, b0, b1); break;
+/* qmm_i8_rows_fn (ukernels.h): columns [n0, n1) from the rows w (ldw bytes apart), M = a->M in
+ * the kernel's range. */
+#define ROWS_ARGS const int8_t *w, int64_t ldw, const qmm_rows_act *a, const qmm_call *out, int64_t n0, int64_t n1
+#define ROWS_JOB const rows_job job = {w, ldw, a, out, n0, n1}, *g = &job
+
+/* 1..2 tokens: rows_dot (R·M accumulators) */
+void qmm_qd8_qc8w_rows_ukernel_m1to2__avx512vnni_dot(ROWS_ARGS) {
+    ROWS_JOB;
+    switch (a->M) {
+    case 1: rows_blocks(1, g); break;
+    default: rows_blocks(2, g); break;
     }
 }
 
 /* 3..8 tokens: rows_dot2 (two rows of W per accumulator; the leftover rows one at a time by rows_dot) */
-void qmm_qd8_qc8w_rows_ukernel_m3to8__avx512vnni_dot2(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    switch (g->c->M) {
-    case 3: rows_blocks(3, g, b0, b1); break;
-    case 4: rows_blocks(4, g, b0, b1); break;
-    case 5: rows_blocks(5, g, b0, b1); break;
-    case 6: rows_blocks(6, g, b0, b1); break;
-    case 7: rows_blocks(7, g, b0, b1); break;
-    default: rows_blocks(8, g, b0, b1); break;
+void qmm_qd8_qc8w_rows_ukernel_m3to8__avx512vnni_dot2(ROWS_ARGS) {
+    ROWS_JOB;
+    switch (a->M) {
+    case 3: rows_blocks(3, g); break;
+    case 4: rows_blocks(4, g); break;
+    case 5: rows_blocks(5, g); break;
+    case 6: rows_blocks(6, g); break;
+    case 7: rows_blocks(7, g); break;
+    default: rows_blocks(8, g); break;
     }
 }
 
 /* 9..12 tokens: lanes_dot, 12 lanes (M = 12: no pad lane, the kernel sums the rows) */
-void qmm_qd8_qc8w_rows_ukernel_m9to12__avx512vnni_lanes(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    if (g->c->M == 12) bcast_blocks(12, 1, LANES12_R, g, b0, b1);
-    else bcast_blocks(12, 0, LANES12_R, g, b0, b1);
+void qmm_qd8_qc8w_rows_ukernel_m9to12__avx512vnni_lanes(ROWS_ARGS) {
+    ROWS_JOB;
+    if (a->M == 12) bcast_blocks(12, 1, LANES12_R, g);
+    else bcast_blocks(12, 0, LANES12_R, g);
 }
 
 /* 13..16 tokens: bcast_dot, one group of 16 lanes (M = 16: no pad lane) */
-void qmm_qd8_qc8w_rows_ukernel_m13to16__avx512vnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    if (g->c->M == 16) bcast_blocks(16, 1, BCAST_R, g, b0, b1);
-    else bcast_blocks(16, 0, BCAST_R, g, b0, b1);
+void qmm_qd8_qc8w_rows_ukernel_m13to16__avx512vnni_bcast(ROWS_ARGS) {
+    ROWS_JOB;
+    if (a->M == 16) bcast_blocks(16, 1, BCAST_R, g);
+    else bcast_blocks(16, 0, BCAST_R, g);
 }
 
 /* 17..ROWS_M tokens: groups of 16 */
-void qmm_qd8_qc8w_rows_ukernel_m17to64__avx512vnni_bcast(const qmm_i8_gemm *g, int64_t b0, int64_t b1) {
-    bcast_blocks(0, 1, BCAST_R, g, b0, b1);
+void qmm_qd8_qc8w_rows_ukernel_m17to64__avx512vnni_bcast(ROWS_ARGS) {
+    ROWS_JOB;
+    bcast_blocks(0, 1, BCAST_R, g);
 }
+#undef ROWS_ARGS
+#undef ROWS_JOB
 
 const qmm_i8_rows_ukernel qmm_vnni_rows_kernels[QMM_VNNI_N_ROWS_KERNELS] = {
     {"qmm_qd8_qc8w_rows_ukernel_m1to2__avx512vnni_dot", qmm_qd8_qc8w_rows_ukernel_m1to2__avx512vnni_dot, 1, 2},
