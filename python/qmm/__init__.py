@@ -34,7 +34,9 @@ Attention (SPEC §10) on torch CPU tensors, flash-attention style on the same en
 
 (torch is imported at the first such call; see qmm._attention for the contract.)
 
-The torch-facing parts are qmm.kitchen (the comfy-kitchen backend) and qmm.bench_kitchen.
+The torch-facing parts: the two framework adapters side by side, qmm.kitchen (the comfy-kitchen
+backend) and qmm.comfy (ComfyUI's attention interface), and the benchmarks under qmm.bench
+(python -m qmm.bench.kitchen, qmm.bench.attention, qmm.bench.overhead).
 """
 import ctypes
 import os
