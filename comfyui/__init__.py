@@ -7,7 +7,7 @@ go to the kitchen's eager backend; each reason is logged once (logger comfy_kitc
 Set QMM_KITCHEN=0 to load the node without registering the backend.
 
 Attention (ComfyUI 0.3.60 and later, 0.29 and 0.30 included): qmm's attention
-(qmm.comfy_attention) is registered as ComfyUI attention function "qmm"
+(qmm.comfy.attention) is registered as ComfyUI attention function "qmm"
 (register_attention_function) and, by default, set as the attention override
 (transformer_options["optimized_attention_override"], which ComfyUI's wrap_attn consults at every
 attention call) of every diffusion model ComfyUI loads onto the CPU. Calls qmm does not take
@@ -88,7 +88,7 @@ def install_attention_default(mode, model_patcher_cls=None):
     """Make every ModelPatcher of a CPU diffusion model start with qmm's attention override
     in its model_options (ComfyUI copies model_options into every clone, so a node's change —
     the qmm attention node switched off — carries on). Returns True if installed."""
-    import qmm.comfy_attention as ca
+    import qmm.comfy.attention as ca
     if model_patcher_cls is None:
         import comfy.model_patcher
         model_patcher_cls = comfy.model_patcher.ModelPatcher
@@ -117,7 +117,7 @@ def setup_attention():
     models (unless QMM_ATTENTION=0), once per process; silent outside ComfyUI."""
     if _attention["registered"] or _attention["why"]:
         return
-    import qmm.comfy_attention as ca
+    import qmm.comfy.attention as ca
     mod = _comfy_attention_module()
     if mod is None:
         _attention["why"] = "ComfyUI is not loaded in this process"
@@ -218,7 +218,7 @@ def plan_text(model, tokens=4096, dtype="f32"):
     for (func, why), n in sorted(_kitchen.declines().items()):
         lines.append("declined %dx %s: %s" % (n, func, why))
     try:
-        import qmm.comfy_attention as ca
+        import qmm.comfy.attention as ca
         for why, n in sorted(ca.declines().items()):
             lines.append("attention passed on %dx: %s" % (n, why))
     except ImportError:
@@ -266,7 +266,7 @@ class QmmAttention:
                    "ComfyUI's attention.")
 
     def patch(self, model, enabled=True, mode="auto"):
-        import qmm.comfy_attention as ca
+        import qmm.comfy.attention as ca
         mod = _comfy_attention_module()
         if mod is not None and not hasattr(mod, "wrap_attn"):
             log.warning("qmm attention: this ComfyUI has no attention override (ComfyUI >= "

@@ -6,7 +6,7 @@
  * The model of use (select once, execute many times):
  *
  *     qmm_context *ctx;  qmm_context_create(NULL, &ctx);          // threads, policy, ISA cap
- *     qmm_weight  *w;    qmm_weight_create_int8(ctx, &desc, &w);  // copies + packs once
+ *     qmm_weight  *w;    qmm_weight_create_int8(NULL, &desc, &w); // copies + packs once; no ctx needed
  *     qmm_linear_args a = qmm_linear_args_default();
  *     a.M = tokens; a.x = x; a.x_dtype = QMM_BF16; a.y = y; a.y_dtype = QMM_BF16;
  *     if (qmm_linear(ctx, w, &a) != QMM_OK) fprintf(stderr, "%s\n", qmm_last_error());
@@ -268,6 +268,10 @@ void       qmm_get_profile(const qmm_context *ctx, qmm_profile *out);
 void       qmm_reset_profile(qmm_context *ctx);
 
 /* ---------------------------------------------------------------- weights */
+/* Weight creation uses no context: each function below takes a ctx, which may be NULL and is
+ * ignored either way. It runs on the calling thread (packing is single-threaded), allocates with
+ * the C allocator and reports errors through its status and qmm_last_error(). A weight belongs to
+ * no context: one made before, after or without any serves every context. */
 typedef struct qmm_weight qmm_weight;
 
 /* An int8 weight W [N, K] (row-major, row stride ld elements; 0 = K) already quantized, as a

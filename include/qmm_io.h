@@ -196,7 +196,8 @@ qmm_status qmm_model_find(const qmm_model *m, const char *layer, const qmm_layer
  * lie in the mapping (or the memory of qmm_model_open_memory) at every call — no copy, no int8
  * weight — so the model must stay open while the weight is used, and a file shrunk after packing
  * is a SIGBUS at the next call (as for any mmap reader). Not thread-safe for the first request of
- * a layer; after qmm_model_load_all the model may be shared across threads. */
+ * a layer; after qmm_model_load_all the model may be shared across threads. ctx may be NULL here,
+ * in qmm_model_load_all and in qmm_model_create_weight (weight creation uses no context, qmm.h). */
 qmm_status qmm_model_weight(qmm_model *m, qmm_context *ctx, const char *layer, const qmm_weight **out);
 qmm_status qmm_model_load_all(qmm_model *m, qmm_context *ctx);
 /* The numbers of a layer, checked before it is packed (qmm_model_weight and

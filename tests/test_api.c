@@ -2,8 +2,9 @@
  * test_api.c — the public API's contract: version, status names, destroy(NULL), every bad input
  * returning its specific status with a message naming what was wrong (NULL pointers, zero sizes,
  * K % g != 0 with convrot, swiglu with an odd width, a scale count not in {1, N}, unsupported
- * dtypes), the plan (the reference is never chosen implicitly; every refusal has a reason),
- * engines asked for by name, the ISA cap, and counters.
+ * dtypes), weights made with no context (every kind, run through contexts made after them), the
+ * plan (the reference is never chosen implicitly; every refusal has a reason), engines asked for
+ * by name, the ISA cap, and counters.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "qmm.h"
@@ -61,7 +62,6 @@ static void test_bad_input(qmm_context *ctx) {
     d.name = "blocks.0.attn.qkv_proj";
     d.N = 8; d.K = 48; d.data = w; d.scale = sc; d.n_scale = 8;
 
-    EXPECT_STATUS(qmm_weight_create_int8(NULL, &d, &wt), QMM_ERR_INVALID_ARGUMENT, "ctx");
     EXPECT_STATUS(qmm_weight_create_int8(ctx, NULL, &wt), QMM_ERR_INVALID_ARGUMENT, "desc");
     EXPECT_STATUS(qmm_weight_create_int8(ctx, &d, NULL), QMM_ERR_INVALID_ARGUMENT, "out");
     qmm_weight_desc b = d;
@@ -421,6 +421,93 @@ static void test_environment(void) {
     qmm_context_destroy(ctx);
 }
 
+/* Every weight function takes ctx == NULL (weight creation uses no context): each kind of weight
+ * made with no context exists before any context does and gives, through two contexts made after
+ * it, the bits of the same weight made with a context; bad input with no context is refused
+ * naming the bad field (never "ctx"). */
+static void test_weights_without_context(void) {
+    enum { N = 19, K = 64, M = 5 };
+    int8_t wq[N * K];
+    float sc[N], wf[N * K], bias[N], x[M * K];
+    tu_fill_i8(wq, N * K, -127, 127);
+    for (int n = 0; n < N; n++) sc[n] = 0.001f * (float)(n + 1);
+    tu_fill_float(wf, QMM_F32, N * K, 1.0f);
+    tu_fill_float(bias, QMM_F32, N, 1.0f);
+    tu_fill_float(x, QMM_F32, M * K, 1.0f);
+    /* a W4A8 weight: 4-bit codes, f32 group scales of 16 */
+    uint8_t codes[N * K / 2];
+    float srel[N * K / 16];
+    for (int i = 0; i < N * K / 2; i++) codes[i] = (uint8_t)tu_rand_int(0, 255);
+    for (int i = 0; i < N * K / 16; i++) srel[i] = (float)tu_rand_int(1, 16);
+    qmm_w4a8_desc w4 = qmm_w4a8_desc_default();
+    w4.name = "noctx.w4a8";
+    w4.N = N; w4.K = K; w4.codes = codes; w4.codes_bytes = sizeof codes;
+    w4.s_rel = srel; w4.s_rel_dtype = QMM_F32; w4.n_s_rel = N * K / 16; w4.s_channel = sc;
+    w4.bias = bias; w4.convrot_gs = 16;
+    qmm_weight_desc d = qmm_weight_desc_default();
+    d.name = "noctx.int8";
+    d.N = N; d.K = K; d.data = wq; d.scale = sc; d.n_scale = N; d.bias = bias; d.convrot_gs = 64;
+    qmm_quant_options qo = {16, 0};
+    const char *kinds[5] = {"create_int8", "borrow_int8", "borrow_w4a8", "quantize", "create_float"};
+    qmm_weight *w[2][5] = {{NULL}};
+    for (int c = 0; c < 2; c++) { /* c = 0: no context exists; 1: made with a context */
+        qmm_context *wc = NULL;
+        if (c) TU_CHECK_OK(qmm_context_create(NULL, &wc));
+        TU_CHECK_OK(qmm_weight_create_int8(wc, &d, &w[c][0]));
+        TU_CHECK_OK(qmm_weight_borrow_int8(wc, &d, &w[c][1]));
+        TU_CHECK_OK(qmm_weight_borrow_w4a8(wc, &w4, &w[c][2]));
+        TU_CHECK_OK(qmm_weight_quantize(wc, "noctx.q", wf, QMM_F32, N, K, 0, &qo, bias, QMM_F32, &w[c][3]));
+        TU_CHECK_OK(qmm_weight_create_float(wc, "noctx.f", wf, QMM_F32, N, K, 0, bias, QMM_F32, &w[c][4]));
+        qmm_context_destroy(wc); /* the weights outlive it */
+    }
+    for (int run = 0; run < 2; run++) { /* two contexts made after the weights */
+        qmm_context *ctx;
+        qmm_context_options o = qmm_context_options_default();
+        o.n_threads = run + 1;
+        TU_CHECK_OK(qmm_context_create(&o, &ctx));
+        for (int k = 0; k < 5; k++) {
+            if (!w[0][k] || !w[1][k]) continue;
+            float y[2][M * N];
+            for (int c = 0; c < 2; c++) {
+                qmm_linear_args a = qmm_linear_args_default();
+                a.M = M; a.x = x; a.y = y[c];
+                TU_CHECK_OK(qmm_linear(ctx, w[c][k], &a));
+            }
+            int64_t bad = tu_first_diff(y[0], y[1], QMM_F32, M * N);
+            TU_CHECK(bad < 0, "%s without a context, %d threads: y[%lld] %g, with one %g", kinds[k], run + 1,
+                     (long long)bad, bad < 0 ? 0.0 : (double)y[0][bad], bad < 0 ? 0.0 : (double)y[1][bad]);
+        }
+        qmm_context_destroy(ctx);
+    }
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 5; k++) qmm_weight_destroy(w[c][k]);
+    /* bad input with no context: the bad field is named */
+    qmm_weight *o = (qmm_weight *)(uintptr_t)1;
+    qmm_weight_desc b = d;
+    b.data = NULL;
+    EXPECT_STATUS(qmm_weight_create_int8(NULL, &b, &o), QMM_ERR_INVALID_ARGUMENT, "data is NULL");
+    TU_CHECK(o == NULL, "a failed create without a context leaves *out NULL");
+    EXPECT_STATUS(qmm_weight_create_int8(NULL, NULL, &o), QMM_ERR_INVALID_ARGUMENT, "desc is NULL");
+    EXPECT_STATUS(qmm_weight_create_int8(NULL, &d, NULL), QMM_ERR_INVALID_ARGUMENT, "out is NULL");
+    b = d; b.n_scale = 3;
+    EXPECT_STATUS(qmm_weight_borrow_int8(NULL, &b, &o), QMM_ERR_INVALID_ARGUMENT, "3 scales");
+    EXPECT_STATUS(qmm_weight_borrow_int8(NULL, NULL, &o), QMM_ERR_INVALID_ARGUMENT, "desc is NULL");
+    qmm_w4a8_desc b4 = w4;
+    b4.codes_bytes = 7;
+    EXPECT_STATUS(qmm_weight_borrow_w4a8(NULL, &b4, &o), QMM_ERR_INVALID_ARGUMENT, "codes_bytes 7");
+    EXPECT_STATUS(qmm_weight_borrow_w4a8(NULL, NULL, &o), QMM_ERR_INVALID_ARGUMENT, "desc is NULL");
+    EXPECT_STATUS(qmm_weight_quantize(NULL, "noctx.q", NULL, QMM_F32, N, K, 0, &qo, NULL, QMM_F32, &o),
+                  QMM_ERR_INVALID_ARGUMENT, "w is NULL");
+    qmm_quant_options q64 = {64, 0};
+    EXPECT_STATUS(qmm_weight_quantize(NULL, "noctx.q", wf, QMM_F32, N, 48, 0, &q64, NULL, QMM_F32, &o),
+                  QMM_ERR_UNSUPPORTED, "K=48");
+    EXPECT_STATUS(qmm_weight_create_float(NULL, "noctx.f", NULL, QMM_F32, N, K, 0, NULL, QMM_F32, &o),
+                  QMM_ERR_INVALID_ARGUMENT, "data is NULL");
+    EXPECT_STATUS(qmm_weight_create_float(NULL, "noctx.f", wf, QMM_I8, N, K, 0, NULL, QMM_F32, &o),
+                  QMM_ERR_UNSUPPORTED, "dtype i8");
+    TU_CHECK(o == NULL, "failed creates without a context leave *out NULL");
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_api");
     test_basics();
@@ -428,6 +515,7 @@ int main(int argc, char **argv) {
     TU_CHECK_OK(qmm_context_create(NULL, &ctx));
     test_bad_input(ctx);
     qmm_context_destroy(ctx);
+    test_weights_without_context();
     test_plan_and_counters();
     test_longest_message();
     test_quantize_rows();

@@ -12,7 +12,7 @@
  * attention: q, k, v are the thirds of the path's own qkv_proj output [M, 3 · 56 · 128], read in
  * place as ComfyUI's [B, S, H·D] layout (strides, no copies); its output [M, 56 · 128] is
  * out_proj's input. Self-attention over the M tokens, no mask; ops 4·S·Skv·D·heads (as
- * python/qmm/bench_attention.py counts them).
+ * python/qmm/bench/attention.py counts them).
  *
  *   path           linears                                   attention (qmm_attention)
  *   INT8 convrot   the int8 engine dispatch picks            mode int8 (the kitchen's recipe)

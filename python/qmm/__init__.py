@@ -11,8 +11,9 @@ AVX-VNNI, AVX2), from Python. A thin ctypes binding over include/qmm.h (see qmm.
 Rules kept here:
   - every failing library call raises qmm.QmmError carrying the status name and
     qmm_last_error() (the message names the layer, the shape and the reason);
-  - one qmm_context per process (made at first use, never at import), its calls serialized by
-    a lock as qmm.h asks (a context is used by one thread at a time); weights are shared by all;
+  - one qmm_context per process (made at the first call that runs, never at import nor by
+    creating a Weight: weights need no context), its calls serialized by a lock as qmm.h asks (a
+    context is used by one thread at a time); weights are shared by all;
     counters are process-wide; fork()ed children keep working (see context());
   - the GIL is released during every library call (ctypes does so for foreign calls);
   - no copies of caller memory here: callers pass pointers (torch: data_ptr()); Weight.int8
@@ -33,7 +34,9 @@ Attention (SPEC §10) on torch CPU tensors, flash-attention style on the same en
 
 (torch is imported at the first such call; see qmm._attention for the contract.)
 
-The torch-facing parts are qmm.kitchen (the comfy-kitchen backend) and qmm.bench_kitchen.
+The torch-facing parts: the two framework adapters side by side, qmm.kitchen (the comfy-kitchen
+backend) and qmm.comfy (ComfyUI's attention interface), and the benchmarks under qmm.bench
+(python -m qmm.bench.kitchen, qmm.bench.attention, qmm.bench.overhead).
 """
 import ctypes
 import os
@@ -502,8 +505,9 @@ class _Buffer:
 
 class Weight:
     """A qmm_weight. int8() copies and packs the caller's memory at creation; borrow_int8() and
-    borrow_w4a8() copy nothing and read the caller's memory at every call. The handle is freed
-    by close() or when the object is collected."""
+    borrow_w4a8() copy nothing and read the caller's memory at every call. Creating one uses no
+    qmm context (the library takes ctx NULL; the process context is made at the first call); the
+    handle serves every context. It is freed by close() or when the object is collected."""
 
     _watch = ()
 
@@ -513,13 +517,12 @@ class Weight:
         self._destroy = L.qmm_weight_destroy
 
     @classmethod
-    def _borrow(cls, fn, fname, d, bufs, name, ctx):
+    def _borrow(cls, fn, fname, d, bufs, name):
         # a borrowed Weight from descriptor d through fn (qmm_weight_borrow_*), keeping what
         # keeps the memory of every buffer in bufs alive until close(), and watching the tensors
         # and arrays among them
         p = ctypes.c_void_p()
-        with _lock:
-            _check(fn((ctx or context()).ptr, ctypes.byref(d), ctypes.byref(p)), fname)
+        _check(fn(None, ctypes.byref(d), ctypes.byref(p)), fname)
         w = cls(p.value, name)
         w._borrowed = [b.keep for b in bufs if b.keep is not None]
         w._watch = tuple(b for b in bufs if b.mark0 is not None)
@@ -553,20 +556,19 @@ class Weight:
 
     @classmethod
     def int8(cls, data, N, K, scale, n_scale, ld=0, bias=None, bias_dtype="f32", convrot_gs=0,
-             name=None, full_precision=False, ctx=None):
+             name=None, full_precision=False):
         """An int8 weight [N, K] (row stride ld, 0 = K) at address data, fp32 scales (n_scale =
         1 or N values) at address scale, optional bias (N values of bias_dtype) at address
         bias; convrot_gs 0 or the ConvRot group size the weight was rotated with."""
         d = cls._desc(data, N, K, scale, n_scale, ld, bias, bias_dtype, convrot_gs, name, full_precision)
         p = ctypes.c_void_p()
-        with _lock:
-            _check(L.qmm_weight_create_int8((ctx or context()).ptr, ctypes.byref(d),
-                                            ctypes.byref(p)), "qmm_weight_create_int8")
+        _check(L.qmm_weight_create_int8(None, ctypes.byref(d), ctypes.byref(p)),
+               "qmm_weight_create_int8")
         return cls(p.value, name)
 
     @classmethod
     def borrow_int8(cls, data, N, K, scale, n_scale, ld=0, bias=None, bias_dtype="f32", convrot_gs=0,
-                    name=None, full_precision=False, ctx=None):
+                    name=None, full_precision=False):
         """qmm_weight_borrow_int8: a weight over the caller's memory, nothing copied. data, scale
         and bias are each an address (int), a ctypes object, an object with the numpy array
         interface or a CPU torch tensor: data int8, [N, >= K] with strides (ld, 1) or contiguous
@@ -598,12 +600,12 @@ class Weight:
         d = cls._desc(bd.address, N, K, bs.address, n_scale, ld, bb.address, bias_dtype,
                       convrot_gs, name, full_precision)
         return cls._borrow(L.qmm_weight_borrow_int8, "qmm_weight_borrow_int8", d, (bd, bs, bb),
-                           name, ctx)
+                           name)
 
     @classmethod
     def borrow_w4a8(cls, codes, N, K, bits, s_rel, s_rel_dtype, group_size, s_channel,
                     codebook=None, bias=None, bias_dtype="f32", convrot_gs=256, name=None,
-                    full_precision=False, ctx=None):
+                    full_precision=False):
         """qmm_weight_borrow_w4a8: a W4A8 / W6A8 weight over the caller's memory (SPEC §11),
         nothing copied: codes [N, K*bits/8] bytes (int8 or uint8), s_rel [N, K/group_size] of
         s_rel_dtype ("f8_e4m3" or "f32"), s_channel [N] float32, optional codebook [16] float32
@@ -643,7 +645,7 @@ class Weight:
         d.convrot_gs = int(convrot_gs)
         d.full_precision = int(bool(full_precision))
         return cls._borrow(L.qmm_weight_borrow_w4a8, "qmm_weight_borrow_w4a8", d,
-                           (bc, br, bs, bk, bb), name, ctx)
+                           (bc, br, bs, bk, bb), name)
 
     def int8_rows(self, n0=0, rows=None):
         """qmm_weight_int8_rows: the int8 values every engine multiplies (a W4A8 weight's codes

@@ -1,6 +1,6 @@
 """qmm._declines — the one store of the calls qmm passes on to another implementation: the
 kitchen backend's declines (qmm.kitchen.declines(), source "kitchen") and the ComfyUI attention
-adapter's (qmm.comfy_attention.declines(), source "comfyui"). Nothing here needs torch.
+adapter's (qmm.comfy.attention.declines(), source "comfyui"). Nothing here needs torch.
 
 record(source, key, other, log, msg, *args) counts the call under (source, key) and logs msg %
 args on log: DEBUG every time, INFO the first time per key (the message is formatted only when

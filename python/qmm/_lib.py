@@ -177,6 +177,8 @@ qmm_phase_name = _fn("qmm_phase_name", c_char_p, c_int)
 qmm_get_profile = _fn("qmm_get_profile", None, c_void_p, POINTER(Profile))
 qmm_reset_profile = _fn("qmm_reset_profile", None, c_void_p)
 
+# The weight functions take a qmm_context* first that may be None (weight creation uses no
+# context, qmm.h): the binding passes None.
 qmm_weight_desc_default = _fn("qmm_weight_desc_default", WeightDesc)
 qmm_weight_create_int8 = _fn("qmm_weight_create_int8", c_int, c_void_p, POINTER(WeightDesc),
                              POINTER(c_void_p))

@@ -104,10 +104,10 @@ def sub_quad(q, k, v, query_chunk=4096):
 
 def qmm_attention(q, k, v):
     """qmm.attention (SPEC §10) in the ComfyUI node's default mode (int8 where an int8 engine runs
-    it, else best: qmm.comfy_attention) writing [B, T, H·hd] directly: returned as its
+    it, else best: qmm.comfy.attention) writing [B, T, H·hd] directly: returned as its
     [B, H, T, hd] view, so the block's transpose + reshape back is free."""
     import qmm
-    from qmm import comfy_attention
+    from qmm.comfy import attention as comfy_attention
     B, H, T, hd = q.shape
     y = torch.empty(B, T, H * hd, dtype=q.dtype)
     mode = "int8" if comfy_attention.int8_attention_here() else "best"

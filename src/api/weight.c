@@ -3,7 +3,9 @@
  * qmm_internal.h; panel.h's qmm_pack_i8_rows), the one layout every owned int8 weight has, with
  * its fp32 scales and bias; a borrowed int8 weight (the caller's memory, read at every call;
  * borrow.c builds each call's view); or a float weight in its packed float layout. Also SPEC §2: quantizing a float matrix to int8
- * (optionally rotated with H_g) and dequantizing it back.
+ * (optionally rotated with H_g) and dequantizing it back. No weight function uses a context (each
+ * takes one, which may be NULL, and ignores it): creation runs on the calling thread with the C
+ * allocator and reports errors through the status and qmm_last_error().
  */
 #include "numerics.h"
 #include "panel.h"
@@ -86,11 +88,10 @@ static qmm_status weight_common(const char *name, int64_t N, int64_t K, int64_t 
 /* The descriptor checks of both int8 entry points (fn: the function, for a NULL desc), before
  * anything is allocated or read; then the handle with its shape, flags and bias (bias: copied
  * for an owned weight, not for a borrowed one). */
-static qmm_status int8_handle(const char *fn, qmm_context *ctx, const qmm_weight_desc *d, int copy_bias,
-                              qmm_weight **out) {
+static qmm_status int8_handle(const char *fn, const qmm_weight_desc *d, int copy_bias, qmm_weight **out) {
     QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     *out = NULL;
-    QMM_RETURN_IF(!ctx || !d, QMM_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, !ctx ? "ctx" : "desc");
+    QMM_RETURN_IF(!d, QMM_ERR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
     const char *nm = wname(d->name);
     QMM_FORWARD_IF_ERROR(check_shape(nm, d->N, d->K, d->ld, 1));
     QMM_RETURN_IF(!d->data, QMM_ERR_INVALID_ARGUMENT, "weight %s: data is NULL", nm);
@@ -118,7 +119,8 @@ static qmm_status int8_handle(const char *fn, qmm_context *ctx, const qmm_weight
 }
 
 qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *d, qmm_weight **out) {
-    QMM_FORWARD_IF_ERROR(int8_handle("qmm_weight_create_int8", ctx, d, 1, out));
+    (void)ctx;
+    QMM_FORWARD_IF_ERROR(int8_handle("qmm_weight_create_int8", d, 1, out));
     qmm_weight *w = *out;
     const int64_t N = d->N, K = d->K, ld = d->ld ? d->ld : d->K;
     size_t bytes;
@@ -139,7 +141,8 @@ qmm_status qmm_weight_create_int8(qmm_context *ctx, const qmm_weight_desc *d, qm
 }
 
 qmm_status qmm_weight_borrow_int8(qmm_context *ctx, const qmm_weight_desc *d, qmm_weight **out) {
-    QMM_FORWARD_IF_ERROR(int8_handle("qmm_weight_borrow_int8", ctx, d, 0, out));
+    (void)ctx;
+    QMM_FORWARD_IF_ERROR(int8_handle("qmm_weight_borrow_int8", d, 0, out));
     qmm_weight *w = *out;
     w->borrowed = 1;
     w->borrow.data = d->data;
@@ -214,9 +217,10 @@ qmm_status qmm_w4a8_desc_check(const qmm_w4a8_desc *d) {
 
 qmm_status qmm_weight_borrow_w4a8(qmm_context *ctx, const qmm_w4a8_desc *d, qmm_weight **out) {
     static const char fn[] = "qmm_weight_borrow_w4a8";
+    (void)ctx;
     QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     *out = NULL;
-    QMM_RETURN_IF(!ctx || !d, QMM_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, !ctx ? "ctx" : "desc");
+    QMM_RETURN_IF(!d, QMM_ERR_INVALID_ARGUMENT, "%s: desc is NULL", fn);
     QMM_FORWARD_IF_ERROR(qmm_w4a8_desc_check(d));
     const char *nm = wname(d->name);
     const int64_t N = d->N, K = d->K, groups = K / d->group_size;
@@ -269,10 +273,11 @@ qmm_status qmm_weight_borrow_w4a8(qmm_context *ctx, const qmm_w4a8_desc *d, qmm_
 qmm_status qmm_weight_create_float(qmm_context *ctx, const char *name, const void *wdata, qmm_dtype wt,
                                    int64_t N, int64_t K, int64_t ld, const void *bias, qmm_dtype bias_dtype,
                                    qmm_weight **out) {
+    (void)ctx;
     QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_weight_create_float: out is NULL");
     *out = NULL;
     const char *nm = wname(name);
-    QMM_RETURN_IF(!ctx || !wdata, QMM_ERR_INVALID_ARGUMENT, "weight %s: %s is NULL", nm, !ctx ? "ctx" : "data");
+    QMM_RETURN_IF(!wdata, QMM_ERR_INVALID_ARGUMENT, "weight %s: data is NULL", nm);
     QMM_RETURN_IF(!qmm_dtype_is_float(wt), QMM_ERR_UNSUPPORTED, "weight %s: dtype %s (float weights are f32, f16 or bf16)",
                   nm, qmm_dtype_name(wt));
     qmm_weight *w;
@@ -461,7 +466,7 @@ qmm_status qmm_weight_quantize(qmm_context *ctx, const char *name, const void *w
                                qmm_dtype bias_dtype, qmm_weight **out) {
     QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_weight_quantize: out is NULL");
     *out = NULL;
-    QMM_RETURN_IF(!ctx || !wf, QMM_ERR_INVALID_ARGUMENT, "weight %s: %s is NULL", wname(name), !ctx ? "ctx" : "w");
+    QMM_RETURN_IF(!wf, QMM_ERR_INVALID_ARGUMENT, "weight %s: w is NULL", wname(name));
     QMM_RETURN_IF(!qmm_dtype_is_float(wt), QMM_ERR_UNSUPPORTED, "weight %s: dtype %s (needs f32, f16 or bf16)", wname(name),
                   qmm_dtype_name(wt));
     QMM_FORWARD_IF_ERROR(check_shape(wname(name), N, K, ld, qmm_dtype_size(wt)));

@@ -722,7 +722,6 @@ qmm_status qmm_model_check_layer(const qmm_model *m, const char *layer) {
 qmm_status qmm_model_create_weight(const qmm_model *m, qmm_context *ctx, const char *layer, qmm_weight **out) {
     QMM_RETURN_IF(!out, QMM_ERR_INVALID_ARGUMENT, "qmm_model_create_weight: out is NULL");
     *out = NULL;
-    QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_model_create_weight: ctx is NULL");
     const qmm_layer_info *l;
     QMM_FORWARD_IF_ERROR(qmm_model_find(m, layer, &l));
     QMM_RETURN_IF(l->kind == QMM_LAYER_UNSUPPORTED, QMM_ERR_UNSUPPORTED,

@@ -1,6 +1,6 @@
 """The benchmark harnesses run end to end on tiny shapes (a check of the harness; no timing is
-asserted): python -m qmm.bench_kitchen (every path finite, qmm's path on qmm with zero fallbacks,
-its table), python -m qmm.bench_overhead, bench/layouts.py (a row per engine and shape, W8A16 too)."""
+asserted): python -m qmm.bench.kitchen (every path finite, qmm's path on qmm with zero fallbacks,
+its table), python -m qmm.bench.overhead, bench/layouts.py (a row per engine and shape, W8A16 too)."""
 import json
 import os
 import subprocess
@@ -14,7 +14,7 @@ from conftest import ROOT, cli_path
 
 
 def test_bench_kitchen_small_runs():
-    cmd = [sys.executable, "-m", "qmm.bench_kitchen", "--small", "--tokens", "16", "--reps", "1",
+    cmd = [sys.executable, "-m", "qmm.bench.kitchen", "--small", "--tokens", "16", "--reps", "1",
            "--paths", "eager,qmm,bf16", "--json"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
@@ -28,7 +28,7 @@ def test_bench_kitchen_small_runs():
 
 
 def test_bench_kitchen_table():
-    cmd = [sys.executable, "-m", "qmm.bench_kitchen", "--small", "--tokens", "16", "--reps", "1",
+    cmd = [sys.executable, "-m", "qmm.bench.kitchen", "--small", "--tokens", "16", "--reps", "1",
            "--paths", "eager,qmm"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
@@ -41,7 +41,7 @@ def test_bench_kitchen_split():
     """--split: the per-layer table (in block vs alone) and the phase split of each layer's three
     runs, in the table and in --json; the structure only, no timing."""
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
-    base = [sys.executable, "-m", "qmm.bench_kitchen", "--small", "--tokens", "16", "--reps", "1",
+    base = [sys.executable, "-m", "qmm.bench.kitchen", "--small", "--tokens", "16", "--reps", "1",
             "--alone", "1", "--split"]
     r = subprocess.run(base, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -78,7 +78,7 @@ def test_bench_kitchen_split():
 
 
 def test_bench_overhead_runs():
-    cmd = [sys.executable, "-m", "qmm.bench_overhead", "--n", "50", "--rounds", "1"]
+    cmd = [sys.executable, "-m", "qmm.bench.overhead", "--n", "50", "--rounds", "1"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -112,8 +112,8 @@ def test_bench_layouts_runs():
 
 
 def test_bench_attention_tiny_runs():
-    """python -m qmm.bench_attention on a tiny shape: every variant timed, finite, its ratio."""
-    cmd = [sys.executable, "-m", "qmm.bench_attention", "--seq", "33", "--heads", "2", "--dim",
+    """python -m qmm.bench.attention on a tiny shape: every variant timed, finite, its ratio."""
+    cmd = [sys.executable, "-m", "qmm.bench.attention", "--seq", "33", "--heads", "2", "--dim",
            "64", "--rounds", "1", "--json"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
@@ -136,7 +136,7 @@ def test_bench_kitchen_qmm_attention_rows():
     """--attention qmm adds ComfyUI today (eager INT8 + sub_quad), eager INT8 + torch SDPA (the
     best a user configures today) and torch bf16 + SDPA rows and the "vs ComfyUI today" and "vs
     eager + SDPA" columns."""
-    cmd = [sys.executable, "-m", "qmm.bench_kitchen", "--small", "--tokens", "16", "--reps", "1",
+    cmd = [sys.executable, "-m", "qmm.bench.kitchen", "--small", "--tokens", "16", "--reps", "1",
            "--paths", "eager,qmm,bf16", "--attention", "qmm"]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)

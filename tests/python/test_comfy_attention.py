@@ -1,4 +1,4 @@
-"""qmm.comfy_attention and the ComfyUI node's attention part, without ComfyUI installed.
+"""qmm.comfy.attention and the ComfyUI node's attention part, without ComfyUI installed.
 
 The calls are made as ComfyUI's attention call sites make them (comfy/ldm/flux/math.py:
 optimized_attention(q, k, v, heads, skip_reshape=True, mask=mask, transformer_options=...);
@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import qmm
-import qmm.comfy_attention as ca
+import qmm.comfy.attention as ca
 
 from conftest import ROOT, SEED
 

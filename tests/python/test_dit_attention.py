@@ -70,13 +70,13 @@ def test_block_with_qmm_attention(kitchen, checkpoint):  # noqa: F811
 
 
 def test_block_attention_qmm_option(kitchen, checkpoint):  # noqa: F811
-    """dit.Block(attention="qmm"), what `python -m qmm.bench_kitchen --attention qmm` runs, is
+    """dit.Block(attention="qmm"), what `python -m qmm.bench.kitchen --attention qmm` runs, is
     qmm.attention in the node's default mode: the same output as calling it directly."""
     path, _ = checkpoint
     layers = dit.load_int8_layers(str(path))
     x = torch.randn(1, T, HIDDEN, generator=torch.Generator().manual_seed(4))
     a = dit.Block(layers, HIDDEN, HEADS, HEAD_DIM, torch.float32, attention="qmm")(x)
-    from qmm import comfy_attention
+    from qmm.comfy import attention as comfy_attention
     mode = "int8" if comfy_attention.int8_attention_here() else "best"
     b = _block(layers, lambda q, k, v: qmm.attention(q, k, v, mode=mode))(x)
     assert torch.equal(a, b)

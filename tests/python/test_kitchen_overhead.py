@@ -1,7 +1,7 @@
 """Per-call work of the linear functions: the call rule's check is reused by the call that
 follows it (not done twice), and a layer kind is planned once per M class (M.bit_length()),
 not per call; a refusal's reason is formatted once per kind, not per call. Timing is a
-benchmark's business (python -m qmm.bench_overhead), not a test's."""
+benchmark's business (python -m qmm.bench.overhead), not a test's."""
 import torch
 
 import comfy_kitchen as ck

@@ -1,4 +1,4 @@
-"""The process side of the backend: register() makes no qmm context; a fork()ed child and a
+"""The process side of the backend: register() and creating a qmm.Weight make no qmm context; a fork()ed child and a
 multiprocessing 'fork' pool run qmm (the parent's worker threads do not exist there) without
 hanging, also after qmm.configure(); one qmm context per process, sized by torch's thread count
 at call time; counters count every thread's calls. Scripts run in subprocesses with a timeout,
@@ -54,6 +54,30 @@ def test_register_makes_no_context():
         assert len(os.listdir("/proc/self/task")) == n0
         call()
         assert qmm._proc is not None and qmm._proc.threads == 2
+        print("ok")
+    """)
+    assert "ok" in out
+
+
+def test_weights_make_no_context():
+    # every kind of qmm.Weight is made with no qmm context (the library takes ctx NULL); the
+    # first call makes the process context, and the weights made before it run there
+    out = _run("""
+        n0 = len(os.listdir("/proc/self/task"))
+        sc = torch.full((512,), 1e-3)
+        ws = [qmm.Weight.int8(w.data_ptr(), 512, 1024, sc.data_ptr(), 512, name="own"),
+              qmm.Weight.borrow_int8(w, 512, 1024, sc, 512, name="borrowed"),
+              qmm.Weight.borrow_w4a8(torch.zeros((512, 512), dtype=torch.uint8), 512, 1024, 4,
+                                     torch.ones((512, 64)), "f32", 16, sc, name="w4a8")]
+        assert qmm._proc is None, "creating a weight made a qmm context"
+        assert len(os.listdir("/proc/self/task")) == n0
+        xb = x.to(torch.bfloat16)
+        for h in ws:
+            y = torch.empty((64, 512), dtype=torch.bfloat16)
+            a = qmm.linear_args(64, "bf16", "bf16")
+            a.x, a.y = xb.data_ptr(), y.data_ptr()
+            h.linear(a)
+        assert qmm._proc is not None
         print("ok")
     """)
     assert "ok" in out

@@ -37,7 +37,8 @@ kitchen defines them, with or without an int8 engine here (without one qmm's cou
 to a float engine runs them); attention_status() says, per op, whether it is installed or why not.
 
 Threads: calls run on the process's qmm context with torch.get_num_threads() workers at call
-time (unless qmm.configure(n_threads=...) fixed the count); register() makes no context.
+time (unless qmm.configure(n_threads=...) fixed the count); register() makes no context, nor
+does making a weight handle (qmm weights need none).
 Where this CPU has no int8 engine, or the loaded library cannot borrow weights, register()
 marks the backend unavailable in the kitchen with the reason (registry.mark_unavailable).
 """

@@ -48,7 +48,7 @@ def _probe_one(feature):
     w8 = torch.ones((N, K), dtype=torch.int8)
     sc = torch.full((N,), 0.5, dtype=torch.float32)
     w = qmm.Weight.int8(w8.data_ptr(), N, K, sc.data_ptr(), N, convrot_gs=gs,
-                        name="probe(%s)" % feature, ctx=ctx)
+                        name="probe(%s)" % feature)
     kin = 2 * K if act in PAIR_ACTS else K
     x = torch.linspace(-1, 1, kin, dtype=torch.bfloat16).reshape(1, kin)
     y = torch.empty((1, N), dtype=torch.bfloat16)

@@ -59,8 +59,7 @@ class _W4:
                     key[1], self.N, self.K, self.bits, key[5],
                     "f32" if self.s_rel.dtype == _F32 else "f8_e4m3", self.gsz, key[8],
                     codebook=key[9], bias=bptr, bias_dtype=bdt, convrot_gs=self.gs,
-                    name="kitchen.w4a8[%d,%d]" % (self.N, self.K),
-                    ctx=qmm.context(torch.get_num_threads()))
+                    name="kitchen.w4a8[%d,%d]" % (self.N, self.K))
             except qmm.QmmError as e:
                 raise Refused("qdata", e.message) from None
         if own:

@@ -23,8 +23,6 @@ call's reference.
 import threading
 import weakref
 
-import torch
-
 import qmm
 from qmm import _lib as L
 
@@ -39,8 +37,7 @@ def _make(key):
     """A borrowed qmm.Weight for key (addresses only: it keeps no tensor alive)."""
     data, N, K, ld, sptr, ns, bptr, bdt, gs = key
     return qmm.Weight.borrow_int8(data, N, K, sptr, ns, ld=ld, bias=bptr, bias_dtype=bdt,
-                                  convrot_gs=gs, name="kitchen.int8[%d,%d]" % (N, K),
-                                  ctx=qmm.context(torch.get_num_threads()))
+                                  convrot_gs=gs, name="kitchen.int8[%d,%d]" % (N, K))
 
 
 def handle(key, owners, make=None):

@@ -1,4 +1,4 @@
-"""python -m qmm.bench_kitchen — one video-DiT block (qmm.dit, SPEC §8 shapes) end to end in
+"""python -m qmm.bench.kitchen — one video-DiT block (qmm.dit, SPEC §8 shapes) end to end in
 torch, four ways, on the same CPU threads:
 
     eager   ComfyUI INT8 layers (ConvRot g=256) through comfy-kitchen's eager backend
@@ -21,11 +21,11 @@ over their creation, against their int8 bytes) and what two one-token blocks add
 and qmm's run-time state, and any copy of a weight made on a first call; the eager path, the
 same tensors without qmm, is the control).
 
-    python -m qmm.bench_kitchen                 # 1024 and 4096 tokens, 2 threads, 3 reps
-    python -m qmm.bench_kitchen --quick         # 1024 tokens, 2 reps (a few minutes)
-    python -m qmm.bench_kitchen --dtype bf16    # bf16 activations on the INT8 paths
-    python -m qmm.bench_kitchen --rounds 2      # each path twice, in turn; the faster round kept
-    python -m qmm.bench_kitchen --split --tokens 4096   # where the INT8 linears' time goes
+    python -m qmm.bench.kitchen                 # 1024 and 4096 tokens, 2 threads, 3 reps
+    python -m qmm.bench.kitchen --quick         # 1024 tokens, 2 reps (a few minutes)
+    python -m qmm.bench.kitchen --dtype bf16    # bf16 activations on the INT8 paths
+    python -m qmm.bench.kitchen --rounds 2      # each path twice, in turn; the faster round kept
+    python -m qmm.bench.kitchen --split --tokens 4096   # where the INT8 linears' time goes
 Not a test: no thresholds; the numbers go to bench/NOTES.md and the README.
 
 --split (the qmm path only) times each INT8 layer of the block three ways, with qmm's phase
@@ -261,7 +261,7 @@ def _one(path, tokens, threads, reps, width, act_dtype, attention, split=0):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m qmm.bench_kitchen", description=__doc__.split(
+    ap = argparse.ArgumentParser(prog="python -m qmm.bench.kitchen", description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1024 tokens, 2 reps")
     ap.add_argument("--tokens", default=None, help="comma-separated token counts (1024,4096)")
@@ -312,7 +312,7 @@ def main(argv=None):
         runs += [(p, att) for p, att in (("eager", "sub_quad"), ("eager", "sdpa"), ("bf16", "sdpa"))
                  if p in a.paths.split(",")]
     for T, rnd, (p, att) in [(T, rnd, r) for T in tokens for rnd in range(a.rounds) for r in runs]:
-        cmd = [sys.executable, "-m", "qmm.bench_kitchen", "--one", p, "--tokens", str(T),
+        cmd = [sys.executable, "-m", "qmm.bench.kitchen", "--one", p, "--tokens", str(T),
                "--threads", str(a.threads), "--reps", str(reps)] + \
               (["--small"] if a.small else []) + ["--dtype", a.dtype, "--attention", att] + \
               (["--split", "--alone", str(split)] if split else [])

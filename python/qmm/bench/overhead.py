@@ -1,4 +1,4 @@
-"""python -m qmm.bench_overhead — what one small INT8 linear call costs from Python, and how
+"""python -m qmm.bench.overhead — what one small INT8 linear call costs from Python, and how
 much of it is qmm's own Python: layer [N, K] = 256 x 256, M = 1 row of f32 (ComfyUI's
 modulation layers on a CPU), no rotation. Printed, in µs per call (best of --rounds rounds of
 --n calls each, after a warm-up):
@@ -16,8 +16,8 @@ modulation layers on a CPU), no rotation. Printed, in µs per call (best of --ro
 and the same through the custom op torch.ops.comfy_kitchen.int8_linear when this kitchen has it.
 Both kitchen paths are selected with the kitchen's use_backend (same dispatch for both).
 
-    python -m qmm.bench_overhead                  # 256 x 256, M = 1, 5 rounds of 3000 calls
-    python -m qmm.bench_overhead --M 2 --N 3072 --K 3072
+    python -m qmm.bench.overhead                  # 256 x 256, M = 1, 5 rounds of 3000 calls
+    python -m qmm.bench.overhead --M 2 --N 3072 --K 3072
 Not a test: no thresholds.
 """
 import argparse
@@ -40,7 +40,7 @@ def _best_us(fn, n, rounds):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m qmm.bench_overhead",
+    ap = argparse.ArgumentParser(prog="python -m qmm.bench.overhead",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--N", type=int, default=256)
     ap.add_argument("--K", type=int, default=256)

@@ -1,4 +1,4 @@
-"""python -m qmm.bench_attention — attention alone, q/k/v [B, heads, S, D] f32 in and out (what
+"""python -m qmm.bench.attention — attention alone, q/k/v [B, heads, S, D] f32 in and out (what
 ComfyUI hands its attention on a CPU), in one process, on the same CPU threads:
 
     qmm <engine> <mode>   qmm.attention on each engine that admits it here, each mode (best:
@@ -19,9 +19,9 @@ round is kept. Printed per shape and variant: ms, TFLOP/s (4·B·H·S·Skv·D fl
 against sdpa bf16+casts (> 1: faster) and the error against sdpa f32 (max |out − ref| /
 max |v|).
 
-    python -m qmm.bench_attention                    # S 1024, 4096; heads 24, 56; D 128; 3 rounds
-    python -m qmm.bench_attention --quick            # S 1024, heads 24, 2 rounds
-    python -m qmm.bench_attention --seq 4096 --heads 56 --rounds 5 --json
+    python -m qmm.bench.attention                    # S 1024, 4096; heads 24, 56; D 128; 3 rounds
+    python -m qmm.bench.attention --quick            # S 1024, heads 24, 2 rounds
+    python -m qmm.bench.attention --seq 4096 --heads 56 --rounds 5 --json
 Not a test: no thresholds.
 """
 import argparse
@@ -132,7 +132,7 @@ def bench(B, H, S, D, rounds, comfyui=None, modes=("best", "f32", "int8"), seed=
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m qmm.bench_attention",
+    ap = argparse.ArgumentParser(prog="python -m qmm.bench.attention",
                                  description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seq", default=None, help="comma-separated S (= Skv): 1024,4096")

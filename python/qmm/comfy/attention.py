@@ -1,4 +1,4 @@
-"""qmm.comfy_attention — qmm.attention behind ComfyUI's attention interface (needs torch; not
+"""qmm.comfy.attention — qmm.attention behind ComfyUI's attention interface (needs torch; not
 ComfyUI: everything ComfyUI-specific is looked up at call time, so this module is tested
 without it).
 
@@ -317,7 +317,7 @@ def make_attention(fallback=None, mode=None):
             return f(*args, **kwargs)
     _OWN.add(attention)
     attention.__name__ = attention.__qualname__ = "qmm_attention"
-    attention.__doc__ = ("qmm attention in ComfyUI's signature (qmm.comfy_attention); falls back "
+    attention.__doc__ = ("qmm attention in ComfyUI's signature (qmm.comfy.attention); falls back "
                          "to %s" % (_name(fallback) if fallback else "ComfyUI's optimized_attention"))
     return attention
 
