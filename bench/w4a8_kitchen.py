@@ -29,7 +29,7 @@ with torch.inference_mode():
                 else:
                     qmm.reset_counters()
                     torch.nn.functional.linear(x, qt)
-                    c = qmm.counters(); assert sum(c["calls"].values()) == 1 and c["fallbacks"] == 0, c
+                    c = qmm.counters()["linear"]; assert sum(c["calls"].values()) == 1 and c["fallbacks"] == 0, c
                 best[side] = min(best[side], (time.perf_counter() - t) * 1e3)
         print(f"M={M} {N}x{K} g16: qmm {best['qmm']:.1f} ms, kitchen eager {best['eager']:.1f} ms, "
               f"eager/qmm {best['eager']/best['qmm']:.1f}x", flush=True)

@@ -212,9 +212,9 @@ def plan_text(model, tokens=4096, dtype="f32"):
         lines.append("%-48s [%d, %d] g=%-4d %s" % (name, N, K, gs, what))
     if not lines:
         lines.append("no INT8 (TensorWiseINT8Layout) layers in this model")
-    c = qmm.counters()
-    lines.append("qmm counters (process): calls %s, fallbacks %d, errors %d" % (
-        c["calls"] or "{}", c["fallbacks"], c["errors"]))
+    for op, c in qmm.counters().items():
+        lines.append("qmm counters (process), %s: calls %s, fallbacks %d, errors %d" % (
+            op, c["calls"] or "{}", c["fallbacks"], c["errors"]))
     for (func, why), n in sorted(_kitchen.declines().items()):
         lines.append("declined %dx %s: %s" % (n, func, why))
     try:

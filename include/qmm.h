@@ -217,11 +217,26 @@ void       qmm_context_destroy(qmm_context *ctx);
 int        qmm_context_threads(const qmm_context *ctx);
 int        qmm_context_max_isa(const qmm_context *ctx);
 
-/* Counters of the calls made through a context since creation/reset. */
-typedef struct qmm_counters {
+/* The operations a context runs and counts, by pinned id: qmm_linear, qmm_attention. Every id
+ * is below QMM_OP_MAX, which sizes the per-operation arrays of this header, so adding an
+ * operation changes no struct. */
+#define QMM_OP_MAX 8
+typedef enum qmm_op {
+    QMM_OP_LINEAR = 0,          /* qmm_linear */
+    QMM_OP_ATTENTION = 1,       /* qmm_attention */
+    QMM_OP_COUNT = 2            /* one past the last id this header names; not an array size (QMM_OP_MAX) */
+} qmm_op;
+const char *qmm_op_name(qmm_op op);                    /* "linear", "attention"; "unknown" */
+
+/* Counters of the calls made through a context since creation/reset, per operation. */
+typedef struct qmm_op_counters {
     uint64_t calls[QMM_ENGINE_MAX];   /* by engine id: the engine that ran (REF only when asked by name) */
-    uint64_t fallbacks;               /* int8 weights run on a float engine */
+    uint64_t fallbacks;               /* calls run on a float engine as a fallback (linear: an int8
+                                         weight, W8A16; attention: mode int8 run as mode best) */
     uint64_t errors;                  /* calls that returned an error */
+} qmm_op_counters;
+typedef struct qmm_counters {
+    qmm_op_counters op[QMM_OP_MAX];   /* by qmm_op id */
 } qmm_counters;
 void qmm_get_counters(const qmm_context *ctx, qmm_counters *out);
 void qmm_reset_counters(qmm_context *ctx);

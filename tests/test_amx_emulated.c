@@ -121,13 +121,13 @@ static qmm_status run_engine(const qmm_engine *e, int real, qmm_context *ctx, co
     const qmm_weight *wc = w;
     if (w->borrowed) TU_CHECK_OK(qmm_weight_for_call(ctx, w, &view, &wc));
     qmm_call c = make_call(wc, a, fallback);
-    if (real) return e->ops->run(ctx, &c); /* by its run function: the small-M rule is admission's */
+    if (real) return e->ops->op[QMM_OP_LINEAR].run(ctx, &c); /* by its run function: the small-M rule is admission's */
     const int64_t Kp = w->is_int8 ? w->i8.Kp : w->fp.Kp;
     const int want = force_regime(c.M, c.M * Kp * (e->kind == QMM_KIND_FLOAT ? 2 : 1));
     const qmm_amx_blocking b = qmm_amx_blocking_emu;
     long f0 = qmm_amx_emu_faults();
     qmm_amx_last_regime_emu = -1;
-    qmm_status st = e->ops->run(ctx, &c);
+    qmm_status st = e->ops->op[QMM_OP_LINEAR].run(ctx, &c);
     TU_CHECK(qmm_amx_emu_faults() == f0, "%s: %ld emulated tile faults: %s", e->name, qmm_amx_emu_faults() - f0,
              qmm_amx_emu_first_fault());
     TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: %ld threads left with tiles configured", e->name,
@@ -263,7 +263,7 @@ static qmm_status run_bf16(const qmm_engine *e, int real, qmm_context *ctx, cons
     const qmm_weight *wc = w;
     if (w->borrowed) TU_CHECK_OK(qmm_weight_for_call(ctx, w, &view, &wc));
     qmm_call c = make_call(wc, a, w->is_int8);
-    if (real) return e->ops->run(ctx, &c);
+    if (real) return e->ops->op[QMM_OP_LINEAR].run(ctx, &c);
     qmm_amx_blocking b = qmm_amx_blocking_default();
     if (tu_rand_int(0, 2)) {
         static const int64_t kcs[] = {64, 128, 192, 512}, ncs[] = {32, 64, 96, 512};
@@ -272,7 +272,7 @@ static qmm_status run_bf16(const qmm_engine *e, int real, qmm_context *ctx, cons
     }
     qmm_amx_blocking_emu = b;
     const long f0 = qmm_amx_emu_faults(), c0 = qmm_amx_emu_configs(), r0 = qmm_amx_emu_releases();
-    const qmm_status st = e->ops->run(ctx, &c);
+    const qmm_status st = e->ops->op[QMM_OP_LINEAR].run(ctx, &c);
     TU_CHECK(qmm_amx_emu_faults() == f0, "%s: %ld emulated tile faults: %s", e->name, qmm_amx_emu_faults() - f0,
              qmm_amx_emu_first_fault());
     /* one LDTILECFG and one TILERELEASE per thread and pool run (one run per M chunk of <= 384 rows) */
@@ -448,7 +448,7 @@ static void admission(void) {
     for (int64_t M = 1; M <= 20; M++) {
         a.M = M;
         qmm_call c = make_call(w, &a, 0);
-        const char *r = ei->ops->admit(&c, why, sizeof why);
+        const char *r = ei->ops->op[QMM_OP_LINEAR].admit(&c, why, sizeof why);
         if (M < qmm_amx_int8_min_m_emu)
             TU_CHECK(r && strstr(r, "avx512_vnni is faster"), "amx_int8 M=%lld: expected the small-M refusal, got %s",
                      (long long)M, r ? r : "admitted");
@@ -470,9 +470,9 @@ static void admission(void) {
         for (int64_t M = 1; wbr && M <= 64; M++) {
             a.M = M;
             qmm_call cb = make_call(wv, &a, 0), co = make_call(w, &a, 0);
-            const char *rb = ei->ops->admit(&cb, why, sizeof why);
+            const char *rb = ei->ops->op[QMM_OP_LINEAR].admit(&cb, why, sizeof why);
             const int refused = rb != NULL;
-            const char *ro = ei->ops->admit(&co, why, sizeof why);
+            const char *ro = ei->ops->op[QMM_OP_LINEAR].admit(&co, why, sizeof why);
             TU_CHECK(refused == (M < bm) && (M < bm ? (M < qmm_amx_int8_min_m_emu || strstr(rb, "borrowed")) : 1),
                      "amx_int8 borrowed M=%lld: %s (rule: refused below %lld)", (long long)M, refused ? rb : "admitted",
                      (long long)bm);
@@ -487,19 +487,19 @@ static void admission(void) {
     }
     a.M = 64;
     qmm_call c = make_call(wf, &a, 0);
-    const char *r = ei->ops->admit(&c, why, sizeof why);
+    const char *r = ei->ops->op[QMM_OP_LINEAR].admit(&c, why, sizeof why);
     TU_CHECK(r != NULL, "amx_int8 admitted a float weight");
-    r = eb->ops->admit(&c, why, sizeof why);
+    r = eb->ops->op[QMM_OP_LINEAR].admit(&c, why, sizeof why);
     TU_CHECK(r && strstr(r, "f32 weight"), "amx_bf16 on an f32 weight: expected a refusal, got %s", r ? r : "admitted");
     c = make_call(wb, &a, 0);
-    r = eb->ops->admit(&c, why, sizeof why);
+    r = eb->ops->op[QMM_OP_LINEAR].admit(&c, why, sizeof why);
     TU_CHECK(!r, "amx_bf16 refused a bf16 weight: %s", r);
     c = make_call(w, &a, 1);
-    r = eb->ops->admit(&c, why, sizeof why);
+    r = eb->ops->op[QMM_OP_LINEAR].admit(&c, why, sizeof why);
     TU_CHECK(!r, "amx_bf16 refused the W8A16 fallback: %s", r);
     a.y_dtype = QMM_I32;
     c = make_call(w, &a, 1);
-    r = eb->ops->admit(&c, why, sizeof why);
+    r = eb->ops->op[QMM_OP_LINEAR].admit(&c, why, sizeof why);
     TU_CHECK(r != NULL, "amx_bf16 admitted an i32 output");
     /* the real engines: unavailable without AMX, visibly */
     for (int id = QMM_ENGINE_AMX_INT8; id <= QMM_ENGINE_AMX_BF16; id += QMM_ENGINE_AMX_BF16 - QMM_ENGINE_AMX_INT8) {
@@ -554,7 +554,7 @@ static void blocking_rules(void) {
     qmm_amx_blocking_emu.min_m = 3;
     for (a.M = 1; a.M <= 4; a.M++) {
         qmm_call c = make_call(w, &a, 0);
-        const char *r = qmm_amx_int8_ops_emu.admit(&c, why, sizeof why);
+        const char *r = qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].admit(&c, why, sizeof why);
         TU_CHECK((a.M < 3) == (r != NULL), "min_m=3, M=%lld: %s", (long long)a.M, r ? r : "admitted");
     }
     qmm_amx_blocking_emu = qmm_amx_blocking_default();
@@ -618,7 +618,7 @@ static void op_counts_k(int borrowed, int64_t K) {
         qmm_amx_blocking_emu.kc = cases[ic].kc;
         qmm_amx_blocking_emu.nc = nt == 2 ? 32 : qmm_amx_blocking_emu.nc; /* two N tasks: both threads */
         const long o0 = qmm_amx_emu_ops(), c0 = qmm_amx_emu_configs(), r0 = qmm_amx_emu_releases();
-        TU_CHECK_OK(qmm_amx_int8_ops_emu.run(g_ctx[nt - 1], &c));
+        TU_CHECK_OK(qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].run(g_ctx[nt - 1], &c));
         const long ops = qmm_amx_emu_ops() - o0, cfgs = qmm_amx_emu_configs() - c0, rels = qmm_amx_emu_releases() - r0;
         TU_CHECK(qmm_amx_last_regime_emu == cases[ic].regime && ops == cases[ic].ops,
                  "amx_int8 %s 64×64×%lld %s kc=%lld %d thr: %ld tile loads + dot products, want %ld",
@@ -663,7 +663,7 @@ static void prefetch_rows(void) {
         qmm_amx_blocking_emu.kc = 128;
         const long f0 = qmm_amx_emu_faults();
         qmm_amx_emu_watch(wq, ld, N, K);
-        TU_CHECK_OK(qmm_amx_int8_ops_emu.run(g_ctx[0], &c));
+        TU_CHECK_OK(qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].run(g_ctx[0], &c));
         TU_CHECK(qmm_amx_emu_faults() == f0, "amx_int8 borrowed prefetch: %s", qmm_amx_emu_first_fault());
         int64_t wrong = -1;
         for (int64_t r = 0; r < N && wrong < 0; r++)
@@ -681,7 +681,7 @@ static void prefetch_rows(void) {
         qmm_call c = make_call(wo, &a, 0);
         qmm_amx_blocking_emu = qmm_amx_blocking_default();
         const long p0 = qmm_amx_emu_prefetches();
-        TU_CHECK_OK(qmm_amx_int8_ops_emu.run(g_ctx[0], &c));
+        TU_CHECK_OK(qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].run(g_ctx[0], &c));
         TU_CHECK(qmm_amx_last_regime_emu == QMM_AMX_PANEL && qmm_amx_emu_prefetches() > p0,
                  "amx_int8 owned 64×96×600 (panel): no prefetch of the next panel");
     }
@@ -925,7 +925,7 @@ static void audits(void) {
         if (M > 32) qmm_amx_blocking_emu.panel_a = 0;
         const long f0 = qmm_amx_emu_faults();
         qmm_amx_emu_trace(8l << 20);
-        TU_CHECK_OK(qmm_amx_int8_ops_emu.run(g_ctx[1], &c));
+        TU_CHECK_OK(qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].run(g_ctx[1], &c));
         audit_res R;
         audit_trace(&R);
         TU_CHECK(qmm_amx_emu_trace_lost() == 0, "audit: trace overflow");
@@ -1014,7 +1014,7 @@ static void audits_bf16(void) {
         qmm_amx_blocking_emu = qmm_amx_blocking_default();
         const long f0 = qmm_amx_emu_faults();
         qmm_amx_emu_trace(8l << 20);
-        TU_CHECK_OK(g_emu_bf16.ops->run(g_ctx[1], &c));
+        TU_CHECK_OK(g_emu_bf16.ops->op[QMM_OP_LINEAR].run(g_ctx[1], &c));
         audit_res R;
         audit_trace(&R);
         TU_CHECK(qmm_amx_emu_trace_lost() == 0, "audit bf16: trace overflow");

@@ -184,7 +184,7 @@ static void test_plan_and_counters(void) {
         TU_CHECK(need < sizeof text && strstr(text, "engine:") && strstr(text, "amx_int8"), "plan text:\n%s", text);
         tu_note("plan M=%lld: %s%s", (long long)Ms[i], qmm_engine_name(p.engine), p.is_fallback ? " (fallback)" : "");
     }
-    /* counters: a named reference call counts under REF, errors count */
+    /* counters: a named reference call counts under the linear's REF, errors count */
     float x[256] = {0}, y[33];
     qmm_linear_args a = qmm_linear_args_default();
     a.M = 1; a.x = x; a.y = y; a.engine = QMM_ENGINE_REF;
@@ -194,8 +194,11 @@ static void test_plan_and_counters(void) {
     (void)qmm_linear(ctx, wt, &a);
     qmm_counters cn;
     qmm_get_counters(ctx, &cn);
-    TU_CHECK(cn.calls[QMM_ENGINE_REF] == 1 && cn.errors == 1 && cn.fallbacks == 0, "counters: ref %llu errors %llu",
-             (unsigned long long)cn.calls[QMM_ENGINE_REF], (unsigned long long)cn.errors);
+    const qmm_op_counters *lin = &cn.op[QMM_OP_LINEAR], *att = &cn.op[QMM_OP_ATTENTION];
+    TU_CHECK(lin->calls[QMM_ENGINE_REF] == 1 && lin->errors == 1 && lin->fallbacks == 0, "counters: ref %llu errors %llu",
+             (unsigned long long)lin->calls[QMM_ENGINE_REF], (unsigned long long)lin->errors);
+    TU_CHECK(att->calls[QMM_ENGINE_REF] == 0 && att->errors == 0, "linear calls counted under attention");
+    TU_CHECK(qmm_last_engine(ctx) == QMM_ENGINE_REF, "last engine %s", qmm_engine_name(qmm_last_engine(ctx)));
     qmm_weight_destroy(wt);
     qmm_context_destroy(ctx);
 

@@ -366,7 +366,7 @@ static void sweep(qmm_context *ctx, qmm_context *ctx1, int cases, int quick) {
             qmm_attn_call call;
             to_call(&b.a, &call);
             const long f0 = qmm_amx_emu_faults();
-            TU_CHECK_OK(qmm_attention_run(ctx, &call, qmm_amx_bf16_ops_emu.attn));
+            TU_CHECK_OK(qmm_attention_run(ctx, &call, qmm_amx_bf16_ops_emu.op[QMM_OP_ATTENTION].desc));
             TU_CHECK(qmm_amx_emu_faults() == f0 && qmm_amx_emu_live_configs() == 0,
                      "amx_bf16 (emulated): %ld tile faults (%s), %ld configurations left", qmm_amx_emu_faults() - f0,
                      qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
@@ -388,7 +388,7 @@ static void sweep(qmm_context *ctx, qmm_context *ctx1, int cases, int quick) {
             qmm_attn_call call;
             to_call(&b.a, &call);
             const long f0 = qmm_amx_emu_faults();
-            TU_CHECK_OK(qmm_attention_run(ctx, &call, qmm_amx_int8_ops_emu.attn));
+            TU_CHECK_OK(qmm_attention_run(ctx, &call, qmm_amx_int8_ops_emu.op[QMM_OP_ATTENTION].desc));
             TU_CHECK(qmm_amx_emu_faults() == f0 && qmm_amx_emu_live_configs() == 0,
                      "amx_int8 (emulated): %ld tile faults (%s), %ld configurations left", qmm_amx_emu_faults() - f0,
                      qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
@@ -427,7 +427,7 @@ static qmm_status run_target(qmm_context *ctx, int e, qmm_attention_args a) {
     if (e == QMM_ENGINE_MAX) {
         qmm_attn_call call;
         to_call(&a, &call);
-        return qmm_attention_run(ctx, &call, qmm_amx_bf16_ops_emu.attn);
+        return qmm_attention_run(ctx, &call, qmm_amx_bf16_ops_emu.op[QMM_OP_ATTENTION].desc);
     }
 #endif
     a.engine = (qmm_engine_id)e;
@@ -701,16 +701,19 @@ static void bad_input(qmm_context *ctx) {
     a = b.a; a.q_stride[2] = INT64_MAX / 4; expect(ctx, &a, QMM_ERR_UNSUPPORTED, "q's extent");
     a = b.a; a.out = b.q; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "out overlaps q");
     a = b.a; a.out = (char *)b.k + 4; expect(ctx, &a, QMM_ERR_INVALID_ARGUMENT, "out overlaps k");
-    /* the counters count the errors and the calls */
+    /* the counters count the errors and the calls, under attention; the linear's do not move */
     qmm_counters c0, c1;
     qmm_get_counters(ctx, &c0);
     a = b.a; a.D = 0; (void)qmm_attention(ctx, &a);
     a = b.a; a.engine = QMM_ENGINE_REF; TU_CHECK_OK(qmm_attention(ctx, &a));
     qmm_get_counters(ctx, &c1);
-    TU_CHECK(c1.errors == c0.errors + 1 && c1.calls[QMM_ENGINE_REF] == c0.calls[QMM_ENGINE_REF] + 1,
-             "counters: errors %llu -> %llu, ref calls %llu -> %llu", (unsigned long long)c0.errors,
-             (unsigned long long)c1.errors, (unsigned long long)c0.calls[QMM_ENGINE_REF],
-             (unsigned long long)c1.calls[QMM_ENGINE_REF]);
+    const qmm_op_counters *n0 = &c0.op[QMM_OP_ATTENTION], *n1 = &c1.op[QMM_OP_ATTENTION];
+    TU_CHECK(n1->errors == n0->errors + 1 && n1->calls[QMM_ENGINE_REF] == n0->calls[QMM_ENGINE_REF] + 1,
+             "counters: errors %llu -> %llu, ref calls %llu -> %llu", (unsigned long long)n0->errors,
+             (unsigned long long)n1->errors, (unsigned long long)n0->calls[QMM_ENGINE_REF],
+             (unsigned long long)n1->calls[QMM_ENGINE_REF]);
+    TU_CHECK(!memcmp(&c0.op[QMM_OP_LINEAR], &c1.op[QMM_OP_LINEAR], sizeof c0.op[0]),
+             "attention calls moved the linear's counters");
     release(&b);
 }
 
@@ -773,8 +776,10 @@ static void int8_fallback(void) {
             TU_CHECK(st == QMM_ERR_FALLBACK_REFUSED && strstr(qmm_last_error(), "avx512_vnni"),
                      "strict, mode int8 without an int8 engine: %s: %s", qmm_status_name(st), qmm_last_error());
         else
-            TU_CHECK(st == QMM_OK && c1.fallbacks == c0.fallbacks + 1, "mode int8 without an int8 engine: %s, fallbacks %llu",
-                     qmm_status_name(st), (unsigned long long)c1.fallbacks);
+            TU_CHECK(st == QMM_OK && c1.op[QMM_OP_ATTENTION].fallbacks == c0.op[QMM_OP_ATTENTION].fallbacks + 1 &&
+                         c1.op[QMM_OP_LINEAR].fallbacks == c0.op[QMM_OP_LINEAR].fallbacks,
+                     "mode int8 without an int8 engine: %s, attention fallbacks %llu",
+                     qmm_status_name(st), (unsigned long long)c1.op[QMM_OP_ATTENTION].fallbacks);
         qmm_plan_info p;
         TU_CHECK_OK(qmm_attention_plan(cx, &b.a, &p));
         TU_CHECK(p.is_fallback && p.status == (strict ? QMM_ERR_FALLBACK_REFUSED : QMM_OK),
@@ -799,12 +804,12 @@ int main(int argc, char **argv) {
         if (i == 0) /* mode int8's engines first */
             for (int e8 = 0; e8 < QMM_ENGINE_COUNT; e8++) {
                 char why[QMM_REASON_MAX];
-                if (!int8_engine(e8) || !qmm_engine_get((qmm_engine_id)e8)->ops->attn) continue;
+                if (!int8_engine(e8) || !qmm_engine_get((qmm_engine_id)e8)->ops->op[QMM_OP_ATTENTION].desc) continue;
                 if (qmm_engine_available((qmm_engine_id)e8, why, sizeof why)) g_attn[g_n_attn++] = (qmm_engine_id)e8;
                 else tu_skip(qmm_engine_name((qmm_engine_id)e8), why);
             }
         char why[QMM_REASON_MAX];
-        if (!e->ops->attn) continue;
+        if (!e->ops->op[QMM_OP_ATTENTION].desc) continue;
         if (!qmm_engine_available(all[i], why, sizeof why)) { tu_skip(e->name, why); continue; }
         g_attn[g_n_attn++] = all[i];
     }

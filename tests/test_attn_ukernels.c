@@ -503,8 +503,8 @@ int main(int argc, char **argv) {
     };
     for (size_t i = 0; i < sizeof engines / sizeof engines[0]; i++) {
         if (!qmm_engine_available(engines[i].id, why, sizeof why)) { tu_skip(engines[i].e.name, why); continue; }
-        TU_CHECK(qmm_engine_get(engines[i].id)->ops->attn == engines[i].e.u, "%s: ops.attn is not its descriptor",
-                 engines[i].e.name);
+        TU_CHECK(qmm_engine_get(engines[i].id)->ops->op[QMM_OP_ATTENTION].desc == engines[i].e.u,
+                 "%s: its attention row's desc is not its descriptor", engines[i].e.name);
         test_engine(&engines[i].e);
     }
     /* the engines' descriptors this test does not know yet */
@@ -514,13 +514,13 @@ int main(int argc, char **argv) {
         const qmm_engine *e = qmm_engine_get(all[i]);
         int known = 0;
         for (size_t j = 0; j < sizeof engines / sizeof engines[0]; j++) known |= engines[j].id == all[i];
-        if (e->ops->attn && !known && all[i] != QMM_ENGINE_AMX_BF16 && all[i] != QMM_ENGINE_AMX_INT8)
+        if (e->ops->op[QMM_OP_ATTENTION].desc && !known && all[i] != QMM_ENGINE_AMX_BF16 && all[i] != QMM_ENGINE_AMX_INT8)
             tu_skip(e->name, "attention ukernels not in this test's list (test_attention covers the engine)");
     }
 #ifdef QMM_TEST_AMX_EMU
     if (!avx512) tu_skip("amx_bf16 (emulated, its conversions AVX-512)", why512);
     else {
-        const engine e = {"amx_bf16 (emulated)", qmm_amx_bf16_ops_emu.attn, 0};
+        const engine e = {"amx_bf16 (emulated)", qmm_amx_bf16_ops_emu.op[QMM_OP_ATTENTION].desc, 0};
         const long f0 = qmm_amx_emu_faults();
         test_engine(&e);
         TU_CHECK(qmm_amx_emu_faults() == f0 && qmm_amx_emu_live_configs() == 0,
@@ -530,7 +530,7 @@ int main(int argc, char **argv) {
     if (!qmm_engine_available(QMM_ENGINE_AVX512_VNNI, why, sizeof why))
         tu_skip("amx_int8 (emulated, avx512_vnni's pack_kv and pack_q)", why);
     else {
-        const engine e = {"amx_int8 (emulated)", qmm_amx_int8_ops_emu.attn, 1};
+        const engine e = {"amx_int8 (emulated)", qmm_amx_int8_ops_emu.op[QMM_OP_ATTENTION].desc, 1};
         const long f0 = qmm_amx_emu_faults();
         test_engine(&e);
         TU_CHECK(qmm_amx_emu_faults() == f0 && qmm_amx_emu_live_configs() == 0,

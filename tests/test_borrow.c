@@ -303,7 +303,7 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
         force_regime(want, M);
         const long f0 = qmm_amx_emu_faults();
         qmm_amx_last_regime_emu = -1;
-        TU_CHECK_OK(qmm_amx_int8_ops_emu.run(g_ctx, &c));
+        TU_CHECK_OK(qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].run(g_ctx, &c));
         TU_CHECK(qmm_amx_emu_faults() == f0, "%s: emulated tile faults: %s", what, qmm_amx_emu_first_fault());
         TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: tiles left configured", what);
         TU_CHECK(qmm_amx_last_regime_emu == want, "%s: regime %d ran, %d forced", what, qmm_amx_last_regime_emu, want);
@@ -319,9 +319,9 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
             describe(&L, "amx_bf16 (emulated)", what, sizeof what);
             qmm_weight vb;
             TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, &vb, &c.w));
-            TU_CHECK_OK(qmm_amx_bf16_ops_emu.run(g_ctx, &co));
+            TU_CHECK_OK(qmm_amx_bf16_ops_emu.op[QMM_OP_LINEAR].run(g_ctx, &co));
             const int r_owned = qmm_amx_last_regime_emu;
-            TU_CHECK_OK(qmm_amx_bf16_ops_emu.run(g_ctx, &c));
+            TU_CHECK_OK(qmm_amx_bf16_ops_emu.op[QMM_OP_LINEAR].run(g_ctx, &c));
             TU_CHECK(qmm_amx_emu_faults() == f0, "%s: emulated tile faults: %s", what, qmm_amx_emu_first_fault());
             TU_CHECK(qmm_amx_last_regime_emu == r_owned, "%s: regime %d borrowed, %d owned", what, qmm_amx_last_regime_emu,
                      r_owned);
@@ -406,7 +406,7 @@ static void check_profile(void) {
         for (int i = 0; i < g_neng && wb; i++) {
             const qmm_engine_id e = g_eng[i];
             const qmm_engine *eng = qmm_engine_get(e);
-            if (!g_avail[e] || !eng || !eng->ops->i8 || eng->ops->run) continue;
+            if (!g_avail[e] || !eng || eng->kind != QMM_KIND_INT8 || eng->ops->op[QMM_OP_LINEAR].run) continue;
             driven++;
             char what[320];
             describe(&L, qmm_engine_name(e), what, sizeof what);
@@ -624,7 +624,7 @@ static void check_guard_pages(void) {
                 c.y = y; c.y_dtype = QMM_F32; c.ldy = L.N;
                 c.fallback = i == 1;
                 force_regime(want, L.M);
-                TU_CHECK_OK(amx[i]->run(g_ctx, &c));
+                TU_CHECK_OK(amx[i]->op[QMM_OP_LINEAR].run(g_ctx, &c));
                 qmm_amx_blocking_emu = qmm_amx_blocking_default();
             }
         }

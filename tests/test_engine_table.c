@@ -3,7 +3,8 @@
  * derived from it: every engine id but AUTO appears exactly once; rows are best first by kind
  * (int8, then float, then the reference); each row's engine descriptor carries its own id, a
  * name that round-trips through qmm_engine_from_name, an ISA level, CPU features, a peak
- * instruction and an operand dtype that matches its kind; qmm_engine_get / qmm_engine_is_int8
+ * instruction, an operand dtype that matches its kind, and per operation a row (qmm_op_row)
+ * with admit and a descriptor or run, or none (the linear always); qmm_engine_get / qmm_engine_is_int8
  * agree with the table; the public view (qmm_engine_count, qmm_engine_get_info)
  * is the table, row for row; the per-engine arrays of the public structs have the pinned
  * capacity QMM_ENGINE_MAX; the plan picks the first admitting row in table order, its accessors
@@ -35,10 +36,14 @@ static void test_rows(void) {
                  e->name, (int)e->kind);
         if (kind_rank(e->kind) > last_rank) last_rank = kind_rank(e->kind);
         TU_CHECK(qmm_engine_is_int8(e->id) == (e->kind == QMM_KIND_INT8), "%s: qmm_engine_is_int8", e->name);
-        TU_CHECK(e->ops && e->ops->admit, "%s: operations with admit", e->name);
-        if (e->ops && e->ops->built)
-            TU_CHECK((e->ops->i8 == NULL || e->ops->f == NULL) && (e->ops->run || e->ops->i8 || e->ops->f),
-                     "%s: a run, or one of i8 and f", e->name);
+        TU_CHECK(e->ops && e->ops->op[QMM_OP_LINEAR].admit, "%s: a linear row with admit", e->name);
+        for (int op = 0; e->ops && op < QMM_OP_COUNT; op++) { /* a row: admit and how it runs, or none of them */
+            const qmm_op_row *row = &e->ops->op[op];
+            const char *opn = qmm_op_name((qmm_op)op);
+            if (!row->admit) TU_CHECK(!row->desc && !row->run, "%s %s: a descriptor or run without admit", e->name, opn);
+            else if (e->ops->built)
+                TU_CHECK(row->desc || row->run, "%s %s: admits, yet has no descriptor and no run", e->name, opn);
+        }
         TU_CHECK(r->peak_insn && r->peak_insn[0], "%s: peak instruction", e->name);
         if (e->kind == QMM_KIND_INT8)
             TU_CHECK(r->operands == QMM_I8 && e->cpu_features != 0 && e->isa > QMM_ISA_NONE, "%s: int8 row", e->name);
@@ -72,10 +77,13 @@ static void test_public_view(void) {
                  "engine info %d (%s) differs from its table row", i, r->name);
         TU_CHECK((unsigned)info.id < QMM_ENGINE_MAX, "%s: id %d >= QMM_ENGINE_MAX", info.name, (int)info.id);
     }
-    /* a new engine changes none of these sizes (qmm.h: QMM_ENGINE_MAX is pinned) */
-    TU_CHECK(QMM_ENGINE_MAX == 32 && QMM_REASON_MAX == 160, "pinned capacities moved");
-    TU_CHECK(sizeof(qmm_counters) == (QMM_ENGINE_MAX + 2) * sizeof(uint64_t), "qmm_counters size %zu",
+    /* a new engine or operation changes none of these sizes (qmm.h: QMM_ENGINE_MAX and QMM_OP_MAX are pinned) */
+    TU_CHECK(QMM_ENGINE_MAX == 32 && QMM_REASON_MAX == 160 && QMM_OP_MAX == 8, "pinned capacities moved");
+    TU_CHECK(sizeof(qmm_counters) == QMM_OP_MAX * (QMM_ENGINE_MAX + 2) * sizeof(uint64_t), "qmm_counters size %zu",
              sizeof(qmm_counters));
+    for (int op = 0; op < QMM_OP_COUNT; op++) TU_CHECK(strcmp(qmm_op_name((qmm_op)op), "unknown") != 0, "op %d has no name", op);
+    TU_CHECK(!strcmp(qmm_op_name(QMM_OP_COUNT), "unknown") && !strcmp(qmm_op_name((qmm_op)-1), "unknown"),
+             "op names out of range");
     /* qmm_plan_info: engine, is_fallback, status, the per-engine verdicts, the weight line */
     TU_CHECK(sizeof(qmm_plan_info) == 3 * sizeof(int) + QMM_ENGINE_MAX * (sizeof(int) + QMM_REASON_MAX) + QMM_REASON_MAX,
              "qmm_plan_info size %zu", sizeof(qmm_plan_info));
@@ -196,10 +204,11 @@ static void test_plan_cache(void) {
                     TU_CHECK(st == p.status, "M=%lld context %d y %s: qmm_linear %s, plan %s (%s)", (long long)a.M, ci,
                              qmm_dtype_name(a.y_dtype), qmm_status_name(st), qmm_status_name(p.status), qmm_last_error());
                     if (st != QMM_OK) continue;
-                    TU_CHECK(qmm_last_engine(ctx[ci]) == p.engine && c1.fallbacks - c0.fallbacks == (uint64_t)p.is_fallback,
+                    const uint64_t fb = c1.op[QMM_OP_LINEAR].fallbacks - c0.op[QMM_OP_LINEAR].fallbacks;
+                    TU_CHECK(qmm_last_engine(ctx[ci]) == p.engine && fb == (uint64_t)p.is_fallback,
                              "M=%lld context %d y %s (round %d): ran %s (fallbacks +%llu), plan %s (fallback %d)",
                              (long long)a.M, ci, qmm_dtype_name(a.y_dtype), round, qmm_engine_name(qmm_last_engine(ctx[ci])),
-                             (unsigned long long)(c1.fallbacks - c0.fallbacks), qmm_engine_name(p.engine), p.is_fallback);
+                             (unsigned long long)fb, qmm_engine_name(p.engine), p.is_fallback);
                 }
 out:
     qmm_weight_destroy(w);

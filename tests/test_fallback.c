@@ -22,7 +22,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the linear's counters of ctx (qmm_counters.op[QMM_OP_LINEAR]) */
+static qmm_op_counters linear_counters(const qmm_context *ctx) {
+    qmm_counters c;
+    qmm_get_counters(ctx, &c);
+    return c.op[QMM_OP_LINEAR];
+}
+
 /* the disabled_engines bits of every int8 engine */
+
 static uint32_t all_int8(void) {
     qmm_engine_id i8[QMM_ENGINE_COUNT];
     uint32_t m = 0;
@@ -141,11 +149,10 @@ static void fallback_case(const char *what, qmm_context *ctx, qmm_context *sctx,
     qmm_plan_format(&p, text, sizeof text);
     TU_CHECK(strstr(text, "(fallback)") != NULL, "%s: plan text lacks '(fallback)':\n%s", what, text);
 
-    qmm_counters c0, c1;
-    qmm_get_counters(ctx, &c0);
+    qmm_op_counters c0 = linear_counters(ctx), c1;
     qmm_status st = qmm_linear(ctx, t->w, &a);
     TU_CHECK(st == QMM_OK, "%s: qmm_linear: %s: %s", what, qmm_status_name(st), qmm_last_error());
-    qmm_get_counters(ctx, &c1);
+    c1 = linear_counters(ctx);
     TU_CHECK(c1.calls[p.engine] == c0.calls[p.engine] + 1, "%s: calls[%s] did not move", what,
              qmm_engine_name(p.engine));
     TU_CHECK(c1.fallbacks == c0.fallbacks + 1, "%s: fallbacks %llu -> %llu", what, (unsigned long long)c0.fallbacks,
@@ -154,14 +161,14 @@ static void fallback_case(const char *what, qmm_context *ctx, qmm_context *sctx,
     if (st == QMM_OK) check_w8a16(t, x, M, y, p.engine, what);
 
     /* strict: refused, naming the layer and the reason; nothing ran */
-    qmm_get_counters(sctx, &c0);
+    c0 = linear_counters(sctx);
     st = qmm_linear(sctx, t->w, &a);
     const char *msg = qmm_last_error();
     TU_CHECK(st == QMM_ERR_FALLBACK_REFUSED, "%s: strict returned %s", what, qmm_status_name(st));
     TU_CHECK(strstr(msg, k_name) && strstr(msg, "strict") && (!reason || strstr(msg, reason) ||
                                                               strstr(msg, "not implemented")),
              "%s: strict message lacks layer/reason: %s", what, msg);
-    qmm_get_counters(sctx, &c1);
+    c1 = linear_counters(sctx);
     TU_CHECK(c1.fallbacks == c0.fallbacks && c1.calls[p.engine] == c0.calls[p.engine] && c1.errors == c0.errors + 1,
              "%s: strict counters moved wrongly", what);
     TU_CHECK_OK(qmm_plan(sctx, t->w, &a, &p));
@@ -308,10 +315,9 @@ int main(int argc, char **argv) {
             TU_CHECK_OK(qmm_plan(sctx, w, &a, &p));
             TU_CHECK(!p.is_fallback && p.status == QMM_OK, "float weight: plan is_fallback=%d status=%s", p.is_fallback,
                      qmm_status_name(p.status));
-            qmm_counters c0, c1;
-            qmm_get_counters(sctx, &c0);
+            qmm_op_counters c0 = linear_counters(sctx), c1;
             TU_CHECK_OK(qmm_linear(sctx, w, &a));
-            qmm_get_counters(sctx, &c1);
+            c1 = linear_counters(sctx);
             TU_CHECK(c1.fallbacks == c0.fallbacks && c1.calls[p.engine] == c0.calls[p.engine] + 1 &&
                          c1.calls[QMM_ENGINE_REF] == 0,
                      "float weight: counters (fallbacks %llu -> %llu)", (unsigned long long)c0.fallbacks,

@@ -501,7 +501,7 @@ int main(int argc, char **argv) {
     {
         const uint32_t need = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
         const char *name = "amx_int8 (emulated)";
-        const qmm_i8_engine *e = qmm_amx_int8_ops_emu.i8;
+        const qmm_i8_engine *e = qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].desc;
         if ((qmm_cpu_features() & need) != need) tu_skip(name, "the emulated build's epilogue is AVX-512; CPU lacks it");
         else if (!TU_CHECK(e != NULL, "%s: no qmm_i8_engine", name)) {
         } else {

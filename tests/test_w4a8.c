@@ -250,7 +250,7 @@ static void check_layer(layer *L) {
     TU_CHECK_OK(run(g_ctx, wb, L, yw, QMM_ENGINE_AUTO));
     qmm_get_counters(g_ctx, &c1);
     if (g_neng && qmm_engine_is_int8(g_eng[0]) && g_avail[g_eng[0]])
-        TU_CHECK(c1.fallbacks == c0.fallbacks, "%s: auto dispatch fell back", what);
+        TU_CHECK(c1.op[QMM_OP_LINEAR].fallbacks == c0.op[QMM_OP_LINEAR].fallbacks, "%s: auto dispatch fell back", what);
     free(yref); free(yo); free(yw);
 done:
     qmm_weight_destroy(wb);
@@ -383,7 +383,7 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
         const int want = M <= 32 && tu_rand_int(0, 2) == 0 ? QMM_AMX_DECODE : M >= 2 ? (int)tu_rand_int(1, 2) : QMM_AMX_DECODE;
         force_regime(want);
         const long f0 = qmm_amx_emu_faults();
-        TU_CHECK_OK(qmm_amx_int8_ops_emu.run(g_ctx, &c));
+        TU_CHECK_OK(qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].run(g_ctx, &c));
         TU_CHECK(qmm_amx_emu_faults() == f0, "%s: emulated tile faults: %s", what, qmm_amx_emu_first_fault());
         same(&L, y, yref, what, "the reference");
         qmm_amx_blocking_emu = qmm_amx_blocking_default();

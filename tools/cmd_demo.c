@@ -498,8 +498,8 @@ static void report_text(const demo *d, int T, double t_build, const double *tot,
                r0 / 2, r1 / 2, r1 / r0);
     qmm_counters c;
     qmm_get_counters(d->ctx, &c);
-    printf("fallbacks during the run: %llu (W8A16 rows name their float engine explicitly)\n",
-           (unsigned long long)c.fallbacks);
+    printf("fallbacks during the run: linear %llu, attention %llu (W8A16 rows name their float engine explicitly)\n",
+           (unsigned long long)c.op[QMM_OP_LINEAR].fallbacks, (unsigned long long)c.op[QMM_OP_ATTENTION].fallbacks);
 }
 
 int cmd_demo(int argc, char **argv) {

@@ -528,7 +528,7 @@ int cmd_tp(int argc, char **argv) {
         qmm_get_counters(ctx, &cn);
         const char *ran = "?";
         for (int e = 0; e < QMM_ENGINE_MAX; e++)
-            if (cn.calls[e]) ran = qmm_engine_name((qmm_engine_id)e);
+            if (cn.op[QMM_OP_LINEAR].calls[e]) ran = qmm_engine_name((qmm_engine_id)e);
         printf("qmm tp: %s, %d ranks x %d threads, M=%lld, %s%s, engine %s (rank 0 ran %s), dtype %s, gs %d\n",
                o.layer, size, qmm_context_threads(ctx), (long long)o.M, o.model ? "checkpoint " : "seeded ",
                j.pair ? "pair" : "layer", qmm_engine_name(o.engine), ran, qmm_dtype_name(o.t), o.gs);

@@ -5,7 +5,7 @@ AVX-VNNI, AVX2), from Python. A thin ctypes binding over include/qmm.h (see qmm.
     qmm.info()                       # version, CPU, which engines run here and why not
     w = qmm.Weight.int8(ptr, N, K, scale_ptr, n_scale, convrot_gs=256, name="fc1")
     p = qmm.plan(w, M=1024, x_dtype="bf16")   # which engine would run, every engine's reason
-    qmm.counters(); qmm.reset_counters(); qmm.last_engine()
+    qmm.counters()["linear"]; qmm.reset_counters(); qmm.last_engine()   # counters per operation
     qmm.profile(enable=True); qmm.profile()  # phase timers: calls, nanoseconds per phase
 
 Rules kept here:
@@ -215,15 +215,22 @@ class Context:
 
 
 def _counters_dict(c):
-    calls = {e["name"]: int(c.calls[e["id"]]) for e in L.ENGINES if c.calls[e["id"]]}
-    return {"calls": calls, "fallbacks": int(c.fallbacks), "errors": int(c.errors)}
+    """{operation: {"calls": {engine: n}, "fallbacks": n, "errors": n}} for every operation."""
+    out = {}
+    for op, name in L.OPS:
+        n = c.op[op]
+        calls = {e["name"]: int(n.calls[e["id"]]) for e in L.ENGINES if n.calls[e["id"]]}
+        out[name] = {"calls": calls, "fallbacks": int(n.fallbacks), "errors": int(n.errors)}
+    return out
 
 
 def _add_counters(dst, src):
-    for e in range(L.ENGINE_MAX):
-        dst.calls[e] += src.calls[e]
-    dst.fallbacks += src.fallbacks
-    dst.errors += src.errors
+    for op in range(L.OP_MAX):
+        d, s = dst.op[op], src.op[op]
+        for e in range(L.ENGINE_MAX):
+            d.calls[e] += s.calls[e]
+        d.fallbacks += s.fallbacks
+        d.errors += s.errors
 
 
 def _retire():
@@ -315,8 +322,9 @@ def _default_threads():
 
 
 def counters():
-    """Calls per engine, fallbacks and errors of every call through the process context (all
-    threads) since the last reset_counters()."""
+    """Per operation ("linear", "attention"), the calls per engine, fallbacks and errors of every
+    call through the process context (all threads) since the last reset_counters():
+    {"linear": {"calls": {engine: n}, "fallbacks": n, "errors": n}, "attention": {...}}."""
     with _lock:
         c = L.Counters()
         ctypes.memmove(ctypes.byref(c), ctypes.byref(_carried), ctypes.sizeof(c))

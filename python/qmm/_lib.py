@@ -27,6 +27,8 @@ EPILOGUE_FUSED, EPILOGUE_KITCHEN = 0, 1
 ENGINE_UNKNOWN, ENGINE_AUTO, ENGINE_REF = -1, 0, 1
 KIND_REF, KIND_INT8, KIND_FLOAT = 0, 1, 2
 ENGINE_MAX = 32      # capacity of the per-engine arrays (qmm.h, pinned); the engines: ENGINES below
+OP_LINEAR, OP_ATTENTION = 0, 1                   # qmm_op
+OP_MAX = 8           # capacity of the per-operation arrays (qmm.h, pinned); the operations: OPS below
 FALLBACK_ALLOW, FALLBACK_STRICT = 0, 1
 REASON_MAX = 160
 ATTN_BEST, ATTN_F32, ATTN_INT8, ATTN_MODE_COUNT = 0, 1, 2, 3     # qmm_attn_mode
@@ -40,8 +42,12 @@ class ContextOptions(Structure):
                 ("disabled_engines", c_uint32)]
 
 
-class Counters(Structure):
+class OpCounters(Structure):
     _fields_ = [("calls", c_uint64 * ENGINE_MAX), ("fallbacks", c_uint64), ("errors", c_uint64)]
+
+
+class Counters(Structure):
+    _fields_ = [("op", OpCounters * OP_MAX)]
 
 
 PHASE_MAX = 16
@@ -158,6 +164,7 @@ qmm_dtype_name = _fn("qmm_dtype_name", c_char_p, c_int)
 qmm_act_name = _fn("qmm_act_name", c_char_p, c_int)
 qmm_engine_name = _fn("qmm_engine_name", c_char_p, c_int)
 qmm_engine_from_name = _fn("qmm_engine_from_name", c_int, c_char_p)
+qmm_op_name = _fn("qmm_op_name", c_char_p, c_int)
 qmm_engine_is_int8 = _fn("qmm_engine_is_int8", c_int, c_int)
 qmm_isa_name = _fn("qmm_isa_name", c_char_p, c_int)
 qmm_cpu_features = _fn("qmm_cpu_features", c_uint32)
@@ -228,6 +235,8 @@ ENGINES = _engines()
 # one past the largest engine id of the library: range(ENGINE_COUNT) walks every id (arrays are
 # ENGINE_MAX long); ENGINES is the table itself
 ENGINE_COUNT = 1 + max([ENGINE_REF] + [e["id"] for e in ENGINES])
+# the library's operations, (id, name) by id: "linear", "attention", ...
+OPS = tuple((i, qmm_op_name(i).decode()) for i in range(OP_MAX) if qmm_op_name(i) != b"unknown")
 
 # Kitchen-exact per-row quantization (the kitchen's quantize_* functions); newer libraries only.
 qmm_quantize_rows = _fn("qmm_quantize_rows", c_int, c_void_p, c_void_p, c_int, c_int64, c_int64,

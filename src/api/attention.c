@@ -1,12 +1,13 @@
 /*
- * attention.c — the public attention calls (qmm.h, SPEC §10): qmm_attention_args_default, the
- * validation of a call into a qmm_attn_call (every error names the argument), qmm_attention
- * (dispatch or the named engine; the attention driver on the engine's ukernels, or the
- * reference's own run; the counters) and qmm_attention_plan.
+ * attention.c — the public attention calls (qmm.h, SPEC §10), attention's own part:
+ * qmm_attention_args_default, the validation of a call into a qmm_attn_call (every error names
+ * the argument), its qmm_op_class (dispatch.h: float engines are the fallback of mode int8; its
+ * run is the attention driver on the engine's ukernels, or the reference's own run), qmm_attention
+ * (through the skeleton, api/op.c: named engine or AUTO, fallback, log, counters) and
+ * qmm_attention_plan.
  */
 #include "attention.h"
-#include "dispatch.h"
-#include "qmm_internal.h"
+#include "op.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -140,33 +141,49 @@ static qmm_status make_attn_call(const qmm_attention_args *a, int need_data, qmm
     return QMM_OK;
 }
 
-static const char *shape(const qmm_attn_call *c, char *buf, size_t n) {
+static void attn_subject(const void *call, char *buf, size_t n) {
+    const qmm_attn_call *c = call;
     snprintf(buf, n, "attention B=%lld H=%lld Hkv=%lld S=%lld Skv=%lld D=%lld", (long long)c->B, (long long)c->H,
              (long long)c->Hkv, (long long)c->S, (long long)c->Skv, (long long)c->D);
-    return buf;
 }
 
-/* A named engine's verdict, as qmm_attention gives it: NULL if it runs c, else the reason (why
- * holds QMM_REASON_MAX bytes) and *st the status the call would return. */
-static const char *named_verdict(const qmm_context *ctx, const qmm_engine *e, const qmm_attn_call *c, char *why,
-                                 qmm_status *st) {
-    if (!qmm_engine_usable(e, ctx->max_isa, 0, why, QMM_REASON_MAX)) { *st = QMM_ERR_UNSUPPORTED_HARDWARE; return why; }
-    const char *r = e->ops->attn_admit ? e->ops->attn_admit(c, why, QMM_REASON_MAX) : "offers no attention";
-    *st = r ? QMM_ERR_UNSUPPORTED : QMM_OK;
-    return r;
+static int attn_float_fallback(const void *call) { return ((const qmm_attn_call *)call)->mode == QMM_ATTN_INT8; }
+
+/* the engine's ukernels by their descriptor's name (it starts with the engine's) */
+static const char *attn_work_name(const qmm_engine *e) {
+    const qmm_attn_ukernels *u = e->ops->op[QMM_OP_ATTENTION].desc;
+    return u ? u->name : e->name;
 }
+
+/* The attention's qmm_op_class.run: the driver on the row's ukernels, or the row's own run (the
+ * reference's f64 loop). */
+static qmm_status attn_run(qmm_context *ctx, const qmm_engine *e, void *call) {
+    const qmm_attn_call *c = call;
+    const qmm_op_row *row = &e->ops->op[QMM_OP_ATTENTION];
+    const int64_t n[3] = {c->B, c->H, c->S};
+    qmm_advise_huge(c->out, (size_t)extent(n, c->os, 3, c->D, qmm_dtype_size(c->out_dtype)));
+    if (row->desc) return qmm_attention_run(ctx, c, row->desc);
+    if (row->run) return row->run(ctx, c);
+    return qmm_fail(QMM_ERR_INTERNAL, "attention: engine %s not built", e->name);
+}
+
+/* mode int8 falls back to mode best on a float engine; not cached; logged at every fallback */
+static const qmm_op_class k_attention = {
+    .op = QMM_OP_ATTENTION, .float_fallback = attn_float_fallback, .subject = attn_subject,
+    .fallback_from = ", mode int8", .fallback_runs = "mode best", .work_name = attn_work_name, .run = attn_run,
+};
 
 qmm_status qmm_attention_plan(qmm_context *ctx, const qmm_attention_args *args, qmm_plan_info *out) {
     QMM_RETURN_IF(!ctx || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_attention_plan: %s is NULL", !ctx ? "ctx" : "out");
     qmm_attn_call c;
     QMM_FORWARD_IF_ERROR(make_attn_call(args, 0, &c));
-    qmm_plan_attention(ctx, &c, out);
+    qmm_plan_op(ctx, &k_attention, &c, out);
     if (args->engine != QMM_ENGINE_AUTO) { /* the named engine decides, as in qmm_attention */
         const qmm_engine *e = qmm_engine_get(args->engine);
         QMM_RETURN_IF(!e, QMM_ERR_INVALID_ARGUMENT, "attention: engine %d unknown", (int)args->engine);
         char why[QMM_REASON_MAX];
         qmm_status st;
-        const char *r = named_verdict(ctx, e, &c, why, &st);
+        const char *r = qmm_op_named_verdict(ctx, &k_attention, e, &c, why, &st);
         out->engine = r ? QMM_ENGINE_AUTO : e->id;
         out->status = st;
         out->is_fallback = 0;
@@ -176,55 +193,9 @@ qmm_status qmm_attention_plan(qmm_context *ctx, const qmm_attention_args *args, 
     return QMM_OK;
 }
 
-static qmm_status attention(qmm_context *ctx, const qmm_attention_args *args) {
-    qmm_attn_call c;
-    QMM_FORWARD_IF_ERROR(make_attn_call(args, 1, &c));
-    char why[QMM_REASON_MAX], sh[160];
-    const qmm_engine *e;
-    int fallback = 0;
-    if (args->engine != QMM_ENGINE_AUTO) {
-        e = qmm_engine_get(args->engine);
-        QMM_RETURN_IF(!e, QMM_ERR_INVALID_ARGUMENT, "attention: engine %d unknown", (int)args->engine);
-        qmm_status st;
-        const char *r = named_verdict(ctx, e, &c, why, &st);
-        QMM_RETURN_IF(r, st, "%s: engine %s %s: %s", shape(&c, sh, sizeof sh), e->name,
-                      st == QMM_ERR_UNSUPPORTED_HARDWARE ? "unavailable" : "refuses", r);
-    } else {
-        e = qmm_engine_get(qmm_plan_attention_choose(ctx, &c, &fallback));
-        if (!e || (fallback && ctx->fallback == QMM_FALLBACK_STRICT)) {
-            qmm_plan_info p;
-            char reasons[QMM_REASONS_TEXT_MAX];
-            qmm_plan_attention(ctx, &c, &p);
-            qmm_plan_reasons_text(&p, p.status == QMM_ERR_FALLBACK_REFUSED, reasons);
-            if (p.status == QMM_ERR_FALLBACK_REFUSED)
-                return qmm_fail(QMM_ERR_FALLBACK_REFUSED, "%s, mode int8: would fall back to %s (strict policy): %s",
-                                shape(&c, sh, sizeof sh), qmm_engine_name(p.engine), reasons);
-            return qmm_fail(QMM_ERR_NO_ENGINE, "%s: no engine admits it: %s", shape(&c, sh, sizeof sh), reasons);
-        }
-        if (fallback) {
-            char reasons[QMM_REASONS_TEXT_MAX] = "";
-            if (ctx->verbose) {
-                qmm_plan_info p;
-                qmm_plan_attention(ctx, &c, &p);
-                qmm_plan_reasons_text(&p, 1, reasons);
-            }
-            qmm_log(ctx, "fallback: %s, mode int8, runs mode best on %s: %s", shape(&c, sh, sizeof sh), e->name, reasons);
-        } else {
-            /* the engine's ukernels by their descriptor's name (it starts with the engine's) */
-            qmm_log(ctx, "dispatch: %s → %s", shape(&c, sh, sizeof sh), e->ops->attn ? e->ops->attn->name : e->name);
-        }
-    }
-    const int64_t n[3] = {c.B, c.H, c.S};
-    qmm_advise_huge(c.out, (size_t)extent(n, c.os, 3, c.D, qmm_dtype_size(c.out_dtype)));
-    QMM_FORWARD_IF_ERROR(e->ops->attn ? qmm_attention_run(ctx, &c, e->ops->attn) : e->ops->attn_run(ctx, &c));
-    ctx->counters.calls[e->id]++;
-    if (fallback) ctx->counters.fallbacks++;
-    return QMM_OK;
-}
-
 qmm_status qmm_attention(qmm_context *ctx, const qmm_attention_args *args) {
     QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_attention: ctx is NULL");
-    const qmm_status st = attention(ctx, args);
-    if (st != QMM_OK) ctx->counters.errors++;
-    return st;
+    qmm_attn_call c;
+    const qmm_status made = make_attn_call(args, 1, &c);
+    return qmm_op_call(ctx, &k_attention, made, &c, made == QMM_OK ? args->engine : QMM_ENGINE_AUTO);
 }

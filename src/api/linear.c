@@ -1,22 +1,24 @@
 /*
- * linear.c — the linear call: validate the arguments, ask dispatch for the engine
- * (dispatch/plan.c: the engines best-first, the first that admits; a float engine on the same
- * CPU only when no int8 engine admits; the choice cached on the weight per call class, every
- * engine's reason made only for a message), run it, count it (a fallback is counted, logged once
- * per weight, refused in strict mode), and never pick the scalar reference unless asked for by
- * name; with the phase timers on (qmm_profile) the call's set-up, engine and whole time are
- * added to the context's totals. Also qmm_plan and the SPEC §6 building blocks (amax, epilogue).
+ * linear.c — the linear call's own part: validate the arguments into a qmm_call, and its
+ * qmm_op_class (dispatch.h) — the float engines are its W8A16 fallback for an int8 weight
+ * (logged once per weight), AUTO's choice is cached on the weight per call class, and its run
+ * does the borrowed weight's view, the input stage, the residual and the engine's row (its own
+ * run, else the int8 or float driver on the row's descriptor). The skeleton (api/op.c) does the
+ * named engine, AUTO, the fallback policy and log, and the counters. With the phase timers on
+ * (qmm_profile) the call's set-up, engine and whole time are added to the context's totals. Also
+ * qmm_plan and the SPEC §6 building blocks (amax, quantize_rows, epilogue).
  */
 #include "borrow.h"
-#include "dispatch.h"
 #include "epilogue.h"
 #include "float_gemm.h"
 #include "input_stage.h"
 #include "int8_gemm.h"
 #include "numerics.h"
+#include "op.h"
 #include "prepass.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -118,27 +120,7 @@ static qmm_status make_call(const qmm_weight *w, const qmm_linear_args *a, int n
     return QMM_OK;
 }
 
-qmm_status qmm_plan(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args, qmm_plan_info *out) {
-    QMM_RETURN_IF(!ctx || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_plan: %s is NULL", !ctx ? "ctx" : "out");
-    qmm_call c;
-    QMM_FORWARD_IF_ERROR(make_call(w, args, 0, &c));
-    qmm_plan_call(ctx, &c, out);
-    if (w->w4a8 && out->engine != QMM_ENGINE_AUTO)
-        snprintf(out->weight, sizeof out->weight,
-                 "W%dA8: %d-bit codes%s, group %d, s_rel %s; decoded per call into %s (no int8 copy)", w->w4.bits,
-                 w->w4.bits, w->w4.codebook ? " + codebook" : "", w->w4.group, qmm_dtype_name(w->w4.s_rel_dtype),
-                 out->is_fallback ? "the float fallback's n16k4 blocks (W8A16)"
-                                  : qmm_i8_w4a8_site(qmm_i8_engine_of(out->engine), w, args->M));
-    return QMM_OK;
-}
-
-qmm_engine_id qmm_last_engine(const qmm_context *ctx) { return ctx ? ctx->last_engine : QMM_ENGINE_AUTO; }
-
-static void count(qmm_context *ctx, qmm_engine_id id, int fallback) {
-    ctx->last_engine = id;
-    ctx->counters.calls[id]++;
-    if (fallback) ctx->counters.fallbacks++;
-}
+qmm_engine_id qmm_last_engine(const qmm_context *ctx) { return ctx ? ctx->last_engine[QMM_OP_LINEAR] : QMM_ENGINE_AUTO; }
 
 /* y = T(fmaf(y, residual_scale[n], residual[r][n])) over the output (numerics.h): the residual of
  * the engines whose epilogue does not fuse it (float engines, the reference's float path). */
@@ -178,112 +160,116 @@ static int names_layer(const char *msg, const char *name) {
     return strncmp(msg, "layer ", 6) == 0 && strncmp(msg + 6, name, n) == 0 && (msg[6 + n] == ' ' || msg[6 + n] == ':');
 }
 
-/* The error of an AUTO call that dispatch refused (no engine admits it, or strict policy and a
- * fallback), with every refusing engine's reason: the full plan, made only here. */
-static qmm_status refusal(const qmm_context *ctx, qmm_call *c) {
+/* One qmm_linear call as the skeleton runs it: the call and its phase times (qmm_profile). */
+typedef struct linear_job {
+    qmm_call c;
+    uint64_t t_call, t_engine, t_done;
+} linear_job;
+
+/* The linear's qmm_op_class.run: the borrowed weight's view, the input stage, the residual's
+ * copy, the engine — its row's own run, else the core driver of its kind on the row's
+ * descriptor — then a kernel's bug report, the residual pass, the layer named in any error. */
+static qmm_status linear_run(qmm_context *ctx, const qmm_engine *e, void *call) {
+    linear_job *j = (linear_job *)((char *)call - offsetof(linear_job, c));
+    qmm_call *c = &j->c;
     const qmm_weight *w = c->w;
-    qmm_plan_info p;
-    char reasons[QMM_REASONS_TEXT_MAX];
-    qmm_plan_call(ctx, c, &p);
-    qmm_plan_reasons_text(&p, p.status == QMM_ERR_FALLBACK_REFUSED, reasons);
-    if (p.status == QMM_ERR_FALLBACK_REFUSED)
-        return qmm_fail(QMM_ERR_FALLBACK_REFUSED, "layer %s [%lld, %lld] M=%lld: would fall back to %s (strict policy): %s",
-                        w->name, (long long)w->N, (long long)w->K, (long long)c->M, qmm_engine_name(p.engine), reasons);
-    if (p.status == QMM_ERR_NO_ENGINE)
-        return qmm_fail(QMM_ERR_NO_ENGINE, "layer %s [%lld, %lld] M=%lld: no engine admits it: %s", w->name,
-                        (long long)w->N, (long long)w->K, (long long)c->M, reasons);
-    return qmm_fail(QMM_ERR_INTERNAL, "layer %s [%lld, %lld] M=%lld: dispatch refused a call its plan admits (%s)",
-                    w->name, (long long)w->N, (long long)w->K, (long long)c->M, qmm_engine_name(p.engine));
+    const qmm_op_row *row = &e->ops->op[QMM_OP_LINEAR];
+    qmm_weight view; /* a borrowed weight: this call's view of the caller's memory (borrow.c) */
+    qmm_status st = qmm_weight_for_call(ctx, w, &view, &c->w);
+    if (st == QMM_OK) st = qmm_input_stage(ctx, c);
+    /* the int8 path fuses the residual into its epilogue (element by element, so residual may be
+     * y); the float path adds it after writing y, from a copy when the two overlap */
+    const int residual_after = c->residual && !(w->is_int8 && e->kind != QMM_KIND_FLOAT);
+    if (st == QMM_OK && residual_after) st = residual_copy_if_overlapping(ctx, c);
+    _Atomic(const char *) bug = NULL;
+    c->bug = &bug;
+    if (st == QMM_OK) qmm_advise_huge(c->y, (size_t)((c->M - 1) * c->ldy + c->N) * qmm_dtype_size(c->y_dtype));
+    j->t_engine = ctx->profile ? qmm_now_ns() : 0;
+    if (st == QMM_OK)
+        st = row->run                  ? row->run(ctx, c)
+           : !row->desc                ? qmm_fail(QMM_ERR_INTERNAL, "layer %s: engine %s not built", w->name, e->name)
+           : e->kind == QMM_KIND_FLOAT ? qmm_float_gemm(ctx, c, row->desc)
+                                       : qmm_int8_gemm(ctx, c, row->desc);
+    j->t_done = ctx->profile ? qmm_now_ns() : 0;
+    if (st == QMM_OK && atomic_load(&bug))
+        st = qmm_fail(QMM_ERR_INTERNAL, "layer %s [%lld, %lld] M=%lld on %s: %s (a bug in qmm: please report this message)",
+                      w->name, (long long)w->N, (long long)w->K, (long long)c->M, e->name, atomic_load(&bug));
+    if (st == QMM_OK && residual_after) st = residual_pass(ctx, c);
+    c->w = w;
+    if (st != QMM_OK && !names_layer(qmm_last_error(), w->name)) { /* e.g. a scratch allocation: name the layer */
+        char msg[QMM_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", qmm_last_error());
+        return qmm_fail(st, "layer %s [%lld, %lld] M=%lld on %s: %s", w->name, (long long)w->N, (long long)w->K,
+                        (long long)c->M, e->name, msg);
+    }
+    return st;
 }
 
-/* The call on engine e: its own run, or the core driver its operations name (qmm_engine_ops). */
-static qmm_status engine_run(const qmm_engine *e, qmm_context *ctx, const qmm_call *c) {
-    if (e->ops->run) return e->ops->run(ctx, c);
-    if (e->ops->i8) return qmm_int8_gemm(ctx, c, e->ops->i8);
-    if (e->ops->f) return qmm_float_gemm(ctx, c, e->ops->f);
-    return qmm_fail(QMM_ERR_INTERNAL, "layer %s: engine %s has no run (not built)", c->w->name, e->name);
+static int linear_float_fallback(const void *call) { return ((const qmm_call *)call)->w->is_int8; }
+
+static void linear_set_fallback(void *call, int fallback) { ((qmm_call *)call)->fallback = fallback; }
+
+/* The call class of the weight's plan cache (dispatch.h):
+ *   bits  0..31  ctx->usable_engines          bit  38      token_scales_in given
+ *   bits 32..34  x_dtype                      bits 45..61  M (classes with M < 2^17 only)
+ *   bits 35..37  y_dtype                      bit  62      w->has_neg128
+ * has_neg128 is the one weight property an admit() reads (avx2_int8) that is not fixed by the
+ * weight's shape and kind; it is in the key so that a weight whose int8 values are read anew per
+ * call can never reuse a choice made for other values. */
+static qmm_plan_cache *linear_cache_key(const qmm_context *ctx, const void *call, uint64_t *key) {
+    _Static_assert(QMM_ENGINE_MAX <= 32 && QMM_DTYPE_COUNT <= 8, "the cache word's fields (qmm.h)");
+    enum { M_BITS = 17 };
+    const qmm_call *c = call;
+    if (c->M >= ((int64_t)1 << M_BITS) || (unsigned)c->x_dtype > 7 || (unsigned)c->y_dtype > 7) return NULL;
+    *key = QMM_PLAN_SLOT_FULL | (uint64_t)ctx->usable_engines | (uint64_t)c->x_dtype << 32 | (uint64_t)c->y_dtype << 35 |
+           (uint64_t)(c->token_scales_in != NULL) << 38 | (uint64_t)c->M << 45 | (uint64_t)(c->w->has_neg128 != 0) << 62;
+    return (qmm_plan_cache *)&c->w->plan_cache; /* with fallback_logged, a weight's only mutable state: atomic */
 }
+
+static void linear_subject(const void *call, char *buf, size_t n) {
+    const qmm_call *c = call;
+    snprintf(buf, n, "layer %s [%lld, %lld] M=%lld", c->w->name, (long long)c->N, (long long)c->K, (long long)c->M);
+}
+
+/* A weight's fallback is logged once (its once-flag, atomic). */
+static int linear_log_fallback(void *call) {
+    qmm_weight *w = (qmm_weight *)((qmm_call *)call)->w;
+    return atomic_exchange(&w->fallback_logged, 1) == 0;
+}
+
+/* an int8 weight falls back to W8A16 on a float engine; cached per call class; logged once per weight */
+static const qmm_op_class k_linear = {
+    .op = QMM_OP_LINEAR, .float_fallback = linear_float_fallback, .set_fallback = linear_set_fallback,
+    .cache_key = linear_cache_key, .subject = linear_subject, .fallback_from = "", .fallback_runs = "W8A16",
+    .log_fallback = linear_log_fallback, .run = linear_run,
+};
 
 qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args) {
     QMM_RETURN_IF(!ctx, QMM_ERR_INVALID_ARGUMENT, "qmm_linear: ctx is NULL");
-    const uint64_t t_call = ctx->profile ? qmm_now_ns() : 0;
-    qmm_call c;
-    qmm_status st = make_call(w, args, 1, &c);
-    if (st != QMM_OK) { ctx->counters.errors++; return st; }
-    char why[QMM_REASON_MAX];
-    const qmm_engine *e;
-    int fallback = 0;
-    if (args->engine != QMM_ENGINE_AUTO) {
-        e = qmm_engine_get(args->engine);
-        if (!e) { ctx->counters.errors++; return qmm_fail(QMM_ERR_INVALID_ARGUMENT, "layer %s: engine %d unknown", w->name, (int)args->engine); }
-        if (!qmm_engine_usable(e, ctx->max_isa, 0, why, sizeof why)) {
-            ctx->counters.errors++;
-            return qmm_fail(QMM_ERR_UNSUPPORTED_HARDWARE, "layer %s: engine %s unavailable: %s", w->name, e->name, why);
-        }
-        c.fallback = w->is_int8 && e->kind == QMM_KIND_FLOAT;
-        const char *r = e->ops->admit(&c, why, sizeof why);
-        if (r) {
-            ctx->counters.errors++;
-            return qmm_fail(QMM_ERR_UNSUPPORTED, "layer %s [%lld, %lld] M=%lld: engine %s refuses: %s", w->name,
-                            (long long)w->N, (long long)w->K, (long long)c.M, e->name, r);
-        }
-    } else {
-        /* the choice alone (cached on the weight); every engine's reason only when a message needs them */
-        e = qmm_engine_get(qmm_plan_choose(ctx, &c));
-        fallback = c.fallback;
-        if (!e || (fallback && ctx->fallback == QMM_FALLBACK_STRICT)) {
-            ctx->counters.errors++;
-            return refusal(ctx, &c);
-        }
-        if (fallback) {
-            qmm_weight *mw = (qmm_weight *)w; /* the once-flag, with the plan cache, is the weight's mutable state */
-            if (ctx->verbose && atomic_exchange(&mw->fallback_logged, 1) == 0) {
-                qmm_plan_info p;
-                char reasons[QMM_REASONS_TEXT_MAX];
-                qmm_plan_call(ctx, &c, &p);
-                qmm_plan_reasons_text(&p, 1, reasons);
-                qmm_log(ctx, "fallback: layer %s [%lld, %lld] runs W8A16 on %s: %s", w->name, (long long)w->N,
-                        (long long)w->K, e->name, reasons);
-            }
-        } else {
-            qmm_log(ctx, "dispatch: layer %s [%lld, %lld] M=%lld → %s", w->name, (long long)w->N, (long long)w->K,
-                    (long long)c.M, e->name);
-        }
-    }
-    qmm_weight view; /* a borrowed weight: this call's view of the caller's memory (borrow.c) */
-    st = qmm_weight_for_call(ctx, w, &view, &c.w);
-    if (st == QMM_OK) st = qmm_input_stage(ctx, &c);
-    /* the int8 path fuses the residual into its epilogue (element by element, so residual may be
-     * y); the float path adds it after writing y, from a copy when the two overlap */
-    const int residual_after = c.residual && !(w->is_int8 && e->kind != QMM_KIND_FLOAT);
-    if (st == QMM_OK && residual_after) st = residual_copy_if_overlapping(ctx, &c);
-    _Atomic(const char *) bug = NULL;
-    c.bug = &bug;
-    if (st == QMM_OK) qmm_advise_huge(c.y, (size_t)((c.M - 1) * c.ldy + c.N) * qmm_dtype_size(c.y_dtype));
-    const uint64_t t_engine = ctx->profile ? qmm_now_ns() : 0;
-    if (st == QMM_OK) st = engine_run(e, ctx, &c);
-    const uint64_t t_done = ctx->profile ? qmm_now_ns() : 0;
-    if (st == QMM_OK && atomic_load(&bug))
-        st = qmm_fail(QMM_ERR_INTERNAL, "layer %s [%lld, %lld] M=%lld on %s: %s (a bug in qmm: please report this message)",
-                      w->name, (long long)w->N, (long long)w->K, (long long)c.M, e->name, atomic_load(&bug));
-    if (st == QMM_OK && residual_after) st = residual_pass(ctx, &c);
-    if (st != QMM_OK) {
-        ctx->counters.errors++;
-        if (!names_layer(qmm_last_error(), w->name)) { /* e.g. a scratch allocation: name the layer */
-            char msg[QMM_ERROR_MAX];
-            snprintf(msg, sizeof msg, "%s", qmm_last_error());
-            return qmm_fail(st, "layer %s [%lld, %lld] M=%lld on %s: %s", w->name, (long long)w->N, (long long)w->K,
-                            (long long)c.M, e->name, msg);
-        }
-        return st;
-    }
-    count(ctx, e->id, fallback);
+    linear_job j;
+    j.t_call = ctx->profile ? qmm_now_ns() : 0;
+    const qmm_status made = make_call(w, args, 1, &j.c);
+    QMM_FORWARD_IF_ERROR(qmm_op_call(ctx, &k_linear, made, &j.c, made == QMM_OK ? args->engine : QMM_ENGINE_AUTO));
     if (ctx->profile) { /* the successful calls (qmm_profile) */
         ctx->prof.calls++;
-        ctx->prof.ns[QMM_PHASE_SETUP] += t_engine - t_call;
-        ctx->prof.ns[QMM_PHASE_ENGINE] += t_done - t_engine;
-        ctx->prof.ns[QMM_PHASE_CALL] += qmm_now_ns() - t_call;
+        ctx->prof.ns[QMM_PHASE_SETUP] += j.t_engine - j.t_call;
+        ctx->prof.ns[QMM_PHASE_ENGINE] += j.t_done - j.t_engine;
+        ctx->prof.ns[QMM_PHASE_CALL] += qmm_now_ns() - j.t_call;
     }
+    return QMM_OK;
+}
+
+qmm_status qmm_plan(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args, qmm_plan_info *out) {
+    QMM_RETURN_IF(!ctx || !out, QMM_ERR_INVALID_ARGUMENT, "qmm_plan: %s is NULL", !ctx ? "ctx" : "out");
+    qmm_call c;
+    QMM_FORWARD_IF_ERROR(make_call(w, args, 0, &c));
+    qmm_plan_op(ctx, &k_linear, &c, out);
+    if (w->w4a8 && out->engine != QMM_ENGINE_AUTO)
+        snprintf(out->weight, sizeof out->weight,
+                 "W%dA8: %d-bit codes%s, group %d, s_rel %s; decoded per call into %s (no int8 copy)", w->w4.bits,
+                 w->w4.bits, w->w4.codebook ? " + codebook" : "", w->w4.group, qmm_dtype_name(w->w4.s_rel_dtype),
+                 out->is_fallback ? "the float fallback's n16k4 blocks (W8A16)"
+                                  : qmm_i8_w4a8_site(qmm_i8_engine_of(out->engine), w, args->M));
     return QMM_OK;
 }
 

@@ -48,6 +48,15 @@ const char *qmm_act_name(qmm_act a) {
     return "unknown";
 }
 
+const char *qmm_op_name(qmm_op op) {
+    switch (op) {
+    case QMM_OP_LINEAR: return "linear";
+    case QMM_OP_ATTENTION: return "attention";
+    case QMM_OP_COUNT: break;
+    }
+    return "unknown";
+}
+
 qmm_act qmm_act_from_name(const char *name) {
     for (int a = 0; name && a < QMM_ACT_COUNT; a++)
         if (strcmp(name, qmm_act_name((qmm_act)a)) == 0) return (qmm_act)a;

@@ -181,7 +181,8 @@ int qmm_engine_available(qmm_engine_id e, char *why, size_t why_size) {
     return qmm_engine_usable(qmm_engine_get(e), qmm_env_max_isa(), 0, why, why_size);
 }
 
-const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n) {
+const char *qmm_admit_common_int8(const void *call, char *why, size_t n) {
+    const qmm_call *c = call;
     const qmm_weight *w = c->w;
     if (!w->is_int8) return "float weight: int8 engines run int8 weights only";
     if (w->full_precision) return "layer asks for full precision (full_precision_matrix_mult)";
@@ -205,7 +206,8 @@ const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n) {
     return NULL;
 }
 
-const char *qmm_admit_common_float(const qmm_call *c, char *why, size_t n) {
+const char *qmm_admit_common_float(const void *call, char *why, size_t n) {
+    const qmm_call *c = call;
     if (!qmm_dtype_is_float(c->x_dtype)) {
         snprintf(why, n, "x dtype %s: needs f32, f16 or bf16", qmm_dtype_name(c->x_dtype));
         return why;

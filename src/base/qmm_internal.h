@@ -46,7 +46,7 @@ struct qmm_context {
     void *scratch[QMM_SCRATCH_SLOTS];
     size_t scratch_bytes[QMM_SCRATCH_SLOTS];
     qmm_counters counters;
-    qmm_engine_id last_engine;   /* the engine of the last successful qmm_linear */
+    qmm_engine_id last_engine[QMM_OP_COUNT]; /* per operation, the engine of its last successful call */
     /* phase timers (qmm_profile): on, the totals, and one slot per thread for the thread sums */
     int profile;
     qmm_profile prof;
@@ -299,27 +299,35 @@ struct qmm_i8_engine; /* int8_gemm.h */
 struct qmm_fgemm;     /* float_gemm.h */
 struct qmm_attn_ukernels; /* attention.h */
 
+/* One operation (qmm_op) on one engine: a row of the engine's qmm_engine_ops. The call is the
+ * operation's own struct, validated by its API (linear: qmm_call; attention: qmm_attn_call).
+ *   admit: NULL if the engine runs the call, else a short reason (written into why[0..n) or a
+ *          static string); runs the engine's real rules, cheaply. NULL admit: the engine does
+ *          not offer this operation (and desc and run are NULL).
+ *   desc:  what the operation's core driver runs on this engine — linear: an int8 engine's
+ *          struct qmm_i8_engine (qmm_int8_gemm), a float engine's struct qmm_fgemm
+ *          (qmm_float_gemm); attention: struct qmm_attn_ukernels (qmm_attention_run).
+ *   run:   an engine's own run instead of the driver (the reference; the AMX engines' linear,
+ *          which pick their descriptor per call), else NULL.
+ * Linear: admit reads only the weight (has_neg128 is part of the cache key) and the call class —
+ * M, x_dtype, y_dtype, whether token_scales_in is given, and c->fallback (an int8 weight on a
+ * float engine, set by dispatch) — because dispatch caches its verdicts per class (dispatch.h,
+ * qmm_plan_choose). An int8 weight is owned (the n16k4 packing w->i8) or borrowed (w->borrowed:
+ * the engine reads the caller's rows w->borrow itself, packing per call what its kernels need).
+ * Attention: admit reads the whole call (its choice is not cached). */
+typedef struct qmm_op_row {
+    const char *(*admit)(const void *call, char *why, size_t n);
+    const void *desc;
+    qmm_status (*run)(qmm_context *ctx, const void *call);
+} qmm_op_row;
+
 /* What an engine's kernel file exports: its operations (the engine's identity is its row of the
  * engine table, engines.c). */
 typedef struct qmm_engine_ops {
     int built;                   /* 0 if the compiler could not build it */
-    /* Admission: NULL if the engine can run this call, else a short reason (written into
-     * why[0..n) or a static string). Runs the engine's real rules; cheap. It reads only the
-     * weight (has_neg128 is part of the cache key) and the call class — M, x_dtype, y_dtype and
-     * whether token_scales_in is given — because dispatch caches its verdicts per class
-     * (dispatch.h, qmm_plan_choose). */
-    const char *(*admit)(const qmm_call *c, char *why, size_t n);
-    /* How the call runs: run, an engine with its own (the reference; amx_int8, which picks one
-     * descriptor of its regime table per call), else i8, an engine on the core int8 driver (its
-     * micro-kernel descriptor, run by qmm_int8_gemm), else f, an engine on the core float driver
-     * (run by qmm_float_gemm); never both i8 and f. Tests drive an i8 descriptor's tile, pack and
-     * rows kernels directly (qmm_i8_engine_of), amx_int8's too (its blocked entry).
-     * Preconditions: admitted; buffers validated by qmm_linear. An int8 weight is owned (the
-     * n16k4 packing w->i8) or borrowed (w->borrowed: the engine reads the caller's rows w->borrow
-     * itself, packing per call what its kernels need). */
-    const struct qmm_i8_engine *i8;
-    const struct qmm_fgemm *f;
-    qmm_status (*run)(qmm_context *ctx, const qmm_call *c);
+    qmm_op_row op[QMM_OP_COUNT]; /* by qmm_op id; tests drive a linear i8 descriptor's tile, pack
+                                    and rows kernels directly (qmm_i8_engine_of), amx_int8's too
+                                    (its blocked entry, its desc beside its run) */
     /* What the engine tells `qmm bench` and logs about a call beyond being chosen, NULL when it
      * has nothing to tell (plain C: callable on any CPU, whether the engine runs here or not):
      * regime(w, M), the name of the regime it runs w in at M rows (w non-NULL, M >= 1;
@@ -335,14 +343,6 @@ typedef struct qmm_engine_ops {
     int n_probes;
     const char *const *probe_names;
     qmm_status (*probe)(int i, int64_t reps, int small, void (*ready)(void *), void *arg, qmm_probe_result *r);
-    /* The second operation, attention (SPEC §10), through the same table and plan: NULL when the
-     * engine offers none. attn_admit reads the whole call (attention's choice is not cached);
-     * attn: the engine's ukernels (core/attention.h), which the attention driver
-     * (qmm_attention_run) runs an admitted, validated call on; attn_run: only the reference's
-     * (its own f64 loop, no driver), NULL for every other engine. */
-    const char *(*attn_admit)(const qmm_attn_call *c, char *why, size_t n);
-    const struct qmm_attn_ukernels *attn;
-    qmm_status (*attn_run)(qmm_context *ctx, const qmm_attn_call *c);
 } qmm_engine_ops;
 
 /* The engines' operations, each defined beside its kernel. */
@@ -362,9 +362,9 @@ extern const qmm_engine_ops qmm_avx2_f32_ops;
  * engine, best first: the int8 engines (AMX, AVX512-VNNI, AVX-VNNI, AVX2), then the float engines
  * (the W8A16 fallback and float weights), then the scalar reference (run only when asked for by
  * name). A row is the engine's identity, written once, and its operations. Adding an engine: its
- * kernel file with its admit() and its `const qmm_engine_ops` (above), its flags in
- * CMakeLists.txt (QMM_ISA_SOURCES) and tests/isa/check_isa.sh, a QMM_ENGINE_* id (qmm.h), and
- * one row in engines.c. */
+ * kernel file with its `const qmm_engine_ops` (above: one qmm_op_row per operation it offers),
+ * its flags in CMakeLists.txt (QMM_ISA_SOURCES) and tests/isa/check_isa.sh, a QMM_ENGINE_* id
+ * (qmm.h), and one row in engines.c; no shared struct gains a field. */
 typedef struct qmm_engine {
     qmm_engine_id id;
     const char *name;
@@ -394,7 +394,7 @@ uint32_t qmm_engines_usable(int max_isa, uint32_t disabled);
 #define QMM_MAX_INT8_K 131071
 /* The common admission checks every int8 engine shares (dtypes, act/K_in, gs, y dtype, K limit).
  * Engines call it first, then add their own. */
-const char *qmm_admit_common_int8(const qmm_call *c, char *why, size_t n);
-const char *qmm_admit_common_float(const qmm_call *c, char *why, size_t n);
+const char *qmm_admit_common_int8(const void *call, char *why, size_t n);
+const char *qmm_admit_common_float(const void *call, char *why, size_t n);
 
 #endif /* QMM_INTERNAL_H */

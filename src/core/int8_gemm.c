@@ -14,7 +14,7 @@
 
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id) {
     const qmm_engine *e = qmm_engine_get(id);
-    return e ? e->ops->i8 : NULL;
+    return e && e->kind == QMM_KIND_INT8 ? e->ops->op[QMM_OP_LINEAR].desc : NULL;
 }
 
 static qmm_i8_rows_fn kernel_for(const qmm_i8_rows_ukernel *k, int n, int64_t M) {

@@ -254,7 +254,8 @@ qmm_i8_rows_fn qmm_i8_rows_kernel_for(const qmm_i8_engine *e, int64_t M);
  * none does. */
 const qmm_w4_rows_ukernel *qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_t M, int bits, int vbmi);
 
-/* The int8 driver's descriptor of engine id (qmm_engine_ops.i8); NULL if it has none. */
+/* The int8 driver's descriptor of engine id (the desc of its linear row, qmm_op_row); NULL if it
+ * has none. */
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id);
 
 /* The whole call on engine e (pre-pass, GEMM with the engine's tiles and epilogue, token

@@ -24,7 +24,7 @@
  *   gemm (float)  qmm_fkernel_fn (float_gemm.h): mr × nr panel tile of the float driver;
  *   attention     the ukernels of an attention engine (attention.h: qmm_attn_pack_kv_fn,
  *                 pack_q, qk, softmax, pv) and each engine's const qmm_attn_ukernels that lists
- *                 them (its qmm_engine_ops.attn); the softmax ukernels are the frame's (core/
+ *                 them (its attention row's desc); the softmax ukernels are the frame's (core/
  *                 attention_<isa>.c, by SIMD level and P kind), the others the engine's
  *                 (<engine>_attn.c); qmm_f32 = f32 operands, qmm_bf16 = bf16, qmm_qs8 = rotated
  *                 int8 q (+ 128, u8) and k, qmm_qu8_qs8 = u8 P × int8 V; <mr>x<nk> the tile of qk,

@@ -59,14 +59,14 @@ def test_plan_counters_last_engine():
     a = qmm.linear_args(7, "bf16")
     a.x, a.y = x.data_ptr(), y.data_ptr()
     w.linear(a)
-    c = qmm.counters()
+    c = qmm.counters()["linear"]
     assert c["calls"] == {p.engine: 1} and c["fallbacks"] == 0 and c["errors"] == 0
     assert qmm.last_engine() == p.engine
     a.y = None
     with pytest.raises(qmm.QmmError) as e:
         w.linear(a)
     assert "y is NULL" in e.value.message
-    assert qmm.counters()["errors"] == 1
+    assert qmm.counters()["linear"]["errors"] == 1
 
 
 def test_profile_phase_timers():
@@ -185,7 +185,7 @@ def test_struct_layout_matches_header():
     assert L.qmm_linear(ctx.ptr, w.ptr, ctypes.byref(a)) != L.OK
     buf = (ctypes.c_uint64 * (ctypes.sizeof(L.Counters) // 8 + 4))(*([7] * (ctypes.sizeof(L.Counters) // 8 + 4)))
     L.qmm_get_counters(ctx.ptr, ctypes.cast(buf, ctypes.POINTER(L.Counters)))
-    c = ctypes.cast(buf, ctypes.POINTER(L.Counters)).contents
+    c = ctypes.cast(buf, ctypes.POINTER(L.Counters)).contents.op[L.OP_LINEAR]
     assert c.calls[L.qmm_last_engine(ctx.ptr)] == 1 and sum(c.calls) == 1
     assert c.fallbacks == 0 and c.errors == 1
     assert list(buf[ctypes.sizeof(L.Counters) // 8:]) == [7] * 4   # the library wrote no more

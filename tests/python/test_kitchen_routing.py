@@ -36,7 +36,7 @@ def test_public_int8_linear_runs_on_qmm(kitchen):
     qmm.reset_counters()
     y = ck.int8_linear(x, w, s, None, torch.bfloat16)
     y2 = torch.ops.comfy_kitchen.int8_linear(x, w, s, None, 2, False, 256)
-    c = qmm.counters()
+    c = qmm.counters()["linear"]
     assert sum(c["calls"].values()) == 2 and c["fallbacks"] == 0 and c["errors"] == 0
     assert set(c["calls"]) <= set(qmm.int8_engines_available())
     assert y.shape == (2, 9, 64) and torch.equal(y, y2)
@@ -54,7 +54,7 @@ def test_comfyui_int8_layer_runs_on_qmm(kitchen):
     y = torch.nn.functional.linear(x, qt, bias)
     y_act = TensorWiseINT8Layout.linear_input_act(qt, torch.randn(1, 33, 1024).bfloat16(),
                                                   input_act="swiglu")
-    c = qmm.counters()
+    c = qmm.counters()["linear"]
     assert sum(c["calls"].values()) == 2 and c["fallbacks"] == 0
     with ck.use_backend("eager"):
         ye = torch.nn.functional.linear(x, qt, bias)
@@ -74,7 +74,7 @@ def test_declined_call_goes_to_eager_with_reason_logged(kitchen, caplog):
     qmm.reset_counters()
     with caplog.at_level(logging.DEBUG, logger="comfy_kitchen.dispatch"):
         y = ck.int8_linear(x, wt, s, None, torch.bfloat16)
-    assert sum(qmm.counters()["calls"].values()) == 0
+    assert sum(qmm.counters()["linear"]["calls"].values()) == 0
     text = caplog.text
     assert "Backend qmm declines int8_linear (weight: needs rows of K=256 contiguous int8 " \
            "values (column stride 1, row stride >= K, not empty)" in text
@@ -94,7 +94,7 @@ def test_layer_no_int8_engine_admits_is_declined(kitchen, caplog):
     qmm.reset_counters()
     with caplog.at_level(logging.DEBUG, logger="comfy_kitchen.dispatch"):
         y = ck.int8_linear(x, w, s, None, torch.bfloat16)
-    assert qmm.counters()["calls"] == {} and qmm.counters()["fallbacks"] == 0
+    assert qmm.counters()["linear"]["calls"] == {} and qmm.counters()["linear"]["fallbacks"] == 0
     assert "no int8 engine admits [8, 131072]" in caplog.text
     assert y.shape == (1, N)
 
@@ -118,11 +118,11 @@ def test_unregister_and_register_again(kitchen):
     try:
         qmm.reset_counters()
         ck.int8_linear(x, w, s, None, torch.bfloat16)
-        assert qmm.counters()["calls"] == {}
+        assert qmm.counters()["linear"]["calls"] == {}
     finally:
         kitchen.register()
     ck.int8_linear(x, w, s, None, torch.bfloat16)
-    assert sum(qmm.counters()["calls"].values()) == 1
+    assert sum(qmm.counters()["linear"]["calls"].values()) == 1
 
 
 def test_fused_rms_modulated_layout_path_runs_on_qmm(kitchen):
@@ -142,7 +142,7 @@ def test_fused_rms_modulated_layout_path_runs_on_qmm(kitchen):
     qmm.reset_counters()
     y = TensorWiseINT8Layout.fused_rms_modulated(x, qt, None, nw, 1e-6, mod)
     assert y is not NotImplemented and y.shape == (1, 12, 64)
-    assert sum(qmm.counters()["calls"].values()) == 1
+    assert sum(qmm.counters()["linear"]["calls"].values()) == 1
 
 
 def test_register_keeps_the_users_priority(kitchen):

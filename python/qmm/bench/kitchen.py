@@ -252,7 +252,7 @@ def _one(path, tokens, threads, reps, width, act_dtype, attention, split=0):
            "int8_mib": int8_bytes / 2 ** 20, "finite": bool(torch.isfinite(y).all()),
            "act_dtype": str(dt).replace("torch.", ""), "attention": attention}
     if path == "qmm":
-        c = qmm.counters()
+        c = qmm.counters()["linear"]
         out["engines"] = c["calls"]
         out["fallbacks"] = c["fallbacks"]
     if probe:

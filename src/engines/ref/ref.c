@@ -17,7 +17,8 @@
 
 #include <stdlib.h>
 
-static const char *ref_admit(const qmm_call *c, char *why, size_t n) {
+static const char *ref_admit(const void *call, char *why, size_t n) {
+    const qmm_call *c = call;
     if (c->w->is_int8) {
         if (c->w->convrot_gs && c->K % c->w->convrot_gs) return qmm_admit_common_int8(c, why, n);
         return NULL;
@@ -69,14 +70,17 @@ static qmm_status ref_run_float(qmm_context *ctx, const qmm_call *c) {
     return QMM_OK;
 }
 
-static qmm_status ref_run(qmm_context *ctx, const qmm_call *c) {
+static qmm_status ref_run(qmm_context *ctx, const void *call) {
+    const qmm_call *c = call;
     return c->w->is_int8 ? ref_run_int8(ctx, c) : ref_run_float(ctx, c);
 }
 
 /* attention (ref_attention.c) */
-const char *qmm_ref_attn_admit(const qmm_attn_call *c, char *why, size_t n);
-qmm_status qmm_ref_attn_run(qmm_context *ctx, const qmm_attn_call *c);
+const char *qmm_ref_attn_admit(const void *call, char *why, size_t n);
+qmm_status qmm_ref_attn_run(qmm_context *ctx, const void *call);
 
 const qmm_engine_ops qmm_ref_ops = {
-    .built = 1, .admit = ref_admit, .run = ref_run, .attn_admit = qmm_ref_attn_admit, .attn_run = qmm_ref_attn_run,
+    .built = 1,
+    .op[QMM_OP_LINEAR] = {.admit = ref_admit, .run = ref_run},
+    .op[QMM_OP_ATTENTION] = {.admit = qmm_ref_attn_admit, .run = qmm_ref_attn_run}, /* its own f64 loop */
 };

@@ -14,10 +14,11 @@
 
 #include <math.h>
 
-const char *qmm_ref_attn_admit(const qmm_attn_call *c, char *why, size_t n);
-qmm_status qmm_ref_attn_run(qmm_context *ctx, const qmm_attn_call *c);
+const char *qmm_ref_attn_admit(const void *call, char *why, size_t n);
+qmm_status qmm_ref_attn_run(qmm_context *ctx, const void *call);
 
-const char *qmm_ref_attn_admit(const qmm_attn_call *c, char *why, size_t n) {
+const char *qmm_ref_attn_admit(const void *call, char *why, size_t n) {
+    const qmm_attn_call *c = call;
     (void)c; (void)why; (void)n;
     return NULL;
 }
@@ -68,7 +69,8 @@ static void ref_row(int64_t row, int64_t n_rows, int thread, void *arg) {
     }
 }
 
-qmm_status qmm_ref_attn_run(qmm_context *ctx, const qmm_attn_call *c) {
+qmm_status qmm_ref_attn_run(qmm_context *ctx, const void *call) {
+    const qmm_attn_call *c = call;
     const int T = qmm_pool_threads(ctx->pool);
     size_t row, bytes;
     QMM_RETURN_IF(!qmm_mul_ok(sizeof(double), (size_t)c->Skv, &row) || row > QMM_ATTN_MAX_SCRATCH ||

@@ -68,7 +68,8 @@
 
 #include <stdio.h>
 
-static const char *amx_bf16_admit(const qmm_call *c, char *why, size_t n) {
+static const char *amx_bf16_admit(const void *call, char *why, size_t n) {
+    const qmm_call *c = call;
     const char *r = qmm_admit_common_float(c, why, n);
     if (r) return r;
     const qmm_weight *w = c->w;
@@ -231,7 +232,8 @@ static int64_t block_cols(int64_t N, int64_t M, int64_t nc, int nt) {
     return best;
 }
 
-static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
+static qmm_status amx_bf16_run(qmm_context *ctx, const void *call) {
+    const qmm_call *c = call;
     const qmm_amx_blocking bl = QMM_AMX_SYM(qmm_amx_blocking_now)();
     const int64_t kc = bl.kc / 2, nr = block_cols(c->N, c->M, bl.nc, ctx->n_threads);
     const qmm_fgemm g = {
@@ -245,7 +247,8 @@ static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
 }
 
 #else /* built without AMX compiler support */
-static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
+static qmm_status amx_bf16_run(qmm_context *ctx, const void *call) {
+    const qmm_call *c = call;
     (void)ctx;
     return qmm_fail(QMM_ERR_UNSUPPORTED_HARDWARE, "layer %s: amx_bf16 was not built (compiler lacks AMX)", c->w->name);
 }
@@ -253,11 +256,11 @@ static qmm_status amx_bf16_run(qmm_context *ctx, const qmm_call *c) {
 
 const qmm_engine_ops QMM_AMX_SYM(qmm_amx_bf16_ops) = {
     .built = QMM_AMX_BUILT,
-    .admit = amx_bf16_admit,
-    .run = amx_bf16_run,
-    .tuning = qmm_amx_tuning,
-    .attn_admit = QMM_AMX_SYM(qmm_amx_bf16_attn_admit), /* attention: amx_bf16_attn.c */
-#ifdef QMM_AMX_KERNELS
-    .attn = &QMM_AMX_SYM(qmm_amx_bf16_attn),
+    .op[QMM_OP_LINEAR] = {.admit = amx_bf16_admit, .run = amx_bf16_run}, /* its run makes its qmm_fgemm per call */
+#ifdef QMM_AMX_KERNELS /* attention: amx_bf16_attn.c */
+    .op[QMM_OP_ATTENTION] = {.admit = QMM_AMX_SYM(qmm_amx_bf16_attn_admit), .desc = &QMM_AMX_SYM(qmm_amx_bf16_attn)},
+#else
+    .op[QMM_OP_ATTENTION] = {.admit = QMM_AMX_SYM(qmm_amx_bf16_attn_admit)},
 #endif
+    .tuning = qmm_amx_tuning,
 };

@@ -25,7 +25,8 @@
 #include "attention_avx512.h"
 #include "ukernels.h"
 
-const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const qmm_attn_call *c, char *why, size_t n) {
+const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const void *call, char *why, size_t n) {
+    const qmm_attn_call *c = call;
     (void)why; (void)n;
     if (c->mode == QMM_ATTN_F32) return "mode f32: this engine rounds q, k, v and p to bf16";
     return NULL;

@@ -96,7 +96,8 @@
 
 const int QMM_AMX_SYM(qmm_amx_int8_min_m) = QMM_AMX_INT8_MIN_M; /* the default (tests) */
 
-static const char *amx_int8_admit(const qmm_call *c, char *why, size_t n) {
+static const char *amx_int8_admit(const void *call, char *why, size_t n) {
+    const qmm_call *c = call;
     const char *r = qmm_admit_common_int8(c, why, n);
     if (r) return r;
     const qmm_amx_blocking b = QMM_AMX_SYM(qmm_amx_blocking_now)();
@@ -329,7 +330,8 @@ static const amx_int8_engine *amx_int8_table(qmm_amx_blocking *b) {
     return g_table;
 }
 
-static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
+static qmm_status amx_int8_run(qmm_context *ctx, const void *call) {
+    const qmm_call *c = call;
     qmm_amx_blocking bl;
     const amx_int8_engine *table = amx_int8_table(&bl);
     const int64_t M = c->M, Kp = c->w->i8.Kp;
@@ -339,7 +341,8 @@ static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
 }
 
 #else /* built without AMX compiler support */
-static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
+static qmm_status amx_int8_run(qmm_context *ctx, const void *call) {
+    const qmm_call *c = call;
     (void)ctx;
     return qmm_fail(QMM_ERR_UNSUPPORTED_HARDWARE, "layer %s: amx_int8 was not built (compiler lacks AMX)", c->w->name);
 }
@@ -347,18 +350,16 @@ static qmm_status amx_int8_run(qmm_context *ctx, const qmm_call *c) {
 
 const qmm_engine_ops QMM_AMX_SYM(qmm_amx_int8_ops) = {
     .built = QMM_AMX_BUILT,
-    .admit = amx_int8_admit,
-    .run = amx_int8_run,
-#ifdef QMM_AMX_KERNELS
-    .i8 = &g_table[QMM_AMX_BLOCKED].e,
+#ifdef QMM_AMX_KERNELS /* its run picks the descriptor of its regime; desc: the blocked one, for the tests */
+    .op[QMM_OP_LINEAR] = {.admit = amx_int8_admit, .desc = &g_table[QMM_AMX_BLOCKED].e, .run = amx_int8_run},
+    .op[QMM_OP_ATTENTION] = {.admit = QMM_AMX_SYM(qmm_amx_int8_attn_admit), .desc = &QMM_AMX_SYM(qmm_amx_int8_attn)},
+#else
+    .op[QMM_OP_LINEAR] = {.admit = amx_int8_admit, .run = amx_int8_run},
+    .op[QMM_OP_ATTENTION] = {.admit = QMM_AMX_SYM(qmm_amx_int8_attn_admit)},
 #endif
     .regime = qmm_amx_int8_regime,
     .tuning = qmm_amx_tuning,
     .n_probes = QMM_AMX_LADDER_RUNGS,
     .probe_names = QMM_AMX_SYM(qmm_amx_ladder_names),
     .probe = QMM_AMX_SYM(qmm_amx_ladder_probe),
-    .attn_admit = QMM_AMX_SYM(qmm_amx_int8_attn_admit), /* attention, mode int8: amx_int8_attn.c */
-#ifdef QMM_AMX_KERNELS
-    .attn = &QMM_AMX_SYM(qmm_amx_int8_attn),
-#endif
 };

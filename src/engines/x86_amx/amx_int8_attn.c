@@ -130,7 +130,8 @@ const qmm_attn_ukernels QMM_AMX_SYM(qmm_amx_int8_attn) = {
 
 #endif /* QMM_AMX_KERNELS */
 
-const char *QMM_AMX_SYM(qmm_amx_int8_attn_admit)(const qmm_attn_call *c, char *why, size_t n) {
+const char *QMM_AMX_SYM(qmm_amx_int8_attn_admit)(const void *call, char *why, size_t n) {
+    const qmm_attn_call *c = call;
     (void)why; (void)n;
     if (c->mode != QMM_ATTN_INT8) return "int8 QKᵀ and P·V run in mode int8 only";
     /* its packing and query rows are avx512_vnni's kernels (every AMX CPU has AVX512-VNNI; the

@@ -142,8 +142,8 @@ void QMM_AMX_SYM(qmm_amx_tiles_config)(int r0, int r1);
  * (the end hook of either driver, after the thread's last task of a pool run). */
 void QMM_AMX_SYM(qmm_amx_tiles_release)(void);
 
-/* amx_bf16's attention (amx_bf16_attn.c; attention.h's contract): its descriptor (the engine's
- * qmm_engine_ops.attn; begin / end configure and release the tiles) and its ukernels, 16 query
+/* amx_bf16's attention (amx_bf16_attn.c; attention.h's contract): its descriptor (the desc of the
+ * engine's attention row; begin / end configure and release the tiles) and its ukernels, 16 query
  * rows × 64 keys (qk) and 16 rows × 64 of D (pv) on bf16 tiles, called between begin and end. */
 struct qmm_attn_ukernels;
 extern const struct qmm_attn_ukernels QMM_AMX_SYM(qmm_amx_bf16_attn);
@@ -166,7 +166,7 @@ void QMM_AMX_SYM(qmm_qu8_qs8_attn_pv_ukernel_16x64c4__amx)(int rows, const void 
 #endif /* QMM_AMX_KERNELS */
 
 /* amx_int8's attention admit (amx_int8_attn.c: plain, built either way): mode int8 only */
-const char *QMM_AMX_SYM(qmm_amx_int8_attn_admit)(const qmm_attn_call *c, char *why, size_t n);
+const char *QMM_AMX_SYM(qmm_amx_int8_attn_admit)(const void *call, char *why, size_t n);
 /* amx_bf16's attention admit (amx_bf16_attn.c: plain, built either way) */
-const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const qmm_attn_call *c, char *why, size_t n);
+const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const void *call, char *why, size_t n);
 #endif /* QMM_AMX_KERNEL_H */

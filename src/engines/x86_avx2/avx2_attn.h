@@ -8,7 +8,7 @@
 
 #include "qmm_internal.h"
 
-const char *qmm_avx2_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n); /* avx2_f32_attn.c */
-const char *qmm_avx_vnni_attn_admit(const qmm_attn_call *c, char *why, size_t n); /* avx_vnni_attn.c: mode int8 */
+const char *qmm_avx2_f32_attn_admit(const void *call, char *why, size_t n); /* avx2_f32_attn.c */
+const char *qmm_avx_vnni_attn_admit(const void *call, char *why, size_t n); /* avx_vnni_attn.c: mode int8 */
 
 #endif /* QMM_AVX2_ATTN_H */

@@ -114,6 +114,7 @@ static const qmm_fgemm k_gemm = {
 /* attention (avx2_f32_attn.c) */
 
 const qmm_engine_ops qmm_avx2_f32_ops = {
-    .built = 1, .admit = qmm_admit_common_float, .f = &k_gemm,
-    .attn_admit = qmm_avx2_f32_attn_admit, .attn = &qmm_avx2_f32_attn,
+    .built = 1,
+    .op[QMM_OP_LINEAR] = {.admit = qmm_admit_common_float, .desc = &k_gemm},
+    .op[QMM_OP_ATTENTION] = {.admit = qmm_avx2_f32_attn_admit, .desc = &qmm_avx2_f32_attn},
 };

@@ -141,7 +141,8 @@ const qmm_attn_ukernels qmm_avx2_f32_attn = {
     .qk = qmm_f32_attn_qk_ukernel_6x32__avx2_fma, .softmax = qmm_attn_softmax_f32__avx2,
     .pv = qmm_f32_attn_pv_ukernel_6x16__avx2_fma};
 
-const char *qmm_avx2_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n) {
+const char *qmm_avx2_f32_attn_admit(const void *call, char *why, size_t n) {
+    const qmm_attn_call *c = call;
     (void)c; (void)why; (void)n;
     return NULL;
 }

@@ -41,7 +41,8 @@ static void block_4x16(const uint8_t *a, int64_t lda, const int8_t *b, int64_t k
     }
 }
 
-static const char *admit(const qmm_call *c, char *why, size_t n) {
+static const char *admit(const void *call, char *why, size_t n) {
+    const qmm_call *c = call;
     const char *r = qmm_admit_common_int8(c, why, n);
     if (r) return r;
     if (c->w->has_neg128)
@@ -104,4 +105,4 @@ static const qmm_i8_engine k_avx2_int8 = {
     .w4a8 = &k_w4a8_family,
 };
 
-const qmm_engine_ops qmm_avx2_int8_ops = {.built = 1, .admit = admit, .i8 = &k_avx2_int8};
+const qmm_engine_ops qmm_avx2_int8_ops = {.built = 1, .op[QMM_OP_LINEAR] = {.admit = admit, .desc = &k_avx2_int8}};

@@ -82,7 +82,8 @@ static void block_6x16(const uint8_t *a, int64_t lda, const int8_t *b, int64_t k
 }
 #endif
 
-static const char *admit(const qmm_call *c, char *why, size_t n) {
+static const char *admit(const void *call, char *why, size_t n) {
+    const qmm_call *c = call;
     return qmm_admit_common_int8(c, why, n);
 }
 
@@ -125,8 +126,8 @@ static const qmm_i8_engine k_avx_vnni = {
 #endif
 
 #ifdef QMM_HAVE_AVXVNNI_BUILD
-const qmm_engine_ops qmm_avx_vnni_ops = {.built = 1, .admit = admit, .i8 = &k_avx_vnni,
-                                         .attn_admit = qmm_avx_vnni_attn_admit, .attn = &qmm_avx_vnni_attn};
+const qmm_engine_ops qmm_avx_vnni_ops = {.built = 1, .op[QMM_OP_LINEAR] = {.admit = admit, .desc = &k_avx_vnni},
+                                         .op[QMM_OP_ATTENTION] = {.admit = qmm_avx_vnni_attn_admit, .desc = &qmm_avx_vnni_attn}};
 #else /* the compiler lacks AVX-VNNI: listed, never usable */
-const qmm_engine_ops qmm_avx_vnni_ops = {.built = 0, .admit = admit};
+const qmm_engine_ops qmm_avx_vnni_ops = {.built = 0, .op[QMM_OP_LINEAR] = {.admit = admit}};
 #endif

@@ -52,7 +52,8 @@
 #include <math.h>
 #include <string.h>
 
-const char *qmm_avx_vnni_attn_admit(const qmm_attn_call *c, char *why, size_t n) {
+const char *qmm_avx_vnni_attn_admit(const void *call, char *why, size_t n) {
+    const qmm_attn_call *c = call;
     (void)why; (void)n;
     if (c->mode != QMM_ATTN_INT8) return "int8 QKᵀ and P·V run in mode int8 only";
     return NULL;

@@ -8,8 +8,8 @@
 
 #include "qmm_internal.h"
 
-const char *qmm_avx512_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n);  /* avx512_f32_attn.c */
-const char *qmm_avx512_bf16_attn_admit(const qmm_attn_call *c, char *why, size_t n); /* avx512_bf16_attn.c */
-const char *qmm_avx512_vnni_attn_admit(const qmm_attn_call *c, char *why, size_t n); /* avx512_vnni_attn.c: mode int8 */
+const char *qmm_avx512_f32_attn_admit(const void *call, char *why, size_t n);  /* avx512_f32_attn.c */
+const char *qmm_avx512_bf16_attn_admit(const void *call, char *why, size_t n); /* avx512_bf16_attn.c */
+const char *qmm_avx512_vnni_attn_admit(const void *call, char *why, size_t n); /* avx512_vnni_attn.c: mode int8 */
 
 #endif /* QMM_AVX512_ATTN_H */

@@ -88,7 +88,8 @@ void qmm_bf16_f32_gemm_ukernel_6x64__avx512bf16(const qmm_fgemm *g, int rows, in
 }
 
 /* ---------------------------------------------------------------- engine */
-static const char *admit(const qmm_call *c, char *why, size_t n) {
+static const char *admit(const void *call, char *why, size_t n) {
+    const qmm_call *c = call;
     const char *r = qmm_admit_common_float(c, why, n);
     if (r) return r;
     if (!c->w->is_int8 && c->w->fdtype != QMM_BF16)
@@ -105,6 +106,7 @@ static const qmm_fgemm k_gemm = {
 };
 
 const qmm_engine_ops qmm_avx512_bf16_ops = {
-    .built = 1, .admit = admit, .f = &k_gemm,
-    .attn_admit = qmm_avx512_bf16_attn_admit, .attn = &qmm_avx512_bf16_attn,
+    .built = 1,
+    .op[QMM_OP_LINEAR] = {.admit = admit, .desc = &k_gemm},
+    .op[QMM_OP_ATTENTION] = {.admit = qmm_avx512_bf16_attn_admit, .desc = &qmm_avx512_bf16_attn},
 };

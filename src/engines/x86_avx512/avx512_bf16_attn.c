@@ -108,7 +108,8 @@ const qmm_attn_ukernels qmm_avx512_bf16_attn = {
  * gives twice FMA's products per cycle and this engine is the faster one. */
 static int bf16_pays(void) { return !(qmm_cpu_features() & QMM_CPU_AVX512_FP16); }
 
-const char *qmm_avx512_bf16_attn_admit(const qmm_attn_call *c, char *why, size_t n) {
+const char *qmm_avx512_bf16_attn_admit(const void *call, char *why, size_t n) {
+    const qmm_attn_call *c = call;
     (void)why; (void)n;
     if (c->mode == QMM_ATTN_F32) return "mode f32: this engine rounds q, k, v and p to bf16";
     if (!c->by_name && !bf16_pays()) return "mode best: VDPBF16PS runs at half FMA's rate on this CPU (avx512_f32 is faster)";

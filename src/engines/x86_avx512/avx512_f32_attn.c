@@ -121,7 +121,8 @@ const qmm_attn_ukernels qmm_avx512_f32_attn = {
     .qk = qmm_f32_attn_qk_ukernel_6x64__avx512f, .softmax = qmm_attn_softmax_f32__avx512,
     .pv = qmm_f32_attn_pv_ukernel_6x64__avx512f};
 
-const char *qmm_avx512_f32_attn_admit(const qmm_attn_call *c, char *why, size_t n) {
+const char *qmm_avx512_f32_attn_admit(const void *call, char *why, size_t n) {
+    const qmm_attn_call *c = call;
     (void)c; (void)why; (void)n;
     return NULL;
 }

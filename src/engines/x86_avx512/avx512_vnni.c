@@ -113,9 +113,10 @@ static const qmm_i8_engine k_vnni = {
 
 /* Admission beside the kernel: the common int8 rules; this kernel has no extra limit (any M, N,
  * K, strides; -128 weights are exact with u8 × s8). */
-static const char *admit(const qmm_call *c, char *why, size_t n) { return qmm_admit_common_int8(c, why, n); }
+static const char *admit(const void *call, char *why, size_t n) { return qmm_admit_common_int8(call, why, n); }
 
 const qmm_engine_ops qmm_avx512_vnni_ops = {
-    .built = 1, .admit = admit, .i8 = &k_vnni,
-    .attn_admit = qmm_avx512_vnni_attn_admit, .attn = &qmm_avx512_vnni_attn,
+    .built = 1,
+    .op[QMM_OP_LINEAR] = {.admit = admit, .desc = &k_vnni},
+    .op[QMM_OP_ATTENTION] = {.admit = qmm_avx512_vnni_attn_admit, .desc = &qmm_avx512_vnni_attn},
 };

@@ -288,7 +288,8 @@ const qmm_attn_ukernels qmm_avx512_vnni_attn = {
     .qk = qmm_qs8_attn_qk_ukernel_6x64c4__avx512vnni, .softmax = qmm_attn_softmax_u8__avx512,
     .pv = qmm_qu8_qs8_attn_pv_ukernel_6x64c4__avx512vnni};
 
-const char *qmm_avx512_vnni_attn_admit(const qmm_attn_call *c, char *why, size_t n) {
+const char *qmm_avx512_vnni_attn_admit(const void *call, char *why, size_t n) {
+    const qmm_attn_call *c = call;
     (void)why; (void)n;
     if (c->mode != QMM_ATTN_INT8) return "int8 QKᵀ and P·V run in mode int8 only";
     return NULL;
