@@ -117,8 +117,8 @@ void qmm_f32_gemm_ukernel_6x16__avx2_fma(const qmm_fgemm *g, int rows, int64_t k
                                          float *C, int accumulate);
 
 /* ---------------------------------------------------------------- attention (attention.h) */
-/* the frame's softmax ukernels (qmm_attn_softmax_fn): core/attention_avx512.c (AVX-512 F/BW/VL/DQ,
- * nk a multiple of 16 up to 64), core/attention_avx2.c (AVX2 + FMA, nk a multiple of 8 up to 64) */
+/* the frame's softmax ukernels (qmm_attn_softmax_fn): core/avx512/attention_avx512.c (AVX-512 F/BW/VL/DQ,
+ * nk a multiple of 16 up to 64), core/avx2/attention_avx2.c (AVX2 + FMA, nk a multiple of 8 up to 64) */
 void qmm_attn_softmax_f32__avx512(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
                                   const void *mask, void *P, float *m, float *l, float *alpha, float *ps);
 void qmm_attn_softmax_bf16__avx512(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,

@@ -7,7 +7,7 @@
 #   instructions objdump -d shows no instruction of a feature outside them (VNNI, BF16, AMX,
 #                AVX-512 registers zmm / k / xmm16+, AVX512-DQ, AVX512-VBMI, F16C, FMA).
 # AVX-512 implies FMA, F16C and AVX2 here (every AVX-512 CPU has them). Every object under
-# src/engines/x86_*/ and src/core/*_avx* must be in the table below, and each engine's signature
+# src/engines/x86_*/ and src/core/avx2/, src/core/avx512/ must be in the table below, and each engine's signature
 # instruction must be found (so that the detection is known to work); "none" is plain C beside an
 # engine's kernels (its hooks that run on any CPU): no -m flag, none of these instructions.
 # Exit 77 (skipped, said loudly) when objdump is missing.
@@ -32,10 +32,10 @@ src/engines/x86_avx2/avx_vnni.c             avx2,fma,f16c,avx_vnni              
 src/engines/x86_avx2/avx_vnni_w4a8.c        avx2,fma,f16c,avx_vnni                       avx_vnni
 src/engines/x86_avx2/avx_vnni_rows.c        avx2,fma,f16c,avx_vnni                       avx_vnni
 src/engines/x86_avx2/avx_vnni_attn.c        avx2,fma,f16c,avx_vnni                       avx_vnni
-src/core/prepass_avx2.c                     avx2,fma,f16c                                f16c
-src/core/attention_avx2.c                   avx2,fma                                     fma
-src/core/float_act_avx2.c                   avx2,fma,f16c                                f16c
-src/core/w4a8_avx2.c                        avx2,fma,f16c                                -
+src/core/avx2/prepass_avx2.c                avx2,fma,f16c                                f16c
+src/core/avx2/attention_avx2.c              avx2,fma                                     fma
+src/core/avx2/float_act_avx2.c              avx2,fma,f16c                                f16c
+src/core/avx2/w4a8_avx2.c                   avx2,fma,f16c                                -
 src/engines/x86_avx512/avx512_vnni.c        avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
 src/engines/x86_avx512/avx512_vnni_gemm.c   avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
 src/engines/x86_avx512/avx512_vnni_rows.c   avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
@@ -45,13 +45,13 @@ src/engines/x86_avx512/avx512_bf16.c        avx512f,avx512bw,avx512vl,avx512_bf1
 src/engines/x86_avx512/avx512_f32.c         avx512f,avx512bw,avx512vl,avx512dq           avx512f
 src/engines/x86_avx512/avx512_f32_attn.c    avx512f,avx512bw,avx512vl,avx512dq           avx512f
 src/engines/x86_avx512/avx512_bf16_attn.c   avx512f,avx512bw,avx512vl,avx512_bf16        avx512_bf16
-src/core/prepass_avx512.c                   avx512f,avx512bw,avx512vl,avx512dq           avx512f
-src/core/attention_avx512.c                 avx512f,avx512bw,avx512vl,avx512dq           avx512f
-src/core/input_stage_avx512.c               avx512f,avx512bw,avx512vl,avx512dq           avx512f
-src/core/float_act_avx512.c                 avx512f,avx512bw,avx512vl,avx512dq           avx512f
-src/core/float_gemm_avx512.c                avx512f,avx512bw,avx512vl,avx512dq           avx512f
-src/core/w4a8_avx512.c                      avx512f,avx512bw,avx512vl,avx512dq           avx512f
-src/core/w4a8_avx512vbmi.c                  avx512f,avx512bw,avx512vl,avx512dq,avx512_vbmi avx512_vbmi
+src/core/avx512/prepass_avx512.c            avx512f,avx512bw,avx512vl,avx512dq           avx512f
+src/core/avx512/attention_avx512.c          avx512f,avx512bw,avx512vl,avx512dq           avx512f
+src/core/avx512/input_stage_avx512.c        avx512f,avx512bw,avx512vl,avx512dq           avx512f
+src/core/avx512/float_act_avx512.c          avx512f,avx512bw,avx512vl,avx512dq           avx512f
+src/core/avx512/float_gemm_avx512.c         avx512f,avx512bw,avx512vl,avx512dq           avx512f
+src/core/avx512/w4a8_avx512.c               avx512f,avx512bw,avx512vl,avx512dq           avx512f
+src/core/avx512/w4a8_avx512vbmi.c           avx512f,avx512bw,avx512vl,avx512dq,avx512_vbmi avx512_vbmi
 src/engines/x86_avx512/avx512_vnni_w4a8.c   avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
 src/engines/x86_avx512/avx512_vnni_w4a8_vbmi.c avx512f,avx512bw,avx512vl,avx512_vnni,avx512_vbmi avx512_vbmi
 src/engines/x86_amx/amx_int8.c              avx512f,avx512bw,avx512vl,avx512dq,amx_tile,amx_int8 amx_int8
@@ -158,7 +158,7 @@ done <"$tmpf"
 [ $checked -gt 0 ] || { echo "FAIL: no object checked"; fail=1; }
 
 # every ISA-specific object is in the table
-for obj in "$objdir"/src/engines/x86_*/*.o "$objdir"/src/core/*_avx*.o; do
+for obj in "$objdir"/src/engines/x86_*/*.o "$objdir"/src/core/avx2/*.o "$objdir"/src/core/avx512/*.o; do
     [ -f "$obj" ] || continue
     case " $listed " in *" $obj "*) ;; *) echo "FAIL ${obj#$objdir/}: not in check_isa.sh's table (add it with its engine's features)"; fail=1 ;; esac
 done

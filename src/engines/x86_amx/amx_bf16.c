@@ -64,7 +64,7 @@
 #include "amx_kernel.h"
 #include "amx_regime.h"
 #include "float_gemm.h"
-#include "pack_avx512.h"
+#include "avx512/pack_avx512.h"
 
 #include <stdio.h>
 

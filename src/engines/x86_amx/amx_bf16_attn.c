@@ -22,7 +22,7 @@
  * end (pad_rows: the tiles stay 16 × 64); nothing past the group's rows is stored into O.
  */
 #include "amx_kernel.h"
-#include "attention_avx512.h"
+#include "avx512/attention_avx512.h"
 #include "ukernels.h"
 
 const char *QMM_AMX_SYM(qmm_amx_bf16_attn_admit)(const void *call, char *why, size_t n) {

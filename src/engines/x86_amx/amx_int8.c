@@ -86,8 +86,8 @@
 #include "amx_regime.h"
 #include "int8_gemm.h"
 #include "numerics.h"
-#include "pack_avx512.h"
-#include "simd_avx512.h"
+#include "avx512/pack_avx512.h"
+#include "avx512/simd_avx512.h"
 
 #include <limits.h>
 #include <stdatomic.h>

@@ -21,7 +21,7 @@
  *     O = O·α + ps · sum · vs in avx512_vnni's steps (qmm_za_pv_store).
  */
 #include "amx_kernel.h"
-#include "attention_avx512.h"
+#include "avx512/attention_avx512.h"
 #include "ukernels.h"
 
 #ifdef QMM_AMX_KERNELS

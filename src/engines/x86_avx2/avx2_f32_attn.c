@@ -14,7 +14,7 @@
 #include "attention.h"
 #include "avx2_attn.h"
 #include "numerics.h"
-#include "simd_avx2.h"
+#include "avx2/simd_avx2.h"
 #include "ukernels.h"
 
 #include <math.h>

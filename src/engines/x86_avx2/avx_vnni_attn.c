@@ -46,7 +46,7 @@
 
 #include "attention.h"
 #include "numerics.h"
-#include "simd_avx2.h"
+#include "avx2/simd_avx2.h"
 #include "ukernels.h"
 
 #include <math.h>

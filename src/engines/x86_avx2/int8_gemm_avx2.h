@@ -21,7 +21,7 @@
 #include "int8_gemm.h"
 #include "prepass.h"
 #include "qmm_internal.h"
-#include "simd_avx2.h"
+#include "avx2/simd_avx2.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -23,7 +23,7 @@
 
 #include "int8_gemm_avx2.h"
 #include "int8_rows_avx2.h"
-#include "w4a8_avx2.h"
+#include "avx2/w4a8_avx2.h"
 
 enum { QMM_W4R_PF = 4096, QMM_W4R_CHUNK = 2048, QMM_W4R_M = 8 };
 

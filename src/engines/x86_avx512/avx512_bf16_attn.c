@@ -12,7 +12,7 @@
  * qk: 6 query rows × 64 keys (24 zmm), per d-pair 4 K loads and 6 dword broadcasts; S = sq · acc.
  * pv: 6 rows × 64 of D (24 zmm) per pass, per key pair 4 V loads and 6 dword broadcasts.
  */
-#include "attention_avx512.h"
+#include "avx512/attention_avx512.h"
 #include "avx512_attn.h"
 #include "ukernels.h"
 

@@ -17,7 +17,7 @@
  */
 #include "avx512_attn.h"
 #include "float_gemm.h"
-#include "pack_avx512.h"
+#include "avx512/pack_avx512.h"
 #include "qmm_internal.h"
 #include "ukernels.h"
 

@@ -10,7 +10,7 @@
  * pv: 6 rows × 64 of D (24 zmm) per pass, per key 4 V loads and 6 broadcasts of p[i][j].
  * Each score and each output is one FMA chain in order of d (of j within a block).
  */
-#include "attention_avx512.h"
+#include "avx512/attention_avx512.h"
 #include "avx512_attn.h"
 #include "ukernels.h"
 

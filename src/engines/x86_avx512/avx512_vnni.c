@@ -30,7 +30,7 @@
 #include "avx512_attn.h"
 #include "avx512_vnni.h"
 #include "avx512_vnni_small.h"
-#include "pack_avx512.h"
+#include "avx512/pack_avx512.h"
 #include "ukernels.h"
 
 enum {

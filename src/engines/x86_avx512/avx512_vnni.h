@@ -9,7 +9,7 @@
 #define QMM_AVX512_VNNI_H
 
 #include "int8_gemm.h"
-#include "simd_avx512.h"
+#include "avx512/simd_avx512.h"
 
 #include <immintrin.h>
 

@@ -30,7 +30,7 @@
  * qk: 6 query rows × 64 keys (24 zmm), per 4 of D 4 K loads and 6 dword broadcasts of qq + 128.
  * pv: 6 rows × 64 of D (24 zmm), per 4 keys 4 V loads and 6 dword broadcasts of pq.
  */
-#include "attention_avx512.h"
+#include "avx512/attention_avx512.h"
 #include "avx512_attn.h"
 #include "avx512_vnni.h"
 #include "ukernels.h"

@@ -20,7 +20,7 @@
 #define QMM_AVX512_VNNI_BCAST_H
 
 #include "avx512_vnni.h"
-#include "pack_avx512.h"
+#include "avx512/pack_avx512.h"
 
 #include <string.h>
 

@@ -6,7 +6,7 @@
  */
 #include "avx512_vnni.h"
 #include "avx512_vnni_bcast.h"
-#include "pack_avx512.h"
+#include "avx512/pack_avx512.h"
 #include "ukernels.h"
 
 #include <string.h>

@@ -36,7 +36,7 @@
 #define QMM_AVX512_VNNI_W4A8_H
 
 #include "avx512_vnni_bcast.h"
-#include "w4a8_avx512.h"
+#include "avx512/w4a8_avx512.h"
 
 #include <immintrin.h>
 
