@@ -44,8 +44,8 @@
  *              rows kernel as rows (the buffer and its stride Kp);
  *   out        token scales copied to c->token_scales when asked.
  * A new int8 engine is its micro-kernel(s) (declared by name in ukernels.h), a qmm_i8_engine
- * descriptor (its qmm_engine_ops' .i8: test_int8_ukernels drives the kernels through it), its
- * admit() and one row of the engine table.
+ * descriptor (the desc of its qmm_engine_ops linear row; test_int8_ukernels drives the kernels
+ * through it), its admit() and one row of the engine table.
  */
 #ifndef QMM_INT8_GEMM_H
 #define QMM_INT8_GEMM_H

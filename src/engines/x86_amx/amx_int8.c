@@ -78,7 +78,7 @@
  * 17, amx_blocking.h: the measurement) goes to avx512_vnni too, whose rows kernel reads the
  * caller's rows once in place where this engine packs them per call.
  *
- * Verification: tests/test_amx_emulated.c, test_int8_ukernels (through .i8) and
+ * Verification: tests/test_amx_emulated.c, test_int8_ukernels (through its linear row's desc) and
  * fuzz_corpus_engines_amx_emu run this source with every tile instruction replaced by the
  * software model of amx_emu.c; on an AMX machine the same tests run the real engine.
  */
@@ -295,7 +295,7 @@ static void end(const qmm_call *c, int thread) {
 
 /* Built from the library's defaults; amx_int8_table() rebuilds it once per process from the
  * blocking in force (QMM_AMX_BLOCKING; the emulated build: whenever tests change
- * qmm_amx_blocking_emu). qmm_engine_amx_int8.i8 is the blocked regime's entry (the unit tester's). */
+ * qmm_amx_blocking_emu). its linear row's desc is the blocked regime's entry (the unit tester's). */
 static amx_int8_engine g_table[3] = {AMX_INT8_REGIME(QMM_AMX_MC, QMM_AMX_NC, QMM_AMX_KC, QMM_AMX_DECODE),
                                      AMX_INT8_REGIME(QMM_AMX_MC, QMM_AMX_NC, QMM_AMX_KC, QMM_AMX_PANEL),
                                      AMX_INT8_REGIME(QMM_AMX_MC, QMM_AMX_NC, QMM_AMX_KC, QMM_AMX_BLOCKED)};
