@@ -1,11 +1,14 @@
 /*
- * hugepages.c — transparent huge pages for the large buffers a call writes (its output): the
- * 2 MiB-aligned interior of [p, p + bytes) is advised MADV_HUGEPAGE before the engine writes it,
- * so that memory the allocator has just mapped afresh (glibc hands large blocks back to the
- * kernel at every free, and torch allocates an output per call) is faulted in 2 MiB at a time
- * instead of 4 KiB. The contents never change. Linux only; elsewhere, for buffers under
- * QMM_HUGE_MIN, with QMM_HUGEPAGES=0 in the environment, or when madvise refuses (a file
- * mapping, THP "never"), nothing happens.
+ * hugepages.c — transparent huge pages for the large buffers a call writes (its output), on
+ * request only (QMM_HUGEPAGES=1 in the environment): the 2 MiB-aligned interior of
+ * [p, p + bytes) is advised MADV_HUGEPAGE before the engine writes it, so that memory the
+ * allocator has just mapped afresh (glibc hands large blocks back to the kernel at every free,
+ * and torch allocates an output per call) is faulted in 2 MiB at a time instead of 4 KiB.
+ * Off by default: with the kernel's default THP defrag ("madvise"), an advised fault compacts
+ * memory synchronously when no free 2 MiB page is at hand, which inside a model (memory
+ * fragmented by the other ops' 4 KiB pages) costs far more than the 4 KiB faults it saves (SPEC
+ * §5). The contents never change. Linux only; elsewhere, for buffers under QMM_HUGE_MIN, or
+ * when madvise refuses (a file mapping, THP "never"), nothing happens.
  */
 #define _GNU_SOURCE
 #include "qmm_base.h"
@@ -24,7 +27,7 @@ static int enabled(void) {
     int s = atomic_load_explicit(&state, memory_order_relaxed);
     if (!s) {
         const char *e = getenv("QMM_HUGEPAGES");
-        s = e && strcmp(e, "0") == 0 ? 2 : 1;
+        s = e && strcmp(e, "1") == 0 ? 1 : 2;
         atomic_store_explicit(&state, s, memory_order_relaxed);
     }
     return s == 1;

@@ -35,7 +35,7 @@ static inline int qmm_dtype_is_float(qmm_dtype t) { return t == QMM_F32 || t == 
 /* ---------------------------------------------------------------- memory */
 void *qmm_aligned_alloc(size_t bytes);   /* 64-byte aligned, NULL on failure (or overflow) */
 /* Transparent huge pages for a large buffer about to be written (hugepages.c): contents unchanged,
- * nothing under QMM_HUGE_MIN bytes or with QMM_HUGEPAGES=0. */
+ * only with QMM_HUGEPAGES=1, nothing under QMM_HUGE_MIN bytes. */
 #define QMM_HUGE_MIN ((size_t)8 << 20)
 void qmm_advise_huge(void *p, size_t bytes);
 void  qmm_aligned_free(void *p);
