@@ -32,7 +32,7 @@
  */
 #include "avx512/attention_avx512.h"
 #include "avx512_attn.h"
-#include "avx512_vnni.h"
+#include "avx512_vnni_kernel.h"
 #include "ukernels.h"
 
 #include <string.h>
