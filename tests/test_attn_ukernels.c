@@ -22,7 +22,8 @@
  *                from block to block: random score rows with garbage past nv, masks none / bool
  *                / additive f32, f16, bf16 (row stride 0 or more, key stride 1 or 3, −inf,
  *                torch's finfo.min), per row a NaN score unmasked (the row NaN from then on) or
- *                bool-masked (ignored), every key masked (P 0, state as it was), a spread past
+ *                bool-masked (ignored), every key masked (P 0, state as it was), u8: a +inf score
+ *                (a NaN row where the mask leaves it), a spread past
  *                2^-126: P within 2^-21 relative + the exp2 argument's rounding (bf16: + 2^-9;
  *                u8 bit for bit attention.h's U in plain C, and within 0.5 + that + 7.6e-5
  *                relative of 255·2^(s − bm)); m, α, ps bit for bit (attention.h's rules and E in
@@ -365,12 +366,13 @@ static int softmax_case(const softmax_uk *k, int64_t nk, int rows, int nblk, int
         int special[R];
         for (int i = 0; i < rows; i++) {
             const int r = (int)tu_rand_int(0, 9);
-            special[i] = r == 0 ? 1 : r == 1 ? 2 : r == 2 ? 3 : 0;
+            special[i] = r == 0 ? 1 : r == 1 ? 2 : r == 2 ? 3 : r == 3 && k->p == QMM_ATTN_P_U8 ? 4 : 0;
             static const float offs[] = {0.0f, 5.0f, -5.0f, 30.0f, -30.0f, -150.0f};
             const float off = offs[tu_rand_int(0, 5)];
             for (int64_t j = 0; j < nk; j++)
                 S[i * nk + j] = j < nv ? off + 3.0f * tu_rand_normal() : (tu_rand_int(0, 1) ? 1e30f : NAN);
             if (special[i] == 3) S[i * nk + tu_rand_int(0, nv - 1)] = off + 200.0f;
+            if (special[i] == 4) S[i * nk + tu_rand_int(0, nv - 1)] = INFINITY; /* u8: bm = +inf, a NaN row (unless masked) */
         }
         if (mk == 1) for (int64_t j = 0; j < mlen; j++) bm8[j] = tu_rand_int(0, 3) != 0;
         if (mk == 2)
@@ -417,6 +419,7 @@ static int softmax_case(const softmax_uk *k, int64_t nk, int rows, int nblk, int
                 if (y != y) nan = 1;
                 else if (y > bm) bm = y;
             }
+            if (k->p == QMM_ATTN_P_U8 && bm == INFINITY) nan = 1; /* +inf − +inf: the u8 P's NaN row */
             const char *Pi = P + (size_t)(i * nk) * (k->p == QMM_ATTN_P_F32 ? 4 : k->p == QMM_ATTN_P_BF16 ? 2 : 1);
             double sref = 0, smag = 0;
             int64_t usum = 0; /* u8: Σ U(x − bm) */

@@ -143,22 +143,26 @@ static inline __m256i u8_p(__m256 x, __m256 vb) {
     return _mm256_cvtps_epi32(_mm256_mul_ps(q, p2)); /* exact product, rounded to nearest even */
 }
 
-/* one row of nz · 8 keys → P u8 (attention.h's U), *sum = Σ P / 255 from the integer sum;
- * returns bm (−inf where every key is masked; *sum NaN where a score is NaN or bm is +inf, P 0
- * there) */
+/* one row of nz · 8 keys → P u8 (attention.h's U), *isum = Σ P; returns bm (−inf where every
+ * key is masked; *nan whether it is a NaN row: a NaN score or bm = +inf, P 0 there) */
 static inline __attribute__((always_inline)) float softmax_u8_n(const qmm_attn_call *c, const float *S, const int nz,
                                                                 int64_t nv, const __m256 live[NZ_MAX], const void *mask,
-                                                                uint8_t *P, float *sum) {
+                                                                uint8_t *P, int32_t *isum, int *nanrow) {
     __m256 s[NZ_MAX];
     s[0] = _mm256_set1_ps(-INFINITY);
     const int nan = masked_scores(c, S, nz, nv, live, mask, s);
-    const float bm = max_of(s, nz);
-    if (nan || !(bm > -INFINITY) || bm == INFINITY) { /* a NaN score, +inf − +inf, or every key masked: P 0 */
+    __m256 vb = s[0]; /* the max in every lane */
+    for (int z = 1; z < nz; z++) vb = _mm256_max_ps(vb, s[z]);
+    vb = _mm256_max_ps(vb, _mm256_permute2f128_ps(vb, vb, 1));
+    vb = _mm256_max_ps(vb, _mm256_permute_ps(vb, 0x4e));
+    vb = _mm256_max_ps(vb, _mm256_permute_ps(vb, 0xb1));
+    const float bm = _mm256_cvtss_f32(vb);
+    if (nan || !(bm > -INFINITY) || bm == INFINITY) { /* a NaN row, or every key masked: P 0, Σ 0 */
         memset(P, 0, (size_t)(8 * nz));
-        *sum = nan || bm == INFINITY ? NAN : 0.0f;
-        return nan || bm == INFINITY ? bm : -INFINITY;
+        *isum = 0;
+        *nanrow = nan || bm == INFINITY;
+        return bm;
     }
-    const __m256 vb = _mm256_set1_ps(bm);
     const __m256i zero = _mm256_setzero_si256(), idx = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     __m256i sad = zero;
     for (int z0 = 0; z0 < nz; z0 += 4) { /* 32 keys: 128-bit lane L of the packed bytes holds dwords (keys 8z + 4L..),
@@ -176,9 +180,10 @@ static inline __attribute__((always_inline)) float softmax_u8_n(const qmm_attn_c
             memcpy(P + 8 * z0, tmp, (size_t)(8 * (nz - z0)));
         }
     }
+    /* 4 qword sums (< 2^14, high dwords 0) → the low dword the row's sum */
     const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
-    const int64_t t = _mm_cvtsi128_si64(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)));
-    *sum = (float)t * (1.0f / 255.0f);
+    *isum = _mm_cvtsi128_si32(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)));
+    *nanrow = 0;
     return bm;
 }
 
@@ -223,22 +228,30 @@ static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_
                                                                  float *m, float *l, float *alpha, float *ps,
                                                                  const int u8) {
     float bm[16] = {0}, sum[16] = {0};
+    int32_t isum[16] = {0}, nanr[16] = {0}; /* u8: Σ P, whether a NaN row */
     const int64_t prow = 8 * nz * (u8 ? 1 : 4);
     __m256 live[NZ_MAX];
     live_lanes(nz, nv, live);
     if (!mask) { /* (mask a constant NULL in masked_scores) */
         for (int i = 0; i < rows; i++) {
-            if (u8) bm[i] = softmax_u8_n(c, S + i * 8 * nz, nz, nv, live, NULL, (uint8_t *)P + i * prow, &sum[i]);
+            if (u8) bm[i] = softmax_u8_n(c, S + i * 8 * nz, nz, nv, live, NULL, (uint8_t *)P + i * prow, &isum[i], &nanr[i]);
             else bm[i] = softmax_f32_n(c, S + i * 8 * nz, nz, nv, live, NULL, (float *)((char *)P + i * prow), &sum[i]);
         }
     } else {
         const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
         for (int i = 0; i < rows; i++) {
             const void *mi = (const char *)mask + i * mrow;
-            if (u8) bm[i] = softmax_u8_n(c, S + i * 8 * nz, nz, nv, live, mi, (uint8_t *)P + i * prow, &sum[i]);
+            if (u8) bm[i] = softmax_u8_n(c, S + i * 8 * nz, nz, nv, live, mi, (uint8_t *)P + i * prow, &isum[i], &nanr[i]);
             else bm[i] = softmax_f32_n(c, S + i * 8 * nz, nz, nv, live, mi, (float *)((char *)P + i * prow), &sum[i]);
         }
     }
+    if (u8) /* Σ = (float)Σ P · (1/255), NaN on the NaN rows */
+        for (int r = 0; r < rows; r += 8) {
+            const __m256 su = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(isum + r))),
+                                            _mm256_set1_ps(1.0f / 255.0f));
+            const __m256 nan = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(nanr + r)), _mm256_setzero_si256()));
+            _mm256_storeu_ps(sum + r, _mm256_blendv_ps(su, _mm256_set1_ps(NAN), nan));
+        }
     for (int r = 0; r < rows; r += 8) row_state8(rows - r, bm + r, sum + r, m + r, l + r, alpha + r, ps + r);
 }
 

@@ -83,8 +83,8 @@ static inline __attribute__((always_inline)) int masked_scores(const qmm_attn_ca
             }
         }
     }
-    __mmask16 nan = 0;
-    for (int z = 0; z < nz; z++) nan |= _mm512_cmp_ps_mask(s[z], s[z], _CMP_UNORD_Q);
+    __mmask16 nan = 0; /* unordered: either is NaN */
+    for (int z = 0; z < nz; z += 2) nan |= _mm512_cmp_ps_mask(s[z], s[z + 1 < nz ? z + 1 : z], _CMP_UNORD_Q);
     return nan != 0;
 }
 
@@ -94,26 +94,45 @@ static inline __attribute__((always_inline)) float max_of(const __m512 s[4], int
     return _mm512_reduce_max_ps(m);
 }
 
-/* one row of nz · 16 keys (nz a constant, 1..4) → P as u8 (attention.h's U), *sum = Σ P / 255
- * from the integer sum; returns bm (−inf where every key is masked; *sum NaN where a score is
- * NaN or bm is +inf, P 0 there) */
-static inline __attribute__((always_inline)) float softmax_u8_n(const qmm_attn_call *c, const float *S, const int nz,
-                                                                int64_t nv, const __mmask16 kz[4], const void *mask,
-                                                                uint8_t *P, float *sum) {
+/* v with every lane the max (max_ps) / the sum (add_epi32) of its 16 lanes */
+static inline __m512 bcast_max(__m512 v) {
+    v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4e));
+    v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xb1));
+    v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4e));
+    return _mm512_max_ps(v, _mm512_permute_ps(v, 0xb1));
+}
+static inline __m512i bcast_sum(__m512i v) {
+    v = _mm512_add_epi32(v, _mm512_shuffle_i32x4(v, v, 0x4e));
+    v = _mm512_add_epi32(v, _mm512_shuffle_i32x4(v, v, 0xb1));
+    v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0x4e));
+    return _mm512_add_epi32(v, _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0xb1));
+}
+
+/* one row of nz · 16 keys (nz a constant, 1..4) → P as u8 (attention.h's U); lane i of *bmv
+ * its block max (−inf where every key is masked), of *isum Σ P, bit i of the result whether it
+ * is a NaN row (a NaN score, or bm = +inf: P 0 there) */
+static inline __attribute__((always_inline)) unsigned softmax_u8_row(const qmm_attn_call *c, const float *S, const int nz,
+                                                                     int64_t nv, const __mmask16 kz[4], const void *mask,
+                                                                     uint8_t *P, int i, __m512 *bmv, __m512i *isum) {
     __m512 s[4];
     const int nan = masked_scores(c, S, nz, nv, kz, mask, s);
-    const float bm = max_of(s, nz);
+    __m512 mv = s[0];
+    for (int z = 1; z < nz; z++) mv = _mm512_max_ps(mv, s[z]);
+    mv = bcast_max(mv);
+    const float bm = _mm512_cvtss_f32(mv);
+    const __mmask16 lane = (__mmask16)(1u << i);
+    *bmv = _mm512_mask_mov_ps(*bmv, lane, mv);
     const __mmask64 store = nz == 4 ? ~(__mmask64)0 : (((__mmask64)1 << (16 * nz)) - 1);
-    if (nan || !(bm > -INFINITY) || bm == INFINITY) { /* a NaN score, +inf − +inf, or every key masked: P 0 */
+    if (nan || !(bm > -INFINITY) || bm == INFINITY) { /* a NaN row, or every key masked: P 0, Σ 0 */
         _mm512_mask_storeu_epi8(P, store, _mm512_setzero_si512());
-        *sum = nan || bm == INFINITY ? NAN : 0.0f;
-        return nan || bm == INFINITY ? bm : -INFINITY;
+        *isum = _mm512_mask_mov_epi32(*isum, lane, _mm512_setzero_si512());
+        return (unsigned)(nan || bm == INFINITY) << i;
     }
-    const __m512 vb = _mm512_set1_ps(bm), lo = _mm512_set1_ps(QMM_ATTN_U8_XMIN);
+    const __m512 lo = _mm512_set1_ps(QMM_ATTN_U8_XMIN);
     __m512i pi[4];
     for (int z = 0; z < 4; z++) {
         if (z >= nz) { pi[z] = _mm512_setzero_si512(); continue; }
-        const __m512 x = _mm512_max_ps(_mm512_sub_ps(s[z], vb), lo); /* −inf → −16 */
+        const __m512 x = _mm512_max_ps(_mm512_sub_ps(s[z], mv), lo); /* −inf → −16 */
         const __m512 n = _mm512_roundscale_ps(x, QMM_Z_RNE), f = _mm512_sub_ps(x, n);
         __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(QMM_ATTN_U8_C3), f, _mm512_set1_ps(QMM_ATTN_U8_C2));
         q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(QMM_ATTN_U8_C1));
@@ -125,9 +144,9 @@ static inline __attribute__((always_inline)) float softmax_u8_n(const qmm_attn_c
     const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(pi[0], pi[1]), _mm512_packus_epi32(pi[2], pi[3]));
     const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     _mm512_mask_storeu_epi8(P, store, _mm512_permutexvar_epi32(idx, b));
-    const int64_t t = _mm512_reduce_add_epi64(_mm512_sad_epu8(b, _mm512_setzero_si512())); /* past nz: 0 */
-    *sum = (float)t * (1.0f / 255.0f);
-    return bm;
+    /* 8 qword sums (< 2^12, high dwords 0; lanes past nz 0) → every dword lane the row's sum */
+    *isum = _mm512_mask_mov_epi32(*isum, lane, bcast_sum(_mm512_sad_epu8(b, _mm512_setzero_si512())));
+    return 0;
 }
 
 /* kind: 0 f32, 1 bf16; nz = nk / 16 (a constant: the row stays in registers); one row →
@@ -173,10 +192,10 @@ static inline __m512 exp2_state(__m512 x) {
     return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ), q, p2);
 }
 
-/* the state of rows (1..16) from their block max bm and Σ P (attention.h) */
-static inline void row_state(int rows, const float *bm_, const float *sum_, float *m, float *l, float *alpha, float *ps) {
+/* the state of rows (1..16) from their block max bm and Σ P (attention.h), lane i row i */
+static inline void row_state_v(int rows, __m512 bm, __m512 sum, float *m, float *l, float *alpha, float *ps) {
     const __mmask16 k = lanes16(rows);
-    const __m512 one = _mm512_set1_ps(1.0f), bm = _mm512_maskz_loadu_ps(k, bm_), sum = _mm512_maskz_loadu_ps(k, sum_);
+    const __m512 one = _mm512_set1_ps(1.0f);
     const __m512 vm = _mm512_maskz_loadu_ps(k, m), vl = _mm512_maskz_loadu_ps(k, l);
     const __mmask16 nan = _mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(vl, vl, _CMP_UNORD_Q);
     const __mmask16 add = ~nan & _mm512_cmp_ps_mask(bm, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
@@ -192,6 +211,11 @@ static inline void row_state(int rows, const float *bm_, const float *sum_, floa
     _mm512_mask_storeu_ps(ps, k, _mm512_maskz_mov_ps(add, f));
 }
 
+static inline void row_state(int rows, const float *bm, const float *sum, float *m, float *l, float *alpha, float *ps) {
+    const __mmask16 k = lanes16(rows);
+    row_state_v(rows, _mm512_maskz_loadu_ps(k, bm), _mm512_maskz_loadu_ps(k, sum), m, l, alpha, ps);
+}
+
 /* rows (1..16) of nz · 16 keys: each row's P and Σ, then the rows' state */
 static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_call *c, int rows, const float *S,
                                                                  const int nz, int64_t nv, const void *mask, void *P,
@@ -201,12 +225,24 @@ static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_
     const int64_t prow = 16 * nz * (4 >> kind);
     __mmask16 kz[4];
     for (int z = 0; z < nz; z++) kz[z] = lanes16(nv - 16 * z);
-    if (kind == 2) {
-        const int64_t mrow = mask ? c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype) : 0;
-        for (int i = 0; i < rows; i++)
-            bm[i] = softmax_u8_n(c, S + i * 16 * nz, nz, nv, kz, mask ? (const char *)mask + i * mrow : NULL,
-                                 (uint8_t *)P + i * prow, &sum[i]);
-    } else if (!mask) {
+    if (kind == 2) { /* the rows' bm and Σ P gathered in lanes, Σ / 255 and the NaN rows' NaN in one vector */
+        __m512 bmv = _mm512_setzero_ps();
+        __m512i isum = _mm512_setzero_si512();
+        unsigned nanrows = 0;
+        if (!mask) {
+            for (int i = 0; i < rows; i++)
+                nanrows |= softmax_u8_row(c, S + i * 16 * nz, nz, nv, kz, NULL, (uint8_t *)P + i * prow, i, &bmv, &isum);
+        } else {
+            const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
+            for (int i = 0; i < rows; i++)
+                nanrows |= softmax_u8_row(c, S + i * 16 * nz, nz, nv, kz, (const char *)mask + i * mrow, (uint8_t *)P + i * prow,
+                                          i, &bmv, &isum);
+        }
+        const __m512 su = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(1.0f / 255.0f)); /* exact integers */
+        row_state_v(rows, bmv, _mm512_mask_mov_ps(su, (__mmask16)nanrows, _mm512_set1_ps(NAN)), m, l, alpha, ps);
+        return;
+    }
+    if (!mask) {
         for (int i = 0; i < rows; i++) bm[i] = softmax_n(c, S + i * 16 * nz, nz, nv, kz, NULL, (char *)P + i * prow, &sum[i], kind);
     } else {
         const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
