@@ -94,26 +94,39 @@ static inline __attribute__((always_inline)) float max_of(const __m512 s[4], int
     return _mm512_reduce_max_ps(m);
 }
 
-/* v with every lane the max (max_ps) / the sum (add_epi32) of its 16 lanes */
+/* v with every lane the max of its 16 lanes */
 static inline __m512 bcast_max(__m512 v) {
     v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4e));
     v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xb1));
     v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4e));
     return _mm512_max_ps(v, _mm512_permute_ps(v, 0xb1));
 }
-static inline __m512i bcast_sum(__m512i v) {
-    v = _mm512_add_epi32(v, _mm512_shuffle_i32x4(v, v, 0x4e));
-    v = _mm512_add_epi32(v, _mm512_shuffle_i32x4(v, v, 0xb1));
-    v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0x4e));
-    return _mm512_add_epi32(v, _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)0xb1));
+
+/* rows 4k..4k + 3 of sad[] (each 8 qword partial sums < 2^32) → per 128-bit lane L their sums
+ * over qwords 2L, 2L + 1, as 4 dwords in row order */
+static inline __m512i sum4(const __m512i *sad) {
+    const __m512i p0 = _mm512_or_si512(sad[0], _mm512_slli_epi64(sad[1], 32)); /* dwords: row 0, row 1 per qword */
+    const __m512i p1 = _mm512_or_si512(sad[2], _mm512_slli_epi64(sad[3], 32));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(p0, p1), _mm512_unpackhi_epi64(p0, p1));
+}
+
+/* the rows' (1..16) sums of their 8 qword partial sums: lane i row i (sad[i] zero for i from rows
+ * to rows rounded up to 8) */
+static inline __m512i row_sums(int rows, const __m512i sad[16]) {
+    const __m512i c0 = sum4(sad), c1 = sum4(sad + 4);
+    const __m512i c2 = rows > 8 ? sum4(sad + 8) : _mm512_setzero_si512(), c3 = rows > 8 ? sum4(sad + 12) : _mm512_setzero_si512();
+    /* the 128-bit lanes summed: [c0, c1, c2, c3] */
+    const __m512i e0 = _mm512_add_epi32(_mm512_shuffle_i32x4(c0, c1, 0x44), _mm512_shuffle_i32x4(c0, c1, 0xee));
+    const __m512i e1 = _mm512_add_epi32(_mm512_shuffle_i32x4(c2, c3, 0x44), _mm512_shuffle_i32x4(c2, c3, 0xee));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(e0, e1, 0x88), _mm512_shuffle_i32x4(e0, e1, 0xdd));
 }
 
 /* one row of nz · 16 keys (nz a constant, 1..4) → P as u8 (attention.h's U); lane i of *bmv
- * its block max (−inf where every key is masked), of *isum Σ P, bit i of the result whether it
- * is a NaN row (a NaN score, or bm = +inf: P 0 there) */
+ * its block max (−inf where every key is masked), *sad Σ P in 8 qword parts, bit i of the
+ * result whether it is a NaN row (a NaN score, or bm = +inf: P 0 there) */
 static inline __attribute__((always_inline)) unsigned softmax_u8_row(const qmm_attn_call *c, const float *S, const int nz,
                                                                      int64_t nv, const __mmask16 kz[4], const void *mask,
-                                                                     uint8_t *P, int i, __m512 *bmv, __m512i *isum) {
+                                                                     uint8_t *P, int i, __m512 *bmv, __m512i *sad) {
     __m512 s[4];
     const int nan = masked_scores(c, S, nz, nv, kz, mask, s);
     __m512 mv = s[0];
@@ -125,14 +138,15 @@ static inline __attribute__((always_inline)) unsigned softmax_u8_row(const qmm_a
     const __mmask64 store = nz == 4 ? ~(__mmask64)0 : (((__mmask64)1 << (16 * nz)) - 1);
     if (nan || !(bm > -INFINITY) || bm == INFINITY) { /* a NaN row, or every key masked: P 0, Σ 0 */
         _mm512_mask_storeu_epi8(P, store, _mm512_setzero_si512());
-        *isum = _mm512_mask_mov_epi32(*isum, lane, _mm512_setzero_si512());
+        *sad = _mm512_setzero_si512();
         return (unsigned)(nan || bm == INFINITY) << i;
     }
-    const __m512 lo = _mm512_set1_ps(QMM_ATTN_U8_XMIN);
+    /* without U's clamp at −16: below it 2^n · q is below 2^-7 (0 after rounding, as U(−16)), and
+     * x = −inf gives f NaN, a NaN product, the integer 0x80000000 and 0 after PACKUS */
     __m512i pi[4];
     for (int z = 0; z < 4; z++) {
         if (z >= nz) { pi[z] = _mm512_setzero_si512(); continue; }
-        const __m512 x = _mm512_max_ps(_mm512_sub_ps(s[z], mv), lo); /* −inf → −16 */
+        const __m512 x = _mm512_sub_ps(s[z], mv);
         const __m512 n = _mm512_roundscale_ps(x, QMM_Z_RNE), f = _mm512_sub_ps(x, n);
         __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(QMM_ATTN_U8_C3), f, _mm512_set1_ps(QMM_ATTN_U8_C2));
         q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(QMM_ATTN_U8_C1));
@@ -144,8 +158,7 @@ static inline __attribute__((always_inline)) unsigned softmax_u8_row(const qmm_a
     const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(pi[0], pi[1]), _mm512_packus_epi32(pi[2], pi[3]));
     const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     _mm512_mask_storeu_epi8(P, store, _mm512_permutexvar_epi32(idx, b));
-    /* 8 qword sums (< 2^12, high dwords 0; lanes past nz 0) → every dword lane the row's sum */
-    *isum = _mm512_mask_mov_epi32(*isum, lane, bcast_sum(_mm512_sad_epu8(b, _mm512_setzero_si512())));
+    *sad = _mm512_sad_epu8(b, _mm512_setzero_si512()); /* lanes past nz 0 */
     return 0;
 }
 
@@ -227,18 +240,19 @@ static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_
     for (int z = 0; z < nz; z++) kz[z] = lanes16(nv - 16 * z);
     if (kind == 2) { /* the rows' bm and Σ P gathered in lanes, Σ / 255 and the NaN rows' NaN in one vector */
         __m512 bmv = _mm512_setzero_ps();
-        __m512i isum = _mm512_setzero_si512();
+        __m512i sad[16];
         unsigned nanrows = 0;
         if (!mask) {
             for (int i = 0; i < rows; i++)
-                nanrows |= softmax_u8_row(c, S + i * 16 * nz, nz, nv, kz, NULL, (uint8_t *)P + i * prow, i, &bmv, &isum);
+                nanrows |= softmax_u8_row(c, S + i * 16 * nz, nz, nv, kz, NULL, (uint8_t *)P + i * prow, i, &bmv, &sad[i]);
         } else {
             const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
             for (int i = 0; i < rows; i++)
                 nanrows |= softmax_u8_row(c, S + i * 16 * nz, nz, nv, kz, (const char *)mask + i * mrow, (uint8_t *)P + i * prow,
-                                          i, &bmv, &isum);
+                                          i, &bmv, &sad[i]);
         }
-        const __m512 su = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(1.0f / 255.0f)); /* exact integers */
+        for (int i = rows; i < (rows > 8 ? 16 : 8); i++) sad[i] = _mm512_setzero_si512();
+        const __m512 su = _mm512_mul_ps(_mm512_cvtepi32_ps(row_sums(rows, sad)), _mm512_set1_ps(1.0f / 255.0f)); /* exact integers */
         row_state_v(rows, bmv, _mm512_mask_mov_ps(su, (__mmask16)nanrows, _mm512_set1_ps(NAN)), m, l, alpha, ps);
         return;
     }
