@@ -77,7 +77,8 @@ static inline __attribute__((always_inline)) int masked_scores(const qmm_attn_ca
         s[z] = x;
     }
     __m256 nan = _mm256_setzero_ps();
-    for (int z = 0; z < nz; z++) nan = _mm256_or_ps(nan, _mm256_cmp_ps(s[z], s[z], _CMP_UNORD_Q));
+    for (int z = 0; z < nz; z += 2) /* unordered: either is NaN */
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(s[z], s[z + 1 < nz ? z + 1 : z], _CMP_UNORD_Q));
     return _mm256_movemask_ps(nan) != 0;
 }
 
