@@ -250,7 +250,8 @@ static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_
         for (int r = 0; r < rows; r += 8) {
             const __m256 su = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(isum + r))),
                                             _mm256_set1_ps(1.0f / 255.0f));
-            const __m256 nan = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)(nanr + r)), _mm256_setzero_si256()));
+            const __m256i nr = _mm256_loadu_si256((const __m256i *)(nanr + r));
+            const __m256 nan = _mm256_castsi256_ps(_mm256_cmpgt_epi32(nr, _mm256_setzero_si256()));
             _mm256_storeu_ps(sum + r, _mm256_blendv_ps(su, _mm256_set1_ps(NAN), nan));
         }
     for (int r = 0; r < rows; r += 8) row_state8(rows - r, bm + r, sum + r, m + r, l + r, alpha + r, ps + r);

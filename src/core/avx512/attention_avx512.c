@@ -252,7 +252,8 @@ static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_
                                           i, &bmv, &sad[i]);
         }
         for (int i = rows; i < (rows > 8 ? 16 : 8); i++) sad[i] = _mm512_setzero_si512();
-        const __m512 su = _mm512_mul_ps(_mm512_cvtepi32_ps(row_sums(rows, sad)), _mm512_set1_ps(1.0f / 255.0f)); /* exact integers */
+        /* (float) of exact integers, times 1/255 */
+        const __m512 su = _mm512_mul_ps(_mm512_cvtepi32_ps(row_sums(rows, sad)), _mm512_set1_ps(1.0f / 255.0f));
         row_state_v(rows, bmv, _mm512_mask_mov_ps(su, (__mmask16)nanrows, _mm512_set1_ps(NAN)), m, l, alpha, ps);
         return;
     }
