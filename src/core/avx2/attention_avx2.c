@@ -145,7 +145,7 @@ static inline __m256i u8_p(__m256 x, __m256 vb) {
 }
 
 /* one row of nz · 8 keys → P u8 (attention.h's U), *isum = Σ P; returns bm (−inf where every
- * key is masked; *nan whether it is a NaN row: a NaN score or bm = +inf, P 0 there) */
+ * key is masked; *nanrow whether it is a NaN row: a NaN score or bm = +inf, P 0 there) */
 static inline __attribute__((always_inline)) float softmax_u8_n(const qmm_attn_call *c, const float *S, const int nz,
                                                                 int64_t nv, const __m256 live[NZ_MAX], const void *mask,
                                                                 uint8_t *P, int32_t *isum, int *nanrow) {
