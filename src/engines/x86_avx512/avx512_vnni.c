@@ -73,7 +73,28 @@ static const qmm_i8_tile_fn k_x64[MR + 1] = {
     qmm_qd8_qc8w_gemm_ukernel_6x64c4__avx512vnni,
 };
 
+/* A borrowed weight: this tile's share of the caller's rows the driver packs next (t->rows_pf),
+ * before the tile's arithmetic: a load of each row's first line where the share holds it (the
+ * share's lines of a row it starts in the middle of follow the previous tile's load), a T0
+ * prefetch of every other line, so that the pack reads them from cache. Measured on Zen 5 (bench/NOTES.md
+ * "## The rows packed next"): prefetches alone (T0, T1, T2 or NTA, in shares or all from the first
+ * row tile) left the pack as slow as from DRAM — each row is on a page the TLB no longer holds, and
+ * such prefetches come to nothing; the load walks the page and the prefetches behind it land. */
+static void rows_prefetch(const qmm_i8_rows_pf *p) {
+    const char *row = (const char *)p->base + p->l0 / p->per_row * p->ld;
+    int64_t col = p->l0 % p->per_row;
+    for (int64_t l = p->l0; l < p->l1; l++) {
+        if (col == 0) (void)*(volatile const char *)(row);
+        else _mm_prefetch(row + col * 64, _MM_HINT_T0);
+        if (++col == p->per_row) {
+            col = 0;
+            row += p->ld;
+        }
+    }
+}
+
 static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
+    if (t->rows_pf.base) rows_prefetch(&t->rows_pf);
     if (t->nr == NRB) k_x64[t->mr](g, t);
     else qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni(g, t);
 }
