@@ -162,7 +162,7 @@ static void gemm_task_run(int64_t task, int64_t n_tasks, int thread, const qmm_i
             /* whole-K panels with several row tiles: they share the prefetch of the panel this
              * thread runs next (this task's next, else its next task's first), one share each;
              * a borrowed weight's panel is packed just before its tiles run: no PF_NEXT of it,
-             * the tiles prefetch the caller's rows packed next instead (rows_pf) */
+             * the tiles may fetch the caller's rows packed next instead (rows_pf) */
             const int8_t *next = NULL;
             if (whole_k && passes > 1 && !g->borrowed) {
                 if (nb + e->nrb < b1) next = wdata + (nb + e->nrb) * blk;
@@ -182,8 +182,10 @@ static void gemm_task_run(int64_t task, int64_t n_tasks, int thread, const qmm_i
             const int64_t next_lines = next_rows.l1;
             t.rows_pf = next_rows;
             for (int64_t r = m0, i = 0; r < m1; r += e->mr, i++) {
-                t.rows_pf.l0 = next_lines * i / passes;
-                t.rows_pf.l1 = next_lines * (i + 1) / passes;
+                if (next_lines) {
+                    t.rows_pf.l0 = next_lines * i / passes;
+                    t.rows_pf.l1 = next_lines * (i + 1) / passes;
+                }
                 t.mr = (int)(m1 - r < e->mr ? m1 - r : e->mr);
                 t.a = g->a + r * g->Kp + q0 * 4;
                 t.part = e->c_tiles ? part + ((nb - b0) / e->nrb * passes + i) * e->mr * 16 * e->nrb
