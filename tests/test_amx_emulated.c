@@ -633,10 +633,10 @@ static void op_counts_k(int borrowed, int64_t K) {
     free(wq); free(x); free(y);
 }
 
-/* The software prefetch of a borrowed weight's next panel (amx_int8.c next_rows): M=64 (2 row
- * tiles), N=96 (one task of 3 panels), K=600 (10 k-steps, the last partial), 1 thread. Whole K
- * (panel): the row tiles of panels 0 and 1 prefetch panels 1 and 2 — every line of rows 32..95,
- * none of rows 0..31. K chunks of 128 bytes: within a chunk the next panel, after a chunk's last
+/* The software prefetch of a borrowed weight's next panel (the driver's qmm_i8_tile.rows_pf,
+ * issued by amx_int8.c's kloop): M=64 (2 row tiles), N=96 (one task of 3 panels), K=600 (10
+ * k-steps, the last partial), 1 thread. Whole K (panel): the row tiles of panels 0 and 1
+ * prefetch panels 1 and 2 — every line of rows 32..95, none of rows 0..31. K chunks of 128 bytes: within a chunk the next panel, after a chunk's last
  * panel the first of the next chunk — every line but panel 0's first chunk (lines 0, 1 of rows
  * 0..31). Every prefetch inside the caller's rows (the emulator faults otherwise), none past K.
  * Owned weights, whole K: the next panel's prefetch (PF_NEXT) is issued. */

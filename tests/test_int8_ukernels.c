@@ -58,7 +58,8 @@ static int64_t part_at(const qmm_i8_engine *e, int i, int64_t n, int nr) {
 static int32_t a_val(const qmm_i8_engine *e, uint8_t a) { return e->u8 ? (int32_t)a : (int32_t)(int8_t)a; }
 
 /* one tile: rows [r0, r0 + mr) × blocks [0, nr) of a weight with N columns (the last block may be
- * partial), K = 4·kq bytes in chunks of cq quads */
+ * partial), K = 4·kq bytes in chunks of cq quads; on half the chunks a rows_pf share of rows
+ * allocated to the byte (an engine that fetches it reads nothing else, and the bits stay) */
 static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, int64_t kq, int64_t cq, int neg128,
                       qmm_dtype yt, int pf_mode) {
     const int64_t K = 4 * kq - tu_rand_int(0, 3), Kp = qmm_round_up(4 * kq, 64), N = 16 * (nr - 1) + tu_rand_int(1, 16);
@@ -76,6 +77,11 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
     const int64_t ldb = kq * 64;
     int8_t *b = qmm_aligned_alloc((size_t)(nr * ldb) + 4096), *pfbuf = qmm_aligned_alloc(128 * (size_t)kq + 64);
     int32_t *cs = malloc(sizeof(int32_t) * 16 * (size_t)nr);
+    /* a borrowed weight's rows packed next (the tile's rows_pf, on half the calls): 16·nr rows of
+     * pld >= K bytes, allocated to the byte, so that a read past its lines is a sanitizer error */
+    const int64_t pld = K + tu_rand_int(0, 9), pper = (K + 63) / 64, plines = 16 * nr * pper;
+    int8_t *prows = malloc((size_t)(16 * nr * pld));
+    memset(prows, 7, (size_t)(16 * nr * pld));
     int flag = 0;
     for (int jb = 0; jb < nr; jb++) {
         const int rows = N - 16 * jb < 16 ? (int)(N - 16 * jb) : 16;
@@ -134,7 +140,11 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
         t.pf_mode = pf_mode;
         t.pf = pf_mode == QMM_I8_PF_NEXT ? pfbuf : NULL;
         t.pf_step = 128;
-        e->tile(a + r0 * Kp + q0 * 4, Kp, s + r0, &c, &t);
+        if (tu_rand_int(0, 1)) {
+            const int64_t l0 = tu_rand_int(0, plines);
+            t.rows_pf = (qmm_i8_rows_pf){prows, pld, pper, l0, tu_rand_int(l0, plines)};
+        }
+                e->tile(a + r0 * Kp + q0 * 4, Kp, s + r0, &c, &t);
         if (t.last) break;
         /* the partials: Σ a·w over quads [0, q0 + nq) (the operand as the kernel reads it) */
         const int64_t kend = (q0 + t.nq) * 4;
@@ -160,6 +170,7 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
     free(W);
     qmm_aligned_free(b);
     qmm_aligned_free(pfbuf);
+    free(prows);
     free(cs);
     qmm_aligned_free(part);
     free(y);

@@ -135,6 +135,23 @@ static inline uint64_t prof_add(uint64_t *ns, uint64_t t0) {
     return t;
 }
 
+/* The caller's rows (w->borrow) of the borrowed int8 panel of the e->nrb blocks from nb (not past
+ * block b1) over quads [q0, q0 + nq): rows [16·nb, N), bytes [4·q0, K) of each, clipped; as
+ * lines [0, all of them) (qmm_i8_rows_pf; base NULL if none). */
+static qmm_i8_rows_pf panel_rows(const qmm_i8_gemm *g, int64_t nb, int64_t b1, int64_t q0, int64_t nq) {
+    const qmm_call *c = g->c;
+    const int64_t nr = b1 - nb < g->e->nrb ? b1 - nb : g->e->nrb;
+    const int64_t n0 = nb * 16, n1 = (nb + nr) * 16 < c->N ? (nb + nr) * 16 : c->N;
+    const int64_t k0 = q0 * 4, k1 = (q0 + nq) * 4 < c->K ? (q0 + nq) * 4 : c->K;
+    qmm_i8_rows_pf p = {NULL, 0, 1, 0, 0};
+    if (n0 >= n1 || k0 >= k1) return p;
+    p.ld = c->w->borrow.ld;
+    p.base = c->w->borrow.data + n0 * p.ld + k0;
+    p.per_row = (k1 - k0 + 63) / 64;
+    p.l1 = (n1 - n0) * p.per_row;
+    return p;
+}
+
 static void gemm_task_run(int64_t task, int64_t n_tasks, int thread, const qmm_i8_gemm *g, qmm_prof_slot *pf) {
     const qmm_i8_engine *e = g->e;
     const qmm_call *c = g->c;
@@ -194,7 +211,8 @@ static void gemm_task_run(int64_t task, int64_t n_tasks, int thread, const qmm_i
             t.n = nb * 16;
             /* whole-K panels with several row tiles: they share the prefetch of the panel this
              * thread runs next (this task's next, else its next task's first), one share each;
-             * a borrowed weight's panel is packed just before its tiles run: no prefetch */
+             * a borrowed weight's panel is packed just before its tiles run: no PF_NEXT of it,
+             * the tiles may fetch the caller's rows packed next instead (rows_pf) */
             const int8_t *next = NULL;
             if (whole_k && passes > 1 && !g->borrowed) {
                 if (nb + e->nrb < b1) next = wdata + (nb + e->nrb) * blk;
@@ -203,22 +221,21 @@ static void gemm_task_run(int64_t task, int64_t n_tasks, int thread, const qmm_i
             const int64_t share = (panel_bytes + passes - 1) / passes;
             int64_t step = (share + nq - 1) / nq;
             if (step > 128) step = 128;
-            /* the panel this thread runs next in the task (auxinfo for the tiles) */
-            t.next_nr = 0;
-            t.next_nb = t.next_q0 = t.next_nq = 0;
-            if (nb + e->nrb < b1) {
-                t.next_nb = nb + e->nrb;
-                t.next_q0 = q0;
-                t.next_nq = nq;
-            } else if (!t.last) {
-                t.next_nb = b0;
-                t.next_q0 = q0 + nq;
-                t.next_nq = chunk_nq(g, q0 + nq);
+            /* a borrowed weight's int8 rows: the caller's rows of the panel this thread packs
+             * next (this task's next panel of the chunk, else its first of the next chunk; none
+             * after its last), its lines split evenly over this panel's row tiles */
+            qmm_i8_rows_pf next_rows = {NULL, 0, 1, 0, 0};
+            if (g->borrowed && !c->w->w4a8) {
+                if (nb + e->nrb < b1) next_rows = panel_rows(g, nb + e->nrb, b1, q0, nq);
+                else if (!t.last) next_rows = panel_rows(g, b0, b1, q0 + nq, chunk_nq(g, q0 + nq));
             }
-            if (t.next_nq) t.next_nr = (int)(b1 - t.next_nb < e->nrb ? b1 - t.next_nb : e->nrb);
-            t.passes = passes;
+            const int64_t next_lines = next_rows.l1;
+            t.rows_pf = next_rows;
             for (int64_t r = m0, i = 0; r < m1; r += e->mr, i++) {
-                t.pass = i;
+                if (next_lines) {
+                    t.rows_pf.l0 = next_lines * i / passes;
+                    t.rows_pf.l1 = next_lines * (i + 1) / passes;
+                }
                 t.mr = (int)(m1 - r < e->mr ? m1 - r : e->mr);
                 t.part = e->c_tiles ? part + ((nb - b0) / e->nrb * passes + i) * e->mr * 16 * e->nrb
                                     : part + (r - m0) * e->nc + (nb - b0) * 16;

@@ -19,12 +19,16 @@
  *              epilogue of its vector width: qmm_z_epilogue16 / qmm_y_epilogue8, epilogue.h's
  *              qmm_epilogue_store_ref for tails). Every output is summed by one task in one fixed
  *              k order: the bits never depend on the thread count or the blocking;
- *   prefetch   each tile is told its software prefetch (qmm_i8_tile.pf_mode) and does that, no
- *              other: whole-K row tiles of one panel share a prefetch of the panel this thread
- *              runs next (NEXT: the lines from pf on, pf_step bytes per quad, into L2); a single
- *              whole-K row tile of more than 64 quads streams (STREAM: the engine may prefetch
- *              ahead in the tile's own weight stream); otherwise NONE (K chunks: the panel is in
- *              L1/L2 already; borrowed weights: the panel was just packed);
+ *   prefetch   each tile is told its software prefetch (qmm_i8_tile.pf_mode, rows_pf) and does
+ *              that, no other: whole-K row tiles of one panel share a prefetch of the panel this
+ *              thread runs next (NEXT: the lines from pf on, pf_step bytes per quad, into L2); a
+ *              single whole-K row tile of more than 64 quads streams (STREAM: the engine may
+ *              prefetch ahead in the tile's own weight stream); otherwise NONE (K chunks: the panel
+ *              is in L1/L2 already; borrowed weights: the panel was just packed). A borrowed
+ *              weight's int8 rows, besides: each row tile gets its share of the caller's rows of
+ *              the panel the thread packs next (rows_pf: that panel's lines split evenly over the
+ *              row tiles), which the engine may fetch into cache while the tile runs, so that the
+ *              pack reads cache (amx_int8, avx512_vnni; the 256-bit engines leave it);
  *   one pass   optional, for small M: the engine's one_pass() runs groups of its width in blocks
  *              with all rows in one register tile, from a copy of the rows packed [kq][wrows][4]
  *              (ap, written by the pre-pass, rows past M padded with the value of q = 0); a task's
@@ -61,6 +65,14 @@
 
 enum { QMM_I8_PF_NONE = 0, QMM_I8_PF_NEXT = 1, QMM_I8_PF_STREAM = 2 };
 
+/* Lines [l0, l1) of a set of rows: line l at base + (l / per_row)·ld + (l mod per_row)·64 (the
+ * caller's rows of one panel: per_row = the chunk's K bytes in 64-byte lines, rows ld bytes
+ * apart); base NULL: none. */
+typedef struct qmm_i8_rows_pf {
+    const int8_t *base;
+    int64_t ld, per_row, l0, l1;
+} qmm_i8_rows_pf;
+
 /* One tile of work: rows [r, r + mr) × 16-column blocks [n/16, n/16 + nr) over the k quads of
  * one chunk (its activations: the tile family's a, lda, s). */
 typedef struct qmm_i8_tile {
@@ -75,17 +87,15 @@ typedef struct qmm_i8_tile {
     int mr, nr;            /* rows (<= engine mr; one pass: M), blocks (<= engine nrb) */
     int first, last;       /* first chunk: store instead of add; last chunk: write the outputs */
     int64_t r, n;          /* output row and column of part[0] */
-    int pf_mode;           /* QMM_I8_PF_*: the tile prefetches as told, and nothing else */
+    int pf_mode;           /* QMM_I8_PF_*: the tile prefetches as told (and rows_pf), nothing else */
     const int8_t *pf;      /* PF_NEXT: this tile's share of the next panel (nq·pf_step bytes) */
     int64_t pf_step;       /* PF_NEXT: bytes of it per quad (<= 128: two lines per quad cover it) */
-    /* What this thread runs next in its task (BLIS's auxinfo): the panel of blocks [next_nb,
-     * next_nb + next_nr) over quads [next_q0, next_q0 + next_nq) — the task's next panel of this
-     * chunk, else its first panel of the next chunk; next_nr = 0 after the task's last panel.
-     * This tile is row tile pass of the panel's passes, so that the row tiles of one panel can
-     * split a prefetch of it (a borrowed weight's caller rows, w->borrow, packed next) in shares. */
-    int64_t next_nb, next_q0, next_nq;
-    int next_nr;
-    int64_t pass, passes;
+    /* A borrowed weight's int8 rows: this row tile's share of the caller's rows (w->borrow) of
+     * the panel this thread packs next in its task (the task's next panel of this chunk, else its
+     * first panel of the next chunk; base NULL after the task's last panel, for W4A8 codes and
+     * for owned weights). The driver splits the panel's lines evenly over its row tiles; the
+     * tile may fetch its lines into cache while it runs, so that the pack reads them there. */
+    qmm_i8_rows_pf rows_pf;
     /* Phase timers on (qmm_profile): the running thread's epilogue sum (QMM_PROF_EPILOGUE), to
      * which an engine adds the time of its output stores; NULL when off. */
     uint64_t *epilogue_ns;

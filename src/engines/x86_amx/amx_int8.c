@@ -60,9 +60,9 @@
  * bytes per row task (⌈M/mc⌉ times); the pack (qmm_z_n16k4_step, 64 shuffles per KiB) runs at
  * 51 ns per KiB with its source in L2 and 75–100 ns per KiB from DRAM on one Zen 5 core
  * (bench/NOTES.md "## AMX under the int8 driver"). So each row tile prefetches (T1) its share of
- * the caller's rows of the panel the driver names as run next (qmm_i8_tile.next_*: the next panel
- * of the chunk, else the first of the next chunk), their DRAM stream running under this panel's
- * TDPBSSD, and the pack reads L2. One packed KiB feeds min(M, mc)/16 TDPBSSD of 16 cycles: at
+ * the caller's rows of the panel the driver packs next (qmm_i8_tile.rows_pf: the next panel of the
+ * chunk, else the first of the next chunk), spread over its k-steps, their DRAM stream running
+ * under this panel's TDPBSSD, and the pack reads L2. One packed KiB feeds min(M, mc)/16 TDPBSSD of 16 cycles: at
  * M >= mc = 512, 512 cycles = 256 ns at 2 GHz at peak, so the pack is ≈ 5–8 % of the time at
  * 25–40 % of peak, 10–15 % at M = 256 (one row task, 8 row tiles per panel). At M = 8..32 both
  * layouts read W from DRAM once and are bound by it (measured: borrowed 0.67× packed at
@@ -220,24 +220,6 @@ void QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(int mr, int nr, int64_t
     else kloop(0, 0, 0, nq, a, lda, b, ldb, c, ldc, first, stream, pf);
 }
 
-/* A borrowed weight: this row tile's share (t->pass of t->passes) of the caller's rows of the
- * panel the driver runs next in this task (t->next_*: the next panel of this chunk, else the first
- * of the next chunk; none after the task's last panel), bytes of that chunk's K range only, so
- * that its pack reads them from L2 and their DRAM stream runs under this panel's TDPBSSD. */
-static void next_rows(const qmm_call *c, const qmm_i8_tile *t, amx_pf *pf) {
-    if (!t->next_nr) return;
-    const int64_t n0 = t->next_nb * 16, n1 = (t->next_nb + t->next_nr) * 16 < c->N ? (t->next_nb + t->next_nr) * 16 : c->N;
-    const int64_t k0 = t->next_q0 * 4, k1 = (t->next_q0 + t->next_nq) * 4 < c->K ? (t->next_q0 + t->next_nq) * 4 : c->K;
-    if (n0 >= n1 || k0 >= k1) return;
-    const int64_t ld = c->w->borrow.ld, per_row = (k1 - k0 + 63) / 64, lines = (n1 - n0) * per_row;
-    pf->base = (const char *)(c->w->borrow.data + n0 * ld + k0);
-    pf->ld = ld;
-    pf->per_row = per_row;
-    pf->l0 = lines * t->pass / t->passes;
-    pf->l1 = lines * (t->pass + 1) / t->passes;
-    pf->per_step = (pf->l1 - pf->l0 + t->nq / 16 - 1) / (t->nq / 16);
-}
-
 /* ---------------------------------------------------------------- the driver's callbacks */
 /* The tile (qmm_i8_tile_fn) on a rows lda bytes apart; decode (the decode regime): B streamed with
  * a prefetch ahead where the driver says PF_STREAM. */
@@ -250,8 +232,14 @@ static inline __attribute__((always_inline)) void tile_run(const uint8_t *a, int
         pf.per_row = INT64_MAX;
         pf.l1 = (t->nq * t->pf_step + 63) / 64;
         pf.per_step = (16 * t->pf_step + 63) / 64;
-    } else if (c->w->borrowed && !c->w->w4a8) { /* (W4A8: the codes are decoded, not these rows) */
-        next_rows(c, t, &pf);
+    } else if (t->rows_pf.base) { /* a borrowed weight: this row tile's share of the rows packed next */
+        const int64_t steps = t->nq / 16;
+        pf.base = (const char *)t->rows_pf.base;
+        pf.ld = t->rows_pf.ld;
+        pf.per_row = t->rows_pf.per_row;
+        pf.l0 = t->rows_pf.l0;
+        pf.l1 = t->rows_pf.l1;
+        pf.per_step = (pf.l1 - pf.l0 + steps - 1) / steps;
     }
     /* the partials tile-contiguous (the driver's c_tiles: this tile's 4 KiB, ldc 0) */
     QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(t->mr, t->nr, t->nq, (const int8_t *)a, lda, t->b, t->ldb,

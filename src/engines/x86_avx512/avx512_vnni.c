@@ -24,9 +24,10 @@
  *             above (bcast_dot, lanes_dot; in groups of 16 tokens above 16).
  * Small M: with M ≤ MC all tasks split N, so each thread streams only its share of the weights;
  * M ≤ SMALL_M: whole K, a single row tile prefetching 1 KiB ahead per block (PF_STREAM), several
- * sharing an L2 prefetch of the next panel (PF_NEXT). With K chunks no software prefetch (a burst
- * of prefetches of the next chunk per row tile cost 12 % of the kernel time and gained nothing
- * measurable). No allocation per call beyond the context's scratch arenas.
+ * sharing an L2 prefetch of the next panel (PF_NEXT). With K chunks no software prefetch of the
+ * panels (a burst of prefetches of the next chunk per row tile cost 12 % of the kernel time and
+ * gained nothing measurable); a borrowed weight's tiles fetch the caller's rows packed next. No
+ * allocation per call beyond the context's scratch arenas.
  */
 #include "avx512_attn.h"
 #include "avx512_vnni_kernel.h"
@@ -80,7 +81,28 @@ static const qmm_i8_tile_fn k_x64[MR + 1] = {
     qmm_qd8_qc8w_gemm_ukernel_6x64c4__avx512vnni,
 };
 
+/* A borrowed weight: this tile's share of the caller's rows the driver packs next (t->rows_pf),
+ * fetched before the tile's arithmetic so that the pack reads them from cache: a load of each
+ * row's first line where the share holds it (a share that starts mid-row follows the previous
+ * tile's load), a T0 prefetch of every other line. Measured on Zen 5 (bench/NOTES.md "## The rows
+ * packed next"): prefetches alone (T0, T1, T2 or NTA, in shares or all from the first row tile)
+ * left the pack as slow as from DRAM — each row is on a page the TLB no longer holds, and such
+ * prefetches come to nothing; the load walks the page, and the prefetches behind it land. */
+static void rows_prefetch(const qmm_i8_rows_pf *p) {
+    const char *row = (const char *)p->base + p->l0 / p->per_row * p->ld;
+    int64_t col = p->l0 % p->per_row;
+    for (int64_t l = p->l0; l < p->l1; l++) {
+        if (col == 0) (void)*(volatile const char *)(row);
+        else _mm_prefetch(row + col * 64, _MM_HINT_T0);
+        if (++col == p->per_row) {
+            col = 0;
+            row += p->ld;
+        }
+    }
+}
+
 static void tile(const uint8_t *a, int64_t lda, const float *s, const qmm_call *out, const qmm_i8_tile *t) {
+    if (t->rows_pf.base) rows_prefetch(&t->rows_pf);
     if (t->nr == NRB) k_x64[t->mr](a, lda, s, out, t);
     else qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni(a, lda, s, out, t);
 }
