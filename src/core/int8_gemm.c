@@ -175,7 +175,7 @@ static void gemm_task_run(int64_t task, int64_t n_tasks, int thread, const qmm_i
                                     : part + (r - m0) * e->nc + (nb - b0) * 16;
                 t.r = r;
                 t.pf_mode = next ? QMM_I8_PF_NEXT
-                            : whole_k && passes == 1 && nq > 64 && !g->borrowed ? QMM_I8_PF_STREAM : QMM_I8_PF_NONE;
+                            : whole_k && passes == 1 && nq > 64 && !g->borrowed && !e->no_stream ? QMM_I8_PF_STREAM : QMM_I8_PF_NONE;
                 t.pf = next ? next + i * share : NULL;
                 t.pf_step = step;
                 e->tile(g, &t);

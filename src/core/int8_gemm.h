@@ -23,7 +23,7 @@
  *              other: whole-K row tiles of one panel share a prefetch of the panel this thread
  *              runs next (NEXT: the lines from pf on, pf_step bytes per quad, into L2); a single
  *              whole-K row tile of more than 64 quads streams (STREAM: the engine may prefetch
- *              ahead in the tile's own weight stream); otherwise NONE (K chunks: the panel is in
+ *              ahead in the tile's own weight stream; not with no_stream); otherwise NONE (K chunks: the panel is in
  *              L1/L2 already; borrowed weights: the panel was just packed);
  *   one pass   optional, for small M: the engine's one_pass() runs blocks with all rows in one
  *              register tile, from a copy of the rows packed [kq][wrows][4] (ap, written by the
@@ -44,8 +44,9 @@
  *              rows kernel as rows (the buffer and its stride Kp);
  *   out        token scales copied to c->token_scales when asked.
  * A new int8 engine is its micro-kernel(s) (declared by name in ukernels.h), a qmm_i8_engine
- * descriptor (the desc of its qmm_engine_ops linear row; test_int8_ukernels drives the kernels
- * through it), its admit() and one row of the engine table.
+ * descriptor (the desc of its qmm_engine_ops linear row, or one per call class from the row's
+ * finalize; test_int8_ukernels drives the kernels through it), its admit() and one row of the
+ * engine table.
  */
 #ifndef QMM_INT8_GEMM_H
 #define QMM_INT8_GEMM_H
@@ -179,6 +180,8 @@ typedef struct qmm_i8_engine {
                             * (>= 1), each chunk ⌊or⌈k-steps/nch⌉ k-steps, the longer ones first
                             * (max − min <= 1 k-step, none over 1.5·kc; qmm_i8_chunk_nq) */
     int mc_fixed;          /* borrowed weights keep mc rows per task (no 4·mc: partials sized for L2) */
+    int no_stream;         /* no tile is told PF_STREAM (NONE instead): a descriptor whose tiles
+                            * prefetch nothing ahead (amx_int8 outside its decode regime) */
     int c_tiles;           /* the partials tile-contiguous: each (panel, row tile) of a task owns
                             * mr × 16·nrb consecutive int32 of the thread's mc × nc buffer, the row
                             * tiles of one panel adjacent (the order the tiles run in); inside it
@@ -255,7 +258,7 @@ qmm_i8_rows_fn qmm_i8_rows_kernel_for(const qmm_i8_engine *e, int64_t M);
 const qmm_w4_rows_ukernel *qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_t M, int bits, int vbmi);
 
 /* The int8 driver's descriptor of engine id (the desc of its linear row, qmm_op_row); NULL if it
- * has none. */
+ * has none (amx_int8: one per call class, from its row's finalize). */
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id);
 
 /* The whole call on engine e (pre-pass, GEMM with the engine's tiles and epilogue, token
