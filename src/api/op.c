@@ -1,7 +1,8 @@
 /*
  * op.c — the API skeleton of every operation (op.h): the named engine, AUTO's choice (each with
- * the engine's final descriptor for the call), the fallback policy and log, the run, the counters. What differs between operations is in their
- * qmm_op_class (dispatch.h): the subject of the messages, the fallback's words, the run.
+ * the engine's final descriptor for the call), the fallback policy and log, the run, the
+ * counters. What differs between operations is in their qmm_op_class (dispatch.h): the subject of
+ * the messages, the fallback's words, the run.
  */
 #include "op.h"
 
