@@ -82,7 +82,8 @@ static void check_text_attention(const char *table) {
         size_t el = strlen(eng);
         if (el && eng[el - 1] == '*') eng[el - 1] = 0; /* a mode-int8 fallback's mark */
         TU_CHECK(qmm_engine_from_name(eng) != QMM_ENGINE_AUTO, "attention %s: engine '%s' unknown", k_path_names[p], eng);
-        TU_CHECK(ms > 0 && tops > 0, "attention %s: median %g ms, %g T/s", k_path_names[p], ms, tops);
+        /* T/s is printed to 3 decimals: the tiny demo shape on a loaded machine can round to 0 */
+        TU_CHECK(ms > 0 && tops >= 0, "attention %s: median %g ms, %g T/s", k_path_names[p], ms, tops);
         if (p == 4) {
             TU_CHECK(!strcmp(rel, "(ref)"), "attention FP32: rel err column '%s', not (ref)", rel);
         } else {

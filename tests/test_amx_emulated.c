@@ -1129,7 +1129,7 @@ static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
 /* The linear rows' finalize (amx_regime.c): amx_int8 gives one const descriptor per regime —
  * the same one for every class of that regime, named by it, the driver options of the regime
  * (whole K outside blocked, PF_STREAM only in decode) and the blocking in force, the kernels'
- * fixed part otherwise; qmm_engine_regime of the real engine names the same regime. amx_bf16
+ * fixed part otherwise (the decode regime's tile streams B ahead); qmm_engine_regime of the real engine names the same regime. amx_bf16
  * gives one const descriptor per block width and kc — the same pointer for a class asked again,
  * another for more threads where block_cols splits N finer — with the kernels' fixed part. */
 static void finalized(void) {
@@ -1161,8 +1161,9 @@ static void finalized(void) {
                  qmm_engine_regime(QMM_ENGINE_AMX_INT8, &w, c.M));
         TU_CHECK(!seen[want] || seen[want] == e, "amx_int8 M=%lld: a second descriptor for regime %s", (long long)c.M, f.name);
         seen[want] = e;
-        TU_CHECK(e->whole_k_m == (want == QMM_AMX_BLOCKED ? 0 : INT_MAX) && e->no_stream == (want != QMM_AMX_DECODE) &&
-                     e->mc == b.mc && e->nc == b.nc && e->kc == b.kc && e->tile == qmm_amx_int8_kernels_emu.tile &&
+        TU_CHECK(e->whole_k_m == (want == QMM_AMX_BLOCKED ? 0 : INT_MAX) && e->mc == b.mc && e->nc == b.nc &&
+                     e->kc == b.kc &&
+                     e->tile == (want == QMM_AMX_DECODE ? qmm_amx_int8_kernels_decode_emu : qmm_amx_int8_kernels_emu).tile &&
                      e->mr == 32 && e->nrb == 2 && e->k64 && e->c_tiles && e->pack_bare && e->begin && e->end,
                  "amx_int8 M=%lld: descriptor of regime %s", (long long)c.M, f.name);
     }

@@ -179,11 +179,13 @@ static double int8_score_bound(const qmm_attention_args *a, float scale) {
 }
 
 /* Mode int8's P·V term of query row (bb, h, s), in units of max|v| (avx512_vnni_attn.c: p in u8
- * per row and block of 64 keys at the scale pm/255, pm the block's largest p; v in int8 per block
- * and channel): with p the exact probabilities (scores off by at most eps, so each p off by a
- * factor e^{±2eps}), a code of p is off by at most min(p, pm/510)·e^{2eps}, one of v by
- * max|v|/254; out moves by at most (1 + 1/254)·e^{4eps}·Σ_j min(p_j, pm_b/510) / Σ_j p_j +
- * (1 + that)/254. */
+ * per row and block of 64 keys at the scale pm/255, pm the block's largest p, by attention.h's U:
+ * its polynomial within 7.6e-5 relative; v in int8 per block and channel; l the sum of the u8
+ * codes): with p the exact probabilities (scores off by at most eps, so each p off by a factor
+ * e^{±2eps}), a code of p is off by at most (min(p, pm/510) + 7.6e-5·p)·e^{2eps}, one of v by
+ * max|v|/254. out' = Σ p'v'/Σ p' moves from Σ p v'/Σ p by Σ_j (p'_j − p_j)(v'_j − out')/Σ p
+ * (|v' − out'| <= 2·max|v|·(1 + 1/254)): out moves by at most
+ * 2·(1 + 1/254)·e^{4eps}·Σ_j (min(p_j, pm_b/510) + 7.6e-5·p_j) / Σ_j p_j + (1 + that)/254. */
 static double int8_pv_bound(const qmm_attention_args *a, float scale, double eps, int64_t bb, int64_t h, int64_t s) {
     const int64_t hk = h / (a->H / a->Hkv), Skv = a->Skv;
     double *sc = malloc((size_t)Skv * sizeof(double)), m = -INFINITY;
@@ -211,7 +213,7 @@ static double int8_pv_bound(const qmm_attention_args *a, float scale, double eps
         }
     }
     free(sc);
-    const double pr = l > 0 ? (1 + 1.0 / 254) * exp(4 * eps) * err / l : 0;
+    const double pr = l > 0 ? 2 * (1 + 1.0 / 254) * exp(4 * eps) * (err + 7.6e-5 * l) / l : 0;
     return pr + (1 + pr) / 254 * (1 + 1e-5) + 1e-5;
 }
 

@@ -22,11 +22,14 @@
  *                from block to block: random score rows with garbage past nv, masks none / bool
  *                / additive f32, f16, bf16 (row stride 0 or more, key stride 1 or 3, −inf,
  *                torch's finfo.min), per row a NaN score unmasked (the row NaN from then on) or
- *                bool-masked (ignored), every key masked (P 0, state as it was), a spread past
+ *                bool-masked (ignored), every key masked (P 0, state as it was), u8: a +inf score
+ *                (a NaN row where the mask leaves it), a spread past
  *                2^-126: P within 2^-21 relative + the exp2 argument's rounding (bf16: + 2^-9;
- *                u8 within 0.5 + that of 255·2^(s − bm)); m, α, ps bit for bit (attention.h's
- *                rules and E in plain C); l within the sum's bound of l·α + ps·Σ 2^(x − bm);
- *                the state and P past the group's rows untouched.
+ *                u8 bit for bit attention.h's U in plain C, and within 0.5 + that + 7.6e-5
+ *                relative of 255·2^(s − bm)); m, α, ps bit for bit (attention.h's rules and E in
+ *                plain C); l within the sum's bound of l·α + ps·Σ 2^(x − bm) (u8: bit for bit
+ *                l·α + ps·(Σ U / 255) in f32 steps); the state and P past the group's rows
+ *                untouched.
  */
 #include "attention.h"
 #include "numerics.h"
@@ -330,6 +333,17 @@ static float ref_e(float x) {
 
 static int same_bits(float a, float b) { return qmm_f32_bits(a) == qmm_f32_bits(b); }
 
+/* attention.h's U(x), the u8 P, x <= 0 or −inf, in plain C (fmaf: one rounding, as VFMADD;
+ * nearbyintf: to nearest even) */
+static int ref_u(float x) {
+    const float xc = x >= QMM_ATTN_U8_XMIN ? x : QMM_ATTN_U8_XMIN, n = nearbyintf(xc), f = xc - n;
+    float q = fmaf(QMM_ATTN_U8_C3, f, QMM_ATTN_U8_C2);
+    q = fmaf(q, f, QMM_ATTN_U8_C1);
+    q = fmaf(q, f, QMM_ATTN_U8_C0);
+    const float r = nearbyintf(ldexpf(q, (int)n));
+    return r > 255.0f ? 255 : (int)r;
+}
+
 /* A group of rows (1..16) over nblk key blocks, the state carried from block to block: per block
  * random scores (garbage past nv, a per-row offset so that the max rises and falls), a mask of
  * kind mk (0 none, 1 bool, 2 additive of dtype mt; row stride ms2 (0: one row for all), key
@@ -352,12 +366,13 @@ static int softmax_case(const softmax_uk *k, int64_t nk, int rows, int nblk, int
         int special[R];
         for (int i = 0; i < rows; i++) {
             const int r = (int)tu_rand_int(0, 9);
-            special[i] = r == 0 ? 1 : r == 1 ? 2 : r == 2 ? 3 : 0;
+            special[i] = r == 0 ? 1 : r == 1 ? 2 : r == 2 ? 3 : r == 3 && k->p == QMM_ATTN_P_U8 ? 4 : 0;
             static const float offs[] = {0.0f, 5.0f, -5.0f, 30.0f, -30.0f, -150.0f};
             const float off = offs[tu_rand_int(0, 5)];
             for (int64_t j = 0; j < nk; j++)
                 S[i * nk + j] = j < nv ? off + 3.0f * tu_rand_normal() : (tu_rand_int(0, 1) ? 1e30f : NAN);
             if (special[i] == 3) S[i * nk + tu_rand_int(0, nv - 1)] = off + 200.0f;
+            if (special[i] == 4) S[i * nk + tu_rand_int(0, nv - 1)] = INFINITY; /* u8: bm = +inf, a NaN row (unless masked) */
         }
         if (mk == 1) for (int64_t j = 0; j < mlen; j++) bm8[j] = tu_rand_int(0, 3) != 0;
         if (mk == 2)
@@ -404,19 +419,27 @@ static int softmax_case(const softmax_uk *k, int64_t nk, int rows, int nblk, int
                 if (y != y) nan = 1;
                 else if (y > bm) bm = y;
             }
+            if (k->p == QMM_ATTN_P_U8 && bm == INFINITY) nan = 1; /* +inf − +inf: the u8 P's NaN row */
             const char *Pi = P + (size_t)(i * nk) * (k->p == QMM_ATTN_P_F32 ? 4 : k->p == QMM_ATTN_P_BF16 ? 2 : 1);
             double sref = 0, smag = 0;
+            int64_t usum = 0; /* u8: Σ U(x − bm) */
             for (int64_t j = 0; j < nk && ok; j++) { /* P */
                 const double pr = p_val(&pk, Pi, j);
                 if (nan || bm == -INFINITY || x[j] == -INFINITY) { /* P 0: the row, or this key */
                     if (pr != 0.0) ok = TU_CHECK(0, "%s: P[%lld] = %g, want 0", what, (long long)j, pr);
                     continue;
                 }
+                if (k->p == QMM_ATTN_P_U8) { /* bit for bit: U of x − bm in f32 */
+                    const int u = ref_u(x[j] - bm), got = ((const uint8_t *)Pi)[j];
+                    usum += u;
+                    if (got != u)
+                        ok = TU_CHECK(0, "%s: P[%lld] = %d, want U(%.9g) = %d", what, (long long)j, got, (double)(x[j] - bm), u);
+                }
                 const double e = exp2((double)x[j] - bm), arg = fabs((double)x[j] - bm);
                 const double rel = 0x1p-21 + arg * 0x1p-23; /* the polynomial, the rounding of x − bm */
                 const double pe = e < 0x1p-126 ? 0x1p-126 : 0;  /* flushed below 2^-126 */
                 double tol;
-                if (k->p == QMM_ATTN_P_U8) tol = (0.5 + 255 * e * rel) / 255 + 1e-9;
+                if (k->p == QMM_ATTN_P_U8) tol = (0.5 + 255 * e * (rel + 7.6e-5)) / 255 + 1e-9; /* + U's polynomial */
                 else if (k->p == QMM_ATTN_P_BF16) tol = e * (rel + 0x1p-8) + pe;
                 else tol = e * rel + pe;
                 if (!(fabs(pr - e) <= tol))
@@ -438,11 +461,15 @@ static int softmax_case(const softmax_uk *k, int64_t nk, int rows, int nblk, int
                 const float a = mn == m0[i] ? 1.0f : ref_e(m0[i] - mn), f = bm == mn ? 1.0f : ref_e(bm - mn);
                 const double lref = (double)l0[i] * a + (double)f * sref;
                 const double tol = f * (smag + sref * (double)nk * 0x1p-24) + lref * 0x1p-22 + 1e-37;
+                const float lu = l0[i] * a + f * ((float)usum * (1.0f / 255.0f)); /* u8: the exact sum, f32 steps */
                 ok = TU_CHECK(same_bits(m[i], mn) && same_bits(al[i], a) && same_bits(ps[i], f),
                               "%s: m %.9g α %.9g ps %.9g, want %.9g %.9g %.9g (bm %.9g, m before %.9g)", what, m[i], al[i], ps[i],
                               mn, a, f, bm, m0[i]) &&
-                     TU_CHECK(fabs(l[i] - lref) <= tol, "%s: l %.9g, want %.9g (l before %.9g, α %g, ps %g)", what, l[i], lref,
-                              l0[i], a, f);
+                     (k->p == QMM_ATTN_P_U8
+                          ? TU_CHECK(same_bits(l[i], lu), "%s: l %.9g, want %.9g (Σ U %lld; l before %.9g, α %g, ps %g)", what,
+                                     l[i], lu, (long long)usum, l0[i], a, f)
+                          : TU_CHECK(fabs(l[i] - lref) <= tol, "%s: l %.9g, want %.9g (l before %.9g, α %g, ps %g)", what, l[i],
+                                     lref, l0[i], a, f));
             }
         }
         for (int i = rows; i <= R && ok; i++)

@@ -18,9 +18,11 @@
  *                K), against the triple loop, a = q (s8) with its row
  *                sums and -128 flags (and the engine's own copy of q where it asks for one:
  *                rows_ap_fill), over the driver's tasks of 16 blocks and over other ranges;
- *   one_pass     at every M it takes (one_pass_rows(M) > 0), owned weights: the blocks it says it
- *                did hold the triple loop's sums (padding rows of ap as the pre-pass writes
- *                them), the rest of y untouched.
+ *   one_pass     at every M it takes (one_pass_rows(M) > 0), owned weights, its tiles as the
+ *                driver runs them (in ranges of blocks, each tile inside the weight, asked for its
+ *                blocks inside the range; some ranges left out): the blocks asked for hold the
+ *                triple loop's sums (padding rows of ap as the pre-pass writes them), the rest of
+ *                y untouched.
  * An engine of whole 64-byte k-steps (k64) gets chunks of whole k-steps; tile-contiguous partials
  * (c_tiles) are read in their 16 × 16 tiles; a bare pack (pack_bare) is checked on its bytes only;
  * the engine's per-thread hooks (begin, end) bracket its tiles as the driver's do.
@@ -45,13 +47,6 @@ static int g_quick;
 /* a call writing y [M][ldy] of dtype yt from weight w (N × K), kernel bugs reported to *bug */
 static qmm_call unit_call(const qmm_weight *w, int64_t M, void *y, qmm_dtype yt, int64_t ldy, _Atomic(const char *) *bug) {
     return (qmm_call){.w = w, .M = M, .N = w->N, .K = w->K, .y = y, .y_dtype = yt, .ldy = ldy, .bug = bug};
-}
-
-/* the driver's state as engine e's kernels read it: operand a (rows Kp bytes apart), scales s */
-static qmm_i8_gemm unit_gemm(const qmm_call *c, const qmm_i8_engine *e, const void *a, const float *s, int64_t Kp,
-                             int64_t kq, int64_t kcq) {
-    return (qmm_i8_gemm){.c = c, .e = e, .a = (uint8_t *)a, .s = s, .Kp = Kp, .kq = kq, .kcq = kcq,
-                         .src = {.w = c->w, .pack = e->pack}};
 }
 
 /* where a tile's partial sum of row i, column n lies (nr blocks; int8_gemm.h, c_tiles) */
@@ -106,7 +101,6 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
     w.bias = tu_rand_int(0, 1) ? bias : NULL;
     _Atomic(const char *) bug = NULL;
     qmm_call c = unit_call(&w, M, y, yt, ldy, &bug);
-    const qmm_i8_gemm g = unit_gemm(&c, e, a, s, Kp, kq, cq);
     if (e->begin) e->begin(&c, 0);
     /* the expected outputs: exact sums through the scalar epilogue on y0 (I32: the sums) */
     qmm_call c0 = c;
@@ -126,7 +120,6 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
         qmm_i8_tile t;
         memset(&t, 0, sizeof t);
         t.nq = kq - q0 < cq ? kq - q0 : cq;
-        t.a = a + r0 * Kp + q0 * 4;
         t.b = b + q0 * 64;
         t.ldb = ldb;
         t.colsum = cs;
@@ -141,7 +134,7 @@ static void tile_case(const char *name, const qmm_i8_engine *e, int mr, int nr, 
         t.pf_mode = pf_mode;
         t.pf = pf_mode == QMM_I8_PF_NEXT ? pfbuf : NULL;
         t.pf_step = 128;
-        e->tile(&g, &t);
+        e->tile(a + r0 * Kp + q0 * 4, Kp, s + r0, &c, &t);
         if (t.last) break;
         /* the partials: Σ a·w over quads [0, q0 + nq) (the operand as the kernel reads it) */
         const int64_t kend = (q0 + t.nq) * 4;
@@ -305,18 +298,14 @@ static void rows_case(const char *name, const qmm_i8_engine *e, const char *knam
     w.i8.Kp = Kp;
     _Atomic(const char *) bug = NULL;
     const qmm_call c = unit_call(&w, M, y, QMM_I32, ldy, &bug);
-    qmm_i8_gemm g = unit_gemm(&c, e, q, s, Kp, (K + 3) / 4, (K + 3) / 4);
-    g.borrowed = 1;
-    g.rows = 1;
     /* the engine's own copy of q, as the driver makes it (int8_gemm.h: rows_ap_bytes/rows_ap_fill) */
     const int64_t apb = e->rows_ap_bytes ? e->rows_ap_bytes(M, Kp) : 0;
     uint8_t *ap = apb ? qmm_aligned_alloc((size_t)apb) : NULL;
     if (ap) {
-        g.ap = ap;
         for (int64_t r0 = 0, r1; r0 < M; r0 = r1) { /* in ranges of whole groups, as the pre-pass */
             r1 = r0 + 16 * tu_rand_int(1, 2);
             if (r1 > M) r1 = M;
-            e->rows_ap_fill(&g, r0, r1);
+            e->rows_ap_fill(q, Kp, ap, r0, r1);
         }
     }
     /* the kernel's operands: the rows from row n0 on (ld bytes apart), the activations */
@@ -393,19 +382,22 @@ static void test_rows_by_name(const char *name, const qmm_i8_engine *e) {
     }
 }
 
-/* one_pass over all blocks of an owned weight (n16k4, Kp·16 bytes per block) at M rows */
+/* one_pass on an owned weight (n16k4, Kp·16 bytes per block) at M rows, as the driver runs it: the
+ * blocks in ranges (the tasks; some ranges left out), in each the tiles of `blocks` blocks that lie
+ * inside the weight, each asked for the outputs of its blocks inside the range */
 static void one_pass_case(const char *name, const qmm_i8_engine *e, int64_t M, int64_t N, int64_t K) {
-    const int wrows = e->one_pass_rows(M);
+    int blocks = 0;
+    const int wrows = e->one_pass_rows(M, &blocks);
     const int64_t Kp = qmm_round_up(K, 64), kq = (K + 3) / 4, Np = qmm_round_up(N, 16), ldy = N + tu_rand_int(0, 3);
     const uint8_t flip = e->u8 ? 0x80 : 0;
     int8_t *q = calloc((size_t)(M * Kp), 1);
-    uint8_t *a = qmm_aligned_alloc((size_t)(M * Kp)), *ap = qmm_aligned_alloc((size_t)qmm_round_up(kq * wrows * 4, 64));
+    uint8_t *ap = qmm_aligned_alloc((size_t)qmm_round_up(kq * wrows * 4, 64));
     for (int64_t r = 0; r < M; r++)
         for (int64_t k = 0; k < K; k++) q[r * Kp + k] = (int8_t)tu_rand_int(-128, 127);
-    for (int64_t i = 0; i < M * Kp; i++) a[i] = (uint8_t)q[i] ^ flip;
     for (int64_t j = 0; j < kq; j++)
         for (int r = 0; r < wrows; r++)
-            for (int b = 0; b < 4; b++) ap[(j * wrows + r) * 4 + b] = r < M ? a[r * Kp + 4 * j + b] : flip;
+            for (int b = 0; b < 4; b++)
+                ap[(j * wrows + r) * 4 + b] = r < M ? (uint8_t)q[r * Kp + 4 * j + b] ^ flip : flip;
     int8_t *W = malloc((size_t)(N * K)), *data = qmm_aligned_alloc((size_t)(Np * Kp));
     int32_t *colsum = malloc(sizeof(int32_t) * (size_t)Np);
     tu_fill_i8(W, N * K, -128, 127);
@@ -414,44 +406,55 @@ static void one_pass_case(const char *name, const qmm_i8_engine *e, int64_t M, i
         const int rows = N - 16 * nb < 16 ? (int)(N - 16 * nb) : 16;
         qmm_pack_n16k4_ref(W + 16 * nb * K, K, rows, 0, K, data + nb * Kp * 16, Kp / 4, colsum + 16 * nb, 1, &flag);
     }
-    int32_t *y = malloc(sizeof(int32_t) * (size_t)(M * ldy)), *y0 = malloc(sizeof(int32_t) * (size_t)(M * ldy));
-    int32_t *part = qmm_aligned_alloc(sizeof(int32_t) * (size_t)(e->mc > wrows ? e->mc : wrows) * (size_t)e->nc);
-    float *s = malloc(sizeof(float) * (size_t)M);
-    for (int64_t r = 0; r < M; r++) s[r] = 1.0f;
-    memset(y, 0xA5, sizeof(int32_t) * (size_t)(M * ldy));
     qmm_weight w;
     memset(&w, 0, sizeof w);
     w.N = N;
     w.K = K;
     w.i8 = (qmm_packed_i8){.Np = Np, .Kp = Kp, .data = data, .colsum = colsum};
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)(M * ldy)), *y0 = malloc(sizeof(int32_t) * (size_t)(M * ldy));
+    int32_t *part = qmm_aligned_alloc(sizeof(int32_t) * (size_t)(e->mc > wrows ? e->mc : wrows) * (size_t)e->nc);
+    float *s = malloc(sizeof(float) * (size_t)M);
+    for (int64_t r = 0; r < M; r++) s[r] = 1.0f;
+    memset(y, 0xA5, sizeof(int32_t) * (size_t)(M * ldy));
+    memcpy(y0, y, sizeof(int32_t) * (size_t)(M * ldy));
     _Atomic(const char *) bug = NULL;
     const qmm_call c = unit_call(&w, M, y, QMM_I32, ldy, &bug);
-    qmm_i8_gemm g = unit_gemm(&c, e, a, s, Kp, kq, kq);
-    g.ap = ap;
-    g.wrows = wrows;
-    g.nthreads = 1;
     const int64_t nblocks = Np / 16;
-    int64_t done = e->one_pass(&g, 0, 0, nblocks, part);
-    if (done < 0) done = nblocks;
-    memcpy(y0, y, sizeof(int32_t) * (size_t)(M * ldy));
-    for (int64_t r = 0; r < M; r++) /* the blocks it did: the sums; the rest: as they were */
-        for (int64_t n = 0; n < N && n < 16 * done; n++) {
-            uint32_t acc = 0;
-            for (int64_t k = 0; k < K; k++) acc += (uint32_t)((int32_t)q[r * Kp + k] * W[n * K + k]);
-            y0[r * ldy + n] = (int32_t)acc;
+    int64_t asked = 0;
+    for (int64_t r0 = 0, r1; r0 < nblocks; r0 = r1) {
+        r1 = r0 + (tu_rand_int(0, 1) ? e->nc / 16 : tu_rand_int(1, 20));
+        if (r1 > nblocks) r1 = nblocks;
+        if (!tu_rand_int(0, 3)) continue; /* a range left out: its outputs stay as they were */
+        for (int64_t nb = r0; nb < r1 && nb + blocks <= nblocks; nb += blocks) {
+            qmm_i8_tile t;
+            memset(&t, 0, sizeof t);
+            t.b = data + nb * Kp * 16;
+            t.ldb = Kp * 16;
+            t.colsum = colsum + nb * 16;
+            t.nq = kq;
+            t.part = part;
+            t.mr = (int)M;
+            t.nr = (int)(r1 - nb < blocks ? r1 - nb : blocks);
+            t.first = t.last = 1;
+            t.n = nb * 16;
+            e->one_pass(ap, wrows, s, &c, &t);
+            asked += t.nr;
+            for (int64_t r = 0; r < M; r++) /* the blocks asked for: the sums */
+                for (int64_t n = nb * 16; n < N && n < (nb + t.nr) * 16; n++) {
+                    uint32_t acc = 0;
+                    for (int64_t k = 0; k < K; k++) acc += (uint32_t)((int32_t)q[r * Kp + k] * W[n * K + k]);
+                    y0[r * ldy + n] = (int32_t)acc;
+                }
         }
-    int untouched = 1;
-    for (int64_t r = 0; r < M; r++)
-        for (int64_t n = 16 * done; n < ldy; n++) untouched &= y[r * ldy + n] == (int32_t)0xA5A5A5A5;
+    }
     const int64_t bad = tu_first_diff(y0, y, QMM_I32, M * ldy);
-    TU_CHECK(bad < 0 && untouched && done >= 0 && done <= nblocks,
-             "%s one_pass M=%lld (%d rows) N=%lld K=%lld: did %lld of %lld blocks; y[%lld][%lld] = %d, expected %d%s",
-             name, (long long)M, wrows, (long long)N, (long long)K, (long long)done, (long long)nblocks,
-             (long long)(bad / ldy), (long long)(bad % ldy), bad >= 0 ? y[bad] : 0, bad >= 0 ? y0[bad] : 0,
-             untouched ? "" : "; it wrote outputs past the blocks it did");
+    TU_CHECK(bad < 0,
+             "%s one_pass M=%lld (%d rows x %d blocks) N=%lld K=%lld, %lld blocks asked for: y[%lld][%lld] = %d, "
+             "expected %d",
+             name, (long long)M, wrows, blocks, (long long)N, (long long)K, (long long)asked, (long long)(bad / ldy),
+             (long long)(bad % ldy), bad >= 0 ? y[bad] : 0, bad >= 0 ? y0[bad] : 0);
     TU_CHECK(!atomic_load(&bug), "%s one_pass M=%lld: the kernel reported: %s", name, (long long)M, atomic_load(&bug));
     free(q);
-    qmm_aligned_free(a);
     qmm_aligned_free(ap);
     free(W);
     qmm_aligned_free(data);
@@ -470,7 +473,12 @@ static void test_one_pass(const char *name, const qmm_i8_engine *e) {
     static const int64_t Ks[] = {1, 5, 64, 65, 256, 1001};
     int cases = 0;
     for (int64_t M = 1; M <= 64; M++) {
-        if (!e->one_pass_rows(M)) continue;
+        int blocks = 0;
+        const int wrows = e->one_pass_rows(M, &blocks);
+        if (!wrows) continue;
+        if (!TU_CHECK(wrows >= M && blocks >= 1, "%s one_pass_rows(%lld) = %d rows x %d blocks", name, (long long)M,
+                      wrows, blocks))
+            continue;
         for (int rep = 0; rep < (g_quick ? 1 : 3); rep++) {
             one_pass_case(name, e, M, rep ? tu_rand_int(1, 300) : 16 * tu_rand_int(1, 12), Ks[tu_rand_int(0, 5)]);
             cases++;
@@ -479,24 +487,20 @@ static void test_one_pass(const char *name, const qmm_i8_engine *e) {
     tu_note("%s: %d one-pass calls", name, cases);
 }
 
+/* every family of engine e (tu_each_int8_engine) */
+static int test_engine(const char *name, const qmm_i8_engine *e) {
+    test_tiles(name, e);
+    test_pack(name, e);
+    test_rows(name, e);
+    test_rows_by_name(name, e);
+    test_one_pass(name, e);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_int8_ukernels");
     g_quick = getenv("QMM_TEST_QUICK") != NULL;
-    qmm_engine_id ids[QMM_ENGINE_COUNT];
-    int tested = 0;
-    for (int i = 0, n = tu_engines(TU_ENGINES_INT8, ids); i < n; i++) {
-        const char *name = qmm_engine_name(ids[i]);
-        const qmm_i8_engine *e = qmm_i8_engine_of(ids[i]);
-        char why[QMM_REASON_MAX];
-        if (!qmm_engine_available(ids[i], why, sizeof why)) { tu_skip(name, why); continue; }
-        if (!e) { tu_skip(name, "not on the core int8 driver (no qmm_i8_engine)"); continue; }
-        test_tiles(name, e);
-        test_pack(name, e);
-        test_rows(name, e);
-        test_rows_by_name(name, e);
-        test_one_pass(name, e);
-        tested++;
-    }
+    int tested = tu_each_int8_engine(test_engine);
 #ifdef QMM_TEST_AMX_EMU
     {
         const uint32_t need = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
@@ -514,14 +518,10 @@ int main(int argc, char **argv) {
         else if (!TU_CHECK(e != NULL, "%s: no qmm_i8_engine", name)) {
         } else {
             const long f0 = qmm_amx_emu_faults();
-            test_tiles(name, e);
-            test_pack(name, e);
-            test_rows(name, e);
-            test_one_pass(name, e);
+            tested += test_engine(name, e);
             TU_CHECK(qmm_amx_emu_faults() == f0 && qmm_amx_emu_live_configs() == 0,
                      "%s: %ld emulated tile faults (%s), %ld tile configurations left", name, qmm_amx_emu_faults() - f0,
                      qmm_amx_emu_first_fault(), qmm_amx_emu_live_configs());
-            tested++;
         }
     }
 #endif

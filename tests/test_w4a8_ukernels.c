@@ -98,8 +98,7 @@ static void kernel_case(const char *name, const qmm_i8_engine *e, const qmm_w4_r
     const int64_t apb = e->rows_ap_bytes ? e->rows_ap_bytes(M, Kp) : 0;
     uint8_t *ap = apb ? qmm_aligned_alloc((size_t)apb) : NULL;
     if (ap) {
-        const qmm_i8_gemm g = {.e = e, .a = (uint8_t *)q, .Kp = Kp, .ap = ap};
-        for (int64_t r0 = 0; r0 < M; r0 += 16) e->rows_ap_fill(&g, r0, r0 + 16 < M ? r0 + 16 : M);
+        for (int64_t r0 = 0; r0 < M; r0 += 16) e->rows_ap_fill(q, Kp, ap, r0, r0 + 16 < M ? r0 + 16 : M);
     }
     /* y and the expected y0 (same fill), a residual of y's dtype */
     void *y = malloc((size_t)(M * ldy * ysz)), *y0 = malloc((size_t)(M * ldy * ysz));
@@ -219,22 +218,21 @@ static void test_kernels(const char *name, const qmm_i8_engine *e) {
     tu_note("%s: %d W4A8 kernel calls", name, cases);
 }
 
+/* the W4A8 family of engine e (tu_each_int8_engine): 1, or 0 where it has none */
+static int test_engine(const char *name, const qmm_i8_engine *e) {
+    if (!e->w4a8 || !e->w4a8->n) {
+        tu_skip(name, "no W4A8 family (qmm_i8_engine.w4a8)");
+        return 0;
+    }
+    test_family(name, e);
+    test_kernels(name, e);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_w4a8_ukernels");
     g_quick = getenv("QMM_TEST_QUICK") != NULL;
-    qmm_engine_id ids[QMM_ENGINE_COUNT];
-    int tested = 0;
-    for (int i = 0, n = tu_engines(TU_ENGINES_INT8, ids); i < n; i++) {
-        const char *name = qmm_engine_name(ids[i]);
-        const qmm_i8_engine *e = qmm_i8_engine_of(ids[i]);
-        char why[QMM_REASON_MAX];
-        if (!qmm_engine_available(ids[i], why, sizeof why)) { tu_skip(name, why); continue; }
-        if (!e) { tu_skip(name, "not on the core int8 driver (no qmm_i8_engine)"); continue; }
-        if (!e->w4a8 || !e->w4a8->n) { tu_skip(name, "no W4A8 family (qmm_i8_engine.w4a8)"); continue; }
-        test_family(name, e);
-        test_kernels(name, e);
-        tested++;
-    }
+    const int tested = tu_each_int8_engine(test_engine);
     tu_note("%d engines' W4A8 kernels tested", tested);
     return tu_finish();
 }

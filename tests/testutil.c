@@ -4,6 +4,7 @@
 #include "qmm_io.h"
 
 #include "dispatch.h"
+#include "int8_gemm.h"
 #include "numerics.h"
 
 #include <math.h>
@@ -172,6 +173,20 @@ int tu_engines_avail(int which, qmm_engine_id out[QMM_ENGINE_COUNT], int avail[Q
         if (!avail[out[i]]) tu_skip(qmm_engine_name(out[i]), why);
     }
     return n;
+}
+
+int tu_each_int8_engine(int (*test)(const char *name, const struct qmm_i8_engine *desc)) {
+    qmm_engine_id ids[QMM_ENGINE_COUNT];
+    int tested = 0;
+    for (int i = 0, n = tu_engines(TU_ENGINES_INT8, ids); i < n; i++) {
+        const char *name = qmm_engine_name(ids[i]);
+        const qmm_i8_engine *e = qmm_i8_engine_of(ids[i]);
+        char why[QMM_REASON_MAX];
+        if (!qmm_engine_available(ids[i], why, sizeof why)) tu_skip(name, why);
+        else if (!e) tu_skip(name, "not on the core int8 driver (no qmm_i8_engine)");
+        else tested += test(name, e);
+    }
+    return tested;
 }
 
 size_t tu_tensor_bytes(const tu_tensor *t) {

@@ -65,6 +65,12 @@ int tu_engines(int which, qmm_engine_id out[QMM_ENGINE_COUNT]);
 /* The same list, and avail[id] = whether this machine runs engine id (qmm_engine_available); each
  * unavailable one is reported with tu_skip and its reason. Returns the count. */
 int tu_engines_avail(int which, qmm_engine_id out[QMM_ENGINE_COUNT], int avail[QMM_ENGINE_COUNT]);
+/* The kernel testers' loop: test(name, desc) for each int8 engine on the core int8 driver that this
+ * machine runs, best first (desc: qmm_i8_engine_of); every other int8 engine is reported with
+ * tu_skip and why (not available here, or no qmm_i8_engine). Returns the sum of test's returns (1:
+ * tested, 0: skipped, it says why). */
+struct qmm_i8_engine;
+int tu_each_int8_engine(int (*test)(const char *name, const struct qmm_i8_engine *desc));
 
 /* A tensor for a test checkpoint, and the writer: the tensors in this order and one optional
  * metadata entry (mkey NULL: none), through qmm_io's writer (failures are test failures). */

@@ -69,17 +69,27 @@ typedef void (*qmm_attn_qk_fn)(int rows, const void *Q, const float *sq, const v
  * the first nv (1..nk) are keys j0.. (lanes past nv: −inf, whatever S holds); mask: the first
  * row's mask at key j0 (rows c->ms[2], keys c->ms[3] elements apart; additive in base e, or
  * bool) or NULL. Per row i: bm = the max of its masked scores (−inf where every key is masked),
- * P[i] (nk values of the P kind, row stride nk) = 2^(s − bm) (u8: round(255 · 2^(s − bm))),
- * Σ = Σ P[i] in units of 1 (u8: Σ pq / 255, summed from f32 values); then its state (m[i],
- * l[i] in and out; alpha[i], ps[i] out):
- *   a NaN score no bool mask excludes (Σ NaN; P 0), or l NaN from an earlier block: l = NaN,
- *   m as it was, α = 1, ps = 0;
+ * P[i] (nk values of the P kind, row stride nk) = 2^(s − bm) (u8: U(s − bm)), Σ = Σ P[i] in
+ * units of 1 (f32, bf16: summed from the f32 values; u8: (float)(Σ pq, an exact integer) ·
+ * (1/255 in f32), one rounding); then its state (m[i], l[i] in and out; alpha[i], ps[i] out):
+ *   a NaN score no bool mask excludes (Σ NaN; P 0), or l NaN from an earlier block, or (u8 P)
+ *   bm = +inf (+inf − +inf; P 0): l = NaN, m as it was, α = 1, ps = 0;
  *   else every key masked (bm = −inf): m and l as they were, α = 1, ps = 0, P 0;
  *   else m' = max(m, bm), α = (m' = m ? 1 : E(m − m')), ps = (m' = bm ? 1 : E(bm − m')),
  *   l = l·α + ps·Σ (each product and the sum rounded to f32: no FMA), m = m'.
  * E(x) (x <= 0): 2^n · q(f), n = −trunc(0.5 − x) (0.5 − x rounded to f32), f = x − n, q the
  * softmax's degree-5 polynomial of 2^f evaluated in Horner form, one f32 product and one f32
- * sum per step (no FMA), times 2^n; 0 where x < −126 or x is −inf. */
+ * sum per step (no FMA), times 2^n; 0 where x < −126 or x is −inf.
+ * U(x) (x <= 0 or −inf; the u8 P): x' = max(x, −16) (f32; −inf → −16), n = x' rounded to the
+ * nearest integer (ties to even), f = x' − n (exact), q = ((C3·f + C2)·f + C1)·f + C0 with
+ * each step one FMA (one rounding), C0..C3 = QMM_ATTN_U8_C0..C3 (255 · 2^f on |f| <= 1/2,
+ * relative error 7.6e-5: 0.02 of P's step), U = q · 2^n (exact) rounded to the nearest integer
+ * (ties to even), in 0..255. */
+#define QMM_ATTN_U8_XMIN (-16.0f)/* 255 · 2^-16 rounds to 0 */
+#define QMM_ATTN_U8_C0 254.9815216064453f
+#define QMM_ATTN_U8_C1 176.7815704345703f
+#define QMM_ATTN_U8_C2 61.86748123168945f
+#define QMM_ATTN_U8_C3 14.06940746307373f
 typedef void (*qmm_attn_softmax_fn)(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
                                     const void *mask, void *P, float *m, float *l, float *alpha, float *ps);
 /* O[i][0..Dp) = O[i]·alpha[i] + ps[i] · Σ_j P[i][j]·V[j] (times V's scales where V is

@@ -12,6 +12,41 @@
 
 #include <string.h>
 
+/* One call's state: the driver's own, never handed to an engine. */
+typedef struct qmm_i8_gemm {
+    const qmm_call *c;
+    const qmm_i8_engine *e;
+    uint8_t *a;            /* [M][Kp]: q, or q + 128 */
+    const float *s;        /* [M] token scales */
+    int32_t *part;         /* [threads][mc·nc] */
+    int64_t Kp, kq, kcq;   /* padded K; quads of K; quads per chunk (even chunks: the longest) */
+    int64_t kc_long;       /* even chunks (k64): quads before which chunks are kcq long, kcq - 16 after */
+    int64_t mtasks, ntasks, nthreads, rows_per_task;
+    int64_t mc;            /* rows per task (part: [threads][mc·nc]) */
+    uint8_t *ap;           /* one-pass regime: [kq][wrows][4]; rows regime: the engine's rows_ap copy; else NULL */
+    int wrows, wblocks;    /* one-pass regime: the register tile's rows and blocks (one_pass_rows) */
+    int borrowed;          /* the weight is the caller's rows (w->borrow), packed per panel */
+    int rows;              /* the rows regime (borrowed, M <= e->rows_m): a is q (never flipped) */
+    qmm_i8_rows_fn rows_fn; /* the rows regime: the engine's kernel for M (qmm_i8_rows_kernel_for) */
+    qmm_rows_act act;      /* the rows regime: the activations its kernels read */
+    qmm_panel_source src;  /* the weight's panels (panel.h) */
+    int8_t *panels;        /* borrowed: [threads][panel_bytes] panel buffers (a W4A8 weight's rows
+                              regime: its decoded rows, or a fused kernel's buf) */
+    int32_t *colsums;      /* borrowed: [threads][nc] column sums of the thread's task */
+    int64_t panel_bytes;
+    const int8_t *w4_lut;  /* a W4A8 weight with e4m3 s_rel: the call's decode table (w4a8.h), else NULL */
+    const qmm_w4_rows_ukernel *w4_fused; /* a W4A8 weight's rows regime, fused: the kernel for M, or NULL */
+    qmm_w4_codes w4;       /* with w4_fused: the weight's codes */
+    const int8_t *w4_lut_u8; /* with w4_fused: the table's values as u8 (v ^ 0x80 = v + 128) */
+    qmm_prof_slot *prof;   /* phase timers on: the context's [threads] slots (qmm_profile), else NULL */
+} qmm_i8_gemm;
+
+/* The length in quads of the K chunk that starts at quad q0 (< g->kq). */
+static inline int64_t chunk_nq(const qmm_i8_gemm *g, int64_t q0) {
+    const int64_t n = g->e->k64 && q0 >= g->kc_long ? g->kcq - 16 : g->kcq;
+    return g->kq - q0 < n ? g->kq - q0 : n;
+}
+
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id) {
     const qmm_engine *e = qmm_engine_get(id);
     return e && e->kind == QMM_KIND_INT8 ? e->ops->op[QMM_OP_LINEAR].desc : NULL;
@@ -36,7 +71,11 @@ const qmm_w4_rows_ukernel *qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_
     return NULL;
 }
 
-void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
+/* The weights of blocks [nb, nb + nr) over quads [q0, q0 + nq) for thread `thread`: qmm_panel_get
+ * (panel.h) of g->src into the thread's panel buffer (nr·nq·64 <= panel_bytes), the chunk's
+ * column sums added into cs[0 .. nr·16) (stored when first). Fills t->b, t->ldb, t->colsum
+ * (cs, or the weight's), t->neg128. */
+static void get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
                       int first, qmm_i8_tile *t) {
     qmm_panel p;
     qmm_panel_get(&g->src, nb, nr, q0, nq, g->panels + (int64_t)thread * g->panel_bytes, cs, first, &p);
@@ -120,17 +159,28 @@ static void gemm_task_run(int64_t task, int64_t n_tasks, int thread, const qmm_i
         if (pf) prof_add(&pf->ns[QMM_PROF_TILES], t0);
         return;
     }
-    if (g->ap) {
-        const int64_t done = e->one_pass(g, thread, b0, b1, part);
+    if (g->ap) { /* the one-pass tiles, all rows × wblocks blocks, each inside the weight */
+        const int64_t nblocks = c->w->i8.Np / 16;
+        qmm_i8_tile t;
+        memset(&t, 0, sizeof t);
+        t.nq = g->kq;
+        t.part = part;
+        t.mr = (int)c->M;
+        t.first = t.last = 1;
+        for (; b0 < b1 && b0 + g->wblocks <= nblocks; b0 += g->wblocks) {
+            get_panel(g, thread, b0, g->wblocks, 0, g->kq, cs, 1, &t);
+            t.nr = (int)(b1 - b0 < g->wblocks ? b1 - b0 : g->wblocks); /* the task's blocks of it */
+            t.n = b0 * 16;
+            e->one_pass(g->ap, g->wrows, g->s, c, &t);
+        }
         if (pf) t0 = prof_add(&pf->ns[QMM_PROF_TILES], t0);
-        if (done < 0) return;
-        b0 += done; /* the weight's last blocks: the row tiles below */
+        if (b0 >= b1) return; /* else the weight's last blocks: the row tiles below */
     }
     const int64_t passes = (m1 - m0 + e->mr - 1) / e->mr; /* row tiles per panel */
     const int whole_k = g->kcq == g->kq;
     const int64_t panel_bytes = e->nrb * blk;             /* whole K, nrb blocks: contiguous */
     for (int64_t q0 = 0, nq; q0 < g->kq; q0 += nq) {
-        nq = qmm_i8_chunk_nq(g, q0);
+        nq = chunk_nq(g, q0);
         qmm_i8_tile t;
         t.epilogue_ns = pf ? &pf->ns[QMM_PROF_EPILOGUE] : NULL;
         t.nq = nq;
@@ -139,7 +189,7 @@ static void gemm_task_run(int64_t task, int64_t n_tasks, int thread, const qmm_i
         for (int64_t nb = b0; nb < b1; nb += e->nrb) {
             t.nr = (int)(b1 - nb < e->nrb ? b1 - nb : e->nrb);
             if (pf) t0 = qmm_now_ns();
-            qmm_i8_get_panel(g, thread, nb, t.nr, q0, nq, cs ? cs + (nb - b0) * 16 : NULL, t.first, &t);
+            get_panel(g, thread, nb, t.nr, q0, nq, cs ? cs + (nb - b0) * 16 : NULL, t.first, &t);
             if (pf) t0 = prof_add(&pf->ns[QMM_PROF_PACK], t0);
             t.n = nb * 16;
             /* whole-K panels with several row tiles: they share the prefetch of the panel this
@@ -163,22 +213,21 @@ static void gemm_task_run(int64_t task, int64_t n_tasks, int thread, const qmm_i
             } else if (!t.last) {
                 t.next_nb = b0;
                 t.next_q0 = q0 + nq;
-                t.next_nq = qmm_i8_chunk_nq(g, q0 + nq);
+                t.next_nq = chunk_nq(g, q0 + nq);
             }
             if (t.next_nq) t.next_nr = (int)(b1 - t.next_nb < e->nrb ? b1 - t.next_nb : e->nrb);
             t.passes = passes;
             for (int64_t r = m0, i = 0; r < m1; r += e->mr, i++) {
                 t.pass = i;
                 t.mr = (int)(m1 - r < e->mr ? m1 - r : e->mr);
-                t.a = g->a + r * g->Kp + q0 * 4;
                 t.part = e->c_tiles ? part + ((nb - b0) / e->nrb * passes + i) * e->mr * 16 * e->nrb
                                     : part + (r - m0) * e->nc + (nb - b0) * 16;
                 t.r = r;
                 t.pf_mode = next ? QMM_I8_PF_NEXT
-                            : whole_k && passes == 1 && nq > 64 && !g->borrowed && !e->no_stream ? QMM_I8_PF_STREAM : QMM_I8_PF_NONE;
+                            : whole_k && passes == 1 && nq > 64 && !g->borrowed ? QMM_I8_PF_STREAM : QMM_I8_PF_NONE;
                 t.pf = next ? next + i * share : NULL;
                 t.pf_step = step;
-                e->tile(g, &t);
+                e->tile(g->a + r * g->Kp + q0 * 4, g->Kp, g->s + r, c, &t);
             }
             if (pf) prof_add(&pf->ns[QMM_PROF_TILES], t0);
         }
@@ -200,7 +249,7 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
 /* the pre-pass's group_fill: the rows regime's copy of q for rows [r0, r1), in the engine's layout */
 static void rows_ap_group(const void *arg, int64_t r0, int64_t r1) {
     const qmm_i8_gemm *g = arg;
-    g->e->rows_ap_fill(g, r0, r1);
+    g->e->rows_ap_fill((const int8_t *)g->a, g->Kp, g->ap, r0, r1);
 }
 
 /* the engine's per-thread hooks, around each thread's share of the tasks (the pool places them) */
@@ -226,7 +275,8 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     const int64_t kq = e->k64 ? Kp / 4 : (c->K + 3) / 4;
     const qmm_i8_rows_fn rows_fn = w->borrowed && M <= e->rows_m ? qmm_i8_rows_kernel_for(e, M) : NULL;
     const int borrowed = w->borrowed, rows = rows_fn != NULL;
-    const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M) : 0;
+    int wblocks = 0;
+    const int wrows = e->one_pass_rows && !rows ? e->one_pass_rows(M, &wblocks) : 0;
     int64_t kcq = M <= e->whole_k_m ? kq : e->kc / 4, kc_long = kq;
     if (e->k64 && kcq < kq) { /* even chunks of whole 64-byte k-steps (int8_gemm.h, k64) */
         const int64_t steps = kq / 16, cs = kcq / 16, nch = (steps + cs / 2) / cs > 1 ? (steps + cs / 2) / cs : 1;
@@ -271,6 +321,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     if (wrows) {
         g.ap = (uint8_t *)pbuf + pbytes;
         g.wrows = wrows;
+        g.wblocks = wblocks;
     }
     if (borrowed) {
         g.borrowed = 1;

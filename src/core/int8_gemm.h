@@ -23,12 +23,14 @@
  *              other: whole-K row tiles of one panel share a prefetch of the panel this thread
  *              runs next (NEXT: the lines from pf on, pf_step bytes per quad, into L2); a single
  *              whole-K row tile of more than 64 quads streams (STREAM: the engine may prefetch
- *              ahead in the tile's own weight stream; not with no_stream); otherwise NONE (K chunks: the panel is in
+ *              ahead in the tile's own weight stream); otherwise NONE (K chunks: the panel is in
  *              L1/L2 already; borrowed weights: the panel was just packed);
- *   one pass   optional, for small M: the engine's one_pass() runs blocks with all rows in one
- *              register tile, from a copy of the rows packed [kq][wrows][4] (ap, written by the
- *              pre-pass, rows past M padded with the value of q = 0);
- *   weights    every tile reads its weight panel through qmm_i8_get_panel: an owned weight's
+ *   one pass   optional, for small M: the engine's one_pass() runs groups of its width in blocks
+ *              with all rows in one register tile, from a copy of the rows packed [kq][wrows][4]
+ *              (ap, written by the pre-pass, rows past M padded with the value of q = 0); a task's
+ *              blocks from the first group that would run past the weight's last block take the
+ *              row tiles;
+ *   weights    the driver hands every tile its weight panel (t->b, ldb, colsum): an owned weight's
  *              n16k4 packing in place (blocks Kp·16 bytes apart, colsum from the weight); a
  *              borrowed weight's rows (the caller's [N][ld] int8, w->borrow) packed per call, per
  *              panel and K chunk, into the thread's n16k4 panel buffer (blocks nq·64 bytes
@@ -43,6 +45,8 @@
  *              else a few whole rows at a time decoded into the thread's buffer and handed to the
  *              rows kernel as rows (the buffer and its stride Kp);
  *   out        token scales copied to c->token_scales when asked.
+ * Every callback of an engine is handed its operands by name (the kernel families below); the
+ * driver's per-call state is private to int8_gemm.c.
  * A new int8 engine is its micro-kernel(s) (declared by name in ukernels.h), a qmm_i8_engine
  * descriptor (the desc of its qmm_engine_ops linear row, or one per call class from the row's
  * finalize; test_int8_ukernels drives the kernels through it), its admit() and one row of the
@@ -58,20 +62,18 @@
 
 enum { QMM_I8_PF_NONE = 0, QMM_I8_PF_NEXT = 1, QMM_I8_PF_STREAM = 2 };
 
-typedef struct qmm_i8_gemm qmm_i8_gemm;
-
 /* One tile of work: rows [r, r + mr) × 16-column blocks [n/16, n/16 + nr) over the k quads of
- * one chunk. */
+ * one chunk (its activations: the tile family's a, lda, s). */
 typedef struct qmm_i8_tile {
-    const uint8_t *a;      /* row r at the chunk's first quad; rows g->Kp bytes apart */
     const int8_t *b;       /* the first block at the chunk's first quad; blocks ldb bytes apart */
     int64_t ldb;           /* bytes between blocks (64-byte multiple; b 64-byte aligned) */
     const int32_t *colsum; /* Σ_k W[n][k] of columns t.n.. (full K; read on the last chunk) */
     int neg128;            /* some weight of this panel and chunk is -128 (borrowed weights) */
     int64_t nq;            /* quads (4 k each) in the chunk */
-    int32_t *part;         /* the tile's sums: row i, block jb at part[i·nc + jb·16]; an engine with
-                            * c_tiles: the tile's own mr × 16·nrb int32 in 16 × 16 tiles (c_tiles) */
-    int mr, nr;            /* rows (<= engine mr), blocks (<= engine nrb) */
+    int32_t *part;         /* the tile's sums: row i, block jb at part[i·nc + jb·16] (the engine's nc);
+                            * an engine with c_tiles: the tile's own mr × 16·nrb int32 in 16 × 16
+                            * tiles (c_tiles) */
+    int mr, nr;            /* rows (<= engine mr; one pass: M), blocks (<= engine nrb) */
     int first, last;       /* first chunk: store instead of add; last chunk: write the outputs */
     int64_t r, n;          /* output row and column of part[0] */
     int pf_mode;           /* QMM_I8_PF_*: the tile prefetches as told, and nothing else */
@@ -103,12 +105,23 @@ typedef struct qmm_rows_act {
 } qmm_rows_act;
 
 /* The kernel families of the int8 driver, one signature each (the kernels by name: ukernels.h).
- * The rows families write outputs y[i][n] for tokens i < a->M and columns n in [n0, n1) (n0 a
- * multiple of 16, n1 <= out->N) through the epilogue of call `out` (epilogue.h: out's y, dtype,
- * epilogue, residual, and its weight's scale and bias: nothing else of out is read), and report an
- * impossible case with qmm_call_bug(out, ..).
+ * Each writes its outputs through the epilogue of call `out` (epilogue.h: out's y, dtype,
+ * epilogue, residual, N, and its weight's scale and bias: nothing else of out is read, except
+ * where a family says so) and reports an impossible case with qmm_call_bug(out, ..). The rows
+ * families write outputs y[i][n] for tokens i < a->M and columns n in [n0, n1) (n0 a multiple of
+ * 16, n1 <= out->N).
  *   tile       rows [t->r, t->r + t->mr) × blocks [t->n/16, t->n/16 + t->nr) over the chunk's
- *              quads (qmm_i8_tile): the sums into t->part and, on the last chunk, the outputs;
+ *              quads (qmm_i8_tile): a: the operand (u8 q + 128, or s8 q: the engine's u8) of row
+ *              t->r at the chunk's first quad, rows lda (= Kp) bytes apart; s: the tile's token
+ *              scales (row t->r + i: s[i]); the sums into t->part and, on the last chunk, the
+ *              outputs of columns < out->N. An engine that prefetches a borrowed weight's rows
+ *              reads out->w (borrow, w4a8) for them;
+ *   one pass   all of a call's t->mr = M rows (t->r = 0) in one register tile of wrows rows
+ *              (one_pass_rows) over all of K (t->nq = kq quads, first and last chunk at once): ap
+ *              the rows packed [kq][wrows][4] as the tile's operand (rows past M padded with the
+ *              value of q = 0); the engine's width in blocks (one_pass_rows: every one of them
+ *              inside the weight's panel t->b) summed into t->part, the outputs of its first t->nr
+ *              blocks written (columns < out->N); s: the token scales [M] (as a tile's);
  *   rows       the rows regime (below, qmm_i8_engine.rows_kernels), int8 weight rows: column n
  *              from row w + (n − n0)·ldw (K bytes, any alignment), all M tokens at once; each
  *              kernel is for a range of M;
@@ -118,7 +131,10 @@ typedef struct qmm_rows_act {
  *              table of w4a8.h; lut_u8: the same values + 128 as u8, for u8 × s8 kernels) and
  *              multiplied as it is looked up; buf: buf_bytes (>= 16·a->lda, 64-byte aligned) of
  *              the running thread's own memory, where a kernel may keep rows it looked up. */
-typedef void (*qmm_i8_tile_fn)(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+typedef void (*qmm_i8_tile_fn)(const uint8_t *a, int64_t lda, const float *s, const qmm_call *out,
+                               const qmm_i8_tile *t);
+typedef void (*qmm_i8_onepass_fn)(const uint8_t *ap, int wrows, const float *s, const qmm_call *out,
+                                  const qmm_i8_tile *t);
 typedef void (*qmm_i8_rows_fn)(const int8_t *w, int64_t ldw, const qmm_rows_act *a, const qmm_call *out, int64_t n0,
                                int64_t n1);
 typedef void (*qmm_w4_rows_fn)(const qmm_w4_codes *w, const int8_t *lut, const int8_t *lut_u8, const qmm_rows_act *a,
@@ -155,11 +171,11 @@ typedef struct qmm_i8_engine {
     int mc, nc, kc;        /* rows and columns per task (nc a multiple of 16·nrb), K chunk in bytes (of 64) */
     int whole_k_m;         /* up to this M: no K chunks */
     qmm_i8_tile_fn tile;
-    /* Optional one-pass regime: one_pass_rows(M) = rows of its register tile (0: not for this M);
-     * one_pass(g, b0, b1, part) runs blocks [b0, b1) and returns how many it did from b0 (the rest
-     * take the tiles above), or -1 if it did them all. */
-    int (*one_pass_rows)(int64_t M);
-    int64_t (*one_pass)(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1, int32_t *part);
+    /* Optional one-pass regime: one_pass_rows(M, &blocks) = rows of its register tile (0: not for
+     * this M) and, in blocks, the tile's width in 16-column blocks; one_pass runs one such tile
+     * (the family above). */
+    int (*one_pass_rows)(int64_t M, int *blocks);
+    qmm_i8_onepass_fn one_pass;
     qmm_pack_n16k4_fn pack; /* borrowed weights' panel packing (panel.h; NULL: qmm_pack_n16k4_ref) */
     int pack_bare;         /* pack writes the n16k4 bytes only, leaving cs and neg128 alone (an s8
                             * engine exact on -128 that reads no column sums: amx_int8) */
@@ -169,7 +185,7 @@ typedef struct qmm_i8_engine {
      * caller's rows (w->borrow: each row read once, front to back, all M rows of A against it) and
      * writes them; no panel packing. In this regime the driver leaves a = q (s8, zero past K, also
      * for u8 engines) and fills the row sums (Σ_k q per row) and -128 flags (a row holds -128):
-     * g->act. The regime where the weights stream from memory once. */
+     * the kernels' qmm_rows_act. The regime where the weights stream from memory once. */
     int rows_m;
     const qmm_i8_rows_ukernel *rows_kernels;
     int n_rows_kernels;
@@ -178,10 +194,8 @@ typedef struct qmm_i8_engine {
                             * steps (q, the owned packing and a borrowed panel are zero past K),
                             * and the chunks are even: nch = the k-steps ÷ kc/64 rounded to nearest
                             * (>= 1), each chunk ⌊or⌈k-steps/nch⌉ k-steps, the longer ones first
-                            * (max − min <= 1 k-step, none over 1.5·kc; qmm_i8_chunk_nq) */
+                            * (max − min <= 1 k-step, none over 1.5·kc; int8_gemm.c chunk_nq) */
     int mc_fixed;          /* borrowed weights keep mc rows per task (no 4·mc: partials sized for L2) */
-    int no_stream;         /* no tile is told PF_STREAM (NONE instead): a descriptor whose tiles
-                            * prefetch nothing ahead (amx_int8 outside its decode regime) */
     int c_tiles;           /* the partials tile-contiguous: each (panel, row tile) of a task owns
                             * mr × 16·nrb consecutive int32 of the thread's mc × nc buffer, the row
                             * tiles of one panel adjacent (the order the tiles run in); inside it
@@ -189,60 +203,19 @@ typedef struct qmm_i8_engine {
                             * ((i/16)·nr + j/16)·256 + (i%16)·16 + j%16 (amx_int8: one TILESTORED each) */
     /* Optional, the rows regime: rows_ap_bytes(M, Kp) = the bytes of a copy of the activations
      * in the layout its rows kernels want (0: none), in groups of 16 rows (a full group
-     * rows_ap_bytes(16, Kp) bytes); rows_ap_fill(g, r0, r1) writes the groups of rows [r0, r1)
-     * (r0 a multiple of 16, r1 too or M) to g->ap (64-byte aligned) from g->a = q. The driver
-     * calls it per group from the pre-pass's pool run (prepass.h group_fill), on the thread that
-     * has just written the group's last rows, before any rows kernel. */
+     * rows_ap_bytes(16, Kp) bytes); rows_ap_fill(q, lda, ap, r0, r1) writes the groups of rows
+     * [r0, r1) (r0 a multiple of 16, r1 too or M) to ap (the copy's start, 64-byte aligned) from
+     * q [M][lda] (lda = Kp). The driver calls it per group from the pre-pass's pool run (prepass.h
+     * group_fill), on the thread that has just written the group's last rows, before any rows
+     * kernel. */
     int64_t (*rows_ap_bytes)(int64_t M, int64_t Kp);
-    void (*rows_ap_fill)(const qmm_i8_gemm *g, int64_t r0, int64_t r1);
+    void (*rows_ap_fill)(const int8_t *q, int64_t lda, uint8_t *ap, int64_t r0, int64_t r1);
     /* Optional, the rows regime of a W4A8 weight (w4a8.h) with e4m3 s_rel and groups of a
      * multiple of 16: the engine's fused kernels (the W4A8 family above), each computing and
      * writing columns as a rows kernel does. For an M none of them runs, the driver decodes a few
      * whole rows at a time into a buffer and hands them to the rows kernels as rows. */
     const qmm_w4_rows_kernels *w4a8;
 } qmm_i8_engine;
-
-/* One call's state, read by the engine's callbacks. */
-struct qmm_i8_gemm {
-    const qmm_call *c;
-    const qmm_i8_engine *e;
-    uint8_t *a;            /* [M][Kp]: q, or q + 128 */
-    const float *s;        /* [M] token scales */
-    int32_t *part;         /* [threads][mc·nc] */
-    int64_t Kp, kq, kcq;   /* padded K; quads of K; quads per chunk (even chunks: the longest) */
-    int64_t kc_long;       /* even chunks (k64): quads before which chunks are kcq long, kcq - 16 after */
-    int64_t mtasks, ntasks, nthreads, rows_per_task;
-    int64_t mc;            /* rows per task (part: [threads][mc·nc]) */
-    uint8_t *ap;           /* one-pass regime: [kq][wrows][4]; rows regime: the engine's rows_ap copy; else NULL */
-    int wrows;
-    int borrowed;          /* the weight is the caller's rows (w->borrow), packed per panel */
-    int rows;              /* the rows regime (borrowed, M <= e->rows_m): a is q (never flipped) */
-    qmm_i8_rows_fn rows_fn; /* the rows regime: the engine's kernel for M (qmm_i8_rows_kernel_for) */
-    qmm_rows_act act;      /* the rows regime: the activations its kernels read */
-    qmm_panel_source src;  /* the weight's panels (panel.h) */
-    int8_t *panels;        /* borrowed: [threads][panel_bytes] panel buffers (a W4A8 weight's rows
-                              regime: its decoded rows, or a fused kernel's buf) */
-    int32_t *colsums;      /* borrowed: [threads][nc] column sums of the thread's task */
-    int64_t panel_bytes;
-    const int8_t *w4_lut;  /* a W4A8 weight with e4m3 s_rel: the call's decode table (w4a8.h), else NULL */
-    const qmm_w4_rows_ukernel *w4_fused; /* a W4A8 weight's rows regime, fused: the kernel for M, or NULL */
-    qmm_w4_codes w4;       /* with w4_fused: the weight's codes */
-    const int8_t *w4_lut_u8; /* with w4_fused: the table's values as u8 (v ^ 0x80 = v + 128) */
-    qmm_prof_slot *prof;   /* phase timers on: the context's [threads] slots (qmm_profile), else NULL */
-};
-
-/* The weights of blocks [nb, nb + nr) over quads [q0, q0 + nq) for thread `thread`: qmm_panel_get
- * (panel.h) of g->src into the thread's panel buffer (nr·nq·64 <= panel_bytes), the chunk's
- * column sums added into cs[0 .. nr·16) (stored when first). Fills t->b, t->ldb, t->colsum
- * (cs, or the weight's), t->neg128. */
-void qmm_i8_get_panel(const qmm_i8_gemm *g, int thread, int64_t nb, int nr, int64_t q0, int64_t nq, int32_t *cs,
-                      int first, qmm_i8_tile *t);
-
-/* The length in quads of the K chunk that starts at quad q0 (< g->kq). */
-static inline int64_t qmm_i8_chunk_nq(const qmm_i8_gemm *g, int64_t q0) {
-    const int64_t n = g->e->k64 && q0 >= g->kc_long ? g->kcq - 16 : g->kcq;
-    return g->kq - q0 < n ? g->kq - q0 : n;
-}
 
 /* Where the driver decodes a borrowed W4A8 weight w for a call of M rows on engine e (NULL: none;
  * qmm_plan's words): the n16k4 panels, the rows regime's per-thread rows, or the fused rows kernel. */

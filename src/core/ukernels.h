@@ -20,7 +20,8 @@
  *                 in a qmm_w4_rows_kernels (qmm_i8_engine.w4a8) with the range, the widths and
  *                 whether it needs VBMI (tests/test_w4a8_ukernels);
  *   onepass       avx512_vnni's one-pass register tiles (7 <= M <= 24): rows × 16·blocks
- *                 columns over the whole K (avx512_vnni_small.c);
+ *                 columns over the whole K, the sums only (avx512_vnni_small.c; its
+ *                 qmm_i8_onepass_fn, qmm_vnni_one_pass, adds the outputs);
  *   gemm (float)  qmm_fkernel_fn (float_gemm.h): mr × nr panel tile of the float driver;
  *   attention     the ukernels of an attention engine (attention.h: qmm_attn_pack_kv_fn,
  *                 pack_q, qk, softmax, pv) and each engine's const qmm_attn_ukernels that lists
@@ -38,18 +39,20 @@
 #include "int8_gemm.h"
 
 /* ---------------------------------------------------------------- gemm (int8): qmm_i8_tile_fn */
+#define QMM_I8_TILE_ARGS const uint8_t *a, int64_t lda, const float *s, const qmm_call *out, const qmm_i8_tile *t
 /* x86_avx512/avx512_vnni_gemm.c: 4 blocks, mr = 1..6 rows (asm, accumulators pinned in zmm0-23) */
-void qmm_qd8_qc8w_gemm_ukernel_1x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
-void qmm_qd8_qc8w_gemm_ukernel_2x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
-void qmm_qd8_qc8w_gemm_ukernel_3x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
-void qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
-void qmm_qd8_qc8w_gemm_ukernel_5x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
-void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+void qmm_qd8_qc8w_gemm_ukernel_1x64c4__avx512vnni(QMM_I8_TILE_ARGS);
+void qmm_qd8_qc8w_gemm_ukernel_2x64c4__avx512vnni(QMM_I8_TILE_ARGS);
+void qmm_qd8_qc8w_gemm_ukernel_3x64c4__avx512vnni(QMM_I8_TILE_ARGS);
+void qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx512vnni(QMM_I8_TILE_ARGS);
+void qmm_qd8_qc8w_gemm_ukernel_5x64c4__avx512vnni(QMM_I8_TILE_ARGS);
+void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avx512vnni(QMM_I8_TILE_ARGS);
 /* 1..3 blocks (the last of N), 1..6 rows (C) */
-void qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+void qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni(QMM_I8_TILE_ARGS);
 /* x86_avx2/avx_vnni.c, avx2_int8.c: 1..4 blocks, one 16-column kernel call per block */
-void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni(const qmm_i8_gemm *g, const qmm_i8_tile *t);
-void qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx2(const qmm_i8_gemm *g, const qmm_i8_tile *t);
+void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni(QMM_I8_TILE_ARGS);
+void qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx2(QMM_I8_TILE_ARGS);
+#undef QMM_I8_TILE_ARGS
 
 /* ---------------------------------------------------------------- rows (int8): qmm_i8_rows_fn */
 #define QMM_I8_ROWS_ARGS const int8_t *w, int64_t ldw, const qmm_rows_act *a, const qmm_call *out, int64_t n0, int64_t n1

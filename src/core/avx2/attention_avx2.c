@@ -3,12 +3,12 @@
  * are converted one by one, numerics.h), one per P kind it serves (qmm_attn_softmax_fn,
  * attention.h; declared in ukernels.h): f32 (avx2_f32) and u8 (avx_vnni's int8 mode). A group of
  * 1..16 score rows of a key block (nk a multiple of 8, <= 64) → per row the block max bm and
- * P = 2^(s − bm) as f32 or u8 (round(255 · 2^(s − bm))), Σ P from the f32 values before rounding
- * (u8: / 255), and the rows' online-softmax state (m, l, α, ps) updated, 8 rows per register.
- * The same numbers as attention_avx512.c's (its mask rules, its exp2 polynomials): bool false →
- * −inf; additive (base e) → s + mask·log2(e) in one FMA, kept finite where mask and s are; lanes
- * past nv −inf; a NaN score left by the mask → Σ NaN, P 0; every lane −inf → bm = −inf, P 0,
- * Σ 0.
+ * P = 2^(s − bm) as f32 or u8 (attention.h's U), Σ P (f32: from the f32 values; u8: the integer
+ * sum / 255), and the rows' online-softmax state (m, l, α, ps) updated, 8 rows per register.
+ * The same numbers as attention_avx512.c's (its mask rules, its exp2 polynomials; the u8 P and
+ * its state bit for bit): bool false → −inf; additive (base e) → s + mask·log2(e) in one FMA,
+ * kept finite where mask and s are; lanes past nv −inf; a NaN score left by the mask → Σ NaN,
+ * P 0 (u8: also bm = +inf); every lane −inf → bm = −inf, P 0, Σ 0.
  */
 #include "attention.h"
 #include "numerics.h"
@@ -17,23 +17,9 @@
 
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #define NZ_MAX 8 /* 64 keys */
-
-/* k · 2^x for x <= 0, −inf (0) or NaN (NaN): 2^n · q(x − n), n = round(x) */
-static inline __m256 exp2_k(__m256 x, float k) {
-    const __m256 n = _mm256_round_ps(x, QMM_Y_RNE), f = _mm256_sub_ps(x, n);
-    __m256 q = _mm256_set1_ps(k * 0.001326697994954884f);
-    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(k * 0.009675469249486923f));
-    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(k * 0.05550742521882057f));
-    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(k * 0.24022121727466583f));
-    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(k * 0.6931469440460205f));
-    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(k * 1.0000001192092896f));
-    /* below 2^-126 (and −inf): 0; n in [-126, 0] elsewhere (a NaN x: q NaN) */
-    const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NLT_UQ);
-    const __m256 p2 = qmm_y_pow2i(_mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-126.0f))));
-    return _mm256_and_ps(keep, _mm256_mul_ps(q, p2));
-}
 
 static inline float hmax8(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -91,46 +77,114 @@ static inline __attribute__((always_inline)) int masked_scores(const qmm_attn_ca
         s[z] = x;
     }
     __m256 nan = _mm256_setzero_ps();
-    for (int z = 0; z < nz; z++) nan = _mm256_or_ps(nan, _mm256_cmp_ps(s[z], s[z], _CMP_UNORD_Q));
+    for (int z = 0; z < nz; z += 2) /* unordered: either is NaN */
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(s[z], s[z + 1 < nz ? z + 1 : z], _CMP_UNORD_Q));
     return _mm256_movemask_ps(nan) != 0;
 }
 
-/* 8 f32 values in [0, 255.x] → 8 u8 (nearest even; NaN → 0) */
-static inline void store_u8x8(uint8_t *p, __m256 e) {
-    const __m256i i = _mm256_cvtps_epi32(e);
-    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
-    _mm_storel_epi64((__m128i *)p, _mm_packus_epi16(w, w));
+/* 2^x for x <= 0, −inf (0) or NaN (NaN): 2^n · q(x − n), n = round(x) */
+static inline __m256 exp2_1(__m256 x) {
+    const __m256 n = _mm256_round_ps(x, QMM_Y_RNE), f = _mm256_sub_ps(x, n);
+    __m256 q = _mm256_set1_ps(0.001326697994954884f);
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(0.009675469249486923f));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(0.05550742521882057f));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(0.24022121727466583f));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(0.6931469440460205f));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(1.0000001192092896f));
+    /* below 2^-126 (and −inf): 0; n in [-126, 0] elsewhere (a NaN x: q NaN) */
+    const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NLT_UQ);
+    const __m256 p2 = qmm_y_pow2i(_mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-126.0f))));
+    return _mm256_and_ps(keep, _mm256_mul_ps(q, p2));
 }
 
-/* u8 = 0: P f32; 1: u8; nz = nk / 8 (a constant: the row stays in registers); one row → P,
- * *sum; returns bm (−inf where every key is masked; *sum NaN where a score is NaN) */
-static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call *c, const float *S, const int nz,
-                                                             int64_t nv, const __m256 live[NZ_MAX], const void *mask,
-                                                             void *P, float *sum, const int u8) {
+/* the row's block max from its masked scores */
+static inline __attribute__((always_inline)) float max_of(const __m256 s[NZ_MAX], int nz) {
+    __m256 mx = s[0]; /* max(−inf, s[0]) */
+    for (int z = 1; z < nz; z++) mx = _mm256_max_ps(mx, s[z]);
+    return hmax8(mx);
+}
+
+/* one row of nz · 8 keys → P f32, *sum; returns bm (−inf where every key is masked; *sum NaN
+ * where a score is NaN) */
+static inline __attribute__((always_inline)) float softmax_f32_n(const qmm_attn_call *c, const float *S, const int nz,
+                                                                 int64_t nv, const __m256 live[NZ_MAX], const void *mask,
+                                                                 float *P, float *sum) {
     __m256 s[NZ_MAX];
     s[0] = _mm256_set1_ps(-INFINITY); /* nz >= 1; the compiler cannot see it where nz is not a constant */
     const int nan = masked_scores(c, S, nz, nv, live, mask, s);
-    __m256 mx = s[0]; /* max(−inf, s[0]) */
-    for (int z = 1; z < nz; z++) mx = _mm256_max_ps(mx, s[z]);
-    const float bm = hmax8(mx);
+    const float bm = max_of(s, nz);
     if (nan || !(bm > -INFINITY)) { /* a NaN score, or every key masked: P 0 */
-        for (int z = 0; z < nz; z++) {
-            if (u8) _mm_storel_epi64((__m128i *)((uint8_t *)P + 8 * z), _mm_setzero_si128());
-            else _mm256_storeu_ps((float *)P + 8 * z, _mm256_setzero_ps());
-        }
+        for (int z = 0; z < nz; z++) _mm256_storeu_ps(P + 8 * z, _mm256_setzero_ps());
         *sum = nan ? NAN : 0.0f;
         return nan ? bm : -INFINITY;
     }
     const __m256 vb = _mm256_set1_ps(bm);
     __m256 acc = _mm256_setzero_ps();
     for (int z = 0; z < nz; z++) {
-        const __m256 e = exp2_k(_mm256_sub_ps(s[z], vb), u8 ? 255.0f : 1.0f);
+        const __m256 e = exp2_1(_mm256_sub_ps(s[z], vb));
         acc = z ? _mm256_add_ps(acc, e) : e; /* 0 + e: e (never −0) */
-        if (u8) store_u8x8((uint8_t *)P + 8 * z, e);
-        else _mm256_storeu_ps((float *)P + 8 * z, e);
+        _mm256_storeu_ps(P + 8 * z, e);
     }
-    const float t = hsum8(acc);
-    *sum = u8 ? t * (1.0f / 255.0f) : t;
+    *sum = hsum8(acc);
+    return bm;
+}
+
+/* attention.h's U of 8 lanes x − bm (x <= bm or −inf), as 8 int32 */
+static inline __m256i u8_p(__m256 x, __m256 vb) {
+    /* x' + (1.5 · 2^23 + 128) (even): n + 128 in its low bits (x' rounded to nearest even), 2^(n + 1) by
+     * shifting them into the exponent; the coefficients halved, so q/2 · 2^(n + 1) is U's q · 2^n, bit for bit */
+    const __m256 magic = _mm256_set1_ps(12583040.0f);
+    const __m256 xc = _mm256_max_ps(_mm256_sub_ps(x, vb), _mm256_set1_ps(QMM_ATTN_U8_XMIN)); /* −inf → −16 */
+    const __m256 t = _mm256_add_ps(xc, magic);
+    const __m256 f = _mm256_sub_ps(xc, _mm256_sub_ps(t, magic));
+    __m256 q = _mm256_fmadd_ps(_mm256_set1_ps(0.5f * QMM_ATTN_U8_C3), f, _mm256_set1_ps(0.5f * QMM_ATTN_U8_C2));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(0.5f * QMM_ATTN_U8_C1));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(0.5f * QMM_ATTN_U8_C0));
+    const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23));
+    return _mm256_cvtps_epi32(_mm256_mul_ps(q, p2)); /* exact product, rounded to nearest even */
+}
+
+/* one row of nz · 8 keys → P u8 (attention.h's U), *isum = Σ P; returns bm (−inf where every
+ * key is masked; *nanrow whether it is a NaN row: a NaN score or bm = +inf, P 0 there) */
+static inline __attribute__((always_inline)) float softmax_u8_n(const qmm_attn_call *c, const float *S, const int nz,
+                                                                int64_t nv, const __m256 live[NZ_MAX], const void *mask,
+                                                                uint8_t *P, int32_t *isum, int *nanrow) {
+    __m256 s[NZ_MAX];
+    s[0] = _mm256_set1_ps(-INFINITY);
+    const int nan = masked_scores(c, S, nz, nv, live, mask, s);
+    __m256 vb = s[0]; /* the max in every lane */
+    for (int z = 1; z < nz; z++) vb = _mm256_max_ps(vb, s[z]);
+    vb = _mm256_max_ps(vb, _mm256_permute2f128_ps(vb, vb, 1));
+    vb = _mm256_max_ps(vb, _mm256_permute_ps(vb, 0x4e));
+    vb = _mm256_max_ps(vb, _mm256_permute_ps(vb, 0xb1));
+    const float bm = _mm256_cvtss_f32(vb);
+    if (nan || !(bm > -INFINITY) || bm == INFINITY) { /* a NaN row, or every key masked: P 0, Σ 0 */
+        memset(P, 0, (size_t)(8 * nz));
+        *isum = 0;
+        *nanrow = nan || bm == INFINITY;
+        return bm;
+    }
+    const __m256i zero = _mm256_setzero_si256(), idx = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256i sad = zero;
+    for (int z0 = 0; z0 < nz; z0 += 4) { /* 32 keys: 128-bit lane L of the packed bytes holds dwords (keys 8z + 4L..),
+                                          * z = 0..3; the permutation puts dword 4L + z at 2z + L */
+        __m256i pi[4];
+        for (int z = 0; z < 4; z++) pi[z] = z0 + z < nz ? u8_p(s[z0 + z], vb) : zero;
+        const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(pi[0], pi[1]), _mm256_packus_epi32(pi[2], pi[3]));
+        sad = _mm256_add_epi64(sad, _mm256_sad_epu8(b, zero));
+        const __m256i o = _mm256_permutevar8x32_epi32(b, idx);
+        if (nz - z0 >= 4) {
+            _mm256_storeu_si256((__m256i *)(P + 8 * z0), o);
+        } else {
+            uint8_t tmp[32];
+            _mm256_storeu_si256((__m256i *)tmp, o);
+            memcpy(P + 8 * z0, tmp, (size_t)(8 * (nz - z0)));
+        }
+    }
+    /* 4 qword sums (< 2^14, high dwords 0) → the low dword the row's sum */
+    const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+    *isum = _mm_cvtsi128_si32(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)));
+    *nanrow = 0;
     return bm;
 }
 
@@ -175,16 +229,31 @@ static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_
                                                                  float *m, float *l, float *alpha, float *ps,
                                                                  const int u8) {
     float bm[16] = {0}, sum[16] = {0};
+    int32_t isum[16] = {0}, nanr[16] = {0}; /* u8: Σ P, whether a NaN row */
     const int64_t prow = 8 * nz * (u8 ? 1 : 4);
     __m256 live[NZ_MAX];
     live_lanes(nz, nv, live);
-    if (!mask) {
-        for (int i = 0; i < rows; i++) bm[i] = softmax_n(c, S + i * 8 * nz, nz, nv, live, NULL, (char *)P + i * prow, &sum[i], u8);
+    if (!mask) { /* (mask a constant NULL in masked_scores) */
+        for (int i = 0; i < rows; i++) {
+            if (u8) bm[i] = softmax_u8_n(c, S + i * 8 * nz, nz, nv, live, NULL, (uint8_t *)P + i * prow, &isum[i], &nanr[i]);
+            else bm[i] = softmax_f32_n(c, S + i * 8 * nz, nz, nv, live, NULL, (float *)((char *)P + i * prow), &sum[i]);
+        }
     } else {
         const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
-        for (int i = 0; i < rows; i++)
-            bm[i] = softmax_n(c, S + i * 8 * nz, nz, nv, live, (const char *)mask + i * mrow, (char *)P + i * prow, &sum[i], u8);
+        for (int i = 0; i < rows; i++) {
+            const void *mi = (const char *)mask + i * mrow;
+            if (u8) bm[i] = softmax_u8_n(c, S + i * 8 * nz, nz, nv, live, mi, (uint8_t *)P + i * prow, &isum[i], &nanr[i]);
+            else bm[i] = softmax_f32_n(c, S + i * 8 * nz, nz, nv, live, mi, (float *)((char *)P + i * prow), &sum[i]);
+        }
     }
+    if (u8) /* Σ = (float)Σ P · (1/255), NaN on the NaN rows */
+        for (int r = 0; r < rows; r += 8) {
+            const __m256 su = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(isum + r))),
+                                            _mm256_set1_ps(1.0f / 255.0f));
+            const __m256i nr = _mm256_loadu_si256((const __m256i *)(nanr + r));
+            const __m256 nan = _mm256_castsi256_ps(_mm256_cmpgt_epi32(nr, _mm256_setzero_si256()));
+            _mm256_storeu_ps(sum + r, _mm256_blendv_ps(su, _mm256_set1_ps(NAN), nan));
+        }
     for (int r = 0; r < rows; r += 8) row_state8(rows - r, bm + r, sum + r, m + r, l + r, alpha + r, ps + r);
 }
 

@@ -2,18 +2,20 @@
  * attention_avx512.c — the frame's attention softmax ukernels for AVX-512 (F/BW/VL/DQ), one per P
  * kind (qmm_attn_softmax_fn, attention.h; declared in ukernels.h): a group of 1..16 score rows
  * of a key block (nk a multiple of 16, <= 64) → per row the block max bm and P = 2^(s − bm) as
- * f32, bf16 (nearest even) or u8 (round(255 · 2^(s − bm))), Σ P from the f32 values before
- * rounding (u8: / 255), and the rows' online-softmax state (m, l, α, ps) updated, 16 rows in
- * one register.
+ * f32, bf16 (nearest even) or u8 (attention.h's U: about 255 · 2^(s − bm), an integer), Σ P
+ * (f32, bf16: from the f32 values before rounding; u8: the integer sum / 255), and the rows'
+ * online-softmax state (m, l, α, ps) updated, 16 rows in one register.
  *
  * Mask (the row's at key j0, keys c->ms[3] apart): bool (u8) false → −inf, whatever the score;
  * additive (f32, f16, bf16; base e) → s + mask·log2(e) in one FMA, kept finite where mask and s
  * are (an additive −FLT_MAX, torch's finfo.min, then stays a finite −FLT_MAX as it does in base e).
  * Lanes past nv are −inf whatever S holds. A NaN score left by the mask makes Σ NaN (P 0);
  * every lane −inf: bm = −inf, P 0, Σ 0.
- * exp2 of P: 2^n · q(x − n), n = round(x), q the degree-5 polynomial of 2^f on |f| <= 1/2
- * (relative error 8e-8), FMA; 0 below 2^-126 and for −inf. exp2 of α and ps: attention.h's E
- * (the same polynomial without FMA).
+ * exp2 of f32 and bf16 P: 2^n · q(x − n), n = round(x), q the degree-5 polynomial of 2^f on
+ * |f| <= 1/2 (relative error 8e-8), FMA; 0 below 2^-126 and for −inf. u8 P: attention.h's U
+ * (x clamped at −16, the degree-3 polynomial of 255 · 2^f, FMA, rounded to an integer; Σ the
+ * integer sum of the row's P / 255); a row whose max is +inf is a NaN row. exp2 of α and ps:
+ * attention.h's E (the degree-5 polynomial without FMA).
  */
 #include "attention.h"
 #include "numerics.h"
@@ -25,15 +27,15 @@
 
 static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }
 
-/* k · 2^x for x <= 0, −inf (0) or NaN (NaN), k = 1 or 255 folded into the coefficients */
-static inline __m512 exp2_k(__m512 x, float k) {
+/* 2^x for x <= 0, −inf (0) or NaN (NaN) */
+static inline __m512 exp2_k(__m512 x) {
     const __m512 n = _mm512_roundscale_ps(x, QMM_Z_RNE), f = _mm512_sub_ps(x, n);
-    __m512 q = _mm512_set1_ps(k * 0.001326697994954884f);
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(k * 0.009675469249486923f));
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(k * 0.05550742521882057f));
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(k * 0.24022121727466583f));
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(k * 0.6931469440460205f));
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(k * 1.0000001192092896f));
+    __m512 q = _mm512_set1_ps(0.001326697994954884f);
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(0.009675469249486923f));
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(0.05550742521882057f));
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(0.24022121727466583f));
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(0.6931469440460205f));
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(1.0000001192092896f));
     const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ); /* not below, or NaN */
     return _mm512_maskz_scalef_ps(keep, q, n);
 }
@@ -81,8 +83,8 @@ static inline __attribute__((always_inline)) int masked_scores(const qmm_attn_ca
             }
         }
     }
-    __mmask16 nan = 0;
-    for (int z = 0; z < nz; z++) nan |= _mm512_cmp_ps_mask(s[z], s[z], _CMP_UNORD_Q);
+    __mmask16 nan = 0; /* unordered: either is NaN */
+    for (int z = 0; z < nz; z += 2) nan |= _mm512_cmp_ps_mask(s[z], s[z + 1 < nz ? z + 1 : z], _CMP_UNORD_Q);
     return nan != 0;
 }
 
@@ -92,7 +94,75 @@ static inline __attribute__((always_inline)) float max_of(const __m512 s[4], int
     return _mm512_reduce_max_ps(m);
 }
 
-/* kind: 0 f32, 1 bf16, 2 u8; nz = nk / 16 (a constant: the row stays in registers); one row →
+/* v with every lane the max of its 16 lanes */
+static inline __m512 bcast_max(__m512 v) {
+    v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4e));
+    v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xb1));
+    v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4e));
+    return _mm512_max_ps(v, _mm512_permute_ps(v, 0xb1));
+}
+
+/* rows 4k..4k + 3 of sad[] (each 8 qword partial sums < 2^32) → per 128-bit lane L their sums
+ * over qwords 2L, 2L + 1, as 4 dwords in row order */
+static inline __m512i sum4(const __m512i *sad) {
+    const __m512i p0 = _mm512_or_si512(sad[0], _mm512_slli_epi64(sad[1], 32)); /* dwords: row 0, row 1 per qword */
+    const __m512i p1 = _mm512_or_si512(sad[2], _mm512_slli_epi64(sad[3], 32));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(p0, p1), _mm512_unpackhi_epi64(p0, p1));
+}
+
+/* the rows' (1..16) sums of their 8 qword partial sums: lane i row i (sad[i] zero for i from rows
+ * to rows rounded up to 8) */
+static inline __m512i row_sums(int rows, const __m512i sad[16]) {
+    const __m512i c0 = sum4(sad), c1 = sum4(sad + 4);
+    const __m512i c2 = rows > 8 ? sum4(sad + 8) : _mm512_setzero_si512(), c3 = rows > 8 ? sum4(sad + 12) : _mm512_setzero_si512();
+    /* the 128-bit lanes summed: [c0, c1, c2, c3] */
+    const __m512i e0 = _mm512_add_epi32(_mm512_shuffle_i32x4(c0, c1, 0x44), _mm512_shuffle_i32x4(c0, c1, 0xee));
+    const __m512i e1 = _mm512_add_epi32(_mm512_shuffle_i32x4(c2, c3, 0x44), _mm512_shuffle_i32x4(c2, c3, 0xee));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(e0, e1, 0x88), _mm512_shuffle_i32x4(e0, e1, 0xdd));
+}
+
+/* one row of nz · 16 keys (nz a constant, 1..4) → P as u8 (attention.h's U); lane i of *bmv
+ * its block max (−inf where every key is masked), *sad Σ P in 8 qword parts, bit i of the
+ * result whether it is a NaN row (a NaN score, or bm = +inf: P 0 there) */
+static inline __attribute__((always_inline)) unsigned softmax_u8_row(const qmm_attn_call *c, const float *S, const int nz,
+                                                                     int64_t nv, const __mmask16 kz[4], const void *mask,
+                                                                     uint8_t *P, int i, __m512 *bmv, __m512i *sad) {
+    __m512 s[4];
+    const int nan = masked_scores(c, S, nz, nv, kz, mask, s);
+    __m512 mv = s[0];
+    for (int z = 1; z < nz; z++) mv = _mm512_max_ps(mv, s[z]);
+    mv = bcast_max(mv);
+    const float bm = _mm512_cvtss_f32(mv);
+    const __mmask16 lane = (__mmask16)(1u << i);
+    *bmv = _mm512_mask_mov_ps(*bmv, lane, mv);
+    const __mmask64 store = nz == 4 ? ~(__mmask64)0 : (((__mmask64)1 << (16 * nz)) - 1);
+    if (nan || !(bm > -INFINITY) || bm == INFINITY) { /* a NaN row, or every key masked: P 0, Σ 0 */
+        _mm512_mask_storeu_epi8(P, store, _mm512_setzero_si512());
+        *sad = _mm512_setzero_si512();
+        return (unsigned)(nan || bm == INFINITY) << i;
+    }
+    /* without U's clamp at −16: below it 2^n · q is below 2^-7 (0 after rounding, as U(−16)), and
+     * x = −inf gives f NaN, a NaN product, the integer 0x80000000 and 0 after PACKUS */
+    __m512i pi[4];
+    for (int z = 0; z < 4; z++) {
+        if (z >= nz) { pi[z] = _mm512_setzero_si512(); continue; }
+        const __m512 x = _mm512_sub_ps(s[z], mv);
+        const __m512 n = _mm512_roundscale_ps(x, QMM_Z_RNE), f = _mm512_sub_ps(x, n);
+        __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(QMM_ATTN_U8_C3), f, _mm512_set1_ps(QMM_ATTN_U8_C2));
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(QMM_ATTN_U8_C1));
+        q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(QMM_ATTN_U8_C0));
+        pi[z] = _mm512_cvtps_epi32(_mm512_scalef_ps(q, n)); /* 2^n · q exact, rounded to nearest even */
+    }
+    /* 128-bit lane L of the packed bytes holds dwords (keys 16z + 4L..) in the order z = 0..3:
+     * the permutation puts dword 4L + z at 4z + L */
+    const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(pi[0], pi[1]), _mm512_packus_epi32(pi[2], pi[3]));
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_mask_storeu_epi8(P, store, _mm512_permutexvar_epi32(idx, b));
+    *sad = _mm512_sad_epu8(b, _mm512_setzero_si512()); /* lanes past nz 0 */
+    return 0;
+}
+
+/* kind: 0 f32, 1 bf16; nz = nk / 16 (a constant: the row stays in registers); one row →
  * P, *sum; returns bm (−inf where every key is masked; *sum NaN where a score is NaN) */
 static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call *c, const float *S, const int nz,
                                                              int64_t nv, const __mmask16 kz[4], const void *mask, void *P,
@@ -103,8 +173,7 @@ static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call
     if (nan || !(bm > -INFINITY)) { /* a NaN score, or every key masked: P 0 */
         for (int z = 0; z < nz; z++) {
             if (kind == 0) _mm512_storeu_ps((float *)P + 16 * z, _mm512_setzero_ps());
-            else if (kind == 1) _mm256_storeu_si256((__m256i *)((uint16_t *)P + 16 * z), _mm256_setzero_si256());
-            else _mm_storeu_si128((__m128i *)((uint8_t *)P + 16 * z), _mm_setzero_si128());
+            else _mm256_storeu_si256((__m256i *)((uint16_t *)P + 16 * z), _mm256_setzero_si256());
         }
         *sum = nan ? NAN : 0.0f;
         return nan ? bm : -INFINITY;
@@ -112,14 +181,12 @@ static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call
     const __m512 vb = _mm512_set1_ps(bm);
     __m512 acc = _mm512_setzero_ps();
     for (int z = 0; z < nz; z++) {
-        const __m512 e = exp2_k(_mm512_sub_ps(s[z], vb), kind == 2 ? 255.0f : 1.0f);
+        const __m512 e = exp2_k(_mm512_sub_ps(s[z], vb));
         acc = z ? _mm512_add_ps(acc, e) : e; /* 0 + e: e (never −0) */
         if (kind == 0) _mm512_storeu_ps((float *)P + 16 * z, e);
-        else if (kind == 1) qmm_z_store16((uint16_t *)P + 16 * z, QMM_BF16, 0xffff, e);
-        else _mm_storeu_si128((__m128i *)((uint8_t *)P + 16 * z), _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(e)));
+        else qmm_z_store16((uint16_t *)P + 16 * z, QMM_BF16, 0xffff, e);
     }
-    const float t = _mm512_reduce_add_ps(acc); /* a NaN e (s = +inf = bm): NaN */
-    *sum = kind == 2 ? t * (1.0f / 255.0f) : t;
+    *sum = _mm512_reduce_add_ps(acc); /* a NaN e (s = +inf = bm): NaN */
     return bm;
 }
 
@@ -138,10 +205,10 @@ static inline __m512 exp2_state(__m512 x) {
     return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ), q, p2);
 }
 
-/* the state of rows (1..16) from their block max bm and Σ P (attention.h) */
-static inline void row_state(int rows, const float *bm_, const float *sum_, float *m, float *l, float *alpha, float *ps) {
+/* the state of rows (1..16) from their block max bm and Σ P (attention.h), lane i row i */
+static inline void row_state_v(int rows, __m512 bm, __m512 sum, float *m, float *l, float *alpha, float *ps) {
     const __mmask16 k = lanes16(rows);
-    const __m512 one = _mm512_set1_ps(1.0f), bm = _mm512_maskz_loadu_ps(k, bm_), sum = _mm512_maskz_loadu_ps(k, sum_);
+    const __m512 one = _mm512_set1_ps(1.0f);
     const __m512 vm = _mm512_maskz_loadu_ps(k, m), vl = _mm512_maskz_loadu_ps(k, l);
     const __mmask16 nan = _mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(vl, vl, _CMP_UNORD_Q);
     const __mmask16 add = ~nan & _mm512_cmp_ps_mask(bm, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
@@ -157,6 +224,11 @@ static inline void row_state(int rows, const float *bm_, const float *sum_, floa
     _mm512_mask_storeu_ps(ps, k, _mm512_maskz_mov_ps(add, f));
 }
 
+static inline void row_state(int rows, const float *bm, const float *sum, float *m, float *l, float *alpha, float *ps) {
+    const __mmask16 k = lanes16(rows);
+    row_state_v(rows, _mm512_maskz_loadu_ps(k, bm), _mm512_maskz_loadu_ps(k, sum), m, l, alpha, ps);
+}
+
 /* rows (1..16) of nz · 16 keys: each row's P and Σ, then the rows' state */
 static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_call *c, int rows, const float *S,
                                                                  const int nz, int64_t nv, const void *mask, void *P,
@@ -166,6 +238,25 @@ static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_
     const int64_t prow = 16 * nz * (4 >> kind);
     __mmask16 kz[4];
     for (int z = 0; z < nz; z++) kz[z] = lanes16(nv - 16 * z);
+    if (kind == 2) { /* the rows' bm and Σ P gathered in lanes, Σ / 255 and the NaN rows' NaN in one vector */
+        __m512 bmv = _mm512_setzero_ps();
+        __m512i sad[16];
+        unsigned nanrows = 0;
+        if (!mask) {
+            for (int i = 0; i < rows; i++)
+                nanrows |= softmax_u8_row(c, S + i * 16 * nz, nz, nv, kz, NULL, (uint8_t *)P + i * prow, i, &bmv, &sad[i]);
+        } else {
+            const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
+            for (int i = 0; i < rows; i++)
+                nanrows |= softmax_u8_row(c, S + i * 16 * nz, nz, nv, kz, (const char *)mask + i * mrow, (uint8_t *)P + i * prow,
+                                          i, &bmv, &sad[i]);
+        }
+        for (int i = rows; i < (rows > 8 ? 16 : 8); i++) sad[i] = _mm512_setzero_si512();
+        /* (float) of exact integers, times 1/255 */
+        const __m512 su = _mm512_mul_ps(_mm512_cvtepi32_ps(row_sums(rows, sad)), _mm512_set1_ps(1.0f / 255.0f));
+        row_state_v(rows, bmv, _mm512_mask_mov_ps(su, (__mmask16)nanrows, _mm512_set1_ps(NAN)), m, l, alpha, ps);
+        return;
+    }
     if (!mask) {
         for (int i = 0; i < rows; i++) bm[i] = softmax_n(c, S + i * 16 * nz, nz, nv, kz, NULL, (char *)P + i * prow, &sum[i], kind);
     } else {

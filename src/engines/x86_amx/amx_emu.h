@@ -98,7 +98,7 @@ extern int qmm_amx_last_regime_emu;
 /* The default small-M crossover of amx_int8 (QMM_AMX_INT8_MIN_M) */
 extern const int qmm_amx_int8_min_m_emu;
 /* The fixed parts of the emulated engines' descriptors (amx_regime.h) */
-extern const struct qmm_i8_engine qmm_amx_int8_kernels_emu;
+extern const struct qmm_i8_engine qmm_amx_int8_kernels_emu, qmm_amx_int8_kernels_decode_emu;
 extern const struct qmm_fgemm qmm_amx_bf16_kernels_emu;
 
 #endif /* QMM_AMX_EMU_H */

@@ -15,7 +15,7 @@
  *            residual, f32/f16/bf16, or the int32 itself), the same epilogue as avx512_vnni;
  *   A        the driver's q [M][Kp] as it is (s8: u8 = 0, no flip), the tile loads 16 rows × 64
  *            bytes at stride Kp;
- *   B        the n16k4 blocks from qmm_i8_get_panel as they are: a block's 64-byte k-step is 16
+ *   B        the driver's n16k4 blocks (the tile's b) as they are: a block's 64-byte k-step is 16
  *            quads × 16 columns × 4 bytes = one 1 KiB B tile (stride 64), so TDPBSSD reads the
  *            owned packing in place and a borrowed weight's per-call panel the same way;
  *   pack     a borrowed weight's panel: qmm_z_pack_n16k4 (the 16 × 16 dword transpose), no
@@ -25,8 +25,8 @@
  *   k64      whole 64-byte k-steps: the chunks cover Kp, zeros past K (q, the packing, the panel),
  *            and are even (max − min <= 1 k-step: no short last chunk paying a full C round trip);
  *   mc_fixed the partials stay mc × nc (1 MiB at 512 × 512, L2) for borrowed weights too.
- * The regimes are three descriptors (decode, panel, blocked): this file's fixed part
- * (qmm_amx_int8_kernels) with the blocking in force (amx_blocking.h; QMM_AMX_BLOCKING applies),
+ * The regimes are three descriptors (decode, panel, blocked): this file's fixed parts
+ * (qmm_amx_int8_kernels; decode: qmm_amx_int8_kernels_decode) with the blocking in force (amx_blocking.h; QMM_AMX_BLOCKING applies),
  * built once by amx_regime.c, whose finalize (the engine's linear row) picks the one of a call
  * class by the rule of amx_blocking.h, once per class in the plan —
  *   decode   (M <= small_m)          whole K, one row tile per task: B streams from memory once,
@@ -217,8 +217,7 @@ void QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(int mr, int nr, int64_t
  * panel the driver runs next in this task (t->next_*: the next panel of this chunk, else the first
  * of the next chunk; none after the task's last panel), bytes of that chunk's K range only, so
  * that its pack reads them from L2 and their DRAM stream runs under this panel's TDPBSSD. */
-static void next_rows(const qmm_i8_gemm *g, const qmm_i8_tile *t, amx_pf *pf) {
-    const qmm_call *c = g->c;
+static void next_rows(const qmm_call *c, const qmm_i8_tile *t, amx_pf *pf) {
     if (!t->next_nr) return;
     const int64_t n0 = t->next_nb * 16, n1 = (t->next_nb + t->next_nr) * 16 < c->N ? (t->next_nb + t->next_nr) * 16 : c->N;
     const int64_t k0 = t->next_q0 * 4, k1 = (t->next_q0 + t->next_nq) * 4 < c->K ? (t->next_q0 + t->next_nq) * 4 : c->K;
@@ -233,20 +232,22 @@ static void next_rows(const qmm_i8_gemm *g, const qmm_i8_tile *t, amx_pf *pf) {
 }
 
 /* ---------------------------------------------------------------- the driver's callbacks */
-static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
-    const qmm_call *c = g->c;
-    const int flags = t->pf_mode == QMM_I8_PF_STREAM ? QMM_AMX_UK_STREAM : 0; /* the decode descriptor's only */
+/* The tile (qmm_i8_tile_fn) on a rows lda bytes apart; decode (the decode regime): B streamed with
+ * a prefetch ahead where the driver says PF_STREAM. */
+static inline __attribute__((always_inline)) void tile_run(const uint8_t *a, int64_t lda, const float *s,
+                                                           const qmm_call *c, const qmm_i8_tile *t, const int decode) {
+    const int flags = t->pf_mode == QMM_I8_PF_STREAM && decode ? QMM_AMX_UK_STREAM : 0;
     amx_pf pf = {NULL, 0, 1, 0, 0, 0};
     if (t->pf_mode == QMM_I8_PF_NEXT) { /* owned, whole K: this row tile's share of the next panel */
         pf.base = (const char *)t->pf;
         pf.per_row = INT64_MAX;
         pf.l1 = (t->nq * t->pf_step + 63) / 64;
         pf.per_step = (16 * t->pf_step + 63) / 64;
-    } else if (g->borrowed && !c->w->w4a8) { /* (W4A8: the codes are decoded, not these rows) */
-        next_rows(g, t, &pf);
+    } else if (c->w->borrowed && !c->w->w4a8) { /* (W4A8: the codes are decoded, not these rows) */
+        next_rows(c, t, &pf);
     }
     /* the partials tile-contiguous (the driver's c_tiles: this tile's 4 KiB, ldc 0) */
-    QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(t->mr, t->nr, t->nq, (const int8_t *)t->a, g->Kp, t->b, t->ldb,
+    QMM_AMX_SYM(qmm_qd8_qc8w_gemm_ukernel_32x32c4__amx)(t->mr, t->nr, t->nq, (const int8_t *)a, lda, t->b, t->ldb,
                                                         t->part, 0, t->first, flags, &pf);
     if (!t->last) return;
     for (int i = 0; i < t->mr; i++)
@@ -254,8 +255,16 @@ static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
             const int64_t n = t->n + 16 * jb;
             const int32_t *row = t->part + ((i / 16) * t->nr + jb) * 256 + (i % 16) * 16; /* tile (i/16, jb), row i%16 */
             if (n < c->N)
-                qmm_z_epilogue16(c, _mm512_loadu_si512(row), t->r + i, n, g->s[t->r + i], qmm_z_tail_mask(c->N - n));
+                qmm_z_epilogue16(c, _mm512_loadu_si512(row), t->r + i, n, s[i], qmm_z_tail_mask(c->N - n));
         }
+}
+
+static void tile(const uint8_t *a, int64_t lda, const float *s, const qmm_call *out, const qmm_i8_tile *t) {
+    tile_run(a, lda, s, out, t, 0);
+}
+
+static void tile_decode(const uint8_t *a, int64_t lda, const float *s, const qmm_call *out, const qmm_i8_tile *t) {
+    tile_run(a, lda, s, out, t, 1);
 }
 
 /* qmm_pack_n16k4_fn: the 16 rows transposed into n16k4, nothing else (cs and neg128 unread) */
@@ -277,15 +286,21 @@ static void end(const qmm_call *c, int thread) {
     QMM_AMX_SYM(qmm_amx_tiles_release)();
 }
 
-/* The descriptor's fixed part: the kernels, the 32 × 32 tile, the driver's options; amx_regime.c
- * adds the blocking of each regime (mc, nc, kc, whole_k_m, no_stream). */
+/* The descriptors' fixed parts — the kernels, the 32 × 32 tile, the driver's options — of the
+ * decode regime (its tile streams B ahead where the driver says PF_STREAM) and of the others;
+ * amx_regime.c adds each regime's blocking (mc, nc, kc, whole_k_m). */
 const qmm_i8_engine QMM_AMX_SYM(qmm_amx_int8_kernels) = {
     .u8 = 0, .mr = 32, .nrb = 2, .tile = tile, .pack = pack_block, .pack_bare = 1, .begin = begin, .end = end,
+    .k64 = 1, .mc_fixed = 1, .c_tiles = 1,
+};
+const qmm_i8_engine QMM_AMX_SYM(qmm_amx_int8_kernels_decode) = {
+    .u8 = 0, .mr = 32, .nrb = 2, .tile = tile_decode, .pack = pack_block, .pack_bare = 1, .begin = begin, .end = end,
     .k64 = 1, .mc_fixed = 1, .c_tiles = 1,
 };
 
 #else /* built without AMX compiler support: no kernels (finalize gives no descriptor) */
 const qmm_i8_engine QMM_AMX_SYM(qmm_amx_int8_kernels) = {.u8 = 0};
+const qmm_i8_engine QMM_AMX_SYM(qmm_amx_int8_kernels_decode) = {.u8 = 0};
 #endif
 
 const qmm_engine_ops QMM_AMX_SYM(qmm_amx_int8_ops) = {

@@ -4,7 +4,7 @@
  * compiles it again beside the emulated kernels (tests/amx_emu.cmake).
  *   blocking   the blocking in force (amx_blocking.h): QMM_AMX_BLOCKING read once per process;
  *   amx_int8   its three descriptors (decode, panel, blocked: whole K or the int8 driver's K
- *              chunks; the decode prefetch), built once from the blocking and the kernels' fixed
+ *              chunks; the decode tile's prefetch), built once from the blocking and the kernels' fixed
  *              part; finalize picks one by the regime rule (amx_blocking.h) and names it — the
  *              one decision dispatch caches, the driver runs, and qmm_plan, QMM_VERBOSE and
  *              `qmm bench` (qmm_engine_regime) name;
@@ -55,18 +55,17 @@ qmm_amx_blocking QMM_AMX_SYM(qmm_amx_blocking_now)(void) {
 
 /* ---------------------------------------------------------------- amx_int8 */
 /* The descriptors of the regimes (decode, panel, blocked) for blocking b: the kernels' fixed part
- * with b's mc, nc, kc; whole K outside the blocked regime; PF_STREAM (the decode prefetch of B
- * ahead) only in the decode regime. */
+ * (the decode regime's: its tile streams B ahead) with b's mc, nc, kc; whole K outside the
+ * blocked regime. */
 static qmm_i8_engine g_int8[3];
 
 static void int8_build(const qmm_amx_blocking *b) {
     for (int r = 0; r < 3; r++) {
-        qmm_i8_engine e = QMM_AMX_SYM(qmm_amx_int8_kernels);
+        qmm_i8_engine e = r == QMM_AMX_DECODE ? QMM_AMX_SYM(qmm_amx_int8_kernels_decode) : QMM_AMX_SYM(qmm_amx_int8_kernels);
         e.mc = (int)b->mc;
         e.nc = (int)b->nc;
         e.kc = (int)b->kc;
         e.whole_k_m = r == QMM_AMX_BLOCKED ? 0 : INT_MAX;
-        e.no_stream = r != QMM_AMX_DECODE;
         g_int8[r] = e;
     }
 }

@@ -33,9 +33,10 @@ extern int qmm_amx_last_regime_emu; /* the regime amx_int8's finalize last chose
 
 /* The fixed part of each engine's descriptor, defined beside its kernels (all zero when the
  * compiler could not build them): amx_int8's qmm_i8_engine without its blocking (mc, nc, kc,
- * whole_k_m, no_stream), amx_bf16's qmm_fgemm without its nr and kc (nor the buffer sizes they
- * give). */
+ * whole_k_m), of its decode regime (its tile streams B ahead) and of the others; amx_bf16's
+ * qmm_fgemm without its nr and kc (nor the buffer sizes they give). */
 extern const struct qmm_i8_engine QMM_AMX_SYM(qmm_amx_int8_kernels);
+extern const struct qmm_i8_engine QMM_AMX_SYM(qmm_amx_int8_kernels_decode);
 extern const struct qmm_fgemm QMM_AMX_SYM(qmm_amx_bf16_kernels);
 
 /* The linear rows' finalize (qmm_op_row): amx_int8's descriptor of the regime of the call's class

@@ -68,8 +68,9 @@ static void scalar_kernel(const uint8_t *a, int64_t lda, const int8_t *b, int64_
 }
 
 /* The tile kernel (qmm_i8_tile_fn, ukernels.h): up to 4 rows × 4 blocks (64 columns) */
-void qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx2(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
-    qmm_a2_tile(g, t, t->neg128 ? scalar_kernel : block_4x16);
+void qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx2(const uint8_t *a, int64_t lda, const float *s, const qmm_call *out,
+                                            const qmm_i8_tile *t) {
+    qmm_a2_tile(a, lda, s, out, t, t->neg128 ? scalar_kernel : block_4x16, 0);
 }
 
 /* ---------------------------------------------------------------- borrowed weights: small M */

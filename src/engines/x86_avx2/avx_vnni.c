@@ -89,7 +89,10 @@ static const char *admit(const void *call, char *why, size_t n) {
 
 #ifdef QMM_HAVE_AVXVNNI_BUILD
 /* The tile kernel (qmm_i8_tile_fn, ukernels.h): up to 6 rows × 4 blocks (64 columns) */
-void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni(const qmm_i8_gemm *g, const qmm_i8_tile *t) { qmm_a2_tile(g, t, block_6x16); }
+void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni(const uint8_t *a, int64_t lda, const float *s, const qmm_call *out,
+                                               const qmm_i8_tile *t) {
+    qmm_a2_tile(a, lda, s, out, t, block_6x16, 1);
+}
 
 /* The rows kernels (qmm_i8_rows_fn, ukernels.h) for a borrowed weight at M <= ROWS_M: up to 8
  * tokens the rows regime's dot form (int8_rows_avx2.h, VPDPBUSD: w + 128 against q, less

@@ -16,7 +16,7 @@
  *   score[i][j] = (Σ_d (qq + 128)·kq − 128·Σ_d kq) · sk[j] · sq[i]   (exact int32, then f32)
  *   per block of 32 keys and channel: sv[d] = max_j |v[j][d]| / 127, vq = round(v · 127 / max)
  *   (a channel with a non-finite value: scale NaN, codes 0); vs = sv / 255 = max / (127·255)
- *   O = O·α + ps · (Σ_j pq[j]·vq[j][d]) · vs[d]   (pq = round(255 · 2^(s − block max)), u8)
+ *   O = O·α + ps · (Σ_j pq[j]·vq[j][d]) · vs[d]   (pq = U(s − block max) ≈ round(255 · 2^(s − block max)), u8)
  * VPDPBUSD multiplies unsigned by signed bytes: qq + 128 against kq, pq against vq as they are.
  * The codes: x · pre · inv rounded to nearest even, inv = 127 / (max · pre), pre = 1, or 2^64
  * where max < 2^-100 (127 / max would overflow f32; both factors are exact powers of two apart).

@@ -28,16 +28,16 @@ int64_t qmm_avx_vnni_rows_ap_bytes(int64_t M, int64_t Kp) {
     return M > 8 && M <= BC_M ? (M + 7) / 8 * Kp * 8 : 0;
 }
 
-/* the groups of 8 of tokens [r0, r1) (r0 a multiple of 8) at g->ap + r0·Kp: group i's k-quad j at
- * (i·Kp/4 + j)·32, token t's 4 bytes at +4t, u8 q + 128 (pad tokens 128) */
-void qmm_avx_vnni_rows_ap_fill(const qmm_i8_gemm *g, int64_t r0, int64_t r1) {
-    const int64_t Kp = g->Kp;
-    const int8_t *q = (const int8_t *)g->a;
+/* the groups of 8 of tokens [r0, r1) (r0 a multiple of 8) at ap_base + r0·Kp from q (rows lda = Kp
+ * bytes apart): group i's k-quad j at (i·Kp/4 + j)·32, token t's 4 bytes at +4t, u8 q + 128 (pad
+ * tokens 128) */
+void qmm_avx_vnni_rows_ap_fill(const int8_t *q, int64_t lda, uint8_t *ap_base, int64_t r0, int64_t r1) {
+    const int64_t Kp = lda;
     const __m256i flip = _mm256_set1_epi8((char)0x80);
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int64_t t0 = r0; t0 < r1; t0 += 8) {
         const int64_t r = r1 - t0 < 8 ? r1 - t0 : 8;
-        uint8_t *ap = g->ap + t0 * Kp;
+        uint8_t *ap = ap_base + t0 * Kp;
         const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)r), idx); /* lanes t < r */
         const __m256i offs = _mm256_mullo_epi32(idx, _mm256_set1_epi32((int)Kp));
         for (int64_t j = 0; j < Kp / 4; j++) {

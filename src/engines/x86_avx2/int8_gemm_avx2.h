@@ -94,21 +94,23 @@ static inline void qmm_a2_epilogue_row(const qmm_call *c, const int32_t *cs, con
     for (; j < cols; j++) qmm_epilogue_store_ref(c, acc[j] - (u8 ? 128 * cs[j] : 0), r, n0 + j, sr);
 }
 
-/* The driver's tile (int8_gemm.h) on kernel kern: nr 16-column blocks one kernel call each,
- * each prefetching its part of the tile's share of the next panel into L2 (whole-K small M),
- * then on the last chunk the tile's outputs, row by row over its nr·16 columns. */
-static inline void qmm_a2_tile(const qmm_i8_gemm *g, const qmm_i8_tile *t, qmm_a2_kernel_fn kern) {
-    const int64_t ldp = g->e->nc, ldb = t->ldb;
+/* The driver's tile (qmm_i8_tile_fn, int8_gemm.h) on kernel kern, the operand u8 (the engine's
+ * u8) or s8: nr 16-column blocks one kernel call each, each prefetching its part of the tile's
+ * share of the next panel into L2 (whole-K small M), then on the last chunk the tile's outputs,
+ * row by row over its nr·16 columns. The partials' rows QMM_A2_NC int32 apart (the engines' nc). */
+static inline void qmm_a2_tile(const uint8_t *a, int64_t lda, const float *s, const qmm_call *out,
+                               const qmm_i8_tile *t, qmm_a2_kernel_fn kern, int u8) {
+    const int64_t ldp = QMM_A2_NC, ldb = t->ldb;
     const int64_t part_bytes = t->pf_mode == QMM_I8_PF_NEXT ? t->pf_step * t->nq / t->nr : 0;
     int64_t pf_kq = (part_bytes + 63) / 64;
     if (pf_kq > t->nq) pf_kq = t->nq;
     for (int jb = 0; jb < t->nr; jb++)
-        kern(t->a, g->Kp, t->b + jb * ldb, t->nq, t->part + jb * 16, ldp, t->mr, t->first,
+        kern(a, lda, t->b + jb * ldb, t->nq, t->part + jb * 16, ldp, t->mr, t->first,
              pf_kq ? t->pf + jb * part_bytes : NULL, pf_kq);
     if (t->last) {
-        const int64_t cols = g->c->N - t->n < 16 * t->nr ? g->c->N - t->n : 16 * t->nr;
+        const int64_t cols = out->N - t->n < 16 * t->nr ? out->N - t->n : 16 * t->nr;
         for (int i = 0; i < t->mr; i++)
-            qmm_a2_epilogue_row(g->c, t->colsum, t->part + i * ldp, t->r + i, t->n, cols, g->e->u8, g->s[t->r + i]);
+            qmm_a2_epilogue_row(out, t->colsum, t->part + i * ldp, t->r + i, t->n, cols, u8, s[i]);
     }
 }
 
@@ -203,6 +205,6 @@ static inline int32_t qmm_a2_hsum8(__m256i v) {
 /* avx_vnni's rows regime at 9..32 tokens (avx_vnni_rows.c): its token copy, the engine's
  * rows_ap_bytes and rows_ap_fill (int8_gemm.h) */
 int64_t qmm_avx_vnni_rows_ap_bytes(int64_t M, int64_t Kp);
-void qmm_avx_vnni_rows_ap_fill(const qmm_i8_gemm *g, int64_t r0, int64_t r1);
+void qmm_avx_vnni_rows_ap_fill(const int8_t *q, int64_t lda, uint8_t *ap, int64_t r0, int64_t r1);
 
 #endif /* QMM_INT8_GEMM_AVX2_H */

@@ -10,12 +10,13 @@
  *             (qmm_qd8_qc8w_gemm_ukernel_<mr>x64c4__avx512vnni) and in C for the last blocks of N
  *             (qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni); the partial sums of a task live in
  *             the driver's MC × NC int32 block between K chunks; on the last chunk the outputs
- *             are written by qmm_vnni_store_out (avx512_vnni.h): acc − 128·colsum, then
+ *             are written by qmm_vnni_store_out (avx512_vnni_kernel.h): acc − 128·colsum, then
  *             qmm_z_epilogue16 (simd_avx512.h: I32, or the fused / kitchen epilogue, bias,
  *             residual, rounded to f32 / f16 / bf16), masked for the last columns;
  *   one pass  7 ≤ M ≤ 24: all rows in one register tile over the whole K, one pass over the
  *             weights (avx512_vnni_small.c: 24, 20 or 16 × 1, 12 × 2 or 8 × 3 blocks, on the
- *             driver's packed copy of the rows); the weight's last blocks use the row tiles;
+ *             driver's packed copy of the rows, the outputs by qmm_vnni_store_out); the
+ *             weight's last blocks use the row tiles;
  *   pack      a borrowed weight's panels, packed per call (pack_block, M > ROWS_M);
  *   rows      a borrowed weight at M ≤ ROWS_M (64): the caller's rows read in place in long
  *             sequential streams (avx512_vnni_rows.c, its kernels by name in ukernels.h): row dot
@@ -28,14 +29,20 @@
  * measurable). No allocation per call beyond the context's scratch arenas.
  */
 #include "avx512_attn.h"
-#include "avx512_vnni.h"
+#include "avx512_vnni_kernel.h"
+#include "avx512_vnni_rows.h"
 #include "avx512_vnni_small.h"
 #include "avx512/pack_avx512.h"
 #include "ukernels.h"
 
+/* The blocking: the tile kernels' shape (avx512_vnni_kernel.h) and the caches' */
 enum {
-    MR = QMM_VNNI_MR, NRB = QMM_VNNI_NRB, KC = QMM_VNNI_KC, MC = QMM_VNNI_MC, NC = QMM_VNNI_NC,
-    SMALL_M = QMM_VNNI_SMALL_M
+    MR = QMM_VNNI_MR,   /* rows per tile */
+    NRB = QMM_VNNI_NRB, /* 16-column blocks per tile (64 columns) */
+    KC = 512,           /* K chunk: a 64 × KC weight panel is 32 KiB (L1) */
+    MC = 192,           /* rows per task: MC × KC activation bytes = 96 KiB (L2) */
+    NC = QMM_VNNI_NC,   /* columns per task: MC × NC int32 partials = 192 KiB (L2); a tile's rows NC apart */
+    SMALL_M = 3 * MR    /* up to this M, no K chunks */
 };
 
 /* ---------------------------------------------------------------- borrowed weights: panel pack */
@@ -73,39 +80,14 @@ static const qmm_i8_tile_fn k_x64[MR + 1] = {
     qmm_qd8_qc8w_gemm_ukernel_6x64c4__avx512vnni,
 };
 
-static void tile(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
-    if (t->nr == NRB) k_x64[t->mr](g, t);
-    else qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni(g, t);
-}
-
-/* 7 ≤ M ≤ 24: all rows in one register tile (avx512_vnni_small.c) */
-static int one_pass_rows(int64_t M) { return M >= 7 && M <= 24 ? qmm_vnni_small_rows(M) : 0; }
-
-/* blocks [b0, b1) in one pass per tile (all rows, wblocks blocks); a tile that would run past the
- * weight's last block is left to the row tiles. */
-static int64_t one_pass(const qmm_i8_gemm *g, int thread, int64_t b0, int64_t b1, int32_t *part) {
-    const qmm_call *c = g->c;
-    const int wblocks = qmm_vnni_small_blocks(g->wrows);
-    const int64_t nblocks = c->w->i8.Np / 16;
-    int32_t *cs = g->borrowed ? g->colsums + (int64_t)thread * NC : NULL;
-    const qmm_vnni_onepass_fn kernel = qmm_vnni_small_kernel(g->wrows);
-    int64_t nb = b0;
-    for (; nb < b1 && nb + wblocks <= nblocks; nb += wblocks) {
-        qmm_i8_tile t;
-        qmm_i8_get_panel(g, thread, nb, wblocks, 0, g->kq, cs, 1, &t);
-        kernel(g->ap, t.b, t.ldb, g->kq, part);
-        for (int64_t i = 0; i < c->M; i++)
-            for (int jb = 0; jb < wblocks && nb + jb < b1; jb++)
-                if ((nb + jb) * 16 < c->N)
-                    qmm_vnni_store_out(c, t.colsum + jb * 16, _mm512_loadu_si512(part + i * NC + jb * 16), i, (nb + jb) * 16,
-                              g->s[i]);
-    }
-    return nb < b1 ? nb - b0 : -1;
+static void tile(const uint8_t *a, int64_t lda, const float *s, const qmm_call *out, const qmm_i8_tile *t) {
+    if (t->nr == NRB) k_x64[t->mr](a, lda, s, out, t);
+    else qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni(a, lda, s, out, t);
 }
 
 static const qmm_i8_engine k_vnni = {
     .u8 = 1, .mr = MR, .nrb = NRB, .mc = MC, .nc = NC, .kc = KC, .whole_k_m = SMALL_M,
-    .tile = tile, .one_pass_rows = one_pass_rows, .one_pass = one_pass, .pack = pack_block,
+    .tile = tile, .one_pass_rows = qmm_vnni_one_pass_rows, .one_pass = qmm_vnni_one_pass, .pack = pack_block,
     .rows_m = QMM_VNNI_ROWS_M, .rows_kernels = qmm_vnni_rows_kernels,
     .n_rows_kernels = QMM_VNNI_N_ROWS_KERNELS, .rows_ap_bytes = qmm_vnni_rows_ap_bytes, .rows_ap_fill = qmm_vnni_rows_ap_fill,
     .w4a8 = &qmm_vnni_w4a8_kernels,

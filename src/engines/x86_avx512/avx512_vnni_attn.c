@@ -15,8 +15,8 @@
  *   are, unless a bool mask excludes the key)
  *   score[i][j] = (Σ_d (qq + 128)·kq − 128·Σ_d kq) · sq[i] · sk[j]   (sq carries the call's scale
  *   and log2(e): the softmax runs in base 2)
- *   per block of 64 keys and query row (the u8 softmax): e = 2^(s − the block's max) ∈ [0, 1],
- *   pq = round(255·e) u8, l summed from the f32 e;  per block of 64 keys and channel:
+ *   per block of 64 keys and query row (the u8 softmax): pq = U(s − the block's max) u8
+ *   (attention.h: ≈ round(255 · 2^(s − max))), l from Σ pq / 255;  per block of 64 keys and channel:
  *   sv[d] = max_j |v[j][d]| / 127, vq = round(v / sv) (a channel with a non-finite value: sv NaN);
  *   O = O·α + (Σ_j pq[j]·vq[j][d]) · ps · sv[d] / 255, ps = 2^(block max − running max)
  * VPDPBUSD multiplies unsigned by signed bytes: qq + 128 against kq, pq against vq as they are.
@@ -32,7 +32,7 @@
  */
 #include "avx512/attention_avx512.h"
 #include "avx512_attn.h"
-#include "avx512_vnni.h"
+#include "avx512_vnni_kernel.h"
 #include "ukernels.h"
 
 #include <string.h>

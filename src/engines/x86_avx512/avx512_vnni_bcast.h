@@ -19,7 +19,7 @@
 #ifndef QMM_AVX512_VNNI_BCAST_H
 #define QMM_AVX512_VNNI_BCAST_H
 
-#include "avx512_vnni.h"
+#include "avx512_vnni_kernel.h"
 #include "avx512/pack_avx512.h"
 
 #include <string.h>

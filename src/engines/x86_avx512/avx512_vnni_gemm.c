@@ -10,12 +10,14 @@
  * Preconditions: t->mr <= 6, t->nr <= 4 (the x64 kernels: t->nr == 4, t->mr = their rows), the
  * weight blocks 64-byte aligned, part rows NC int32 apart.
  */
-#include "avx512_vnni.h"
+#include "avx512_vnni_kernel.h"
 #include "ukernels.h"
 
 #include <string.h>
 
 enum { NC = QMM_VNNI_NC, PF_AHEAD = 1024 /* software prefetch distance of PF_STREAM, bytes */ };
+/* the tile family's operands (qmm_i8_tile_fn, int8_gemm.h) */
+#define TILE_ARGS const uint8_t *a, int64_t lda, const float *s, const qmm_call *out, const qmm_i8_tile *t
 #define PF_AHEAD_BYTES 1024 /* = PF_AHEAD, as text for the asm */
 
 /* ---------------------------------------------------------------- the x64 tiles, in asm */
@@ -83,14 +85,15 @@ enum { NC = QMM_VNNI_NC, PF_AHEAD = 1024 /* software prefetch distance of PF_STR
     "prefetcht0 " VS(PF_AHEAD_BYTES) "(%[b3])\n\t"
 #define V_PF_NEXT "prefetcht1 (%[pf])\n\tprefetcht1 64(%[pf])\n\tadd %[pfs], %[pf]\n\t"
 
-/* The asm tile over ROWS (V_ROWS1..6): the sums of the chunk into t->part (loaded unless first,
- * always stored), then on the last chunk the outputs of the tile's rows. */
-#define V_TILE_X64(ROWS, g, t)                                                                             \
+/* The asm tile over ROWS (V_ROWS1..6) on the operand rows a_ (lda_ bytes apart): the sums of the
+ * chunk into t->part (loaded unless first, always stored), then on the last chunk the outputs of
+ * the tile's rows (token scales s, call out). */
+#define V_TILE_X64(ROWS, a_, lda_, s, out, t)                                                              \
     do {                                                                                                   \
         _Static_assert(NC == 256, "row offsets assume NC = 256 int32");                                     \
-        const int64_t lda = (g)->Kp, ldb = (t)->ldb, first = (t)->first, pfmode = (t)->pf_mode,            \
+        const int64_t lda_v = (lda_), ldb = (t)->ldb, first = (t)->first, pfmode = (t)->pf_mode,           \
                       pfs = (t)->pf_step;                                                                  \
-        const uint8_t *a = (t)->a, *a3 = a + 3 * lda;                                                      \
+        const uint8_t *a_v = (a_), *a3 = a_v + 3 * lda_v;                                                  \
         const int8_t *b = (t)->b, *b3 = b + 3 * ldb, *pf = (t)->pf;                                        \
         int64_t nq = (t)->nq;                                                                              \
         int32_t *part = (t)->part;                                                                         \
@@ -108,43 +111,43 @@ enum { NC = QMM_VNNI_NC, PF_AHEAD = 1024 /* software prefetch distance of PF_STR
                          "jmp 9f\n\t"                                                                      \
                          "7:\n\t" V_PF_NEXT V_LOADB ROWS(V_M_DP) V_STEP "jnz 7b\n\t"                        \
                          "9:\n\t" ROWS(V_M_SAVE)                                                           \
-                         : [a] "+r"(a), [a3] "+r"(a3), [b] "+r"(b), [b3] "+r"(b3), [nq] "+r"(nq),            \
+                         : [a] "+r"(a_v), [a3] "+r"(a3), [b] "+r"(b), [b3] "+r"(b3), [nq] "+r"(nq),            \
                            [pf] "+r"(pf)                                                                   \
-                         : [lda] "r"(lda), [ldb] "r"(ldb), [c] "r"(part), [first] "rm"(first),              \
+                         : [lda] "r"(lda_v), [ldb] "r"(ldb), [c] "r"(part), [first] "rm"(first),              \
                            [mode] "rm"(pfmode), [pfs] "r"(pfs)                                             \
                          : "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", "zmm7", "zmm8",           \
                            "zmm9", "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15", "zmm16",            \
                            "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "zmm22", "zmm23", "zmm24",           \
                            "zmm25", "zmm26", "zmm27", "zmm28", "zmm29", "memory", "cc");                    \
-        if ((t)->last) timed_store_rows(g, t);                                                             \
+        if ((t)->last) timed_store_rows(s, out, t);                                                        \
     } while (0)
 
 /* the outputs of the tile's rows × 4 blocks from its sums in t->part */
-static void store_rows(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
+static void store_rows(const float *s, const qmm_call *out, const qmm_i8_tile *t) {
     for (int i = 0; i < t->mr; i++)
         for (int jj = 0; jj < QMM_VNNI_NRB; jj++)
-            if (t->n + jj * 16 < g->c->N)
-                qmm_vnni_store_out(g->c, t->colsum + jj * 16, _mm512_loadu_si512(t->part + i * NC + jj * 16), t->r + i,
-                                   t->n + jj * 16, g->s[t->r + i]);
+            if (t->n + jj * 16 < out->N)
+                qmm_vnni_store_out(out, t->colsum + jj * 16, _mm512_loadu_si512(t->part + i * NC + jj * 16), t->r + i,
+                                   t->n + jj * 16, s[i]);
 }
 
 /* store_rows, its time added to t->epilogue_ns when the phase timers are on (qmm_profile) */
-static void timed_store_rows(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
+static void timed_store_rows(const float *s, const qmm_call *out, const qmm_i8_tile *t) {
     if (!t->epilogue_ns) {
-        store_rows(g, t);
+        store_rows(s, out, t);
         return;
     }
     const uint64_t t0 = qmm_now_ns();
-    store_rows(g, t);
+    store_rows(s, out, t);
     *t->epilogue_ns += qmm_now_ns() - t0;
 }
 
-void qmm_qd8_qc8w_gemm_ukernel_1x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t) { V_TILE_X64(V_ROWS1, g, t); }
-void qmm_qd8_qc8w_gemm_ukernel_2x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t) { V_TILE_X64(V_ROWS2, g, t); }
-void qmm_qd8_qc8w_gemm_ukernel_3x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t) { V_TILE_X64(V_ROWS3, g, t); }
-void qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t) { V_TILE_X64(V_ROWS4, g, t); }
-void qmm_qd8_qc8w_gemm_ukernel_5x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t) { V_TILE_X64(V_ROWS5, g, t); }
-void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t) { V_TILE_X64(V_ROWS6, g, t); }
+void qmm_qd8_qc8w_gemm_ukernel_1x64c4__avx512vnni(TILE_ARGS) { V_TILE_X64(V_ROWS1, a, lda, s, out, t); }
+void qmm_qd8_qc8w_gemm_ukernel_2x64c4__avx512vnni(TILE_ARGS) { V_TILE_X64(V_ROWS2, a, lda, s, out, t); }
+void qmm_qd8_qc8w_gemm_ukernel_3x64c4__avx512vnni(TILE_ARGS) { V_TILE_X64(V_ROWS3, a, lda, s, out, t); }
+void qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx512vnni(TILE_ARGS) { V_TILE_X64(V_ROWS4, a, lda, s, out, t); }
+void qmm_qd8_qc8w_gemm_ukernel_5x64c4__avx512vnni(TILE_ARGS) { V_TILE_X64(V_ROWS5, a, lda, s, out, t); }
+void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avx512vnni(TILE_ARGS) { V_TILE_X64(V_ROWS6, a, lda, s, out, t); }
 
 /* ---------------------------------------------------------------- the x48 tiles, in C */
 /* Accumulators are named variables (not an array) so that the compiler keeps all 24 in zmm
@@ -157,7 +160,7 @@ void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avx512vnni(const qmm_i8_gemm *g, const qm
     ACC_DO(3, OP, c30, c31, c32, c33) ACC_DO(4, OP, c40, c41, c42, c43) ACC_DO(5, OP, c50, c51, c52, c53)
 #define OP_LOAD(i, jj, v) v = _mm512_loadu_si512(part + i * NC + jj * 16);
 #define OP_SAVE(i, jj, v) _mm512_storeu_si512(part + i * NC + jj * 16, v);
-#define OP_OUT(i, jj, v) if (n + jj * 16 < g->c->N) qmm_vnni_store_out(g->c, cs + jj * 16, v, r + i, n + jj * 16, g->s[r + i]);
+#define OP_OUT(i, jj, v) if (n + jj * 16 < out->N) qmm_vnni_store_out(out, cs + jj * 16, v, r + i, n + jj * 16, s[i]);
 #define ROW_STEP(i, v0, v1, v2, v3)                                                    \
     if (mr > i) {                                                                      \
         int32_t v_;                                                                    \
@@ -171,13 +174,12 @@ void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avx512vnni(const qmm_i8_gemm *g, const qm
 
 /* The C tile body: rows [t->r, +mr) × blocks [t->n/16, +nr) over the chunk's quads, mr and nr
  * compile-time constants; the driver's prefetch (t->pf_mode), as the asm tiles do it. */
-static inline __attribute__((always_inline)) void c_tile(const int mr, const int nr, const qmm_i8_gemm *g,
-                                                         const qmm_i8_tile *t) {
-    const uint8_t *a = t->a;
+static inline __attribute__((always_inline)) void c_tile(const int mr, const int nr, const uint8_t *a, int64_t lda,
+                                                         const float *s, const qmm_call *out, const qmm_i8_tile *t) {
     const int8_t *b = t->b, *pf = t->pf;
     int32_t *part = t->part;
     const int32_t *cs = t->colsum;
-    const int64_t lda = g->Kp, ldb = t->ldb, nq = t->nq, r = t->r, n = t->n, pfs = t->pf_step;
+    const int64_t ldb = t->ldb, nq = t->nq, r = t->r, n = t->n, pfs = t->pf_step;
     const int pfmode = t->pf_mode;
     __m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c03 = c00, c10 = c00, c11 = c00, c12 = c00, c13 = c00;
     __m512i c20 = c00, c21 = c00, c22 = c00, c23 = c00, c30 = c00, c31 = c00, c32 = c00, c33 = c00;
@@ -206,26 +208,26 @@ static inline __attribute__((always_inline)) void c_tile(const int mr, const int
 }
 
 /* 1..3 blocks (the last blocks of N) × 1..6 rows */
-void qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni(const qmm_i8_gemm *g, const qmm_i8_tile *t) {
+void qmm_qd8_qc8w_gemm_ukernel_6x48c4__avx512vnni(TILE_ARGS) {
     switch (t->mr * 8 + t->nr) {
-    case 1 * 8 + 1: c_tile(1, 1, g, t); break;
-    case 1 * 8 + 2: c_tile(1, 2, g, t); break;
-    case 1 * 8 + 3: c_tile(1, 3, g, t); break;
-    case 2 * 8 + 1: c_tile(2, 1, g, t); break;
-    case 2 * 8 + 2: c_tile(2, 2, g, t); break;
-    case 2 * 8 + 3: c_tile(2, 3, g, t); break;
-    case 3 * 8 + 1: c_tile(3, 1, g, t); break;
-    case 3 * 8 + 2: c_tile(3, 2, g, t); break;
-    case 3 * 8 + 3: c_tile(3, 3, g, t); break;
-    case 4 * 8 + 1: c_tile(4, 1, g, t); break;
-    case 4 * 8 + 2: c_tile(4, 2, g, t); break;
-    case 4 * 8 + 3: c_tile(4, 3, g, t); break;
-    case 5 * 8 + 1: c_tile(5, 1, g, t); break;
-    case 5 * 8 + 2: c_tile(5, 2, g, t); break;
-    case 5 * 8 + 3: c_tile(5, 3, g, t); break;
-    case 6 * 8 + 1: c_tile(6, 1, g, t); break;
-    case 6 * 8 + 2: c_tile(6, 2, g, t); break;
-    case 6 * 8 + 3: c_tile(6, 3, g, t); break;
-    default: qmm_call_bug(g->c, "avx512_vnni: a tile beyond 6 rows x 3 blocks reached the C kernels"); break;
+    case 1 * 8 + 1: c_tile(1, 1, a, lda, s, out, t); break;
+    case 1 * 8 + 2: c_tile(1, 2, a, lda, s, out, t); break;
+    case 1 * 8 + 3: c_tile(1, 3, a, lda, s, out, t); break;
+    case 2 * 8 + 1: c_tile(2, 1, a, lda, s, out, t); break;
+    case 2 * 8 + 2: c_tile(2, 2, a, lda, s, out, t); break;
+    case 2 * 8 + 3: c_tile(2, 3, a, lda, s, out, t); break;
+    case 3 * 8 + 1: c_tile(3, 1, a, lda, s, out, t); break;
+    case 3 * 8 + 2: c_tile(3, 2, a, lda, s, out, t); break;
+    case 3 * 8 + 3: c_tile(3, 3, a, lda, s, out, t); break;
+    case 4 * 8 + 1: c_tile(4, 1, a, lda, s, out, t); break;
+    case 4 * 8 + 2: c_tile(4, 2, a, lda, s, out, t); break;
+    case 4 * 8 + 3: c_tile(4, 3, a, lda, s, out, t); break;
+    case 5 * 8 + 1: c_tile(5, 1, a, lda, s, out, t); break;
+    case 5 * 8 + 2: c_tile(5, 2, a, lda, s, out, t); break;
+    case 5 * 8 + 3: c_tile(5, 3, a, lda, s, out, t); break;
+    case 6 * 8 + 1: c_tile(6, 1, a, lda, s, out, t); break;
+    case 6 * 8 + 2: c_tile(6, 2, a, lda, s, out, t); break;
+    case 6 * 8 + 3: c_tile(6, 3, a, lda, s, out, t); break;
+    default: qmm_call_bug(out, "avx512_vnni: a tile beyond 6 rows x 3 blocks reached the C kernels"); break;
     }
 }

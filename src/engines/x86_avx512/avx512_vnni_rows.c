@@ -4,8 +4,8 @@
  * all M tokens at once; the kernels by name and the M each runs in qmm_vnni_rows_kernels
  * (ukernels.h), and the token copy the broadcast kernels read (qmm_vnni_rows_ap_bytes / _fill).
  */
-#include "avx512_vnni.h"
 #include "avx512_vnni_bcast.h"
+#include "avx512_vnni_rows.h"
 #include "avx512/pack_avx512.h"
 #include "ukernels.h"
 
@@ -337,12 +337,11 @@ static void fill_group(const int8_t *q, int64_t Kp, int64_t r, uint8_t *ap) {
     }
 }
 
-/* g->ap from q for the token groups of rows [r0, r1) (r0 a multiple of 16: the groups before it
- * full, Kp·16 bytes each; rows_ap_bytes) */
-void qmm_vnni_rows_ap_fill(const qmm_i8_gemm *g, int64_t r0, int64_t r1) {
-    const int64_t M = r1, Kp = g->Kp;
-    const int8_t *q = (const int8_t *)g->a;
-    uint8_t *ap = g->ap + r0 * Kp;
+/* the copy at ap (its start) from q (rows lda = Kp bytes apart) for the token groups of rows
+ * [r0, r1) (r0 a multiple of 16: the groups before it full, Kp·16 bytes each; rows_ap_bytes) */
+void qmm_vnni_rows_ap_fill(const int8_t *q, int64_t lda, uint8_t *ap, int64_t r0, int64_t r1) {
+    const int64_t M = r1, Kp = lda;
+    ap += r0 * Kp;
     for (int64_t t0 = r0; t0 < M; t0 += 16) {
         const int64_t r = M - t0 < 16 ? M - t0 : 16;
         fill_group(q + t0 * Kp, Kp, r, ap);

@@ -11,8 +11,10 @@
  *    8 × 3  zmm0-23 (row i: 3i) 3,  8, 24
  * Weights in zmm24-26, the broadcast in zmm28. Written in asm: gcc 12 spills tiles this size.
  * The activations come packed, ap [kq][rows][4] u8 (q + 128), so the broadcasts of one quad are
- * one 64-byte (or 48/32) line, read sequentially.
+ * one 64-byte (or 48/32) line, read sequentially. The engine's one_pass (qmm_vnni_one_pass) runs
+ * one tile and writes the outputs of its blocks the driver asks for.
  */
+#include "avx512_vnni_kernel.h"
 #include "avx512_vnni_small.h"
 #include "ukernels.h"
 
@@ -33,6 +35,7 @@
 #define S_DP(w, r) "vpdpbusd %%zmm" #w ", %%zmm28, %%zmm" #r "\n\t"
 
 /* row i of each tile: its accumulators (the part row stride is 1024 bytes = 256 int32) */
+_Static_assert(QMM_VNNI_NC == 256, "the stores below assume partial rows 256 int32 apart");
 #define Z1(i, r0) S_ZERO(r0)
 #define Z2(i, r0, r1) S_ZERO(r0) S_ZERO(r1)
 #define Z3(i, r0, r1, r2) S_ZERO(r0) S_ZERO(r1) S_ZERO(r2)
@@ -101,4 +104,22 @@ qmm_vnni_onepass_fn qmm_vnni_small_kernel(int rows) {
     case 20: return qmm_qd8_qc8w_onepass_ukernel_20x16c4__avx512vnni;
     default: return qmm_qd8_qc8w_onepass_ukernel_24x16c4__avx512vnni;
     }
+}
+
+int qmm_vnni_one_pass_rows(int64_t M, int *blocks) {
+    if (M < 7 || M > 24) return 0;
+    const int rows = qmm_vnni_small_rows(M);
+    *blocks = qmm_vnni_small_blocks(rows);
+    return rows;
+}
+
+/* one tile over all of K into t->part (rows QMM_VNNI_NC apart), then the outputs of its first
+ * t->nr blocks for the t->mr rows */
+void qmm_vnni_one_pass(const uint8_t *ap, int wrows, const float *s, const qmm_call *out, const qmm_i8_tile *t) {
+    qmm_vnni_small_kernel(wrows)(ap, t->b, t->ldb, t->nq, t->part);
+    for (int i = 0; i < t->mr; i++)
+        for (int jb = 0; jb < t->nr; jb++)
+            if (t->n + jb * 16 < out->N)
+                qmm_vnni_store_out(out, t->colsum + jb * 16, _mm512_loadu_si512(t->part + i * QMM_VNNI_NC + jb * 16),
+                                   t->r + i, t->n + jb * 16, s[i]);
 }

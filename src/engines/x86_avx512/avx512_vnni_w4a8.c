@@ -3,6 +3,7 @@
  * for 4- and 6-bit weights (w4w6), by name (qmm_vnni_w4a8_kernels, with the VBMI ones of
  * avx512_vnni_w4a8_vbmi.c first).
  */
+#include "avx512_vnni_rows.h"
 #include "avx512_vnni_w4a8.h"
 #include "ukernels.h"
 
