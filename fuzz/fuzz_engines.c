@@ -198,7 +198,7 @@ static qmm_status amx_emu_run(const qmm_engine *e, const qmm_weight *w, const qm
     if (e->ops->op[QMM_OP_LINEAR].admit(&c, why, sizeof why)) return QMM_ERR_UNSUPPORTED;
     const long f0 = qmm_amx_emu_faults();
     qmm_amx_last_regime_emu = -1;
-    const qmm_status st = e->ops->op[QMM_OP_LINEAR].run(g_ctx, &c);
+    const qmm_status st = qmm_linear_drive(g_ctx, e, qmm_op_finalize(&e->ops->op[QMM_OP_LINEAR], &c, g_ctx->n_threads).desc, &c);
     if (qmm_amx_emu_faults() != f0 || qmm_amx_emu_live_configs() != 0 || atomic_load(&bug) ||
         (regime >= 0 && st == QMM_OK && qmm_amx_last_regime_emu != regime)) {
         fprintf(stderr, "fuzz_engines: %s (emulated, %s weight): %ld tile faults (%s), %ld configurations left, "

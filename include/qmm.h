@@ -494,21 +494,27 @@ typedef struct qmm_plan_info {
     char reason[QMM_ENGINE_MAX][QMM_REASON_MAX]; /* why each engine refused ("" if admitted) */
     char weight[QMM_REASON_MAX];             /* qmm_plan of a W4A8 weight: its storage and where the
                                                 chosen engine decodes it; "" otherwise */
+    char regime[32];                         /* the chosen engine's descriptor for this call class, by
+                                                name: amx_int8's regime ("decode", "panel",
+                                                "blocked"); "" for the other engines and for none */
 } qmm_plan_info;
 /* Which engine would run w for M tokens with these dtypes/act (args->x/y may be NULL here). */
 qmm_status qmm_plan(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args,
                     qmm_plan_info *out);
-/* Human-readable multi-line text of a plan (the engine, a "weight:" line when p->weight is set,
- * then every engine's verdict); returns the length it needed (snprintf-like). */
+/* Human-readable multi-line text of a plan (the engine with its regime in brackets when there is
+ * one, a "weight:" line when p->weight is set, then every engine's verdict); returns the length it
+ * needed (snprintf-like). */
 size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size);
 /* A plan's verdict on engine e: 1 if e admits the call; else 0, and qmm_plan_reason says why
  * ("" if e admits or is no engine; never NULL). */
 int         qmm_plan_admits(const qmm_plan_info *p, qmm_engine_id e);
 const char *qmm_plan_reason(const qmm_plan_info *p, qmm_engine_id e);
 
-/* How engine e runs M rows of w beyond being chosen, for benchmarks and logs: amx_int8's
- * regime by its own rule, "decode", "panel" or "blocked"; "" for the other engines (one
- * regime; amx_bf16 runs under the float GEMM driver) and for bad input. */
+/* How engine e runs M rows of w beyond being chosen, for benchmarks and logs: the name of the
+ * descriptor its linear row finalizes for that call class — the one qmm_plan's regime and the
+ * QMM_VERBOSE=dispatch log name — amx_int8's regime by its own rule, "decode", "panel" or
+ * "blocked" (whether or not it admits or runs here); "" for the other engines (one descriptor;
+ * amx_bf16's per class is unnamed) and for bad input. */
 const char *qmm_engine_regime(qmm_engine_id e, const qmm_weight *w, int64_t M);
 /* The tuning in force for engine e into buf (snprintf-like): for the AMX engines their blocking,
  * "kc=512,nc=512,mc=512,small_m=32,panel_a=1572864,min_m=8,borrowed_min_m=17" with QMM_AMX_BLOCKING applied

@@ -11,6 +11,7 @@ if(TARGET test_amx_emulated)
     src/engines/x86_amx/amx_bf16_attn.c
     src/engines/x86_amx/amx_int8_attn.c
     src/engines/x86_amx/amx_common.c
+    src/engines/x86_amx/amx_regime.c
     src/engines/x86_amx/amx_emu.c)
   target_compile_definitions(qmm_amx_emu PRIVATE QMM_AMX_EMULATE=1)
   separate_arguments(QMM_AMX_EMU_FLAGS UNIX_COMMAND "${QMM_FLAGS_AVX512}")

@@ -31,6 +31,9 @@
  *     prefetch of first touches, thread balance.
  *   Every call: zero emulated faults (shape/config rules of the SDM) and no tile config left.
  *   Admission rules (small M, f32 weights) and the real engines' visible unavailability.
+ *   The finalized descriptors (amx_regime.c): amx_int8's one per regime, named as
+ *     qmm_engine_regime names it; amx_bf16's one per block width, kept. Every engine call here
+ *     runs as qmm_linear does: finalize, then the driver on that descriptor (run_row).
  * When the real AMX engines are available (an AMX machine), the same checks also run them.
  */
 #include "testutil.h"
@@ -38,9 +41,11 @@
 #include "../src/engines/x86_amx/amx_emu.h"
 #include "borrow.h"
 #include "float_gemm.h"
+#include "int8_gemm.h"
 #include "numerics.h"
 #include "qmm_internal.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +61,13 @@ static const qmm_engine g_emu_int8 = {QMM_ENGINE_AMX_INT8, "amx_int8", QMM_KIND_
 static const qmm_engine g_emu_bf16 = {QMM_ENGINE_AMX_BF16, "amx_bf16", QMM_KIND_FLOAT, QMM_ISA_AMX, 0, QMM_BF16,
                                       "TDPBF16PS", 0, &qmm_amx_bf16_ops_emu};
 static int g_borrow = -1;        /* int8_case: 1 borrowed weight, 0 owned, -1 either at random */
+
+/* Runs call c on engine e's linear row as qmm_linear does: the row's final descriptor for the
+ * call (qmm_op_finalize: for amx_int8 its regime, noted in qmm_amx_last_regime_emu), then the
+ * driver (qmm_linear_drive). */
+static qmm_status run_row(const qmm_engine *e, qmm_context *ctx, const qmm_call *c) {
+    return qmm_linear_drive(ctx, e, qmm_op_finalize(&e->ops->op[QMM_OP_LINEAR], c, ctx->n_threads).desc, c);
+}
 
 static qmm_call make_call(const qmm_weight *w, const qmm_linear_args *a, int fallback) {
     qmm_call c;
@@ -121,13 +133,13 @@ static qmm_status run_engine(const qmm_engine *e, int real, qmm_context *ctx, co
     const qmm_weight *wc = w;
     if (w->borrowed) TU_CHECK_OK(qmm_weight_for_call(ctx, w, &view, &wc));
     qmm_call c = make_call(wc, a, fallback);
-    if (real) return e->ops->op[QMM_OP_LINEAR].run(ctx, &c); /* by its run function: the small-M rule is admission's */
+    if (real) return run_row(e, ctx, &c); /* on its row, not through dispatch: the small-M rule is admission's */
     const int64_t Kp = w->is_int8 ? w->i8.Kp : w->fp.Kp;
     const int want = force_regime(c.M, c.M * Kp * (e->kind == QMM_KIND_FLOAT ? 2 : 1));
     const qmm_amx_blocking b = qmm_amx_blocking_emu;
     long f0 = qmm_amx_emu_faults();
     qmm_amx_last_regime_emu = -1;
-    qmm_status st = e->ops->op[QMM_OP_LINEAR].run(ctx, &c);
+    qmm_status st = run_row(e, ctx, &c);
     TU_CHECK(qmm_amx_emu_faults() == f0, "%s: %ld emulated tile faults: %s", e->name, qmm_amx_emu_faults() - f0,
              qmm_amx_emu_first_fault());
     TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: %ld threads left with tiles configured", e->name,
@@ -263,7 +275,7 @@ static qmm_status run_bf16(const qmm_engine *e, int real, qmm_context *ctx, cons
     const qmm_weight *wc = w;
     if (w->borrowed) TU_CHECK_OK(qmm_weight_for_call(ctx, w, &view, &wc));
     qmm_call c = make_call(wc, a, w->is_int8);
-    if (real) return e->ops->op[QMM_OP_LINEAR].run(ctx, &c);
+    if (real) return run_row(e, ctx, &c);
     qmm_amx_blocking b = qmm_amx_blocking_default();
     if (tu_rand_int(0, 2)) {
         static const int64_t kcs[] = {64, 128, 192, 512}, ncs[] = {32, 64, 96, 512};
@@ -272,7 +284,7 @@ static qmm_status run_bf16(const qmm_engine *e, int real, qmm_context *ctx, cons
     }
     qmm_amx_blocking_emu = b;
     const long f0 = qmm_amx_emu_faults(), c0 = qmm_amx_emu_configs(), r0 = qmm_amx_emu_releases();
-    const qmm_status st = e->ops->op[QMM_OP_LINEAR].run(ctx, &c);
+    const qmm_status st = run_row(e, ctx, &c);
     TU_CHECK(qmm_amx_emu_faults() == f0, "%s: %ld emulated tile faults: %s", e->name, qmm_amx_emu_faults() - f0,
              qmm_amx_emu_first_fault());
     /* one LDTILECFG and one TILERELEASE per thread and pool run (one run per M chunk of <= 384 rows) */
@@ -618,7 +630,7 @@ static void op_counts_k(int borrowed, int64_t K) {
         qmm_amx_blocking_emu.kc = cases[ic].kc;
         qmm_amx_blocking_emu.nc = nt == 2 ? 32 : qmm_amx_blocking_emu.nc; /* two N tasks: both threads */
         const long o0 = qmm_amx_emu_ops(), c0 = qmm_amx_emu_configs(), r0 = qmm_amx_emu_releases();
-        TU_CHECK_OK(qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].run(g_ctx[nt - 1], &c));
+        TU_CHECK_OK(run_row(&g_emu_int8, g_ctx[nt - 1], &c));
         const long ops = qmm_amx_emu_ops() - o0, cfgs = qmm_amx_emu_configs() - c0, rels = qmm_amx_emu_releases() - r0;
         TU_CHECK(qmm_amx_last_regime_emu == cases[ic].regime && ops == cases[ic].ops,
                  "amx_int8 %s 64×64×%lld %s kc=%lld %d thr: %ld tile loads + dot products, want %ld",
@@ -663,7 +675,7 @@ static void prefetch_rows(void) {
         qmm_amx_blocking_emu.kc = 128;
         const long f0 = qmm_amx_emu_faults();
         qmm_amx_emu_watch(wq, ld, N, K);
-        TU_CHECK_OK(qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].run(g_ctx[0], &c));
+        TU_CHECK_OK(run_row(&g_emu_int8, g_ctx[0], &c));
         TU_CHECK(qmm_amx_emu_faults() == f0, "amx_int8 borrowed prefetch: %s", qmm_amx_emu_first_fault());
         int64_t wrong = -1;
         for (int64_t r = 0; r < N && wrong < 0; r++)
@@ -681,7 +693,7 @@ static void prefetch_rows(void) {
         qmm_call c = make_call(wo, &a, 0);
         qmm_amx_blocking_emu = qmm_amx_blocking_default();
         const long p0 = qmm_amx_emu_prefetches();
-        TU_CHECK_OK(qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].run(g_ctx[0], &c));
+        TU_CHECK_OK(run_row(&g_emu_int8, g_ctx[0], &c));
         TU_CHECK(qmm_amx_last_regime_emu == QMM_AMX_PANEL && qmm_amx_emu_prefetches() > p0,
                  "amx_int8 owned 64×96×600 (panel): no prefetch of the next panel");
     }
@@ -925,7 +937,7 @@ static void audits(void) {
         if (M > 32) qmm_amx_blocking_emu.panel_a = 0;
         const long f0 = qmm_amx_emu_faults();
         qmm_amx_emu_trace(8l << 20);
-        TU_CHECK_OK(qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].run(g_ctx[1], &c));
+        TU_CHECK_OK(run_row(&g_emu_int8, g_ctx[1], &c));
         audit_res R;
         audit_trace(&R);
         TU_CHECK(qmm_amx_emu_trace_lost() == 0, "audit: trace overflow");
@@ -1014,7 +1026,7 @@ static void audits_bf16(void) {
         qmm_amx_blocking_emu = qmm_amx_blocking_default();
         const long f0 = qmm_amx_emu_faults();
         qmm_amx_emu_trace(8l << 20);
-        TU_CHECK_OK(g_emu_bf16.ops->op[QMM_OP_LINEAR].run(g_ctx[1], &c));
+        TU_CHECK_OK(run_row(&g_emu_bf16, g_ctx[1], &c));
         audit_res R;
         audit_trace(&R);
         TU_CHECK(qmm_amx_emu_trace_lost() == 0, "audit bf16: trace overflow");
@@ -1114,6 +1126,63 @@ static void sweep(const qmm_engine *ei, const qmm_engine *eb, int real) {
     }
 }
 
+/* The linear rows' finalize (amx_regime.c): amx_int8 gives one const descriptor per regime —
+ * the same one for every class of that regime, named by it, the driver options of the regime
+ * (whole K outside blocked, PF_STREAM only in decode) and the blocking in force, the kernels'
+ * fixed part otherwise (the decode regime's tile streams B ahead); qmm_engine_regime of the real engine names the same regime. amx_bf16
+ * gives one const descriptor per block width and kc — the same pointer for a class asked again,
+ * another for more threads where block_cols splits N finer — with the kernels' fixed part. */
+static void finalized(void) {
+    const qmm_op_row *ri = &qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR], *rb = &qmm_amx_bf16_ops_emu.op[QMM_OP_LINEAR];
+    if (!TU_CHECK(ri->finalize && rb->finalize && !ri->run && !rb->run && !ri->desc && !rb->desc,
+                  "AMX linear rows: a finalize, no run, no fixed descriptor"))
+        return;
+    qmm_weight w;
+    memset(&w, 0, sizeof w);
+    w.is_int8 = 1;
+    w.N = 4096;
+    w.K = 1000;
+    w.i8.Kp = 1024;
+    qmm_amx_blocking_emu = qmm_amx_blocking_default();
+    const qmm_amx_blocking b = qmm_amx_blocking_emu;
+    const int64_t Ms[] = {1, 8, 32, 33, 100, 1536, 1537, 4096};
+    const qmm_i8_engine *seen[3] = {NULL, NULL, NULL};
+    for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++) {
+        const qmm_call c = {.w = &w, .M = Ms[i], .N = w.N, .K = w.K};
+        const int want = qmm_amx_regime_of(&b, c.M, c.M * w.i8.Kp);
+        const qmm_final f = ri->finalize(&c, 1 + (int)i % 3);
+        const qmm_i8_engine *e = f.desc;
+        if (!TU_CHECK(e != NULL && qmm_amx_last_regime_emu == want, "amx_int8 M=%lld: regime %d, the rule says %d",
+                      (long long)c.M, qmm_amx_last_regime_emu, want))
+            continue;
+        TU_CHECK(!strcmp(f.name, qmm_amx_regime_name((qmm_amx_regime)want)) &&
+                     !strcmp(qmm_engine_regime(QMM_ENGINE_AMX_INT8, &w, c.M), f.name),
+                 "amx_int8 M=%lld: named '%s', qmm_engine_regime '%s'", (long long)c.M, f.name,
+                 qmm_engine_regime(QMM_ENGINE_AMX_INT8, &w, c.M));
+        TU_CHECK(!seen[want] || seen[want] == e, "amx_int8 M=%lld: a second descriptor for regime %s", (long long)c.M, f.name);
+        seen[want] = e;
+        TU_CHECK(e->whole_k_m == (want == QMM_AMX_BLOCKED ? 0 : INT_MAX) && e->mc == b.mc && e->nc == b.nc &&
+                     e->kc == b.kc &&
+                     e->tile == (want == QMM_AMX_DECODE ? qmm_amx_int8_kernels_decode_emu : qmm_amx_int8_kernels_emu).tile &&
+                     e->mr == 32 && e->nrb == 2 && e->k64 && e->c_tiles && e->pack_bare && e->begin && e->end,
+                 "amx_int8 M=%lld: descriptor of regime %s", (long long)c.M, f.name);
+    }
+    TU_CHECK(seen[0] && seen[1] && seen[2] && seen[0] != seen[1] && seen[1] != seen[2], "amx_int8: three descriptors");
+    w.is_int8 = 0;
+    w.fdtype = QMM_BF16;
+    const qmm_call c = {.w = &w, .M = 1, .N = w.N, .K = w.K};
+    const qmm_fgemm *g1 = rb->finalize(&c, 1).desc, *g1b = rb->finalize(&c, 1).desc, *g16 = rb->finalize(&c, 16).desc;
+    if (!TU_CHECK(g1 && g16, "amx_bf16: no descriptor")) return;
+    TU_CHECK(g1 == g1b && g1 != g16 && g1->nr == 512 && g16->nr == 64 && g1->kc == b.kc / 2 && g16->kc == b.kc / 2 &&
+                 g1->b_bytes == (size_t)(g1->nr * g1->kc) * 2 && g1->b_col16 == (size_t)(16 * g1->kc) * 2,
+             "amx_bf16 N=4096 M=1: nr %d (1 thread, again %s), %d (16 threads), kc %lld",
+             g1->nr, g1 == g1b ? "the same" : "another", g16->nr, (long long)g1->kc);
+    TU_CHECK(g1->kernel_aux == qmm_amx_bf16_kernels_emu.kernel_aux && g1->mr == 32 && g1->bf16 && g1->ka == 32 &&
+                 g1->even_k && g1->page_bufs && g1->begin && g1->end,
+             "amx_bf16: the kernels' fixed part");
+    TU_CHECK(!strcmp(qmm_engine_regime(QMM_ENGINE_AMX_BF16, &w, 1), ""), "amx_bf16: no regime name");
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_amx_emulated");
     g_quick = getenv("QMM_TEST_QUICK") != NULL;
@@ -1130,6 +1199,7 @@ int main(int argc, char **argv) {
     }
     admission();
     blocking_rules();
+    finalized();
     ukernel_unit();
     op_counts();
     prefetch_rows();

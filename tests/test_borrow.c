@@ -48,6 +48,18 @@ static qmm_engine_id g_eng[QMM_ENGINE_COUNT];
 static int g_neng;
 static int g_avail[QMM_ENGINE_COUNT];
 
+/* the AMX engines' table rows with the emulated operations (amx_emu.h), and a call run on an
+ * engine's linear row as qmm_linear does: its final descriptor for the call (qmm_op_finalize),
+ * then the driver (qmm_linear_drive) */
+static const qmm_engine g_emu_int8 = {QMM_ENGINE_AMX_INT8, "amx_int8", QMM_KIND_INT8, QMM_ISA_AMX, 0, QMM_I8, "TDPBSSD",
+                                      0, &qmm_amx_int8_ops_emu};
+static const qmm_engine g_emu_bf16 = {QMM_ENGINE_AMX_BF16, "amx_bf16", QMM_KIND_FLOAT, QMM_ISA_AMX, 0, QMM_BF16,
+                                      "TDPBF16PS", 0, &qmm_amx_bf16_ops_emu};
+
+static qmm_status run_row(const qmm_engine *e, qmm_context *ctx, const qmm_call *c) {
+    return qmm_linear_drive(ctx, e, qmm_op_finalize(&e->ops->op[QMM_OP_LINEAR], c, ctx->n_threads).desc, c);
+}
+
 /* One layer's inputs: W [N][ld] at an offset into its buffer, and every argument of a call. */
 typedef struct {
     int64_t M, N, K, ld, Kin;
@@ -303,7 +315,7 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
         force_regime(want, M);
         const long f0 = qmm_amx_emu_faults();
         qmm_amx_last_regime_emu = -1;
-        TU_CHECK_OK(qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].run(g_ctx, &c));
+        TU_CHECK_OK(run_row(&g_emu_int8, g_ctx, &c));
         TU_CHECK(qmm_amx_emu_faults() == f0, "%s: emulated tile faults: %s", what, qmm_amx_emu_first_fault());
         TU_CHECK(qmm_amx_emu_live_configs() == 0, "%s: tiles left configured", what);
         TU_CHECK(qmm_amx_last_regime_emu == want, "%s: regime %d ran, %d forced", what, qmm_amx_last_regime_emu, want);
@@ -319,9 +331,9 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
             describe(&L, "amx_bf16 (emulated)", what, sizeof what);
             qmm_weight vb;
             TU_CHECK_OK(qmm_weight_for_call(g_ctx, wb, &vb, &c.w));
-            TU_CHECK_OK(qmm_amx_bf16_ops_emu.op[QMM_OP_LINEAR].run(g_ctx, &co));
+            TU_CHECK_OK(run_row(&g_emu_bf16, g_ctx, &co));
             const int r_owned = qmm_amx_last_regime_emu;
-            TU_CHECK_OK(qmm_amx_bf16_ops_emu.op[QMM_OP_LINEAR].run(g_ctx, &c));
+            TU_CHECK_OK(run_row(&g_emu_bf16, g_ctx, &c));
             TU_CHECK(qmm_amx_emu_faults() == f0, "%s: emulated tile faults: %s", what, qmm_amx_emu_first_fault());
             TU_CHECK(qmm_amx_last_regime_emu == r_owned, "%s: regime %d borrowed, %d owned", what, qmm_amx_last_regime_emu,
                      r_owned);
@@ -613,7 +625,7 @@ static void check_guard_pages(void) {
         /* the emulated AMX engines, each regime */
         for (int want = QMM_AMX_DECODE; want <= QMM_AMX_BLOCKED && wb; want++) {
             if (want == QMM_AMX_DECODE ? L.M > 32 : L.M < 2) continue;
-            const qmm_engine_ops *amx[2] = {&qmm_amx_int8_ops_emu, &qmm_amx_bf16_ops_emu};
+            const qmm_engine *amx[2] = {&g_emu_int8, &g_emu_bf16};
             for (int i = 0; i < 2; i++) {
                 qmm_weight view;
                 qmm_call c;
@@ -624,7 +636,7 @@ static void check_guard_pages(void) {
                 c.y = y; c.y_dtype = QMM_F32; c.ldy = L.N;
                 c.fallback = i == 1;
                 force_regime(want, L.M);
-                TU_CHECK_OK(amx[i]->op[QMM_OP_LINEAR].run(g_ctx, &c));
+                TU_CHECK_OK(run_row(amx[i], g_ctx, &c));
                 qmm_amx_blocking_emu = qmm_amx_blocking_default();
             }
         }

@@ -373,15 +373,18 @@ static void test_w4a8(void) {
     TU_CHECK(j && json_object_object_get_ex(j, "layers", &layers) && json_object_array_length(layers) == 2,
              "plan --json: 2 layers");
     for (int i = 0; layers && i < 2; i++) {
-        json_object *l = json_object_array_get_idx(layers, (size_t)i), *w, *kind, *vd, *fb;
+        json_object *l = json_object_array_get_idx(layers, (size_t)i), *w, *kind, *vd, *fb, *eng, *rg;
         const int fallback = l && json_object_object_get_ex(l, "fallback", &fb) && json_object_get_boolean(fb);
         int ok = l && json_object_object_get_ex(l, "kind", &kind) && !strcmp(json_object_get_string(kind), "w4a8") &&
                  json_object_object_get_ex(l, "weight", &w) && json_object_is_type(w, json_type_string) &&
                  strstr(json_object_get_string(w), i ? "W6A8: 6-bit codes, group 32" : "W4A8: 4-bit codes + codebook, group 16") &&
                  strstr(json_object_get_string(w), fallback ? "fallback's n16k4 blocks" : "into the int8 engine's ") &&
                  json_object_object_get_ex(l, "verdict", &vd) &&
-                 !strcmp(json_object_get_string(vd), fallback ? "fallback" : "int8");
-        TU_CHECK(ok, "plan --json: W4A8 layer %d: kind, weight line, verdict: %s", i,
+                 !strcmp(json_object_get_string(vd), fallback ? "fallback" : "int8") &&
+                 json_object_object_get_ex(l, "engine", &eng) && json_object_object_get_ex(l, "regime", &rg) &&
+                 json_object_is_type(rg, json_type_string) && /* a regime name on amx_int8 only */
+                 (json_object_get_string_len(rg) > 0) == !strcmp(json_object_get_string(eng), "amx_int8");
+        TU_CHECK(ok, "plan --json: W4A8 layer %d: kind, weight line, verdict, regime: %s", i,
                  l ? json_object_to_json_string(l) : "(none)");
     }
     json_object_put(j);

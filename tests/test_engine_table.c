@@ -4,7 +4,8 @@
  * (int8, then float, then the reference); each row's engine descriptor carries its own id, a
  * name that round-trips through qmm_engine_from_name, an ISA level, CPU features, a peak
  * instruction, an operand dtype that matches its kind, and per operation a row (qmm_op_row)
- * with admit and a descriptor or run, or none (the linear always); qmm_engine_get / qmm_engine_is_int8
+ * with admit and a descriptor, a finalize (not both) or a run (the reference only), or none (the
+ * linear always); qmm_engine_get / qmm_engine_is_int8
  * agree with the table; the public view (qmm_engine_count, qmm_engine_get_info)
  * is the table, row for row; the per-engine arrays of the public structs have the pinned
  * capacity QMM_ENGINE_MAX; the plan picks the first admitting row in table order, its accessors
@@ -40,9 +41,14 @@ static void test_rows(void) {
         for (int op = 0; e->ops && op < QMM_OP_COUNT; op++) { /* a row: admit and how it runs, or none of them */
             const qmm_op_row *row = &e->ops->op[op];
             const char *opn = qmm_op_name((qmm_op)op);
-            if (!row->admit) TU_CHECK(!row->desc && !row->run, "%s %s: a descriptor or run without admit", e->name, opn);
+            if (!row->admit)
+                TU_CHECK(!row->desc && !row->finalize && !row->run, "%s %s: a descriptor, finalize or run without admit",
+                         e->name, opn);
             else if (e->ops->built)
-                TU_CHECK(row->desc || row->run, "%s %s: admits, yet has no descriptor and no run", e->name, opn);
+                TU_CHECK(row->desc || row->finalize || row->run, "%s %s: admits, yet has no descriptor, finalize or run",
+                         e->name, opn);
+            TU_CHECK(!row->run || e->kind == QMM_KIND_REF, "%s %s: a run of its own (only the reference's)", e->name, opn);
+            TU_CHECK(!(row->desc && row->finalize), "%s %s: both a fixed descriptor and a finalize", e->name, opn);
         }
         TU_CHECK(r->peak_insn && r->peak_insn[0], "%s: peak instruction", e->name);
         if (e->kind == QMM_KIND_INT8)
@@ -84,8 +90,9 @@ static void test_public_view(void) {
     for (int op = 0; op < QMM_OP_COUNT; op++) TU_CHECK(strcmp(qmm_op_name((qmm_op)op), "unknown") != 0, "op %d has no name", op);
     TU_CHECK(!strcmp(qmm_op_name(QMM_OP_COUNT), "unknown") && !strcmp(qmm_op_name((qmm_op)-1), "unknown"),
              "op names out of range");
-    /* qmm_plan_info: engine, is_fallback, status, the per-engine verdicts, the weight line */
-    TU_CHECK(sizeof(qmm_plan_info) == 3 * sizeof(int) + QMM_ENGINE_MAX * (sizeof(int) + QMM_REASON_MAX) + QMM_REASON_MAX,
+    /* qmm_plan_info: engine, is_fallback, status, the per-engine verdicts, the weight line, the regime */
+    TU_CHECK(sizeof(qmm_plan_info) ==
+                 3 * sizeof(int) + QMM_ENGINE_MAX * (sizeof(int) + QMM_REASON_MAX) + QMM_REASON_MAX + 32,
              "qmm_plan_info size %zu", sizeof(qmm_plan_info));
 }
 
@@ -156,7 +163,8 @@ out:
 }
 
 /* qmm_linear chooses through the weight's plan cache (dispatch.h, qmm_plan_choose): whatever ran
- * must be what qmm_plan chooses for the same context and call, fallbacks counted the same */
+ * must be what qmm_plan chooses for the same context and call, fallbacks counted the same, on
+ * contexts of different thread counts; the plan's regime is qmm_engine_regime's */
 static void test_plan_cache(void) {
     enum { N = 32, K = 128, MAXM = 64 };
     static int8_t wq[N * K];
@@ -174,7 +182,7 @@ static void test_plan_cache(void) {
     qmm_weight *w = NULL;
     for (int i = 0; i < 3; i++) {
         qmm_context_options o = qmm_context_options_default();
-        o.n_threads = 1;
+        o.n_threads = 1 + i % 2; /* the cache keys the thread count too (a final descriptor may depend on it) */
         o.verbose = 0;
         o.disabled_engines = disabled[i];
         TU_CHECK_OK(qmm_context_create(&o, &ctx[i]));
@@ -197,6 +205,9 @@ static void test_plan_cache(void) {
                     a.y_dtype = yt ? QMM_F32 : QMM_I32;
                     qmm_plan_info p;
                     TU_CHECK_OK(qmm_plan(ctx[ci], w, &a, &p));
+                    TU_CHECK(p.engine == QMM_ENGINE_AUTO || !strcmp(p.regime, qmm_engine_regime(p.engine, w, a.M)),
+                             "M=%lld context %d: plan regime '%s', qmm_engine_regime '%s'", (long long)a.M, ci, p.regime,
+                             qmm_engine_regime(p.engine, w, a.M));
                     qmm_counters c0, c1;
                     qmm_get_counters(ctx[ci], &c0);
                     const qmm_status st = qmm_linear(ctx[ci], w, &a);

@@ -27,7 +27,7 @@
  * (c_tiles) are read in their 16 × 16 tiles; a bare pack (pack_bare) is checked on its bytes only;
  * the engine's per-thread hooks (begin, end) bracket its tiles as the driver's do.
  * Linked with the emulated AMX engines (tests/amx_emu.cmake, QMM_TEST_AMX_EMU) it also runs amx_int8
- * (emulated) through its descriptor (qmm_engine_amx_int8_emu.i8) on a CPU with AVX-512, with no
+ * (emulated) through its blocked regime's descriptor (its linear row's finalize) on a CPU with AVX-512, with no
  * emulated tile fault and no tile configuration left.
  * No kernel may report an impossible case (qmm_call_bug). Seeded (testutil.h): QMM_SEED=N or the
  * first argument replays a run; QMM_TEST_QUICK=1 runs fewer cases.
@@ -516,7 +516,15 @@ int main(int argc, char **argv) {
     {
         const uint32_t need = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
         const char *name = "amx_int8 (emulated)";
-        const qmm_i8_engine *e = qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].desc;
+        /* its blocked regime's descriptor: the finalize of a class past every switch point */
+        qmm_weight wb;
+        memset(&wb, 0, sizeof wb);
+        wb.is_int8 = 1;
+        wb.i8.Kp = 64;
+        const qmm_call cb = {.w = &wb, .M = INT64_MAX};
+        const qmm_final fb = qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].finalize(&cb, 1);
+        const qmm_i8_engine *e = fb.desc;
+        TU_CHECK(!strcmp(fb.name, "blocked"), "%s: finalize of M = INT64_MAX gave '%s'", name, fb.name);
         if ((qmm_cpu_features() & need) != need) tu_skip(name, "the emulated build's epilogue is AVX-512; CPU lacks it");
         else if (!TU_CHECK(e != NULL, "%s: no qmm_i8_engine", name)) {
         } else {

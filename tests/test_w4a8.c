@@ -383,7 +383,10 @@ static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
         const int want = M <= 32 && tu_rand_int(0, 2) == 0 ? QMM_AMX_DECODE : M >= 2 ? (int)tu_rand_int(1, 2) : QMM_AMX_DECODE;
         force_regime(want);
         const long f0 = qmm_amx_emu_faults();
-        TU_CHECK_OK(qmm_amx_int8_ops_emu.op[QMM_OP_LINEAR].run(g_ctx, &c));
+        /* as qmm_linear runs it: the row's final descriptor for the call, then the driver */
+        static const qmm_engine emu = {QMM_ENGINE_AMX_INT8, "amx_int8", QMM_KIND_INT8, QMM_ISA_AMX, 0, QMM_I8, "TDPBSSD",
+                                       0, &qmm_amx_int8_ops_emu};
+        TU_CHECK_OK(qmm_linear_drive(g_ctx, &emu, qmm_op_finalize(&emu.ops->op[QMM_OP_LINEAR], &c, g_ctx->n_threads).desc, &c));
         TU_CHECK(qmm_amx_emu_faults() == f0, "%s: emulated tile faults: %s", what, qmm_amx_emu_first_fault());
         same(&L, y, yref, what, "the reference");
         qmm_amx_blocking_emu = qmm_amx_blocking_default();

@@ -1,7 +1,8 @@
 /*
  * cmd_plan.c — `qmm plan FILE [--tokens M] [--x-dtype bf16|f16|f32] [--act none|swiglu|gelu_tanh|rms_norm|situ]
  * [--act-layers GLOB] [--layers GLOB] [--strict] [--json]`: for each layer of a checkpoint, the
- * engine qmm_linear would pick for M tokens (qmm_plan) and every refused engine's reason; then a
+ * engine qmm_linear would pick for M tokens (qmm_plan), with its regime where it has one (amx_int8:
+ * decode, panel, blocked; JSON "regime", "" for the others), and every refused engine's reason; then a
  * summary: int8 layers on an int8 engine (the hard path; W4A8 layers count here), int8 layers that
  * would fall back to a float engine, float layers, and layers that cannot run (unsupported format,
  * no engine). A W4A8 layer (SPEC §11) also gets the plan's weight line (qmm_plan_info.weight: code
@@ -124,6 +125,8 @@ int cmd_plan(int argc, char **argv) {
                    (long long)l->N, (long long)l->K, qmm_act_name(la), verdict);
             if (st == QMM_OK && p.engine != QMM_ENGINE_AUTO) json_str(qmm_engine_name(p.engine));
             else printf("null");
+            printf(", \"regime\": ");
+            json_str(st == QMM_OK ? p.regime : "");
             printf(", \"fallback\": %s, \"error\": ", st == QMM_OK && p.is_fallback ? "true" : "false");
             if (*err) json_str(err); else printf("null");
             printf(", \"weight\": ");
@@ -143,8 +146,8 @@ int cmd_plan(int argc, char **argv) {
                    la ? qmm_act_name(la) : "");
             if (st != QMM_OK) printf("cannot run: %s\n", err);
             else {
-                printf("%s%s\n", p.engine == QMM_ENGINE_AUTO ? "no engine" : qmm_engine_name(p.engine),
-                       p.is_fallback ? " (FALLBACK)" : "");
+                printf("%s%s%s%s%s\n", p.engine == QMM_ENGINE_AUTO ? "no engine" : qmm_engine_name(p.engine),
+                       p.regime[0] ? " [" : "", p.regime, p.regime[0] ? "]" : "", p.is_fallback ? " (FALLBACK)" : "");
                 if (p.weight[0]) printf("    weight: %s\n", p.weight);
                 for (int i = 0; i < qmm_engine_count(); i++) {
                     qmm_engine_info e;

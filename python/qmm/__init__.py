@@ -368,11 +368,13 @@ def last_engine():
 
 # ---------------------------------------------------------------- weights and plans
 class Plan:
-    """What qmm_linear would do: .engine (name), .is_fallback, .status (name), .reasons
-    {engine: why it refused} for every refusing engine, .text (qmm_plan_format)."""
+    """What qmm_linear would do: .engine (name), .regime (the engine's descriptor for the call
+    class by name, "" for most engines), .is_fallback, .status (name), .reasons {engine: why it
+    refused} for every refusing engine, .text (qmm_plan_format)."""
 
     def __init__(self, p):
         self.engine = engine_name(p.engine)
+        self.regime = p.regime.decode(errors="replace")
         self.is_fallback = bool(p.is_fallback)
         self.status = status_name(p.status)
         pp = ctypes.byref(p)

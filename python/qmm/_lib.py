@@ -101,7 +101,8 @@ class PlanInfo(Structure):
     _fields_ = [("engine", c_int), ("is_fallback", c_int), ("status", c_int),
                 ("admitted", c_int * ENGINE_MAX),
                 ("reason", (c_char * REASON_MAX) * ENGINE_MAX),
-                ("weight", c_char * REASON_MAX)]
+                ("weight", c_char * REASON_MAX),
+                ("regime", c_char * 32)]
 
 
 class AttentionArgs(Structure):

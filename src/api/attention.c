@@ -155,14 +155,14 @@ static const char *attn_work_name(const qmm_engine *e) {
     return u ? u->name : e->name;
 }
 
-/* The attention's qmm_op_class.run: the driver on the row's ukernels, or the row's own run (the
- * reference's f64 loop). */
-static qmm_status attn_run(qmm_context *ctx, const qmm_engine *e, void *call) {
+/* The attention's qmm_op_class.run: the driver on the row's ukernels (desc: its descriptor, the
+ * same for every call), or the row's own run (the reference's f64 loop). */
+static qmm_status attn_run(qmm_context *ctx, const qmm_engine *e, const void *desc, void *call) {
     const qmm_attn_call *c = call;
     const qmm_op_row *row = &e->ops->op[QMM_OP_ATTENTION];
     const int64_t n[3] = {c->B, c->H, c->S};
     qmm_advise_huge(c->out, (size_t)extent(n, c->os, 3, c->D, qmm_dtype_size(c->out_dtype)));
-    if (row->desc) return qmm_attention_run(ctx, c, row->desc);
+    if (desc) return qmm_attention_run(ctx, c, desc);
     if (row->run) return row->run(ctx, c);
     return qmm_fail(QMM_ERR_INTERNAL, "attention: engine %s not built", e->name);
 }

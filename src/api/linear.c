@@ -3,7 +3,8 @@
  * qmm_op_class (dispatch.h) — the float engines are its W8A16 fallback for an int8 weight
  * (logged once per weight), AUTO's choice is cached on the weight per call class, and its run
  * does the borrowed weight's view, the input stage, the residual and the engine's row (its own
- * run, else the int8 or float driver on the row's descriptor). The skeleton (api/op.c) does the
+ * run, else the int8 or float driver on the row's final descriptor for the call class, which
+ * dispatch decided with the engine: qmm_linear_drive). The skeleton (api/op.c) does the
  * named engine, AUTO, the fallback policy and log, and the counters. With the phase timers on
  * (qmm_profile) the call's set-up, engine and whole time are added to the context's totals. Also
  * qmm_plan and the SPEC §6 building blocks (amax, quantize_rows, epilogue).
@@ -166,14 +167,22 @@ typedef struct linear_job {
     uint64_t t_call, t_engine, t_done;
 } linear_job;
 
+qmm_status qmm_linear_drive(qmm_context *ctx, const qmm_engine *e, const void *desc, const qmm_call *c) {
+    const qmm_op_row *row = &e->ops->op[QMM_OP_LINEAR];
+    if (row->run) return row->run(ctx, c);
+    if (!desc)
+        return e->ops->built ? qmm_fail(QMM_ERR_OUT_OF_MEMORY, "layer %s: engine %s: no memory for its descriptor", c->w->name, e->name)
+                             : qmm_fail(QMM_ERR_UNSUPPORTED_HARDWARE, "layer %s: engine %s not built", c->w->name, e->name);
+    return e->kind == QMM_KIND_FLOAT ? qmm_float_gemm(ctx, c, desc) : qmm_int8_gemm(ctx, c, desc);
+}
+
 /* The linear's qmm_op_class.run: the borrowed weight's view, the input stage, the residual's
- * copy, the engine — its row's own run, else the core driver of its kind on the row's
- * descriptor — then a kernel's bug report, the residual pass, the layer named in any error. */
-static qmm_status linear_run(qmm_context *ctx, const qmm_engine *e, void *call) {
+ * copy, the engine (qmm_linear_drive on the row's final descriptor desc), then a kernel's bug
+ * report, the residual pass, the layer named in any error. */
+static qmm_status linear_run(qmm_context *ctx, const qmm_engine *e, const void *desc, void *call) {
     linear_job *j = (linear_job *)((char *)call - offsetof(linear_job, c));
     qmm_call *c = &j->c;
     const qmm_weight *w = c->w;
-    const qmm_op_row *row = &e->ops->op[QMM_OP_LINEAR];
     qmm_weight view; /* a borrowed weight: this call's view of the caller's memory (borrow.c) */
     qmm_status st = qmm_weight_for_call(ctx, w, &view, &c->w);
     if (st == QMM_OK) st = qmm_input_stage(ctx, c);
@@ -185,11 +194,7 @@ static qmm_status linear_run(qmm_context *ctx, const qmm_engine *e, void *call) 
     c->bug = &bug;
     if (st == QMM_OK) qmm_advise_huge(c->y, (size_t)((c->M - 1) * c->ldy + c->N) * qmm_dtype_size(c->y_dtype));
     j->t_engine = ctx->profile ? qmm_now_ns() : 0;
-    if (st == QMM_OK)
-        st = row->run                  ? row->run(ctx, c)
-           : !row->desc                ? qmm_fail(QMM_ERR_INTERNAL, "layer %s: engine %s not built", w->name, e->name)
-           : e->kind == QMM_KIND_FLOAT ? qmm_float_gemm(ctx, c, row->desc)
-                                       : qmm_int8_gemm(ctx, c, row->desc);
+    if (st == QMM_OK) st = qmm_linear_drive(ctx, e, desc, c);
     j->t_done = ctx->profile ? qmm_now_ns() : 0;
     if (st == QMM_OK && atomic_load(&bug))
         st = qmm_fail(QMM_ERR_INTERNAL, "layer %s [%lld, %lld] M=%lld on %s: %s (a bug in qmm: please report this message)",
@@ -264,12 +269,14 @@ qmm_status qmm_plan(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args
     qmm_call c;
     QMM_FORWARD_IF_ERROR(make_call(w, args, 0, &c));
     qmm_plan_op(ctx, &k_linear, &c, out);
-    if (w->w4a8 && out->engine != QMM_ENGINE_AUTO)
+    const qmm_engine *e = qmm_engine_get(out->engine);
+    if (w->w4a8 && e)
         snprintf(out->weight, sizeof out->weight,
                  "W%dA8: %d-bit codes%s, group %d, s_rel %s; decoded per call into %s (no int8 copy)", w->w4.bits,
                  w->w4.bits, w->w4.codebook ? " + codebook" : "", w->w4.group, qmm_dtype_name(w->w4.s_rel_dtype),
                  out->is_fallback ? "the float fallback's n16k4 blocks (W8A16)"
-                                  : qmm_i8_w4a8_site(qmm_i8_engine_of(out->engine), w, args->M));
+                                  : qmm_i8_w4a8_site(qmm_op_finalize(&e->ops->op[QMM_OP_LINEAR], &c, ctx->n_threads).desc,
+                                                     w, args->M));
     return QMM_OK;
 }
 

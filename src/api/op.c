@@ -1,7 +1,8 @@
 /*
- * op.c — the API skeleton of every operation (op.h): the named engine, AUTO's choice, the
- * fallback policy and log, the run, the counters. What differs between operations is in their
- * qmm_op_class (dispatch.h): the subject of the messages, the fallback's words, the run.
+ * op.c — the API skeleton of every operation (op.h): the named engine, AUTO's choice (each with
+ * the engine's final descriptor for the call), the fallback policy and log, the run, the
+ * counters. What differs between operations is in their qmm_op_class (dispatch.h): the subject of
+ * the messages, the fallback's words, the run.
  */
 #include "op.h"
 
@@ -19,9 +20,9 @@ const char *qmm_op_named_verdict(const qmm_context *ctx, const qmm_op_class *op,
     return r;
 }
 
-/* The engine asked for by name, or an error naming the call. */
+/* The engine asked for by name and its final descriptor for the call, or an error naming the call. */
 static qmm_status named(const qmm_context *ctx, const qmm_op_class *op, void *call, qmm_engine_id id,
-                        const qmm_engine **out) {
+                        const qmm_engine **out, qmm_final *fin) {
     char sub[SUBJECT_MAX], why[QMM_REASON_MAX];
     const qmm_engine *e = qmm_engine_get(id);
     if (!e) {
@@ -36,6 +37,7 @@ static qmm_status named(const qmm_context *ctx, const qmm_op_class *op, void *ca
                         st == QMM_ERR_UNSUPPORTED_HARDWARE ? "unavailable" : "refuses", r);
     }
     *out = e;
+    *fin = qmm_op_finalize(&e->ops->op[op->op], call, ctx->n_threads);
     return QMM_OK;
 }
 
@@ -54,10 +56,12 @@ static qmm_status refusal(const qmm_context *ctx, const qmm_op_class *op, void *
     return qmm_fail(QMM_ERR_INTERNAL, "%s: dispatch refused a call its plan admits (%s)", sub, qmm_engine_name(p.engine));
 }
 
-/* AUTO: dispatch's choice (cached where the operation has a call class), the policy, the log. */
-static qmm_status chosen(qmm_context *ctx, const qmm_op_class *op, void *call, const qmm_engine **out, int *fallback) {
+/* AUTO: dispatch's choice and its final descriptor (cached where the operation has a call class),
+ * the policy, the log. */
+static qmm_status chosen(qmm_context *ctx, const qmm_op_class *op, void *call, const qmm_engine **out, int *fallback,
+                         qmm_final *fin) {
     /* the choice alone; every engine's reason only when a message needs them */
-    const qmm_engine *e = qmm_engine_get(qmm_plan_choose(ctx, op, call, fallback));
+    const qmm_engine *e = qmm_engine_get(qmm_plan_choose(ctx, op, call, fallback, fin));
     if (!e || (*fallback && ctx->fallback == QMM_FALLBACK_STRICT)) return refusal(ctx, op, call);
     if (ctx->verbose) {
         char sub[SUBJECT_MAX];
@@ -70,7 +74,9 @@ static qmm_status chosen(qmm_context *ctx, const qmm_op_class *op, void *call, c
             qmm_log(ctx, "fallback: %s%s, runs %s on %s: %s", sub, op->fallback_from, op->fallback_runs, e->name, reasons);
         } else if (!*fallback) {
             op->subject(call, sub, sizeof sub);
-            qmm_log(ctx, "dispatch: %s → %s", sub, op->work_name ? op->work_name(e) : e->name);
+            const int named_final = fin->name && fin->name[0];
+            qmm_log(ctx, "dispatch: %s → %s%s%s%s", sub, op->work_name ? op->work_name(e) : e->name,
+                    named_final ? " [" : "", named_final ? fin->name : "", named_final ? "]" : "");
         }
     }
     *out = e;
@@ -80,10 +86,12 @@ static qmm_status chosen(qmm_context *ctx, const qmm_op_class *op, void *call, c
 qmm_status qmm_op_call(qmm_context *ctx, const qmm_op_class *op, qmm_status made, void *call, qmm_engine_id engine) {
     qmm_op_counters *n = &ctx->counters.op[op->op];
     const qmm_engine *e = NULL;
+    qmm_final fin = {NULL, ""};
     int fallback = 0;
     qmm_status st = made;
-    if (st == QMM_OK) st = engine != QMM_ENGINE_AUTO ? named(ctx, op, call, engine, &e) : chosen(ctx, op, call, &e, &fallback);
-    if (st == QMM_OK) st = op->run(ctx, e, call);
+    if (st == QMM_OK)
+        st = engine != QMM_ENGINE_AUTO ? named(ctx, op, call, engine, &e, &fin) : chosen(ctx, op, call, &e, &fallback, &fin);
+    if (st == QMM_OK) st = op->run(ctx, e, fin.desc, call);
     if (st != QMM_OK) {
         n->errors++;
         return st;

@@ -2,8 +2,9 @@
  * engines.c — the ordered engine table (qmm_internal.h: best first, one row per engine), engine
  * and ISA names, availability on this machine (hardware, OS permission, build, ISA cap, disabled
  * set), the admission checks that all int8 or all float engines share, and the table's public
- * view (qmm_engine_count, qmm_engine_get_info; qmm_engine_regime and qmm_engine_tuning through
- * the engine's hooks). Each engine's own admit() lives beside its kernel and calls the common
+ * view (qmm_engine_count, qmm_engine_get_info; qmm_engine_regime through the linear row's
+ * finalize, qmm_engine_tuning through the engine's hook), and a row's final descriptor for a call
+ * (qmm_op_finalize). Each engine's own admit() lives beside its kernel and calls the common
  * check first.
  */
 #include "qmm_internal.h"
@@ -74,10 +75,19 @@ qmm_engine_id qmm_engine_from_name(const char *name) {
     return QMM_ENGINE_UNKNOWN;
 }
 
+qmm_final qmm_op_finalize(const qmm_op_row *row, const void *call, int n_threads) {
+    if (row->finalize) return row->finalize(call, n_threads);
+    return (qmm_final){row->desc, ""};
+}
+
+/* The name of the linear row's final descriptor for the class of M rows of w (one thread: no
+ * engine's name depends on the thread count), as the plan names it. */
 const char *qmm_engine_regime(qmm_engine_id e, const qmm_weight *w, int64_t M) {
     const qmm_engine *en = qmm_engine_get(e);
-    if (!w || M < 1 || !en || !en->ops->regime) return "";
-    return en->ops->regime(w, M);
+    if (!w || M < 1 || !en || !en->ops->op[QMM_OP_LINEAR].finalize) return "";
+    const qmm_call c = {.w = w, .M = M, .N = w->N, .K = w->K, .K_in = w->K, .x_dtype = QMM_F32, .y_dtype = QMM_F32};
+    const char *name = qmm_op_finalize(&en->ops->op[QMM_OP_LINEAR], &c, 1).name;
+    return name ? name : "";
 }
 
 qmm_status qmm_engine_tuning(qmm_engine_id e, char *buf, size_t size) {

@@ -118,12 +118,22 @@ static inline int8_t qmm_packed_i8_at(const qmm_packed_i8 *p, int64_t n, int64_t
 }
 
 
-/* The engines AUTO dispatch chose for this weight, one per call class (dispatch.h,
- * qmm_plan_choose): each slot one self-contained word (class and choice), written and read
- * atomically, so contexts on any threads share it without a lock. Zero: empty. */
+/* The engines AUTO dispatch chose for this weight, one slot per call class (dispatch.h,
+ * qmm_plan_choose): the class and the choice in one word, the thread count and the chosen
+ * engine's finalized descriptor (qmm_final) beside it. A slot is a sequence lock of atomics —
+ * seq odd while one writer fills it (a writer that finds it odd leaves it), readers take a slot
+ * only when seq is even and unchanged across their reads — so contexts on any threads share it
+ * without a lock. Zero: empty. */
 #define QMM_PLAN_CACHE_SLOTS 4
+typedef struct qmm_plan_slot {
+    _Atomic uint64_t seq;
+    _Atomic uint64_t word;             /* the call class and the choice (dispatch.h), bit 63: full */
+    _Atomic int threads;               /* the thread count the descriptor was finalized for */
+    _Atomic(const void *) desc;        /* qmm_final.desc */
+    _Atomic(const char *) name;        /* qmm_final.name */
+} qmm_plan_slot;
 typedef struct qmm_plan_cache {
-    _Atomic uint64_t slot[QMM_PLAN_CACHE_SLOTS];
+    qmm_plan_slot slot[QMM_PLAN_CACHE_SLOTS];
 } qmm_plan_cache;
 
 struct qmm_weight {
@@ -299,16 +309,32 @@ struct qmm_i8_engine; /* int8_gemm.h */
 struct qmm_fgemm;     /* float_gemm.h */
 struct qmm_attn_ukernels; /* attention.h */
 
+/* What an engine's driver runs for one call class (oneDNN's brgemm finalize, XNNPACK's init-once
+ * configs): a const descriptor and its name ("" for an engine with one descriptor). */
+typedef struct qmm_final {
+    const void *desc;
+    const char *name;
+} qmm_final;
+
 /* One operation (qmm_op) on one engine: a row of the engine's qmm_engine_ops. The call is the
  * operation's own struct, validated by its API (linear: qmm_call; attention: qmm_attn_call).
- *   admit: NULL if the engine runs the call, else a short reason (written into why[0..n) or a
- *          static string); runs the engine's real rules, cheaply. NULL admit: the engine does
- *          not offer this operation (and desc and run are NULL).
- *   desc:  what the operation's core driver runs on this engine — linear: an int8 engine's
- *          struct qmm_i8_engine (qmm_int8_gemm), a float engine's struct qmm_fgemm
- *          (qmm_float_gemm); attention: struct qmm_attn_ukernels (qmm_attention_run).
- *   run:   an engine's own run instead of the driver (the reference; the AMX engines' linear,
- *          which pick their descriptor per call), else NULL.
+ *   admit:    NULL if the engine runs the call, else a short reason (written into why[0..n) or a
+ *             static string); runs the engine's real rules, cheaply. NULL admit: the engine does
+ *             not offer this operation (and the rest of the row is empty).
+ *   desc:     what the operation's core driver runs on this engine, one descriptor for every
+ *             call — linear: an int8 engine's struct qmm_i8_engine (qmm_int8_gemm), a float
+ *             engine's struct qmm_fgemm (qmm_float_gemm); attention: struct qmm_attn_ukernels
+ *             (qmm_attention_run) — or NULL where finalize picks it (or the engine was not built).
+ *   finalize: NULL, or the descriptor for call's class (linear: the weight, M and the dtypes as
+ *             the plan cache keys them, dispatch.h) and n_threads: a const descriptor of the
+ *             same type as desc that stays valid for the process, built at most once per class,
+ *             and its name (amx_int8: its regime; qmm_plan, QMM_VERBOSE and qmm_engine_regime
+ *             say it). Plain C, callable on any CPU: it reads no more of the call than the class,
+ *             and gives a NULL desc (with its name) where the engine was not built.
+ *   run:      the reference's own run instead of a driver (no descriptor), else NULL.
+ * The plan (dispatch.h) decides once per call class: the engine and its final descriptor
+ * (qmm_op_finalize), cached together on the weight; the driver then runs that descriptor and
+ * never sees an engine's own types.
  * Linear: admit reads only the weight (has_neg128 is part of the cache key) and the call class —
  * M, x_dtype, y_dtype, whether token_scales_in is given, and c->fallback (an int8 weight on a
  * float engine, set by dispatch) — because dispatch caches its verdicts per class (dispatch.h,
@@ -318,22 +344,25 @@ struct qmm_attn_ukernels; /* attention.h */
 typedef struct qmm_op_row {
     const char *(*admit)(const void *call, char *why, size_t n);
     const void *desc;
+    qmm_final (*finalize)(const void *call, int n_threads);
     qmm_status (*run)(qmm_context *ctx, const void *call);
 } qmm_op_row;
+
+/* Row's final descriptor for call on n_threads threads: row->finalize's, else {row->desc, ""}
+ * (engines.c). */
+qmm_final qmm_op_finalize(const qmm_op_row *row, const void *call, int n_threads);
 
 /* What an engine's kernel file exports: its operations (the engine's identity is its row of the
  * engine table, engines.c). */
 typedef struct qmm_engine_ops {
     int built;                   /* 0 if the compiler could not build it */
     qmm_op_row op[QMM_OP_COUNT]; /* by qmm_op id; tests drive a linear i8 descriptor's tile, pack
-                                    and rows kernels directly (qmm_i8_engine_of), amx_int8's too
-                                    (its blocked entry, its desc beside its run) */
-    /* What the engine tells `qmm bench` and logs about a call beyond being chosen, NULL when it
-     * has nothing to tell (plain C: callable on any CPU, whether the engine runs here or not):
-     * regime(w, M), the name of the regime it runs w in at M rows (w non-NULL, M >= 1;
-     * qmm_engine_regime), and tuning(buf, size), its tuning in force as text (buf non-NULL when
-     * size > 0, already ""; qmm_engine_tuning). */
-    const char *(*regime)(const qmm_weight *w, int64_t M);
+                                    and rows kernels directly (qmm_i8_engine_of; amx_int8: its
+                                    finalized descriptors) */
+    /* What the engine tells `qmm bench` and logs about its tuning beyond its finalized
+     * descriptor's name, NULL when it has nothing to tell (plain C: callable on any CPU, whether
+     * the engine runs here or not): tuning(buf, size), its tuning in force as text (buf non-NULL
+     * when size > 0, already ""; qmm_engine_tuning). */
     qmm_status (*tuning)(char *buf, size_t size);
     /* Kernel-level micro-benchmarks of the engine's own code (qmm_engine_probe; amx_int8: the
      * ladder of amx_ladder.c), NULL/0 when it has none: n_probes names in probe_names, and
@@ -362,9 +391,10 @@ extern const qmm_engine_ops qmm_avx2_f32_ops;
  * engine, best first: the int8 engines (AMX, AVX512-VNNI, AVX-VNNI, AVX2), then the float engines
  * (the W8A16 fallback and float weights), then the scalar reference (run only when asked for by
  * name). A row is the engine's identity, written once, and its operations. Adding an engine: its
- * kernel file with its `const qmm_engine_ops` (above: one qmm_op_row per operation it offers),
- * its flags in CMakeLists.txt (QMM_ISA_SOURCES) and tests/isa/check_isa.sh, a QMM_ENGINE_* id
- * (qmm.h), and one row in engines.c; no shared struct gains a field. */
+ * kernel file with its `const qmm_engine_ops` (above: one qmm_op_row per operation it offers, a
+ * fixed desc or a finalize that picks one per call class), its flags in CMakeLists.txt
+ * (QMM_ISA_SOURCES) and tests/isa/check_isa.sh, a QMM_ENGINE_* id (qmm.h), and one row in
+ * engines.c; no shared struct gains a field. */
 typedef struct qmm_engine {
     qmm_engine_id id;
     const char *name;
@@ -382,6 +412,11 @@ typedef struct qmm_engine {
 extern const qmm_engine qmm_engine_table[QMM_ENGINE_TABLE_LEN];
 /* The row of an engine id; NULL for AUTO and unknown ids. */
 const qmm_engine *qmm_engine_get(qmm_engine_id id);
+
+/* Runs the linear call c on engine e whose final descriptor for it is desc (qmm_op_finalize):
+ * e's own run (the reference), else the core driver of e's kind on desc (qmm_int8_gemm,
+ * qmm_float_gemm); desc NULL: an error, the engine was not built. (api/linear.c) */
+qmm_status qmm_linear_drive(qmm_context *ctx, const qmm_engine *e, const void *desc, const qmm_call *c);
 
 int qmm_env_max_isa(void);   /* QMM_MAX_ISA parsed, -1 if unset/unknown */
 /* Availability on this machine under a cap (hardware, OS permission, build, cap, disabled). */

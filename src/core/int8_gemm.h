@@ -52,8 +52,9 @@
  * Every callback of an engine is handed its operands by name (the kernel families below); the
  * driver's per-call state is private to int8_gemm.c.
  * A new int8 engine is its micro-kernel(s) (declared by name in ukernels.h), a qmm_i8_engine
- * descriptor (the desc of its qmm_engine_ops linear row; test_int8_ukernels drives the kernels
- * through it), its admit() and one row of the engine table.
+ * descriptor (the desc of its qmm_engine_ops linear row, or one per call class from the row's
+ * finalize; test_int8_ukernels drives the kernels through it), its admit() and one row of the
+ * engine table.
  */
 #ifndef QMM_INT8_GEMM_H
 #define QMM_INT8_GEMM_H
@@ -240,7 +241,7 @@ qmm_i8_rows_fn qmm_i8_rows_kernel_for(const qmm_i8_engine *e, int64_t M);
 const qmm_w4_rows_ukernel *qmm_i8_w4a8_kernel_for(const qmm_i8_engine *e, int64_t M, int bits, int vbmi);
 
 /* The int8 driver's descriptor of engine id (the desc of its linear row, qmm_op_row); NULL if it
- * has none. */
+ * has none (amx_int8: one per call class, from its row's finalize). */
 const qmm_i8_engine *qmm_i8_engine_of(qmm_engine_id id);
 
 /* The whole call on engine e (pre-pass, GEMM with the engine's tiles and epilogue, token

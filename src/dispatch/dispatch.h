@@ -40,13 +40,15 @@ typedef struct qmm_op_class {
     int (*log_fallback)(void *call);
     /* The name the dispatch log gives engine e's work: NULL, the engine's; attention: its ukernels'. */
     const char *(*work_name)(const qmm_engine *e);
-    /* Runs an admitted call on engine e: the operation's set-up, its core driver on
-     * e->ops->op[op].desc (or the row's own run), what follows; an error names the call. */
-    qmm_status (*run)(qmm_context *ctx, const qmm_engine *e, void *call);
+    /* Runs an admitted call on engine e: the operation's set-up, its core driver on desc (the
+     * row's final descriptor for the call, qmm_op_finalize; or the row's own run), what
+     * follows; an error names the call. */
+    qmm_status (*run)(qmm_context *ctx, const qmm_engine *e, const void *desc, void *call);
 } qmm_op_class;
 
 /* A plan cache word: bits 39..44 the chosen engine id and whether it is a fallback, bit 63 full;
- * the other bits are the operation's call class (qmm_op_class.cache_key). */
+ * the other bits are the operation's call class (qmm_op_class.cache_key). Its slot also keys the
+ * thread count and holds the final descriptor (qmm_plan_slot). */
 #define QMM_PLAN_CHOICE_MASK ((uint64_t)0x3f << 39)
 #define QMM_PLAN_SLOT_FULL ((uint64_t)1 << 63)
 
@@ -56,17 +58,21 @@ typedef struct qmm_op_class {
 const char *qmm_plan_admit(const qmm_op_class *op, const qmm_engine *e, void *call, int fallback, char *why, size_t n);
 
 /* Walks the table for call c (SPEC §4): every int8 engine, then every float engine; fills p with
- * the first usable engine that admits, each engine's admission and reason, and the status the
- * call would return (NO_ENGINE, FALLBACK_REFUSED in strict mode, OK). The call is left told
- * p->is_fallback (op->set_fallback). */
+ * the first usable engine that admits, each engine's admission and reason, the name of its final
+ * descriptor for c on ctx's threads (p->regime, qmm_op_finalize), and the status the call would
+ * return (NO_ENGINE, FALLBACK_REFUSED in strict mode, OK). The call is left told p->is_fallback
+ * (op->set_fallback). */
 void qmm_plan_op(const qmm_context *ctx, const qmm_op_class *op, void *call, qmm_plan_info *p);
 
 /* The engine AUTO dispatch runs call c on, for ctx — the choice of qmm_plan_op without its
  * reasons: the first engine of ctx->usable_engines whose row admits c, int8 engines first, then
  * float ones; QMM_ENGINE_AUTO if none; *fallback (and the call, op->set_fallback) told whether it
- * is a fallback. Cached per call class where the operation has one (op->cache_key: the linear's,
- * on the weight), so a repeated call costs one lookup. */
-qmm_engine_id qmm_plan_choose(const qmm_context *ctx, const qmm_op_class *op, void *call, int *fallback);
+ * is a fallback; *fin the chosen row's final descriptor for c on ctx->n_threads threads
+ * (qmm_op_finalize; unset for AUTO). Both cached per call class and thread count where the
+ * operation has a class (op->cache_key: the linear's, on the weight), so a repeated call costs
+ * one lookup: one decision serves the run, the log and the plan. */
+qmm_engine_id qmm_plan_choose(const qmm_context *ctx, const qmm_op_class *op, void *call, int *fallback,
+                              qmm_final *fin);
 
 /* "amx_int8, amx_bf16: no AMX; avx512_vnni: ..." for the refusing engines (of one kind when
  * int8_only): engines with the same reason are listed together so that a reason shared by all

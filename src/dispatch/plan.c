@@ -5,9 +5,10 @@
  * a fallback — the linear's W8A16, attention's mode int8 — counted and refusable by the caller),
  * never the scalar reference (it runs only when asked for by name). Two forms of the one walk:
  * qmm_plan_op keeps every engine's verdict and reason (the plans, error messages, the fallback
- * log); qmm_plan_choose only chooses, cached per call class where the operation has one (the
- * linear's hot path). Also the text of a plan: the reasons joined for error messages and logs,
- * and qmm_plan_format.
+ * log); qmm_plan_choose only chooses, and finalizes the chosen engine's descriptor for the call
+ * (qmm_op_finalize), both cached per call class where the operation has one (the linear's hot
+ * path). Also the text of a plan: the reasons joined for error messages and logs, and
+ * qmm_plan_format.
  */
 #include "dispatch.h"
 
@@ -66,20 +67,59 @@ void qmm_plan_op(const qmm_context *ctx, const qmm_op_class *op, void *call, qmm
               : (p->is_fallback && ctx->fallback == QMM_FALLBACK_STRICT) ? QMM_ERR_FALLBACK_REFUSED
                                                                           : QMM_OK;
     if (op->set_fallback) op->set_fallback(call, p->is_fallback);
+    const qmm_engine *e = qmm_engine_get(p->engine);
+    if (e) {
+        const char *name = qmm_op_finalize(&e->ops->op[op->op], call, ctx->n_threads).name;
+        snprintf(p->regime, sizeof p->regime, "%s", name ? name : "");
+    }
 }
 
 /* A plan cache word (qmm_plan_cache): the operation's call class (op->cache_key), and
  *   bits 39..43  the chosen engine id       bit 44  the choice is a fallback
- *   bit  63      the slot is full (part of every key) */
-qmm_engine_id qmm_plan_choose(const qmm_context *ctx, const qmm_op_class *op, void *call, int *fallback) {
+ *   bit  63      the slot is full (part of every key)
+ * beside it in its slot the thread count and the engine's final descriptor (qmm_final). */
+
+/* Slot s when it holds class key for `threads` threads, read consistently (seq even and
+ * unchanged across the reads): 1 with its word and final descriptor, else 0. */
+static int slot_read(qmm_plan_slot *s, uint64_t key, int threads, uint64_t *word, qmm_final *fin) {
+    const uint64_t seq = atomic_load_explicit(&s->seq, memory_order_acquire);
+    if (seq & 1) return 0;
+    const uint64_t v = atomic_load_explicit(&s->word, memory_order_relaxed);
+    const int t = atomic_load_explicit(&s->threads, memory_order_relaxed);
+    const void *d = atomic_load_explicit(&s->desc, memory_order_relaxed);
+    const char *n = atomic_load_explicit(&s->name, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&s->seq, memory_order_relaxed) != seq) return 0;
+    if ((v & ~QMM_PLAN_CHOICE_MASK) != key || t != threads) return 0;
+    *word = v;
+    fin->desc = d;
+    fin->name = n;
+    return 1;
+}
+
+/* Fills slot s, unless another writer is filling it (the cache is only a shortcut). */
+static void slot_write(qmm_plan_slot *s, uint64_t word, int threads, qmm_final fin) {
+    uint64_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
+    if ((seq & 1) || !atomic_compare_exchange_strong_explicit(&s->seq, &seq, seq + 1, memory_order_relaxed,
+                                                              memory_order_relaxed))
+        return;
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&s->word, word, memory_order_relaxed);
+    atomic_store_explicit(&s->threads, threads, memory_order_relaxed);
+    atomic_store_explicit(&s->desc, fin.desc, memory_order_relaxed);
+    atomic_store_explicit(&s->name, fin.name, memory_order_relaxed);
+    atomic_store_explicit(&s->seq, seq + 2, memory_order_release);
+}
+
+qmm_engine_id qmm_plan_choose(const qmm_context *ctx, const qmm_op_class *op, void *call, int *fallback,
+                              qmm_final *fin) {
     _Static_assert(QMM_ENGINE_MAX <= 32, "the cache word's engine id (qmm.h)");
-    uint64_t key = 0;
+    uint64_t key = 0, v;
     /* a weight is immutable but for this cache and fallback_logged, both atomic */
     qmm_plan_cache *cache = op->cache_key ? op->cache_key(ctx, call, &key) : NULL;
     if (cache) {
         for (int i = 0; i < QMM_PLAN_CACHE_SLOTS; i++) {
-            const uint64_t v = atomic_load_explicit(&cache->slot[i], memory_order_relaxed);
-            if ((v & ~QMM_PLAN_CHOICE_MASK) != key) continue;
+            if (!slot_read(&cache->slot[i], key, ctx->n_threads, &v, fin)) continue;
             *fallback = (int)(v >> 44) & 1;
             if (op->set_fallback) op->set_fallback(call, *fallback);
             return (qmm_engine_id)((v >> 39) & 0x1f);
@@ -87,10 +127,14 @@ qmm_engine_id qmm_plan_choose(const qmm_context *ctx, const qmm_op_class *op, vo
     }
     const qmm_engine_id id = walk(ctx, op, call, NULL, fallback);
     if (op->set_fallback) op->set_fallback(call, *fallback);
-    if (cache && id != QMM_ENGINE_AUTO) { /* a refusal is an error path: its message needs the full plan */
-        const int i = (int)((key * 0x9E3779B97F4A7C15ull) >> 61) % QMM_PLAN_CACHE_SLOTS;
-        atomic_store_explicit(&cache->slot[i], key | (uint64_t)id << 39 | (uint64_t)(*fallback != 0) << 44,
-                              memory_order_relaxed);
+    const qmm_engine *e = qmm_engine_get(id);
+    if (!e) return id; /* a refusal is an error path: its message needs the full plan */
+    const qmm_op_row *row = &e->ops->op[op->op];
+    *fin = qmm_op_finalize(row, call, ctx->n_threads);
+    if (cache && (fin->desc || row->run)) { /* no descriptor (out of memory): finalized again next time */
+        const uint64_t h = (key ^ (uint64_t)ctx->n_threads << 40) * 0x9E3779B97F4A7C15ull;
+        slot_write(&cache->slot[(int)(h >> 61) % QMM_PLAN_CACHE_SLOTS],
+                   key | (uint64_t)id << 39 | (uint64_t)(*fallback != 0) << 44, ctx->n_threads, *fin);
     }
     return id;
 }
@@ -149,7 +193,8 @@ size_t qmm_plan_format(const qmm_plan_info *p, char *buf, size_t size) {
         if (k_ > 0) len += (size_t)k_;                                                  \
     } while (0)
     if (p->engine == QMM_ENGINE_AUTO) APPEND("engine: none (%s)\n", qmm_status_name(p->status));
-    else APPEND("engine: %s%s%s\n", qmm_engine_name(p->engine), p->is_fallback ? " (fallback)" : "",
+    else APPEND("engine: %s%s%.*s%s%s%s\n", qmm_engine_name(p->engine), p->regime[0] ? " [" : "", (int)sizeof p->regime,
+                p->regime, p->regime[0] ? "]" : "", p->is_fallback ? " (fallback)" : "",
                 p->status == QMM_ERR_FALLBACK_REFUSED ? " — refused: strict policy" : "");
     if (memchr(p->weight, 0, sizeof p->weight) && p->weight[0]) APPEND("weight: %s\n", p->weight);
     for (int i = 0; i < QMM_ENGINE_TABLE_LEN; i++) {

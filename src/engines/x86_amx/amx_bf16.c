@@ -55,7 +55,9 @@
  * ≈ 0.15 cycle per weight against mr·panels MACs per weight. Measured on AMX at d9c1ae0
  * (../shared/measurements/AMX-d9c1ae0.md): 25 % of the AMX-BF16 peak at 4096×21504×5376.
  * Blocking: kc = QMM_AMX_BLOCKING's kc/2 (256), nr ≤ its nc (512), in equal column blocks of a
- * multiple of 32 with enough blocks for the threads at small M; mc is the driver's.
+ * multiple of 32 with enough blocks for the threads at small M; mc is the driver's. The
+ * descriptor (this file's fixed part with nr and kc) is finalized once per call class by
+ * amx_regime.c (the engine's linear row) and kept for the process.
  *
  * Verification: tests/test_amx_emulated.c (bit-exact against the chain above, and the tile
  * traffic audits) and fuzz_corpus_engines_amx_emu run this source with the tile instructions
@@ -215,52 +217,27 @@ static void tiles_end(const qmm_call *c, int thread) {
     QMM_AMX_SYM(qmm_amx_tiles_release)();
 }
 
-/* Columns per task block: at most nc, a multiple of 32, the N columns in blocks of equal width
- * with the fewest columns past N (over a few block counts), and at least enough blocks for 4
- * tasks per thread when the rows give few panels. */
-static int64_t block_cols(int64_t N, int64_t M, int64_t nc, int nt) {
-    const int64_t panels = ((M < QMM_FLOAT_MC ? M : QMM_FLOAT_MC) + MR - 1) / MR, most = (N + 31) / 32;
-    int64_t nb = (N + nc - 1) / nc;
-    const int64_t want = (4 * (int64_t)nt + panels - 1) / panels;
-    if (nb < want) nb = want;
-    if (nb > most) nb = most;
-    int64_t best = 0, best_cols = 0;
-    for (int64_t b = nb; b < nb + 4 && b <= most; b++) {
-        const int64_t nr = qmm_round_up((N + b - 1) / b, 32), cols = nr * ((N + nr - 1) / nr);
-        if (!best || cols < best_cols) best = nr, best_cols = cols;
-    }
-    return best;
-}
+/* The descriptor's fixed part; amx_regime.c's finalize adds, per call class, the block width nr
+ * (N, M and the threads), kc = the blocking's kc/2 and the buffer sizes they give. */
+const qmm_fgemm QMM_AMX_SYM(qmm_amx_bf16_kernels) = {
+    .mr = MR, .bf16 = 1, .ka = 32,
+    .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, /* f32 weights: refused by admit */
+    .kernel_aux = qmm_bf16_f32_gemm_ukernel_32x32__amx, .epilogue = epilogue_t, .pack = qmm_z_pack_n16k4,
+    .begin = tiles_begin, .end = tiles_end, .even_k = 1, .page_bufs = 1,
+};
 
-static qmm_status amx_bf16_run(qmm_context *ctx, const void *call) {
-    const qmm_call *c = call;
-    const qmm_amx_blocking bl = QMM_AMX_SYM(qmm_amx_blocking_now)();
-    const int64_t kc = bl.kc / 2, nr = block_cols(c->N, c->M, bl.nc, ctx->n_threads);
-    const qmm_fgemm g = {
-        .mr = MR, .nr = (int)nr, .kc = kc, .bf16 = 1, .ka = 32,
-        .b_bytes = (size_t)(nr * kc) * sizeof(uint16_t), .b_col16 = (size_t)(16 * kc) * sizeof(uint16_t),
-        .widen_i8 = widen_i8, .widen_bf16 = widen_bf16, /* f32 weights: refused by admit */
-        .kernel_aux = qmm_bf16_f32_gemm_ukernel_32x32__amx, .epilogue = epilogue_t, .pack = qmm_z_pack_n16k4,
-        .begin = tiles_begin, .end = tiles_end, .even_k = 1, .page_bufs = 1,
-    };
-    return qmm_float_gemm(ctx, c, &g);
-}
-
-#else /* built without AMX compiler support */
-static qmm_status amx_bf16_run(qmm_context *ctx, const void *call) {
-    const qmm_call *c = call;
-    (void)ctx;
-    return qmm_fail(QMM_ERR_UNSUPPORTED_HARDWARE, "layer %s: amx_bf16 was not built (compiler lacks AMX)", c->w->name);
-}
+#else /* built without AMX compiler support: no kernels (finalize gives no descriptor) */
+const qmm_fgemm QMM_AMX_SYM(qmm_amx_bf16_kernels) = {.mr = 0};
 #endif
 
 const qmm_engine_ops QMM_AMX_SYM(qmm_amx_bf16_ops) = {
     .built = QMM_AMX_BUILT,
-    .op[QMM_OP_LINEAR] = {.admit = amx_bf16_admit, .run = amx_bf16_run}, /* its run makes its qmm_fgemm per call */
+    /* linear: the descriptor of the class's block width (amx_regime.c) */
+    .op[QMM_OP_LINEAR] = {.admit = amx_bf16_admit, .finalize = QMM_AMX_SYM(qmm_amx_bf16_finalize)},
 #ifdef QMM_AMX_KERNELS /* attention: amx_bf16_attn.c */
     .op[QMM_OP_ATTENTION] = {.admit = QMM_AMX_SYM(qmm_amx_bf16_attn_admit), .desc = &QMM_AMX_SYM(qmm_amx_bf16_attn)},
 #else
     .op[QMM_OP_ATTENTION] = {.admit = QMM_AMX_SYM(qmm_amx_bf16_attn_admit)},
 #endif
-    .tuning = qmm_amx_tuning,
+    .tuning = QMM_AMX_SYM(qmm_amx_tuning),
 };

@@ -1,7 +1,7 @@
 /*
- * amx_common.c — what the two AMX engines share besides the header: the blocking in force
- * (amx_blocking.h; QMM_AMX_BLOCKING read once per process) and the per-thread tile configuration
- * (see amx_kernel.h for the tile register plan).
+ * amx_common.c — what the two AMX engines share besides the header: the per-thread tile
+ * configuration (see amx_kernel.h for the tile register plan). The blocking in force and the
+ * descriptors per call class: amx_regime.c.
  *
  * The tile configuration lives in thread-local storage (never on the stack: gcc 12 has
  * eliminated the stores to a stack-local LDTILECFG operand), is loaded only when the panel
@@ -12,34 +12,7 @@
  */
 #include "amx_kernel.h"
 
-#include <stdlib.h>
 #include <string.h>
-
-#ifdef QMM_AMX_EMULATE
-qmm_amx_blocking qmm_amx_blocking_emu = {QMM_AMX_KC, QMM_AMX_NC, QMM_AMX_MC, QMM_AMX_SMALL_M, QMM_AMX_PANEL_A_BYTES,
-                                         QMM_AMX_INT8_MIN_M, QMM_AMX_INT8_BORROWED_MIN_M};
-int qmm_amx_last_regime_emu = -1;
-
-qmm_amx_blocking QMM_AMX_SYM(qmm_amx_blocking_now)(void) { return qmm_amx_blocking_emu; }
-#else
-static qmm_amx_blocking g_blocking;
-static atomic_int g_blocking_state; /* 0 unread, 1 being read, 2 ready */
-
-qmm_amx_blocking QMM_AMX_SYM(qmm_amx_blocking_now)(void) {
-    if (atomic_load_explicit(&g_blocking_state, memory_order_acquire) == 2) return g_blocking;
-    int expect = 0;
-    if (atomic_compare_exchange_strong(&g_blocking_state, &expect, 1)) {
-        qmm_amx_blocking b = qmm_amx_blocking_default();
-        (void)qmm_amx_blocking_parse(getenv("QMM_AMX_BLOCKING"), &b); /* invalid: the defaults stay */
-        g_blocking = b;
-        atomic_store_explicit(&g_blocking_state, 2, memory_order_release);
-        return b;
-    }
-    while (atomic_load_explicit(&g_blocking_state, memory_order_acquire) != 2) {
-    }
-    return g_blocking;
-}
-#endif
 
 #ifdef QMM_AMX_KERNELS
 

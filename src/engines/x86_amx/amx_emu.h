@@ -92,10 +92,13 @@ extern const qmm_engine_ops qmm_amx_int8_ops_emu;
 extern const qmm_engine_ops qmm_amx_bf16_ops_emu;
 /* The blocking of the emulated engines (amx_blocking.h; default the library's constants; tests
  * shrink the blocks and move the regime switches so that every loop runs on small shapes), and
- * the regime (qmm_amx_regime) the last emulated engine call ran. */
+ * the regime (qmm_amx_regime) the last emulated amx_int8 finalize chose (amx_regime.c). */
 extern qmm_amx_blocking qmm_amx_blocking_emu;
 extern int qmm_amx_last_regime_emu;
 /* The default small-M crossover of amx_int8 (QMM_AMX_INT8_MIN_M) */
 extern const int qmm_amx_int8_min_m_emu;
+/* The fixed parts of the emulated engines' descriptors (amx_regime.h) */
+extern const struct qmm_i8_engine qmm_amx_int8_kernels_emu, qmm_amx_int8_kernels_decode_emu;
+extern const struct qmm_fgemm qmm_amx_bf16_kernels_emu;
 
 #endif /* QMM_AMX_EMU_H */

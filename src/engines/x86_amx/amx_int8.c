@@ -25,9 +25,10 @@
  *   k64      whole 64-byte k-steps: the chunks cover Kp, zeros past K (q, the packing, the panel),
  *            and are even (max − min <= 1 k-step: no short last chunk paying a full C round trip);
  *   mc_fixed the partials stay mc × nc (1 MiB at 512 × 512, L2) for borrowed weights too.
- * The regimes are a table of three descriptors (decode, panel, blocked), built once from the
- * blocking in force (amx_blocking.h; QMM_AMX_BLOCKING applies); a call picks its entry by the
- * rule of amx_blocking.h —
+ * The regimes are three descriptors (decode, panel, blocked): this file's fixed parts
+ * (qmm_amx_int8_kernels; decode: qmm_amx_int8_kernels_decode) with the blocking in force (amx_blocking.h; QMM_AMX_BLOCKING applies),
+ * built once by amx_regime.c, whose finalize (the engine's linear row) picks the one of a call
+ * class by the rule of amx_blocking.h, once per class in the plan —
  *   decode   (M <= small_m)          whole K, one row tile per task: B streams from memory once,
  *                                    prefetched QMM_AMX_DECODE_PF_STEPS k-steps ahead (PF_STREAM)
  *   panel    (M × Kp <= panel_a)     whole K, C in tiles for all of K; the task's row tiles run
@@ -78,7 +79,7 @@
  * 17, amx_blocking.h: the measurement) goes to avx512_vnni too, whose rows kernel reads the
  * caller's rows once in place where this engine packs them per call.
  *
- * Verification: tests/test_amx_emulated.c, test_int8_ukernels (through its linear row's desc) and
+ * Verification: tests/test_amx_emulated.c, test_int8_ukernels (through its finalized descriptors) and
  * fuzz_corpus_engines_amx_emu run this source with every tile instruction replaced by the
  * software model of amx_emu.c; on an AMX machine the same tests run the real engine.
  */
@@ -89,10 +90,7 @@
 #include "avx512/pack_avx512.h"
 #include "avx512/simd_avx512.h"
 
-#include <limits.h>
-#include <stdatomic.h>
 #include <stdio.h>
-#include <string.h>
 
 const int QMM_AMX_SYM(qmm_amx_int8_min_m) = QMM_AMX_INT8_MIN_M; /* the default (tests) */
 
@@ -117,11 +115,6 @@ static const char *amx_int8_admit(const void *call, char *why, size_t n) {
 }
 
 #ifdef QMM_AMX_KERNELS
-
-/* The driver's descriptor of a regime (its tile: tile_decode in the decode regime, else tile). */
-typedef struct {
-    qmm_i8_engine e;
-} amx_int8_engine;
 
 /* A software prefetch (T1) spread over a tile's k-steps: lines [l0, l1) of a set of rows, line l
  * at base + (l / per_row)·ld + (l mod per_row)·64, per_step of them per k-step (base NULL: none).
@@ -281,79 +274,33 @@ static void end(const qmm_call *c, int thread) {
     QMM_AMX_SYM(qmm_amx_tiles_release)();
 }
 
-/* The regime table: the driver's descriptor of each regime r (decode, panel, blocked) for the
- * blocking's mc, nc, kc — whole K outside the blocked regime, the decode prefetch. */
-#define AMX_INT8_REGIME(mc_, nc_, kc_, r)                                                                      \
-    {.e = {.u8 = 0, .mr = 32, .nrb = 2, .mc = (int)(mc_), .nc = (int)(nc_), .kc = (int)(kc_),               \
-           .whole_k_m = (r) == QMM_AMX_BLOCKED ? 0 : INT_MAX, .tile = (r) == QMM_AMX_DECODE ? tile_decode : tile, \
-           .pack = pack_block, .pack_bare = 1, .begin = begin, .end = end, .k64 = 1, .mc_fixed = 1, .c_tiles = 1}}
+/* The descriptors' fixed parts — the kernels, the 32 × 32 tile, the driver's options — of the
+ * decode regime (its tile streams B ahead where the driver says PF_STREAM) and of the others;
+ * amx_regime.c adds each regime's blocking (mc, nc, kc, whole_k_m). */
+const qmm_i8_engine QMM_AMX_SYM(qmm_amx_int8_kernels) = {
+    .u8 = 0, .mr = 32, .nrb = 2, .tile = tile, .pack = pack_block, .pack_bare = 1, .begin = begin, .end = end,
+    .k64 = 1, .mc_fixed = 1, .c_tiles = 1,
+};
+const qmm_i8_engine QMM_AMX_SYM(qmm_amx_int8_kernels_decode) = {
+    .u8 = 0, .mr = 32, .nrb = 2, .tile = tile_decode, .pack = pack_block, .pack_bare = 1, .begin = begin, .end = end,
+    .k64 = 1, .mc_fixed = 1, .c_tiles = 1,
+};
 
-/* Built from the library's defaults; amx_int8_table() rebuilds it once per process from the
- * blocking in force (QMM_AMX_BLOCKING; the emulated build: whenever tests change
- * qmm_amx_blocking_emu). its linear row's desc is the blocked regime's entry (the unit tester's). */
-static amx_int8_engine g_table[3] = {AMX_INT8_REGIME(QMM_AMX_MC, QMM_AMX_NC, QMM_AMX_KC, QMM_AMX_DECODE),
-                                     AMX_INT8_REGIME(QMM_AMX_MC, QMM_AMX_NC, QMM_AMX_KC, QMM_AMX_PANEL),
-                                     AMX_INT8_REGIME(QMM_AMX_MC, QMM_AMX_NC, QMM_AMX_KC, QMM_AMX_BLOCKED)};
-
-static void table_build(const qmm_amx_blocking *b) {
-    for (int r = 0; r < 3; r++) g_table[r] = (amx_int8_engine)AMX_INT8_REGIME(b->mc, b->nc, b->kc, r);
-}
-
-/* The table for the blocking in force (*b), built once: a call picks its entry by the regime
- * rule, nothing else is derived per call. */
-static const amx_int8_engine *amx_int8_table(qmm_amx_blocking *b) {
-    *b = QMM_AMX_SYM(qmm_amx_blocking_now)();
-#ifdef QMM_AMX_EMULATE
-    static qmm_amx_blocking built = {QMM_AMX_KC, QMM_AMX_NC, QMM_AMX_MC, QMM_AMX_SMALL_M, QMM_AMX_PANEL_A_BYTES,
-                                     QMM_AMX_INT8_MIN_M, QMM_AMX_INT8_BORROWED_MIN_M}; /* tests: one call at a time */
-    if (memcmp(&built, b, sizeof built)) {
-        table_build(b);
-        built = *b;
-    }
-#else
-    static atomic_int state; /* 0 unbuilt, 1 being built, 2 ready */
-    if (atomic_load_explicit(&state, memory_order_acquire) != 2) {
-        int expect = 0;
-        if (atomic_compare_exchange_strong(&state, &expect, 1)) {
-            table_build(b);
-            atomic_store_explicit(&state, 2, memory_order_release);
-        }
-        while (atomic_load_explicit(&state, memory_order_acquire) != 2) {
-        }
-    }
-#endif
-    return g_table;
-}
-
-static qmm_status amx_int8_run(qmm_context *ctx, const void *call) {
-    const qmm_call *c = call;
-    qmm_amx_blocking bl;
-    const amx_int8_engine *table = amx_int8_table(&bl);
-    const int64_t M = c->M, Kp = c->w->i8.Kp;
-    const qmm_amx_regime regime = M > INT64_MAX / Kp ? QMM_AMX_BLOCKED : qmm_amx_regime_of(&bl, M, M * Kp);
-    QMM_AMX_NOTE_REGIME(regime);
-    return qmm_int8_gemm(ctx, c, &table[regime].e);
-}
-
-#else /* built without AMX compiler support */
-static qmm_status amx_int8_run(qmm_context *ctx, const void *call) {
-    const qmm_call *c = call;
-    (void)ctx;
-    return qmm_fail(QMM_ERR_UNSUPPORTED_HARDWARE, "layer %s: amx_int8 was not built (compiler lacks AMX)", c->w->name);
-}
+#else /* built without AMX compiler support: no kernels (finalize gives no descriptor) */
+const qmm_i8_engine QMM_AMX_SYM(qmm_amx_int8_kernels) = {.u8 = 0};
+const qmm_i8_engine QMM_AMX_SYM(qmm_amx_int8_kernels_decode) = {.u8 = 0};
 #endif
 
 const qmm_engine_ops QMM_AMX_SYM(qmm_amx_int8_ops) = {
     .built = QMM_AMX_BUILT,
-#ifdef QMM_AMX_KERNELS /* its run picks the descriptor of its regime; desc: the blocked one, for the tests */
-    .op[QMM_OP_LINEAR] = {.admit = amx_int8_admit, .desc = &g_table[QMM_AMX_BLOCKED].e, .run = amx_int8_run},
+    /* linear: the descriptor of the class's regime (amx_regime.c) */
+    .op[QMM_OP_LINEAR] = {.admit = amx_int8_admit, .finalize = QMM_AMX_SYM(qmm_amx_int8_finalize)},
+#ifdef QMM_AMX_KERNELS
     .op[QMM_OP_ATTENTION] = {.admit = QMM_AMX_SYM(qmm_amx_int8_attn_admit), .desc = &QMM_AMX_SYM(qmm_amx_int8_attn)},
 #else
-    .op[QMM_OP_LINEAR] = {.admit = amx_int8_admit, .run = amx_int8_run},
     .op[QMM_OP_ATTENTION] = {.admit = QMM_AMX_SYM(qmm_amx_int8_attn_admit)},
 #endif
-    .regime = qmm_amx_int8_regime,
-    .tuning = qmm_amx_tuning,
+    .tuning = QMM_AMX_SYM(qmm_amx_tuning),
     .n_probes = QMM_AMX_LADDER_RUNGS,
     .probe_names = QMM_AMX_SYM(qmm_amx_ladder_names),
     .probe = QMM_AMX_SYM(qmm_amx_ladder_probe),

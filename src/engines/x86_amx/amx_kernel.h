@@ -35,6 +35,7 @@
 #define QMM_AMX_KERNEL_H
 
 #include "amx_blocking.h"
+#include "amx_regime.h"
 #include "qmm_internal.h"
 
 #if defined(QMM_AMX_EMULATE) || !defined(QMM_NO_AMX_BUILD)
@@ -44,11 +45,8 @@
 #define QMM_AMX_BUILT 0
 #endif
 
-#ifdef QMM_AMX_EMULATE
-#define QMM_AMX_SYM(x) x##_emu
-#else
-#define QMM_AMX_SYM(x) x
-#endif
+/* QMM_AMX_SYM (the _emu suffix), the blocking in force (qmm_amx_blocking_now), the engines'
+ * descriptors per call class: amx_regime.h. */
 
 /* The tile register plan (plain macros: the gcc intrinsics stringify the tile number). */
 #define QMM_TC00 0
@@ -68,18 +66,6 @@ typedef struct qmm_amx_cfg {
     uint16_t colsb[16];    /* bytes per row of tile i (0 for an unused tile) */
     uint8_t rows[16];      /* rows of tile i (0 for an unused tile) */
 } qmm_amx_cfg;
-
-/* The blocking in force (amx_blocking.h): the defaults with QMM_AMX_BLOCKING applied (read once
- * per process). The emulated build returns qmm_amx_blocking_emu instead, which tests set to
- * small blocks so that every loop of every regime runs on small shapes. */
-qmm_amx_blocking QMM_AMX_SYM(qmm_amx_blocking_now)(void);
-#ifdef QMM_AMX_EMULATE
-extern qmm_amx_blocking qmm_amx_blocking_emu;
-extern int qmm_amx_last_regime_emu; /* the regime of the last engine call (tests) */
-#define QMM_AMX_NOTE_REGIME(r) (qmm_amx_last_regime_emu = (int)(r))
-#else
-#define QMM_AMX_NOTE_REGIME(r) ((void)0)
-#endif
 
 /* The ladder of amx_ladder.c (qmm_engine.probe of amx_int8): rung names and the probe. */
 #ifndef QMM_AMX_LADDER_RUNGS
