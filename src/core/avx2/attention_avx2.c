@@ -85,12 +85,12 @@ static inline __attribute__((always_inline)) int masked_scores(const qmm_attn_ca
 /* 2^x for x <= 0, −inf (0) or NaN (NaN): 2^n · q(x − n), n = round(x) */
 static inline __m256 exp2_1(__m256 x) {
     const __m256 n = _mm256_round_ps(x, QMM_Y_RNE), f = _mm256_sub_ps(x, n);
-    __m256 q = _mm256_set1_ps(0.001326697994954884f);
-    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(0.009675469249486923f));
-    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(0.05550742521882057f));
-    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(0.24022121727466583f));
-    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(0.6931469440460205f));
-    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(1.0000001192092896f));
+    __m256 q = _mm256_set1_ps(QMM_ATTN_E_C5);
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(QMM_ATTN_E_C4));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(QMM_ATTN_E_C3));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(QMM_ATTN_E_C2));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(QMM_ATTN_E_C1));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(QMM_ATTN_E_C0));
     /* below 2^-126 (and −inf): 0; n in [-126, 0] elsewhere (a NaN x: q NaN) */
     const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NLT_UQ);
     const __m256 p2 = qmm_y_pow2i(_mm256_cvtps_epi32(_mm256_max_ps(n, _mm256_set1_ps(-126.0f))));
@@ -193,12 +193,12 @@ static inline __attribute__((always_inline)) float softmax_u8_n(const qmm_attn_c
 static inline __m256 exp2_state(__m256 x) {
     const __m256i n = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_set1_ps(0.5f), x)));
     const __m256 f = _mm256_sub_ps(x, _mm256_cvtepi32_ps(n));
-    __m256 q = _mm256_set1_ps(0.001326697994954884f);
-    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(0.009675469249486923f));
-    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(0.05550742521882057f));
-    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(0.24022121727466583f));
-    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(0.6931469440460205f));
-    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(1.0000001192092896f));
+    __m256 q = _mm256_set1_ps(QMM_ATTN_E_C5);
+    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(QMM_ATTN_E_C4));
+    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(QMM_ATTN_E_C3));
+    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(QMM_ATTN_E_C2));
+    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(QMM_ATTN_E_C1));
+    q = _mm256_add_ps(_mm256_mul_ps(q, f), _mm256_set1_ps(QMM_ATTN_E_C0));
     const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
     return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GE_OQ), _mm256_mul_ps(q, p2));
 }

@@ -30,12 +30,12 @@ static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xffff 
 /* 2^x for x <= 0, −inf (0) or NaN (NaN) */
 static inline __m512 exp2_k(__m512 x) {
     const __m512 n = _mm512_roundscale_ps(x, QMM_Z_RNE), f = _mm512_sub_ps(x, n);
-    __m512 q = _mm512_set1_ps(0.001326697994954884f);
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(0.009675469249486923f));
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(0.05550742521882057f));
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(0.24022121727466583f));
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(0.6931469440460205f));
-    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(1.0000001192092896f));
+    __m512 q = _mm512_set1_ps(QMM_ATTN_E_C5);
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(QMM_ATTN_E_C4));
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(QMM_ATTN_E_C3));
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(QMM_ATTN_E_C2));
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(QMM_ATTN_E_C1));
+    q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(QMM_ATTN_E_C0));
     const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ); /* not below, or NaN */
     return _mm512_maskz_scalef_ps(keep, q, n);
 }
@@ -195,12 +195,12 @@ static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call
 static inline __m512 exp2_state(__m512 x) {
     const __m512i n = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_set1_ps(0.5f), x)));
     const __m512 f = _mm512_sub_ps(x, _mm512_cvtepi32_ps(n));
-    __m512 q = _mm512_set1_ps(0.001326697994954884f);
-    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(0.009675469249486923f));
-    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(0.05550742521882057f));
-    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(0.24022121727466583f));
-    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(0.6931469440460205f));
-    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(1.0000001192092896f));
+    __m512 q = _mm512_set1_ps(QMM_ATTN_E_C5);
+    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(QMM_ATTN_E_C4));
+    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(QMM_ATTN_E_C3));
+    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(QMM_ATTN_E_C2));
+    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(QMM_ATTN_E_C1));
+    q = _mm512_add_ps(_mm512_mul_ps(q, f), _mm512_set1_ps(QMM_ATTN_E_C0));
     const __m512 p2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n, _mm512_set1_epi32(127)), 23));
     return _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ), q, p2);
 }
