@@ -123,12 +123,20 @@ static inline __attribute__((always_inline)) void bc_run(const int G, const int 
     }
 }
 
-/* columns [g->n0, g->n1): R streams of ⌊rows / R⌋ rows, the rest one at a time */
+/* columns [g->n0, g->n1): R streams of ⌊rows / R⌋ rows, then the rest (fewer than R) side by side,
+ * one row each */
 static inline __attribute__((always_inline)) void bc_blocks(const int G, const int R, const qmm_a2r_job *g) {
     const int64_t n0 = g->n0, n1 = g->n1;
-    const int64_t len = (n1 - n0) / R;
+    const int64_t len = (n1 - n0) / R, s0 = n0 + R * len;
     if (len > 0) bc_run(G, R, g, n0, len);
-    if (n0 + R * len < n1) bc_run(G, 1, g, n0 + R * len, n1 - n0 - R * len);
+    switch (n1 - s0) {
+    case 0: break;
+    case 1: bc_run(G, 1, g, s0, 1); break;
+    case 2: if (R > 2) bc_run(G, 2, g, s0, 1); break;
+    case 3: if (R > 3) bc_run(G, 3, g, s0, 1); break;
+    case 4: if (R > 4) bc_run(G, 4, g, s0, 1); break;
+    default: if (R > 5) bc_run(G, 5, g, s0, 1); break;
+    }
 }
 
 void qmm_qd8_qc8w_rows_ukernel_m9to32__avxvnni_bcast(const int8_t *w, int64_t ldw, const qmm_rows_act *a,
