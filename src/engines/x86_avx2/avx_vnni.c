@@ -96,8 +96,8 @@ void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni(const uint8_t *a, int64_t lda, co
 
 /* The rows kernels (qmm_i8_rows_fn, ukernels.h) for a borrowed weight at M <= ROWS_M: up to 8
  * tokens the rows regime's dot form (int8_rows_avx2.h, VPDPBUSD: w + 128 against q, less
- * 128·Σq; exact for every w and q), 9..32 the tokens in lanes (avx_vnni_rows.c: q + 128 against
- * each row's broadcast k-quads, less 128·Σw). Past 32 tokens the panels. Measured
+ * 128·Σq; exact for every w and q), 9..32 the tokens in lanes (avx_vnni_rows.c: q against each
+ * row's broadcast k-quads as w + 128, less 128·Σq). Past 32 tokens the panels. Measured
  * (bench/NOTES.md): the dot form re-reads all of q for every row of W, past L1 at 12 tokens of
  * K = 5376, and loses to the panels there; the lanes form does not. */
 enum { ROWS_DOT_M = 8, ROWS_M = 32 };

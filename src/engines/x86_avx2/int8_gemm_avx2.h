@@ -114,6 +114,27 @@ static inline void qmm_a2_tile(const uint8_t *a, int64_t lda, const float *s, co
     }
 }
 
+/* x[0..8) as an 8 × 8 matrix of dwords (x[j] = row j), transposed in place: x[q] lane j = dword q
+ * of row j */
+static inline __attribute__((always_inline)) void qmm_a2_tr8(__m256i x[8]) {
+    __m256i t[8];
+    for (int j = 0; j < 8; j += 2) {
+        t[j] = _mm256_unpacklo_epi32(x[j], x[j + 1]);
+        t[j + 1] = _mm256_unpackhi_epi32(x[j], x[j + 1]);
+    }
+    for (int g = 0; g < 2; g++) { /* x[4g + d], lane l: rows 4g..4g+3, dword 4l + d */
+        x[4 * g + 0] = _mm256_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        x[4 * g + 1] = _mm256_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        x[4 * g + 2] = _mm256_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        x[4 * g + 3] = _mm256_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int d = 0; d < 4; d++) { /* dword 4l + d of the 8 rows = lane l of x[d], x[4 + d] */
+        t[d] = _mm256_permute2x128_si256(x[d], x[4 + d], 0x20);
+        t[4 + d] = _mm256_permute2x128_si256(x[d], x[4 + d], 0x31);
+    }
+    for (int j = 0; j < 8; j++) x[j] = t[j];
+}
+
 /* qmm_pack_n16k4_fn (int8_gemm.h) in AVX2: per 32 bytes of K, rows 0..7 and 8..15 each transposed
  * as an 8 × 8 matrix of dwords (out[q]: k-quad q of 8 rows), the two halves one n16k4 row; the
  * last bytes of a row (k1 - k < 32) are copied into a zeroed buffer first: nothing past k1 is
@@ -126,7 +147,7 @@ static inline void qmm_a2_pack(const int8_t *W, int64_t ld, int rows, int64_t k0
         const int64_t k = k0 + q0 * 4, bytes = k1 - k < 32 ? k1 - k : 32;
         const int64_t nout = nq - q0 < 8 ? nq - q0 : 8;
         for (int h = 0; h < 2; h++) {
-            __m256i r[8], t[8];
+            __m256i r[8];
             for (int j = 0; j < 8; j++) {
                 const int row = 8 * h + j;
                 if (row >= rows || bytes <= 0) {
@@ -140,23 +161,10 @@ static inline void qmm_a2_pack(const int8_t *W, int64_t ld, int rows, int64_t k0
                 }
                 neg = _mm256_or_si256(neg, _mm256_cmpeq_epi8(r[j], m128));
             }
-            for (int j = 0; j < 8; j += 2) {
-                t[j] = _mm256_unpacklo_epi32(r[j], r[j + 1]);
-                t[j + 1] = _mm256_unpackhi_epi32(r[j], r[j + 1]);
-            }
-            for (int g = 0; g < 2; g++) { /* r[4g + x], lane l: rows 4g..4g+3, dword 4l + x */
-                r[4 * g + 0] = _mm256_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-                r[4 * g + 1] = _mm256_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-                r[4 * g + 2] = _mm256_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-                r[4 * g + 3] = _mm256_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-            }
-            for (int x = 0; x < 4; x++) { /* out[4l + x] = lane l of r[x], r[4 + x] */
-                t[x] = _mm256_permute2x128_si256(r[x], r[4 + x], 0x20);
-                t[4 + x] = _mm256_permute2x128_si256(r[x], r[4 + x], 0x31);
-            }
+            qmm_a2_tr8(r);
             for (int64_t q = 0; q < nout; q++) {
-                _mm256_store_si256((__m256i *)(dst + (q0 + q) * 64 + 32 * h), t[q]);
-                cs_h[h] = _mm256_add_epi32(cs_h[h], _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, t[q]), ones16));
+                _mm256_store_si256((__m256i *)(dst + (q0 + q) * 64 + 32 * h), r[q]);
+                cs_h[h] = _mm256_add_epi32(cs_h[h], _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, r[q]), ones16));
             }
         }
     }
