@@ -1,6 +1,7 @@
 """The benchmark harnesses run end to end on tiny shapes (a check of the harness; no timing is
 asserted): python -m qmm.bench.kitchen (every path finite, qmm's path on qmm with zero fallbacks,
-its table), python -m qmm.bench.overhead, bench/layouts.py (a row per engine and shape, W8A16 too)."""
+its table), python -m qmm.bench.overhead, python -m qmm.bench.w4a8 (a row per M, no fallback),
+bench/layouts.py (a row per engine and shape, W8A16 too)."""
 import json
 import os
 import subprocess
@@ -85,6 +86,22 @@ def test_bench_overhead_runs():
     for row in ("torch f32 linear", "qmm kernel (ctypes)", "kitchen floor (no-op backend)",
                 "kitchen + qmm", "qmm's own Python", "qmm's own, measured"):
         assert row in r.stdout, r.stdout
+
+
+def test_bench_w4a8_runs():
+    """python -m qmm.bench.w4a8 on a tiny layer: a row per M with both times and their ratio, every
+    call on qmm (the harness exits 1 on a fallback)."""
+    cmd = [sys.executable, "-m", "qmm.bench.w4a8", "--N", "64", "--K", "512", "--M", "1,3,16",
+           "--rounds", "1", "--calls", "2"]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rows = [l.split() for l in r.stdout.splitlines() if l.split() and l.split()[0].isdigit()]
+    assert [int(w[0]) for w in rows] == [1, 3, 16], r.stdout
+    for w in rows:
+        i8, w4 = float(w[1]), float(w[2])
+        assert i8 > 0 and w4 > 0 and w[3].endswith("x"), r.stdout
+        assert abs(float(w[3][:-1]) - i8 / w4) <= 0.01 + 0.002 * (i8 / w4) / min(i8, w4), r.stdout
 
 
 def test_bench_layouts_runs():
