@@ -14,8 +14,9 @@
  * exp2 of f32 and bf16 P: 2^n · q(x − n), n = round(x), q the degree-5 polynomial of 2^f on
  * |f| <= 1/2 (relative error 8e-8), FMA; 0 below 2^-126 and for −inf. u8 P: attention.h's U
  * (x clamped at −16, the degree-3 polynomial of 255 · 2^f, FMA, rounded to an integer; Σ the
- * integer sum of the row's P / 255; two passes over the rows: their maxima in one network over
- * the group, then each row's P); a row whose max is +inf is a NaN row. exp2 of α and ps:
+ * integer sum of the row's P / 255); a row whose max is +inf is a NaN row. Every P kind in two
+ * passes over the rows: their block maxima in one network over the group, then each row's P from
+ * its scores loaded again (with a mask: the masked scores kept on the stack). exp2 of α and ps:
  * attention.h's E (the degree-5 polynomial without FMA).
  */
 #include "attention.h"
@@ -89,12 +90,6 @@ static inline __attribute__((always_inline)) int masked_scores(const qmm_attn_ca
     return nan != 0;
 }
 
-static inline __attribute__((always_inline)) float max_of(const __m512 s[4], int nz) {
-    __m512 m = s[0]; /* max(−inf, s[0]) */
-    for (int z = 1; z < nz; z++) m = _mm512_max_ps(m, s[z]);
-    return _mm512_reduce_max_ps(m);
-}
-
 /* rows 4k..4k + 3 of sad[] (each 8 qword partial sums < 2^32) → per 128-bit lane L their sums
  * over qwords 2L, 2L + 1, as 4 dwords in row order */
 static inline __m512i sum4(const __m512i *sad) {
@@ -141,7 +136,7 @@ static inline __m512 rows_max(int rows, const __m512 r[16]) {
 
 /* one row's masked scores s[0..nz) (nz a constant, 1..4) → the lanes' max of its vectors; bit i
  * of the result whether one is NaN; with a mask the scores are kept in ms for the second pass */
-static inline __attribute__((always_inline)) unsigned u8_row_max(const qmm_attn_call *c, const float *S, const int nz,
+static inline __attribute__((always_inline)) unsigned row_max_pass(const qmm_attn_call *c, const float *S, const int nz,
                                                                  int64_t nv, const __mmask16 kz[4], const void *mask,
                                                                  float *ms, int i, __m512 *mv) {
     __m512 s[4];
@@ -192,11 +187,11 @@ static inline __attribute__((always_inline)) unsigned softmax_u8_rows(const qmm_
     __m512 rm[16];
     unsigned nanrows = 0;
     if (!mask) {
-        for (int i = 0; i < rows; i++) nanrows |= u8_row_max(c, S + i * prow, nz, nv, kz, NULL, NULL, i, &rm[i]);
+        for (int i = 0; i < rows; i++) nanrows |= row_max_pass(c, S + i * prow, nz, nv, kz, NULL, NULL, i, &rm[i]);
     } else {
         const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
         for (int i = 0; i < rows; i++)
-            nanrows |= u8_row_max(c, S + i * prow, nz, nv, kz, (const char *)mask + i * mrow, ms[i], i, &rm[i]);
+            nanrows |= row_max_pass(c, S + i * prow, nz, nv, kz, (const char *)mask + i * mrow, ms[i], i, &rm[i]);
     }
     if (rows & 1) rm[rows] = _mm512_set1_ps(-INFINITY);
     const __m512 bm = rows_max(rows, rm);
@@ -221,32 +216,54 @@ static inline __attribute__((always_inline)) unsigned softmax_u8_rows(const qmm_
     return nanrows;
 }
 
-/* kind: 0 f32, 1 bf16; nz = nk / 16 (a constant: the row stays in registers); one row →
- * P, *sum; returns bm (−inf where every key is masked; *sum NaN where a score is NaN) */
-static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call *c, const float *S, const int nz,
-                                                             int64_t nv, const __mmask16 kz[4], const void *mask, void *P,
-                                                             float *sum, const int kind) {
-    __m512 s[4];
-    const int nan = masked_scores(c, S, nz, nv, kz, mask, s);
-    const float bm = max_of(s, nz);
-    if (nan || !(bm > -INFINITY)) { /* a NaN score, or every key masked: P 0 */
-        for (int z = 0; z < nz; z++) {
-            if (kind == 0) _mm512_storeu_ps((float *)P + 16 * z, _mm512_setzero_ps());
-            else _mm256_storeu_si256((__m256i *)((uint16_t *)P + 16 * z), _mm256_setzero_si256());
+/* kind: 0 f32, 1 bf16; rows (1..16) of nz · 16 keys (nz a constant) in two passes: each row's
+ * masked scores and the max of its vectors, the rows' block maxima in one network, then each
+ * row's P from its scores again (S, or ms where a mask applies): bm[i] (−inf where every key is
+ * masked), sum[i] (NaN where a score is NaN; P 0 there) */
+static inline __attribute__((always_inline)) void softmax_fb_rows(const qmm_attn_call *c, int rows, const float *S,
+                                                                  const int nz, int64_t nv, const __mmask16 kz[4],
+                                                                  const void *mask, void *P, float *bm, float *sum,
+                                                                  const int kind) {
+    const int64_t srow = 16 * nz, prow = 16 * nz * (4 >> kind);
+    _Alignas(64) float ms[16][64];
+    __m512 rm[16];
+    unsigned nan = 0;
+    if (!mask) {
+        for (int i = 0; i < rows; i++) nan |= row_max_pass(c, S + i * srow, nz, nv, kz, NULL, NULL, i, &rm[i]);
+    } else {
+        const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
+        for (int i = 0; i < rows; i++)
+            nan |= row_max_pass(c, S + i * srow, nz, nv, kz, (const char *)mask + i * mrow, ms[i], i, &rm[i]);
+    }
+    if (rows & 1) rm[rows] = _mm512_set1_ps(-INFINITY);
+    const __m512 bmv = rows_max(rows, rm);
+    /* not above −inf: every key masked (or a NaN row) */
+    const unsigned skip = nan | (unsigned)(~_mm512_cmp_ps_mask(bmv, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ) & 0xffffu);
+    _mm512_storeu_ps(bm, _mm512_mask_mov_ps(bmv, (__mmask16)(skip & ~nan), _mm512_set1_ps(-INFINITY)));
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < rows; i++) {
+        char *Pi = (char *)P + i * prow;
+        if (skip >> i & 1) { /* a NaN score, or every key masked: P 0 */
+            for (int z = 0; z < nz; z++) {
+                if (kind == 0) _mm512_storeu_ps((float *)Pi + 16 * z, _mm512_setzero_ps());
+                else _mm256_storeu_si256((__m256i *)((uint16_t *)Pi + 16 * z), _mm256_setzero_si256());
+            }
+            sum[i] = nan >> i & 1 ? NAN : 0.0f;
+            continue;
         }
-        *sum = nan ? NAN : 0.0f;
-        return nan ? bm : -INFINITY;
+        __m512 s[4];
+        if (!mask) for (int z = 0; z < nz; z++) s[z] = _mm512_mask_loadu_ps(ninf, kz[z], S + i * srow + 16 * z);
+        else for (int z = 0; z < nz; z++) s[z] = _mm512_load_ps(ms[i] + 16 * z);
+        const __m512 vb = _mm512_permutexvar_ps(_mm512_set1_epi32(i), bmv);
+        __m512 acc = _mm512_setzero_ps();
+        for (int z = 0; z < nz; z++) {
+            const __m512 e = exp2_k(_mm512_sub_ps(s[z], vb));
+            acc = z ? _mm512_add_ps(acc, e) : e; /* 0 + e: e (never −0) */
+            if (kind == 0) _mm512_storeu_ps((float *)Pi + 16 * z, e);
+            else qmm_z_store16((uint16_t *)Pi + 16 * z, QMM_BF16, 0xffff, e);
+        }
+        sum[i] = _mm512_reduce_add_ps(acc); /* a NaN e (s = +inf = bm): NaN */
     }
-    const __m512 vb = _mm512_set1_ps(bm);
-    __m512 acc = _mm512_setzero_ps();
-    for (int z = 0; z < nz; z++) {
-        const __m512 e = exp2_k(_mm512_sub_ps(s[z], vb));
-        acc = z ? _mm512_add_ps(acc, e) : e; /* 0 + e: e (never −0) */
-        if (kind == 0) _mm512_storeu_ps((float *)P + 16 * z, e);
-        else qmm_z_store16((uint16_t *)P + 16 * z, QMM_BF16, 0xffff, e);
-    }
-    *sum = _mm512_reduce_add_ps(acc); /* a NaN e (s = +inf = bm): NaN */
-    return bm;
 }
 
 /* attention.h's E(x) for x <= 0: n = −trunc(0.5 − x), q(x − n) in Horner form without FMA, times
@@ -294,7 +311,6 @@ static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_
                                                                  float *m, float *l, float *alpha, float *ps,
                                                                  const int kind) {
     float bm[16], sum[16];
-    const int64_t prow = 16 * nz * (4 >> kind);
     __mmask16 kz[4];
     for (int z = 0; z < nz; z++) kz[z] = lanes16(nv - 16 * z);
     if (kind == 2) { /* the rows' bm and Σ P gathered in lanes, Σ / 255 and the NaN rows' NaN in one vector */
@@ -307,13 +323,7 @@ static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_
         row_state_v(rows, bmv, _mm512_mask_mov_ps(su, (__mmask16)nanrows, _mm512_set1_ps(NAN)), m, l, alpha, ps);
         return;
     }
-    if (!mask) {
-        for (int i = 0; i < rows; i++) bm[i] = softmax_n(c, S + i * 16 * nz, nz, nv, kz, NULL, (char *)P + i * prow, &sum[i], kind);
-    } else {
-        const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
-        for (int i = 0; i < rows; i++)
-            bm[i] = softmax_n(c, S + i * 16 * nz, nz, nv, kz, (const char *)mask + i * mrow, (char *)P + i * prow, &sum[i], kind);
-    }
+    softmax_fb_rows(c, rows, S, nz, nv, kz, mask, P, bm, sum, kind);
     row_state(rows, bm, sum, m, l, alpha, ps);
 }
 
