@@ -490,8 +490,8 @@ static void test_softmax(const softmax_uk *k) {
     const int reps = g_quick ? 24 : 120;
     for (int64_t nk = k->nk_step; nk <= 64; nk += k->nk_step)
         for (int r = 0; r < reps && bad < 5; r++) {
-            /* group sizes: 1, 16, the engines' 6, and any */
-            const int rows = r % 4 == 0 ? 1 : r % 4 == 1 ? 16 : r % 4 == 2 ? 6 : (int)tu_rand_int(1, 16);
+            /* group sizes: 1, 16, the engines' 6, the driver's 12 (two groups of 6), and any */
+            const int rows = r % 5 == 0 ? 1 : r % 5 == 1 ? 16 : r % 5 == 2 ? 6 : r % 5 == 3 ? 12 : (int)tu_rand_int(1, 16);
             const int nblk = (int)tu_rand_int(1, 4), mk = (int)tu_rand_int(0, 2);
             const qmm_dtype mt = rand_dtype();
             const int64_t ms3 = tu_rand_int(0, 1) ? 1 : 3, ms2 = tu_rand_int(0, 4) == 0 ? 0 : nk * ms3 + tu_rand_int(0, 5);

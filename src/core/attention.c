@@ -1,8 +1,9 @@
 /*
  * attention.c — the attention driver (attention.h): tasks, per-thread scratch (its size checked
  * before anything is allocated), one packing of each kv head per thread, and each tile's
- * flash-attention loop over the engine's ukernels: pack_q, then per key block and group of rows
- * qk and the softmax ukernel (P and the rows' state m, l, α, ps), then pv per group; and the
+ * flash-attention loop over the engine's ukernels: pack_q, then per key block qk per group of
+ * mr rows and the softmax ukernel on ⌊16 / mr⌋ groups at once (P and the rows' state m, l, α,
+ * ps), then pv per group; and the
  * store of O / l in out's dtype; and the key shift of the engines that quantize k
  * (qmm_attn_key_mean). Plain C; the ukernels carry the ISA.
  */
@@ -60,6 +61,7 @@ static void attn_tile(const attn_job *j, const char *kv, const void *q, int64_t 
     const qmm_attn_ukernels *u = j->u;
     const int64_t D = c->D, nk = u->nk, mr = u->mr, mqp = j->mqp, dp = j->dp;
     const int64_t R = u->pad_rows ? qmm_round_up(rows, mr) : rows;
+    const int64_t sg = 16 / mr * mr; /* the softmax's rows per call: whole qk groups, <= 16 */
     char *Q = ts + j->q_off, *P = ts + j->p_off;
     float *S = (float *)(ts + j->s_off), *O = (float *)(ts + j->o_off), *sq = (float *)(ts + j->f_off);
     float *m = sq + mqp, *l = m + mqp, *al = l + mqp, *ps = al + mqp;
@@ -82,10 +84,11 @@ static void attn_tile(const attn_job *j, const char *kv, const void *q, int64_t 
     for (int64_t blk = 0; blk < j->nblk; blk++) {
         const int64_t j0 = blk * nk, nv = c->Skv - j0 < nk ? c->Skv - j0 : nk;
         const char *mb = mask ? mask + j0 * c->ms[3] * mes : NULL; /* the first row's mask at key j0 */
-        for (int64_t r = 0; r < rows; r += mr) {
-            const int g = (int)(rows - r < mr ? rows - r : mr);
-            u->qk(g, Q + (size_t)r * j->q_row, sq + r, K + (size_t)blk * kb, D, S + r * nk);
-            u->softmax(c, g, S + r * nk, nk, nv, mb ? mb + r * c->ms[2] * mes : NULL, P + (size_t)r * j->p_row, m + r, l + r,
+        for (int64_t r = 0; r < rows; r += sg) { /* qk per group of mr rows, the softmax on up to sg rows */
+            const int n = (int)(rows - r < sg ? rows - r : sg);
+            for (int64_t i = r; i < r + n; i += mr)
+                u->qk((int)(rows - i < mr ? rows - i : mr), Q + (size_t)i * j->q_row, sq + i, K + (size_t)blk * kb, D, S + i * nk);
+            u->softmax(c, n, S + r * nk, nk, nv, mb ? mb + r * c->ms[2] * mes : NULL, P + (size_t)r * j->p_row, m + r, l + r,
                        al + r, ps + r);
         }
         for (int64_t r = 0; r < rows; r += mr)

@@ -4,9 +4,10 @@
  * tasks of one query head × one tile of query rows, gives each thread its scratch from the
  * context, has the engine pack each kv head once per thread (pack_kv: K and V blocks in the
  * engine's operand layout, padded to whole key blocks with zeros) and runs the flash-attention
- * loop of each tile itself: pack_q per query row; per key block and group of <= mr rows S = qk,
- * then the frame's softmax ukernel on the group (per row the block max bm, P = 2^(s − bm) and
- * the online softmax's state m, l, α, ps in f32), then O = pv (O·α + ps·P·V); at the end
+ * loop of each tile itself: pack_q per query row; per key block S = qk per group of <= mr rows,
+ * the frame's softmax ukernel on ⌊16 / mr⌋ groups at once (per row the block max bm,
+ * P = 2^(s − bm) and the online softmax's state m, l, α, ps in f32), then O = pv (O·α + ps·P·V)
+ * per group; at the end
  * out = O / l in out's dtype (0 where l = 0: every key masked; NaN where l is NaN: an unmasked
  * NaN score).
  *
@@ -47,10 +48,12 @@
  * engine's own (int8: the keys' mean); each block 64-byte aligned (the sizes are multiples of
  * 64); keys past Skv are zero (their scores the softmax ignores: lanes past nv are −inf).
  * Rows: O [mq][Dp] f32 with Dp = D rounded up to dalign; Q [mq'][q_bytes(D)], P [mq'][nk] in
- * P's kind, S [mq'][nk] f32, mq' = mq rounded up to mr. The driver calls qk, softmax and pv on
- * groups of rows <= mr (per key block: qk then softmax on each group, then pv on each); where
- * pad_rows is set it zeroes Q and P rows past a tile's last row, softmax gets the tile's rows
- * only, and qk and pv may compute (not store into O) all mr rows of a group.
+ * P's kind, S [mq'][nk] f32, mq' = mq rounded up to mr. The driver calls qk and pv on groups of
+ * rows <= mr and the softmax on up to ⌊16 / mr⌋ of them at once (per key block: qk on each
+ * group of ⌊16 / mr⌋·mr rows, then the softmax on them; then pv on each group; each row's
+ * numbers are the same whatever the grouping); where pad_rows is set it zeroes Q and P rows past
+ * a tile's last row, softmax gets the tile's rows only, and qk and pv may compute (not store
+ * into O) all mr rows of a group.
  * The row state: the driver sets m = −inf, l = 0 at a tile's start; out = O / l at its end, 0
  * where l = 0 (every key so far masked), NaN where l is NaN (an unmasked NaN score). */
 typedef enum qmm_attn_p_kind { QMM_ATTN_P_F32, QMM_ATTN_P_BF16, QMM_ATTN_P_U8 } qmm_attn_p_kind;

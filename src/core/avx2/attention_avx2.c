@@ -4,7 +4,8 @@
  * attention.h; declared in ukernels.h): f32 (avx2_f32) and u8 (avx_vnni's int8 mode). A group of
  * 1..16 score rows of a key block (nk a multiple of 8, <= 64) → per row the block max bm and
  * P = 2^(s − bm) as f32 or u8 (attention.h's U), Σ P (f32: from the f32 values; u8: the integer
- * sum / 255), and the rows' online-softmax state (m, l, α, ps) updated, 8 rows per register.
+ * sum / 255; two passes over the rows: their maxima in one network per 8 rows, then each row's
+ * P), and the rows' online-softmax state (m, l, α, ps) updated, 8 rows per register.
  * The same numbers as attention_avx512.c's (its mask rules, its exp2 polynomials; the u8 P and
  * its state bit for bit): bool false → −inf; additive (base e) → s + mask·log2(e) in one FMA,
  * kept finite where mask and s are; lanes past nv −inf; a NaN score left by the mask → Σ NaN,
@@ -144,26 +145,43 @@ static inline __m256i u8_p(__m256 x, __m256 vb) {
     return _mm256_cvtps_epi32(_mm256_mul_ps(q, p2)); /* exact product, rounded to nearest even */
 }
 
-/* one row of nz · 8 keys → P u8 (attention.h's U), *isum = Σ P; returns bm (−inf where every
- * key is masked; *nanrow whether it is a NaN row: a NaN score or bm = +inf, P 0 there) */
-static inline __attribute__((always_inline)) float softmax_u8_n(const qmm_attn_call *c, const float *S, const int nz,
-                                                                int64_t nv, const __m256 live[NZ_MAX], const void *mask,
-                                                                uint8_t *P, int32_t *isum, int *nanrow) {
+/* the maxima of rows (1..8): lane i the max of the 8 lanes of r[i] (r[rows] −inf where rows is
+ * odd); a network over the rows in place of one reduction per row */
+static inline __m256 rows_max8(int rows, const __m256 r[8]) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 x[4], w[2];
+    /* x[p]: row 2p in the low 128 bits, row 2p + 1 in the high (4 values each); −inf past the rows */
+    for (int p = 0; p < 4; p++)
+        x[p] = 2 * p < rows ? _mm256_max_ps(_mm256_permute2f128_ps(r[2 * p], r[2 * p + 1], 0x20),
+                                            _mm256_permute2f128_ps(r[2 * p], r[2 * p + 1], 0x31))
+                            : ninf;
+    /* w[q]: low 128 bits rows 4q, 4q + 2 in elements 0, 1; high: rows 4q + 1, 4q + 3 */
+    for (int q = 0; q < 2; q++) {
+        const __m256 t = _mm256_max_ps(_mm256_unpacklo_ps(x[2 * q], x[2 * q + 1]), _mm256_unpackhi_ps(x[2 * q], x[2 * q + 1]));
+        w[q] = 4 * q < rows ? _mm256_max_ps(t, _mm256_permute_ps(t, 0x4e)) : ninf;
+    }
+    /* rows 0, 2, 4, 6, 1, 3, 5, 7 → lane i row i */
+    return _mm256_permutevar8x32_ps(_mm256_shuffle_ps(w[0], w[1], 0x44), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* one row's masked scores s[0..nz) → the lanes' max of its vectors (*mv); whether one is NaN;
+ * with a mask the scores are kept in ms for the second pass */
+static inline __attribute__((always_inline)) int u8_row_max(const qmm_attn_call *c, const float *S, const int nz, int64_t nv,
+                                                            const __m256 live[NZ_MAX], const void *mask, float *ms, __m256 *mv) {
     __m256 s[NZ_MAX];
     s[0] = _mm256_set1_ps(-INFINITY);
     const int nan = masked_scores(c, S, nz, nv, live, mask, s);
-    __m256 vb = s[0]; /* the max in every lane */
-    for (int z = 1; z < nz; z++) vb = _mm256_max_ps(vb, s[z]);
-    vb = _mm256_max_ps(vb, _mm256_permute2f128_ps(vb, vb, 1));
-    vb = _mm256_max_ps(vb, _mm256_permute_ps(vb, 0x4e));
-    vb = _mm256_max_ps(vb, _mm256_permute_ps(vb, 0xb1));
-    const float bm = _mm256_cvtss_f32(vb);
-    if (nan || !(bm > -INFINITY) || bm == INFINITY) { /* a NaN row, or every key masked: P 0, Σ 0 */
-        memset(P, 0, (size_t)(8 * nz));
-        *isum = 0;
-        *nanrow = nan || bm == INFINITY;
-        return bm;
-    }
+    if (mask)
+        for (int z = 0; z < nz; z++) _mm256_store_ps(ms + 8 * z, s[z]);
+    __m256 v = s[0];
+    for (int z = 1; z < nz; z++) v = _mm256_max_ps(v, s[z]);
+    *mv = v;
+    return nan;
+}
+
+/* one row of nz · 8 keys (s: its masked scores, vb: its block max, finite, in every lane) → P u8
+ * (attention.h's U); returns Σ P */
+static inline __attribute__((always_inline)) int32_t softmax_u8_row(const __m256 s[NZ_MAX], const int nz, __m256 vb, uint8_t *P) {
     const __m256i zero = _mm256_setzero_si256(), idx = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     __m256i sad = zero;
     for (int z0 = 0; z0 < nz; z0 += 4) { /* 32 keys: 128-bit lane L of the packed bytes holds dwords (keys 8z + 4L..),
@@ -183,9 +201,52 @@ static inline __attribute__((always_inline)) float softmax_u8_n(const qmm_attn_c
     }
     /* 4 qword sums (< 2^14, high dwords 0) → the low dword the row's sum */
     const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
-    *isum = _mm_cvtsi128_si32(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)));
-    *nanrow = 0;
-    return bm;
+    return _mm_cvtsi128_si32(_mm_add_epi64(h, _mm_unpackhi_epi64(h, h)));
+}
+
+/* u8 P of rows (1..16) of nz · 8 keys in two passes: each row's masked scores and the lanes' max,
+ * the block maxima of 8 rows in one network (bm[i]), then each row's P from its scores again (S,
+ * or ms where a mask applies): isum[i] = Σ P, nanr[i] whether it is a NaN row (a NaN score or
+ * bm = +inf: P 0 there); every key masked: bm = −inf, P 0, Σ 0 */
+static inline __attribute__((always_inline)) void softmax_u8_rows(const qmm_attn_call *c, int rows, const float *S, const int nz,
+                                                                  int64_t nv, const __m256 live[NZ_MAX], const void *mask,
+                                                                  uint8_t *P, float *bm, int32_t *isum, int32_t *nanr) {
+    const int64_t prow = 8 * nz;
+    _Alignas(32) float ms[16][8 * NZ_MAX];
+    __m256 rm[16];
+    unsigned nan = 0;
+    if (!mask) { /* (mask a constant NULL in masked_scores) */
+        for (int i = 0; i < rows; i++) nan |= (unsigned)u8_row_max(c, S + i * prow, nz, nv, live, NULL, NULL, &rm[i]) << i;
+    } else {
+        const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
+        for (int i = 0; i < rows; i++)
+            nan |= (unsigned)u8_row_max(c, S + i * prow, nz, nv, live, (const char *)mask + i * mrow, ms[i], &rm[i]) << i;
+    }
+    if (rows & 1) rm[rows] = _mm256_set1_ps(-INFINITY);
+    __m256 bmv[2];
+    unsigned skip = nan;
+    for (int r = 0; r < rows; r += 8) {
+        bmv[r / 8] = rows_max8(rows - r < 8 ? rows - r : 8, rm + r);
+        _mm256_storeu_ps(bm + r, bmv[r / 8]);
+        /* +inf: a NaN row; not above −inf: every key masked (or a NaN row) */
+        nan |= (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(bmv[r / 8], _mm256_set1_ps(INFINITY), _CMP_EQ_OQ)) << r;
+        skip |= (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(bmv[r / 8], _mm256_set1_ps(-INFINITY), _CMP_NGT_UQ)) << r;
+    }
+    skip |= nan;
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    for (int i = 0; i < rows; i++) {
+        uint8_t *Pi = P + i * prow;
+        nanr[i] = (int32_t)(nan >> i & 1);
+        if (skip >> i & 1) {
+            memset(Pi, 0, (size_t)prow);
+            isum[i] = 0;
+            continue;
+        }
+        __m256 s[NZ_MAX];
+        for (int z = 0; z < nz; z++)
+            s[z] = mask ? _mm256_load_ps(ms[i] + 8 * z) : _mm256_blendv_ps(ninf, _mm256_loadu_ps(S + i * prow + 8 * z), live[z]);
+        isum[i] = softmax_u8_row(s, nz, _mm256_permutevar8x32_ps(bmv[i / 8], _mm256_set1_epi32(i & 7)), Pi);
+    }
 }
 
 /* attention.h's E(x) for x <= 0: n = −trunc(0.5 − x), q(x − n) in Horner form without FMA, times
@@ -233,18 +294,16 @@ static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_
     const int64_t prow = 8 * nz * (u8 ? 1 : 4);
     __m256 live[NZ_MAX];
     live_lanes(nz, nv, live);
-    if (!mask) { /* (mask a constant NULL in masked_scores) */
-        for (int i = 0; i < rows; i++) {
-            if (u8) bm[i] = softmax_u8_n(c, S + i * 8 * nz, nz, nv, live, NULL, (uint8_t *)P + i * prow, &isum[i], &nanr[i]);
-            else bm[i] = softmax_f32_n(c, S + i * 8 * nz, nz, nv, live, NULL, (float *)((char *)P + i * prow), &sum[i]);
-        }
+    if (u8) {
+        softmax_u8_rows(c, rows, S, nz, nv, live, mask, (uint8_t *)P, bm, isum, nanr);
+    } else if (!mask) { /* (mask a constant NULL in masked_scores) */
+        for (int i = 0; i < rows; i++)
+            bm[i] = softmax_f32_n(c, S + i * 8 * nz, nz, nv, live, NULL, (float *)((char *)P + i * prow), &sum[i]);
     } else {
         const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
-        for (int i = 0; i < rows; i++) {
-            const void *mi = (const char *)mask + i * mrow;
-            if (u8) bm[i] = softmax_u8_n(c, S + i * 8 * nz, nz, nv, live, mi, (uint8_t *)P + i * prow, &isum[i], &nanr[i]);
-            else bm[i] = softmax_f32_n(c, S + i * 8 * nz, nz, nv, live, mi, (float *)((char *)P + i * prow), &sum[i]);
-        }
+        for (int i = 0; i < rows; i++)
+            bm[i] = softmax_f32_n(c, S + i * 8 * nz, nz, nv, live, (const char *)mask + i * mrow,
+                                  (float *)((char *)P + i * prow), &sum[i]);
     }
     if (u8) /* Σ = (float)Σ P · (1/255), NaN on the NaN rows */
         for (int r = 0; r < rows; r += 8) {

@@ -14,7 +14,9 @@
  * exp2 of f32 and bf16 P: 2^n · q(x − n), n = round(x), q the degree-5 polynomial of 2^f on
  * |f| <= 1/2 (relative error 8e-8), FMA; 0 below 2^-126 and for −inf. u8 P: attention.h's U
  * (x clamped at −16, the degree-3 polynomial of 255 · 2^f, FMA, rounded to an integer; Σ the
- * integer sum of the row's P / 255); a row whose max is +inf is a NaN row. exp2 of α and ps:
+ * integer sum of the row's P / 255); a row whose max is +inf is a NaN row. Every P kind in two
+ * passes over the rows: their block maxima in one network over the group, then each row's P from
+ * its scores loaded again (with a mask: the masked scores kept on the stack). exp2 of α and ps:
  * attention.h's E (the degree-5 polynomial without FMA).
  */
 #include "attention.h"
@@ -88,20 +90,6 @@ static inline __attribute__((always_inline)) int masked_scores(const qmm_attn_ca
     return nan != 0;
 }
 
-static inline __attribute__((always_inline)) float max_of(const __m512 s[4], int nz) {
-    __m512 m = s[0]; /* max(−inf, s[0]) */
-    for (int z = 1; z < nz; z++) m = _mm512_max_ps(m, s[z]);
-    return _mm512_reduce_max_ps(m);
-}
-
-/* v with every lane the max of its 16 lanes */
-static inline __m512 bcast_max(__m512 v) {
-    v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0x4e));
-    v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, 0xb1));
-    v = _mm512_max_ps(v, _mm512_permute_ps(v, 0x4e));
-    return _mm512_max_ps(v, _mm512_permute_ps(v, 0xb1));
-}
-
 /* rows 4k..4k + 3 of sad[] (each 8 qword partial sums < 2^32) → per 128-bit lane L their sums
  * over qwords 2L, 2L + 1, as 4 dwords in row order */
 static inline __m512i sum4(const __m512i *sad) {
@@ -121,26 +109,51 @@ static inline __m512i row_sums(int rows, const __m512i sad[16]) {
     return _mm512_add_epi32(_mm512_shuffle_i32x4(e0, e1, 0x88), _mm512_shuffle_i32x4(e0, e1, 0xdd));
 }
 
-/* one row of nz · 16 keys (nz a constant, 1..4) → P as u8 (attention.h's U); lane i of *bmv
- * its block max (−inf where every key is masked), *sad Σ P in 8 qword parts, bit i of the
- * result whether it is a NaN row (a NaN score, or bm = +inf: P 0 there) */
-static inline __attribute__((always_inline)) unsigned softmax_u8_row(const qmm_attn_call *c, const float *S, const int nz,
-                                                                     int64_t nv, const __mmask16 kz[4], const void *mask,
-                                                                     uint8_t *P, int i, __m512 *bmv, __m512i *sad) {
+/* the rows' (1..16) maxima: lane i the max of the 16 lanes of r[i] (r[rows] −inf where rows is
+ * odd); a network over the group in place of one reduction per row */
+static inline __m512 rows_max(int rows, const __m512 r[16]) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 x[8], y[4];
+    /* x[p]: rows 2p, 2p + 1 in 128-bit lanes 0-1, 2-3 (8 values each); −inf past the rows */
+    for (int p = 0; p < 8; p++)
+        x[p] = 2 * p < rows ? _mm512_max_ps(_mm512_shuffle_f32x4(r[2 * p], r[2 * p + 1], 0x44),
+                                            _mm512_shuffle_f32x4(r[2 * p], r[2 * p + 1], 0xee))
+                            : ninf;
+    /* y[q]: rows 4q .. 4q + 3 in 128-bit lanes 0 .. 3 (4 values each) */
+    for (int q = 0; q < 4; q++)
+        y[q] = 4 * q < rows ? _mm512_max_ps(_mm512_shuffle_f32x4(x[2 * q], x[2 * q + 1], 0x88),
+                                            _mm512_shuffle_f32x4(x[2 * q], x[2 * q + 1], 0xdd))
+                            : ninf;
+    /* w: 128-bit lane k element 0 row k, element 1 row 4 + k (w1: rows 8 + k, 12 + k) */
+    __m512 w0 = _mm512_max_ps(_mm512_unpacklo_ps(y[0], y[1]), _mm512_unpackhi_ps(y[0], y[1]));
+    w0 = _mm512_max_ps(w0, _mm512_permute_ps(w0, 0x4e));
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 16, 20, 24, 28, 17, 21, 25, 29);
+    if (rows <= 8) return _mm512_permutexvar_ps(idx, w0);
+    __m512 w1 = _mm512_max_ps(_mm512_unpacklo_ps(y[2], y[3]), _mm512_unpackhi_ps(y[2], y[3]));
+    w1 = _mm512_max_ps(w1, _mm512_permute_ps(w1, 0x4e));
+    return _mm512_permutex2var_ps(w0, idx, w1);
+}
+
+/* one row's masked scores s[0..nz) (nz a constant, 1..4) → the lanes' max of its vectors; bit i
+ * of the result whether one is NaN; with a mask the scores are kept in ms for the second pass */
+static inline __attribute__((always_inline)) unsigned row_max_pass(const qmm_attn_call *c, const float *S, const int nz,
+                                                                 int64_t nv, const __mmask16 kz[4], const void *mask,
+                                                                 float *ms, int i, __m512 *mv) {
     __m512 s[4];
     const int nan = masked_scores(c, S, nz, nv, kz, mask, s);
-    __m512 mv = s[0];
-    for (int z = 1; z < nz; z++) mv = _mm512_max_ps(mv, s[z]);
-    mv = bcast_max(mv);
-    const float bm = _mm512_cvtss_f32(mv);
-    const __mmask16 lane = (__mmask16)(1u << i);
-    *bmv = _mm512_mask_mov_ps(*bmv, lane, mv);
+    if (mask)
+        for (int z = 0; z < nz; z++) _mm512_store_ps(ms + 16 * z, s[z]);
+    __m512 v = s[0];
+    for (int z = 1; z < nz; z++) v = _mm512_max_ps(v, s[z]);
+    *mv = v;
+    return (unsigned)nan << i;
+}
+
+/* one row of nz · 16 keys (nz a constant, 1..4; s: its masked scores, mv: its block max, finite,
+ * in every lane) → P as u8 (attention.h's U), *sad Σ P in 8 qword parts */
+static inline __attribute__((always_inline)) void softmax_u8_row(const __m512 s[4], const int nz, __m512 mv, uint8_t *P,
+                                                                 __m512i *sad) {
     const __mmask64 store = nz == 4 ? ~(__mmask64)0 : (((__mmask64)1 << (16 * nz)) - 1);
-    if (nan || !(bm > -INFINITY) || bm == INFINITY) { /* a NaN row, or every key masked: P 0, Σ 0 */
-        _mm512_mask_storeu_epi8(P, store, _mm512_setzero_si512());
-        *sad = _mm512_setzero_si512();
-        return (unsigned)(nan || bm == INFINITY) << i;
-    }
     /* without U's clamp at −16: below it 2^n · q is below 2^-7 (0 after rounding, as U(−16)), and
      * x = −inf gives f NaN, a NaN product, the integer 0x80000000 and 0 after PACKUS */
     __m512i pi[4];
@@ -159,35 +172,98 @@ static inline __attribute__((always_inline)) unsigned softmax_u8_row(const qmm_a
     const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     _mm512_mask_storeu_epi8(P, store, _mm512_permutexvar_epi32(idx, b));
     *sad = _mm512_sad_epu8(b, _mm512_setzero_si512()); /* lanes past nz 0 */
-    return 0;
 }
 
-/* kind: 0 f32, 1 bf16; nz = nk / 16 (a constant: the row stays in registers); one row →
- * P, *sum; returns bm (−inf where every key is masked; *sum NaN where a score is NaN) */
-static inline __attribute__((always_inline)) float softmax_n(const qmm_attn_call *c, const float *S, const int nz,
-                                                             int64_t nv, const __mmask16 kz[4], const void *mask, void *P,
-                                                             float *sum, const int kind) {
-    __m512 s[4];
-    const int nan = masked_scores(c, S, nz, nv, kz, mask, s);
-    const float bm = max_of(s, nz);
-    if (nan || !(bm > -INFINITY)) { /* a NaN score, or every key masked: P 0 */
-        for (int z = 0; z < nz; z++) {
-            if (kind == 0) _mm512_storeu_ps((float *)P + 16 * z, _mm512_setzero_ps());
-            else _mm256_storeu_si256((__m256i *)((uint16_t *)P + 16 * z), _mm256_setzero_si256());
+/* u8 P of rows (1..16) of nz · 16 keys in two passes: each row's masked scores and the lanes'
+ * max, the rows' block maxima in one network (lane i row i: *bmv), then each row's P from its
+ * scores again (S, or ms where a mask applies) and Σ P (sad[i]); returns the NaN rows (a NaN
+ * score, or bm = +inf: P 0 there); every key masked: P 0, Σ 0 */
+static inline __attribute__((always_inline)) unsigned softmax_u8_rows(const qmm_attn_call *c, int rows, const float *S,
+                                                                      const int nz, int64_t nv, const __mmask16 kz[4],
+                                                                      const void *mask, uint8_t *P, __m512 *bmv,
+                                                                      __m512i sad[16]) {
+    const int64_t prow = 16 * nz;
+    _Alignas(64) float ms[16][64];
+    __m512 rm[16];
+    unsigned nanrows = 0;
+    if (!mask) {
+        for (int i = 0; i < rows; i++) nanrows |= row_max_pass(c, S + i * prow, nz, nv, kz, NULL, NULL, i, &rm[i]);
+    } else {
+        const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
+        for (int i = 0; i < rows; i++)
+            nanrows |= row_max_pass(c, S + i * prow, nz, nv, kz, (const char *)mask + i * mrow, ms[i], i, &rm[i]);
+    }
+    if (rows & 1) rm[rows] = _mm512_set1_ps(-INFINITY);
+    const __m512 bm = rows_max(rows, rm);
+    *bmv = bm;
+    /* +inf: a NaN row; not above −inf: every key masked (or a NaN row) */
+    nanrows |= _mm512_cmp_ps_mask(bm, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ) & lanes16(rows);
+    const unsigned skip = nanrows | (unsigned)(~_mm512_cmp_ps_mask(bm, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ) & 0xffffu);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < rows; i++) {
+        uint8_t *Pi = P + i * prow;
+        if (skip >> i & 1) {
+            const __mmask64 store = nz == 4 ? ~(__mmask64)0 : (((__mmask64)1 << (16 * nz)) - 1);
+            _mm512_mask_storeu_epi8(Pi, store, _mm512_setzero_si512());
+            sad[i] = _mm512_setzero_si512();
+            continue;
         }
-        *sum = nan ? NAN : 0.0f;
-        return nan ? bm : -INFINITY;
+        __m512 s[4];
+        if (!mask) for (int z = 0; z < nz; z++) s[z] = _mm512_mask_loadu_ps(ninf, kz[z], S + i * prow + 16 * z);
+        else for (int z = 0; z < nz; z++) s[z] = _mm512_load_ps(ms[i] + 16 * z);
+        softmax_u8_row(s, nz, _mm512_permutexvar_ps(_mm512_set1_epi32(i), bm), Pi, &sad[i]);
     }
-    const __m512 vb = _mm512_set1_ps(bm);
-    __m512 acc = _mm512_setzero_ps();
-    for (int z = 0; z < nz; z++) {
-        const __m512 e = exp2_k(_mm512_sub_ps(s[z], vb));
-        acc = z ? _mm512_add_ps(acc, e) : e; /* 0 + e: e (never −0) */
-        if (kind == 0) _mm512_storeu_ps((float *)P + 16 * z, e);
-        else qmm_z_store16((uint16_t *)P + 16 * z, QMM_BF16, 0xffff, e);
+    return nanrows;
+}
+
+/* kind: 0 f32, 1 bf16; rows (1..16) of nz · 16 keys (nz a constant) in two passes: each row's
+ * masked scores and the max of its vectors, the rows' block maxima in one network, then each
+ * row's P from its scores again (S, or ms where a mask applies): bm[i] (−inf where every key is
+ * masked), sum[i] (NaN where a score is NaN; P 0 there) */
+static inline __attribute__((always_inline)) void softmax_fb_rows(const qmm_attn_call *c, int rows, const float *S,
+                                                                  const int nz, int64_t nv, const __mmask16 kz[4],
+                                                                  const void *mask, void *P, float *bm, float *sum,
+                                                                  const int kind) {
+    const int64_t srow = 16 * nz, prow = 16 * nz * (4 >> kind);
+    _Alignas(64) float ms[16][64];
+    __m512 rm[16];
+    unsigned nan = 0;
+    if (!mask) {
+        for (int i = 0; i < rows; i++) nan |= row_max_pass(c, S + i * srow, nz, nv, kz, NULL, NULL, i, &rm[i]);
+    } else {
+        const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
+        for (int i = 0; i < rows; i++)
+            nan |= row_max_pass(c, S + i * srow, nz, nv, kz, (const char *)mask + i * mrow, ms[i], i, &rm[i]);
     }
-    *sum = _mm512_reduce_add_ps(acc); /* a NaN e (s = +inf = bm): NaN */
-    return bm;
+    if (rows & 1) rm[rows] = _mm512_set1_ps(-INFINITY);
+    const __m512 bmv = rows_max(rows, rm);
+    /* not above −inf: every key masked (or a NaN row) */
+    const unsigned skip = nan | (unsigned)(~_mm512_cmp_ps_mask(bmv, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ) & 0xffffu);
+    _mm512_storeu_ps(bm, _mm512_mask_mov_ps(bmv, (__mmask16)(skip & ~nan), _mm512_set1_ps(-INFINITY)));
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < rows; i++) {
+        char *Pi = (char *)P + i * prow;
+        if (skip >> i & 1) { /* a NaN score, or every key masked: P 0 */
+            for (int z = 0; z < nz; z++) {
+                if (kind == 0) _mm512_storeu_ps((float *)Pi + 16 * z, _mm512_setzero_ps());
+                else _mm256_storeu_si256((__m256i *)((uint16_t *)Pi + 16 * z), _mm256_setzero_si256());
+            }
+            sum[i] = nan >> i & 1 ? NAN : 0.0f;
+            continue;
+        }
+        __m512 s[4];
+        if (!mask) for (int z = 0; z < nz; z++) s[z] = _mm512_mask_loadu_ps(ninf, kz[z], S + i * srow + 16 * z);
+        else for (int z = 0; z < nz; z++) s[z] = _mm512_load_ps(ms[i] + 16 * z);
+        const __m512 vb = _mm512_permutexvar_ps(_mm512_set1_epi32(i), bmv);
+        __m512 acc = _mm512_setzero_ps();
+        for (int z = 0; z < nz; z++) {
+            const __m512 e = exp2_k(_mm512_sub_ps(s[z], vb));
+            acc = z ? _mm512_add_ps(acc, e) : e; /* 0 + e: e (never −0) */
+            if (kind == 0) _mm512_storeu_ps((float *)Pi + 16 * z, e);
+            else qmm_z_store16((uint16_t *)Pi + 16 * z, QMM_BF16, 0xffff, e);
+        }
+        sum[i] = _mm512_reduce_add_ps(acc); /* a NaN e (s = +inf = bm): NaN */
+    }
 }
 
 /* attention.h's E(x) for x <= 0: n = −trunc(0.5 − x), q(x − n) in Horner form without FMA, times
@@ -235,35 +311,19 @@ static inline __attribute__((always_inline)) void softmax_rows_n(const qmm_attn_
                                                                  float *m, float *l, float *alpha, float *ps,
                                                                  const int kind) {
     float bm[16], sum[16];
-    const int64_t prow = 16 * nz * (4 >> kind);
     __mmask16 kz[4];
     for (int z = 0; z < nz; z++) kz[z] = lanes16(nv - 16 * z);
     if (kind == 2) { /* the rows' bm and Σ P gathered in lanes, Σ / 255 and the NaN rows' NaN in one vector */
-        __m512 bmv = _mm512_setzero_ps();
+        __m512 bmv;
         __m512i sad[16];
-        unsigned nanrows = 0;
-        if (!mask) {
-            for (int i = 0; i < rows; i++)
-                nanrows |= softmax_u8_row(c, S + i * 16 * nz, nz, nv, kz, NULL, (uint8_t *)P + i * prow, i, &bmv, &sad[i]);
-        } else {
-            const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
-            for (int i = 0; i < rows; i++)
-                nanrows |= softmax_u8_row(c, S + i * 16 * nz, nz, nv, kz, (const char *)mask + i * mrow, (uint8_t *)P + i * prow,
-                                          i, &bmv, &sad[i]);
-        }
+        const unsigned nanrows = softmax_u8_rows(c, rows, S, nz, nv, kz, mask, (uint8_t *)P, &bmv, sad);
         for (int i = rows; i < (rows > 8 ? 16 : 8); i++) sad[i] = _mm512_setzero_si512();
         /* (float) of exact integers, times 1/255 */
         const __m512 su = _mm512_mul_ps(_mm512_cvtepi32_ps(row_sums(rows, sad)), _mm512_set1_ps(1.0f / 255.0f));
         row_state_v(rows, bmv, _mm512_mask_mov_ps(su, (__mmask16)nanrows, _mm512_set1_ps(NAN)), m, l, alpha, ps);
         return;
     }
-    if (!mask) {
-        for (int i = 0; i < rows; i++) bm[i] = softmax_n(c, S + i * 16 * nz, nz, nv, kz, NULL, (char *)P + i * prow, &sum[i], kind);
-    } else {
-        const int64_t mrow = c->ms[2] * (int64_t)qmm_dtype_size(c->mask_dtype);
-        for (int i = 0; i < rows; i++)
-            bm[i] = softmax_n(c, S + i * 16 * nz, nz, nv, kz, (const char *)mask + i * mrow, (char *)P + i * prow, &sum[i], kind);
-    }
+    softmax_fb_rows(c, rows, S, nz, nv, kz, mask, P, bm, sum, kind);
     row_state(rows, bm, sum, m, l, alpha, ps);
 }
 
