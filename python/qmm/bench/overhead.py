@@ -58,13 +58,11 @@ def main(argv=None):
 
     import qmm
     import qmm.kitchen as kitchen
+    from qmm.bench import kitchen_backend
     from qmm import _lib as L
     from qmm.kitchen import linear as lin
 
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    if not kitchen.register():
-        print("backend qmm unavailable: %s" % kitchen.unavailable_reason())
+    if not kitchen_backend(a.threads):
         return 1
     g = torch.Generator().manual_seed(0)
     w = torch.randint(-127, 128, (a.N, a.K), dtype=torch.int8, generator=g)

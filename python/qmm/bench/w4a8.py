@@ -46,12 +46,9 @@ def main(argv=None):
     from comfy_kitchen.backends.eager import w4a8_int8 as E
 
     import qmm
-    import qmm.kitchen as kitchen
+    from qmm.bench import kitchen_backend
 
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    if not kitchen.register():
-        print("backend qmm unavailable: %s" % kitchen.unavailable_reason())
+    if not kitchen_backend(a.threads):
         return 1
     N, K, G = a.N, a.K, a.group
     Ms = [int(m) for m in a.M.split(",") if m]
