@@ -20,13 +20,15 @@ import argparse
 import time
 
 
-def _llc_bytes():
+def _copies(nbytes):
+    """weight copies of nbytes each that together pass twice the last-level cache (2 to 64)"""
     try:
         with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
             s = f.read().strip()
-        return int(s[:-1]) * (1024 if s.endswith("K") else 1024 * 1024 if s.endswith("M") else 1)
+        llc = int(s[:-1]) * (1024 if s.endswith("K") else 1024 * 1024 if s.endswith("M") else 1)
     except (OSError, ValueError):
-        return 32 << 20
+        llc = 32 << 20
+    return min(64, max(2, -(-2 * llc // nbytes)))
 
 
 def main(argv=None):
@@ -55,16 +57,15 @@ def main(argv=None):
     g = torch.Generator().manual_seed(0)
     i8_bytes = N * K
     w4_bytes = N * K // 2 + N * (K // G)
-    copies = min(64, max(2, -(-2 * _llc_bytes() // w4_bytes)))
     cb = None if a.uniform else torch.tensor(E._FIXED_LUT, dtype=torch.float32)
     s_ch = torch.rand(N, generator=g) * 1e-3 + 1e-4
     w4 = []
-    for _ in range(copies):
+    for _ in range(_copies(w4_bytes)):
         codes = torch.randint(-128, 128, (N, K // 2), dtype=torch.int8, generator=g)
         s_rel = (torch.rand(N, K // G, generator=g) * 1.5 + 0.25).to(torch.float8_e4m3fn)
         w4.append((codes, s_rel))
     i8 = [torch.randint(-127, 128, (N, K), dtype=torch.int8, generator=g)
-          for _ in range(min(64, max(2, -(-2 * _llc_bytes() // i8_bytes))))]
+          for _ in range(_copies(i8_bytes))]
 
     def run_w4(x, j):
         codes, s_rel = w4[j % len(w4)]
