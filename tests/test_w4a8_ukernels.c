@@ -94,11 +94,15 @@ static void kernel_case(const char *name, const qmm_i8_engine *e, const qmm_w4_r
         qneg[r] = (uint8_t)m;
         s[r] = (float)tu_rand_int(1, 1000) / 4096.0f;
     }
-    /* the engine's token copy, as the driver makes it (rows_ap_bytes / rows_ap_fill) */
+    /* the token copy, as the driver makes it (rows_ap_bytes; the family's ap_fill, else rows_ap_fill) */
     const int64_t apb = e->rows_ap_bytes ? e->rows_ap_bytes(M, Kp) : 0;
     uint8_t *ap = apb ? qmm_aligned_alloc((size_t)apb) : NULL;
     if (ap) {
-        for (int64_t r0 = 0; r0 < M; r0 += 16) e->rows_ap_fill(q, Kp, ap, r0, r0 + 16 < M ? r0 + 16 : M);
+        for (int64_t r0 = 0; r0 < M; r0 += 16) {
+            const int64_t r1 = r0 + 16 < M ? r0 + 16 : M;
+            if (e->w4a8->ap_fill) e->w4a8->ap_fill(q, Kp, ap, r0, r1);
+            else e->rows_ap_fill(q, Kp, ap, r0, r1);
+        }
     }
     /* y and the expected y0 (same fill), a residual of y's dtype */
     void *y = malloc((size_t)(M * ldy * ysz)), *y0 = malloc((size_t)(M * ldy * ysz));

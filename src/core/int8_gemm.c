@@ -263,10 +263,12 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     prof_add(&pf->ns[QMM_PROF_TASKS], t0);
 }
 
-/* the pre-pass's group_fill: the rows regime's copy of q for rows [r0, r1), in the engine's layout */
+/* the pre-pass's group_fill: the rows regime's copy of q for rows [r0, r1), in the layout of the
+ * kernel that reads it (a fused W4A8 kernel's family may have its own) */
 static void rows_ap_group(const void *arg, int64_t r0, int64_t r1) {
     const qmm_i8_gemm *g = arg;
-    g->e->rows_ap_fill((const int8_t *)g->a, g->Kp, g->ap, r0, r1);
+    if (g->w4_fused && g->e->w4a8->ap_fill) g->e->w4a8->ap_fill((const int8_t *)g->a, g->Kp, g->ap, r0, r1);
+    else g->e->rows_ap_fill((const int8_t *)g->a, g->Kp, g->ap, r0, r1);
 }
 
 /* the engine's per-thread hooks, around each thread's share of the tasks (the pool places them) */

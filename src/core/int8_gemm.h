@@ -169,10 +169,13 @@ typedef struct qmm_w4_rows_ukernel {
 } qmm_w4_rows_ukernel;
 
 /* An engine's W4A8 family: its fused rows kernels, in the order they are picked
- * (qmm_i8_w4a8_kernel_for: the first that runs the call). */
+ * (qmm_i8_w4a8_kernel_for: the first that runs the call), and optionally the token copy they
+ * read when it differs from the engine's rows kernels' (ap_fill: rows_ap_fill's signature and
+ * bytes, rows_ap_bytes; NULL: rows_ap_fill's copy). */
 typedef struct qmm_w4_rows_kernels {
     const qmm_w4_rows_ukernel *k;
     int n;
+    void (*ap_fill)(const int8_t *q, int64_t lda, uint8_t *ap, int64_t r0, int64_t r1);
 } qmm_w4_rows_kernels;
 
 typedef struct qmm_i8_engine {

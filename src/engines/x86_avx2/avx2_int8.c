@@ -99,7 +99,7 @@ static const qmm_w4_rows_ukernel k_w4a8[] = {
     {"qmm_qd8_w4w6_rows_ukernel_m1to8__avx2_fused", qmm_qd8_w4w6_rows_ukernel_m1to8__avx2_fused, 1, 8,
      QMM_W4_BITS4 | QMM_W4_BITS6, 0},
 };
-static const qmm_w4_rows_kernels k_w4a8_family = {k_w4a8, 1};
+static const qmm_w4_rows_kernels k_w4a8_family = {k_w4a8, 1, NULL};
 
 static const qmm_i8_engine k_avx2_int8 = {
     QMM_A2_ENGINE_FIELDS(0, 4, qmm_qd8_qc8w_gemm_ukernel_4x64c4__avx2, QMM_A2R_M, k_rows, (int)(sizeof k_rows / sizeof k_rows[0])),

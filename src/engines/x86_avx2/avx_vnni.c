@@ -119,7 +119,7 @@ static const qmm_w4_rows_ukernel k_w4a8[] = {
     {"qmm_qd8_w4w6_rows_ukernel_m1to8__avxvnni_fused", qmm_qd8_w4w6_rows_ukernel_m1to8__avxvnni_fused, 1, ROWS_DOT_M,
      QMM_W4_BITS4 | QMM_W4_BITS6, 0},
 };
-static const qmm_w4_rows_kernels k_w4a8_family = {k_w4a8, 1};
+static const qmm_w4_rows_kernels k_w4a8_family = {k_w4a8, 1, NULL};
 
 static const qmm_i8_engine k_avx_vnni = {
     QMM_A2_ENGINE_FIELDS(1, 6, qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni, ROWS_M, k_rows, (int)(sizeof k_rows / sizeof k_rows[0])),

@@ -2,10 +2,18 @@
  * avx512_vnni_bcast.h — the steps of the AVX512-VNNI broadcast kernels (W broadcast, tokens in
  * lanes: yᵀ = W·xᵀ), shared by the int8 rows regime (avx512_vnni_rows.c: each W row read in
  * place) and the fused W4A8 one (avx512_vnni_w4a8.c: each row's decoded values staged in L1).
- * The token copy ap is the rows regime's (qmm_vnni_rows_ap_fill): u8 q + 128, pad lanes 128 (the
- * value of q = 0), in one of two layouts:
+ * The token copy ap is the rows regime's (qmm_vnni_rows_ap_fill; the W4A8 family's,
+ * qmm_vnni_w4_ap_fill, holds its groups of 16 as k16): u8 q + 128, pad lanes 128 (the value of
+ * q = 0), in one of three layouts:
  *   16 lanes   [kq][16][4]: one zmm per k quad, each 4 bytes of a W row the s8 operand broadcast
  *              to the 16 lanes (VPDPBUSD m32{1to16}): qmm_vnni_bcast_step;
+ *   k16        [k16][4][4][16]: per 16 k four zmm, zmm g holding tokens g, g + 4, g + 8, g + 12
+ *              (16 bytes each, k..k+15), each against the same 16 bytes of a W row broadcast to
+ *              the 4 lanes (VBROADCASTI32X4 m128): 4 broadcast loads per 64 bytes of a row where
+ *              the 16-lane form needs 16, 4 accumulators per row (lane t of zmm g: token 4t + g's
+ *              partial sums, added into lane 4t + g at the end): qmm_vnni_k16_step. The W4A8
+ *              family's form (its lookups add loads: bench/NOTES.md); the int8 rows read W from
+ *              DRAM faster in the 16-lane form with 8 rows per step;
  *   12, 8, 4   per 16 k, 2·n8 + n4 zmm: n8 (tokens 0..7, token t at byte 8t of two zmm: k..k+7,
  *              then k+8..k+15) against 8 bytes of W broadcast to the qwords (VPBROADCASTQ m64),
  *              n4 (the next 4 tokens, token t at byte 16t: k..k+15) against 16 bytes broadcast
@@ -27,6 +35,7 @@
 enum { QMM_BC_PAD = 0, QMM_BC_SUMS = 1, QMM_BC_GIVEN = 2 }; /* the correction: a pad lane, row sums computed, given */
 enum {
     QMM_BC_RMAX = 8,  /* the most rows of W per step */
+    QMM_K16_R = 4,    /* the k16 form's most: 4·R accumulators, R row sums, 4 zmm of ap */
     QMM_BC_PF = 4096  /* the prefetch distance per row stream, bytes (into L2) */
 };
 
@@ -45,6 +54,29 @@ static inline __attribute__((always_inline)) void qmm_vnni_bcast_step(const int 
         const __m512i t = _mm512_load_si512(ap + 64 * x);
         for (int r = 0; r < R; r++) acc[r] = qmm_vnni_dpbusd_bc(acc[r], t, w[r] + 4 * x);
     }
+}
+
+/* k16, n16 blocks of 16 k (n16 <= 4) from the block at ap: acc[r][g] += zmm g of each block against
+ * the 16 bytes of w[r] at its k broadcast to the 4 lanes (R rows sharing each load of ap, the 4 zmm
+ * each broadcast). */
+static inline __attribute__((always_inline)) void qmm_vnni_k16_step(const int R, const int n16, const int8_t *const w[],
+                                                                    const uint8_t *ap, __m512i acc[][4]) {
+    for (int x = 0; x < n16; x++) {
+        __m512i t[4];
+        for (int g = 0; g < 4; g++) t[g] = _mm512_load_si512(ap + 256 * x + 64 * g);
+        for (int r = 0; r < R; r++) {
+            const __m512i b = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(w[r] + 16 * x)));
+            for (int g = 0; g < 4; g++) acc[r][g] = qmm_vnni_dpbusd(acc[r][g], t[g], b);
+        }
+    }
+}
+
+/* A row's 4 k16 accumulators (lane t of a[g]: token 4t + g's 4 partial sums) as its 16 token
+ * sums in the 16-lane order: lane 4t + g = the sum of lane t of a[g]. */
+static inline __m512i qmm_vnni_k16_sum(const __m512i a[4]) {
+    const __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
+    const __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));
 }
 
 /* 12, 8 or 4 lanes, 16 k from the token copy's block ap (2·n8 + n4 zmm): a0, a1 (the 8-token
@@ -156,6 +188,36 @@ static inline __attribute__((always_inline)) void qmm_vnni_bcast_dot(const int c
     }
     for (int r = 0; r < R; r++)
         out[r] = qmm_vnni_bcast_correct(corr, acc[r], rs[r], 15);
+}
+
+/* qmm_vnni_bcast_dot on the k16 layout (qmm_vnni_k16_step): the same sums out[r] and
+ * corrections (the pad lane is token 15, lane 15 after qmm_vnni_k16_sum) for R <= QMM_K16_R rows;
+ * per 64 bytes of W, 16 VPDPBUSD and 4 broadcast loads per row (+1 VPDPBUSD with QMM_BC_SUMS), 16
+ * loads of ap, a prefetch per row. */
+static inline __attribute__((always_inline)) void qmm_vnni_k16_dot(const int corr, const int R, const int8_t *w,
+                                                                   int64_t span, int64_t K, const uint8_t *ap,
+                                                                   __m512i rs[], __m512i out[]) {
+    const int full = corr == QMM_BC_SUMS;
+    __m512i acc[QMM_K16_R][4];
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_si512();
+    if (full)
+        for (int r = 0; r < R; r++) rs[r] = _mm512_setzero_si512();
+    const int64_t K64 = K & ~(int64_t)63;
+    for (int64_t k = 0; k < K64; k += 64) {
+        qmm_vnni_bcast_head(full, R, w, span, k, rs);
+        const int8_t *wp[QMM_K16_R];
+        for (int r = 0; r < R; r++) wp[r] = w + r * span + k;
+        qmm_vnni_k16_step(R, 4, wp, ap + k * 16, acc);
+    }
+    if (K64 < K) {
+        _Alignas(64) int8_t tail[QMM_K16_R][64];
+        qmm_vnni_bcast_tail(full, R, w, span, K64, K, tail, rs);
+        const int8_t *wp[QMM_K16_R];
+        for (int r = 0; r < R; r++) wp[r] = tail[r];
+        qmm_vnni_k16_step(R, (int)(K - K64 + 15) / 16, wp, ap + K64 * 16, acc);
+    }
+    for (int r = 0; r < R; r++) out[r] = qmm_vnni_bcast_correct(corr, qmm_vnni_k16_sum(acc[r]), rs[r], 15);
 }
 
 /* A group of up to 12 tokens in lane groups of 8 and 4, so that no VPDPBUSD works on more pad

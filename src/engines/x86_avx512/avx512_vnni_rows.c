@@ -305,11 +305,22 @@ int64_t qmm_vnni_rows_ap_bytes(int64_t M, int64_t Kp) {
 
 /* One group's copy at ap from its r tokens' rows q (Kp bytes apart, zero past K): u8 q + 128, pad
  * tokens 128 (q = 0). 16 lanes: per 64 k the 16 × 16 dword transpose of the rows (pad rows zero),
- * flipped; 12, 8, 4 lanes (lanes_dot's layout): per 16 k, masked qword gathers (tokens past r
- * zero), flipped. */
-static void fill_group(const int8_t *q, int64_t Kp, int64_t r, uint8_t *ap) {
+ * flipped; k16 (16 lanes of the W4A8 family): token t's 16 bytes of each 16 k at byte
+ * 64·(t mod 4) + 16·⌊t / 4⌋ of the block's 256, flipped; 12, 8, 4 lanes (lanes_dot's layout): per
+ * 16 k, masked qword gathers (tokens past r zero), flipped. */
+static void fill_group(const int8_t *q, int64_t Kp, int64_t r, const int k16, uint8_t *ap) {
     const __m512i flip = _mm512_set1_epi8((char)0x80), z = _mm512_setzero_si512();
     const int L = qmm_vnni_group_lanes(r);
+    if (L == 16 && k16) {
+        const __m128i f = _mm512_castsi512_si128(flip);
+        for (int64_t t = 0; t < 16; t++) {
+            uint8_t *d = ap + 64 * (t % 4) + 16 * (t / 4);
+            for (int64_t s = 0; s < Kp / 16; s++)
+                _mm_store_si128((__m128i *)(d + 256 * s),
+                                t < r ? _mm_xor_si128(_mm_loadu_si128((const __m128i *)(q + t * Kp + 16 * s)), f) : f);
+        }
+        return;
+    }
     if (L == 16) {
         for (int64_t k = 0; k < Kp; k += 64) {
             __m512i t[16];
@@ -338,14 +349,23 @@ static void fill_group(const int8_t *q, int64_t Kp, int64_t r, uint8_t *ap) {
 }
 
 /* the copy at ap (its start) from q (rows lda = Kp bytes apart) for the token groups of rows
- * [r0, r1) (r0 a multiple of 16: the groups before it full, Kp·16 bytes each; rows_ap_bytes) */
-void qmm_vnni_rows_ap_fill(const int8_t *q, int64_t lda, uint8_t *ap, int64_t r0, int64_t r1) {
+ * [r0, r1) (r0 a multiple of 16: the groups before it full, Kp·16 bytes each; rows_ap_bytes), its
+ * groups of 16 in the 16-lane layout or (k16) the k16 one */
+static void ap_fill(const int8_t *q, int64_t lda, uint8_t *ap, int64_t r0, int64_t r1, const int k16) {
     const int64_t M = r1, Kp = lda;
     ap += r0 * Kp;
     for (int64_t t0 = r0; t0 < M; t0 += 16) {
         const int64_t r = M - t0 < 16 ? M - t0 : 16;
-        fill_group(q + t0 * Kp, Kp, r, ap);
+        fill_group(q + t0 * Kp, Kp, r, k16, ap);
         ap += Kp * qmm_vnni_group_lanes(r);
     }
+}
+
+void qmm_vnni_rows_ap_fill(const int8_t *q, int64_t lda, uint8_t *ap, int64_t r0, int64_t r1) {
+    ap_fill(q, lda, ap, r0, r1, 0);
+}
+
+void qmm_vnni_w4_ap_fill(const int8_t *q, int64_t lda, uint8_t *ap, int64_t r0, int64_t r1) {
+    ap_fill(q, lda, ap, r0, r1, 1);
 }
 

@@ -15,6 +15,9 @@ enum { QMM_VNNI_ROWS_M = 64 /* up to this M: the rows regime (the rows kernels' 
  * (qmm_i8_engine.rows_ap_bytes / rows_ap_fill). */
 int64_t qmm_vnni_rows_ap_bytes(int64_t M, int64_t Kp);
 void qmm_vnni_rows_ap_fill(const int8_t *q, int64_t lda, uint8_t *ap, int64_t r0, int64_t r1);
+/* The W4A8 family's (qmm_w4_rows_kernels.ap_fill): the same bytes, its groups of 16 tokens in the
+ * k16 layout (avx512_vnni_bcast.h). */
+void qmm_vnni_w4_ap_fill(const int8_t *q, int64_t lda, uint8_t *ap, int64_t r0, int64_t r1);
 /* The rows kernels of the engine with the M each runs (qmm_i8_engine.rows_kernels). */
 enum { QMM_VNNI_N_ROWS_KERNELS = 5 };
 extern const qmm_i8_rows_ukernel qmm_vnni_rows_kernels[QMM_VNNI_N_ROWS_KERNELS];

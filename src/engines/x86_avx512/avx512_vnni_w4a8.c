@@ -48,4 +48,5 @@ static const qmm_w4_rows_ukernel k_w4a8[] = {
      17, 64, QMM_W4_BITS4 | QMM_W4_BITS6, 0},
 };
 
-const qmm_w4_rows_kernels qmm_vnni_w4a8_kernels = {k_w4a8, (int)(sizeof k_w4a8 / sizeof k_w4a8[0])};
+const qmm_w4_rows_kernels qmm_vnni_w4a8_kernels = {k_w4a8, (int)(sizeof k_w4a8 / sizeof k_w4a8[0]),
+                                                   qmm_vnni_w4_ap_fill};

@@ -15,16 +15,19 @@
  *            per row.
  *   9..16    W broadcast, tokens in lanes (qmm_qd8_w4w6_rows_ukernel_m9to16__avx512vnni_bcast;
  *            avx512_vnni_bcast.h): per 64 k each of R rows' values is staged in 64 bytes of L1
- *            and read back at once as the broadcast operands against the rows regime's token copy
- *            a->ap (12 lanes at M <= 12, 16 above): 12 or 16 VPDPBUSD per 64 weights, the
- *            correction from the pad lane, or from the row sums (VPDPBUSD(1, values)) at M = 12
- *            and 16; every 16 rows of a stream one transpose into the epilogue.
+ *            and read back at once as the broadcast operands against the family's token copy
+ *            a->ap (qmm_vnni_w4_ap_fill: 12 lanes at M <= 12; above, the k16 layout, 16 bytes of
+ *            a row broadcast against 4 tokens × 16 k, 4 broadcast loads per 64 weights where the
+ *            int8 rows' 16-lane form has 16: with the lookup's loads, 24–35 % faster, bench/NOTES.md):
+ *            12 or 16 VPDPBUSD per 64 weights, the correction from the pad lane, or from the row
+ *            sums (VPDPBUSD(1, values)) at M = 12 and 16; every 16 rows of a stream one transpose
+ *            into the epilogue.
  *   17..64   groups of 16 tokens (qmm_qd8_w4w6_rows_ukernel_m17to64__avx512vnni_groups): the first
- *            group as 9..16 (with the row sums), each step's values written to the R = 8 rows
+ *            group as 9..16 (with the row sums), each step's values written to the R = 4 rows
  *            the thread keeps in its buffer (buf, R·Kp bytes: L1/L2) instead of the ring;
- *            the later groups (16 lanes, the last 4..16) run the int8 broadcast kernels
- *            (avx512_vnni_bcast.h) on those rows, as the int8 rows regime's later groups read
- *            its rows again. The lookup overlaps the first group's multiply-adds and the code
+ *            the later groups (k16, the last 4..16 lanes) run the broadcast kernels
+ *            (avx512_vnni_bcast.h: qmm_vnni_k16_dot, qmm_vnni_lanes_dot) on those rows, as the
+ *            int8 rows regime's later groups read its rows again. The lookup overlaps the first group's multiply-adds and the code
  *            stream, which the unfused path's separate decode pass did not.
  * The R rows of a step come from R equal runs of the thread's blocks (R code streams in flight,
  * each prefetched 4 KiB ahead into L2, as the rows kernels' streams); every 16 rows of a run its
@@ -161,7 +164,7 @@ static inline int8_t *w4_gpr(int8_t *p) {
 }
 
 /* out[r] lane t = Σ_k W[n_r][k]·q[t][k] (mod 2^32) for R rows n_r = n0 + r·step at once, the token copy ap in
- * layout lay (12: lanes_step's 12 lanes, 16: bcast_step's); full: no pad lane (M = lay), the row
+ * layout lay (12: lanes_step's 12 lanes, 16: k16_step's k16); full: no pad lane (M = lay), the row
  * sums instead */
 static inline __attribute__((always_inline)) void w4_bcast_dot(const int six, const int per, const int lay,
                                                                const int full, const int kept, const int R,
@@ -177,10 +180,12 @@ static inline __attribute__((always_inline)) void w4_bcast_dot(const int six, co
     _Alignas(64) int8_t st[W4_RING][8][64];
     const int8_t *wp[8];
     qmm_w4_walk it[8];
-    __m512i acc[8], a1[8], b[8];
+    __m512i acc[8], a1[8], b[8], acc4[QMM_K16_R][4]; /* acc4: the 16-lane form's (lay 16, R <= QMM_K16_R) */
     for (int r = 0; r < R; r++) {
         qmm_w4_walk_init(&it[r], w, lut, n0 + r * step, 0);
         acc[r] = a1[r] = b[r] = rs[r] = _mm512_setzero_si512();
+        if (lay == 16)
+            for (int gq = 0; gq < 4; gq++) acc4[r][gq] = _mm512_setzero_si512();
     }
 #define W4_SLOT(KK, r) (kept ? w4_gpr(keep + (r) * ldk + (KK)) : st[((KK) / 64) % W4_RING][r])
 #define W4_STAGE(KK)                                                        \
@@ -197,7 +202,7 @@ static inline __attribute__((always_inline)) void w4_bcast_dot(const int six, co
         if (kn < K64) W4_STAGE(kn);
         for (int r = 0; r < R; r++) wp[r] = W4_SLOT(k, r);
         if (lay == 16) {
-            qmm_vnni_bcast_step(R, 16, wp, ap + k * 16, acc);
+            qmm_vnni_k16_step(R, 4, wp, ap + k * 16, acc4);
         } else {
             for (int x = 0; x < 4; x++) {
                 const int8_t *wx[8];
@@ -217,12 +222,12 @@ static inline __attribute__((always_inline)) void w4_bcast_dot(const int six, co
             _mm_store_si128((__m128i *)wp[r], v);
             if (full) rs[r] = qmm_vnni_dpbusd(rs[r], one, _mm512_zextsi128_si512(v));
         }
-        if (lay == 16) qmm_vnni_bcast_step(R, 4, wp, ap + k * 16, acc);
+        if (lay == 16) qmm_vnni_k16_step(R, 1, wp, ap + k * 16, acc4);
         else qmm_vnni_lanes_step(1, 1, R, wp, ap + (k / 16) * S12, acc, a1, b);
     }
     for (int r = 0; r < R; r++)
         out[r] = qmm_vnni_bcast_correct(full ? QMM_BC_SUMS : QMM_BC_PAD,
-                                        lay == 16 ? acc[r] : qmm_vnni_lanes_out(1, 1, acc[r], a1[r], b[r]), rs[r],
+                                        lay == 16 ? qmm_vnni_k16_sum(acc4[r]) : qmm_vnni_lanes_out(1, 1, acc[r], a1[r], b[r]), rs[r],
                                         lay - 1);
 }
 
@@ -252,11 +257,11 @@ static inline __attribute__((always_inline)) void w4_bcast_streams(const int six
             for (int r = 0; r < R; r++) _mm512_store_si512(stage[0][r][j], out[r]);
             if (!grouped) continue;
             for (int gi = 1; gi < G - 1; gi++) {
-                qmm_vnni_bcast_dot(QMM_BC_GIVEN, R, keep, Kp, K, g->a->ap + (size_t)gi * (size_t)Kp * 16, rs, out);
+                qmm_vnni_k16_dot(QMM_BC_GIVEN, R, keep, Kp, K, g->a->ap + (size_t)gi * (size_t)Kp * 16, rs, out);
                 for (int r = 0; r < R; r++) _mm512_store_si512(stage[gi][r][j], out[r]);
             }
             switch (lanes) {
-            case 16: qmm_vnni_bcast_dot(QMM_BC_GIVEN, R, keep, Kp, K, last, rs, out); break;
+            case 16: qmm_vnni_k16_dot(QMM_BC_GIVEN, R, keep, Kp, K, last, rs, out); break;
             case 12: qmm_vnni_lanes_dot(1, 1, QMM_BC_GIVEN, R, keep, Kp, K, last, rs, out); break;
             case 8: qmm_vnni_lanes_dot(1, 0, QMM_BC_GIVEN, R, keep, Kp, K, last, rs, out); break;
             default: qmm_vnni_lanes_dot(0, 1, QMM_BC_GIVEN, R, keep, Kp, K, last, rs, out); break;
@@ -270,14 +275,14 @@ static inline __attribute__((always_inline)) void w4_bcast_streams(const int six
     }
 }
 
-/* blocks [b0, b1): R streams of whole blocks (16 lanes: 8, 12 lanes: 6), the rest (and a last
- * block cut by N) one stream at a time */
+/* blocks [b0, b1): R streams of whole blocks (16 lanes: QMM_K16_R, 12 lanes: 6), the rest (and a
+ * last block cut by N) one stream at a time */
 static inline __attribute__((always_inline)) void w4_bcast_rows(const int six, const int per, const int lay,
                                                                 const int full, const qmm_vnni_w4_job *g, int64_t b0,
                                                                 int64_t b1) {
-    const int R = lay == 16 ? 8 : 6;
+    const int R = lay == 16 ? QMM_K16_R : 6;
     const int64_t nfull = b1 * 16 <= g->N ? b1 - b0 : b1 - b0 - 1, L = nfull / R;
-    if (L > 0 && R == 8) w4_bcast_streams(six, per, lay, full, 0, 8, g, b0, L);
+    if (L > 0 && R == QMM_K16_R) w4_bcast_streams(six, per, lay, full, 0, QMM_K16_R, g, b0, L);
     if (L > 0 && R == 6) w4_bcast_streams(six, per, lay, full, 0, 6, g, b0, L);
     for (int64_t b = b0 + R * L; b < b1; b++) w4_bcast_streams(six, per, lay, full, 0, 1, g, b, 1);
 }
@@ -305,16 +310,17 @@ static inline __attribute__((always_inline)) void qmm_vnni_w4_bcast_kernel(const
  * block cut by N) one stream at a time */
 static inline __attribute__((always_inline)) void qmm_vnni_w4_groups_kernel(const int six, const qmm_vnni_w4_job *g,
                                                                             int64_t b0, int64_t b1) {
-    if (!g->buf || g->buf_bytes < 8 * g->a->lda) { /* the 8 kept rows need the buffer */
-        qmm_call_bug(g->c, "w4a8 groups rows: no buffer for 8 rows of Kp");
+    enum { R = QMM_K16_R };
+    if (!g->buf || g->buf_bytes < R * g->a->lda) { /* the R kept rows need the buffer */
+        qmm_call_bug(g->c, "w4a8 groups rows: no buffer for the kept rows of Kp");
         return;
     }
     const int per = qmm_w4_per(g->w->group) == 4 ? 4 : 0;
-    const int64_t nfull = b1 * 16 <= g->N ? b1 - b0 : b1 - b0 - 1, L = nfull / 8;
+    const int64_t nfull = b1 * 16 <= g->N ? b1 - b0 : b1 - b0 - 1, L = nfull / R;
 #define W4_GR(P)                                                                              \
     do {                                                                                      \
-        if (L > 0) w4_bcast_streams(six, P, 16, 1, 1, 8, g, b0, L);                           \
-        for (int64_t b = b0 + 8 * L; b < b1; b++) w4_bcast_streams(six, P, 16, 1, 1, 1, g, b, 1); \
+        if (L > 0) w4_bcast_streams(six, P, 16, 1, 1, R, g, b0, L);                           \
+        for (int64_t b = b0 + R * L; b < b1; b++) w4_bcast_streams(six, P, 16, 1, 1, 1, g, b, 1); \
     } while (0)
     if (per == 4) W4_GR(4);
     else W4_GR(0);
