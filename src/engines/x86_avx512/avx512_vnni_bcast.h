@@ -45,14 +45,14 @@ static inline __m512i qmm_vnni_dpbusd_bc(__m512i acc, __m512i a, const int8_t *p
     return acc;
 }
 
-/* 16 lanes, nx quads (nx <= 16) from the quad at ap: acc[r] += Σ over them of the token copy
+/* 16 lanes, nx quads (nx <= 16) from the quad at ap: acc[r][0] += Σ over them of the token copy
  * against the 4 bytes of w[r] per quad (R rows sharing each load of ap). */
 static inline __attribute__((always_inline)) void qmm_vnni_bcast_step(const int R, const int nx,
                                                                       const int8_t *const w[], const uint8_t *ap,
-                                                                      __m512i acc[]) {
+                                                                      __m512i acc[][4]) {
     for (int x = 0; x < nx; x++) {
         const __m512i t = _mm512_load_si512(ap + 64 * x);
-        for (int r = 0; r < R; r++) acc[r] = qmm_vnni_dpbusd_bc(acc[r], t, w[r] + 4 * x);
+        for (int r = 0; r < R; r++) acc[r][0] = qmm_vnni_dpbusd_bc(acc[r][0], t, w[r] + 4 * x);
     }
 }
 
@@ -155,69 +155,54 @@ static inline __attribute__((always_inline)) void qmm_vnni_bcast_tail(const int 
     }
 }
 
-/* W broadcast, tokens in lanes (yᵀ = W·xᵀ), one group of up to 16 tokens: the token copy ap
- * [kq][16][4] (u8 q + 128; lanes past the group's tokens hold 128, the value of q = 0) is one
- * zmm per k quad, and each 4 bytes of a W row are the s8 operand broadcast to the 16 lanes
- * (VPDPBUSD m32{1to16}): lane t of row n's accumulator is Σ_k (q[t][k] + 128)·W[n][k]. The
- * correction (corr): lane 15 when the group has < 16 tokens (QMM_BC_PAD); else the row sums rs,
- * computed here (QMM_BC_SUMS) or given (QMM_BC_GIVEN). R rows at once share each load of ap: per 64
- * bytes of W, 16 VPDPBUSD (+1 with QMM_BC_SUMS), 16/R loads of ap, a prefetch. out[r] lane t =
- * Σ_k q[t][k]·w_r[k] (mod 2^32). The last K bytes of a row go through a masked load into tail[]
- * (zero past K): nothing past W[n][K-1] is read. */
-static inline __attribute__((always_inline)) void qmm_vnni_bcast_dot(const int corr, const int R, const int8_t *w,
-                                                                     int64_t span, int64_t K, const uint8_t *ap,
-                                                                     __m512i rs[], __m512i out[]) {
-    const int full = corr == QMM_BC_SUMS; /* the row sums are computed here */
-    __m512i acc[QMM_BC_RMAX];
-    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();
+/* W broadcast, tokens in lanes (yᵀ = W·xᵀ), one group of up to 16 tokens, the token copy ap
+ * (u8 q + 128; tokens past the group's hold 128, the value of q = 0) in the 16-lane layout
+ * [kq][16][4] (k16 = 0: one zmm per k quad, each 4 bytes of a W row the s8 operand broadcast to
+ * the 16 lanes, VPDPBUSD m32{1to16}: R <= QMM_BC_RMAX rows, per 64 bytes of a row 16 VPDPBUSD and
+ * their 16 broadcast operands, 16/R loads of ap) or in k16 (k16 = 1: qmm_vnni_k16_step, R <=
+ * QMM_K16_R rows, per 64 bytes of a row 16 VPDPBUSD and 4 broadcast loads, 16/R loads of ap): lane
+ * t of row n's sum is Σ_k (q[t][k] + 128)·W[n][k]. The correction (corr): lane 15 (token 15) when
+ * the group has < 16 tokens (QMM_BC_PAD); else the row sums rs, computed here (QMM_BC_SUMS: +1
+ * VPDPBUSD per 64 bytes of a row) or given (QMM_BC_GIVEN). A prefetch per 64 bytes of a row.
+ * out[r] lane t = Σ_k q[t][k]·w_r[k] (mod 2^32). The last K bytes of a row go through a masked
+ * load into tail[] (zero past K): nothing past W[n][K-1] is read. qmm_vnni_bcast_dot is the
+ * 16-lane form, qmm_vnni_k16_dot the k16 one. */
+static inline __attribute__((always_inline)) void qmm_vnni_group16_dot(const int k16, const int corr, const int R,
+                                                                       const int8_t *w, int64_t span, int64_t K,
+                                                                       const uint8_t *ap, __m512i rs[], __m512i out[]) {
+    const int full = corr == QMM_BC_SUMS, G = k16 ? 4 : 1; /* accumulators per row */
+    __m512i acc[QMM_BC_RMAX][4];
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < G; g++) acc[r][g] = _mm512_setzero_si512();
     if (full)
         for (int r = 0; r < R; r++) rs[r] = _mm512_setzero_si512();
     const int64_t K64 = K & ~(int64_t)63;
+    const int8_t *wp[QMM_BC_RMAX];
     for (int64_t k = 0; k < K64; k += 64) {
         qmm_vnni_bcast_head(full, R, w, span, k, rs);
-        const int8_t *wp[QMM_BC_RMAX];
         for (int r = 0; r < R; r++) wp[r] = w + r * span + k;
-        qmm_vnni_bcast_step(R, 16, wp, ap + k * 16, acc);
+        if (k16) qmm_vnni_k16_step(R, 4, wp, ap + k * 16, acc);
+        else qmm_vnni_bcast_step(R, 16, wp, ap + k * 16, acc);
     }
     if (K64 < K) {
         _Alignas(64) int8_t tail[QMM_BC_RMAX][64];
         qmm_vnni_bcast_tail(full, R, w, span, K64, K, tail, rs);
-        const int8_t *wp[QMM_BC_RMAX];
         for (int r = 0; r < R; r++) wp[r] = tail[r];
-        qmm_vnni_bcast_step(R, (int)(K - K64 + 3) / 4, wp, ap + K64 * 16, acc);
+        if (k16) qmm_vnni_k16_step(R, (int)(K - K64 + 15) / 16, wp, ap + K64 * 16, acc);
+        else qmm_vnni_bcast_step(R, (int)(K - K64 + 3) / 4, wp, ap + K64 * 16, acc);
     }
     for (int r = 0; r < R; r++)
-        out[r] = qmm_vnni_bcast_correct(corr, acc[r], rs[r], 15);
+        out[r] = qmm_vnni_bcast_correct(corr, k16 ? qmm_vnni_k16_sum(acc[r]) : acc[r][0], rs[r], 15);
 }
-
-/* qmm_vnni_bcast_dot on the k16 layout (qmm_vnni_k16_step): the same sums out[r] and
- * corrections (the pad lane is token 15, lane 15 after qmm_vnni_k16_sum) for R <= QMM_K16_R rows;
- * per 64 bytes of W, 16 VPDPBUSD and 4 broadcast loads per row (+1 VPDPBUSD with QMM_BC_SUMS), 16
- * loads of ap, a prefetch per row. */
+static inline __attribute__((always_inline)) void qmm_vnni_bcast_dot(const int corr, const int R, const int8_t *w,
+                                                                     int64_t span, int64_t K, const uint8_t *ap,
+                                                                     __m512i rs[], __m512i out[]) {
+    qmm_vnni_group16_dot(0, corr, R, w, span, K, ap, rs, out);
+}
 static inline __attribute__((always_inline)) void qmm_vnni_k16_dot(const int corr, const int R, const int8_t *w,
                                                                    int64_t span, int64_t K, const uint8_t *ap,
                                                                    __m512i rs[], __m512i out[]) {
-    const int full = corr == QMM_BC_SUMS;
-    __m512i acc[QMM_K16_R][4];
-    for (int r = 0; r < R; r++)
-        for (int g = 0; g < 4; g++) acc[r][g] = _mm512_setzero_si512();
-    if (full)
-        for (int r = 0; r < R; r++) rs[r] = _mm512_setzero_si512();
-    const int64_t K64 = K & ~(int64_t)63;
-    for (int64_t k = 0; k < K64; k += 64) {
-        qmm_vnni_bcast_head(full, R, w, span, k, rs);
-        const int8_t *wp[QMM_K16_R];
-        for (int r = 0; r < R; r++) wp[r] = w + r * span + k;
-        qmm_vnni_k16_step(R, 4, wp, ap + k * 16, acc);
-    }
-    if (K64 < K) {
-        _Alignas(64) int8_t tail[QMM_K16_R][64];
-        qmm_vnni_bcast_tail(full, R, w, span, K64, K, tail, rs);
-        const int8_t *wp[QMM_K16_R];
-        for (int r = 0; r < R; r++) wp[r] = tail[r];
-        qmm_vnni_k16_step(R, (int)(K - K64 + 15) / 16, wp, ap + K64 * 16, acc);
-    }
-    for (int r = 0; r < R; r++) out[r] = qmm_vnni_bcast_correct(corr, qmm_vnni_k16_sum(acc[r]), rs[r], 15);
+    qmm_vnni_group16_dot(1, corr, R, w, span, K, ap, rs, out);
 }
 
 /* A group of up to 12 tokens in lane groups of 8 and 4, so that no VPDPBUSD works on more pad
