@@ -91,8 +91,11 @@ void qmm_qd8_w6_rows_ukernel_m17to64__avx512vbmi_groups(QMM_W4_ROWS_ARGS);
 /* x86_avx2/avx2_int8_w4a8.c: 4- and 6-bit weights on avx2_int8, looked up and multiplied without
  * being stored (M <= 8) */
 void qmm_qd8_w4w6_rows_ukernel_m1to8__avx2_fused(QMM_W4_ROWS_ARGS);
-/* x86_avx2/avx_vnni_w4a8.c: the same on avx_vnni, VPDPBUSD on the table's w + 128 (M <= 8) */
+/* x86_avx2/avx_vnni_w4a8.c: the same on avx_vnni, VPDPBUSD on the table's w + 128 (M <= 8); and
+ * at 9..24 tokens the looked-up values' k-quads broadcast against the tokens in the lanes of a
+ * ymm (avx_vnni_bcast.h, the engine's token copy) */
 void qmm_qd8_w4w6_rows_ukernel_m1to8__avxvnni_fused(QMM_W4_ROWS_ARGS);
+void qmm_qd8_w4w6_rows_ukernel_m9to24__avxvnni_bcast(QMM_W4_ROWS_ARGS);
 #undef QMM_W4_ROWS_ARGS
 
 /* ---------------------------------------------------------------- onepass (avx512_vnni) */

@@ -100,7 +100,7 @@ void qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni(const uint8_t *a, int64_t lda, co
  * row's broadcast k-quads as w + 128, less 128·Σq). Past 32 tokens the panels. Measured
  * (bench/NOTES.md): the dot form re-reads all of q for every row of W, past L1 at 12 tokens of
  * K = 5376, and loses to the panels there; the lanes form does not. */
-enum { ROWS_DOT_M = 8, ROWS_M = 32 };
+enum { ROWS_DOT_M = 8, ROWS_M = 32, W4_BCAST_M = 24 };
 _Static_assert((int)ROWS_DOT_M <= (int)QMM_A2R_DOT_M, "one token group per row");
 
 void qmm_qd8_qc8w_rows_ukernel_m1to8__avxvnni_dot(const int8_t *w, int64_t ldw, const qmm_rows_act *a,
@@ -114,12 +114,16 @@ static const qmm_i8_rows_ukernel k_rows[] = {
      ROWS_M},
 };
 
-/* its W4A8 family (qmm_i8_engine.w4a8): the fused rows kernel of avx_vnni_w4a8.c */
+/* its W4A8 family (qmm_i8_engine.w4a8): the fused rows kernels of avx_vnni_w4a8.c, the forms of
+ * the int8 rows kernels above on the engine's token copy, up to 24 tokens (at 25..32 the rows
+ * looked up into the thread's buffer for the int8 kernel measured as fast: bench/NOTES.md) */
 static const qmm_w4_rows_ukernel k_w4a8[] = {
     {"qmm_qd8_w4w6_rows_ukernel_m1to8__avxvnni_fused", qmm_qd8_w4w6_rows_ukernel_m1to8__avxvnni_fused, 1, ROWS_DOT_M,
      QMM_W4_BITS4 | QMM_W4_BITS6, 0},
+    {"qmm_qd8_w4w6_rows_ukernel_m9to24__avxvnni_bcast", qmm_qd8_w4w6_rows_ukernel_m9to24__avxvnni_bcast, ROWS_DOT_M + 1,
+     W4_BCAST_M, QMM_W4_BITS4 | QMM_W4_BITS6, 0},
 };
-static const qmm_w4_rows_kernels k_w4a8_family = {k_w4a8, 1, NULL};
+static const qmm_w4_rows_kernels k_w4a8_family = {k_w4a8, (int)(sizeof k_w4a8 / sizeof k_w4a8[0]), NULL};
 
 static const qmm_i8_engine k_avx_vnni = {
     QMM_A2_ENGINE_FIELDS(1, 6, qmm_qd8_qc8w_gemm_ukernel_6x64c4__avxvnni, ROWS_M, k_rows, (int)(sizeof k_rows / sizeof k_rows[0])),
