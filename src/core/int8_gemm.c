@@ -96,10 +96,12 @@ static const qmm_w4_rows_ukernel *w4a8_fused(const qmm_i8_engine *e, const qmm_w
 
 const char *qmm_i8_w4a8_site(const qmm_i8_engine *e, const qmm_weight *w, int64_t M) {
     if (!e || M > e->rows_m || !qmm_i8_rows_kernel_for(e, M)) return "the int8 engine's n16k4 panels";
-    if (!w4a8_fused(e, w, M, 0)) return "the int8 engine's rows regime (a few whole rows per thread)";
-    return M > 16 ? "the int8 engine's fused rows kernel (multiplied as looked up; kept for the later token "
-                    "groups)"
-                  : "the int8 engine's fused rows kernel (multiplied, never stored)";
+    const qmm_w4_rows_ukernel *k = w4a8_fused(e, w, M, 0);
+    if (!k) return "the int8 engine's rows regime (a few whole rows per thread)";
+    /* a kernel whose range starts past one group of 16 tokens keeps its rows for the later groups */
+    return k->m_min > 16 ? "the int8 engine's fused rows kernel (multiplied as looked up; kept for the later token "
+                           "groups)"
+                         : "the int8 engine's fused rows kernel (multiplied, never stored)";
 }
 
 /* Columns [n0, n1) of the rows regime: the caller's int8 rows from row n0 (w->borrow) */
