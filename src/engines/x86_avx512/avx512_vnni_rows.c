@@ -13,8 +13,9 @@
 
 /* The rows regime (M <= ROWS_M): the caller's rows are read in place, each byte once, in a few
  * long sequential streams (R equal runs of the task's rows, stream r: rows n0 + r·len + j; with
- * ld == K each a sequential run of len·K bytes, prefetched ROWS_PF bytes ahead into L2; the
- * leftover rows one at a time), and meet all M tokens at once. Two kernels (measured,
+ * ld == K each a sequential run of len·K bytes, prefetched into L2, ROWS_PF bytes ahead for
+ * rows_dot, QMM_BC_PF for the broadcast kernels; the leftover rows one at a time), and meet all M
+ * tokens at once. Two kernels (measured,
  * bench/NOTES.md; per 64 bytes of one W row):
  *   M <= ROWS_DOT_M  row dot products (qmm_qd8_qc8w_rows_ukernel_m1to2__avx512vnni_dot, m3to8_.._dot2): W is the
  *                    u8 operand, flipped (w ^ 0x80 = w + 128), q (s8: the driver leaves the
@@ -49,7 +50,7 @@ enum {
     BCAST_G = 4,     /* bcast_dot's token groups of 16 (M <= 16·BCAST_G) */
     ROWS_RMAX = 8,   /* the most rows of W per step */
     ROWS_PAIRS_FROM = 2, /* above this M: rows_dot2 (rows in pairs) */
-    ROWS_PF = QMM_BC_PF, /* rows_dot's prefetch distance per stream, bytes (into L2) */
+    ROWS_PF = 4096,  /* rows_dot's prefetch distance per stream, bytes (into L2) */
     BCAST_R = 8,     /* bcast_dot's rows of W per step (streams) */
     LANES12_R = 6,   /* lanes_dot's at 9 <= M <= 12 (4 accumulators per row with the row sums) */
     BCAST_RMAX = QMM_BC_RMAX

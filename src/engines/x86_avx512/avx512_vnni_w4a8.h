@@ -30,7 +30,7 @@
  *            int8 rows regime's later groups read its rows again. The lookup overlaps the first group's multiply-adds and the code
  *            stream, which the unfused path's separate decode pass did not.
  * The R rows of a step come from R equal runs of the thread's blocks (R code streams in flight,
- * each prefetched 4 KiB ahead into L2, as the rows kernels' streams); every 16 rows of a run its
+ * each prefetched 4 KiB ahead into L2, as rows_dot's streams); every 16 rows of a run its
  * outputs go through qmm_z_epilogue16 (measured against the unfused path: bench/NOTES.md "## W4A8
  * speed"). The int32 sums are exact (mod 2^32), so the bits are the engine's and the reference's.
  * Groups of a multiple of 16, e4m3 s_rel (the table); the driver checks that.
