@@ -14,10 +14,11 @@
  * unavailable or refuses the call is a row with its reason, never a crash.
  * Layouts (--layouts packed,borrowed; default packed): the int8 and W8A16 rows of each engine are
  * timed on the weight qmm packs at creation (qmm_weight_create_int8, "packed") and on the same
- * values borrowed from the caller's memory (qmm_weight_borrow_int8, "borrowed"), back to back
- * in the order given; float weights are always "packed".
+ * values borrowed from the caller's memory (qmm_weight_borrow_int8, "borrowed"), together: their
+ * calls in turn, call by call (time_rows), so that a shared machine's slow moments fall on both;
+ * float weights are always "packed".
  * Output: a table, or with --json an array of row objects (M, N, K, act, gs, kind, layout, engine,
- * threads, status, reason, median_ms, repeats, tops, peak_tops, pct_peak, gbps, dram_gbps,
+ * threads, status, reason, median_ms, min_ms, repeats, tops, peak_tops, pct_peak, gbps, dram_gbps,
  * pct_dram, speedup_int8, cpu_tops, pct_peak_cpu; numbers are null where they do not apply; for
  * the AMX engines also regime, the regime their rule picks for the row (qmm_engine_regime), and
  * amx_blocking, the blocking in force (qmm_engine_tuning: QMM_AMX_BLOCKING applied) — so a run on an AMX machine
@@ -56,7 +57,7 @@ typedef struct {
     int threads;
     int ok;                 /* 1 ran; 0 refused/unavailable/error (reason) */
     char reason[640];
-    double median_ms;
+    double median_ms, min_ms;
     int repeats, copies;
     double tops, peak_tops, pct_peak, gbps, dram_gbps, pct_dram, speedup_int8;
     double cpu_tops, pct_peak_cpu;  /* judged by process CPU time (robust to a shared machine) */
@@ -187,7 +188,7 @@ static row *add_row(bench *b, const qmm_bench_shape *sh, int kind, qmm_engine_id
     r->layout = layout;
     r->engine = e;
     r->threads = b->threads;
-    r->median_ms = r->tops = r->peak_tops = r->pct_peak = r->gbps = r->dram_gbps = r->pct_dram = r->speedup_int8 = NAN;
+    r->median_ms = r->min_ms = r->tops = r->peak_tops = r->pct_peak = r->gbps = r->dram_gbps = r->pct_dram = r->speedup_int8 = NAN;
     r->cpu_tops = r->pct_peak_cpu = NAN;
     return r;
 }
@@ -197,60 +198,110 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Times engine e on the weights (rotated through ncopies); fills the row. */
-static void time_row(bench *b, qmm_context *ctx, qmm_weight **w, int ncopies, qmm_linear_args *args, row *r,
-                     double weight_bytes) {
-    qmm_engine_id e = r->engine;
-    r->regime = qmm_engine_regime(e, w[0], r->sh.M); /* the AMX engines' regime, "" for the others */
+/* Times rows r[0..n) (n <= LAYOUT_COUNT; the same engine, args and shape), row j on the weights
+ * w[j] (rotated through ncopies): a first call each, then the repeats with the rows' calls in
+ * turn (in the given order on even repeats, reversed on odd ones), so that a shared machine's
+ * slow moments fall on both; fills the rows (median and minimum). */
+static void time_rows(bench *b, qmm_context *ctx, int n, qmm_weight **const w[], int ncopies, qmm_linear_args *args,
+                      row *const r[], double weight_bytes) {
+    qmm_engine_id e = r[0]->engine;
     char why[QMM_REASON_MAX];
-    if (!qmm_engine_available(e, why, sizeof why)) {
-        snprintf(r->reason, sizeof r->reason, "unavailable: %s", why);
-        return;
-    }
+    double warm = 0, warm_t[LAYOUT_COUNT] = {0}, warm_cpu[LAYOUT_COUNT] = {0};
+    int live[LAYOUT_COUNT] = {0}, nlive = 0;
     args->engine = e;
-    double c0 = qmm_process_cpu(), t0 = qmm_now();
-    qmm_status st = qmm_linear(ctx, w[0], args);
-    double warm = qmm_now() - t0, warm_cpu = qmm_process_cpu() - c0;
-    if (st != QMM_OK) {
-        const char *msg = qmm_last_error(), *p = strstr(msg, "refuses: ");
-        snprintf(r->reason, sizeof r->reason, "%s%s", st == QMM_ERR_UNSUPPORTED && p ? "refused: " : "error: ",
-                 st == QMM_ERR_UNSUPPORTED && p ? p + 9 : msg);
-        return;
+    for (int j = 0; j < n; j++) {
+        r[j]->regime = qmm_engine_regime(e, w[j][0], r[j]->sh.M); /* the AMX engines' regime, "" for the others */
+        if (!qmm_engine_available(e, why, sizeof why)) {
+            snprintf(r[j]->reason, sizeof r[j]->reason, "unavailable: %s", why);
+            continue;
+        }
+        double c0 = qmm_process_cpu(), t0 = qmm_now();
+        qmm_status st = qmm_linear(ctx, w[j][0], args);
+        const double t = qmm_now() - t0;
+        warm_cpu[j] = qmm_process_cpu() - c0;
+        if (st != QMM_OK) {
+            const char *msg = qmm_last_error(), *p = strstr(msg, "refuses: ");
+            snprintf(r[j]->reason, sizeof r[j]->reason, "%s%s", st == QMM_ERR_UNSUPPORTED && p ? "refused: " : "error: ",
+                     st == QMM_ERR_UNSUPPORTED && p ? p + 9 : msg);
+            continue;
+        }
+        warm_t[j] = t;
+        if (t > warm) warm = t;
+        live[j] = 1;
+        nlive++;
     }
+    if (!nlive) return;
     /* keep the default run short: about 6 s of repeats per row; a row slower than 5 s per call
      * (the FP32 baseline at M=4096) reports its first call alone (repeats = 0) */
     int reps = b->repeats;
     if (!b->quick && warm * reps > 6.0) reps = (int)(6.0 / warm) > 1 ? (int)(6.0 / warm) : 1;
     if (!b->quick && warm > 5.0 && !b->full) reps = 0;
-    double *ts = malloc(sizeof(double) * (size_t)(reps ? reps : 1) * 2), *cs = ts + (reps ? reps : 1);
-    if (!ts) { snprintf(r->reason, sizeof r->reason, "error: out of memory"); return; }
-    if (reps == 0) { ts[0] = warm; cs[0] = warm_cpu; }
-    for (int i = 0; i < reps; i++) {
-        c0 = qmm_process_cpu();
-        t0 = qmm_now();
-        st = qmm_linear(ctx, w[(i + 1) % ncopies], args);
-        ts[i] = qmm_now() - t0;
-        cs[i] = qmm_process_cpu() - c0;
-        if (st != QMM_OK) {
-            snprintf(r->reason, sizeof r->reason, "error: %s", qmm_last_error());
-            free(ts);
-            return;
-        }
+    const int ns = reps ? reps : 1;
+    double *ts = malloc(sizeof(double) * (size_t)ns * 2 * LAYOUT_COUNT);
+    if (!ts) {
+        for (int j = 0; j < n; j++)
+            if (live[j]) snprintf(r[j]->reason, sizeof r[j]->reason, "error: out of memory");
+        return;
     }
-    int ns = reps ? reps : 1;
-    qsort(ts, (size_t)ns, sizeof(double), cmp_double);
-    qsort(cs, (size_t)ns, sizeof(double), cmp_double);
-    double t = ns % 2 ? ts[ns / 2] : 0.5 * (ts[ns / 2 - 1] + ts[ns / 2]);
-    double tc = (ns % 2 ? cs[ns / 2] : 0.5 * (cs[ns / 2 - 1] + cs[ns / 2])) / b->threads;
+    double *tsj[LAYOUT_COUNT], *csj[LAYOUT_COUNT];
+    for (int j = 0; j < LAYOUT_COUNT; j++) {
+        tsj[j] = ts + (size_t)ns * 2 * (size_t)j;
+        csj[j] = tsj[j] + ns;
+        if (j < n && reps == 0) { tsj[j][0] = warm_t[j]; csj[j][0] = warm_cpu[j]; }
+    }
+    for (int i = 0; i < reps; i++)
+        for (int o = 0; o < n; o++) {
+            const int j = i % 2 ? n - 1 - o : o;
+            if (!live[j]) continue;
+            double c0 = qmm_process_cpu(), t0 = qmm_now();
+            qmm_status st = qmm_linear(ctx, w[j][(i + 1) % ncopies], args);
+            tsj[j][i] = qmm_now() - t0;
+            csj[j][i] = qmm_process_cpu() - c0;
+            if (st != QMM_OK) {
+                snprintf(r[j]->reason, sizeof r[j]->reason, "error: %s", qmm_last_error());
+                live[j] = 0;
+            }
+        }
+    for (int j = 0; j < n; j++) {
+        if (!live[j]) continue;
+        qsort(tsj[j], (size_t)ns, sizeof(double), cmp_double);
+        qsort(csj[j], (size_t)ns, sizeof(double), cmp_double);
+        const double t = ns % 2 ? tsj[j][ns / 2] : 0.5 * (tsj[j][ns / 2 - 1] + tsj[j][ns / 2]);
+        const double tc = (ns % 2 ? csj[j][ns / 2] : 0.5 * (csj[j][ns / 2 - 1] + csj[j][ns / 2])) / b->threads;
+        row *rj = r[j];
+        rj->ok = 1;
+        rj->repeats = reps;
+        rj->copies = ncopies;
+        rj->median_ms = t * 1e3;
+        rj->min_ms = tsj[j][0] * 1e3;
+        rj->tops = 2.0 * (double)rj->sh.M * (double)rj->sh.N * (double)rj->sh.K / t * 1e-12;
+        if (tc > 0) rj->cpu_tops = 2.0 * (double)rj->sh.M * (double)rj->sh.N * (double)rj->sh.K / tc * 1e-12;
+        rj->gbps = weight_bytes / t * 1e-9;
+    }
     free(ts);
-    r->ok = 1;
-    r->repeats = reps;
-    r->copies = ncopies;
-    r->median_ms = t * 1e3;
-    r->tops = 2.0 * (double)r->sh.M * (double)r->sh.N * (double)r->sh.K / t * 1e-12;
-    if (tc > 0) r->cpu_tops = 2.0 * (double)r->sh.M * (double)r->sh.N * (double)r->sh.K / tc * 1e-12;
-    r->gbps = weight_bytes / t * 1e-9;
-    (void)peak_of(b, e); /* again, next to the row it judges */
+    (void)peak_of(b, e); /* again, next to the rows it judges */
+}
+
+/* Times engine e on the weights (rotated through ncopies); fills the row. */
+static void time_row(bench *b, qmm_context *ctx, qmm_weight **w, int ncopies, qmm_linear_args *args, row *r,
+                     double weight_bytes) {
+    qmm_weight **const ws[1] = {w};
+    row *const rs[1] = {r};
+    time_rows(b, ctx, 1, ws, ncopies, args, rs, weight_bytes);
+}
+
+/* The layouts' rows of engine e and kind, timed together (time_rows: calls in turn) */
+static void time_layouts(bench *b, qmm_context *ctx, const qmm_bench_shape *sh, int kind, qmm_engine_id e,
+                         qmm_weight **const wl[], int ncopies, qmm_linear_args *args, double weight_bytes) {
+    qmm_weight **ws[LAYOUT_COUNT];
+    row *rs[LAYOUT_COUNT];
+    int n = 0;
+    for (int l = 0; l < b->n_layouts; l++) {
+        rs[n] = add_row(b, sh, kind, e, b->layouts[l]);
+        if (!rs[n]) continue;
+        ws[n++] = wl[b->layouts[l]];
+    }
+    if (n) time_rows(b, ctx, n, (qmm_weight **const *)ws, ncopies, args, (row *const *)rs, weight_bytes);
 }
 
 /* The engines of one kind, best first (the library's order, qmm_engine_get_info); or every
@@ -346,10 +397,7 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
     const int n_int8 = engines_of_kind(QMM_KIND_INT8, k_int8);
     for (int i = 0; i < n_int8; i++) {
         if (b->engines && !(b->engines & (1u << k_int8[i]))) continue;
-        for (int l = 0; l < b->n_layouts; l++) {
-            row *r = add_row(b, sh, KIND_INT8, k_int8[i], b->layouts[l]);
-            if (r) time_row(b, ctx, wl[b->layouts[l]], ncopies, &args, r, (double)nk);
-        }
+        time_layouts(b, ctx, sh, KIND_INT8, k_int8[i], (qmm_weight **const *)wl, ncopies, &args, (double)nk);
     }
     if (!b->no_float) {
         qmm_engine_id fe[QMM_ENGINE_MAX];
@@ -361,10 +409,7 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
             if (r) snprintf(r->reason, sizeof r->reason, "refused: %s", why);
         }
         for (int i = 0; i < nf; i++)
-            for (int l = 0; l < b->n_layouts; l++) {
-                row *r = add_row(b, sh, KIND_W8A16, fe[i], b->layouts[l]);
-                if (r) time_row(b, ctx, wl[b->layouts[l]], ncopies, &args, r, (double)nk);
-            }
+            time_layouts(b, ctx, sh, KIND_W8A16, fe[i], (qmm_weight **const *)wl, ncopies, &args, (double)nk);
         /* float weights (free the int8 copies first: memory) */
         for (int c = 0; c < ncopies * LAYOUT_COUNT; c++) { qmm_weight_destroy(w[c]); w[c] = NULL; }
         for (int kind = KIND_BF16; kind <= KIND_F32; kind++) {
@@ -465,6 +510,7 @@ static void print_json(const bench *b) {
         json_str("amx_blocking", r->regime && *r->regime ? bls : "");
         printf("\"repeats\": %d, \"weight_copies\": %d, ", r->repeats, r->copies);
         json_num("median_ms", r->median_ms, 0);
+        json_num("min_ms", r->min_ms, 0);
         json_num("tops", r->tops, 0);
         json_num("peak_tops", r->peak_tops, 0);
         json_num("pct_peak", r->pct_peak, 0);
