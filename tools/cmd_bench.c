@@ -202,8 +202,8 @@ static int cmp_double(const void *a, const void *b) {
  * w[j] (rotated through ncopies): a first call each, then the repeats with the rows' calls in
  * turn (in the given order on even repeats, reversed on odd ones), so that a shared machine's
  * slow moments fall on both; fills the rows (median and minimum). */
-static void time_rows(bench *b, qmm_context *ctx, int n, qmm_weight **const w[], int ncopies, qmm_linear_args *args,
-                      row *const r[], double weight_bytes) {
+static void time_rows(bench *b, qmm_context *ctx, int n, qmm_weight **w[], int ncopies, qmm_linear_args *args,
+                      row *r[], double weight_bytes) {
     qmm_engine_id e = r[0]->engine;
     char why[QMM_REASON_MAX];
     double warm = 0, warm_t[LAYOUT_COUNT] = {0}, warm_cpu[LAYOUT_COUNT] = {0};
@@ -285,14 +285,14 @@ static void time_rows(bench *b, qmm_context *ctx, int n, qmm_weight **const w[],
 /* Times engine e on the weights (rotated through ncopies); fills the row. */
 static void time_row(bench *b, qmm_context *ctx, qmm_weight **w, int ncopies, qmm_linear_args *args, row *r,
                      double weight_bytes) {
-    qmm_weight **const ws[1] = {w};
-    row *const rs[1] = {r};
+    qmm_weight **ws[1] = {w};
+    row *rs[1] = {r};
     time_rows(b, ctx, 1, ws, ncopies, args, rs, weight_bytes);
 }
 
 /* The layouts' rows of engine e and kind, timed together (time_rows: calls in turn) */
 static void time_layouts(bench *b, qmm_context *ctx, const qmm_bench_shape *sh, int kind, qmm_engine_id e,
-                         qmm_weight **const wl[], int ncopies, qmm_linear_args *args, double weight_bytes) {
+                         qmm_weight **wl[], int ncopies, qmm_linear_args *args, double weight_bytes) {
     qmm_weight **ws[LAYOUT_COUNT];
     row *rs[LAYOUT_COUNT];
     int n = 0;
@@ -301,7 +301,7 @@ static void time_layouts(bench *b, qmm_context *ctx, const qmm_bench_shape *sh, 
         if (!rs[n]) continue;
         ws[n++] = wl[b->layouts[l]];
     }
-    if (n) time_rows(b, ctx, n, (qmm_weight **const *)ws, ncopies, args, (row *const *)rs, weight_bytes);
+    if (n) time_rows(b, ctx, n, ws, ncopies, args, rs, weight_bytes);
 }
 
 /* The engines of one kind, best first (the library's order, qmm_engine_get_info); or every
@@ -397,7 +397,7 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
     const int n_int8 = engines_of_kind(QMM_KIND_INT8, k_int8);
     for (int i = 0; i < n_int8; i++) {
         if (b->engines && !(b->engines & (1u << k_int8[i]))) continue;
-        time_layouts(b, ctx, sh, KIND_INT8, k_int8[i], (qmm_weight **const *)wl, ncopies, &args, (double)nk);
+        time_layouts(b, ctx, sh, KIND_INT8, k_int8[i], wl, ncopies, &args, (double)nk);
     }
     if (!b->no_float) {
         qmm_engine_id fe[QMM_ENGINE_MAX];
@@ -409,7 +409,7 @@ static void bench_shape(bench *b, qmm_context *ctx, const qmm_bench_shape *sh) {
             if (r) snprintf(r->reason, sizeof r->reason, "refused: %s", why);
         }
         for (int i = 0; i < nf; i++)
-            time_layouts(b, ctx, sh, KIND_W8A16, fe[i], (qmm_weight **const *)wl, ncopies, &args, (double)nk);
+            time_layouts(b, ctx, sh, KIND_W8A16, fe[i], wl, ncopies, &args, (double)nk);
         /* float weights (free the int8 copies first: memory) */
         for (int c = 0; c < ncopies * LAYOUT_COUNT; c++) { qmm_weight_destroy(w[c]); w[c] = NULL; }
         for (int kind = KIND_BF16; kind <= KIND_F32; kind++) {

@@ -2,7 +2,7 @@
  * avx_vnni_rows.c — the avx_vnni engine's rows regime at 9 <= M <= 32 (int8_gemm.h: a borrowed
  * weight, the caller's rows read in place, each byte once; qmm_qd8_qc8w_rows_ukernel_m9to32__avxvnni_bcast:
  * the broadcast template of avx_vnni_bcast.h on int8 rows), and the token copy it and the W4A8
- * family's 9..32 kernel read (qmm_avx_vnni_rows_ap_bytes / _fill). Built with -mavxvnni.
+ * family's 9..24 kernel read (qmm_avx_vnni_rows_ap_bytes / _fill). Built with -mavxvnni.
  */
 #include "avx_vnni_bcast.h"
 #include "ukernels.h"

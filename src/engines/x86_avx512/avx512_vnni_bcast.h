@@ -36,7 +36,7 @@ enum { QMM_BC_PAD = 0, QMM_BC_SUMS = 1, QMM_BC_GIVEN = 2 }; /* the correction: a
 enum {
     QMM_BC_RMAX = 8,  /* the most rows of W per step */
     QMM_K16_R = 4,    /* the k16 form's most: 4·R accumulators, R row sums, 4 zmm of ap */
-    QMM_BC_PF = 2048  /* the prefetch distance per row stream, bytes (into L2; 2 KiB measured 2-3 % faster than 4 KiB at M = 16, bench/NOTES.md) */
+    QMM_BC_PF = 2048  /* the prefetch distance per row stream, bytes, into L2 (measured: bench/NOTES.md) */
 };
 
 /* acc += Σ4 u8(a) · s8(the 4 bytes at p, broadcast to every lane) */
