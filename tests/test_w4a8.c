@@ -358,6 +358,12 @@ static void force_regime(int want) {
 }
 
 static void check_amx_emulated(int64_t M, int64_t N, int64_t K) {
+    const uint32_t need = QMM_CPU_AVX512F | QMM_CPU_AVX512BW | QMM_CPU_AVX512VL | QMM_CPU_AVX512DQ;
+    if ((qmm_cpu_features() & need) != need) { /* the emulated objects are built with the AVX-512 flags */
+        static int said;
+        if (!said++) tu_skip("amx_int8 (emulated)", "the emulated build's epilogues are AVX-512; CPU lacks it");
+        return;
+    }
     layer L;
     layer_random(&L, M, N, K, tu_rand_int(0, 1) ? 4 : 6);
     const qmm_w4a8_desc d = layer_desc(&L);
