@@ -20,7 +20,11 @@
  *   h1  S = 1 + h1 % 70;  h2  Skv = 1 + h2 % 140;  h3  D = 1 + h3 % 80 (h3 & 128: D = 128)
  *   h4  q, kv, out dtype: h4 % 3, (h4 / 3) % 3, (h4 / 9) % 3 (f32, f16, bf16)
  *   h5  layouts of q, k, v, out: 2 bits each (dense, [B,S,H·D], padded tokens, free strides)
- *   h6  mask: h6 % 4 (none, bool, f32, bf16); its broadcast bits (h6 >> 2) & 7; key stride 1 or 2
+ *   h6  mask: h6 % 4 (none, bool, f32, bf16); its broadcast bits (h6 >> 2) & 7; key stride 1 or 2;
+ *       h6 & 64 (a mask, k and v in layouts 0..2): key padding — the keys j % 3 == 1 masked for
+ *       every row — and every engine's output bit for bit the same with those keys' k × 16 and
+ *       v × 100 (SPEC §10: a key no row attends moves nothing); h6 & 128 (kv f32 or bf16): huge
+ *       finite keys with a tiny scale — k × 2^115, the scale × 2^-115 (the same scores)
  *   h7  mode h7 % 3; scale = 0 (default) or (h7 >> 2) / 16; h7 & 128: a NaN scale
  *   h8  non-finite values: h8 & 1: a value byte 0x80 is NaN; h8 & 2: 0x81 is +Inf, 0x7f -Inf
  *       (in q, k, v and additive masks); h8 & 4: huge extents, Skv = 2^(40 + (h8 >> 3) % 16)
@@ -70,6 +74,21 @@ static float value(uint8_t c) {
     if ((g_nonfinite & 1) && c == 0x80) return NAN;
     if ((g_nonfinite & 2) && (c == 0x81 || c == 0x7f)) return c == 0x81 ? INFINITY : -INFINITY;
     return (float)(int8_t)c / 32.0f;
+}
+
+/* x[i] ×= f in dtype t (exact for powers of two; f16 and bf16 rounded once) */
+static void scale_elem(void *x, qmm_dtype t, int64_t i, float f) {
+    float y = as_f32(x, t, i) * f;
+    if (t == QMM_F32) ((float *)x)[i] = y;
+    else qmm_convert(&y, QMM_F32, (uint16_t *)x + i, t, 1);
+}
+
+/* every value of the keys j % 3 == 1 of x (k or v of a, strides s) × f */
+static void scale_pad_keys(const qmm_attention_args *a, void *x, qmm_dtype t, const int64_t s[3], float f) {
+    for (int64_t b = 0; b < a->B; b++)
+        for (int64_t h = 0; h < a->Hkv; h++)
+            for (int64_t j = 1; j < a->Skv; j += 3)
+                for (int64_t d = 0; d < a->D; d++) scale_elem(x, t, b * s[0] + h * s[1] + j * s[2] + d, f);
 }
 
 static void *values(rd *r, qmm_dtype t, int64_t n) {
@@ -160,9 +179,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         a.mask = mask;
     }
+    /* h6 & 64: key padding (every row masks the keys j % 3 == 1); k, v without shared memory */
+    const int pad = (h6 & 64) && mk && ((h5 >> 2) & 3) < 3 && ((h5 >> 4) & 3) < 3;
+    if (pad)
+        for (int64_t b = 0; b < a.B; b++)
+            for (int64_t h = 0; h < a.H; h++)
+                for (int64_t s = 0; s < a.S; s++)
+                    for (int64_t j = 1; j < a.Skv; j += 3) {
+                        const int64_t i = b * a.mask_stride[0] + h * a.mask_stride[1] + s * a.mask_stride[2] + j * ks;
+                        const float ninf = -INFINITY;
+                        if (mk == 1) ((uint8_t *)mask)[i] = 0;
+                        else if (mk == 2) ((float *)mask)[i] = ninf;
+                        else qmm_convert(&ninf, QMM_F32, (uint16_t *)mask + i, QMM_BF16, 1);
+                    }
     a.mode = (qmm_attn_mode)(h7 % 3);
     a.scale = h7 & 128 ? NAN : (float)((h7 >> 2) & 31) / 16.0f;
     a.q = q; a.k = k; a.v = v;
+    /* h6 & 128: huge finite keys, a tiny scale (k × 2^115, the scale × 2^-115: the same scores) */
+    const int hugek = (h6 & 128) && a.kv_dtype != QMM_F16;
+    if (hugek) {
+        for (int64_t i = 0; i < nk; i++) scale_elem(k, a.kv_dtype, i, 0x1p115f);
+        a.scale = (a.scale == 0.0f ? 1.0f / sqrtf((float)a.D) : a.scale) * 0x1p-115f;
+    }
     /* the reference, dense f32 [B, H, S, D] */
     qmm_attention_args ra = a;
     ra.out = ref; ra.out_dtype = QMM_F32;
@@ -188,6 +226,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         a.engine = info.id;
         memset(out, 0, ob);
         if (qmm_attention(ctx, &a) != QMM_OK) continue; /* refused: this engine does not offer it */
+        if (pad) { /* the padded keys' k and v scaled: not one output bit moves */
+            void *first = malloc(ob + 1);
+            memcpy(first, out, ob);
+            scale_pad_keys(&a, k, a.kv_dtype, a.k_stride, 16.0f);
+            scale_pad_keys(&a, v, a.kv_dtype, a.v_stride, 100.0f);
+            memset(out, 0, ob);
+            const qmm_status st = qmm_attention(ctx, &a);
+            scale_pad_keys(&a, k, a.kv_dtype, a.k_stride, 1.0f / 16.0f);
+            scale_pad_keys(&a, v, a.kv_dtype, a.v_stride, 1.0f / 100.0f);
+            if (st != QMM_OK || memcmp(first, out, ob) != 0) {
+                fprintf(stderr, "fuzz_attention: %s, mode %d: keys every row masks moved the output (%s)\n", info.name,
+                        (int)a.mode, st == QMM_OK ? "other bits" : qmm_last_error());
+                abort();
+            }
+            memcpy(out, first, ob);
+            free(first);
+        }
         for (int64_t b = 0; b < a.B; b++)
             for (int64_t h = 0; h < a.H; h++)
                 for (int64_t s = 0; s < a.S; s++)

@@ -5,6 +5,8 @@
 #   binutils (objdump)             test isa_objects disassembles each engine's objects
 #   clang                          libFuzzer fuzz targets (the corpus replays without it)
 #   libjson-c-dev                  the safetensors JSON header and comfy_quant JSON (maintained parser)
+#   libsimde-dev                   the tests' portable copies of the AVX-512 / AVX-VNNI attention kernels
+#                                  (tests/simde.cmake), so a CPU without them still checks them
 #   openmpi-bin, libopenmpi-dev    tensor parallelism over MPI (qmm builds without it; TP is then absent)
 #   python3, python3-venv          the Python package's venv (scripts/test-python.sh)
 set -euo pipefail
@@ -17,6 +19,7 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v objdump >/dev/null || need+=(binutils)
 command -v clang >/dev/null || need+=(clang)
 pkg-config --exists json-c 2>/dev/null || need+=(libjson-c-dev)
+[ -e /usr/include/simde/x86/avx512.h ] || need+=(libsimde-dev)
 command -v mpirun >/dev/null || need+=(openmpi-bin)
 command -v mpicc >/dev/null || need+=(libopenmpi-dev)
 command -v python3 >/dev/null || need+=(python3)

@@ -11,7 +11,7 @@
  *                |S − ref| <= |sq|·Σ_d |q·k|·(D + 2)·2^-24; int8: the codes read back from the
  *                packed Q row and K block (|code| <= 127, the key sums exact, each code within
  *                one step of the rotated, shifted row / its scale) and S bit for bit
- *                (float)(Σ qq·kq, exact in int64) · sk · sq; keys past Skv score 0;
+ *                (float)(Σ qq·kq, exact in int64) · (sk · sq); keys past Skv score 0;
  *   pv           O = O·α + ps·Σ_j P·V on random O, α, ps (one of them 1, or ps = 0) and P of the
  *                engine's kind: f32 and bf16 V against v (bf16: rounded) in double within
  *                (nk + 4)·2^-24 of Σ |terms|; int8 V against its codes and scales read back
@@ -39,6 +39,17 @@
 #include "../src/engines/x86_amx/amx_emu.h"
 extern const qmm_engine_ops qmm_amx_bf16_ops_emu; /* amx_bf16.c, emulated: .attn its descriptor */
 extern const qmm_engine_ops qmm_amx_int8_ops_emu; /* amx_int8.c, emulated: .attn (mode int8) */
+#endif
+
+#ifdef QMM_TEST_SIMDE /* tests/simde.cmake: the AVX-512 and AVX-VNNI attention files on SIMDe */
+extern const qmm_attn_ukernels qmm_avx512_f32_attn_simde, qmm_avx512_bf16_attn_simde, qmm_avx512_vnni_attn_simde,
+    qmm_avx_vnni_attn_simde;
+void qmm_attn_softmax_f32__avx512_simde(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                                        const void *mask, void *P, float *m, float *l, float *alpha, float *ps);
+void qmm_attn_softmax_bf16__avx512_simde(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                                         const void *mask, void *P, float *m, float *l, float *alpha, float *ps);
+void qmm_attn_softmax_u8__avx512_simde(const qmm_attn_call *c, int rows, const float *S, int64_t nk, int64_t nv,
+                                       const void *mask, void *P, float *m, float *l, float *alpha, float *ps);
 #endif
 
 #include <float.h>
@@ -96,6 +107,22 @@ static double engine_case(const engine *e, int64_t D, char *where_worst, size_t 
                 const int64_t i = j * (D + kpad) + d;
                 qmm_store_f(k, kvt, i, qmm_load_f(k, kvt, i) + 3.0f);
             }
+    /* a third of the cases: a quarter of the keys not live (no row attends them), 10^4 times the
+     * others (f16: 100 times, within its range): they must move neither the key shift nor a V
+     * block's scales */
+    uint8_t *live = NULL;
+    if (tu_rand_int(0, 2) == 0 && Skv > 0) {
+        live = malloc((size_t)Skv);
+        for (int64_t j = 0; j < Skv; j++) {
+            live[j] = tu_rand_int(0, 3) != 0;
+            for (int64_t d = 0; d < D && !live[j]; d++) {
+                const int64_t i = j * (D + kpad) + d;
+                const float big = kvt == QMM_F16 ? 100.0f : 1e4f;
+                qmm_store_f(k, kvt, i, qmm_load_f(k, kvt, i) * big);
+                qmm_store_f(v, kvt, i, qmm_load_f(v, kvt, i) * big);
+            }
+        }
+    }
     qmm_attn_call c = {.B = 1, .H = 1, .Hkv = 1, .S = rows, .Skv = Skv, .D = D, .q = q, .q_dtype = qt,
                        .qs = {0, 0, D}, .k = k, .v = v, .kv_dtype = kvt, .ks = {0, 0, D + kpad},
                        .vs = {0, 0, D + kpad}, .scale = 0.25f + (float)tu_rand_int(0, 4) * 0.125f};
@@ -113,12 +140,12 @@ static double engine_case(const engine *e, int64_t D, char *where_worst, size_t 
     memset(kv, 0xa5, kvbytes); /* every byte the engine reads must be written by pack_kv */
     memset(Q, 0, (size_t)u->mr * qb);
     if (u->begin) u->begin();
-    u->pack_kv(&c, k, v, kv);
+    u->pack_kv(&c, k, v, live, kv);
     for (int i = 0; i < rows; i++) u->pack_q(&c, (const char *)q + (size_t)(i * D) * qes, Q + (size_t)i * qb, &sq[i]);
     for (int i = rows; i < u->mr; i++) sq[i] = 0.0f;
     /* the operands as the engine rounds them */
     float mean[QMM_ATTN_MAX_D] = {0};
-    if (u->p != QMM_ATTN_P_F32) qmm_attn_key_mean(&c, k, mean);
+    if (u->p != QMM_ATTN_P_F32) qmm_attn_key_mean(&c, k, live, mean);
     double worst = 0;
     char where[160] = "";
     for (int i = 0; i < rows && !e->int8; i++)
@@ -154,7 +181,7 @@ static double engine_case(const engine *e, int64_t D, char *where_worst, size_t 
                     }
                     if (ks != ksum)
                         qk_ok = TU_CHECK(0, "%s: key %lld: sum of codes %lld, stored %d", e->name, (long long)j, (long long)ks, ksum);
-                    const float want = ((float)(int32_t)dot * sk) * sq[i];
+                    const float want = (float)(int32_t)dot * (sk * sq[i]);
                     if (qk_ok && !(got == want || (got != got && want != want))) {
                         qk_ok = TU_CHECK(0, "%s D=%lld: S[%d][%lld] = %.9g, want %.9g (Σ qq·kq = %lld)", e->name, (long long)D, i,
                                          (long long)j, got, want, (long long)dot);
@@ -233,7 +260,7 @@ static double engine_case(const engine *e, int64_t D, char *where_worst, size_t 
             if (O[x] != 12345.0f) pv_ok = TU_CHECK(0, "%s: pv wrote O[%lld] past its %d rows", e->name, (long long)x, rows);
         for (int i = 0; i < rows && pv_ok; i++)
             for (int64_t d = 0; d < D && pv_ok; d++) {
-                double acc = 0, mag = 0;
+                double acc = 0, mag = 0, vmax = 0; /* vmax: the block's live keys' max |v| in channel d */
                 const char *vb8 = V + (size_t)blk * vb;
                 for (int64_t jj = 0; jj < nk; jj++) {
                     const int64_t j = j0 + jj;
@@ -242,7 +269,8 @@ static double engine_case(const engine *e, int64_t D, char *where_worst, size_t 
                         const int vq = ((const int8_t *)vb8)[((jj / 4) * dp + d) * 4 + jj % 4];
                         const float vs = ((const float *)(vb8 + nk * dp))[d];
                         vv = vq * (double)vs * 255.0; /* P's 1/255 is in p_val */
-                        if (j < Skv && vs == vs) {
+                        if (j < Skv && (!live || live[j])) vmax = fmax(vmax, fabs(qmm_load_f(v, kvt, j * (D + kpad) + d)));
+                        if (j < Skv && vs == vs && (!live || live[j])) {
                             const double want = qmm_load_f(v, kvt, j * (D + kpad) + d);
                             if (!(fabs(vq * (double)vs * 255.0 - want) <= 0.51 * vs * 255.0 + 1e-6 * fabs(want)))
                                 pv_ok = TU_CHECK(0, "%s: v[%lld][%lld] code %d · %g, value %g", e->name, (long long)j, (long long)d,
@@ -250,6 +278,9 @@ static double engine_case(const engine *e, int64_t D, char *where_worst, size_t 
                         } else if (j >= Skv) {
                             if (vq != 0) pv_ok = TU_CHECK(0, "%s: padding key %lld has a V code %d", e->name, (long long)j, vq);
                         }
+                        if (jj == nk - 1 && !(fabs(vs * 255.0 * 127.0 - vmax) <= 1e-6 * vmax))
+                            pv_ok = TU_CHECK(0, "%s: block %lld channel %lld: V scale %g, want the live keys' max |v| %g / 127",
+                                             e->name, (long long)blk, (long long)d, vs * 255.0 * 127.0, vmax);
                     } else if (j < Skv) {
                         vv = qmm_load_f(v, kvt, j * (D + kpad) + d);
                         if (u->p != QMM_ATTN_P_F32) vv = qmm_bf16_to_f32(qmm_f32_to_bf16((float)vv));
@@ -280,6 +311,7 @@ static double engine_case(const engine *e, int64_t D, char *where_worst, size_t 
     free(q);
     free(k);
     free(v);
+    free(live);
     return worst;
 }
 
@@ -287,7 +319,12 @@ static double engine_case(const engine *e, int64_t D, char *where_worst, size_t 
 static const struct { qmm_attn_softmax_fn f; qmm_attn_p_kind p; } g_softmax[] = {
     {qmm_attn_softmax_f32__avx512, QMM_ATTN_P_F32}, {qmm_attn_softmax_bf16__avx512, QMM_ATTN_P_BF16},
     {qmm_attn_softmax_u8__avx512, QMM_ATTN_P_U8},   {qmm_attn_softmax_f32__avx2, QMM_ATTN_P_F32},
-    {qmm_attn_softmax_u8__avx2, QMM_ATTN_P_U8}};
+    {qmm_attn_softmax_u8__avx2, QMM_ATTN_P_U8},
+#ifdef QMM_TEST_SIMDE
+    {qmm_attn_softmax_f32__avx512_simde, QMM_ATTN_P_F32}, {qmm_attn_softmax_bf16__avx512_simde, QMM_ATTN_P_BF16},
+    {qmm_attn_softmax_u8__avx512_simde, QMM_ATTN_P_U8},
+#endif
+};
 
 static void test_engine(const engine *e) {
     const int n = g_quick ? 6 : 20;
@@ -501,9 +538,77 @@ static void test_softmax(const softmax_uk *k) {
     tu_note("%s: %d groups of 1..16 rows over 1..4 blocks (nk %d..64)", k->name, n, k->nk_step);
 }
 
+/* ---------------------------------------------------------------- live keys, the key shift */
+/* qmm_attn_live_keys against every mask row read one by one, on masks of each dtype whose key
+ * padding (keys no row attends) and scattered masked entries (keys some rows attend) are random,
+ * with broadcast strides; then qmm_attn_key_mean over the live keys against an f64 mean */
+static void test_live_keys(void) {
+    const int n = g_quick ? 40 : 200;
+    static const qmm_dtype mts[] = {QMM_U8, QMM_F32, QMM_F16, QMM_BF16};
+    for (int r = 0; r < n; r++) {
+        const qmm_dtype mt = mts[tu_rand_int(0, 3)];
+        const int64_t Hkv = tu_rand_int(1, 2), group = tu_rand_int(1, 3), H = Hkv * group, B = tu_rand_int(1, 2);
+        const int64_t S = tu_rand_int(1, 40), Skv = tu_rand_int(1, 100), D = tu_rand_int(1, 40);
+        const int64_t ms[4] = {tu_rand_int(0, 1) * H * S * Skv, tu_rand_int(0, 1) * S * Skv, tu_rand_int(0, 1) * Skv, 1};
+        const size_t mes = qmm_dtype_size(mt);
+        char *mask = calloc((size_t)(B * H * S * Skv), mes);
+        uint8_t *pad = malloc((size_t)Skv), *live = malloc((size_t)Skv);
+        for (int64_t j = 0; j < Skv; j++) pad[j] = tu_rand_int(0, 3) == 0;
+        const int dense = (int)tu_rand_int(0, 2); /* 0: most entries masked, so some keys only by chance */
+        for (int64_t i = 0; i < B * H * S * Skv; i++) {
+            const int64_t j = i % Skv;
+            const int off = pad[j] || (dense ? tu_rand_int(0, 7) == 0 : tu_rand_int(0, 7) != 0);
+            if (mt == QMM_U8) ((uint8_t *)mask)[i] = off ? 0 : (uint8_t)tu_rand_int(1, 255);
+            else qmm_store_f(mask, mt, i, off ? -INFINITY : (float)tu_rand_int(-3, 3));
+        }
+        float *k = malloc((size_t)(Skv * D) * sizeof(float));
+        for (int64_t i = 0; i < Skv * D; i++) k[i] = tu_rand_normal() * (pad[i / D] ? 1e6f : 1.0f) + 5.0f;
+        qmm_attn_call c = {.B = B, .H = H, .Hkv = Hkv, .S = S, .Skv = Skv, .D = D, .k = k, .kv_dtype = QMM_F32,
+                           .ks = {0, 0, D}, .mask = mask, .mask_dtype = mt, .ms = {ms[0], ms[1], ms[2], ms[3]}};
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t hk = 0; hk < Hkv; hk++) {
+                const int64_t dead = qmm_attn_live_keys(&c, b, hk, live);
+                int64_t want_dead = 0, ok = 1;
+                for (int64_t j = 0; j < Skv; j++) {
+                    int att = 0;
+                    for (int64_t g = 0; g < group; g++)
+                        for (int64_t i = 0; i < S; i++) {
+                            const int64_t e = b * ms[0] + (hk * group + g) * ms[1] + i * ms[2] + j;
+                            att |= mt == QMM_U8 ? ((const uint8_t *)mask)[e] != 0 : qmm_load_f(mask, mt, e) != -INFINITY;
+                        }
+                    want_dead += !att;
+                    ok &= dead == 0 || (live[j] != 0) == att; /* 0 returned: every key live, live[] unread */
+                }
+                TU_CHECK(ok && dead == want_dead, "live keys: mask %s B=%lld H=%lld Hkv=%lld S=%lld Skv=%lld strides %lld,%lld,%lld:"
+                         " %lld keys not live, want %lld", qmm_dtype_name(mt), (long long)B, (long long)H, (long long)Hkv,
+                         (long long)S, (long long)Skv, (long long)ms[0], (long long)ms[1], (long long)ms[2], (long long)dead,
+                         (long long)want_dead);
+                float mean[QMM_ATTN_MAX_D];
+                qmm_attn_key_mean(&c, k, dead ? live : NULL, mean);
+                for (int64_t d = 0; d < D; d++) {
+                    double sum = 0;
+                    int64_t cnt = 0;
+                    for (int64_t j = 0; j < Skv; j++)
+                        if (!dead || live[j]) { sum += k[j * D + d]; cnt++; }
+                    const float want = cnt ? (float)(sum / (double)cnt) : 0.0f;
+                    if (!(fabsf(mean[d] - want) <= 1e-6f * fabsf(want) + 1e-6f)) {
+                        TU_CHECK(0, "key mean over the live keys: d %lld %g, want %g", (long long)d, mean[d], want);
+                        break;
+                    }
+                }
+            }
+        free(mask);
+        free(pad);
+        free(live);
+        free(k);
+    }
+    tu_note("qmm_attn_live_keys, qmm_attn_key_mean: %d random masks (bool, f32, f16, bf16; broadcast strides)", n);
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_attn_ukernels");
     g_quick = getenv("QMM_TEST_QUICK") != NULL;
+    test_live_keys();
     char why[QMM_REASON_MAX];
     const int avx512 = qmm_engine_available(QMM_ENGINE_AVX512_F32, why, sizeof why);
     char why512[QMM_REASON_MAX];
@@ -566,6 +671,21 @@ int main(int argc, char **argv) {
     }
 #else
     tu_skip("amx_bf16, amx_int8 (emulated)", "this build has no emulated AMX objects (tests/amx_emu.cmake)");
+#endif
+#ifdef QMM_TEST_SIMDE /* the same files on SIMDe (tests/simde.cmake): checked on every CPU */
+    {
+        const softmax_uk ks[] = {{"qmm_attn_softmax_f32__avx512 (SIMDe)", qmm_attn_softmax_f32__avx512_simde, QMM_ATTN_P_F32, 16},
+                                 {"qmm_attn_softmax_bf16__avx512 (SIMDe)", qmm_attn_softmax_bf16__avx512_simde, QMM_ATTN_P_BF16, 16},
+                                 {"qmm_attn_softmax_u8__avx512 (SIMDe)", qmm_attn_softmax_u8__avx512_simde, QMM_ATTN_P_U8, 16}};
+        for (size_t i = 0; i < 3; i++) test_softmax(&ks[i]);
+        const engine es[] = {{"avx512_f32 (SIMDe)", &qmm_avx512_f32_attn_simde, 0},
+                             {"avx512_bf16 (SIMDe)", &qmm_avx512_bf16_attn_simde, 0},
+                             {"avx512_vnni (SIMDe)", &qmm_avx512_vnni_attn_simde, 1},
+                             {"avx_vnni (SIMDe)", &qmm_avx_vnni_attn_simde, 1}};
+        for (size_t i = 0; i < 4; i++) test_engine(&es[i]);
+    }
+#else
+    tu_skip("the AVX-512 and AVX-VNNI attention ukernels on SIMDe", "this build has no SIMDe objects (libsimde-dev, tests/simde.cmake)");
 #endif
     return tu_finish();
 }

@@ -7,7 +7,7 @@
  *         (the key mean of qmm_attn_key_mean, qmm_rotate_f32, the quantization in scalar C): Q's
  *         bytes and sq bit for bit, and every score of every K block bit for bit — the model
  *         takes the exact int32 dot product and then the kernel's float operations in the
- *         kernel's order, ((float)(Σ (qq+128)·kq − 128·Σ kq) · sk) · sq; rows past `rows`
+ *         kernel's order, (float)(Σ (qq+128)·kq − 128·Σ kq) · (sk · sq); rows past `rows`
  *         untouched. Hostile rows too: a non-finite key, query element or value (NaN scales),
  *         keys of magnitude 1e-39 (codes through the 2^64 pre-scale);
  *   pv    pack_kv + pv against the model's V codes and scales: the exact int32 Σ pq·vq, then
@@ -168,7 +168,7 @@ static void kase_make(kase *K, int64_t D, int64_t Skv, int64_t rows, qmm_dtype k
 
 static void kase_pack(kase *K) {
     memset(K->kv, 0xa5, K->bytes);
-    U->pack_kv(&K->c, K->k, K->v, K->kv);
+    U->pack_kv(&K->c, K->k, K->v, NULL, K->kv);
 }
 
 static void kase_free(kase *K) {
@@ -200,7 +200,7 @@ static void qk_case(int64_t D, int64_t Skv, int rows, qmm_dtype kvt, qmm_dtype q
              dt_name(kvt), dt_name(qt), hostile);
     /* the mean in extra, as qmm_attn_key_mean writes it */
     float mean[QMM_ATTN_MAX_D];
-    qmm_attn_key_mean(c, K.k, mean);
+    qmm_attn_key_mean(c, K.k, NULL, mean);
     const float *xm = (const float *)(K.kv + (size_t)K.nblk * (K.kb + K.vb));
     int ok = 1;
     for (int64_t d = 0; d < D; d++) ok &= same_f(xm[d], mean[d]);
@@ -232,7 +232,7 @@ static void qk_case(int64_t D, int64_t Skv, int rows, qmm_dtype kvt, qmm_dtype q
             for (int i = 0; i < rows; i++) {
                 int32_t dot = 0;
                 for (int64_t d = 0; d < K.Dq; d++) dot += (int32_t)Q[i * qb + d] * kq[d];
-                const float want = ((float)(dot - 128 * ks) * sk) * sq[i];
+                const float want = (float)(dot - 128 * ks) * (sk * sq[i]);
                 if (!same_f(S[i * nk + j], want)) {
                     bad = j;
                     TU_CHECK(0, "%s: block %lld row %d key %lld: %.9g, model %.9g", what, (long long)b, i,

@@ -5,7 +5,8 @@
  * mr rows and the softmax ukernel on ⌊16 / mr⌋ groups at once (P and the rows' state m, l, α,
  * ps), then pv per group; and the
  * store of O / l in out's dtype; and the key shift of the engines that quantize k
- * (qmm_attn_key_mean). Plain C; the ukernels carry the ISA.
+ * (qmm_attn_key_mean) over the keys some row attends (qmm_attn_live_keys, per kv head of a
+ * masked call, before it is packed). Plain C; the ukernels carry the ISA.
  */
 #include "attention.h"
 #include "numerics.h"
@@ -18,6 +19,7 @@ typedef struct {
     const qmm_attn_ukernels *u;
     char *scratch;             /* T × per_thread bytes */
     size_t per_thread, kv_bytes;
+    size_t live_bytes;         /* after the packed head: the live keys (Skv bytes), 0: not needed */
     /* a tile's rows within the thread's scratch (after the packed head): Q, S, P, O, the row
      * state (sq, m, l, α, ps: mqp floats each) and the engine's ws */
     size_t q_off, s_off, p_off, o_off, f_off, ws_off;
@@ -109,27 +111,66 @@ static void attn_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t b = kvh / c->Hkv, hk = kvh % c->Hkv, h = hk * j->group + g;
     char *kv = j->scratch + (size_t)thread * j->per_thread;
     if (j->packed[thread] != kvh) {
+        uint8_t *live = j->live_bytes ? (uint8_t *)kv + j->kv_bytes : NULL;
+        if (live && !qmm_attn_live_keys(c, b, hk, live)) live = NULL; /* every key attended */
         j->u->pack_kv(c, at(c->k, c->kv_dtype, b * c->ks[0] + hk * c->ks[1]),
-                      at(c->v, c->kv_dtype, b * c->vs[0] + hk * c->vs[1]), kv);
+                      at(c->v, c->kv_dtype, b * c->vs[0] + hk * c->vs[1]), live, kv);
         j->packed[thread] = kvh;
     }
     const int64_t mq = j->u->mq, r0 = t * mq, rows = c->S - r0 < mq ? c->S - r0 : mq;
     const void *q = at(c->q, c->q_dtype, b * c->qs[0] + h * c->qs[1] + r0 * c->qs[2]);
     const char *mask = c->mask ? at(c->mask, c->mask_dtype, b * c->ms[0] + h * c->ms[1] + r0 * c->ms[2]) : NULL;
     char *out = (char *)c->out + (b * c->os[0] + h * c->os[1] + r0 * c->os[2]) * (int64_t)qmm_dtype_size(c->out_dtype);
-    attn_tile(j, kv, q, rows, mask, out, kv + j->kv_bytes);
+    attn_tile(j, kv, q, rows, mask, out, kv + j->kv_bytes + j->live_bytes);
 }
 
 static void attn_begin(int thread, void *arg) { (void)thread; ((const attn_job *)arg)->u->begin(); }
 static void attn_end(int thread, void *arg) { (void)thread; ((const attn_job *)arg)->u->end(); }
 
-void qmm_attn_key_mean(const qmm_attn_call *c, const void *k, float *mean) {
+/* a mask row's keys (n of them, stride st elements) that it attends → live[j] = 1 */
+static void live_row(const qmm_attn_call *c, const char *row, int64_t n, int64_t st, uint8_t *live) {
+    switch (c->mask_dtype) { /* one loop per dtype: attend = nonzero (bool), not −inf (additive) */
+    case QMM_U8: {
+        const uint8_t *x = (const uint8_t *)row;
+        for (int64_t j = 0; j < n; j++) live[j] |= x[j * st] != 0;
+        break;
+    }
+    case QMM_F32: {
+        const uint32_t *x = (const uint32_t *)row;
+        for (int64_t j = 0; j < n; j++) live[j] |= x[j * st] != 0xff800000u;
+        break;
+    }
+    default: { /* f16, bf16: −inf is 0xfc00 and 0xff80 */
+        const uint16_t *x = (const uint16_t *)row, ninf = c->mask_dtype == QMM_BF16 ? 0xff80u : 0xfc00u;
+        for (int64_t j = 0; j < n; j++) live[j] |= x[j * st] != ninf;
+        break;
+    }
+    }
+}
+
+int64_t qmm_attn_live_keys(const qmm_attn_call *c, int64_t b, int64_t hk, uint8_t *live) {
+    const int64_t group = c->H / c->Hkv, mes = (int64_t)qmm_dtype_size(c->mask_dtype);
+    const int64_t nh = c->ms[1] ? group : 1, nr = c->ms[2] ? c->S : 1; /* the distinct rows */
+    memset(live, 0, (size_t)c->Skv);
+    for (int64_t g = 0; g < nh; g++)
+        for (int64_t i = 0; i < nr; i++) {
+            const char *row = (const char *)c->mask + (b * c->ms[0] + (hk * group + g) * c->ms[1] + i * c->ms[2]) * mes;
+            live_row(c, row, c->Skv, c->ms[3], live);
+            if ((i & 15) == 15 && !memchr(live, 0, (size_t)c->Skv)) return 0; /* every key live */
+        }
+    int64_t dead = 0;
+    for (int64_t j = 0; j < c->Skv; j++) dead += !live[j];
+    return dead;
+}
+
+void qmm_attn_key_mean(const qmm_attn_call *c, const void *k, const uint8_t *live, float *mean) {
     const int64_t D = c->D;
     const size_t es = qmm_dtype_size(c->kv_dtype);
     double sum[QMM_ATTN_MAX_D] = {0};
     float row[QMM_ATTN_MAX_D];
     int64_t n = 0;
     for (int64_t j = 0; j < c->Skv; j++) {
+        if (live && !live[j]) continue; /* no row attends it */
         const char *kr = (const char *)k + j * c->ks[2] * (int64_t)es;
         const uint16_t *h = (const uint16_t *)kr;
         switch (c->kv_dtype) { /* the row in f32, one loop per dtype (the compiler vectorizes them) */
@@ -157,7 +198,9 @@ qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm
     attn_job j = {.c = c, .u = u, .mqp = mqp, .dp = dp, .nblk = c->Skv / u->nk + (c->Skv % u->nk != 0)};
     const size_t kvb = scratch_part(qmm_attn_blocks_bytes(c->Skv, u->nk, u->kb_bytes(D) + u->vb_bytes(D),
                                                               u->extra_bytes ? u->extra_bytes(D) : 0));
-    QMM_RETURN_IF(kvb == SIZE_MAX, QMM_ERR_UNSUPPORTED,
+    /* a masked call's live keys, for the engines whose packing forms numbers across keys */
+    const size_t lvb = c->mask && u->live_keys ? scratch_part((size_t)c->Skv) : 0;
+    QMM_RETURN_IF(kvb == SIZE_MAX || lvb == SIZE_MAX, QMM_ERR_UNSUPPORTED,
                   "attention: a kv head of Skv=%lld keys of D=%lld packs into more than 2^40 bytes per thread",
                   (long long)c->Skv, (long long)c->D);
     /* a tile's rows: D <= QMM_ATTN_MAX_D and mq, nk, ws small (no overflow) */
@@ -170,11 +213,12 @@ qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm
     j.o_off = tb; tb += scratch_part((size_t)(mqp * dp) * sizeof(float));
     j.f_off = tb; tb += scratch_part((size_t)(5 * mqp) * sizeof(float));
     j.ws_off = tb; tb += scratch_part(u->ws_bytes);
-    QMM_RETURN_IF(kvb + tb > QMM_ATTN_MAX_SCRATCH, QMM_ERR_UNSUPPORTED,
+    QMM_RETURN_IF(kvb + lvb + tb > QMM_ATTN_MAX_SCRATCH, QMM_ERR_UNSUPPORTED,
                   "attention: a kv head of Skv=%lld keys of D=%lld packs into more than 2^40 bytes per thread",
                   (long long)c->Skv, (long long)c->D);
     j.kv_bytes = kvb;
-    j.per_thread = kvb + tb;
+    j.live_bytes = lvb;
+    j.per_thread = kvb + lvb + tb;
     size_t all;
     QMM_RETURN_IF(!qmm_mul_ok(j.per_thread, (size_t)T, &all) || all > SIZE_MAX - 64 * (size_t)T,
                   QMM_ERR_UNSUPPORTED, "attention: scratch of %d threads overflows", T);

@@ -58,8 +58,12 @@
  * where l = 0 (every key so far masked), NaN where l is NaN (an unmasked NaN score). */
 typedef enum qmm_attn_p_kind { QMM_ATTN_P_F32, QMM_ATTN_P_BF16, QMM_ATTN_P_U8 } qmm_attn_p_kind;
 
-/* One kv head (k, v: its row 0, token strides c->ks[2], c->vs[2]) → kv, laid out as above. */
-typedef void (*qmm_attn_pack_kv_fn)(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+/* One kv head (k, v: its row 0, token strides c->ks[2], c->vs[2]) → kv, laid out as above.
+ * live: NULL where every key takes part, else live[j] != 0 for the keys j < Skv that some query
+ * row of the call attends (qmm_attn_live_keys); the numbers pack_kv forms across keys (the key
+ * shift, a block's V scales) read the live keys only, so a key the mask excludes from every row
+ * cannot move any output (its own codes still pack: its scores are masked, its P is 0). */
+typedef void (*qmm_attn_pack_kv_fn)(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live, void *kv);
 /* One query row (q: the row, in c->q_dtype) → Q (q_bytes(D)) and *sq, the row's score factor:
  * the row's scores are sq · (the engine's product of Q and a key) — log2(e) · c->scale times the
  * row's quantization scale where Q is quantized; NaN where the row holds a non-finite value and
@@ -114,6 +118,8 @@ typedef struct qmm_attn_ukernels {
     int mr;                    /* rows per qk, softmax and pv call, <= 16 */
     int pad_rows;              /* see above (AMX: 16-row tiles) */
     int64_t nk, mq, dalign;    /* keys per block; query rows per task; O's row multiple */
+    int live_keys;             /* pack_kv forms numbers across keys (a key shift, V block scales):
+                                  the driver gives it the live keys of a masked call */
     size_t (*kb_bytes)(int64_t D), (*vb_bytes)(int64_t D), (*extra_bytes)(int64_t D), (*q_bytes)(int64_t D);
     size_t ws_bytes;
     qmm_attn_pack_kv_fn pack_kv;
@@ -132,12 +138,20 @@ static inline size_t qmm_attn_blocks_bytes(int64_t Skv, int64_t nk, size_t block
     return b + extra;
 }
 
+/* The keys of kv head hk of batch b that some query row of the call attends (c->mask set):
+ * live[j] = 1 where a row of a query head of the kv head's group has a bool mask value other
+ * than 0 or an additive one other than −inf at key j (NaN included: it makes its row NaN), else
+ * 0. Reads each distinct mask row once (a stride 0 broadcasts) and stops once every key is live.
+ * Returns the number of keys that are not live. Plain C; deterministic. */
+int64_t qmm_attn_live_keys(const qmm_attn_call *c, int64_t b, int64_t hk, uint8_t *live);
+
 /* The shift the bf16 and int8 engines subtract from every key of one kv head before rounding
- * (k: its row 0, token stride c->ks[2]): mean[0..D) = the mean of the keys whose every element
- * is finite, summed in f64 (no overflow for any f32 keys) and rounded to f32 once; 0 where no
- * key is finite. Non-finite keys (whose scores are NaN or ±Inf in every engine) and the keys
- * a mask excludes cannot move it out of the finite keys' range. Plain C; deterministic. */
-void qmm_attn_key_mean(const qmm_attn_call *c, const void *k, float *mean);
+ * (k: its row 0, token stride c->ks[2]): mean[0..D) = the mean of the keys that are live (live
+ * NULL: every key) and whose every element is finite, summed in f64 (no overflow for any f32
+ * keys) and rounded to f32 once; 0 where no such key. Non-finite keys (whose scores are NaN or
+ * ±Inf in every engine) and the keys a mask excludes from every row cannot move it; a key that
+ * only some rows attend moves it within the finite keys' range. Plain C; deterministic. */
+void qmm_attn_key_mean(const qmm_attn_call *c, const void *k, const uint8_t *live, float *mean);
 
 /* The engines' micro-kernels take their row count as a constant (their accumulators then stay in
  * registers): QMM_ATTN_BY_ROWS(rows, K, ...) calls K(r, ...) with the constant r = rows, 1..6. */

@@ -138,7 +138,7 @@ void qmm_attn_softmax_u8__avx2(const qmm_attn_call *c, int rows, const float *S,
 
 /* x86_avx512/avx512_f32_attn.c: f32 K [D][64] and V [64][Dp] blocks, FMA */
 extern const qmm_attn_ukernels qmm_avx512_f32_attn;
-void qmm_f32_attn_pack_kv__avx512f(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+void qmm_f32_attn_pack_kv__avx512f(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live, void *kv);
 void qmm_f32_attn_pack_q__avx512f(const qmm_attn_call *c, const void *q, void *Q, float *sq);
 void qmm_f32_attn_qk_ukernel_6x64__avx512f(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
                                            float *S);
@@ -146,7 +146,7 @@ void qmm_f32_attn_pv_ukernel_6x64__avx512f(int rows, const void *P, const float 
                                            const void *vblk, int64_t D, float *O, void *ws);
 /* x86_avx512/avx512_bf16_attn.c: bf16 K [Dp/2][64][2] and V [32][Dp][2] blocks, VDPBF16PS */
 extern const qmm_attn_ukernels qmm_avx512_bf16_attn;
-void qmm_bf16_attn_pack_kv__avx512bf16(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+void qmm_bf16_attn_pack_kv__avx512bf16(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live, void *kv);
 void qmm_bf16_attn_pack_q__avx512bf16(const qmm_attn_call *c, const void *q, void *Q, float *sq);
 void qmm_bf16_attn_qk_ukernel_6x64__avx512bf16(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
                                                float *S);
@@ -155,7 +155,7 @@ void qmm_bf16_attn_pv_ukernel_6x64__avx512bf16(int rows, const void *P, const fl
 /* x86_avx512/avx512_vnni_attn.c (mode int8): rotated int8 K [Dq/4][64][4] with key sums and
  * scales, int8 V [16][Dp][4] with channel scales, VPDPBUSD */
 extern const qmm_attn_ukernels qmm_avx512_vnni_attn;
-void qmm_qs8_attn_pack_kv__avx512vnni(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+void qmm_qs8_attn_pack_kv__avx512vnni(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live, void *kv);
 void qmm_qs8_attn_pack_q__avx512vnni(const qmm_attn_call *c, const void *q, void *Q, float *sq);
 void qmm_qs8_attn_qk_ukernel_6x64c4__avx512vnni(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
                                                 float *S);
@@ -163,7 +163,7 @@ void qmm_qu8_qs8_attn_pv_ukernel_6x64c4__avx512vnni(int rows, const void *P, con
                                                     const void *vblk, int64_t D, float *O, void *ws);
 /* x86_avx2/avx2_f32_attn.c: f32 K [D][32] and V [32][Dp] blocks (Dp = D rounded up to 8), FMA ymm */
 extern const qmm_attn_ukernels qmm_avx2_f32_attn;
-void qmm_f32_attn_pack_kv__avx2_fma(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+void qmm_f32_attn_pack_kv__avx2_fma(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live, void *kv);
 void qmm_f32_attn_pack_q__avx2_fma(const qmm_attn_call *c, const void *q, void *Q, float *sq);
 void qmm_f32_attn_qk_ukernel_6x32__avx2_fma(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
                                             float *S);
@@ -172,7 +172,7 @@ void qmm_f32_attn_pv_ukernel_6x16__avx2_fma(int rows, const void *P, const float
 /* x86_avx2/avx_vnni_attn.c (mode int8): rotated int8 K [Dq/4][32][4] with key sums and scales,
  * int8 V [8][Dp][4] with channel scales (Dp = D rounded up to 8), VPDPBUSD ymm */
 extern const qmm_attn_ukernels qmm_avx_vnni_attn;
-void qmm_qs8_attn_pack_kv__avxvnni(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+void qmm_qs8_attn_pack_kv__avxvnni(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live, void *kv);
 void qmm_qs8_attn_pack_q__avxvnni(const qmm_attn_call *c, const void *q, void *Q, float *sq);
 void qmm_qs8_attn_qk_ukernel_6x32c4__avxvnni(int rows, const void *Q, const float *sq, const void *kblk, int64_t D,
                                              float *S);

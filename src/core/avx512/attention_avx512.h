@@ -56,13 +56,14 @@ static inline __attribute__((always_inline)) void qmm_za_pv_store(float *o, cons
  * broadcast q pair, and 16 consecutive pair rows one AMX B tile at a row stride of NK·4 bytes),
  * then nblk V blocks [NK/2][Dp][2] (per key pair and 16 of D one zmm against a broadcast p pair;
  * 16 consecutive key-pair rows one AMX B tile at a row stride of Dp·4 bytes). */
-static inline void qmm_za_pack_kv_bf16(const qmm_attn_call *c, const void *k, const void *v, void *kv, int64_t Dp) {
+static inline void qmm_za_pack_kv_bf16(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live, void *kv,
+                                       int64_t Dp) {
     const int64_t D = c->D, NK = QMM_ZA_NK, nblk = (c->Skv + NK - 1) / NK;
     const size_t es = qmm_dtype_size(c->kv_dtype);
     uint16_t *K = kv, *V = (uint16_t *)kv + nblk * Dp * NK;
     uint16_t kr16[QMM_ATTN_MAX_D + 32], vr16[QMM_ATTN_MAX_D + 32];
     float mean[QMM_ATTN_MAX_D + 32] = {0};
-    qmm_attn_key_mean(c, k, mean);
+    qmm_attn_key_mean(c, k, live, mean);
     for (int64_t j = 0; j < nblk * NK; j++) {
         for (int64_t d = 0; d < Dp; d += 16) {
             __m512 kx = _mm512_setzero_ps(), vx = _mm512_setzero_ps();

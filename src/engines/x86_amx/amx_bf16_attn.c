@@ -40,8 +40,9 @@ static int64_t dp_of(int64_t D) { return qmm_round_up(D, 32); }
 static size_t kb_bytes(int64_t D) { return (size_t)(dp_of(D) * NK) * 2; }
 static size_t q_bytes(int64_t D) { return (size_t)dp_of(D) * 2; }
 
-void QMM_AMX_SYM(qmm_bf16_attn_pack_kv__amx)(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
-    qmm_za_pack_kv_bf16(c, k, v, kv, dp_of(c->D));
+void QMM_AMX_SYM(qmm_bf16_attn_pack_kv__amx)(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live,
+                                             void *kv) {
+    qmm_za_pack_kv_bf16(c, k, v, live, kv, dp_of(c->D));
 }
 
 void QMM_AMX_SYM(qmm_bf16_attn_pack_q__amx)(const qmm_attn_call *c, const void *q, void *Q, float *sq) {
@@ -127,7 +128,7 @@ static void tiles_end(void) { QMM_AMX_SYM(qmm_amx_tiles_release)(); }
 
 const qmm_attn_ukernels QMM_AMX_SYM(qmm_amx_bf16_attn) = {
     .name = "amx_bf16 (bf16 tiles 16x64, bf16 P)", .p = QMM_ATTN_P_BF16, .mr = 16, .pad_rows = 1, .nk = NK,
-    .mq = QMM_ZA_MQ, .dalign = 32, .kb_bytes = kb_bytes, .vb_bytes = kb_bytes, .q_bytes = q_bytes,
+    .mq = QMM_ZA_MQ, .dalign = 32, .live_keys = 1, .kb_bytes = kb_bytes, .vb_bytes = kb_bytes, .q_bytes = q_bytes,
     .ws_bytes = 16 * 64 * sizeof(float),
     .pack_kv = QMM_AMX_SYM(qmm_bf16_attn_pack_kv__amx), .pack_q = QMM_AMX_SYM(qmm_bf16_attn_pack_q__amx),
     .qk = QMM_AMX_SYM(qmm_bf16_attn_qk_ukernel_16x64__amx), .softmax = qmm_attn_softmax_bf16__avx512,

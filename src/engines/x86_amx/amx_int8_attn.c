@@ -14,7 +14,7 @@
  *   QKᵀ per K block of 64 keys:   tmm0..3 = int32 sums of keys 0-15, ..., 48-63;
  *     per 64 of Dq: tmm4 = Q (16 rows × 64 u8, row stride Dq), tmm6/7 = 16 key quads × 16 keys
  *     (row stride 256 bytes), 4 TDPBUSD; stored into S as int32, then in place
- *     s = (sum − 128·Σ_d kq) · sk · sq.
+ *     s = (sum − 128·Σ_d kq) · (sk · sq).
  *   P·V per V block and 64 of Dp: tmm0..3 = 16 rows × 16 channels each; tmm4 = P (16 rows × 64
  *     keys u8, row stride 64), tmm6/7 = 16 key quads × 16 channels (row stride Dp·4 bytes), one
  *     TDPBUSD per C tile covers the block's 64 keys; stored into the thread's workspace, then
@@ -63,7 +63,7 @@ void QMM_AMX_SYM(qmm_qs8_attn_qk_ukernel_16x64c4__amx)(int rows, const void *Q, 
         const __m512 skz = _mm512_loadu_ps(sk + 16 * z);
         for (int i = 0; i < rows; i++) {
             const __m512 s = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(Si + i * NK + 16 * z), corr));
-            _mm512_storeu_ps(S + i * NK + 16 * z, _mm512_mul_ps(_mm512_mul_ps(s, skz), _mm512_set1_ps(sq[i])));
+            _mm512_storeu_ps(S + i * NK + 16 * z, _mm512_mul_ps(s, _mm512_mul_ps(skz, _mm512_set1_ps(sq[i]))));
         }
     }
 }
@@ -122,7 +122,7 @@ static size_t q_bytes(int64_t D) { return qmm_avx512_vnni_attn.q_bytes(D); }
 
 const qmm_attn_ukernels QMM_AMX_SYM(qmm_amx_int8_attn) = {
     .name = "amx_int8 (int8 tiles 16x64c4, u8 P)", .p = QMM_ATTN_P_U8, .mr = 16, .pad_rows = 1, .nk = NK,
-    .mq = QMM_ZA_MQ, .dalign = 16, .kb_bytes = kb_bytes, .vb_bytes = vb_bytes, .extra_bytes = extra_bytes,
+    .mq = QMM_ZA_MQ, .dalign = 16, .live_keys = 1, .kb_bytes = kb_bytes, .vb_bytes = vb_bytes, .extra_bytes = extra_bytes,
     .q_bytes = q_bytes, .ws_bytes = 16 * 64 * sizeof(int32_t),
     .pack_kv = qmm_qs8_attn_pack_kv__avx512vnni, .pack_q = qmm_qs8_attn_pack_q__avx512vnni,
     .qk = QMM_AMX_SYM(qmm_qs8_attn_qk_ukernel_16x64c4__amx), .softmax = qmm_attn_softmax_u8__avx512,

@@ -133,7 +133,8 @@ void QMM_AMX_SYM(qmm_amx_tiles_release)(void);
  * rows × 64 keys (qk) and 16 rows × 64 of D (pv) on bf16 tiles, called between begin and end. */
 struct qmm_attn_ukernels;
 extern const struct qmm_attn_ukernels QMM_AMX_SYM(qmm_amx_bf16_attn);
-void QMM_AMX_SYM(qmm_bf16_attn_pack_kv__amx)(const qmm_attn_call *c, const void *k, const void *v, void *kv);
+void QMM_AMX_SYM(qmm_bf16_attn_pack_kv__amx)(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live,
+                                             void *kv);
 void QMM_AMX_SYM(qmm_bf16_attn_pack_q__amx)(const qmm_attn_call *c, const void *q, void *Q, float *sq);
 void QMM_AMX_SYM(qmm_bf16_attn_qk_ukernel_16x64__amx)(int rows, const void *Q, const float *sq, const void *kblk,
                                                       int64_t D, float *S);

@@ -45,7 +45,8 @@ static void row_f32(const void *x, qmm_dtype t, int64_t D, float *dst) {
     for (int64_t d = 0; d < dp_of(D); d += 8) _mm256_storeu_ps(dst + d, load8((const char *)x + d * (int64_t)es, t, D - d));
 }
 
-void qmm_f32_attn_pack_kv__avx2_fma(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
+void qmm_f32_attn_pack_kv__avx2_fma(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live, void *kv) {
+    (void)live; /* f32 operands: nothing formed across keys */
     const int64_t D = c->D, Dp = dp_of(D), nblk = (c->Skv + NK - 1) / NK;
     const size_t es = qmm_dtype_size(c->kv_dtype);
     float *K = kv, *V = (float *)kv + nblk * D * NK;

@@ -13,7 +13,9 @@
  *   sk[j] = max_d |R k'[j]| / 127, kq = round(R k' · 127 / max) (clamped to ±127); the same per
  *   query row: sq = max_d |R q| / 127 · c->scale · log2(e) (the scores in base 2), Q = qq + 128 u8.
  *   All-zero rows: scale 0, codes 0; a row with a non-finite value: scale NaN, codes 0.
- *   score[i][j] = (Σ_d (qq + 128)·kq − 128·Σ_d kq) · sk[j] · sq[i]   (exact int32, then f32)
+ *   score[i][j] = (Σ_d (qq + 128)·kq − 128·Σ_d kq) · (sk[j] · sq[i])   (exact int32, then f32;
+ *   the two scales multiplied first: a huge key's sk times the sum cannot overflow where the
+ *   score is finite)
  *   per block of 32 keys and channel: sv[d] = max_j |v[j][d]| / 127, vq = round(v · 127 / max)
  *   (a channel with a non-finite value: scale NaN, codes 0); vs = sv / 255 = max / (127·255)
  *   O = O·α + ps · (Σ_j pq[j]·vq[j][d]) · vs[d]   (pq = U(s − block max) ≈ round(255 · 2^(s − block max)), u8)
@@ -172,7 +174,7 @@ static void pack_k(const qmm_attn_call *c, const void *k, char *K, const float *
 }
 
 /* V blocks: per 32 keys and channel, int8 codes and vs = max / (127·255) (see the top) */
-static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
+static void pack_v(const qmm_attn_call *c, const void *v, const uint8_t *live, char *V) {
     const int64_t D = c->D, Dp = dp_of(D), nz = Dp / 8, nblk = (c->Skv + NK - 1) / NK;
     const size_t es = qmm_dtype_size(c->kv_dtype), vbs = vb_bytes(D);
     float row[QMM_ATTN_MAX_D];
@@ -192,7 +194,7 @@ static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
             for (int64_t z = 0; z < nz; z++) {
                 const __m256 x = _mm256_loadu_ps(row + 8 * z);
                 bad[z] = _mm256_or_si256(bad[z], nonfinite(x));
-                amax[z] = _mm256_max_ps(amax[z], abs8(x));
+                if (!live || live[j]) amax[z] = _mm256_max_ps(amax[z], abs8(x)); /* the live keys' max */
             }
         }
         for (int64_t z = 0; z < nz; z++) {
@@ -231,14 +233,14 @@ static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
     }
 }
 
-void qmm_qs8_attn_pack_kv__avxvnni(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
+void qmm_qs8_attn_pack_kv__avxvnni(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live, void *kv) {
     const int64_t D = c->D, nblk = (c->Skv + NK - 1) / NK;
     char *K = kv;
     char *V = K + (size_t)nblk * kb_bytes(D);
     float *mean = (float *)(V + (size_t)nblk * vb_bytes(D));
-    qmm_attn_key_mean(c, k, mean); /* mean[0..D) */
+    qmm_attn_key_mean(c, k, live, mean); /* mean[0..D) */
     pack_k(c, k, K, mean);
-    pack_v(c, v, V);
+    pack_v(c, v, live, V);
 }
 
 void qmm_qs8_attn_pack_q__avxvnni(const qmm_attn_call *c, const void *q, void *Q, float *sq) {
@@ -297,8 +299,8 @@ static inline __attribute__((always_inline)) void qk_16(const int rows, const ui
         const __m256 f = _mm256_set1_ps(sq[i]);
         float *o = S + i * NK + h;
         const __m256i a0 = _mm256_loadu_si256((const __m256i *)o), a1 = _mm256_loadu_si256((const __m256i *)(o + 8));
-        _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(a0, c0)), s0), f));
-        _mm256_storeu_ps(o + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(a1, c1)), s1), f));
+        _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(a0, c0)), _mm256_mul_ps(s0, f)));
+        _mm256_storeu_ps(o + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(a1, c1)), _mm256_mul_ps(s1, f)));
     }
 }
 
@@ -382,6 +384,7 @@ const qmm_attn_ukernels qmm_avx_vnni_attn = {
     .p = QMM_ATTN_P_U8,
     .mr = MR,
     .pad_rows = 0,
+    .live_keys = 1,
     .nk = NK,
     .mq = 192,
     .dalign = DALIGN,

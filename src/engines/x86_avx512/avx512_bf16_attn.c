@@ -23,8 +23,8 @@ static size_t vb_bytes(int64_t D) { return (size_t)(NK * qmm_za_dp(D)) * 2; }
 
 static size_t q_bytes(int64_t D) { return (size_t)qmm_za_dp(D) * 2; }
 
-void qmm_bf16_attn_pack_kv__avx512bf16(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
-    qmm_za_pack_kv_bf16(c, k, v, kv, qmm_za_dp(c->D));
+void qmm_bf16_attn_pack_kv__avx512bf16(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live, void *kv) {
+    qmm_za_pack_kv_bf16(c, k, v, live, kv, qmm_za_dp(c->D));
 }
 
 void qmm_bf16_attn_pack_q__avx512bf16(const qmm_attn_call *c, const void *q, void *Q, float *sq) {
@@ -96,7 +96,7 @@ void qmm_bf16_attn_pv_ukernel_6x64__avx512bf16(int rows, const void *Pv, const f
 
 const qmm_attn_ukernels qmm_avx512_bf16_attn = {
     .name = "avx512_bf16 (bf16 6x64, bf16 P)", .p = QMM_ATTN_P_BF16, .mr = QMM_ZA_MR, .nk = NK, .mq = QMM_ZA_MQ,
-    .dalign = 16, .kb_bytes = kb_bytes, .vb_bytes = vb_bytes, .q_bytes = q_bytes,
+    .dalign = 16, .live_keys = 1, .kb_bytes = kb_bytes, .vb_bytes = vb_bytes, .q_bytes = q_bytes,
     .pack_kv = qmm_bf16_attn_pack_kv__avx512bf16, .pack_q = qmm_bf16_attn_pack_q__avx512bf16,
     .qk = qmm_bf16_attn_qk_ukernel_6x64__avx512bf16, .softmax = qmm_attn_softmax_bf16__avx512,
     .pv = qmm_bf16_attn_pv_ukernel_6x64__avx512bf16};

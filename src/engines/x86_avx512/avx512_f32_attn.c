@@ -20,7 +20,8 @@ static size_t kb_bytes(int64_t D) { return (size_t)(D * NK) * sizeof(float); }
 static size_t vb_bytes(int64_t D) { return (size_t)(NK * qmm_za_dp(D)) * sizeof(float); }
 static size_t q_bytes(int64_t D) { return (size_t)qmm_za_dp(D) * sizeof(float); }
 
-void qmm_f32_attn_pack_kv__avx512f(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
+void qmm_f32_attn_pack_kv__avx512f(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live, void *kv) {
+    (void)live; /* f32 operands: nothing formed across keys */
     const int64_t D = c->D, Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;
     const size_t es = qmm_dtype_size(c->kv_dtype);
     float *K = kv, *V = (float *)kv + nblk * D * NK;

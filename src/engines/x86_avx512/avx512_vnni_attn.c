@@ -13,8 +13,9 @@
  *   qq = round(R q / sq)  (codes clamped to ±127; all-zero rows: scale 0; a query row or key
  *   with a non-finite value: scale NaN, so its scores are NaN — its rows NaN, as an f32 engine's
  *   are, unless a bool mask excludes the key)
- *   score[i][j] = (Σ_d (qq + 128)·kq − 128·Σ_d kq) · sq[i] · sk[j]   (sq carries the call's scale
- *   and log2(e): the softmax runs in base 2)
+ *   score[i][j] = (Σ_d (qq + 128)·kq − 128·Σ_d kq) · (sk[j] · sq[i])   (sq carries the call's
+ *   scale and log2(e): the softmax runs in base 2; the scales multiplied first, so a huge key
+ *   with a tiny scale cannot overflow the product where the score is finite)
  *   per block of 64 keys and query row (the u8 softmax): pq = U(s − the block's max) u8
  *   (attention.h: ≈ round(255 · 2^(s − max))), l from Σ pq / 255;  per block of 64 keys and channel:
  *   sv[d] = max_j |v[j][d]| / 127, vq = round(v / sv) (a channel with a non-finite value: sv NaN);
@@ -118,8 +119,9 @@ static void pack_k(const qmm_attn_call *c, const void *k, char *K, const float *
 }
 
 /* V per block of NK keys and channel: the codes [16][Dp][4] (keys past Skv zero), then
- * vs = max_j |v[j][d]| / 127 over the block's keys [Dp] (NaN for a channel with a non-finite value) */
-static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
+ * vs = max_j |v[j][d]| / 127 over the block's live keys [Dp] (live NULL: every key; NaN for a
+ * channel with a non-finite value in any key: 0 · NaN is NaN, as the reference's sum) */
+static void pack_v(const qmm_attn_call *c, const void *v, const uint8_t *live, char *V) {
     const int64_t D = c->D, Dp = qmm_za_dp(D), nblk = (c->Skv + NK - 1) / NK;
     const size_t es = qmm_dtype_size(c->kv_dtype), vbs = vb_stride(D);
     for (int64_t b = 0; b < nblk; b++) {
@@ -134,7 +136,7 @@ static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
             for (int64_t z = 0; z < Dp / 16; z++) {
                 const __m512 x = qmm_z_load16(vr, c->kv_dtype, 16 * z, qmm_za_lanes(D - 16 * z));
                 bad[z] |= nonfinite(x);
-                amax[z] = _mm512_max_ps(amax[z], _mm512_abs_ps(x));
+                if (!live || live[j]) amax[z] = _mm512_max_ps(amax[z], _mm512_abs_ps(x));
             }
         }
         for (int64_t z = 0; z < Dp / 16; z++) {
@@ -175,16 +177,17 @@ static void pack_v(const qmm_attn_call *c, const void *v, char *V) {
     }
 }
 
-void qmm_qs8_attn_pack_kv__avx512vnni(const qmm_attn_call *c, const void *k, const void *v, void *kv) {
+void qmm_qs8_attn_pack_kv__avx512vnni(const qmm_attn_call *c, const void *k, const void *v, const uint8_t *live,
+                                      void *kv) {
     const int64_t D = c->D, nblk = (c->Skv + NK - 1) / NK;
     char *K = kv;
     char *V = K + (size_t)nblk * kb_stride(D);
     float *mean = (float *)(V + (size_t)nblk * vb_stride(D));
     /* the finite keys' mean (any vector subtracted from every key leaves the softmax as it is;
      * pack_k reads its D values through masks) */
-    qmm_attn_key_mean(c, k, mean);
+    qmm_attn_key_mean(c, k, live, mean);
     pack_k(c, k, K, mean);
-    pack_v(c, v, V);
+    pack_v(c, v, live, V);
 }
 
 /* S[i][0..64) = the block's scores of rows i < rows (see the top) */
@@ -215,7 +218,7 @@ static inline __attribute__((always_inline)) void qk_n(const int rows, const uin
         const __m512 skz = _mm512_loadu_ps(sk + 16 * z);
         for (int i = 0; i < rows; i++) {
             const __m512 s = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i][z], corr));
-            _mm512_storeu_ps(S + i * NK + 16 * z, _mm512_mul_ps(_mm512_mul_ps(s, skz), _mm512_set1_ps(sq[i])));
+            _mm512_storeu_ps(S + i * NK + 16 * z, _mm512_mul_ps(s, _mm512_mul_ps(skz, _mm512_set1_ps(sq[i]))));
         }
     }
 }
@@ -283,6 +286,7 @@ void qmm_qs8_attn_pack_q__avx512vnni(const qmm_attn_call *c, const void *q, void
 
 const qmm_attn_ukernels qmm_avx512_vnni_attn = {
     .name = "avx512_vnni (int8 6x64c4, u8 P)", .p = QMM_ATTN_P_U8, .mr = MR, .nk = NK, .mq = QMM_ZA_MQ, .dalign = 16,
+    .live_keys = 1,
     .kb_bytes = kb_stride, .vb_bytes = vb_stride, .extra_bytes = extra_bytes, .q_bytes = q_bytes,
     .pack_kv = qmm_qs8_attn_pack_kv__avx512vnni, .pack_q = qmm_qs8_attn_pack_q__avx512vnni,
     .qk = qmm_qs8_attn_qk_ukernel_6x64c4__avx512vnni, .softmax = qmm_attn_softmax_u8__avx512,

@@ -25,8 +25,12 @@ enum {
 /* acc += Σ4 u8(a) · s8(b). Inline asm ties acc to one register: gcc 12's builtin adds two zmm
  * moves per VPDPBUSD in loops, which halves the kernel's issue rate. */
 static inline __m512i qmm_vnni_dpbusd(__m512i acc, __m512i a, __m512i b) {
+#ifdef QMM_SIMDE /* the test-only portable build (tests/simde.cmake): the intrinsic, emulated */
+    return _mm512_dpbusd_epi32(acc, a, b);
+#else
     __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
     return acc;
+#endif
 }
 
 /* The outputs of 16 columns n.. of row r from their u8 × s8 sums: acc − 128·cs (cs: Σ_k W[n][k]
