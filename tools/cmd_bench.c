@@ -99,11 +99,14 @@ static void usage(FILE *f) {
                "                 [--layouts packed,borrowed] [--threads T] [--repeats R] [--json] [--quick] [--no-float]\n"
                "                 [--full] [--dram-mb MB]\n"
                "       qmm bench --amx-ladder [--quick]\n"
+               "       qmm bench --peaks [--engines a,b] [--threads T] [--json] [--quick]\n"
                "       qmm bench --w4a8 [--shape MxNxK]... [--engine E] [--bits 4|6] [--group G] [--codebook] (bench/w4a8_bench.c)\n"
                "  default shapes: the performance targets (M=4096 21504x5376 g256, 5376x14336 swiglu;\n"
                "  M=256 5376x5376; M=1 and M=16 28672x5376); --all: every N x K of SPEC §8 at M=256.\n"
                "  --layouts: the int8 weights packed at creation and/or borrowed (the caller's memory, read at every call), side by side.\n"
                "  --regimes: rows for every AMX regime and switch point (amx_int8 also below its min M).\n"
+               "  --peaks: each engine's register-loop peak alone (T ops/s, wall and CPU time; what the rows'\n"
+               "  %% of peak and python -m qmm.bench.attention divide by), best of 3 runs of the loop.\n"
                "  --amx-ladder: amx_int8's ladder of micro-benchmarks (bench/NOTES.md \"## The AMX ladder\"), 1 and 2\n"
                "  threads, with the driver's GEMM, the full layer and avx512_vnni; without AMX it says what is missing.\n"
                "  --quick: a tiny shape, short peak loops and bandwidth buffer (smoke test).\n"
@@ -151,6 +154,34 @@ static double peak_of(bench *b, qmm_engine_id e) {
     }
     b->peak_done[e] = 1;
     return b->peak[e];
+}
+
+/* --peaks: per engine of this CPU (or of --engines), its peak loop alone on b->threads threads:
+ * "engine instruction T/s cpu-T/s" lines, or one JSON object per engine (engine, instruction,
+ * threads, peak_tops, peak_tops_cpu; null and reason where the CPU or build cannot run it) */
+static int engines_of_kind(int kind, qmm_engine_id out[QMM_ENGINE_MAX]);
+static void bench_peaks(bench *b) {
+    qmm_engine_id engines[QMM_ENGINE_MAX];
+    const int n = engines_of_kind(-1, engines);
+    if (!b->json) printf("peaks on %d threads (pinned), %s:\n", b->threads, qmm_cpu_brand());
+    for (int i = 0; i < n; i++) {
+        const qmm_engine_id e = engines[i];
+        if (b->engines && !(b->engines & (1u << e))) continue;
+        const double p = peak_of(b, e), pc = b->peak_cpu[e];
+        if (b->json) {
+            if (p > 0)
+                printf("{\"engine\": \"%s\", \"instruction\": \"%s\", \"threads\": %d, \"peak_tops\": %.4f, "
+                       "\"peak_tops_cpu\": %.4f}\n", qmm_engine_name(e), qmm_peak_instruction(e), b->threads, p, pc);
+            else
+                printf("{\"engine\": \"%s\", \"instruction\": \"%s\", \"threads\": %d, \"peak_tops\": null, "
+                       "\"peak_tops_cpu\": null, \"reason\": \"%s\"}\n", qmm_engine_name(e), qmm_peak_instruction(e),
+                       b->threads, b->peak_why[e]);
+        } else if (p > 0) {
+            printf("  %-12s %-34s %.3f T/s (CPU time: %.3f)\n", qmm_engine_name(e), qmm_peak_instruction(e), p, pc);
+        } else {
+            printf("  %-12s %-34s unavailable: %s\n", qmm_engine_name(e), qmm_peak_instruction(e), b->peak_why[e]);
+        }
+    }
 }
 
 static void measure_dram(bench *b, size_t bytes) {
@@ -557,7 +588,7 @@ int cmd_bench(int argc, char **argv) {
     b.repeats = 3;
     qmm_bench_shape shapes[64];
     size_t n_shapes = 0;
-    int all = 0, regimes = 0, ladder = 0;
+    int all = 0, regimes = 0, ladder = 0, peaks = 0;
     long dram_mb = 0;
     if (argc > 1 && !strcmp(argv[1], "--w4a8")) return qmm_bench_w4a8(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
@@ -569,6 +600,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--all")) all = 1;
         else if (!strcmp(a, "--regimes")) regimes = 1;
         else if (!strcmp(a, "--amx-ladder")) ladder = 1;
+        else if (!strcmp(a, "--peaks")) peaks = 1;
         else if (!strcmp(a, "--no-float")) b.no_float = 1;
         else if (!strcmp(a, "--full")) b.full = 1;
         else if (!strcmp(a, "--shape") && v) {
@@ -648,6 +680,11 @@ int cmd_bench(int argc, char **argv) {
         return 1;
     }
     b.threads = qmm_context_threads(ctx);
+    if (peaks) {
+        bench_peaks(&b);
+        qmm_context_destroy(ctx);
+        return 0;
+    }
     size_t llc = qmm_llc_bytes();
     size_t dram_bytes = dram_mb ? (size_t)dram_mb << 20 : b.quick ? (size_t)16 << 20 : 3 * llc;
     if (!dram_mb && !b.quick) {

@@ -149,6 +149,32 @@ def test_bench_attention_tiny_runs():
     assert r.returncode == 0 and "| sdpa bf16+casts | " in r.stdout and "1.00x" in r.stdout
 
 
+def test_bench_attention_peaks_and_peers():
+    """With the qmm CLI each qmm row carries its engine's register-loop peak (qmm bench --peaks)
+    and the % of it; --peers none leaves the qmm rows alone."""
+    from qmm.bench import attention as ba
+    cli = ba.cli_path()
+    if cli is None:
+        pytest.skip("no qmm CLI (QMM_CLI, PATH, build/qmm)")
+    pk = ba.peaks(2, cli)
+    assert pk and all(v > 0 for v in pk.values()), pk
+    cmd = [sys.executable, "-m", "qmm.bench.attention", "--seq", "40", "--heads", "1", "--dim", "32",
+           "--rounds", "1", "--modes", "f32", "--peers", "none", "--json", "--cli", cli]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(qmm.__file__)))
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    if not qmm.has_attention():
+        return
+    assert rows and all(x["variant"].startswith("qmm ") for x in rows), rows
+    for x in rows:
+        if x["engine"] in pk:
+            assert x["peak_tops"] > 0 and x["pct_peak"] > 0, x
+    bad = subprocess.run(cmd[:-5] + ["sdpa-f64"], capture_output=True, text=True, cwd=ROOT, env=env,
+                         timeout=600)
+    assert bad.returncode == 2 and "--peers" in bad.stderr
+
+
 def test_bench_kitchen_qmm_attention_rows():
     """--attention qmm adds ComfyUI today (eager INT8 + sub_quad), eager INT8 + torch SDPA (the
     best a user configures today) and torch bf16 + SDPA rows and the "vs ComfyUI today" and "vs

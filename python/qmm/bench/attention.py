@@ -15,20 +15,60 @@ ComfyUI hands its attention on a CPU), in one process, on the same CPU threads:
                           (whole key length in one chunk, queries in chunks of 4096), labelled so
 
 Rounds alternate (every variant once per round, in turn) after one warm-up call each; the best
-round is kept. Printed per shape and variant: ms, TFLOP/s (4·B·H·S·Skv·D flops), the speedup
-against sdpa bf16+casts (> 1: faster) and the error against sdpa f32 (max |out − ref| /
-max |v|).
+round is kept. Printed per shape and variant: ms, T ops/s (4·B·H·S·Skv·D: flops, or int8 ops on
+the int8 engines), for a qmm row the % of its engine's peak — the register loop of its core
+instruction that `qmm bench` times (VPDPBUSD zmm for avx512_vnni, FMA for the f32 engines, ...),
+run by `qmm bench --peaks` on the same threads before and after the shapes, the best kept (the
+CLI: --cli, $QMM_CLI, `qmm` on PATH or build/qmm of this checkout; without it "-") — the speedup
+against sdpa f32 and against sdpa bf16+casts (> 1: faster) and the error against sdpa f32
+(max |out − ref| / max |v|).
 
     python -m qmm.bench.attention                    # S 1024, 4096; heads 24, 56; D 128; 3 rounds
     python -m qmm.bench.attention --quick            # S 1024, heads 24, 2 rounds
     python -m qmm.bench.attention --seq 4096 --heads 56 --rounds 5 --json
+    python -m qmm.bench.attention --seq 79567 --heads 1 --modes int8 --peers sdpa-f32 --rounds 2
 Not a test: no thresholds.
 """
 import argparse
 import json
 import math
+import os
+import shutil
+import subprocess
 import sys
 import time
+
+PEERS = ("sdpa-f32", "sdpa-bf16", "sdpa-bf16-casts", "sub-quad")
+
+
+def cli_path(cli=None):
+    """The qmm CLI: --cli, $QMM_CLI, `qmm` on PATH, or build/qmm of the checkout this file is in;
+    None if none exists."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for p in (cli, os.environ.get("QMM_CLI"), shutil.which("qmm"),
+              os.path.normpath(os.path.join(here, "..", "..", "..", "build", "qmm"))):
+        if p and os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def peaks(threads, cli=None, into=None):
+    """{engine name: peak T ops/s} from `qmm bench --peaks --json` on `threads` threads, each the
+    best of `into` (a dict from an earlier call) and this run; {} without the CLI."""
+    into = {} if into is None else into
+    p = cli_path(cli)
+    if not p:
+        return into
+    r = subprocess.run([p, "bench", "--peaks", "--json", "--threads", str(threads)],
+                       capture_output=True, text=True, timeout=600, check=False)
+    for line in r.stdout.splitlines():
+        try:
+            o = json.loads(line)
+        except ValueError:
+            continue
+        if o.get("peak_tops"):
+            into[o["engine"]] = max(into.get(o["engine"], 0.0), float(o["peak_tops"]))
+    return into
 
 
 def _comfy_sub_quad(path):
@@ -50,8 +90,9 @@ def _comfy_sub_quad(path):
     return sub_quad, ""
 
 
-def variants(q, k, v, modes=("best", "f32", "int8"), comfyui=None):
-    """[(name, fn, note)] for the inputs q, k, v (f32); qmm rows only for engines that admit."""
+def variants(q, k, v, modes=("best", "f32", "int8"), comfyui=None, peers=PEERS):
+    """[(name, fn, note)] for the inputs q, k, v (f32); qmm rows only for engines that admit;
+    the peers named in `peers` (PEERS)."""
     import torch
     import torch.nn.functional as F
 
@@ -77,11 +118,17 @@ def variants(q, k, v, modes=("best", "f32", "int8"), comfyui=None):
             notes.append("qmm auto %s: %s" % (mode, p.engine))
     else:
         notes.append("qmm: the loaded libqmm (%s) lacks qmm_attention" % qmm.library_path)
-    qb, kb, vb = q.bfloat16(), k.bfloat16(), v.bfloat16()
-    out.append(("sdpa f32", lambda: F.scaled_dot_product_attention(q, k, v), ""))
-    out.append(("sdpa bf16", lambda: F.scaled_dot_product_attention(qb, kb, vb), "bf16 in/out"))
-    out.append(("sdpa bf16+casts", lambda: F.scaled_dot_product_attention(
-        q.bfloat16(), k.bfloat16(), v.bfloat16()).float(), ""))
+    if "sdpa-f32" in peers:
+        out.append(("sdpa f32", lambda: F.scaled_dot_product_attention(q, k, v), ""))
+    if "sdpa-bf16" in peers:
+        qb, kb, vb = q.bfloat16(), k.bfloat16(), v.bfloat16()
+        out.append(("sdpa bf16", lambda: F.scaled_dot_product_attention(qb, kb, vb), "bf16 in/out"))
+    if "sdpa-bf16-casts" in peers:
+        out.append(("sdpa bf16+casts", lambda: F.scaled_dot_product_attention(
+            q.bfloat16(), k.bfloat16(), v.bfloat16()).float(), ""))
+    if "sub-quad" not in peers:
+        del torch
+        return out, notes
     sq, why = (None, "")
     if comfyui:
         sq, why = _comfy_sub_quad(comfyui)
@@ -96,13 +143,15 @@ def variants(q, k, v, modes=("best", "f32", "int8"), comfyui=None):
     return out, notes
 
 
-def bench(B, H, S, D, rounds, comfyui=None, modes=("best", "f32", "int8"), seed=0):
+def bench(B, H, S, D, rounds, comfyui=None, modes=("best", "f32", "int8"), seed=0, peers=PEERS,
+          peak=None):
+    """Rows (dicts) and notes for one shape; peak: {engine: T ops/s} (peaks()) for the % columns."""
     import torch
     import torch.nn.functional as F
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(B, H, S, D, generator=g) for _ in range(3))
-    vs, notes = variants(q, k, v, modes, comfyui)
-    ref = F.scaled_dot_product_attention(q, k, v).double()
+    vs, notes = variants(q, k, v, modes, comfyui, peers)
+    ref = F.scaled_dot_product_attention(q, k, v).double()    # torch's flash path: no S × S scores
     vmax = v.abs().max().item()
     best = {}
     err = {}
@@ -119,12 +168,17 @@ def bench(B, H, S, D, rounds, comfyui=None, modes=("best", "f32", "int8"), seed=
             del o
             best[name] = min(best.get(name, math.inf), t)
     flops = 4.0 * B * H * S * S * D
-    base = best.get("sdpa bf16+casts")
+    base, f32 = best.get("sdpa bf16+casts"), best.get("sdpa f32")
     rows = []
     for name, _, note in vs:
         t = best[name]
+        eng = name.split()[1] if name.startswith("qmm ") else None
+        pk = (peak or {}).get(eng)
         rows.append({"B": B, "heads": H, "S": S, "Skv": S, "D": D, "variant": name,
-                     "ms": t * 1e3, "tflops": flops / t / 1e12,
+                     "ms": t * 1e3, "tflops": flops / t / 1e12, "tops": flops / t / 1e12,
+                     "engine": eng, "peak_tops": pk,
+                     "pct_peak": (100.0 * flops / t / 1e12 / pk) if pk else None,
+                     "vs_sdpa_f32": (f32 / t) if f32 else None,
                      "vs_sdpa_bf16_casts": (base / t) if base else None,
                      "err_vs_sdpa_f32": err[name], "rounds": rounds, "note": note,
                      "threads": torch.get_num_threads()})
@@ -145,8 +199,15 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="S 1024, heads 24, 2 rounds")
     ap.add_argument("--comfyui", default=None, metavar="PATH",
                     help="a ComfyUI checkout: time its attention_sub_quad itself")
+    ap.add_argument("--peers", default=",".join(PEERS),
+                    help="the torch and ComfyUI rows: any of %s, or none" % ",".join(PEERS))
+    ap.add_argument("--cli", default=None, metavar="PATH", help="the qmm CLI for the peaks")
     ap.add_argument("--json", action="store_true", help="one JSON object per shape and variant")
     a = ap.parse_args(argv)
+    peers = tuple(p for p in a.peers.split(",") if p and p != "none")
+    bad = [p for p in peers if p not in PEERS]
+    if bad:
+        ap.error("--peers: unknown %s (of %s)" % (",".join(bad), ",".join(PEERS)))
     import torch
 
     import qmm
@@ -158,28 +219,41 @@ def main(argv=None):
     rounds = a.rounds or (2 if a.quick else 3)
     modes = tuple(m for m in a.modes.split(",") if m)
     info = qmm.info()
+    pk = peaks(torch.get_num_threads(), a.cli)
     if not a.json:
         print("qmm %s, %s, %d threads; CPU %s" % (info["version"], info["library"],
                                                   torch.get_num_threads(), info["cpu"]))
+        print("peaks (qmm bench --peaks, %s): %s" % (cli_path(a.cli) or "no qmm CLI found", ", ".join(
+            "%s %.3f T/s" % kv for kv in sorted(pk.items())) or "-"))
+    results = []
     for S in seqs:
         for H in heads:
-            rows, notes = bench(a.batch, H, S, a.dim, rounds, a.comfyui, modes)
-            if a.json:
-                for r in rows:
-                    print(json.dumps(r))
-                continue
-            print("\nB=%d heads=%d S=Skv=%d D=%d, f32 in and out, best of %d rounds" % (
-                a.batch, H, S, a.dim, rounds))
-            for n in notes:
-                print("  " + n)
-            print("| variant | ms | TFLOP/s | x sdpa bf16+casts | err vs sdpa f32 |")
-            print("| --- | --- | --- | --- | --- |")
+            results.append((S, H) + bench(a.batch, H, S, a.dim, rounds, a.comfyui, modes, peers=peers,
+                                          peak=pk))
+    pk = peaks(torch.get_num_threads(), a.cli, pk)     # again after the shapes: the best of the run
+    for S, H, rows, notes in results:
+        for r in rows:
+            if r["engine"] and pk.get(r["engine"]):
+                r["peak_tops"] = pk[r["engine"]]
+                r["pct_peak"] = 100.0 * r["tops"] / pk[r["engine"]]
+        if a.json:
             for r in rows:
-                print("| %s | %.1f | %.3f | %s | %.1e |" % (
-                    r["variant"] + (" (%s)" % r["note"] if r["note"] else ""), r["ms"],
-                    r["tflops"], "%.2fx" % r["vs_sdpa_bf16_casts"]
-                    if r["vs_sdpa_bf16_casts"] else "-", r["err_vs_sdpa_f32"]))
-            sys.stdout.flush()
+                print(json.dumps(r))
+            continue
+        print("\nB=%d heads=%d S=Skv=%d D=%d, f32 in and out, best of %d rounds" % (
+            a.batch, H, S, a.dim, rounds))
+        for n in notes:
+            print("  " + n)
+        print("| variant | ms | T ops/s | % of peak | x sdpa f32 | x sdpa bf16+casts | err vs sdpa f32 |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for r in rows:
+            print("| %s | %.1f | %.3f | %s | %s | %s | %.1e |" % (
+                r["variant"] + (" (%s)" % r["note"] if r["note"] else ""), r["ms"], r["tops"],
+                "%.0f %%" % r["pct_peak"] if r["pct_peak"] else "-",
+                "%.2fx" % r["vs_sdpa_f32"] if r["vs_sdpa_f32"] else "-",
+                "%.2fx" % r["vs_sdpa_bf16_casts"] if r["vs_sdpa_bf16_casts"] else "-",
+                r["err_vs_sdpa_f32"]))
+        sys.stdout.flush()
     return 0
 
 
