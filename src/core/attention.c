@@ -26,6 +26,9 @@ typedef struct {
     size_t q_row, p_row;       /* bytes of a Q row and of a P row */
     int64_t mqp, dp, nblk;     /* mq rounded up to mr; O's row; key blocks */
     int64_t *packed;           /* [T] the (b · Hkv + hk) packed in the thread's kv buffer, -1: none */
+    char *shared;              /* fewer kv heads than threads: every kv head packed once, here
+                                  ([B · Hkv] of kv_bytes + live_bytes), before the tiles; else NULL */
+    size_t shared_stride;
     int64_t tiles, group;      /* tiles per query head; query heads per kv head */
     int64_t threads;           /* the pool's */
 } attn_job;
@@ -110,7 +113,11 @@ static void attn_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const int64_t kvh = head / j->group, g = head % j->group;
     const int64_t b = kvh / c->Hkv, hk = kvh % c->Hkv, h = hk * j->group + g;
     char *kv = j->scratch + (size_t)thread * j->per_thread;
-    if (j->packed[thread] != kvh) {
+    char *ts = kv + j->kv_bytes + j->live_bytes; /* the tile's scratch */
+    if (j->shared) {
+        kv = j->shared + (size_t)kvh * j->shared_stride;
+        ts = j->scratch + (size_t)thread * j->per_thread;
+    } else if (j->packed[thread] != kvh) {
         uint8_t *live = j->live_bytes ? (uint8_t *)kv + j->kv_bytes : NULL;
         if (live && !qmm_attn_live_keys(c, b, hk, live)) live = NULL; /* every key attended */
         j->u->pack_kv(c, at(c->k, c->kv_dtype, b * c->ks[0] + hk * c->ks[1]),
@@ -121,7 +128,20 @@ static void attn_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     const void *q = at(c->q, c->q_dtype, b * c->qs[0] + h * c->qs[1] + r0 * c->qs[2]);
     const char *mask = c->mask ? at(c->mask, c->mask_dtype, b * c->ms[0] + h * c->ms[1] + r0 * c->ms[2]) : NULL;
     char *out = (char *)c->out + (b * c->os[0] + h * c->os[1] + r0 * c->os[2]) * (int64_t)qmm_dtype_size(c->out_dtype);
-    attn_tile(j, kv, q, rows, mask, out, kv + j->kv_bytes + j->live_bytes);
+    attn_tile(j, kv, q, rows, mask, out, ts);
+}
+
+/* the shared packing: task kvh = b · Hkv + hk packs that kv head into its slot */
+static void attn_pack_task(int64_t kvh, int64_t n_tasks, int thread, void *arg) {
+    (void)n_tasks; (void)thread;
+    const attn_job *j = arg;
+    const qmm_attn_call *c = j->c;
+    const int64_t b = kvh / c->Hkv, hk = kvh % c->Hkv;
+    char *kv = j->shared + (size_t)kvh * j->shared_stride;
+    uint8_t *live = j->live_bytes ? (uint8_t *)kv + j->kv_bytes : NULL;
+    if (live && !qmm_attn_live_keys(c, b, hk, live)) live = NULL;
+    j->u->pack_kv(c, at(c->k, c->kv_dtype, b * c->ks[0] + hk * c->ks[1]), at(c->v, c->kv_dtype, b * c->vs[0] + hk * c->vs[1]),
+                  live, kv);
 }
 
 static void attn_begin(int thread, void *arg) { (void)thread; ((const attn_job *)arg)->u->begin(); }
@@ -218,18 +238,26 @@ qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm
                   (long long)c->Skv, (long long)c->D);
     j.kv_bytes = kvb;
     j.live_bytes = lvb;
-    j.per_thread = kvb + lvb + tb;
-    size_t all;
-    QMM_RETURN_IF(!qmm_mul_ok(j.per_thread, (size_t)T, &all) || all > SIZE_MAX - 64 * (size_t)T,
+    /* fewer kv heads than threads (one head of a long video, say): each kv head is packed once,
+     * into a slot every thread reads, instead of once per thread (T copies of the same head) */
+    const int64_t nkv = c->B * c->Hkv;
+    const int shared = nkv < T;
+    j.per_thread = shared ? tb : kvb + lvb + tb;
+    j.shared_stride = kvb + lvb;
+    size_t all, sh = 0;
+    QMM_RETURN_IF(!qmm_mul_ok(j.per_thread, (size_t)T, &all) || all > SIZE_MAX - 64 * (size_t)T ||
+                      (shared && (!qmm_mul_ok(j.shared_stride, (size_t)nkv, &sh) || sh > SIZE_MAX - all - 64 * (size_t)T)),
                   QMM_ERR_UNSUPPORTED, "attention: scratch of %d threads overflows", T);
     void *p;
-    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, all + (size_t)T * sizeof(int64_t), &p));
-    j.scratch = p;
+    QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, sh + all + (size_t)T * sizeof(int64_t), &p));
+    j.shared = shared ? (char *)p : NULL;
+    j.scratch = (char *)p + sh;
     j.packed = (int64_t *)(j.scratch + all);
     for (int i = 0; i < T; i++) j.packed[i] = -1;
     j.tiles = (c->S + u->mq - 1) / u->mq;
     j.group = c->H / c->Hkv;
     j.threads = T;
+    if (shared) qmm_pool_run(ctx->pool, nkv, attn_pack_task, &j);
     qmm_pool_run_bracketed(ctx->pool, c->B * c->H * j.tiles, attn_task, u->begin ? attn_begin : NULL,
                            u->end ? attn_end : NULL, &j);
     return QMM_OK;

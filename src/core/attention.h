@@ -17,7 +17,10 @@
  * once and every output row is computed by one task in one fixed order: the bits never depend on
  * the thread count.
  * Scratch: per thread the packed head (O(Skv · D)) + a tile's rows (Q, S, P, O, the row state,
- * the engine's ws: O(mq · (D + nk))), nothing of size S × Skv.
+ * the engine's ws: O(mq · (D + nk))), nothing of size S × Skv. With fewer kv heads (B · Hkv)
+ * than threads, every kv head is packed once, by one task each, into a slot all threads read,
+ * before the tiles run (the same bytes as a thread's own packing: the bits do not change), so a
+ * call on one head of a long video holds one packed head, not one per thread.
  * Sizes: every byte count is computed overflow-checked; qmm_attn_blocks_bytes gives SIZE_MAX
  * where the packed head's size is not representable, and the driver refuses a call whose
  * per-thread scratch passes QMM_ATTN_MAX_SCRATCH (QMM_ERR_UNSUPPORTED naming Skv and D) before
