@@ -107,7 +107,7 @@ def install_attention_default(mode, model_patcher_cls=None):
                 to = self.model_options.setdefault("transformer_options", {})
                 if to.get(ca.KEY) is None:
                     ca.apply(self.model_options, True, mode)
-                ca.bind_layers(self.model)      # the layers' ComfyAttention requests (newer ComfyUI)
+                ca.bind_layers(self.model)  # the layers' ComfyAttention requests
         except Exception as e:   # noqa: BLE001 — never break model loading
             log.debug("qmm: attention default not applied: %s", e)
     __init__._qmm_attention_default = True

@@ -138,7 +138,7 @@ class CrossAttentionStandIn(torch.nn.Module):
     def forward(self, x, transformer_options={}):
         q, k, v = self.to_q(x), self.to_k(x), self.to_v(x)
         self.refs = [weakref.ref(t) for t in (q, k, v)]
-        q, k, v = AttentionTensorContainer(q), AttentionTensorContainer(k), AttentionTensorContainer(v)
+        q, k, v = (AttentionTensorContainer(t) for t in (q, k, v))
         out = optimized_attention(q, k, v, self.heads, attn_precision=None,
                                   preferred_attention=self.comfy_attention,
                                   transformer_options=transformer_options)
