@@ -22,7 +22,11 @@ float32.
 Node "qmm attention": MODEL in, MODEL out, applies (enabled) or removes (disabled) qmm attention
 on that model, whatever its device or the default.
 An older ComfyUI (no wrap_attn) never consults the override: the node then says so and returns
-the model unchanged.
+the model unchanged. The newer ComfyUI (after 0.30): q, k, v may come in AttentionTensorContainers,
+which the override's container_function takes (qmm.comfy.attention, "Containers"); a layer whose
+ComfyAttention asks for comfy_kitchen_int8 runs qmm's mode int8 (unless QMM_ATTENTION or the
+node fixes the mode): the node hooks those layers (qmm.comfy.attention.bind_layers) where it sets
+the override, since wrap_attn does not pass the layer's request to an override.
 
 Node "qmm plan": for the loaded model's INT8 layers, the engine qmm picks for a given number
 of tokens (and every engine's reason when none admits), qmm's counters and the declined calls.
@@ -103,6 +107,7 @@ def install_attention_default(mode, model_patcher_cls=None):
                 to = self.model_options.setdefault("transformer_options", {})
                 if to.get(ca.KEY) is None:
                     ca.apply(self.model_options, True, mode)
+                ca.bind_layers(self.model)  # the layers' ComfyAttention requests
         except Exception as e:   # noqa: BLE001 — never break model loading
             log.debug("qmm: attention default not applied: %s", e)
     __init__._qmm_attention_default = True
@@ -274,6 +279,8 @@ class QmmAttention:
             return (model,)
         m = model.clone()
         ca.apply(m.model_options, bool(enabled), mode)
+        if enabled:
+            ca.bind_layers(getattr(m, "model", None))
         return (m,)
 
 

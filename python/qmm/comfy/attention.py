@@ -28,7 +28,38 @@ Here:
                                     one a model already had) instead of func;
   apply(model_options, enabled, mode)
                                     set / remove it in a MODEL's model_options;
-  declines(), reset_declines()      {reason: count} of the calls qmm passed on.
+  declines(), reset_declines()      {reason: count} of the calls qmm passed on;
+  bind_layers(model), current_layer(), layer_request(layer)
+                                    the newer ComfyUI's per-layer requests (below).
+
+The newer ComfyUI (after 0.30; read in Comfy-Org/ComfyUI comfy/ldm/modules/attention.py at
+05080f60 and comfy/ldm/minimax/model.py at 01a56b76, the containers alone at 82997188 / 2c64d4aa):
+  Containers. A call site (CrossAttention, MiniMax H3's Attention, ...) may pass q, k, v each in
+  an AttentionTensorContainer (.peek(); .take() hands the tensor over and empties it) and keep
+  no reference itself. wrap_attn then calls override.container_function(*args, **kwargs) — no
+  func, the containers as args[:3], _inside_attn_wrapper=True among the kwargs — where the
+  override has that attribute, else takes the tensors and calls override(func, ...) as before.
+  The override of chain() has one: it peeks, makes the checks of the plain path and
+  qmm.attention_plan's (the library's: a plan reads no memory), empties the containers once the
+  call is qmm's and before it allocates the output, and runs the kernel, so
+  that the kernel's own arguments are the last references to q, k, v and they are freed as the
+  kernel returns. Not before: qmm_attention reads q, k, v until it returns and writes into an
+  output that must not overlap them (SPEC §10) — where ComfyUI's kitchen int8 frees them before
+  the output exists, it has quantized them into copies first. Bit for bit the plain path's
+  result. A declined call hands the containers on still full, so that a function with a
+  container_function of its own frees them its way (only a refusal of the kernel itself, after
+  the plan admitted the call, finds them empty: then the tensors go on); where the plain path
+  would call func, this one calls ComfyUI's optimized_attention.
+  Per-layer requests. A layer may keep a ComfyAttention as .comfy_attention (config: the
+  "<prefix>comfy_attention.config" tensor of its checkpoint, JSON {"attention":
+  "comfy_kitchen_int8", ...}; function: ComfyUI's kernel for it where the kitchen runs on
+  ComfyUI's device, else None) and pass it as preferred_attention=; wrap_attn pops that keyword
+  first and runs preferred_attention.function only where no override is set. qmm's override
+  learns the layer from bind_layers' forward hooks (current_layer()): a request for
+  comfy_kitchen_int8 runs qmm's mode "int8" (with int8's give-way rules below) unless the
+  override's mode is fixed; a request qmm has no kernel for goes to the layer's function; a
+  declined call goes to the layer's function where it has one (as wrap_attn without override).
+  ComfyUI 0.30 has neither: no containers reach the override, no layer has a ComfyAttention.
 
 Layouts as ComfyUI's own functions take them: without skip_reshape q is [B, S, heads·D] and k,
 v [B, Skv, heads·D] ([B, Skv, Hkv·D] with enable_gqa=True); with it [B, H, S, D] and
@@ -64,6 +95,7 @@ make_attention gets exactly the caller's arguments.
 import logging
 import operator
 import sys
+import threading
 import weakref
 
 import torch
@@ -151,11 +183,13 @@ def int8_attention_here():
     return _INT8_HERE[0]
 
 
-def _run(b, extra, mode=None):
+def _run(b, extra, mode=None, release=None):
     """qmm for one bound call, or Declined. Checked here: what ComfyUI's signature adds (heads,
     skip_reshape and its layouts, enable_gqa, the 2-D / 3-D mask); every other argument is
     qmm.attention's to check (its ValueError, or the library's refusal as QmmError, is the
-    reason)."""
+    reason). release(), when given, is called once the call passed every check — those made
+    here and qmm.attention_plan's, the library's own — and before the output is allocated (the
+    container protocol empties ComfyUI's containers then)."""
     q, k, v, heads = b["q"], b["k"], b["v"], b["heads"]
     mask = b["mask"]
     for name, t in (("q", q), ("k", k), ("v", v), ("mask", mask)):
@@ -209,14 +243,20 @@ def _run(b, extra, mode=None):
         mode = "f32" if prec == torch.float32 else "best"   # the call site asks for full precision
     if not qmm.has_attention():
         raise Declined("the loaded libqmm lacks qmm_attention (%s)" % qmm.library_path)
-    if b["skip_output_reshape"]:
-        out = torch.empty((B, H, S, D), dtype=q.dtype)
-        view = out
-    else:
-        out = torch.empty((B, S, H * D), dtype=q.dtype)
-        view = out.view(B, S, H, D).transpose(1, 2)
+    scale = extra.get("scale", None)
     try:
-        qmm.attention(q4, k4, v4, mask=mask, scale=extra.get("scale", None), mode=mode, out=view)
+        if release is not None:
+            # the library's and qmm.attention's checks first (a plan reads no memory), so that
+            # a call qmm declines leaves the caller's holders as they were; then they let go
+            qmm.attention_plan(q4, k4, v4, mask=mask, scale=scale, mode=mode)
+            release()
+        if b["skip_output_reshape"]:
+            out = torch.empty((B, H, S, D), dtype=q.dtype)
+            view = out
+        else:
+            out = torch.empty((B, S, H * D), dtype=q.dtype)
+            view = out.view(B, S, H, D).transpose(1, 2)
+        qmm.attention(q4, k4, v4, mask=mask, scale=scale, mode=mode, out=view)
     except qmm.QmmError as e:                     # the library's (ArgumentError included)
         raise Declined("%s: %s" % (e.status_name, e.message)) from None
     except ValueError as e:                       # qmm.attention's own checks
@@ -329,24 +369,172 @@ attention.__doc__ = ("attention(q, k, v, heads, mask=None, attn_precision=None, 
                      "(torch SDPA when ComfyUI is not loaded)")
 
 
+# ---------------------------------------------------------------- the newer ComfyUI's protocols
+def _is_container(x):
+    """Whether x is one of ComfyUI's AttentionTensorContainers (peek(), take())."""
+    return not isinstance(x, torch.Tensor) and hasattr(x, "take") and hasattr(x, "peek")
+
+
+def _taken(args):
+    """args with ComfyUI's containers among the first three replaced by their tensors (taken:
+    the containers are empty afterwards)."""
+    return tuple(a.take() if i < 3 and _is_container(a) else a for i, a in enumerate(args))
+
+
+_LAYERS = threading.local()     # .stack: the ComfyAttention of each layer being run, innermost last
+
+
+def _enter_layer(module, args):
+    st = _LAYERS.__dict__.setdefault("stack", [])
+    st.append(getattr(module, "comfy_attention", None))
+
+
+def _leave_layer(module, args, output):
+    st = _LAYERS.__dict__.get("stack")
+    if st:
+        st.pop()
+
+
+def current_layer():
+    """The ComfyAttention of the layer whose forward runs now (bind_layers' hooks), else None."""
+    st = _LAYERS.__dict__.get("stack")
+    return st[-1] if st else None
+
+
+def _is_comfy_attention(x):
+    """Whether x is a ComfyAttention (comfy.ldm.modules.attention, the newer ComfyUI): the
+    module a layer keeps as .comfy_attention, with .config and .function."""
+    return isinstance(x, torch.nn.Module) and hasattr(x, "config") and hasattr(x, "function")
+
+
+_BOUND = weakref.WeakKeyDictionary()   # model: its number of ComfyAttention layers
+
+
+def bind_layers(model):
+    """Hooks on every module of model (a torch module, or an object whose .model is one) that
+    carries a ComfyAttention as .comfy_attention, so that qmm's override knows the layer it runs
+    for (current_layer()): the newer ComfyUI passes the layer's ComfyAttention to its attention
+    function as preferred_attention=, which wrap_attn removes before it calls an override. A
+    forward pre-hook pushes it, a forward hook (always_call) pops it; each module is hooked once,
+    each model walked once. Returns the number of such modules in model (0 on ComfyUI 0.30)."""
+    root = getattr(model, "model", model) if not isinstance(model, torch.nn.Module) else model
+    if not isinstance(root, torch.nn.Module):
+        return 0
+    if root in _BOUND:
+        return _BOUND[root]
+    n = 0
+    for m in root.modules():
+        if not _is_comfy_attention(getattr(m, "comfy_attention", None)):
+            continue
+        n += 1
+        if _enter_layer in m._forward_pre_hooks.values():     # hooked (a copy of a hooked model)
+            continue
+        m.register_forward_pre_hook(_enter_layer)
+        m.register_forward_hook(_leave_layer, always_call=True)
+    _BOUND[root] = n
+    return n
+
+
+KITCHEN_INT8 = "comfy_kitchen_int8"     # the one method the newer ComfyUI's ComfyAttention reads
+
+
+def layer_request(layer):
+    """The attention method a layer's ComfyAttention asks for ("comfy_kitchen_int8"), else None.
+    ComfyAttention._load_from_state_dict keeps a config ({"attention": method, ...} from the
+    layer's "<prefix>comfy_attention.config" tensor) only for that method, and sets .function
+    to ComfyUI's attention_comfy_kitchen_int8 only where the kitchen's kernel runs on ComfyUI's
+    torch device (CUDA: never on a CPU)."""
+    cfg = getattr(layer, "config", None)
+    return cfg.get("attention") if isinstance(cfg, dict) else None
+
+
+def _layer_choice(layer, mode):
+    """(the mode for this call, a function to hand the call to instead): a request for
+    comfy_kitchen_int8 is qmm's mode "int8" unless the override's mode is fixed (an override is
+    the user's choice and beats a layer's, as in wrap_attn); a request qmm has no kernel for
+    goes to the function ComfyUI loaded for it."""
+    req = layer_request(layer)
+    if req is None:
+        return mode, None
+    if req == KITCHEN_INT8:
+        return (mode if mode is not None else "int8"), None
+    fn = getattr(layer, "function", None)
+    return mode, fn
+
+
+def _fallback(reason, previous, func, layer, args, kwargs):
+    """Where a call qmm declines goes: the previous override; else the layer's own function
+    (what wrap_attn runs for a layer with one when no override is set); else func, the function
+    ComfyUI would have run (None in the container protocol, which does not pass it: ComfyUI's
+    optimized_attention then) — unless that is qmm's own (then make_attention's default).
+    args keep ComfyUI's containers where they are still full; a function that cannot take them
+    gets their tensors."""
+    if previous is not None:
+        if func is None:
+            if hasattr(previous, "container_function") and any(map(_is_container, args[:3])):
+                _decline(reason, "the previous override %s" % _name(previous))
+                return previous.container_function(*args, **kwargs)
+            args, func = _taken(args), _comfy_default() or sdpa_attention
+        _decline(reason, "the previous override %s" % _name(previous))
+        return previous(func, *args, **kwargs)
+    fn = getattr(layer, "function", None)
+    if fn is not None:
+        _decline(reason, "the layer's %s" % _name(fn))
+        return fn(*args, **kwargs)
+    if func is None or _is_own(func):   # no func, or qmm's own function selected in ComfyUI
+        func = _comfy_default() or sdpa_attention
+    if func is sdpa_attention:
+        args = _taken(args)
+    _decline(reason, _name(func))
+    return func(*args, **kwargs)
+
+
 def chain(previous=None, mode=None):
     """An optimized_attention_override for transformer_options: called by ComfyUI's wrap_attn as
     override(func, *args, **kwargs); runs qmm, and passes what qmm does not take to
     previous(func, *args, **kwargs) (an override the model already had) or, without one, to
     func(*args, **kwargs) — the function ComfyUI would have run, unless that is qmm's own (then
-    the default of make_attention). mode as in make_attention."""
+    the default of make_attention). mode as in make_attention.
+
+    The newer ComfyUI (module doc): wrap_attn calls override.container_function(*args, **kwargs)
+    instead where q, k, v come in AttentionTensorContainers; that one takes the tensors out of
+    the containers once the call is qmm's (before the output is allocated), so that the kernel's
+    arguments are the last references (module doc, "Containers"). Both honour the request of
+    the layer being run (current_layer(), bind_layers): comfy_kitchen_int8 runs mode "int8"."""
     def qmm_attention_override(func, *args, **kwargs):
+        layer = current_layer()
+        call_mode, handoff = _layer_choice(layer, mode)
+        if handoff is not None:
+            return handoff(*args, **kwargs)
         b, extra = _bind(args, kwargs)
         try:
-            return _run(b, extra, mode)
+            return _run(b, extra, call_mode)
         except Declined as e:
-            if previous is not None:
-                _decline(str(e), "the previous override %s" % _name(previous))
-                return previous(func, *args, **kwargs)
-            if _is_own(func):            # qmm's own function selected in ComfyUI: its default
-                func = _comfy_default() or sdpa_attention
-            _decline(str(e), _name(func))
-            return func(*args, **kwargs)
+            return _fallback(str(e), previous, func, layer, args, kwargs)
+
+    def container_function(*args, **kwargs):
+        layer = current_layer()
+        call_mode, handoff = _layer_choice(layer, mode)
+        if handoff is not None:         # containers, as wrap_attn hands them to a layer's function
+            return handoff(*args, **kwargs)
+        conts = args[:3]
+        b, extra = _bind(tuple(c.peek() for c in conts) + tuple(args[3:]), kwargs)
+        taken = []
+
+        def release():
+            for c in conts:
+                c.take()
+            taken.append(True)
+        try:
+            return _run(b, extra, call_mode, release)
+        except Declined as e:
+            if taken:                   # the containers are empty: hand on the tensors
+                args = (b["q"], b["k"], b["v"]) + tuple(args[3:])
+            del b
+            return _fallback(str(e), previous, None, layer, args, kwargs)
+
+    container_function.__name__ = container_function.__qualname__ = "qmm_attention_containers"
+    qmm_attention_override.container_function = container_function
     qmm_attention_override.qmm_previous = previous
     qmm_attention_override.qmm_mode = mode
     return qmm_attention_override
