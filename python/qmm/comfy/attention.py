@@ -29,6 +29,7 @@ Here:
   apply(model_options, enabled, mode)
                                     set / remove it in a MODEL's model_options;
   declines(), reset_declines()      {reason: count} of the calls qmm passed on.
+qmm.Cancelled (qmm.cancel(), ComfyUI's interrupt through the node) is raised, never passed on.
 
 Layouts as ComfyUI's own functions take them: without skip_reshape q is [B, S, heads·D] and k,
 v [B, Skv, heads·D] ([B, Skv, Hkv·D] with enable_gqa=True); with it [B, H, S, D] and
@@ -217,6 +218,8 @@ def _run(b, extra, mode=None):
         view = out.view(B, S, H, D).transpose(1, 2)
     try:
         qmm.attention(q4, k4, v4, mask=mask, scale=extra.get("scale", None), mode=mode, out=view)
+    except qmm.Cancelled:                         # qmm.cancel(): the user asked to stop, no fallback
+        raise
     except qmm.QmmError as e:                     # the library's (ArgumentError included)
         raise Declined("%s: %s" % (e.status_name, e.message)) from None
     except ValueError as e:                       # qmm.attention's own checks
