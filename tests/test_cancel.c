@@ -8,8 +8,8 @@
  * the latencies are printed, not asserted tighter); no thread is left (the process's thread count
  * before and after); the next call gives the bits of an uncancelled one. A cancel with nothing in
  * flight changes nothing (returns 0; the next call runs whole, bit-identical); qmm_cancel(NULL)
- * is -1 with a message. QMM_TEST_QUICK=1: smaller calls, fewer rounds (a few seconds, also under
- * ASan, whose leak check covers "no memory lost").
+ * is -1 with a message. QMM_TEST_QUICK=1: smaller calls, fewer rounds, and smaller still under
+ * ASan (its leak check covers "no memory lost"): a few seconds either way.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "testutil.h"
@@ -19,6 +19,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
 
 static double now_s(void) {
     struct timespec ts;
@@ -176,8 +187,10 @@ static void attention_case(qmm_context *ctx, int threads, int64_t S, int rounds)
     free(q); free(k); free(v); free(o);
 }
 
-/* kind 0: an owned int8 weight, 1: a borrowed int8 weight, 2: an f32 weight (the float driver) */
-static void linear_case(qmm_context *ctx, int threads, int kind, int64_t M, int64_t N, int64_t K, int rounds) {
+/* kind 0: an owned int8 weight, 1: a borrowed int8 weight, 2: an f32 weight (the float driver);
+ * N = K */
+static void linear_case(qmm_context *ctx, int threads, int kind, int64_t M, int64_t N, int rounds) {
+    const int64_t K = N;
     static const char *const names[3] = {"linear, owned int8 weight", "linear, borrowed int8 weight", "linear, f32 weight"};
     int8_t *w8 = malloc((size_t)(N * K));
     float *wf = malloc((size_t)(N * K) * 4), *sc = malloc((size_t)N * 4);
@@ -209,15 +222,18 @@ int main(int argc, char **argv) {
              qmm_status_name(QMM_ERR_CANCELLED));
     TU_CHECK(qmm_cancel(NULL) == -1 && strstr(qmm_last_error(), "ctx is NULL"), "qmm_cancel(NULL): %s", qmm_last_error());
     const int rounds = quick ? 3 : 8;
+    const int small = quick && SANITIZED; /* ASan: calls 5-20x slower */
+    const int64_t S = small ? 1024 : quick ? 3072 : 8192, NK = small ? 1024 : 2048;
+    const int64_t M8 = small ? 256 : quick ? 512 : 2048, Mf = small ? 128 : quick ? 256 : 1024;
     for (int threads = 1; threads <= 2; threads++) {
         qmm_context_options o = qmm_context_options_default();
         o.n_threads = threads;
         qmm_context *ctx = NULL;
         if (!TU_CHECK(qmm_context_create(&o, &ctx) == QMM_OK, "context: %s", qmm_last_error())) continue;
-        attention_case(ctx, threads, quick ? 3072 : 8192, rounds);
-        linear_case(ctx, threads, 0, quick ? 512 : 2048, 2048, 2048, rounds);
-        linear_case(ctx, threads, 1, quick ? 512 : 2048, 2048, 2048, rounds);
-        linear_case(ctx, threads, 2, quick ? 256 : 1024, 2048, 2048, rounds);
+        attention_case(ctx, threads, S, rounds);
+        linear_case(ctx, threads, 0, M8, NK, rounds);
+        linear_case(ctx, threads, 1, M8, NK, rounds);
+        linear_case(ctx, threads, 2, Mf, NK, rounds);
         qmm_context_destroy(ctx);
     }
     return tu_finish();
