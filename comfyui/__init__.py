@@ -28,6 +28,12 @@ ComfyAttention asks for comfy_kitchen_int8 runs qmm's mode int8 (unless QMM_ATTE
 node fixes the mode): the node hooks those layers (qmm.comfy.attention.bind_layers) where it sets
 the override, since wrap_attn does not pass the layer's request to an override.
 
+Cancel: ComfyUI's interrupt (comfy.model_management.interrupt_current_processing(True), what the
+Cancel button and /interrupt call) also calls qmm.cancel(), so the qmm call running stops within
+one key block or panel (SPEC §12) instead of running to its end; the cancelled call raises a
+qmm.Cancelled that is also ComfyUI's InterruptProcessingException, so the prompt ends as
+interrupted, not as an error (link_interrupt).
+
 Node "qmm plan": for the loaded model's INT8 layers, the engine qmm picks for a given number
 of tokens (and every engine's reason when none admits), qmm's counters and the declined calls.
 
@@ -154,9 +160,55 @@ def setup_attention():
         log.info("qmm: attention function \"qmm\" registered; no default for CPU models (%s)", e)
 
 
+def _comfy_model_management():
+    """ComfyUI's comfy.model_management if this process runs ComfyUI, else None."""
+    mm = sys.modules.get("comfy.model_management")
+    if mm is None and "comfy" in sys.modules:
+        try:
+            import comfy.model_management as mm
+        except Exception as e:   # noqa: BLE001 — ComfyUI's import, not ours
+            log.debug("qmm: comfy.model_management does not import: %s", e)
+            return None
+    return mm
+
+
+def link_interrupt(mm=None):
+    """Link ComfyUI's interrupt to qmm.cancel(): mm.interrupt_current_processing (mm: ComfyUI's
+    comfy.model_management, by default the loaded one) is wrapped so that setting the flag
+    (value True) also cancels the qmm calls in flight, and cancelled calls raise a class that
+    is both qmm.Cancelled and mm.InterruptProcessingException (qmm.set_cancelled_type). Once
+    per process (a wrapped function is left as it is). Returns True if linked."""
+    mm = mm if mm is not None else _comfy_model_management()
+    orig = getattr(mm, "interrupt_current_processing", None) if mm is not None else None
+    if not callable(orig):
+        return False
+    if getattr(orig, "_qmm_cancel", False):
+        return True
+
+    def interrupt_current_processing(value=True, *args, **kwargs):
+        r = orig(value, *args, **kwargs)
+        if value:
+            try:
+                qmm.cancel()
+            except Exception as e:   # noqa: BLE001 — never break ComfyUI's interrupt
+                log.debug("qmm: qmm.cancel() failed: %s", e)
+        return r
+    interrupt_current_processing._qmm_cancel = True
+    interrupt_current_processing.__wrapped__ = orig
+    interrupt_current_processing.__doc__ = orig.__doc__
+    exc = getattr(mm, "InterruptProcessingException", None)
+    if isinstance(exc, type) and issubclass(exc, BaseException):
+        qmm.set_cancelled_type(type("Interrupted", (qmm.Cancelled, exc), {
+            "__module__": __name__,
+            "__doc__": "A qmm call cancelled by ComfyUI's interrupt: qmm.Cancelled and "
+                       "ComfyUI's InterruptProcessingException."}))
+    mm.interrupt_current_processing = interrupt_current_processing
+    return True
+
+
 def setup():
     """Register the backend (unless QMM_KITCHEN=0) and log the engines, once per process;
-    then qmm attention (setup_attention)."""
+    then qmm attention (setup_attention) and the interrupt's link to qmm.cancel()."""
     global _registered
     if _registered:
         return
@@ -165,6 +217,10 @@ def setup():
         setup_attention()
     except Exception as e:   # noqa: BLE001 — attention is optional; the kitchen backend is not
         log.info("qmm: attention not set up: %s", e)
+    try:
+        link_interrupt()
+    except Exception as e:   # noqa: BLE001 — cancelling is optional
+        log.info("qmm: ComfyUI's interrupt not linked to qmm.cancel(): %s", e)
     engines = qmm.int8_engines_available()
     if os.environ.get("QMM_KITCHEN", "1") == "0":
         log.info("qmm: QMM_KITCHEN=0, comfy-kitchen backend not registered")

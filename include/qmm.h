@@ -25,6 +25,7 @@
  * contexts and threads at once. A qmm_context is used by one thread at a time (it owns the
  * worker threads and the scratch arena of the calls made through it); use one context per
  * calling thread. The counters of a context are read safely while no call is running on it.
+ * The exception: qmm_cancel(ctx) may be called from any thread at any time while ctx exists.
  *
  * Fork: contexts and weights made before fork() keep working in the child (the thread that
  * called fork): a context's worker threads are started again at its next call, and
@@ -64,9 +65,10 @@ typedef enum qmm_status {
     QMM_ERR_FORMAT = 8,               /* malformed file: header, JSON, ranges, shapes, dtypes */
     QMM_ERR_NOT_FOUND = 9,            /* a named tensor/layer is not in the file/model */
     QMM_ERR_DIST = 10,                /* tensor parallelism: collective failed, ranks disagree */
-    QMM_ERR_INTERNAL = 11             /* a bug in qmm: please report the message */
+    QMM_ERR_INTERNAL = 11,            /* a bug in qmm: please report the message */
+    QMM_ERR_CANCELLED = 12            /* qmm_cancel reached the call: its outputs are undefined */
 } qmm_status;
-#define QMM_STATUS_COUNT 12
+#define QMM_STATUS_COUNT 13
 
 const char *qmm_status_name(qmm_status s); /* "QMM_ERR_UNSUPPORTED"; never NULL */
 /* Message of the last failed call made by this thread ("" if none). Valid until the next
@@ -215,6 +217,21 @@ typedef struct qmm_context qmm_context;
 qmm_status qmm_context_create(const qmm_context_options *opt /* NULL: defaults */, qmm_context **out);
 void       qmm_context_destroy(qmm_context *ctx);
 int        qmm_context_threads(const qmm_context *ctx);
+/* Cancels the calls in flight on ctx (SPEC §12): thread-safe, and for a valid ctx
+ * async-signal-safe (an atomic compare-and-swap loop; it waits for no call). The calls it
+ * reaches are qmm_linear and qmm_attention (the short passes qmm_quantize_rows,
+ * qmm_activation_amax and qmm_linear_epilogue run to their end); such a call is in flight from
+ * its entry until it returns;
+ * each one in flight at the moment of the request stops within one key block (qmm_attention),
+ * one panel or tile (qmm_linear) or one task per thread, and returns QMM_ERR_CANCELLED with its
+ * worker threads idle and nothing leaked; its outputs (out, y, token_scales) are then undefined
+ * (partly written). A cancel with no call in flight changes nothing: the next call runs as if
+ * it never happened, and a cancelled call's request ends with it. A call may also finish, and
+ * return QMM_OK with every output written, when the request comes as it returns. Returns 1 if
+ * a call was in flight (it was told to stop), 0 if none was (nothing changed), -1 if ctx is
+ * NULL (qmm_last_error says so). Across a tensor-parallel call (qmm_dist.h) the cancelled rank's
+ * local call fails and every rank returns QMM_ERR_DIST naming it. */
+int        qmm_cancel(qmm_context *ctx);
 int        qmm_context_max_isa(const qmm_context *ctx);
 
 /* The operations a context runs and counts, by pinned id: qmm_linear, qmm_attention. Every id
@@ -458,7 +475,8 @@ qmm_linear_args qmm_linear_args_default(void);
 /* y = epilogue(engine(quantize(rotate(act(x)))) · Wᵀ) per SPEC §1; for a float weight,
  * y = act(x) · Wᵀ + bias on a float engine. M whose byte sizes (M·ldx, M·ldy, the quantized
  * activations M·Kp) overflow int64 is refused with QMM_ERR_UNSUPPORTED. Thread safety: one call
- * at a time per context (see the top of this file); w may be shared. */
+ * at a time per context (see the top of this file); w may be shared. qmm_cancel from another
+ * thread stops it between panels (QMM_ERR_CANCELLED; y and token_scales undefined). */
 qmm_status qmm_linear(qmm_context *ctx, const qmm_weight *w, const qmm_linear_args *args);
 /* The engine that ran the last successful qmm_linear on ctx (AUTO if none yet). */
 qmm_engine_id qmm_last_engine(const qmm_context *ctx);
@@ -583,7 +601,8 @@ typedef struct qmm_attention_args {
 /* Every field zero but mode BEST, engine AUTO, the dtypes F32 and mask_dtype U8. */
 qmm_attention_args qmm_attention_args_default(void);
 /* Runs the attention on the engine dispatch chooses (or args->engine). Errors name the bad
- * argument. Thread safety: one call at a time per context, as qmm_linear. */
+ * argument. Thread safety: one call at a time per context, as qmm_linear. qmm_cancel from
+ * another thread stops it between key blocks (QMM_ERR_CANCELLED; out undefined). */
 qmm_status qmm_attention(qmm_context *ctx, const qmm_attention_args *args);
 /* Which engine would run it, and every engine's reason (pointers may be NULL here). With
  * args->engine named, that engine's verdict decides, as in qmm_attention: engine = it and status

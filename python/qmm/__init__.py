@@ -16,6 +16,11 @@ Rules kept here:
     context is used by one thread at a time); weights are shared by all;
     counters are process-wide; fork()ed children keep working (see context());
   - the GIL is released during every library call (ctypes does so for foreign calls);
+  - qmm.cancel(), from any thread, makes every call through the process context that is
+    running or waiting for it at that moment raise qmm.Cancelled (a QmmError; SPEC §12): a
+    waiting one without running, a running one within one key block or panel, its outputs
+    undefined; a call that starts after it runs normally, and with no call in flight it changes
+    nothing (Context.cancel() does the same for a Context of your own, as qmm_cancel does);
   - no copies of caller memory here: callers pass pointers (torch: data_ptr()); Weight.int8
     makes the library copy and pack a weight once, Weight.borrow_int8 / borrow_w4a8 read the
     caller's memory at every call (what the kitchen backend uses);
@@ -41,12 +46,13 @@ backend) and qmm.comfy (ComfyUI's attention interface), and the benchmarks under
 import ctypes
 import os
 import threading
+import time
 
 from . import _lib as L
 
 __version__ = L.qmm_version_string().decode()
 
-__all__ = ["QmmError", "ArgumentError", "Weight", "Plan", "info", "plan", "counters",
+__all__ = ["QmmError", "ArgumentError", "Cancelled", "cancel", "set_cancelled_type", "Weight", "Plan", "info", "plan", "counters",
            "reset_counters", "profile", "last_engine", "configure", "context", "lock", "threads",
            "library_path", "dtype_code", "act_code", "engine_name", "linear_call", "attention",
            "attention_plan", "has_attention"]
@@ -77,20 +83,46 @@ class ArgumentError(QmmError, ValueError):
     ValueError, its message naming the argument (qmm.attention raises it)."""
 
 
+class Cancelled(QmmError):
+    """A call was cancelled (QMM_ERR_CANCELLED, SPEC §12): qmm.cancel() (the process context) or
+    Context.cancel() came while it ran or waited for the context. Its outputs are undefined
+    (partly written, or untouched when it had not started); the next call runs normally."""
+
+
+_cancelled_type = Cancelled
+
+
+def set_cancelled_type(cls=None):
+    """The class cancelled calls raise from now on: Cancelled or a subclass of it (None:
+    Cancelled). Returns the previous one. The ComfyUI node passes one that is also ComfyUI's
+    InterruptProcessingException, so that a Cancel ends the prompt as an interrupt."""
+    global _cancelled_type
+    cls = Cancelled if cls is None else cls
+    if not (isinstance(cls, type) and issubclass(cls, Cancelled)):
+        raise TypeError("qmm.set_cancelled_type: %r is not a subclass of qmm.Cancelled" % (cls,))
+    prev, _cancelled_type = _cancelled_type, cls
+    return prev
+
+
 def status_name(status):
     return L.qmm_status_name(int(status)).decode()
 
 
+def _error(status, call, cls=QmmError):
+    msg = (L.qmm_last_error() or b"").decode(errors="replace")
+    return (_cancelled_type if status == L.ERR_CANCELLED else cls)(status, msg, call)
+
+
 def _check(status, call):
     if status != L.OK:
-        raise QmmError(status, (L.qmm_last_error() or b"").decode(errors="replace"), call)
+        raise _error(status, call)
 
 
 def _check_arguments(status, call):
     """_check, raising ArgumentError: for calls whose Python layer leaves the argument checks
     to the library."""
     if status != L.OK:
-        raise ArgumentError(status, (L.qmm_last_error() or b"").decode(errors="replace"), call)
+        raise _error(status, call, ArgumentError)
 
 
 def dtype_code(t):
@@ -167,9 +199,26 @@ _profile_on = None         # profile(enable=...) for the process context (None: 
 _carried = L.Counters()    # counters of the process contexts re-made since the last reset
 
 
+# Cancellation of the calls through the process context (qmm.cancel): each call takes a ticket
+# (_cancels) at entry, before it waits for _lock; cancel() bumps _cancels, so a call that finds
+# it changed once it holds the lock was waiting at the request (Cancelled, it does not run), and
+# one that finds it changed when the library returns was running (Cancelled, whatever the
+# library finished). The call in the library is _in_lib (its ticket and context), set and
+# cleared under _cancel_mu; cancel() calls qmm_cancel under _cancel_mu for a call whose ticket
+# is older than the request, and asks again while the library has not yet counted that call in
+# flight (the moment between the ticket check and the library's entry: ctypes lets the GIL go
+# there, so the cancelling thread often runs just then).
+_cancel_mu = threading.RLock()      # re-entrant: cancel() may run in a signal handler
+_cancels = 0
+_in_lib = None             # (ticket, context pointer) of the call in the library, or None
+_pending = 0               # calls between their entry and their return (running or waiting)
+
+
 def _after_fork_in_child():
-    global _lock
+    global _lock, _cancel_mu, _in_lib, _pending
     _lock = threading.RLock()
+    _cancel_mu = threading.RLock()
+    _in_lib, _pending = None, 0
 
 
 if hasattr(os, "register_at_fork"):
@@ -198,6 +247,14 @@ class Context:
         if getattr(self, "ptr", None):
             self._destroy(self.ptr)
             self.ptr = None
+
+    def cancel(self):
+        """qmm_cancel on this context (SPEC §12): its call in flight, if any, stops and raises
+        Cancelled; thread-safe. Returns True if a call was in flight."""
+        if L.qmm_cancel is None:
+            raise QmmError(L.ERR_UNSUPPORTED, "the loaded libqmm (%s) lacks qmm_cancel" % L.PATH,
+                           "qmm_cancel")
+        return L.qmm_cancel(self.ptr) == 1
 
     def raw_counters(self):
         c = L.Counters()
@@ -279,6 +336,66 @@ def context(n_threads=0):
         return c
 
 
+def _process_call(fn, n_threads, call, *args):
+    """fn(context pointer, *args) -> status on the process context (made at first use;
+    n_threads as in context()) under its lock, cancellable by cancel(): raises Cancelled where a
+    cancel() came between this entry and fn's return (or fn returned QMM_ERR_CANCELLED), else
+    returns fn's status."""
+    global _in_lib, _pending
+    with _cancel_mu:
+        ticket = _cancels
+        _pending += 1
+    try:
+        with _lock:
+            c = _proc
+            want = _options["n_threads"] or n_threads
+            if c is None or (want and c.threads != want):
+                c = context(n_threads)
+            with _cancel_mu:
+                if _cancels != ticket:
+                    raise _cancelled_type(L.ERR_CANCELLED, "cancelled by qmm.cancel() while it "
+                                          "waited for the context; it did not run", call)
+                _in_lib = (ticket, c.ptr)
+            st = L.ERR_CANCELLED
+            try:
+                st = fn(c.ptr, *args)
+            finally:
+                with _cancel_mu:
+                    _in_lib = None
+                    late = _cancels != ticket
+    finally:
+        with _cancel_mu:
+            _pending -= 1
+    if late and st in (L.OK, L.ERR_CANCELLED):
+        raise _cancelled_type(L.ERR_CANCELLED, "cancelled by qmm.cancel() while it ran; its "
+                              "outputs are undefined", call)
+    if st == L.ERR_CANCELLED:
+        raise _error(st, call)
+    return st
+
+
+def cancel():
+    """Cancel every call through the process context that is running or waiting for it now
+    (SPEC §12): each raises Cancelled (a QmmError) — a waiting one without running, a running
+    one within one key block (attention) or panel (linear), 50 ms at most on the machines it was
+    measured on, its outputs undefined. Thread-safe; it waits for no call. A call that starts
+    after it runs normally; with no call in flight it changes nothing. Returns True if some call
+    was running or waiting."""
+    global _cancels
+    with _cancel_mu:
+        _cancels += 1
+        mine, some = _cancels, _pending > 0
+    while True:
+        with _cancel_mu:
+            cur = _in_lib
+            if cur is None or cur[0] >= mine or L.qmm_cancel is None:
+                break
+            if L.qmm_cancel(cur[1]) != 0:
+                return True
+        time.sleep(20e-6)      # it has not entered the library yet (or has just left it)
+    return some
+
+
 def linear_call(weight, args, n_threads=0):
     """qmm_linear(ctx, weight, args) on the process context (made at first use; n_threads as in
     context()) under its lock, the GIL released during the call: the hot path of a caller that
@@ -289,12 +406,7 @@ def linear_call(weight, args, n_threads=0):
         ptr = weight.ptr
     else:
         ptr = weight
-    with _lock:
-        c = _proc
-        want = _options["n_threads"] or n_threads
-        if c is None or (want and c.threads != want):
-            c = context(n_threads)
-        st = L.qmm_linear(c.ptr, ptr, ctypes.byref(args))
+    st = _process_call(L.qmm_linear, n_threads, "qmm_linear", ptr, ctypes.byref(args))
     if st != L.OK:
         _check(st, "qmm_linear")
 
@@ -693,8 +805,8 @@ class Weight:
         if ctx is not None:
             st = L.qmm_linear(ctx.ptr, self.ptr, ctypes.byref(args))
         else:
-            with _lock:
-                st = L.qmm_linear(context(n_threads).ptr, self.ptr, ctypes.byref(args))
+            st = _process_call(L.qmm_linear, n_threads, "qmm_linear(%s)" % (self.name or "?"),
+                               self.ptr, ctypes.byref(args))
         if st != L.OK:
             _check(st, "qmm_linear(%s)" % (self.name or "?"))
 

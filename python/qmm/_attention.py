@@ -345,7 +345,7 @@ def _op_types(q, k, v, mask, scale, mode, out_dtype, engine):
 
 
 def _run(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=None, out=None):
-    from . import context, lock
+    from . import _process_call
     c = prepare(q, k, v, mask, scale, mode, out_dtype, engine, out)
     if L.qmm_attention is None:
         raise _missing("qmm_attention")
@@ -353,9 +353,11 @@ def _run(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=None,
         if c.out.numel():                  # Skv = 0: every row attends to nothing, as torch
             c.out.zero_()                  # (zero_ bumps the version itself)
         return c.out
-    with lock():
-        st = L.qmm_attention(context(torch.get_num_threads()).ptr, ctypes.byref(c.args))
-    _written(c.out)
+    try:                                   # cancel() makes it raise Cancelled (out undefined)
+        st = _process_call(L.qmm_attention, torch.get_num_threads(), "qmm_attention",
+                           ctypes.byref(c.args))
+    finally:
+        _written(c.out)
     if st != L.OK:
         _fail(st, "qmm_attention")
     return c.out

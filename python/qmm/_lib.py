@@ -18,8 +18,9 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int, c_int8
 STATUS_NAMES = ["QMM_OK", "QMM_ERR_INVALID_ARGUMENT", "QMM_ERR_UNSUPPORTED", "QMM_ERR_NO_ENGINE",
                 "QMM_ERR_FALLBACK_REFUSED", "QMM_ERR_UNSUPPORTED_HARDWARE",
                 "QMM_ERR_OUT_OF_MEMORY", "QMM_ERR_IO", "QMM_ERR_FORMAT", "QMM_ERR_NOT_FOUND",
-                "QMM_ERR_DIST", "QMM_ERR_INTERNAL"]
+                "QMM_ERR_DIST", "QMM_ERR_INTERNAL", "QMM_ERR_CANCELLED"]
 OK, ERR_INVALID_ARGUMENT, ERR_UNSUPPORTED, ERR_NO_ENGINE, ERR_FALLBACK_REFUSED = 0, 1, 2, 3, 4
+ERR_CANCELLED = 12                               # qmm_cancel reached the call (SPEC §12)
 
 F32, F16, BF16, I8, U8, I32, F8_E4M3 = 0, 1, 2, 3, 4, 5, 6
 ACT_NONE, ACT_SWIGLU, ACT_GELU_TANH, ACT_RMS_NORM, ACT_SITU, ACT_COUNT = 0, 1, 2, 3, 4, 5
@@ -177,6 +178,9 @@ qmm_context_options_default = _fn("qmm_context_options_default", ContextOptions)
 qmm_context_create = _fn("qmm_context_create", c_int, POINTER(ContextOptions), POINTER(c_void_p))
 qmm_context_destroy = _fn("qmm_context_destroy", None, c_void_p)
 qmm_context_threads = _fn("qmm_context_threads", c_int, c_void_p)
+# 1: a call was in flight and is told to stop; 0: none (nothing changed); -1: NULL. Newer
+# libraries only (None otherwise).
+qmm_cancel = _fn("qmm_cancel", c_int, c_void_p, optional=True)
 qmm_context_max_isa = _fn("qmm_context_max_isa", c_int, c_void_p)
 qmm_get_counters = _fn("qmm_get_counters", None, c_void_p, POINTER(Counters))
 qmm_reset_counters = _fn("qmm_reset_counters", None, c_void_p)

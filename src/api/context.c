@@ -1,7 +1,8 @@
 /*
  * context.c — a context: thread pool, fallback policy, ISA cap, dispatch logging, the scratch
  * arena of its calls (handed out by base/scratch.c), the counters and the phase timers
- * (qmm_profile: the totals, and a slot per thread while on). Options not given come from the
+ * (qmm_profile: the totals, and a slot per thread while on), qmm_cancel (SPEC §12: the cancel
+ * word in qmm_base.h; its calls enter and leave it in op.c). Options not given come from the
  * environment: QMM_NUM_THREADS, QMM_MAX_ISA, QMM_VERBOSE=dispatch; QMM_PROFILE=1 turns the
  * phase timers on.
  */
@@ -60,7 +61,8 @@ qmm_status qmm_context_create(const qmm_context_options *opt, qmm_context **out)
     }
     ctx->disabled_engines = o.disabled_engines;
     ctx->usable_engines = qmm_engines_usable(ctx->max_isa, ctx->disabled_engines);
-    qmm_status st = qmm_pool_create(n, o.pin_threads, o.cpu_list, &ctx->pool);
+    atomic_init(&ctx->cancel.w, 0);
+    qmm_status st = qmm_pool_create(n, o.pin_threads, o.cpu_list, &ctx->cancel, &ctx->pool);
     if (st != QMM_OK) { free(ctx); return st; }
     const char *pe = getenv("QMM_PROFILE");
     if (pe && *pe && strcmp(pe, "0") != 0 && (st = qmm_context_set_profile(ctx, 1)) != QMM_OK) {
@@ -80,6 +82,14 @@ void qmm_context_destroy(qmm_context *ctx) {
 }
 
 int qmm_context_threads(const qmm_context *ctx) { return ctx ? ctx->n_threads : 0; }
+
+int qmm_cancel(qmm_context *ctx) {
+    if (!ctx) {
+        qmm_fail(QMM_ERR_INVALID_ARGUMENT, "qmm_cancel: ctx is NULL");
+        return -1;
+    }
+    return qmm_cancel_set(&ctx->cancel);
+}
 int qmm_context_max_isa(const qmm_context *ctx) { return ctx ? ctx->max_isa : -1; }
 
 void qmm_get_counters(const qmm_context *ctx, qmm_counters *out) {

@@ -83,15 +83,28 @@ static qmm_status chosen(qmm_context *ctx, const qmm_op_class *op, void *call, c
     return QMM_OK;
 }
 
+/* The status of a run that qmm_cancel reached (SPEC §12): QMM_ERR_CANCELLED naming the call, also
+ * where the run itself finished; a run's other error stays. */
+static qmm_status cancelled(const qmm_op_class *op, void *call, qmm_status st) {
+    if (st != QMM_OK && st != QMM_ERR_CANCELLED) return st;
+    char sub[SUBJECT_MAX];
+    op->subject(call, sub, sizeof sub);
+    return qmm_fail(QMM_ERR_CANCELLED, "%s: cancelled by qmm_cancel; its outputs are undefined", sub);
+}
+
 qmm_status qmm_op_call(qmm_context *ctx, const qmm_op_class *op, qmm_status made, void *call, qmm_engine_id engine) {
     qmm_op_counters *n = &ctx->counters.op[op->op];
     const qmm_engine *e = NULL;
     qmm_final fin = {NULL, ""};
     int fallback = 0;
     qmm_status st = made;
+    /* in flight from here until it returns: what qmm_cancel reaches (the pool and the drivers poll) */
+    qmm_cancel_enter(&ctx->cancel);
     if (st == QMM_OK)
         st = engine != QMM_ENGINE_AUTO ? named(ctx, op, call, engine, &e, &fin) : chosen(ctx, op, call, &e, &fallback, &fin);
     if (st == QMM_OK) st = op->run(ctx, e, fin.desc, call);
+    if (made == QMM_OK && qmm_cancelled(ctx)) st = cancelled(op, call, st);
+    qmm_cancel_leave(&ctx->cancel);
     if (st != QMM_OK) {
         n->errors++;
         return st;

@@ -19,7 +19,8 @@ const char *qmm_status_name(qmm_status s) {
     static const char *const names[QMM_STATUS_COUNT] = {
         "QMM_OK", "QMM_ERR_INVALID_ARGUMENT", "QMM_ERR_UNSUPPORTED", "QMM_ERR_NO_ENGINE",
         "QMM_ERR_FALLBACK_REFUSED", "QMM_ERR_UNSUPPORTED_HARDWARE", "QMM_ERR_OUT_OF_MEMORY",
-        "QMM_ERR_IO", "QMM_ERR_FORMAT", "QMM_ERR_NOT_FOUND", "QMM_ERR_DIST", "QMM_ERR_INTERNAL"};
+        "QMM_ERR_IO", "QMM_ERR_FORMAT", "QMM_ERR_NOT_FOUND", "QMM_ERR_DIST", "QMM_ERR_INTERNAL",
+        "QMM_ERR_CANCELLED"};
     if ((unsigned)s >= QMM_STATUS_COUNT) return "QMM_ERR_UNKNOWN";
     return names[s];
 }

@@ -6,7 +6,8 @@
  *
  * qmm_pool_run(p, n, fn, arg): the calling thread acts as thread 0; workers 1..n-1 wake on a
  * generation counter, run their tasks and signal completion. One run at a time per pool
- * (a context is used by one thread at a time).
+ * (a context is used by one thread at a time). Once the context's cancel word is set (qmm_cancel),
+ * each thread runs no further task of the run: the run returns within one task per thread.
  *
  * qmm_pool_run_bracketed(p, n, fn, begin, end, arg): the same, with begin(thread) before a thread's
  * first task of the run and end(thread) after its last (threads with no task: neither) — per-thread
@@ -36,6 +37,7 @@ struct qmm_pool {
     int pin;
     int *cpus;        /* n entries when pinned to a list, else NULL */
     unsigned forks;   /* fork_count when the workers were started */
+    const qmm_cancel_word *cancel; /* the context's (NULL: none): polled before each task */
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
@@ -67,7 +69,8 @@ static void pin_self(int cpu) {
 static void run_share(qmm_pool *p, int index) {
     if (index >= p->n_tasks) return;
     if (p->begin) p->begin(index, p->arg);
-    for (int64_t t = index; t < p->n_tasks; t += p->n) p->fn(t, p->n_tasks, index, p->arg);
+    for (int64_t t = index; t < p->n_tasks && !qmm_cancel_requested(p->cancel); t += p->n)
+        p->fn(t, p->n_tasks, index, p->arg);
     if (p->end) p->end(index, p->arg);
 }
 
@@ -120,7 +123,8 @@ static void init_sync(qmm_pool *p) {
     p->quit = 0;
 }
 
-qmm_status qmm_pool_create(int n_threads, int pin, const int *cpu_list, qmm_pool **out) {
+qmm_status qmm_pool_create(int n_threads, int pin, const int *cpu_list, const qmm_cancel_word *cancel,
+                           qmm_pool **out) {
     *out = NULL;
     (void)pthread_once(&atfork_once, install_atfork);
     if (n_threads < 1) n_threads = 1;
@@ -128,6 +132,7 @@ qmm_status qmm_pool_create(int n_threads, int pin, const int *cpu_list, qmm_pool
     if (!p) return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "thread pool: out of memory");
     p->n = 1;
     p->pin = pin;
+    p->cancel = cancel;
     init_sync(p);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     if (!p->threads) { qmm_pool_destroy(p); return qmm_fail(QMM_ERR_OUT_OF_MEMORY, "thread pool: out of memory"); }
@@ -192,8 +197,9 @@ void qmm_pool_run_bracketed(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, qmm_th
     if (n_tasks <= 0) return;
     if (p && p->forks != fork_count) respawn_after_fork(p);
     if (!p || p->n == 1 || n_tasks == 1) {
+        const qmm_cancel_word *cancel = p ? p->cancel : NULL;
         if (begin) begin(0, arg);
-        for (int64_t t = 0; t < n_tasks; t++) fn(t, n_tasks, 0, arg);
+        for (int64_t t = 0; t < n_tasks && !qmm_cancel_requested(cancel); t++) fn(t, n_tasks, 0, arg);
         if (end) end(0, arg);
         return;
     }

@@ -1,6 +1,7 @@
 /*
  * qmm_base.h — the bottom of the library, included by every part of it: the error helpers
- * (common.c), aligned memory, the thread pool (pool.c) and dispatch logging.
+ * (common.c), aligned memory, a context's cancel word (qmm_cancel), the thread pool (pool.c) and
+ * dispatch logging.
  */
 #ifndef QMM_BASE_H
 #define QMM_BASE_H
@@ -8,6 +9,7 @@
 #include "qmm.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,12 +51,45 @@ static inline bool qmm_mul_ok(size_t a, size_t b, size_t *out) {
 #define QMM_MAX_WEIGHT_ELEMS ((int64_t)1 << 36)
 static inline int64_t qmm_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+/* ---------------------------------------------------------------- cancellation (qmm_cancel) */
+/* A context's cancel word (SPEC §12): bits 1.. count the calls in flight on it (entered, not yet
+ * returned: one, or nested ones), bit 0 is set by qmm_cancel while that count is not zero and
+ * cleared when it returns to zero. So a cancel reaches exactly the calls in flight at the moment
+ * of its compare-and-swap, a cancel with none in flight changes nothing, and the next call starts
+ * clear. The long loops poll bit 0 with one relaxed load (qmm_cancel_requested): the pool between
+ * tasks, the drivers between key blocks and panels. */
+typedef struct qmm_cancel_word {
+    _Atomic uint64_t w;
+} qmm_cancel_word;
+enum { QMM_CANCEL_BIT = 1, QMM_CANCEL_CALL = 2 };
+static inline int qmm_cancel_requested(const qmm_cancel_word *c) {
+    return c && (atomic_load_explicit(&c->w, memory_order_relaxed) & QMM_CANCEL_BIT);
+}
+/* A call enters (the count + 1) and leaves (- 1; the last one out clears bit 0). */
+static inline void qmm_cancel_enter(qmm_cancel_word *c) { atomic_fetch_add(&c->w, QMM_CANCEL_CALL); }
+static inline void qmm_cancel_leave(qmm_cancel_word *c) {
+    uint64_t w = atomic_load(&c->w), n;
+    do n = w < 2 * QMM_CANCEL_CALL ? 0 : w - QMM_CANCEL_CALL;
+    while (!atomic_compare_exchange_weak(&c->w, &w, n));
+}
+/* Sets bit 0 if some call is in flight: 1 if so (already set included), 0 if none was. */
+static inline int qmm_cancel_set(qmm_cancel_word *c) {
+    uint64_t w = atomic_load(&c->w);
+    do if (w < QMM_CANCEL_CALL) return 0;
+    while (!atomic_compare_exchange_weak(&c->w, &w, w | QMM_CANCEL_BIT));
+    return 1;
+}
+
 /* ---------------------------------------------------------------- threads (pool.c) */
 typedef struct qmm_pool qmm_pool;
 /* fn(task, n_tasks, thread_index, arg) for task in [0, n_tasks): task i always runs on thread
  * (i % n_threads), so a static partition gives deterministic results. */
 typedef void (*qmm_task_fn)(int64_t task, int64_t n_tasks, int thread, void *arg);
-qmm_status qmm_pool_create(int n_threads, int pin, const int *cpu_list, qmm_pool **out);
+/* cancel: the context's cancel word (NULL: never cancelled); once its bit 0 is set, every run
+ * skips the tasks no thread has started (a thread checks it before each task; begin and end
+ * still bracket what the thread ran). */
+qmm_status qmm_pool_create(int n_threads, int pin, const int *cpu_list, const qmm_cancel_word *cancel,
+                           qmm_pool **out);
 void       qmm_pool_destroy(qmm_pool *p);
 int        qmm_pool_threads(const qmm_pool *p);
 void       qmm_pool_run(qmm_pool *p, int64_t n_tasks, qmm_task_fn fn, void *arg);

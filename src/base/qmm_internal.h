@@ -42,6 +42,8 @@ struct qmm_context {
     uint32_t usable_engines;     /* bit (1u << id): usable here under max_isa and disabled_engines
                                     (qmm_engine_usable), fixed at creation; what AUTO may choose */
     qmm_pool *pool;
+    qmm_cancel_word cancel;      /* qmm_cancel (SPEC §12): the calls in flight and the request; the
+                                    pool and the drivers poll it (qmm_cancelled) */
     /* scratch arenas: grow, never shrink; no allocation once the largest call was seen */
     void *scratch[QMM_SCRATCH_SLOTS];
     size_t scratch_bytes[QMM_SCRATCH_SLOTS];
@@ -69,6 +71,13 @@ static inline void qmm_profile_collect(qmm_context *ctx) {
         ctx->prof.ns[QMM_PHASE_THREADS_EPILOGUE] += sl->ns[QMM_PROF_EPILOGUE];
         for (int j = 0; j < QMM_PROF_SLOT_NS; j++) sl->ns[j] = 0;
     }
+}
+/* Whether qmm_cancel reached the call in flight on ctx (one relaxed load): a driver stops between
+ * key blocks, panels or tiles, leaving its outputs undefined, and returns qmm_cancel_status. */
+static inline int qmm_cancelled(const qmm_context *ctx) { return qmm_cancel_requested(&ctx->cancel); }
+/* QMM_ERR_CANCELLED (recorded for qmm_last_error) if qmm_cancel reached the call, else QMM_OK. */
+static inline qmm_status qmm_cancel_status(const qmm_context *ctx) {
+    return qmm_cancelled(ctx) ? qmm_fail(QMM_ERR_CANCELLED, "cancelled (qmm_cancel)") : QMM_OK;
 }
 /* Returns a 64-byte aligned scratch block of at least `bytes` (reused across calls). Slots are
  * independent: QMM_SCRATCH_ACT (quantized activations q + scales), QMM_SCRATCH_PREPASS (per-thread

@@ -6,7 +6,8 @@
  * ps), then pv per group; and the
  * store of O / l in out's dtype; and the key shift of the engines that quantize k
  * (qmm_attn_key_mean) over the keys some row attends (qmm_attn_live_keys, per kv head of a
- * masked call, before it is packed). Plain C; the ukernels carry the ISA.
+ * masked call, before it is packed). qmm_cancel stops each tile between key blocks. Plain C;
+ * the ukernels carry the ISA.
  */
 #include "attention.h"
 #include "numerics.h"
@@ -31,6 +32,7 @@ typedef struct {
     size_t shared_stride;
     int64_t tiles, group;      /* tiles per query head; query heads per kv head */
     int64_t threads;           /* the pool's */
+    const qmm_context *ctx;    /* its cancel word, polled once per key block (qmm_cancelled) */
 } attn_job;
 
 static const char *at(const void *base, qmm_dtype t, int64_t elems) {
@@ -87,6 +89,7 @@ static void attn_tile(const attn_job *j, const char *kv, const void *q, int64_t 
     const size_t kb = u->kb_bytes(D), vb = u->vb_bytes(D);
     const char *K = kv, *V = kv + (size_t)j->nblk * kb;
     for (int64_t blk = 0; blk < j->nblk; blk++) {
+        if (qmm_cancelled(j->ctx)) return; /* qmm_cancel: the tile's rows of out stay as they are */
         const int64_t j0 = blk * nk, nv = c->Skv - j0 < nk ? c->Skv - j0 : nk;
         const char *mb = mask ? mask + j0 * c->ms[3] * mes : NULL; /* the first row's mask at key j0 */
         for (int64_t r = 0; r < rows; r += sg) { /* qk per group of mr rows, the softmax on up to sg rows */
@@ -215,7 +218,7 @@ static size_t scratch_part(size_t bytes) {
 qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm_attn_ukernels *u) {
     const int T = qmm_pool_threads(ctx->pool);
     const int64_t D = c->D, mqp = qmm_round_up(u->mq, u->mr), dp = qmm_round_up(D, u->dalign);
-    attn_job j = {.c = c, .u = u, .mqp = mqp, .dp = dp, .nblk = c->Skv / u->nk + (c->Skv % u->nk != 0)};
+    attn_job j = {.c = c, .u = u, .mqp = mqp, .dp = dp, .nblk = c->Skv / u->nk + (c->Skv % u->nk != 0), .ctx = ctx};
     const size_t kvb = scratch_part(qmm_attn_blocks_bytes(c->Skv, u->nk, u->kb_bytes(D) + u->vb_bytes(D),
                                                               u->extra_bytes ? u->extra_bytes(D) : 0));
     /* a masked call's live keys, for the engines whose packing forms numbers across keys */
@@ -260,5 +263,5 @@ qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm
     if (shared) qmm_pool_run(ctx->pool, nkv, attn_pack_task, &j);
     qmm_pool_run_bracketed(ctx->pool, c->B * c->H * j.tiles, attn_task, u->begin ? attn_begin : NULL,
                            u->end ? attn_end : NULL, &j);
-    return QMM_OK;
+    return qmm_cancel_status(ctx);
 }

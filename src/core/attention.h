@@ -170,7 +170,8 @@ void qmm_attn_key_mean(const qmm_attn_call *c, const void *k, const uint8_t *liv
         }                                 \
     } while (0)
 
-/* Runs c (admitted by the engine, validated) with the engine's ukernels u on ctx's threads. */
+/* Runs c (admitted by the engine, validated) with the engine's ukernels u on ctx's threads;
+ * QMM_ERR_CANCELLED where qmm_cancel stopped it between key blocks (out undefined). */
 qmm_status qmm_attention_run(qmm_context *ctx, const qmm_attn_call *c, const qmm_attn_ukernels *u);
 
 #endif /* QMM_ATTENTION_H */

@@ -2,7 +2,8 @@
  * float_gemm.c — the float GEMM driver of every float engine: chunking of M, the pre-pass per
  * chunk, the task grid, the B block of each task and k block (widened by the engine from the
  * weight's panels, panel.h: owned in place, borrowed packed per block), the kernel calls, the
- * epilogue, the engine's per-thread begin/end hooks. Contract: float_gemm.h.
+ * epilogue, the engine's per-thread begin/end hooks; qmm_cancel polled between a task's k blocks
+ * and between chunks. Contract: float_gemm.h.
  */
 #include "float_gemm.h"
 
@@ -91,6 +92,7 @@ typedef struct {
     size_t tbytes, bbytes, cbytes;
     int64_t kb_n, kb_steps;    /* k blocks, ka-steps of Ka (even_k) */
     qmm_fepilogue_fn epi;
+    const qmm_cancel_word *cancel; /* the context's: a task stops between k blocks once set */
 } gemm_job;
 
 /* The length of k block kb (starting at k0): kc, the last one shorter; even_k: the ka-steps of
@@ -121,6 +123,7 @@ static void gemm_task(int64_t task, int64_t n_tasks, int thread, void *arg) {
     if (n0 + g->nr > (w->is_int8 ? w->i8.Np : w->fp.Np)) memset(bbuf, 0, j->bbytes);
     const size_t es = g->bf16 ? 2 : 4;
     for (int64_t k0 = 0, kb = 0, kc; k0 < j->Ka; k0 += kc, kb++) {
+        if (qmm_cancel_requested(j->cancel)) return; /* qmm_cancel: the task's block of y is not written */
         kc = block_k(j, kb, k0);
         const void *b = prep_b(g, c, &j->src, n0, k0, kc, bbuf, (int8_t *)ts + j->bbytes + j->cbytes);
         for (int64_t p = p0; p < p1; p++) {
@@ -221,7 +224,8 @@ qmm_status qmm_float_gemm(qmm_context *ctx, const qmm_call *c, const qmm_fgemm *
     void *ts;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, j.tbytes * (size_t)nt, &ts));
     j.tscratch = ts;
-    for (int64_t r0 = 0; r0 < M; r0 += mc) {
+    j.cancel = &ctx->cancel;
+    for (int64_t r0 = 0; r0 < M && !qmm_cancelled(ctx); r0 += mc) {
         int64_t rows = M - r0 < mc ? M - r0 : mc;
         QMM_FORWARD_IF_ERROR(qmm_float_act_pack(ctx, c, r0, rows, g->mr, g->bf16, A, Ka));
         j.r0 = r0;
@@ -236,5 +240,5 @@ qmm_status qmm_float_gemm(qmm_context *ctx, const qmm_call *c, const qmm_fgemm *
         qmm_pool_run_bracketed(ctx->pool, j.ncb * j.nrg, gemm_task, g->begin ? fgemm_begin : NULL,
                                g->end ? fgemm_end : NULL, &j);
     }
-    return QMM_OK;
+    return qmm_cancel_status(ctx);
 }

@@ -2,7 +2,8 @@
  * int8_gemm.c — the int8 GEMM driver (contract in int8_gemm.h): the pre-pass asked for the
  * engine's operand (u8 or s8, the one-pass row copy, the rows regime's row sums), the task grid,
  * K chunks, the prefetch schedule, the weight panels (panel.h: owned in place, borrowed packed per call),
- * token scales; the engines' descriptors for the unit tests (qmm_i8_engine_of). With the phase
+ * token scales; the engines' descriptors for the unit tests (qmm_i8_engine_of); qmm_cancel polled
+ * between a task's panels (and the W4A8 rows regime's decoded rows). With the phase
  * timers on (qmm_profile) it times the pre-pass and the GEMM run on the calling thread and, per
  * thread, its tasks, the panels it packs and the kernels it runs.
  */
@@ -39,6 +40,7 @@ typedef struct qmm_i8_gemm {
     qmm_w4_codes w4;       /* with w4_fused: the weight's codes */
     const int8_t *w4_lut_u8; /* with w4_fused: the table's values as u8 (v ^ 0x80 = v + 128) */
     qmm_prof_slot *prof;   /* phase timers on: the context's [threads] slots (qmm_profile), else NULL */
+    const qmm_cancel_word *cancel; /* the context's: a task stops between panels once set */
 } qmm_i8_gemm;
 
 /* The length in quads of the K chunk that starts at quad q0 (< g->kq). */
@@ -123,7 +125,7 @@ static void w4a8_rows(const qmm_i8_gemm *g, int thread, int64_t n0, int64_t n1) 
         return;
     }
     const int64_t step = g->panel_bytes / g->Kp; /* rows per buffer */
-    for (int64_t n = n0; n < n1; n += step) {
+    for (int64_t n = n0; n < n1 && !qmm_cancel_requested(g->cancel); n += step) {
         const int64_t ne = n + step < n1 ? n + step : n1;
         g->src.w4_decode(c->w, g->w4_lut, n, ne - n, 0, c->K, buf, g->Kp);
         g->rows_fn(buf, g->Kp, &g->act, c, n, ne);
@@ -187,6 +189,7 @@ static void gemm_task_run(int64_t task, int64_t n_tasks, int thread, const qmm_i
         t.mr = (int)c->M;
         t.first = t.last = 1;
         for (; b0 < b1 && b0 + g->wblocks <= nblocks; b0 += g->wblocks) {
+            if (qmm_cancel_requested(g->cancel)) return;
             get_panel(g, thread, b0, g->wblocks, 0, g->kq, cs, 1, &t);
             t.nr = (int)(b1 - b0 < g->wblocks ? b1 - b0 : g->wblocks); /* the task's blocks of it */
             t.n = b0 * 16;
@@ -206,6 +209,7 @@ static void gemm_task_run(int64_t task, int64_t n_tasks, int thread, const qmm_i
         t.first = q0 == 0;
         t.last = q0 + nq >= g->kq;
         for (int64_t nb = b0; nb < b1; nb += e->nrb) {
+            if (qmm_cancel_requested(g->cancel)) return; /* qmm_cancel: y stays partly written */
             t.nr = (int)(b1 - nb < e->nrb ? b1 - nb : e->nrb);
             if (pf) t0 = qmm_now_ns();
             get_panel(g, thread, nb, t.nr, q0, nq, cs ? cs + (nb - b0) * 16 : NULL, t.first, &t);
@@ -333,6 +337,7 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
     memset(&g, 0, sizeof g);
     g.c = c;
     g.e = e;
+    g.cancel = &ctx->cancel;
     g.a = (uint8_t *)q;
     g.s = s;
     g.part = pbuf;
@@ -397,5 +402,5 @@ qmm_status qmm_int8_gemm(qmm_context *ctx, const qmm_call *c, const qmm_i8_engin
         qmm_profile_collect(ctx);
     }
     if (c->token_scales) memcpy(c->token_scales, s, (size_t)M * sizeof(float));
-    return QMM_OK;
+    return qmm_cancel_status(ctx);
 }

@@ -60,6 +60,7 @@ The newer ComfyUI (after 0.30; read in Comfy-Org/ComfyUI comfy/ldm/modules/atten
   override's mode is fixed; a request qmm has no kernel for goes to the layer's function; a
   declined call goes to the layer's function where it has one (as wrap_attn without override).
   ComfyUI 0.30 has neither: no containers reach the override, no layer has a ComfyAttention.
+qmm.Cancelled (qmm.cancel(), ComfyUI's interrupt through the node) is raised, never passed on.
 
 Layouts as ComfyUI's own functions take them: without skip_reshape q is [B, S, heads·D] and k,
 v [B, Skv, heads·D] ([B, Skv, Hkv·D] with enable_gqa=True); with it [B, H, S, D] and
@@ -257,6 +258,8 @@ def _run(b, extra, mode=None, release=None):
             out = torch.empty((B, S, H * D), dtype=q.dtype)
             view = out.view(B, S, H, D).transpose(1, 2)
         qmm.attention(q4, k4, v4, mask=mask, scale=scale, mode=mode, out=view)
+    except qmm.Cancelled:                         # qmm.cancel(): the user asked to stop, no fallback
+        raise
     except qmm.QmmError as e:                     # the library's (ArgumentError included)
         raise Declined("%s: %s" % (e.status_name, e.message)) from None
     except ValueError as e:                       # qmm.attention's own checks

@@ -36,6 +36,9 @@ kernel, qmm.attention(mode="int8"), and unregister() removes it; only where the 
 kitchen defines them, with or without an int8 engine here (without one qmm's counted fallback
 to a float engine runs them); attention_status() says, per op, whether it is installed or why not.
 
+Cancel: qmm.cancel() makes a running or waiting call raise qmm.Cancelled, which propagates to
+the kitchen's caller (nothing falls back to eager: the user asked to stop; SPEC §12).
+
 Threads: calls run on the process's qmm context with torch.get_num_threads() workers at call
 time (unless qmm.configure(n_threads=...) fixed the count); register() makes no context, nor
 does making a weight handle (qmm weights need none).

@@ -36,7 +36,7 @@ static qmm_status ref_run_int8(qmm_context *ctx, const qmm_call *c) {
     float *s = (float *)(q + M * Kp);    /* [M] */
     int32_t *acc = accbuf;               /* [N], one row at a time */
     QMM_FORWARD_IF_ERROR(qmm_prepass(ctx, c, q, Kp, s, 1));
-    for (int64_t r = 0; r < M; r++) {
+    for (int64_t r = 0; r < M && !qmm_cancelled(ctx); r++) { /* qmm_cancel: between rows */
         for (int64_t n = 0; n < N; n++) {
             /* summed mod 2^32 (defined behaviour), as the VNNI instructions do; exact when
              * K <= QMM_MAX_INT8_K, the limit the fast engines admit */
@@ -48,7 +48,7 @@ static qmm_status ref_run_int8(qmm_context *ctx, const qmm_call *c) {
         qmm_epilogue_block_ref(c, acc, N, r, 1, 0, N, &s[r]);
         if (c->token_scales) c->token_scales[r] = s[r];
     }
-    return QMM_OK;
+    return qmm_cancel_status(ctx);
 }
 
 static qmm_status ref_run_float(qmm_context *ctx, const qmm_call *c) {
@@ -58,7 +58,7 @@ static qmm_status ref_run_float(qmm_context *ctx, const qmm_call *c) {
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_PREPASS, (size_t)K * sizeof(float), &buf));
     float *a = buf; /* [K] one row of act(x) */
     size_t xs = qmm_dtype_size(c->x_dtype);
-    for (int64_t r = 0; r < M; r++) {
+    for (int64_t r = 0; r < M && !qmm_cancelled(ctx); r++) { /* qmm_cancel: between rows */
         qmm_ref_act_rotate_row((const char *)c->x + (size_t)(r * c->ldx) * xs, c->x_dtype, K, c->act, 0, a);
         for (int64_t n = 0; n < N; n++) {
             double sum = 0.0;
@@ -67,7 +67,7 @@ static qmm_status ref_run_float(qmm_context *ctx, const qmm_call *c) {
             qmm_store_f(c->y, c->y_dtype, r * c->ldy + n, v);
         }
     }
-    return QMM_OK;
+    return qmm_cancel_status(ctx);
 }
 
 static qmm_status ref_run(qmm_context *ctx, const void *call) {

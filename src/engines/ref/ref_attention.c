@@ -80,6 +80,6 @@ qmm_status qmm_ref_attn_run(qmm_context *ctx, const void *call) {
     void *p;
     QMM_FORWARD_IF_ERROR(qmm_context_scratch(ctx, QMM_SCRATCH_ENGINE, bytes, &p));
     ref_job j = {.c = c, .scores = p};
-    qmm_pool_run(ctx->pool, c->B * c->H * c->S, ref_row, &j);
-    return QMM_OK;
+    qmm_pool_run(ctx->pool, c->B * c->H * c->S, ref_row, &j); /* qmm_cancel: between rows (the pool) */
+    return qmm_cancel_status(ctx);
 }
