@@ -48,8 +48,8 @@ __version__ = L.qmm_version_string().decode()
 
 __all__ = ["QmmError", "ArgumentError", "Weight", "Plan", "info", "plan", "counters",
            "reset_counters", "profile", "last_engine", "configure", "context", "lock", "threads",
-           "library_path", "dtype_code", "act_code", "engine_name", "linear_call", "attention",
-           "attention_plan", "has_attention"]
+           "library_path", "dtype_code", "act_code", "engine_name", "linear_call",
+           "linear_call_planned", "generation", "attention", "attention_plan", "has_attention"]
 
 library_path = L.PATH
 
@@ -162,6 +162,10 @@ def attention_plan(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, en
 _lock = threading.RLock()
 _options = {"n_threads": 0, "max_isa": -1, "fallback": L.FALLBACK_ALLOW, "verbose": -1,
             "disabled_engines": 0}
+# The options' generation: configure() adds 1 (under _lock) whenever it changes an option, so a
+# caller that keeps plans made under the options (the kitchen backend's layer kinds) compares
+# one int per call instead of taking a lock, and re-plans when it moved (linear_call_planned).
+_generation = 0
 _proc = None               # the process Context, or None until first use
 _profile_on = None         # profile(enable=...) for the process context (None: QMM_PROFILE decides)
 _carried = L.Counters()    # counters of the process contexts re-made since the last reset
@@ -245,8 +249,11 @@ def configure(n_threads=None, max_isa=None, fallback=None, verbose=None, disable
     """Options of the process context (re-made at its next use; counters carry over).
     n_threads 0: the count the caller asks for at call time (the kitchen backend: torch's), else
     QMM_NUM_THREADS or every online CPU; max_isa: a qmm_isa level or -1; fallback: "allow" or
-    "strict"; verbose: 1 turns dispatch logging (stderr) on."""
+    "strict"; verbose: 1 turns dispatch logging (stderr) on. A call that changes an option
+    moves generation() on (what the kitchen backend re-plans its layers by)."""
+    global _generation
     with _lock:
+        before = dict(_options)
         if n_threads is not None:
             if int(n_threads) < 0:
                 raise ValueError("qmm.configure: n_threads=%r (needs >= 0)" % (n_threads,))
@@ -260,7 +267,15 @@ def configure(n_threads=None, max_isa=None, fallback=None, verbose=None, disable
             _options["verbose"] = int(verbose)
         if disabled_engines is not None:
             _options["disabled_engines"] = int(disabled_engines)
+        if _options != before:
+            _generation += 1
         _retire()
+
+
+def generation():
+    """How many times configure() has changed an option (0 before the first change): a plan
+    made under generation g holds while generation() == g."""
+    return _generation
 
 
 def context(n_threads=0):
@@ -297,6 +312,24 @@ def linear_call(weight, args, n_threads=0):
         st = L.qmm_linear(c.ptr, ptr, ctypes.byref(args))
     if st != L.OK:
         _check(st, "qmm_linear")
+
+
+def linear_call_planned(weight_ptr, args, n_threads, generation):
+    """linear_call(weight_ptr, args, n_threads) if the options are still those of generation
+    (the generation the caller planned args under), checked under the lock configure() takes:
+    True when the call ran, False (nothing run) when configure() changed an option since — the
+    caller plans again. Raises QmmError as linear_call does."""
+    with _lock:
+        if _generation != generation:
+            return False
+        c = _proc
+        want = _options["n_threads"] or n_threads
+        if c is None or (want and c.threads != want):
+            c = context(n_threads)
+        st = L.qmm_linear(c.ptr, weight_ptr, ctypes.byref(args))
+    if st != L.OK:
+        _check(st, "qmm_linear")
+    return True
 
 
 def lock():
