@@ -132,10 +132,13 @@ def attention(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=
     given) or out, a [B, H, S, D] tensor to write, e.g. y.view(B, S, H, D).transpose(1, 2) of y
     [B, S, H·D]; engine None/"auto" or a name ("ref"). Returns out [B, H, S, D]. A bad
     argument raises a ValueError naming it (qmm.ArgumentError, also a QmmError, where the
-    library refused it); another library failure QmmError. Fully masked query rows
+    library refused it); another library failure QmmError; both paths (with and without
+    out) judge the arguments by one check. Fully masked query rows
     give 0; zero sizes give what torch's SDPA gives (an empty out; zeros for Skv = 0). No
-    backward: under grad mode an input or out that requires grad is a ValueError; out's
-    version counter is bumped. Without out it runs as the torch custom op qmm::attention, so
+    derivatives: under grad mode an input or out that requires grad is a ValueError, and so is
+    a dual tensor of forward-mode AD (torch.func.jvp, jacfwd) in any mode; out's version counter
+    is bumped, and an inference tensor as out outside inference_mode is a ValueError (torch's
+    words). Without out it runs as the torch custom op qmm::attention, so
     torch.compile (fullgraph=True too) keeps it in the graph."""
     from . import _attention
     return _attention.attention(q, k, v, mask, scale, mode, out_dtype, engine, out)
