@@ -10,11 +10,12 @@ autograd, the shapes of q, k, v, out and mask against each other (qmm_attention_
 one D, one kv dtype and no shapes of out or mask), out's last stride, an inference out outside
 inference mode, the names of mode, engine and out_dtype, and scale > 0 (0 is C's "D^-1/2").
 Both ways of calling qmm.attention (with and without out) and qmm.attention_plan judge their
-arguments by this one check (prepare), before anything is converted. Checked by the library (qmm_attention_args,
-SPEC §10): the sizes (>= 1, D <= 256), H a multiple of Hkv, a finite scale, the strides, out's
-elements and its overlap with the inputs; its refusal (QMM_ERR_INVALID_ARGUMENT, or
-QMM_ERR_UNSUPPORTED: D > 256, extents past int64, a named engine that refuses) raises
-qmm.ArgumentError, a QmmError that is also a ValueError, whose message names the argument.
+arguments by this one check (prepare), before anything is converted. Checked by the library
+(qmm_attention_args, SPEC §10): the sizes (>= 1, D <= 256), H a multiple of Hkv, a finite scale,
+the strides, out's elements and its overlap with the inputs; its refusal
+(QMM_ERR_INVALID_ARGUMENT, or QMM_ERR_UNSUPPORTED: D > 256, extents past int64, a named engine
+that refuses) raises qmm.ArgumentError, a QmmError that is also a ValueError, whose message names
+the argument.
   q [B, H, S, D], k and v [B, Hkv, Skv, D] (H a multiple of Hkv), 1 <= D <= 256, CPU tensors of
   float32, bfloat16 or float16 (k and v of one dtype; q's may differ). Zero sizes are answered
   as torch's scaled_dot_product_attention answers them, without running the library: B, H or

@@ -587,7 +587,8 @@ def test_dual_tensors_are_refused_by_name():
         with pytest.raises(NotImplementedError):
             F.scaled_dot_product_attention(fwAD.make_dual(q, torch.ones_like(q)), k, v)
         # a tensor that is not dual inside a dual level runs
-        assert torch.equal(qmm.attention(q, k, v), qmm.attention(q, k, v, out=torch.empty(1, 2, 5, 16)))
+        assert torch.equal(qmm.attention(q, k, v),
+                           qmm.attention(q, k, v, out=torch.empty(1, 2, 5, 16)))
 
     def op_path(q):
         return qmm.attention(q, k, v)

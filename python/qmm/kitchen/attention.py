@@ -30,11 +30,11 @@ smallest normal (2^-126: subnormal in float32 or below its smallest subnormal, e
 1e-300) as scale 1 on q·scale, multiplied in float64 and rounded to float32 once (a product
 below float32's range becomes 0: its scores are then below 1.4e-45·Σ|k|, nothing a softmax
 resolves; the answer tends to the mean of v); one above float32's largest finite value
-(3.4028235e38) as that value (the library takes scale in float32, as the kitchen's kernels do). The result has q's
-shape and dtype (float32 for float32 input, as the kitchen returns). Where this CPU has no
-int8 attention engine, qmm runs the call on its best float engine, a counted fallback (refused
-under qmm.configure(fallback="strict")). No gradients: as the kitchen's CUDA op, no autograd
-formula is registered.
+(3.4028235e38) as that value (the library takes scale in float32, as the kitchen's kernels do).
+The result has q's shape and dtype (float32 for float32 input, as the kitchen returns). Where
+this CPU has no int8 attention engine, qmm runs the call on its best float engine, a counted
+fallback (refused under qmm.configure(fallback="strict")). No gradients: as the kitchen's CUDA
+op, no autograd formula is registered.
 """
 import threading
 
