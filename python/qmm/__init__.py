@@ -54,8 +54,8 @@ __version__ = L.qmm_version_string().decode()
 
 __all__ = ["QmmError", "ArgumentError", "Cancelled", "cancel", "set_cancelled_type", "Weight", "Plan", "info", "plan", "counters",
            "reset_counters", "profile", "last_engine", "configure", "context", "lock", "threads",
-           "library_path", "dtype_code", "act_code", "engine_name", "linear_call", "attention",
-           "attention_plan", "has_attention"]
+           "library_path", "dtype_code", "act_code", "engine_name", "linear_call",
+           "linear_call_planned", "generation", "attention", "attention_plan", "has_attention"]
 
 library_path = L.PATH
 
@@ -164,10 +164,13 @@ def attention(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=
     given) or out, a [B, H, S, D] tensor to write, e.g. y.view(B, S, H, D).transpose(1, 2) of y
     [B, S, H·D]; engine None/"auto" or a name ("ref"). Returns out [B, H, S, D]. A bad
     argument raises a ValueError naming it (qmm.ArgumentError, also a QmmError, where the
-    library refused it); another library failure QmmError. Fully masked query rows
+    library refused it); another library failure QmmError; both paths (with and without
+    out) judge the arguments by one check. Fully masked query rows
     give 0; zero sizes give what torch's SDPA gives (an empty out; zeros for Skv = 0). No
-    backward: under grad mode an input or out that requires grad is a ValueError; out's
-    version counter is bumped. Without out it runs as the torch custom op qmm::attention, so
+    derivatives: under grad mode an input or out that requires grad is a ValueError, and so is
+    a dual tensor of forward-mode AD (torch.func.jvp, jacfwd) in any mode; out's version counter
+    is bumped, and an inference tensor as out outside inference_mode is a ValueError (torch's
+    words). Without out it runs as the torch custom op qmm::attention, so
     torch.compile (fullgraph=True too) keeps it in the graph."""
     from . import _attention
     return _attention.attention(q, k, v, mask, scale, mode, out_dtype, engine, out)
@@ -194,6 +197,10 @@ def attention_plan(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, en
 _lock = threading.RLock()
 _options = {"n_threads": 0, "max_isa": -1, "fallback": L.FALLBACK_ALLOW, "verbose": -1,
             "disabled_engines": 0}
+# The options' generation: configure() adds 1 (under _lock) whenever it changes an option, so a
+# caller that keeps plans made under the options (the kitchen backend's layer kinds) compares
+# one int per call instead of taking a lock, and re-plans when it moved (linear_call_planned).
+_generation = 0
 _proc = None               # the process Context, or None until first use
 _profile_on = None         # profile(enable=...) for the process context (None: QMM_PROFILE decides)
 _carried = L.Counters()    # counters of the process contexts re-made since the last reset
@@ -302,8 +309,11 @@ def configure(n_threads=None, max_isa=None, fallback=None, verbose=None, disable
     """Options of the process context (re-made at its next use; counters carry over).
     n_threads 0: the count the caller asks for at call time (the kitchen backend: torch's), else
     QMM_NUM_THREADS or every online CPU; max_isa: a qmm_isa level or -1; fallback: "allow" or
-    "strict"; verbose: 1 turns dispatch logging (stderr) on."""
+    "strict"; verbose: 1 turns dispatch logging (stderr) on. A call that changes an option
+    moves generation() on (what the kitchen backend re-plans its layers by)."""
+    global _generation
     with _lock:
+        before = dict(_options)
         if n_threads is not None:
             if int(n_threads) < 0:
                 raise ValueError("qmm.configure: n_threads=%r (needs >= 0)" % (n_threads,))
@@ -317,7 +327,15 @@ def configure(n_threads=None, max_isa=None, fallback=None, verbose=None, disable
             _options["verbose"] = int(verbose)
         if disabled_engines is not None:
             _options["disabled_engines"] = int(disabled_engines)
+        if _options != before:
+            _generation += 1
         _retire()
+
+
+def generation():
+    """How many times configure() has changed an option (0 before the first change): a plan
+    made under generation g holds while generation() == g."""
+    return _generation
 
 
 def context(n_threads=0):
@@ -409,6 +427,24 @@ def linear_call(weight, args, n_threads=0):
     st = _process_call(L.qmm_linear, n_threads, "qmm_linear", ptr, ctypes.byref(args))
     if st != L.OK:
         _check(st, "qmm_linear")
+
+
+def linear_call_planned(weight_ptr, args, n_threads, generation):
+    """linear_call(weight_ptr, args, n_threads) if the options are still those of generation
+    (the generation the caller planned args under), checked under the lock configure() takes:
+    True when the call ran, False (nothing run) when configure() changed an option since — the
+    caller plans again. Raises QmmError as linear_call does."""
+    with _lock:
+        if _generation != generation:
+            return False
+        c = _proc
+        want = _options["n_threads"] or n_threads
+        if c is None or (want and c.threads != want):
+            c = context(n_threads)
+        st = L.qmm_linear(c.ptr, weight_ptr, ctypes.byref(args))
+    if st != L.OK:
+        _check(st, "qmm_linear")
+    return True
 
 
 def lock():

@@ -7,12 +7,15 @@ function qmm.attention on the package.)
 The contract. Checked here, before the library is called (a ValueError naming the argument): what
 the C call cannot see or represent — the types, devices, layouts and torch dtypes of the tensors,
 autograd, the shapes of q, k, v, out and mask against each other (qmm_attention_args has one B,
-one D, one kv dtype and no shapes of out or mask), out's last stride, the names of mode, engine
-and out_dtype, and scale > 0 (0 is C's "D^-1/2"). Checked by the library (qmm_attention_args,
-SPEC §10): the sizes (>= 1, D <= 256), H a multiple of Hkv, a finite scale, the strides, out's
-elements and its overlap with the inputs; its refusal (QMM_ERR_INVALID_ARGUMENT, or
-QMM_ERR_UNSUPPORTED: D > 256, extents past int64, a named engine that refuses) raises
-qmm.ArgumentError, a QmmError that is also a ValueError, whose message names the argument.
+one D, one kv dtype and no shapes of out or mask), out's last stride, an inference out outside
+inference mode, the names of mode, engine and out_dtype, and scale > 0 (0 is C's "D^-1/2").
+Both ways of calling qmm.attention (with and without out) and qmm.attention_plan judge their
+arguments by this one check (prepare), before anything is converted. Checked by the library
+(qmm_attention_args, SPEC §10): the sizes (>= 1, D <= 256), H a multiple of Hkv, a finite scale,
+the strides, out's elements and its overlap with the inputs; its refusal
+(QMM_ERR_INVALID_ARGUMENT, or QMM_ERR_UNSUPPORTED: D > 256, extents past int64, a named engine
+that refuses) raises qmm.ArgumentError, a QmmError that is also a ValueError, whose message names
+the argument.
   q [B, H, S, D], k and v [B, Hkv, Skv, D] (H a multiple of Hkv), 1 <= D <= 256, CPU tensors of
   float32, bfloat16 or float16 (k and v of one dtype; q's may differ). Zero sizes are answered
   as torch's scaled_dot_product_attention answers them, without running the library: B, H or
@@ -31,12 +34,18 @@ qmm.ArgumentError, a QmmError that is also a ValueError, whose message names the
   float16) broadcastable to [B, H, S, Skv] as torch's scaled_dot_product_attention broadcasts
   attn_mask; broadcasting is passed as strides of 0, never materialized. A query whose every
   key is masked gets 0 (torch's SDPA gives NaN there).
-  scale: None (D^-1/2) or a finite real number > 0 (not a bool, not a string).
-  autograd: qmm has no backward. Under grad mode q, k, v or a float mask that requires grad is
-  refused, and so is an out that requires grad; out is written in place and its version counter
-  is bumped as an in-place torch operation bumps it (a tensor autograd saved and then
-  overwritten through out= fails at backward, as torch's own check does). Under torch.no_grad
-  or inference_mode nothing is refused.
+  scale: None (D^-1/2) or a finite real number > 0 in float32 (not a bool, not a string; one
+  that does not fit a float, e.g. 10**400, or rounds to 0 in float32 is refused naming scale).
+  autograd: qmm computes no derivatives (qmm._autograd). Under grad mode q, k, v or a float
+  mask that requires grad is refused, and so is an out that requires grad; a dual tensor of
+  forward-mode AD (torch.func.jvp, jacfwd, forward_ad.make_dual) among q, k, v, mask and out is
+  refused in any mode (it requires no grad, and a result without its tangent would read as a
+  zero derivative; torch's own SDPA raises NotImplementedError there). out is written in place
+  and its version counter is bumped as an in-place torch operation bumps it (a tensor autograd
+  saved and then overwritten through out= fails at backward, as torch's own check does); an
+  inference tensor (made under inference_mode, it has no version counter) is refused as out
+  outside inference_mode, with torch's words for every in-place and out= operation. Under
+  torch.no_grad or inference_mode nothing else is refused.
   mode: None or "best" (bf16 operands, f32 accumulation, where the CPU has the instructions;
   else f32), "f32" (f32 operands only), "int8" (comfy-kitchen's int8 recipe: rotated int8 q and
   k, u8 P, int8 V, on an int8 engine; without one a counted fallback to "best", refused in
@@ -52,6 +61,7 @@ import numbers
 
 import torch
 
+from . import _autograd as _ad
 from . import _lib as L
 
 _TORCH_DTYPES = {torch.float32: L.F32, torch.bfloat16: L.BF16, torch.float16: L.F16}
@@ -59,6 +69,12 @@ _NAMED_DTYPES = {"f32": torch.float32, "float32": torch.float32, "bf16": torch.b
                  "bfloat16": torch.bfloat16, "f16": torch.float16, "float16": torch.float16}
 MODES = {None: L.ATTN_BEST, "best": L.ATTN_BEST, "f32": L.ATTN_F32, "int8": L.ATTN_INT8}
 MAX_D = L.ATTN_MAX_D
+F32_ZERO = 2.0 ** -150       # the largest double that rounds to 0 in float32 (to nearest even)
+# torch's refusal of every in-place and out= write into an inference tensor outside
+# inference_mode (c10's "Inplace update to inference tensor outside InferenceMode"), verbatim
+INFERENCE_OUT = ("Inplace update to inference tensor outside InferenceMode is not allowed.You can "
+                 "make a clone to get a normal tensor before doing inplace update.See "
+                 "https://github.com/pytorch/rfcs/pull/17 for more details.")
 
 
 def _tensor(name, t, fn):
@@ -112,8 +128,9 @@ def _engine(engine, fn):
 
 
 def _scale(scale, fn):
-    """scale as the float C gets: 0.0 for None (C's D^-1/2); a real number that is not > 0 in
-    float32 is refused here (C would read 0 as D^-1/2); C refuses a non-finite one."""
+    """scale as the float C gets: 0.0 for None (C's D^-1/2); a real number that does not fit a
+    float, or is not > 0 in float32, is refused here (C would read 0 as D^-1/2); C refuses a
+    non-finite one. Plain Python (no ctypes), so that torch.compile traces it."""
     if scale is None:
         return 0.0
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
@@ -122,8 +139,11 @@ def _scale(scale, fn):
     try:
         s = float(scale)
     except (TypeError, ValueError, OverflowError):
-        raise ValueError("%s: scale=%r is not a number" % (fn, scale)) from None
-    if s <= 0.0 or ctypes.c_float(s).value == 0.0:
+        text = repr(scale)
+        raise ValueError("%s: scale=%s does not fit a float (a finite number > 0 in float32, "
+                         "or None for D^-1/2)" % (fn, text if len(text) <= 40 else
+                                                 text[:20] + "..." + text[-8:])) from None
+    if s <= F32_ZERO:
         raise ValueError("%s: scale=%r (a finite number > 0 in float32, or None for D^-1/2)"
                          % (fn, scale))
     return s
@@ -182,18 +202,26 @@ def prepare(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=No
     if tuple(v.shape) != tuple(k.shape):
         raise ValueError("%s: v has shape %s but k has %s (v is [B, Hkv, Skv, D] as k)" % (
             fn, list(v.shape), list(k.shape)))
+    named = (("q", q), ("k", k), ("v", v), ("mask", mask), ("out", out))
     if torch.is_grad_enabled():
-        for name, t in (("q", q), ("k", k), ("v", v), ("mask", mask), ("out", out)):
+        for name, t in named:
             if isinstance(t, torch.Tensor) and t.requires_grad:
                 raise ValueError("%s: %s requires grad under grad mode (qmm has no backward: "
                                  "run it under torch.no_grad() or inference_mode(), or use "
                                  "torch's scaled_dot_product_attention)" % (fn, name))
+    dual = _ad.first_dual(named)
+    if dual:
+        raise ValueError("%s: %s %s (torch's scaled_dot_product_attention has none either: "
+                         "it raises NotImplementedError)" % (fn, dual, _ad.DUAL_WHY))
     c = _Call()
     c.mode = _mode(mode, fn)
     c.engine = _engine(engine, fn)
     c.scale = _scale(scale, fn)
     if out is not None:
         _tensor("out", out, fn)
+        if out.is_inference() and not torch.is_inference_mode_enabled():
+            raise ValueError("%s: out is an inference tensor outside inference_mode: %s"
+                             % (fn, INFERENCE_OUT))
         if tuple(out.shape) != (B, H, S, D):
             raise ValueError("%s: out has shape %s, needs [B, H, S, D] = %s" % (
                 fn, list(out.shape), [B, H, S, D]))
@@ -320,22 +348,27 @@ def _missing(call):
 
 def attention(q, k, v, mask=None, scale=None, mode=None, out_dtype=None, engine=None, out=None):
     """qmm.attention: without out, the custom op qmm::attention (so torch.compile, fullgraph
-    included, keeps the call in its graph); with out, the call itself."""
+    included, keeps the call in its graph); with out, the call itself. Both judge the arguments
+    by prepare: the op's kernel runs it on the very mode, engine and out_dtype given (None
+    spelled "best" / "auto"), and scale is judged by _scale before it becomes the op's float."""
     if out is None:
-        mode = mode.lower() if isinstance(mode, str) else mode
         if isinstance(out_dtype, str) and out_dtype in _NAMED_DTYPES:
             out_dtype = _NAMED_DTYPES[out_dtype]
         if _op_types(q, k, v, mask, scale, mode, out_dtype, engine):
-            return torch.ops.qmm.attention(q, k, v, mask, None if scale is None else float(scale),
-                                           mode or "best", out_dtype, engine or "auto")
+            return torch.ops.qmm.attention(
+                q, k, v, mask, None if scale is None else _scale(scale, "qmm.attention"),
+                "best" if mode is None else mode, out_dtype, "auto" if engine is None else engine)
     return _run(q, k, v, mask, scale, mode, out_dtype, engine, out)
 
 
 def _op_types(q, k, v, mask, scale, mode, out_dtype, engine):
     """Whether the arguments have the custom op's types, tensors on the CPU, none requiring grad
-    under grad mode (else the plain call names the bad one: inside the op grad mode is off)."""
+    under grad mode and none a dual tensor (else the plain call names the bad one: inside the op
+    grad mode is off and functorch's wrappers are gone)."""
     ts = (q, k, v) if mask is None else (q, k, v, mask)
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in ts):
+        return False
+    if _ad.forward_level() >= 0 and _ad.first_dual(zip(("q", "k", "v", "mask"), ts)):
         return False
     return (all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (q, k, v)) and
             (mask is None or isinstance(mask, torch.Tensor) and mask.device.type == "cpu") and

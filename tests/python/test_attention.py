@@ -561,3 +561,119 @@ def test_torch_compile_fullgraph():
     assert torch.equal(got, block(q, k, v, mask))
     assert qmm.attention(q, k, v).dtype == torch.float32
     assert torch.ops.qmm.attention.default is not None
+
+
+@needs_attention
+def test_dual_tensors_are_refused_by_name():
+    """A dual tensor of forward-mode AD requires no grad, so the grad test misses it; qmm
+    computes no tangent, and a result without one reads as a zero derivative. Refused by name
+    on both paths (the custom op and out=) and by attention_plan: plain duals of
+    forward_ad.make_dual (q, k, v, a float mask, out), and functorch's torch.func.jvp and
+    jacfwd. torch's own SDPA refuses them too (NotImplementedError)."""
+    from torch.autograd import forward_ad as fwAD
+    q, k, v = _qkv()
+    mask = torch.zeros(5, 6)
+    with fwAD.dual_level():
+        for name in ("q", "k", "v", "mask", "out"):
+            args = {"q": q, "k": k, "v": v, "mask": mask, "out": torch.empty(1, 2, 5, 16)}
+            args[name] = fwAD.make_dual(args[name], torch.ones_like(args[name]))
+            for out in ((None, args["out"]) if name != "out" else (args["out"],)):
+                a = dict(args, out=out)
+                with pytest.raises(ValueError, match=r"qmm.attention: %s is a dual tensor of "
+                                   r"forward-mode AD" % name):
+                    qmm.attention(**a)
+            with pytest.raises(ValueError, match=r"%s is a dual tensor" % name):
+                qmm.attention_plan(**args)
+        with pytest.raises(NotImplementedError):
+            F.scaled_dot_product_attention(fwAD.make_dual(q, torch.ones_like(q)), k, v)
+        # a tensor that is not dual inside a dual level runs
+        assert torch.equal(qmm.attention(q, k, v),
+                           qmm.attention(q, k, v, out=torch.empty(1, 2, 5, 16)))
+
+    def op_path(q):
+        return qmm.attention(q, k, v)
+
+    def out_path(q):
+        return qmm.attention(q, k, v, out=torch.empty(1, 2, 5, 16))
+    for f in (op_path, out_path):
+        with pytest.raises(ValueError, match=r"q is a dual tensor"):
+            torch.func.jvp(f, (q,), (torch.ones_like(q),))
+        with pytest.raises(ValueError, match=r"q is a dual tensor"):
+            torch.func.jacfwd(f)(q)
+    with pytest.raises(ValueError, match=r"k is a dual tensor"):
+        torch.func.jvp(lambda k: qmm.attention(q, k, v), (k,), (torch.ones_like(k),))
+    assert fwAD.unpack_dual(qmm.attention(q, k, v)).tangent is None     # outside: runs
+
+
+@needs_attention
+def test_inference_out_is_refused_outside_inference_mode():
+    """An inference tensor has no version counter, so torch refuses every in-place and out=
+    write into one outside inference_mode; so does out= here, in torch's words (the call and
+    its plan alike). Inside inference_mode it is written."""
+    q, k, v = _qkv()
+    with torch.inference_mode():
+        o = torch.empty(1, 2, 5, 16)
+        want = qmm.attention(q, k, v)
+    with pytest.raises(RuntimeError) as torch_says:
+        torch.add(want, want, out=o)
+    assert A.INFERENCE_OUT in str(torch_says.value)
+    _bad(r"out is an inference tensor outside inference_mode: Inplace update to inference "
+         r"tensor outside InferenceMode is not allowed", out=o)
+    with torch.inference_mode():
+        assert torch.equal(qmm.attention(q, k, v, out=o), want)
+    for zero in (_qkv(Skv=0), _qkv(S=0)):               # answered without the library
+        with torch.inference_mode():
+            oz = torch.empty(zero[0].shape)
+        with pytest.raises(ValueError, match=r"out is an inference tensor"):
+            qmm.attention(*zero, out=oz)
+
+
+# The scalar arguments of the hostile calls: each is judged the same way by the custom op path
+# (no out), the out= path and attention_plan — one check (_attention.prepare) for all.
+HOSTILE_SCALES = [None, 0.125, 1, 10 ** 400, -10 ** 400, 1e-46, 1e-300, 2.0 ** -150,
+                  2.0 ** -149, 2.0 ** -126, 1e38, 1e40, 3.5e38, float("nan"), float("inf"),
+                  -0.0, -1e-300, True, "0.5", 0.5 + 0j, torch.tensor(0.5)]
+HOSTILE_MODES = [None, "best", "BEST", "Int8", "f32", "", " best", "best ", "int4", 2, b"best"]
+HOSTILE_ENGINES = [None, "auto", "", "AUTO", "ref", " ref", "nope", 0, -7, 3.0, b"ref"]
+HOSTILE_OUT_DTYPES = [None, "f32", "bf16", "", "F32", torch.float16, torch.float64, 5]
+
+
+def _outcome(call):
+    """("ok", out) or (the exception's type, its message without the function's name)."""
+    try:
+        return ("ok", call())
+    except (ValueError, qmm.QmmError) as e:
+        return (type(e), str(e).replace("qmm.attention_plan", "qmm.attention"))
+
+
+@needs_attention
+def test_both_paths_judge_arguments_alike():
+    """Property: for every hostile scale, mode, engine and out_dtype (10**400, below float32's
+    smallest subnormal, NaN, "" ...), qmm.attention without out (the custom op), with out=, and
+    attention_plan refuse with the same error and message naming the argument, or all run (the
+    two calls then give the same bits)."""
+    q, k, v = _qkv()
+    cases = ([{"scale": s} for s in HOSTILE_SCALES] + [{"mode": m} for m in HOSTILE_MODES] +
+             [{"engine": e} for e in HOSTILE_ENGINES] +
+             [{"out_dtype": d} for d in HOSTILE_OUT_DTYPES])
+    for kw in cases:
+        od = kw.get("out_dtype")
+        od = A._NAMED_DTYPES.get(od, od) if isinstance(od, str) else od
+        out_dt = od if od in A._TORCH_DTYPES else torch.float32
+        op = _outcome(lambda: qmm.attention(q, k, v, **kw))
+        with_out = _outcome(lambda: qmm.attention(q, k, v, out=torch.empty(1, 2, 5, 16,
+                                                                           dtype=out_dt), **kw))
+        plan = _outcome(lambda: qmm.attention_plan(q, k, v, **kw))
+        print(str(kw)[:60], op[0], with_out[0], plan[0])
+        if op[0] == "ok":
+            a, b = op[1], with_out[1]
+            assert with_out[0] == "ok" and a.dtype == b.dtype and \
+                ((a == b) | (a.isnan() & b.isnan())).all(), (kw, with_out)
+            assert plan[0] == "ok", (kw, plan)
+        else:
+            name = next(iter(kw))
+            assert name in op[1], (kw, op)
+            assert issubclass(op[0], ValueError), (kw, op)
+            assert with_out[:2] == op[:2], (kw, op, with_out)
+            assert plan[:2] == op[:2] or (isinstance(plan[1], str) and name in plan[1] and
+                                          plan[0] == op[0]), (kw, op, plan)

@@ -178,3 +178,99 @@ def test_unregister_removes_the_cpu_kernel(kit):
     assert kit.attention_status() == {"int8_attention": "installed",
                                       "int8_attention_masked": "installed"}
     assert rel_l2(ck.int8_attention(q, k, v), ref64(q, k, v)) <= GAUSS_BOUND
+
+
+F32_TINY = 2.0 ** -126            # float32's smallest normal
+
+
+def _nan_rows_alike(out, ref):
+    """out's NaN rows (query rows with a NaN) are ref's, and the others are finite."""
+    rows, rrows = out.isnan().any(-1), ref.isnan().any(-1)
+    assert torch.equal(rows, rrows), (rows, rrows)
+    assert torch.isfinite(out[~rows]).all()
+    return rows
+
+
+def test_any_finite_scale_runs(kit):
+    """The kitchen's rule takes any finite scale: one below float32's smallest normal (a
+    float32 subnormal, or below its smallest subnormal: 1e-46, 1e-300, 5e-324) runs — its
+    scores are ~0, so out is the mean of v over the keys each query attends to — and so does
+    one above float32's largest finite value (run at that value)."""
+    q, k, v = _qkv(1, 4, 2, 24, 40, 32, torch.float32)
+    mask = torch.rand(24, 40) < 0.6
+    mask[:, 0] = True
+    for scale in (1e-39, 2.0 ** -140, 1e-46, 1e-300, 5e-324, -1e-46, -1e-300):
+        for m in (None, mask):
+            out = ck.int8_attention(q, k, v, scale=scale, attn_mask=m)
+            ref = ref64(q, k, v, m, scale)
+            mean = (v.double().repeat_interleave(2, 1).unsqueeze(2) *
+                    (m if m is not None else torch.ones(24, 40, dtype=torch.bool))
+                    .unsqueeze(-1)).sum(3) / (m.sum(-1, keepdim=True) if m is not None else 40)
+            assert torch.allclose(ref, mean, atol=1e-12)
+            e = rel_l2(out, ref)
+            print("scale %r mask %s: rel L2 %.3e" % (scale, m is not None, e))
+            assert e <= GAUSS_BOUND, (scale, e)
+    for scale in (1e39, 1e300, -1e300):
+        out = ck.int8_attention(q, k, v, scale=scale)
+        assert out.shape == q.shape and out.dtype == q.dtype
+
+
+def test_zero_scale_keeps_nan_rows(kit):
+    """scale = 0: every score is 0·(q·k) — 0 where q·k is finite (out: the mean of v), NaN where
+    the query row holds a NaN or an infinity (0·inf): those rows are NaN, as SDPA's in float64;
+    q is never replaced by zeros."""
+    for dtype in DTYPES:
+        q, k, v = _qkv(1, 2, 2, 6, 9, 16, dtype)
+        q[0, 0, 1, 3] = float("nan")
+        q[0, 1, 4, 0] = float("inf")
+        q[0, 1, 2, 5] = -float("inf")
+        out = ck.int8_attention(q, k, v, scale=0.0)
+        ref = ref64(q, k, v, scale=0.0)
+        rows = _nan_rows_alike(out, ref)
+        assert rows.sum() == 3
+        assert rel_l2(out[~rows], ref[~rows]) <= GAUSS_BOUND
+        out = ck.int8_attention(q, k, v, scale=-0.0)
+        assert torch.equal(out.isnan(), ref.isnan())
+
+
+def test_huge_values_with_tiny_scales_property(kit):
+    """Property (seeded): q and k of magnitude 10^eq and 10^ek (up to float32's and bfloat16's
+    largest, 3e38; eq + ek >= 39), with the scale that brings the scores back to O(1) —
+    10^-(eq+ek)·D^-1/2 times a random factor in [1, 3] and sign, below float32's smallest
+    normal (down to 1e-77), which the kernel runs as scale 1 on q·scale — give SDPA's float64
+    answer within the Gaussian bound, with or without a mask; the same with a NaN in one query
+    row keeps that row, and only it, NaN. (A float32 scale with q·k beyond float32's range is
+    the engines' score overflow, not this kernel's: qmm.attention's own tests.)"""
+    g = torch.Generator().manual_seed(SEED + 47)
+    worst, below = 0.0, 0
+    for i in range(24):
+        dtype = (torch.float32, torch.bfloat16)[i % 2]
+        B, H, Hkv = 1, 2 * (1 + i % 2), 1 + i % 2
+        S, Skv, D = int(torch.randint(1, 40, (1,), generator=g)), \
+            int(torch.randint(1, 70, (1,), generator=g)), (16, 32, 64, 128)[i % 4]
+        eq = float(torch.randint(0, 39, (1,), generator=g))
+        ek = float(torch.randint(int(39 - eq), 39, (1,), generator=g))   # eq + ek >= 39
+        q = torch.randn(B, H, S, D, generator=g) * 10.0 ** eq
+        k = torch.randn(B, Hkv, Skv, D, generator=g) * 10.0 ** ek
+        v = torch.randn(B, Hkv, Skv, D, generator=g)
+        q, k, v = (t.clamp(-3e38, 3e38).to(dtype) for t in (q, k, v))
+        sign = -1.0 if i % 5 == 4 else 1.0
+        scale = sign * 10.0 ** -(eq + ek) * D ** -0.5 * (1 + 2 * float(torch.rand(1, generator=g)))
+        below += abs(scale) < F32_TINY
+        mask = _mask("bool_s_skv", B, S, Skv, dtype, g) if i % 3 == 0 else None
+        out = ck.int8_attention(q, k, v, scale=scale, attn_mask=mask)
+        ref = ref64(q, k, v, mask, scale)
+        assert torch.isfinite(out).all(), (i, eq, ek, scale)
+        e = rel_l2(out, ref)
+        print("%s q 1e%d k 1e%d scale %.3e S%d Skv%d D%d mask %s: rel L2 %.3e" % (
+            dtype, eq, ek, scale, S, Skv, D, mask is not None, e))
+        worst = max(worst, e)
+        qn = q.clone()
+        qn[0, 0, S // 2, D // 3] = float("nan")
+        outn = ck.int8_attention(qn, k, v, scale=scale, attn_mask=mask)
+        rows = _nan_rows_alike(outn, ref64(qn, k, v, mask, scale))
+        assert rows.sum() == 1
+    print("worst relative L2 vs float64 SDPA, huge values and tiny scales: %.3e (%d of 24 "
+          "scales below float32's smallest normal)" % (worst, below))
+    assert below == 24
+    assert worst <= GAUSS_BOUND

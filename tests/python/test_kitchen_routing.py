@@ -193,3 +193,101 @@ def test_linear_call_is_the_public_hot_path(kitchen):
     a.M = 0
     with pytest.raises(qmm.QmmError):
         qmm.linear_call(w.ptr, a)
+
+
+# ---------------------------------------------------------------- qmm.configure() after a plan
+def _int8_engine_mask():
+    return sum(1 << e["id"] for e in qmm._lib.ENGINES if e["kind"] == qmm._lib.KIND_INT8)
+
+
+@pytest.fixture
+def reconfigured():
+    """Runs the test, then puts the process context's options back to the defaults."""
+    yield
+    qmm.configure(max_isa=-1, fallback="allow", disabled_engines=0)
+
+
+def test_configure_moves_the_generation_only_on_a_change(reconfigured):
+    g = qmm.generation()
+    qmm.configure(max_isa=-1, fallback="allow", disabled_engines=0)   # the defaults: no change
+    assert qmm.generation() == g
+    qmm.configure(max_isa=0)
+    assert qmm.generation() == g + 1
+    qmm.configure(max_isa=0)
+    assert qmm.generation() == g + 1
+
+
+@pytest.mark.parametrize("options", [{"disabled_engines": "int8"}, {"max_isa": 0},
+                                     {"max_isa": 0, "fallback": "strict"},
+                                     {"disabled_engines": "int8", "fallback": "strict"}])
+def test_configure_after_a_kind_was_planned_declines_to_eager(kitchen, reconfigured, options,
+                                                              caplog):
+    """A layer kind planned (and run) before qmm.configure() took the int8 engines away is
+    planned again: the call is declined to eager (eager's bits, no qmm call, no W8A16 float
+    fallback) — never a QMM_ERR_NO_ENGINE / FALLBACK_REFUSED out of the kitchen — and runs on
+    qmm again once the options are back."""
+    w, s = _layer()
+    x = torch.randn(3, 256)
+    with ck.use_backend("eager"):
+        ye = ck.int8_linear(x, w, s, None, torch.float32)
+    assert torch.equal(ck.int8_linear(x, w, s, None, torch.float32), ye)   # planned, on qmm
+    opts = dict(options)
+    if opts.get("disabled_engines") == "int8":
+        opts["disabled_engines"] = _int8_engine_mask()
+    qmm.configure(**opts)
+    qmm.reset_counters()
+    kitchen.reset_declines()
+    with caplog.at_level(logging.DEBUG, logger="comfy_kitchen.dispatch"):
+        y = ck.int8_linear(x, w, s, None, torch.float32)
+    c = qmm.counters()["linear"]
+    assert c["calls"] == {} and c["fallbacks"] == 0 and c["errors"] == 0, c
+    assert torch.equal(y, ye)
+    assert "no int8 engine admits [64, 256]" in caplog.text
+    qmm.configure(max_isa=-1, fallback="allow", disabled_engines=0)
+    assert torch.equal(ck.int8_linear(x, w, s, None, torch.float32), ye)
+    assert sum(qmm.counters()["linear"]["calls"].values()) == 1
+
+
+def test_configure_between_the_rule_and_the_call_hands_the_call_on(kitchen, reconfigured):
+    """The kitchen validates (qmm's call rule accepts), then calls: a qmm.configure() in
+    between is seen by the call (checked under the lock configure takes), which is planned
+    again, declined, and run by eager — the caller gets eager's result, not a qmm error."""
+    from comfy_kitchen.registry import registry
+    w, s = _layer()
+    x = torch.randn(3, 256)
+    kw = {"x": x, "weight": w, "weight_scale": s, "bias": None, "out_dtype": torch.float32}
+    with ck.use_backend("eager"):
+        ye = ck.int8_linear(**kw)
+    for opts in ({"max_isa": 0, "fallback": "strict"},
+                 {"disabled_engines": _int8_engine_mask()}):
+        impl = registry.get_implementation("int8_linear", kwargs=kw)        # the rule: qmm
+        assert impl is kitchen.int8_linear
+        qmm.configure(**opts)
+        qmm.reset_counters()
+        kitchen.reset_declines()
+        y = impl(**kw)
+        assert torch.equal(y, ye)
+        assert qmm.counters()["linear"]["calls"] == {}
+        assert any("no int8 engine admits" in r for _, r in kitchen.declines()), kitchen.declines()
+        qmm.configure(max_isa=-1, fallback="allow", disabled_engines=0)
+
+
+def test_library_error_at_call_time_goes_to_eager(kitchen, monkeypatch):
+    """A qmm error of the call itself (here: a QmmError the library would raise) on a call the
+    kitchen gave qmm is a decline: eager runs it; a direct call of qmm.kitchen.int8_linear gets
+    the QmmError."""
+    from qmm.kitchen import linear as lin
+    w, s = _layer()
+    x = torch.randn(3, 256)
+
+    def failing(*a):
+        raise qmm.QmmError(qmm._lib.ERR_NO_ENGINE, "no engine (test)", "qmm_linear")
+    monkeypatch.setattr(lin, "_call_planned", failing)
+    with ck.use_backend("eager"):
+        ye = ck.int8_linear(x, w, s, None, torch.float32)
+    kitchen.reset_declines()
+    assert torch.equal(ck.int8_linear(x, w, s, None, torch.float32), ye)
+    assert list(kitchen.declines()) == [("int8_linear",
+                                         "qmm_linear: QMM_ERR_NO_ENGINE: no engine (test)")]
+    with pytest.raises(qmm.QmmError, match="no engine"):
+        kitchen.int8_linear(x, w, s, None, torch.float32)

@@ -119,3 +119,75 @@ def test_quantize_and_dequantize_validate(kitchen):
     _refused(K.dequantize_int8_embedding, q, torch.ones(8, 1), ix.float(), 0, 0,
              param="indices")
     _refused(K.dequantize_int8_embedding, q, torch.ones(4, 1), ix[:2], 0, 0, param="scale")
+
+
+def _tangent_on_both(fn):
+    """(tangent of fn() on the kitchen with qmm first, tangent of fn() on eager), both inside
+    one forward_ad.dual_level; fn makes its own duals."""
+    from torch.autograd import forward_ad as fwAD
+    with fwAD.dual_level():
+        t = fwAD.unpack_dual(fn()).tangent
+        with ck.use_backend("eager"):
+            te = fwAD.unpack_dual(fn()).tangent
+    return t, te
+
+
+def test_dual_inputs_are_declined_and_eager_keeps_the_tangent(kitchen):
+    """A dual tensor of forward-mode AD requires no grad, so the grad test misses it: the call
+    rule declines it by name (qmm computes no tangent) and eager's tangent comes back — through
+    forward_ad.make_dual and through torch.func.jvp / jacfwd (functorch's wrappers)."""
+    from torch.autograd import forward_ad as fwAD
+    w, s = _layer()
+    x = torch.randn(3, 256)
+    b = torch.randn(64)
+    res, rs = torch.randn(3, 64), torch.rand(64)
+    for what in ("x", "weight_scale", "bias", "residual", "residual_scale"):
+        args = {"x": x, "weight_scale": s, "bias": b, "residual": res, "residual_scale": rs}
+        tangent = torch.randn_like(args[what])
+
+        def call():
+            a = dict(args)
+            a[what] = fwAD.make_dual(a[what], tangent)
+            return ck.int8_linear(a["x"], w, a["weight_scale"], a["bias"], torch.float32,
+                                  residual=a["residual"], residual_scale=a["residual_scale"])
+        K.reset_declines()
+        qmm.reset_counters()
+        t, te = _tangent_on_both(call)
+        assert qmm.counters()["linear"]["calls"] == {}, what
+        assert t is not None and torch.equal(t, te), what
+        assert any(r.startswith(what + ": is a dual tensor") for _, r in K.declines()), \
+            K.declines()
+    # functorch: jvp and jacfwd of a function of x
+    tx = torch.randn(3, 256)
+
+    def f(x):
+        return ck.int8_linear(x, w, s, b, torch.float32)
+    qmm.reset_counters()
+    y, t = torch.func.jvp(f, (x,), (tx,))
+    jac = torch.func.jacfwd(f)(x[:1])
+    assert qmm.counters()["linear"]["calls"] == {}
+    with ck.use_backend("eager"):
+        ye, te = torch.func.jvp(f, (x,), (tx,))
+        jace = torch.func.jacfwd(f)(x[:1])
+    assert torch.equal(y, ye) and torch.equal(t, te) and torch.equal(jac, jace)
+    assert jac.abs().sum() > 0
+    # a direct call names the dual argument; outside the dual level qmm runs it again
+    with fwAD.dual_level():
+        _refused(K.int8_linear, fwAD.make_dual(x, tx), w, s, param="x", needle="dual tensor")
+    ck.int8_linear(x, w, s, b, torch.float32)
+    assert sum(qmm.counters()["linear"]["calls"].values()) == 1
+    # quantize / dequantize: the same rule (eager's dequantize is a custom op that keeps no
+    # tangent either; what it does with one is eager's business)
+    q8 = torch.randint(-127, 128, (8, 64), dtype=torch.int8)
+    sc = torch.rand(8, 1)
+    K.reset_declines()
+    t, te = _tangent_on_both(lambda: ck.dequantize_int8_simple(
+        q8, fwAD.make_dual(sc, torch.ones_like(sc))))
+    assert (t is None) == (te is None) and (t is None or torch.equal(t, te))
+    assert any(f == "dequantize_int8_simple" and r.startswith("scale: is a dual tensor")
+               for f, r in K.declines()), K.declines()
+    with fwAD.dual_level():
+        _refused(K.dequantize_int8_simple, q8, fwAD.make_dual(sc, torch.ones_like(sc)),
+                 param="scale", needle="dual tensor")
+        _refused(K.quantize_int8_rowwise, fwAD.make_dual(x, tx), param="x",
+                 needle="dual tensor")

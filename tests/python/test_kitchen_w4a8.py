@@ -224,3 +224,45 @@ def test_w4a8_quantized_tensor_and_in_place_change(kitchen):
     with ck.use_backend("eager"):
         ye2 = torch.nn.functional.linear(x, qt)
     assert torch.equal(y2, ye2) and not torch.equal(y2, y)
+
+
+def test_w4a8_configure_and_dual_inputs_go_to_eager(kitchen):
+    """The int8 path's rules hold for W4A8 too: a kind planned before qmm.configure() took the
+    int8 engines away is declined to eager afterwards (no QMM_ERR_NO_ENGINE /
+    FALLBACK_REFUSED out of the kitchen), and a dual tensor of forward-mode AD (x, or the
+    layout's s_channel) is declined so that eager keeps its tangent."""
+    from torch.autograd import forward_ad as fwAD
+    K = 256
+    qd, s_rel, s_ch, cb = quantized(K, 4, True, 16, 256)
+    x = torch.randn(3, K)
+    kw = dict(codebook=cb, group_size=16, convrot_groupsize=256, out_dtype=torch.float32)
+    ye = eager(x, qd, s_rel, s_ch, **kw)
+    on_qmm(x, qd, s_rel, s_ch, **kw)                       # the kind is planned
+    try:
+        for opts in ({"max_isa": 0, "fallback": "strict"}, {"max_isa": 0},
+                     {"disabled_engines": sum(1 << e["id"] for e in qmm._lib.ENGINES
+                                              if e["kind"] == qmm._lib.KIND_INT8)}):
+            qmm.configure(**opts)
+            qmm.reset_counters()
+            y = ck.w4a8_int8_linear(x, qd, s_rel, s_ch, **kw)
+            assert qmm.counters()["linear"]["calls"] == {}, opts
+            assert torch.equal(y, ye), opts
+            qmm.configure(max_isa=-1, fallback="allow", disabled_engines=0)
+    finally:
+        qmm.configure(max_isa=-1, fallback="allow", disabled_engines=0)
+    on_qmm(x, qd, s_rel, s_ch, **kw)
+    tx, ts = torch.randn(3, K), torch.randn(N)
+    for dual_x in (True, False):
+        with fwAD.dual_level():
+            xd = fwAD.make_dual(x, tx) if dual_x else x
+            sd = s_ch if dual_x else fwAD.make_dual(s_ch, ts)
+            kitchen.reset_declines()
+            qmm.reset_counters()
+            y = ck.w4a8_int8_linear(xd, qd, s_rel, sd, **kw)
+            assert qmm.counters()["linear"]["calls"] == {}
+            t = fwAD.unpack_dual(y).tangent
+            with ck.use_backend("eager"):
+                te = fwAD.unpack_dual(ck.w4a8_int8_linear(xd, qd, s_rel, sd, **kw)).tangent
+        assert t is not None and torch.equal(t, te)
+        assert any(r.startswith(("x" if dual_x else "s_channel") + ": is a dual tensor")
+                   for _, r in kitchen.declines()), kitchen.declines()

@@ -72,27 +72,28 @@ def _rss_mib():
 
 class _Split:
     """--split: each INT8 layer of the block behind a probe that times its calls (module
-    docstring). The kitchen backend's qmm_linear call (qmm.kitchen.linear._linear_call) is
-    wrapped to keep the last call's weight, arguments and thread count for the y-reused runs."""
+    docstring). The kitchen backend's qmm_linear call (qmm.kitchen.linear._call_planned) is
+    wrapped to keep the last call's weight, arguments, thread count and options' generation
+    for the y-reused runs."""
 
     def __init__(self, block, tokens, shapes, alone):
         import qmm.kitchen.linear as kl
-        self.kl, self.orig, self.alone = kl, kl._linear_call, alone
+        self.kl, self.orig, self.alone = kl, kl._call_planned, alone
         self.tokens, self.shapes = tokens, shapes
         self.replay = False     # the alone runs after each call (the last block run)
         self.last = None
         self.rows = {name: {"in_block": [], "alone": None, "alone_y_reused": None}
                      for name in shapes}
-        kl._linear_call = self._hook
+        kl._call_planned = self._hook
         for name in shapes:
             block.layers[name] = self._probe(name, block.layers[name])
 
     def close(self):
-        self.kl._linear_call = self.orig
+        self.kl._call_planned = self.orig
 
-    def _hook(self, ptr, a, n):
-        self.last = (ptr, a.__class__.from_buffer_copy(a), n)
-        self.orig(ptr, a, n)
+    def _hook(self, ptr, a, n, gen):
+        self.last = (ptr, a.__class__.from_buffer_copy(a), n, gen)
+        return self.orig(ptr, a, n, gen)
 
     def _timed(self, fn):
         import qmm
@@ -116,10 +117,10 @@ class _Split:
                 if best is None or r2["wall_s"] < best["wall_s"]:
                     best = r2
             self.rows[name]["alone"] = best
-            ptr, a, n = self.last          # the last alone call, on y2 (alive here)
+            ptr, a, n, gen = self.last     # the last alone call, on y2 (alive here)
             best = None
             for _ in range(self.alone):
-                _, r3 = self._timed(lambda: self.orig(ptr, a, n))
+                _, r3 = self._timed(lambda: self.orig(ptr, a, n, gen))
                 if best is None or r3["wall_s"] < best["wall_s"]:
                     best = r3
             self.rows[name]["alone_y_reused"] = best

@@ -14,7 +14,18 @@ backend (eager): the kitchen decides per call by validating FunctionConstraints 
 ParamConstraints for dtypes and devices, then one call rule per function, which runs the same
 check as a direct call of the function), and a backend cannot hand a call on once it runs, so
 every refusal happens there. A refusal is logged on "comfy_kitchen.dispatch" (declines()).
-Any input that requires grad under grad mode is declined (qmm computes no gradients).
+Any input that requires grad under grad mode, and any dual tensor of forward-mode AD
+(torch.func.jvp, jacfwd, forward_ad.make_dual), is declined (qmm computes no derivatives; eager
+keeps them).
+
+qmm.configure(): the linear layers' plans are made per layer kind and kept while the options
+stay as they were (qmm.generation()); after a configure() that changes one (max_isa,
+disabled_engines, fallback, ...) each kind is planned again, so a kind no int8 engine runs any
+more is declined to eager, never run W8A16 nor failed with QMM_ERR_NO_ENGINE /
+QMM_ERR_FALLBACK_REFUSED. A call qmm accepted that it cannot run after all (configure() between
+the kitchen's validation and its call, or the library failing at call time) is declined then
+and run by the next backend (linear.execute, _declines.hand_on): no qmm error reaches a kitchen
+caller of the linear functions.
 
 Numerics: every linear call uses QMM_EPILOGUE_KITCHEN and the kitchen's input stage (SPEC §1a),
 so outputs are those of the eager backend (bit-identical where SPEC §1a says so). Calls qmm would
@@ -35,6 +46,7 @@ comfy_kitchen::int8_attention and int8_attention_masked (CUDA/HIP only in the ki
 kernel, qmm.attention(mode="int8"), and unregister() removes it; only where the installed
 kitchen defines them, with or without an int8 engine here (without one qmm's counted fallback
 to a float engine runs them); attention_status() says, per op, whether it is installed or why not.
+These ops have no other CPU kernel to hand a call on to: their errors are the caller's.
 
 Cancel: qmm.cancel() makes a running or waiting call raise qmm.Cancelled, which propagates to
 the kitchen's caller (nothing falls back to eager: the user asked to stop; SPEC §12).

@@ -3,6 +3,7 @@ refusal every check raises (Refused: the call rules turn it into a logged declin
 gets it as a ValueError naming the parameter)."""
 import torch
 
+from qmm import _autograd as _ad
 from qmm import _lib as L
 
 FLOATS = frozenset({torch.float32, torch.float16, torch.bfloat16})
@@ -41,10 +42,14 @@ def need_tensor(param, t, dtypes, what, contiguous=False):
 
 
 def no_grad_needed(func, *tensors):
-    """Refused when grad mode is on and an input requires grad: qmm computes no gradients, so
-    eager must run the call to keep the autograd graph."""
+    """Refused when grad mode is on and an input requires grad, or when an input is a dual
+    tensor of forward-mode AD (qmm._autograd): qmm computes no derivatives, so eager must run
+    the call to keep them."""
     if torch.is_grad_enabled():
         for name, t in tensors:
             if isinstance(t, Tensor) and t.requires_grad:
                 raise Refused(name, "requires grad under grad mode (autograd: qmm runs inference "
                               "only)")
+    name = _ad.first_dual(tensors)
+    if name:
+        raise Refused(name, _ad.DUAL_WHY)

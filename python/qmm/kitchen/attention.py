@@ -16,15 +16,25 @@ kernel yet; status() says, per op, "installed" or why not.
 The kitchen's argument rules, with its error types: q, k, v 4-D ([B, H, S, D], k and v
 [B, Hkv, Skv, D]) of one dtype among float32, float16, bfloat16 (else TypeError), every size
 >= 1, the last dimension contiguous, attn_mask bool or float32/float16/bfloat16 (else TypeError)
-broadcastable to [B, H, S, Skv], scale None (D^-1/2) or finite (any sign). Checked here: what
-the kitchen rules differently from qmm.attention (dtypes and their error type, sizes of 0, the
-last stride, a 0-d mask, the sign of scale); shapes, devices and mask broadcasting are
-qmm.attention's checks, GQA, D in [1, 256] and a finite scale the library's (a ValueError naming
-the argument either way: qmm.ArgumentError where the library refused it). The result has q's
-shape and dtype (float32 for float32 input, as the kitchen returns). Where this CPU has no
-int8 attention engine, qmm runs the call on its best float engine, a counted fallback (refused
-under qmm.configure(fallback="strict")). No gradients: as the kitchen's CUDA op, no autograd
-formula is registered.
+broadcastable to [B, H, S, Skv], scale None (D^-1/2) or finite (any sign, any magnitude).
+Checked here: what the kitchen rules differently from qmm.attention (dtypes and their error
+type, sizes of 0, the last stride, a 0-d mask, the scales qmm.attention does not take); shapes,
+devices and mask broadcasting are qmm.attention's checks, GQA, D in [1, 256] and a finite scale
+the library's (a ValueError naming the argument either way: qmm.ArgumentError where the library
+refused it).
+
+The scales qmm.attention does not take (it takes a float32 > 0), each run as the same scores
+scale·(q·k): a negative one as |scale| on -q; zero as scale 1 on q·0 (0 where q is finite, NaN
+where it is NaN or infinite, so a NaN query row stays NaN, as 0·NaN is); one below float32's
+smallest normal (2^-126: subnormal in float32 or below its smallest subnormal, e.g. 1e-46,
+1e-300) as scale 1 on q·scale, multiplied in float64 and rounded to float32 once (a product
+below float32's range becomes 0: its scores are then below 1.4e-45·Σ|k|, nothing a softmax
+resolves; the answer tends to the mean of v); one above float32's largest finite value
+(3.4028235e38) as that value (the library takes scale in float32, as the kitchen's kernels do).
+The result has q's shape and dtype (float32 for float32 input, as the kitchen returns). Where
+this CPU has no int8 attention engine, qmm runs the call on its best float engine, a counted
+fallback (refused under qmm.configure(fallback="strict")). No gradients: as the kitchen's CUDA
+op, no autograd formula is registered.
 """
 import threading
 
@@ -63,18 +73,32 @@ def _check(q, k, v, attn_mask):
     return attn_mask.reshape(1) if attn_mask.dim() == 0 else attn_mask
 
 
+F32_MIN = 2.0 ** -126                    # float32's smallest normal
+F32_MAX = float.fromhex("0x1.fffffep+127")  # float32's largest finite value
+
+
+def _scaled(q, scale):
+    """(q', scale') with scale'·(q'·k) = scale·(q·k) and scale' a float32 qmm.attention takes
+    (module doc), or a non-finite scale as it is (the library refuses it)."""
+    if scale < 0:
+        q, scale = -q, -scale
+    if scale == 0:
+        return q * 0.0, 1.0
+    if scale < F32_MIN:
+        return (q.double() * scale).float(), 1.0
+    if F32_MAX < scale < float("inf"):
+        return q, F32_MAX
+    return q, scale
+
+
 def run(q, k, v, attn_mask=None, scale=None):
     """softmax(scale · q·kᵀ + attn_mask) · v by qmm.attention(mode="int8"), under the kitchen's
-    argument rules (module doc). A negative scale is run as |scale| on -q, a zero scale as scale
-    1 on a zero q (qmm.attention takes scale > 0): the same scores."""
+    argument rules (module doc): any finite scale runs (_scaled), and out has q's dtype."""
     attn_mask = _check(q, k, v, attn_mask)
+    dtype = q.dtype
     if scale is not None:
-        scale = float(scale)             # a non-finite one: the library refuses it
-        if scale < 0:
-            q, scale = -q, -scale
-        elif scale == 0:
-            q, scale = torch.zeros_like(q), 1.0
-    return qmm.attention(q, k, v, mask=attn_mask, scale=scale, mode="int8")
+        q, scale = _scaled(q, float(scale))
+    return qmm.attention(q, k, v, mask=attn_mask, scale=scale, mode="int8", out_dtype=dtype)
 
 
 def int8_attention_cpu(q, k, v, scale):

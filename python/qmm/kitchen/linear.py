@@ -13,9 +13,24 @@ thread with the very same arguments (the kitchen validates, then calls): the wor
 Per call, what depends only on the layer's kind is computed once and kept (_kinds): the key
     (N, K, group, x dtype, out dtype, act, act weight dtype, modulation, residual, W4A8, M class)
 with M class = M.bit_length() (admission can depend on M, e.g. amx_int8's smallest M, never
-within a power of two) maps to a prepared qmm_linear_args template, or to the reason no int8
-engine takes it. Calls qmm would run W8A16 on a float engine are refused (eager keeps its own
-numerics for them). Reasons are formatted only for refused calls.
+within a power of two) maps to (the options' generation it was planned under, a prepared
+qmm_linear_args template or the reason no int8 engine takes it). Calls qmm would run W8A16 on a
+float engine are refused (eager keeps its own numerics for them). Reasons are formatted only for
+refused calls.
+
+qmm.configure() (max_isa, disabled_engines, fallback, ...) moves qmm.generation() on: a kind
+planned under another generation is planned again at its next check, and the call itself runs
+through qmm.linear_call_planned, which runs it only if the options are still those it was
+planned under (checked under the lock configure() takes, so a configure() between the check and
+the call is seen); else the call is checked and planned again. A call the kitchen handed to qmm
+(its call rule accepted it) that qmm then cannot run — the new plan refuses it, or the library
+fails at call time — goes on to the next backend in the kitchen's priority (_declines.hand_on,
+counted and logged as a decline): no qmm error reaches a kitchen caller. A direct call gets the
+Refused (a ValueError) or the QmmError.
+
+Autograd: an input that requires grad under grad mode, or a dual tensor of forward-mode AD
+(torch.func.jvp, jacfwd, forward_ad.make_dual: qmm._autograd), is refused — eager keeps the
+derivative.
 
 The weight is borrowed (weights.py): no copy is made, every call reads the int8 tensor, the
 scales and the bias as they are at that moment.
@@ -26,6 +41,7 @@ import threading
 import torch
 
 import qmm
+from qmm import _autograd as _ad
 from qmm import _lib as L
 
 from . import weights
@@ -39,7 +55,8 @@ _gs_ok = {}             # convrot group -> None or the Refused for it
 _F32 = torch.float32
 _BF16 = torch.bfloat16
 _EPS0 = 0.0
-_linear_call = qmm.linear_call
+_call_planned = qmm.linear_call_planned
+_fwd_level = _ad.forward_level
 _byref = ctypes.byref
 _empty = torch.empty
 _grad_on = torch.is_grad_enabled
@@ -50,7 +67,8 @@ _is = __import__("operator").is_
 class _Call:
     """What check() found for one call; run() executes it."""
     __slots__ = ("args", "keep", "x", "ldx", "M", "N", "kin", "out_shape", "out_dtype", "h",
-                 "tmpl", "act_weight", "act_eps", "modulation", "residual", "rscale", "w4args")
+                 "tmpl", "gen", "act_weight", "act_eps", "modulation", "residual", "rscale",
+                 "w4args", "func", "kw")
 
 
 def _rows(t, width):
@@ -96,7 +114,8 @@ def _handle(weight, ws, bias, gs, N, K, c):
 
 
 def _kind(key, h, M, xdt, odt, act, awdt, kin, N):
-    """The qmm_linear_args template of a layer kind, or Refused: planned once per key."""
+    """(generation, the qmm_linear_args template of a layer kind or Refused): planned once per
+    key and generation of the options (qmm.generation(), read under the lock the plan holds)."""
     a = L.qmm_linear_args_default()
     a.M = M
     a.x_dtype, a.y_dtype, a.act = QDT[xdt], QDT[odt], ACTS[act]
@@ -107,6 +126,7 @@ def _kind(key, h, M, xdt, odt, act, awdt, kin, N):
         a.act_weight_dtype = QDT[awdt]
     p = L.PlanInfo()
     with qmm.lock():
+        gen = qmm._generation
         st = L.qmm_plan(qmm.context(_nthreads()).ptr, h.ptr, _byref(a), _byref(p))
     if st != L.OK:
         k = Refused("weight", (L.qmm_last_error() or b"").decode(errors="replace"))
@@ -118,11 +138,12 @@ def _kind(key, h, M, xdt, odt, act, awdt, kin, N):
         k = Refused("x", "no int8 engine admits [%d, %d] M=%d (%s)" % (N, key[1], M, why))
     else:
         k = a
+    e = (gen, k)
     with _kinds_lock:
         if len(_kinds) > 4096:
             _kinds.clear()
-        _kinds[key] = k
-    return k
+        _kinds[key] = e
+    return e
 
 
 def _group(g, K):
@@ -150,6 +171,12 @@ def _grad(args):
         if name and isinstance(t, Tensor) and t.requires_grad:
             raise Refused(name, "requires grad under grad mode (autograd: qmm runs inference "
                           "only)")
+
+
+def _dual(args):
+    name = _ad.first_dual((n, t) for n, t in zip(_GRAD_NAMES, args) if n)
+    if name:
+        raise Refused(name, _ad.DUAL_WHY)
 
 
 def check(func, args, partial=False, w4=None):
@@ -254,10 +281,13 @@ def check(func, args, partial=False, w4=None):
                        (bias is not None and bias.requires_grad) or
                        aw is not None or res is not None or mod is not None):
         _grad(args)
+    if _fwd_level() >= 0:
+        _dual(args)
     if partial:
         return None
     c = _Call()
     c.args = args
+    c.func, c.kw, c.w4args = func, None, None
     # x: read in place when its rows are kin contiguous values >= kin apart, else copied
     if x.is_contiguous():
         M = x.numel() // kin
@@ -275,9 +305,10 @@ def check(func, args, partial=False, w4=None):
     c.h = h = _handle(weight, ws, bias, gs, N, K, c) if w4 is None else w4.handle(bias, c)
     key = (N, K, gs, x.dtype, out_dtype, act, awdt, mod is not None, res is not None,
            w4 is not None, M.bit_length())
-    t = _kinds.get(key)
-    if t is None:
-        t = _kind(key, h, M, x.dtype, out_dtype, act, awdt, kin, N)
+    e = _kinds.get(key)
+    if e is None or e[0] != qmm._generation:
+        e = _kind(key, h, M, x.dtype, out_dtype, act, awdt, kin, N)
+    c.gen, t = e
     if type(t) is Refused:
         raise t
     c.tmpl = t
@@ -298,6 +329,8 @@ def check(func, args, partial=False, w4=None):
 
 
 def run(c):
+    """The output of the checked call c, or None (nothing run) when qmm.configure() changed an
+    option since c was planned."""
     a = c.tmpl.__class__.from_buffer_copy(c.tmpl)
     M = c.M
     y = _empty(c.out_shape, dtype=c.out_dtype)
@@ -313,8 +346,40 @@ def run(c):
         r = c.residual
         a.residual, a.ldr, a.residual_scale = r.data_ptr(), (r.stride(0) if M > 1 else c.N), \
             c.rscale.data_ptr()
-    _linear_call(c.h.ptr, a, _nthreads())
+    if not _call_planned(c.h.ptr, a, _nthreads(), c.gen):
+        return None
     return y
+
+
+def execute(c):
+    """run(c); when configure() changed an option since c's check, c checked and planned again
+    and run. A call the kitchen handed over (c.kw: its arguments) that qmm cannot run after all
+    (a Refused of the new check, a QmmError of the library) goes to the next backend
+    (_declines.hand_on); a direct call gets the error."""
+    try:
+        y = run(c)
+        if y is None:
+            y = run(_recheck(c))
+            if y is None:
+                raise Refused("x", "qmm.configure() changed the options while the call was "
+                              "being planned")
+        return y
+    except (Refused, qmm.QmmError) as e:
+        if c.kw is None:
+            raise
+        from ._declines import hand_on
+        return hand_on(c.func, c.kw, e)
+
+
+def _recheck(c):
+    """c's call checked again (under the options in force), keeping its kitchen arguments."""
+    if c.w4args is not None:
+        from . import w4a8
+        c2 = w4a8.check(c.w4args)
+    else:
+        c2 = check(c.func, c.args)
+    c2.kw = c.kw
+    return c2
 
 
 def _args(func, kw):
@@ -347,6 +412,8 @@ def rule(func):
         except Refused as e:
             _tls.last = None
             return decline(func, e.param, e.reason)
+        if c is not None:
+            c.kw = kw
         _tls.last = c
         return ok
     return call_rule
@@ -365,7 +432,7 @@ def int8_linear(x, weight, weight_scale, bias=None, out_dtype=_BF16, convrot=Fal
                 convrot_groupsize=256, input_act=None, input_act_weight=None, input_act_eps=_EPS0,
                 residual=None, residual_scale=None):
     """The kitchen's int8_linear on qmm (same signature and results as the eager backend)."""
-    return run(_prepared("int8_linear", (
+    return execute(_prepared("int8_linear", (
         x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
         input_act_weight, input_act_eps, residual, residual_scale, None)))
 
@@ -374,7 +441,7 @@ def int8_linear_modulated(x, modulation_scale, weight, weight_scale, bias=None,
                           out_dtype=_BF16, convrot=False, convrot_groupsize=256):
     """x · (1 + modulation_scale) (one row for every token), then int8_linear; on qmm the
     modulation is applied in its input stage (no [M, K] temporary)."""
-    return run(_prepared("int8_linear_modulated", (
+    return execute(_prepared("int8_linear_modulated", (
         x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, None, None, _EPS0,
         None, None, modulation_scale)))
 
@@ -383,7 +450,7 @@ def int8_linear_rms_modulated(x, norm_weight, norm_eps, modulation_scale, weight
                               bias=None, out_dtype=_BF16, convrot=False,
                               convrot_groupsize=256):
     """rms_norm(x, norm_weight, norm_eps) · (1 + modulation_scale), then int8_linear."""
-    return run(_prepared("int8_linear_rms_modulated", (
+    return execute(_prepared("int8_linear_rms_modulated", (
         x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, "rms_norm",
         norm_weight, norm_eps, None, None, modulation_scale)))
 
@@ -399,7 +466,10 @@ def plan(weight, weight_scale, bias=None, convrot_groupsize=0, M=1, x_dtype=torc
     N, K = weight.shape
     key = (N, K, convrot_groupsize, x_dtype, out_dtype, None, None, False, False, False,
            int(M).bit_length())
-    t = _kinds.get(key) or _kind(key, c.h, int(M), x_dtype, out_dtype, None, None, K, N)
+    e = _kinds.get(key)
+    if e is None or e[0] != qmm._generation:
+        e = _kind(key, c.h, int(M), x_dtype, out_dtype, None, None, K, N)
+    t = e[1]
     if type(t) is Refused:
         raise t
     a = L.qmm_linear_args_default()

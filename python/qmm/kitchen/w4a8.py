@@ -10,14 +10,18 @@ the rest is the int8 layer of linear.py (the same checks, template cache and cal
 Declined (eager runs the call): a correction (asymmetric W4A8: eager dequantizes to float and
 runs F.linear; there is no int8 form of it), s_channel that is not fp32, s_rel not fp8 e4m3fn
 or fp32, non-contiguous codes / s_rel / codebook, shapes the kitchen's validate_w4a8_operands
-refuses, NaN or infinite scales (qmm_weight_borrow_w4a8 refuses them), and everything
-linear.check declines.
+refuses, NaN or infinite scales (qmm_weight_borrow_w4a8 refuses them), a codes, scale or
+codebook tensor that requires grad under grad mode or is a dual tensor of forward-mode AD
+(qmm._autograd), and everything linear.check declines. The call runs through linear.execute:
+re-planned after a qmm.configure() that changed an option, and handed on to the next backend when
+qmm cannot run it after all (no qmm error reaches a kitchen caller).
 """
 import threading
 
 import torch
 
 import qmm
+from qmm import _autograd as _ad
 from qmm import _lib as L
 
 from . import linear as _lin
@@ -104,17 +108,21 @@ def check(args, partial=False):
     """Validate a w4a8_int8_linear call (args: the tuple of _args); a linear._Call, or Refused."""
     (x, qdata, s_rel, s_channel, codebook, correction, bias, group_size, convrot_groupsize,
      out_dtype, act, aw, eps, res, rs) = args
+    own = (("qdata", qdata), ("s_rel", s_rel), ("s_channel", s_channel), ("codebook", codebook))
     if torch.is_grad_enabled():
-        for name, t in (("qdata", qdata), ("s_rel", s_rel), ("s_channel", s_channel),
-                        ("codebook", codebook)):
+        for name, t in own:
             if isinstance(t, Tensor) and t.requires_grad:
                 raise Refused(name, "requires grad under grad mode (autograd: qmm runs "
                               "inference only)")
+    if _ad.forward_level() >= 0:
+        name = _ad.first_dual(own)
+        if name:
+            raise Refused(name, _ad.DUAL_WHY)
     w4 = _geometry(qdata, s_rel, s_channel, codebook, correction, group_size, convrot_groupsize)
     c = _lin.check("int8_linear", (x, None, None, bias, out_dtype, True, convrot_groupsize,
                                    act, aw, eps, res, rs, None), partial=partial, w4=w4)
     if c is not None:
-        c.w4args = args
+        c.w4args, c.func = args, "w4a8_int8_linear"
     return c
 
 
@@ -138,6 +146,7 @@ def rule():
         except Refused as e:
             _tls.last = None
             return decline("w4a8_int8_linear", e.param, e.reason)
+        c.kw = kw
         _tls.last = c
         return ok
     return call_rule
@@ -155,4 +164,4 @@ def w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook=None, correction=None,
     _tls.last = None
     if c is None or not all(a is b for a, b in zip(c.w4args, args)):
         c = check(args)
-    return _lin.run(c)
+    return _lin.execute(c)
