@@ -590,6 +590,38 @@ qmm_status qmm_attention(qmm_context *ctx, const qmm_attention_args *args);
  * OK if it runs the call, else engine AUTO and the status qmm_attention would return. */
 qmm_status qmm_attention_plan(qmm_context *ctx, const qmm_attention_args *args, qmm_plan_info *out);
 
+/* ---------------------------------------------------------------- row ops: RMSNorm + RoPE (SPEC §12)
+ * comfy-kitchen's fused rope family on the CPU, one pass over each row: optionally RMSNorm
+ * (a = x · rsqrt(mean(x²) + eps) · w), then the rotation of pairs of the row's first rot_dim
+ * values by a 2×2 matrix per pair, the rest of the row passing through. */
+typedef struct qmm_rope_args {
+    /* x and out [n0, n1, n2, D]: three leading extents (1 where absent) and the row length D
+     * (even, 2 <= D <= QMM_ROPE_MAX_D); each row is contiguous. */
+    int64_t n[3];
+    int64_t D;
+    /* x: strides in elements between the leading indices, >= 0. out: of x's dtype, strides that
+     * give every element its own address; out may be x itself with x's strides (in place), and
+     * must not overlap x otherwise, nor freqs or norm_weight. */
+    const void *x; qmm_dtype x_dtype; int64_t x_stride[3];
+    void *out; int64_t out_stride[3];
+    /* freqs [n0, n1, n2, rot_dim/2, 2, 2] of any float dtype C (the rotation is computed in C, as
+     * the kitchen's eager backend does), the last three dimensions contiguous; strides >= 0
+     * (0 broadcasts). Pair i of a row: (y0, y1) = (f[i][0][0]·x0 + f[i][0][1]·x1,
+     * f[i][1][0]·x0 + f[i][1][1]·x1). */
+    const void *freqs; qmm_dtype freqs_dtype; int64_t freqs_stride[3];
+    int64_t rot_dim;     /* 0 = D; else even, <= D: the rotated prefix */
+    int split_half;      /* 0: pair i is (2i, 2i + 1); 1: pair i is (i, i + rot_dim/2) */
+    /* Optional RMSNorm first: D weights of a float dtype (NULL: none) and eps (finite). */
+    const void *norm_weight; qmm_dtype norm_weight_dtype;
+    float eps;
+} qmm_rope_args;
+#define QMM_ROPE_MAX_D 1024
+/* Every field zero but the dtypes F32 and n {1, 1, 1}. */
+qmm_rope_args qmm_rope_args_default(void);
+/* Runs it on the context's threads (the rows split between them; the bits do not depend on the
+ * thread count). Errors name the bad argument. One call at a time per context. */
+qmm_status qmm_rope(qmm_context *ctx, const qmm_rope_args *args);
+
 #ifdef __cplusplus
 }
 #endif
