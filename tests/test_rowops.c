@@ -35,9 +35,7 @@ static void naive_row(const qmm_rope_args *a, const void *x, const void *f, void
         const float r = 1.0f / sqrtf(lane[0] / (float)D + a->eps);
         for (int64_t k = 0; k < D; k++) {
             const float w = qmm_load_f(a->norm_weight, a->norm_weight_dtype, k);
-            float y = v[k] * r;
-            if (a->norm_weight_dtype != t) y = qmm_round_to(y, t);
-            v[k] = qmm_round_to(y * w, t);
+            v[k] = qmm_round_to((v[k] * r) * w, t);
         }
     }
     float y[QMM_ROPE_MAX_D];
@@ -136,11 +134,10 @@ static int run_case(qmm_context *ctx, qmm_dtype t, qmm_dtype c, int wmode, int s
     call.out = o_ref; memcpy(call.os, contig, sizeof call.os);
     call.freqs = f; memcpy(call.fs, a.freqs_stride, sizeof call.fs);
     float w32[QMM_ROPE_MAX_D];
-    call.row = (qmm_rope_row){D, R, split, t, c, NULL, 0, a.eps};
+    call.row = (qmm_rope_row){D, R, split, t, c, NULL, a.eps};
     if (wmode) {
         for (int64_t k = 0; k < D; k++) w32[k] = qmm_load_f(w, wt, k);
         call.row.w = w32;
-        call.row.w_round2 = wt != t;
     }
     qmm_status st_ref = qmm_rope_run(ctx, &call, 1);
     /* the public call: in place or into o */

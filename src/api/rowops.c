@@ -131,7 +131,6 @@ qmm_status qmm_rope(qmm_context *ctx, const qmm_rope_args *a) {
     if (a->norm_weight) {
         for (int64_t k = 0; k < a->D; k++) w32[k] = qmm_load_f(a->norm_weight, a->norm_weight_dtype, k);
         c.row.w = w32;
-        c.row.w_round2 = a->norm_weight_dtype != a->x_dtype;
     }
     return qmm_rope_run(ctx, &c, 0);
 }

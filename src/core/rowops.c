@@ -35,9 +35,7 @@ void qmm_rope_row_ref(const qmm_rope_row *p, const void *x, void *out, const flo
     if (p->w) {
         const float r = rms_factor(p, qmm_sumsq16(x, t, D));
         for (int64_t k = 0; k < D; k++) {
-            float v = qmm_load_f(x, t, k) * r;
-            if (p->w_round2) v = qmm_round_to(v, t);
-            tmp[k] = qmm_round_to(v * p->w[k], t);
+            tmp[k] = qmm_round_to((qmm_load_f(x, t, k) * r) * p->w[k], t);
         }
     } else {
         for (int64_t k = 0; k < D; k++) tmp[k] = qmm_load_f(x, t, k);

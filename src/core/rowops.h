@@ -6,9 +6,8 @@
  * bits. Per row, with T = x's dtype, C = freqs' dtype, T(v) / C(v) rounding to nearest even:
  *
  *   rms      (norm weight given) r = 1 / sqrtf(qmm_sumsq16(x) / D + eps) in fp32;
- *            a[k] = T((x[k] · r) · w[k])        weight of dtype T (torch's fused rms_norm)
- *            a[k] = T(T(x[k] · r) · w[k])       weight of another dtype (torch's composite one)
- *            no weight: a = x
+ *            a[k] = T((x[k] · r) · w[k]), w of any float dtype widened to f32 (torch's rms_norm,
+ *            measured: one rounding whether or not w's dtype is T); no weight: a = x
  *   rotate   pair p (x0, x1) of a's first rot values, xi = C(a[·]); with the matrix f of the pair:
  *            y0 = C(fmaf(f01, x1, C(f00 · x0))),  y1 = C(fmaf(f11, x1, C(f10 · x0)))
  *            (eager: mul, then addcmul_ — one fused multiply-add in f32, an exact product rounded
@@ -36,7 +35,6 @@ typedef struct qmm_rope_row {
     qmm_dtype t;        /* x and out */
     qmm_dtype c;        /* freqs: the rotation's dtype */
     const float *w;     /* NULL: no RMSNorm; else D weights widened to f32 */
-    int w_round2;       /* 1: a = T(T(x·r)·w) (weight dtype != T); 0: a = T((x·r)·w) */
     float eps;
 } qmm_rope_row;
 

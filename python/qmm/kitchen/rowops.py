@@ -78,48 +78,52 @@ def _coalesce(shape, strides_list):
 
 
 def _freqs_for(func, x, freqs, rot):
-    """freqs as eager reads it for x (trimmed for the interleaved ops), broadcast to x's leading
-    dimensions, its last three contiguous; Refused naming freqs when eager's broadcast would not
-    give x's shape."""
+    """(freqs as eager reads it for x — trimmed for the interleaved ops —, its last three
+    dimensions contiguous; its strides broadcast to x's leading dimensions, 0 where it repeats);
+    Refused naming freqs when eager's broadcast would not give x's shape."""
     split = FUNCS[func][0]
     f = freqs
     if not split:
         f = trim_rope_freqs(x, f)
     elif f.ndim == 2:
         f = f.unsqueeze(0)
-    if f.ndim < 3 or tuple(f.shape[-3:]) != (rot // 2, 2, 2):
+    fsh = tuple(f.shape)
+    if len(fsh) < 3 or fsh[-3:] != (rot // 2, 2, 2):
         raise Refused("freqs_cis", "needs shape [..., %d, 2, 2] for head dim %d%s, got %s" % (
             rot // 2, x.shape[-1], " (rot_dim %d)" % rot if rot != x.shape[-1] else "", list(freqs.shape)))
-    lead = tuple(x.shape[:-1])
-    try:
-        if torch.broadcast_shapes(lead, tuple(f.shape[:-3])) != lead:
-            raise RuntimeError
-    except RuntimeError:
+    lead, flead = tuple(x.shape[:-1]), fsh[:-3]
+    if len(flead) > len(lead) or any(a != b and a != 1 for a, b in zip(flead[::-1], lead[::-1])):
         raise Refused("freqs_cis", "leading shape %s does not broadcast to x's %s" % (
-            list(f.shape[:-3]), list(lead))) from None
+            list(flead), list(lead)))
     if f.stride()[-3:] != (4, 2, 1):
         f = f.contiguous()
-    return f.expand(*lead, rot // 2, 2, 2)
+    fst = f.stride()[:-3]
+    pad = len(lead) - len(flead)
+    strides = tuple(0 if i < pad or flead[i - pad] == 1 else fst[i - pad] for i in range(len(lead)))
+    return f, strides
 
 
-def _plan(func, name, x, freqs, scale, rot, out):
-    """The RopeArgs of one tensor (x → out), or Refused."""
-    D = x.shape[-1]
+def _plan(func, name, x, freqs, scale, rot, out, build=True):
+    """The RopeArgs of one tensor (x → out) and the freqs tensor it points into, or Refused;
+    build=False: the checks only (None, None)."""
+    D = x.shape[-1] if x.dim() else 0
     if x.dim() < 1 or x.numel() == 0:
         raise Refused(name, "needs a non-empty tensor, got shape %s" % list(x.shape))
     if D % 2 or D > L.ROPE_MAX_D:
         raise Refused(name, "head dim %d: qmm takes an even head dim up to %d" % (D, L.ROPE_MAX_D))
-    if x.stride(-1) != 1:
-        raise Refused(name, "needs a contiguous last dimension, got stride %s" % (x.stride(),))
-    f = _freqs_for(func, x, freqs, rot)
-    m = _coalesce(x.shape[:-1], [x.stride()[:-1], out.stride()[:-1], f.stride()[:-3]])
+    xst = x.stride()
+    if xst[-1] != 1:
+        raise Refused(name, "needs a contiguous last dimension, got stride %s" % (xst,))
+    f, fs = _freqs_for(func, x, freqs, rot)
+    m = _coalesce(x.shape[:-1], [xst[:-1], out.stride()[:-1], fs])
     if m is None:
         raise Refused(name, "more than 3 leading dimensions that its strides do not merge: %s, stride %s" % (
-            list(x.shape), x.stride()))
+            list(x.shape), xst))
+    if not build:
+        return None, None
     n, (xs, os_, fs) = m
     a = L.qmm_rope_args_default()
-    for i in range(3):
-        a.n[i], a.x_stride[i], a.out_stride[i], a.freqs_stride[i] = n[i], xs[i], os_[i], fs[i]
+    a.n[:], a.x_stride[:], a.out_stride[:], a.freqs_stride[:] = n, xs, os_, fs
     a.D, a.x, a.x_dtype, a.out = D, x.data_ptr(), QDT[x.dtype], out.data_ptr()
     a.freqs, a.freqs_dtype = f.data_ptr(), QDT[f.dtype]
     a.rot_dim, a.split_half = rot if rot != D else 0, int(FUNCS[func][0])
@@ -180,7 +184,7 @@ def check(func, kw):
             raise Refused(ts[0][0], "eager's in-place check fails (%s)" % e) from None
     for (n, x), (_, s) in zip(ts, sc):
         r = rot or x.shape[-1]
-        _plan(func, n, x, freqs, s, r, x)
+        _plan(func, n, x, freqs, s, r, x, build=False)
     why = available()
     if why:
         raise Refused(ts[0][0], why)

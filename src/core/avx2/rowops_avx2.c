@@ -93,14 +93,11 @@ static void rope_row_avx2(const qmm_rope_row *p, const void *x, void *out, const
         const __m256 rv = _mm256_set1_ps(r);
         int64_t k = 0;
         for (; k + 8 <= D; k += 8) {
-            __m256 v = _mm256_mul_ps(qmm_y_load8(x, t, k), rv);
-            if (p->w_round2) v = qmm_y_round_to(v, t);
+            const __m256 v = _mm256_mul_ps(qmm_y_load8(x, t, k), rv);
             _mm256_store_ps(tmp + k, qmm_y_round_to(_mm256_mul_ps(v, _mm256_loadu_ps(p->w + k)), t));
         }
         for (; k < D; k++) {
-            float v = qmm_load_f(x, t, k) * r;
-            if (p->w_round2) v = qmm_round_to(v, t);
-            tmp[k] = qmm_round_to(v * p->w[k], t);
+            tmp[k] = qmm_round_to((qmm_load_f(x, t, k) * r) * p->w[k], t);
         }
         src = tmp;
         st = QMM_F32;
