@@ -622,6 +622,32 @@ qmm_rope_args qmm_rope_args_default(void);
  * thread count). Errors name the bad argument. One call at a time per context. */
 qmm_status qmm_rope(qmm_context *ctx, const qmm_rope_args *args);
 
+/* RMSNorm, then a modulation, per row of D values (SPEC §12): comfy-kitchen's rms_adaln
+ * (out = x̂ · (1 + scale) + shift) and rms_gated_residual (out = residual + gate · x̂), each step
+ * rounded to the dtype as torch does; x̂ = RMSNorm(x) with the optional weight. */
+typedef enum qmm_rms_mod_kind {
+    QMM_RMS_ADALN = 0,           /* a = scale, b = shift */
+    QMM_RMS_GATED_RESIDUAL = 1   /* a = gate, b = residual */
+} qmm_rms_mod_kind;
+typedef struct qmm_rms_mod_args {
+    /* x and out [n0, n1, n2, D], D >= 1, rows contiguous; every tensor of one float dtype. */
+    int64_t n[3];
+    int64_t D;
+    qmm_dtype dtype;
+    const void *x; int64_t x_stride[3];    /* strides in elements, >= 0 */
+    void *out; int64_t out_stride[3];      /* every element its own address; overlaps no input */
+    const void *norm_weight;               /* [D], or NULL: none */
+    const void *a; int64_t a_stride[3];    /* [n0, n1, n2, D] read through its strides (0 repeats) */
+    const void *b; int64_t b_stride[3];
+    qmm_rms_mod_kind kind;
+    float eps;                              /* finite */
+} qmm_rms_mod_args;
+/* Every field zero but dtype F32 and n {1, 1, 1}. */
+qmm_rms_mod_args qmm_rms_mod_args_default(void);
+/* Runs it on the context's threads (bits independent of the thread count); errors name the bad
+ * argument. One call at a time per context. */
+qmm_status qmm_rms_mod(qmm_context *ctx, const qmm_rms_mod_args *args);
+
 #ifdef __cplusplus
 }
 #endif

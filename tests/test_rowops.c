@@ -8,8 +8,10 @@
  * swept over T, C and the norm weight's dtype (none, = T, another), interleaved / split half,
  * D (2 .. 260, vector tails), partial rot_dim, layouts [B, H, S, D] with freqs broadcast over
  * heads and [B, S, H, D] over batch and heads, strided x (a slice of a packed qkv), in place,
- * 1 and 2 threads, rows with NaN / Inf / huge / tiny values. Then every bad argument: a status
- * naming it, never a crash. A failing case prints the case and the first bad (row, k).
+ * 1 and 2 threads, rows with NaN / Inf / huge / tiny values. The same for the RMSNorm +
+ * modulation rows (qmm_rms_mod: adaln, gated residual; with and without a weight; D 1 .. 3072;
+ * scale/shift or gate/residual broadcast over tokens). Then every bad argument of both calls: a
+ * status naming it, never a crash. A failing case prints the case and the first bad (row, k).
  */
 #include "rowops.h"
 #include "numerics.h"
@@ -239,6 +241,117 @@ static void bad_arguments(qmm_context *ctx) {
     b = a; b.out = x; b.out_stride[0] = 8; TU_CHECK_OK(qmm_rope(ctx, &b));
 }
 
+/* ---------------------------------------------------------------- RMSNorm + modulation */
+static void naive_mod_row(const qmm_rms_mod_args *a, const void *x, const void *av, const void *bv, void *out) {
+    const qmm_dtype t = a->dtype;
+    const int64_t D = a->D;
+    float lane[16] = {0};
+    for (int64_t k = 0; k < D; k++) {
+        const float v = qmm_load_f(x, t, k);
+        lane[k % 16] = lane[k % 16] + v * v;
+    }
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) lane[i] = lane[i] + lane[i + w];
+    const float r = 1.0f / sqrtf(lane[0] / (float)D + a->eps);
+    for (int64_t k = 0; k < D; k++) {
+        /* torch: rms_norm (one rounding), then each elementwise op rounded to T */
+        const float n = qmm_round_to(a->norm_weight ? (qmm_load_f(x, t, k) * r) * qmm_load_f(a->norm_weight, t, k)
+                                                    : qmm_load_f(x, t, k) * r, t);
+        const float s = qmm_load_f(av, t, k), h = qmm_load_f(bv, t, k);
+        const float y = a->kind == QMM_RMS_ADALN ? qmm_round_to(qmm_round_to(n * qmm_round_to(1.0f + s, t), t) + h, t)
+                                                 : qmm_round_to(h + qmm_round_to(s * n, t), t);
+        qmm_store_f(out, t, k, y);
+    }
+}
+
+/* x [B, S, D] (n = {1, B, S}), a and b [B, 1, D] (broadcast over tokens) or [B, S, D] */
+static int run_mod_case(qmm_context *ctx, qmm_dtype t, int kind, int weight, int64_t D, int bcast, int hostile) {
+    qmm_rms_mod_args a = qmm_rms_mod_args_default();
+    const int64_t B = tu_rand_int(1, 3), S = tu_rand_int(1, 7);
+    const size_t te = qmm_dtype_size(t);
+    a.n[1] = B; a.n[2] = S; a.D = D; a.dtype = t; a.kind = (qmm_rms_mod_kind)kind; a.eps = 1e-6f;
+    const int64_t xs[3] = {0, S * D, D}, ms[3] = {0, bcast ? D : S * D, bcast ? 0 : D};
+    const int64_t xn = B * S * D, mn = bcast ? B * D : xn;
+    char *x = malloc((size_t)xn * te), *o = malloc((size_t)xn * te), *o_ref = malloc((size_t)xn * te);
+    char *o_naive = malloc((size_t)xn * te), *av = malloc((size_t)mn * te), *bv = malloc((size_t)mn * te);
+    char *w = malloc((size_t)D * te);
+    tu_fill_float(x, t, xn, hostile ? 1000.0f : 2.0f);
+    if (hostile)
+        for (int64_t i = 0; i < xn; i += tu_rand_int(1, 40))
+            tu_store_bits(x, t, i, t == QMM_F32 ? 0x7f800000u : t == QMM_F16 ? 0x7c00u : 0x7f80u);
+    tu_fill_float(av, t, mn, 0.3f);
+    tu_fill_float(bv, t, mn, 1.0f);
+    tu_fill_float(w, t, D, 1.0f);
+    a.x = x; memcpy(a.x_stride, xs, sizeof xs);
+    a.out = o; memcpy(a.out_stride, xs, sizeof xs);
+    a.a = av; memcpy(a.a_stride, ms, sizeof ms);
+    a.b = bv; memcpy(a.b_stride, ms, sizeof ms);
+    a.norm_weight = weight ? w : NULL;
+    for (int64_t i = 0; i < B; i++)
+        for (int64_t j = 0; j < S; j++)
+            naive_mod_row(&a, at(x, xs, 0, i, j, t), at(av, ms, 0, i, j, t), at(bv, ms, 0, i, j, t),
+                          (void *)at(o_naive, xs, 0, i, j, t));
+    qmm_rms_mod_call c;
+    memset(&c, 0, sizeof c);
+    memcpy(c.n, a.n, sizeof c.n);
+    c.x = x; memcpy(c.xs, xs, sizeof xs);
+    c.out = o_ref; memcpy(c.os, xs, sizeof xs);
+    c.a = av; memcpy(c.as, ms, sizeof ms);
+    c.b = bv; memcpy(c.bs, ms, sizeof ms);
+    c.row = (qmm_rms_mod_row){D, t, a.norm_weight, kind, a.eps};
+    const qmm_status st_ref = qmm_rms_mod_run(ctx, &c, 1), st = qmm_rms_mod(ctx, &a);
+    const int64_t bad_ref = tu_first_diff(o_ref, o_naive, t, xn), bad = tu_first_diff(o, o_naive, t, xn);
+    const int ok = st == QMM_OK && st_ref == QMM_OK && bad_ref < 0 && bad < 0;
+    TU_CHECK(ok, "rms_mod %s T=%s weight=%d D=%lld bcast=%d hostile=%d B=%lld S=%lld: status %s/%s, ref kernel "
+             "first bad %lld (%g vs %g), qmm_rms_mod first bad %lld (%g vs %g)",
+             kind == QMM_RMS_ADALN ? "adaln" : "gated_residual", qmm_dtype_name(t), weight, (long long)D, bcast,
+             hostile, (long long)B, (long long)S, qmm_status_name(st_ref), qmm_status_name(st), (long long)bad_ref,
+             bad_ref >= 0 ? tu_load(o_ref, t, bad_ref) : 0.0, bad_ref >= 0 ? tu_load(o_naive, t, bad_ref) : 0.0,
+             (long long)bad, bad >= 0 ? tu_load(o, t, bad) : 0.0, bad >= 0 ? tu_load(o_naive, t, bad) : 0.0);
+    free(x); free(o); free(o_ref); free(o_naive); free(av); free(bv); free(w);
+    return ok;
+}
+
+static void sweep_mod(qmm_context *ctx) {
+    static const int64_t Ds[] = {1, 7, 8, 16, 17, 64, 130, 1000, 3072};
+    int n = 0, fails = 0;
+    for (int ti = 0; ti < 3; ti++)
+        for (int kind = 0; kind < 2; kind++)
+            for (int weight = 0; weight < 2; weight++)
+                for (size_t di = 0; di < sizeof Ds / sizeof Ds[0]; di++) {
+                    fails += !run_mod_case(ctx, k_dt[ti], kind, weight, Ds[di], (int)tu_rand_int(0, 1),
+                                           tu_rand_int(0, 4) == 0);
+                    n++;
+                }
+    tu_note("%d rms_mod cases at %d thread(s), %d failed", n, qmm_context_threads(ctx), fails);
+}
+
+static void bad_mod_arguments(qmm_context *ctx) {
+    float x[64], o[64], av[64], bv[64];
+    memset(x, 0, sizeof x); memset(av, 0, sizeof av); memset(bv, 0, sizeof bv);
+    qmm_rms_mod_args a = qmm_rms_mod_args_default(), b;
+    a.D = 8; a.n[0] = 2; a.x = x; a.out = o; a.a = av; a.b = bv;
+    a.x_stride[0] = a.out_stride[0] = a.a_stride[0] = a.b_stride[0] = 8;
+    TU_CHECK_OK(qmm_rms_mod(ctx, &a));
+    EXPECT_ERR(qmm_rms_mod(NULL, &a), "ctx");
+    EXPECT_ERR(qmm_rms_mod(ctx, NULL), "args");
+    b = a; b.x = NULL; EXPECT_ERR(qmm_rms_mod(ctx, &b), "x is NULL");
+    b = a; b.a = NULL; EXPECT_ERR(qmm_rms_mod(ctx, &b), "a is NULL");
+    b = a; b.b = NULL; EXPECT_ERR(qmm_rms_mod(ctx, &b), "b is NULL");
+    b = a; b.out = NULL; EXPECT_ERR(qmm_rms_mod(ctx, &b), "out is NULL");
+    b = a; b.D = 0; EXPECT_ERR(qmm_rms_mod(ctx, &b), "D = 0");
+    b = a; b.n[2] = -1; EXPECT_ERR(qmm_rms_mod(ctx, &b), "n[2]");
+    b = a; b.dtype = QMM_I8; EXPECT_ERR(qmm_rms_mod(ctx, &b), "dtype");
+    b = a; b.kind = (qmm_rms_mod_kind)7; EXPECT_ERR(qmm_rms_mod(ctx, &b), "kind");
+    b = a; b.eps = INFINITY; EXPECT_ERR(qmm_rms_mod(ctx, &b), "eps");
+    b = a; b.a_stride[0] = -1; EXPECT_ERR(qmm_rms_mod(ctx, &b), "a_stride[0]");
+    b = a; b.out_stride[0] = 0; EXPECT_ERR(qmm_rms_mod(ctx, &b), "share memory");
+    b = a; b.out = x; EXPECT_ERR(qmm_rms_mod(ctx, &b), "overlaps x");
+    b = a; b.out = bv + 4; EXPECT_ERR(qmm_rms_mod(ctx, &b), "overlaps b");
+    b = a; b.norm_weight = o + 1; EXPECT_ERR(qmm_rms_mod(ctx, &b), "overlaps norm_weight");
+    b = a; b.n[0] = INT64_MAX / 4; EXPECT_ERR(qmm_rms_mod(ctx, &b), "overflows");
+}
+
 int main(int argc, char **argv) {
     tu_init(argc, argv, "test_rowops");
     const int quick = getenv("QMM_QUICK") != NULL;
@@ -250,7 +363,9 @@ int main(int argc, char **argv) {
         if (!ctx) break;
         if (th == 1) tu_note("core SIMD level: %s", qmm_isa_name((qmm_isa)qmm_core_simd(ctx)));
         sweep(ctx, quick);
+        sweep_mod(ctx);
         if (th == 1) bad_arguments(ctx);
+        if (th == 1) bad_mod_arguments(ctx);
         qmm_context_destroy(ctx);
     }
     return tu_finish();

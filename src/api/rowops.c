@@ -1,7 +1,8 @@
 /*
  * rowops.c — the public row ops (qmm.h, SPEC §12): qmm_rope_args_default and qmm_rope, which
  * validates a call into a qmm_rope_call (every error names the argument), widens the norm weight
- * to f32 and runs the frame's driver (core/rowops.c). No engine table: the row ops are the
+ * to f32 and runs the frame's driver (core/rowops.c); qmm_rms_mod_args_default and qmm_rms_mod
+ * the same way for the RMSNorm + modulation rows. No engine table: the row ops are the
  * frame's own kernels, picked by the context's core SIMD level as the pre-pass is.
  */
 #include "rowops.h"
@@ -133,4 +134,67 @@ qmm_status qmm_rope(qmm_context *ctx, const qmm_rope_args *a) {
         c.row.w = w32;
     }
     return qmm_rope_run(ctx, &c, 0);
+}
+
+qmm_rms_mod_args qmm_rms_mod_args_default(void) {
+    qmm_rms_mod_args a;
+    memset(&a, 0, sizeof a);
+    a.n[0] = a.n[1] = a.n[2] = 1;
+    a.dtype = QMM_F32;
+    return a;
+}
+
+qmm_status qmm_rms_mod(qmm_context *ctx, const qmm_rms_mod_args *a) {
+    QMM_RETURN_IF(!ctx || !a, QMM_ERR_INVALID_ARGUMENT, "qmm_rms_mod: %s is NULL", !ctx ? "ctx" : "args");
+    QMM_RETURN_IF(!a->x || !a->out || !a->a || !a->b, QMM_ERR_INVALID_ARGUMENT, "qmm_rms_mod: %s is NULL",
+                  !a->x ? "x" : !a->out ? "out" : !a->a ? "a" : "b");
+    for (int i = 0; i < 3; i++)
+        QMM_RETURN_IF(a->n[i] < 1, QMM_ERR_INVALID_ARGUMENT, "qmm_rms_mod: n[%d] = %lld (needs >= 1)", i,
+                      (long long)a->n[i]);
+    QMM_RETURN_IF(a->D < 1, QMM_ERR_INVALID_ARGUMENT, "qmm_rms_mod: D = %lld (needs >= 1)", (long long)a->D);
+    QMM_RETURN_IF(!qmm_dtype_is_float(a->dtype), QMM_ERR_INVALID_ARGUMENT,
+                  "qmm_rms_mod: dtype %s (needs f32, f16 or bf16)", qmm_dtype_name(a->dtype));
+    QMM_RETURN_IF(a->kind != QMM_RMS_ADALN && a->kind != QMM_RMS_GATED_RESIDUAL, QMM_ERR_INVALID_ARGUMENT,
+                  "qmm_rms_mod: kind = %d (needs QMM_RMS_ADALN or QMM_RMS_GATED_RESIDUAL)", (int)a->kind);
+    QMM_RETURN_IF(!isfinite(a->eps), QMM_ERR_INVALID_ARGUMENT, "qmm_rms_mod: eps = %g (needs a finite value)",
+                  (double)a->eps);
+    static const char *const names[4] = {"x", "out", "a", "b"};
+    const int64_t *st[4] = {a->x_stride, a->out_stride, a->a_stride, a->b_stride};
+    const void *ptr[4] = {a->x, a->out, a->a, a->b};
+    int64_t bytes[4];
+    const size_t te = qmm_dtype_size(a->dtype);
+    for (int i = 0; i < 4; i++) {
+        for (int d = 0; d < 3; d++)
+            QMM_RETURN_IF(st[i][d] < 0, QMM_ERR_INVALID_ARGUMENT, "qmm_rms_mod: %s_stride[%d] = %lld is negative",
+                          names[i], d, (long long)st[i][d]);
+        bytes[i] = span_bytes(a->n, st[i], a->D, te);
+        QMM_RETURN_IF(!bytes[i], QMM_ERR_UNSUPPORTED, "qmm_rms_mod: the extent of %s overflows int64", names[i]);
+    }
+    int64_t rows;
+    QMM_RETURN_IF(__builtin_mul_overflow(a->n[0], a->n[1], &rows) || __builtin_mul_overflow(rows, a->n[2], &rows),
+                  QMM_ERR_UNSUPPORTED, "qmm_rms_mod: n = [%lld, %lld, %lld]: too many rows", (long long)a->n[0],
+                  (long long)a->n[1], (long long)a->n[2]);
+    QMM_RETURN_IF(!distinct(a->n, a->out_stride, a->D), QMM_ERR_INVALID_ARGUMENT,
+                  "qmm_rms_mod: out_stride {%lld, %lld, %lld} makes two elements share memory",
+                  (long long)a->out_stride[0], (long long)a->out_stride[1], (long long)a->out_stride[2]);
+    for (int i = 0; i < 4; i++)
+        QMM_RETURN_IF(i != 1 && overlaps(a->out, bytes[1], ptr[i], bytes[i]), QMM_ERR_INVALID_ARGUMENT,
+                      "qmm_rms_mod: out overlaps %s", names[i]);
+    int64_t wb;
+    QMM_RETURN_IF(__builtin_mul_overflow(a->D, (int64_t)te, &wb), QMM_ERR_UNSUPPORTED, "qmm_rms_mod: D too large");
+    QMM_RETURN_IF(a->norm_weight && overlaps(a->out, bytes[1], a->norm_weight, wb), QMM_ERR_INVALID_ARGUMENT,
+                  "qmm_rms_mod: out overlaps norm_weight");
+    qmm_rms_mod_call c;
+    memset(&c, 0, sizeof c);
+    memcpy(c.n, a->n, sizeof c.n);
+    c.x = a->x; memcpy(c.xs, a->x_stride, sizeof c.xs);
+    c.out = a->out; memcpy(c.os, a->out_stride, sizeof c.os);
+    c.a = a->a; memcpy(c.as, a->a_stride, sizeof c.as);
+    c.b = a->b; memcpy(c.bs, a->b_stride, sizeof c.bs);
+    c.row.D = a->D;
+    c.row.t = a->dtype;
+    c.row.w = a->norm_weight;
+    c.row.kind = (int)a->kind;
+    c.row.eps = a->eps;
+    return qmm_rms_mod_run(ctx, &c, 0);
 }

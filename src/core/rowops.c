@@ -2,7 +2,8 @@
  * rowops.c — the row ops' scalar definitions and driver (rowops.h, SPEC §12): the reference row
  * kernel (the definition every vector kernel reproduces bit for bit), the freqs layout
  * qmm_rope_freqs_prep, and qmm_rope_run, which walks the rows of a call on the context's pool,
- * preparing a row's freqs only when they differ from the previous row's.
+ * preparing a row's freqs only when they differ from the previous row's; the same for the
+ * RMSNorm + modulation rows (qmm_rms_mod_row_ref, qmm_rms_mod_run).
  */
 #include "rowops.h"
 
@@ -98,5 +99,47 @@ qmm_status qmm_rope_run(qmm_context *ctx, const qmm_rope_call *c, int ref) {
      * heads is then prepared once per run on each thread) */
     const int64_t unit = c->n[2] <= 256 ? c->n[2] : 1;
     qmm_pool_run_rows(ctx->pool, rows, unit, rope_rows, &j);
+    return QMM_OK;
+}
+
+void qmm_rms_mod_row_ref(const qmm_rms_mod_row *p, const void *x, const void *a, const void *b, void *out) {
+    const qmm_dtype t = p->t;
+    const int64_t D = p->D;
+    const float r = 1.0f / sqrtf(qmm_sumsq16(x, t, D) / (float)D + p->eps);
+    for (int64_t k = 0; k < D; k++) {
+        float v = qmm_load_f(x, t, k) * r;
+        if (p->w) v = v * qmm_load_f(p->w, t, k);
+        v = qmm_round_to(v, t);
+        const float av = qmm_load_f(a, t, k), bv = qmm_load_f(b, t, k);
+        if (p->kind == QMM_RMS_ADALN) v = qmm_round_to(v * qmm_round_to(1.0f + av, t), t) + bv;
+        else v = bv + qmm_round_to(av * v, t);
+        qmm_store_f(out, t, k, v);
+    }
+}
+
+typedef struct {
+    const qmm_rms_mod_call *c;
+    qmm_rms_mod_row_fn fn;
+} rms_mod_job;
+
+static void rms_mod_rows(int64_t r0, int64_t r1, int thread, void *arg) {
+    (void)thread;
+    const rms_mod_job *j = arg;
+    const qmm_rms_mod_call *c = j->c;
+    const int64_t te = (int64_t)qmm_dtype_size(c->row.t), n1 = c->n[1], n2 = c->n[2];
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t i0 = r / (n1 * n2), i1 = (r / n2) % n1, i2 = r % n2;
+        const char *x = (const char *)c->x + (i0 * c->xs[0] + i1 * c->xs[1] + i2 * c->xs[2]) * te;
+        const char *a = (const char *)c->a + (i0 * c->as[0] + i1 * c->as[1] + i2 * c->as[2]) * te;
+        const char *b = (const char *)c->b + (i0 * c->bs[0] + i1 * c->bs[1] + i2 * c->bs[2]) * te;
+        char *out = (char *)c->out + (i0 * c->os[0] + i1 * c->os[1] + i2 * c->os[2]) * te;
+        j->fn(&c->row, x, a, b, out);
+    }
+}
+
+qmm_status qmm_rms_mod_run(qmm_context *ctx, const qmm_rms_mod_call *c, int ref) {
+    rms_mod_job j = {c, qmm_rms_mod_row_ref};
+    if (!ref && qmm_rms_mod_row_avx2_ptr && qmm_core_simd(ctx) >= QMM_ISA_AVX2) j.fn = qmm_rms_mod_row_avx2_ptr;
+    qmm_pool_run_rows(ctx->pool, c->n[0] * c->n[1] * c->n[2], 1, rms_mod_rows, &j);
     return QMM_OK;
 }

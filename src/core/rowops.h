@@ -62,4 +62,33 @@ typedef struct qmm_rope_call {
 /* The whole call on the context's pool; ref != 0 forces the scalar kernel. */
 qmm_status qmm_rope_run(qmm_context *ctx, const qmm_rope_call *c, int ref);
 
+/* ---------------------------------------------------------------- RMSNorm + modulation
+ * Per row (every tensor of dtype T), r as above, x̂[k] = T((x[k] · r) · w[k]) (no weight: T(x[k] · r)):
+ *   adaln            out = T(T(x̂ · T(1 + a)) + b)      (a = scale, b = shift)
+ *   gated residual   out = T(b + T(a · x̂))             (a = gate, b = residual)
+ * torch's ops one by one (rms_norm, then mul and add, each rounded to T). Two reads of x (the
+ * sum of squares, then the output), no scratch: any D. */
+typedef struct qmm_rms_mod_row {
+    int64_t D;
+    qmm_dtype t;
+    const void *w;      /* NULL: no weight; else D weights of dtype t */
+    int kind;           /* qmm_rms_mod_kind */
+    float eps;
+} qmm_rms_mod_row;
+
+typedef void (*qmm_rms_mod_row_fn)(const qmm_rms_mod_row *p, const void *x, const void *a, const void *b, void *out);
+void qmm_rms_mod_row_ref(const qmm_rms_mod_row *p, const void *x, const void *a, const void *b, void *out);
+extern const qmm_rms_mod_row_fn qmm_rms_mod_row_avx2_ptr;
+
+typedef struct qmm_rms_mod_call {
+    int64_t n[3];
+    const void *x; int64_t xs[3];
+    void *out; int64_t os[3];
+    const void *a; int64_t as[3];
+    const void *b; int64_t bs[3];
+    qmm_rms_mod_row row;
+} qmm_rms_mod_call;
+
+qmm_status qmm_rms_mod_run(qmm_context *ctx, const qmm_rms_mod_call *c, int ref);
+
 #endif /* QMM_ROWOPS_H */

@@ -5,6 +5,7 @@
  * elementwise, 8 values per vector: the normalized row into tmp, then the pairs — interleaved:
  * xa/xb the even/odd value of each pair duplicated (vmovsldup / vmovshdup); split half: the two
  * halves 8 pairs at a time. Rows shorter than a vector, and the tails, run the scalar formula.
+ * The RMSNorm + modulation rows (adaln, gated residual): the same sum, then 8 outputs per vector.
  */
 #include "rowops.h"
 
@@ -116,3 +117,33 @@ static void rope_row_avx2(const qmm_rope_row *p, const void *x, void *out, const
 }
 
 const qmm_rope_row_fn qmm_rope_row_avx2_ptr = rope_row_avx2;
+
+static void rms_mod_row_avx2(const qmm_rms_mod_row *p, const void *x, const void *a, const void *b, void *out) {
+    const qmm_dtype t = p->t;
+    const int64_t D = p->D, te = (int64_t)qmm_dtype_size(t);
+    const float r = 1.0f / sqrtf(sumsq16_avx2(x, t, D) / (float)D + p->eps);
+    const __m256 rv = _mm256_set1_ps(r), one = _mm256_set1_ps(1.0f);
+    int64_t k = 0;
+    for (; k + 8 <= D; k += 8) {
+        __m256 v = _mm256_mul_ps(qmm_y_load8(x, t, k), rv);
+        if (p->w) v = _mm256_mul_ps(v, qmm_y_load8(p->w, t, k));
+        v = qmm_y_round_to(v, t);
+        const __m256 av = qmm_y_load8(a, t, k), bv = qmm_y_load8(b, t, k);
+        if (p->kind == QMM_RMS_ADALN)
+            v = _mm256_add_ps(qmm_y_round_to(_mm256_mul_ps(v, qmm_y_round_to(_mm256_add_ps(one, av), t)), t), bv);
+        else
+            v = _mm256_add_ps(bv, qmm_y_round_to(_mm256_mul_ps(av, v), t));
+        qmm_y_store8((char *)out + k * te, t, v);
+    }
+    for (; k < D; k++) {
+        float v = qmm_load_f(x, t, k) * r;
+        if (p->w) v = v * qmm_load_f(p->w, t, k);
+        v = qmm_round_to(v, t);
+        const float av = qmm_load_f(a, t, k), bv = qmm_load_f(b, t, k);
+        if (p->kind == QMM_RMS_ADALN) v = qmm_round_to(v * qmm_round_to(1.0f + av, t), t) + bv;
+        else v = bv + qmm_round_to(av * v, t);
+        qmm_store_f(out, t, k, v);
+    }
+}
+
+const qmm_rms_mod_row_fn qmm_rms_mod_row_avx2_ptr = rms_mod_row_avx2;
