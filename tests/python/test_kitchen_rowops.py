@@ -1,5 +1,6 @@
-"""comfy-kitchen's fused RoPE row ops on CPU tensors after qmm.kitchen.register()
-(qmm.kitchen.rowops on qmm_rope, SPEC §12), each against the kitchen's eager backend:
+"""comfy-kitchen's fused row ops on CPU tensors after qmm.kitchen.register()
+(qmm.kitchen.rowops on qmm_rope and qmm_rms_mod, SPEC §12), each against the kitchen's eager
+backend:
   - the rotation-only ops (apply_rope(1)(_), apply_rope_split_half(1)(_)): bit for bit, over every
     x dtype × freqs dtype, [B, H, S, D] with freqs broadcast over heads and [B, S, H, D] over batch
     and heads, D with vector tails, freqs longer than x on dim 2 (eager's trim), q/k strided
@@ -7,6 +8,8 @@
   - the RMSNorm + rotation ops (rms_rope(1)(_), rms_rope_split_half(1)(_), rot_dim): within a
     bound, |qmm − eager| ≤ BOUND_ULPS ulps of the coarser of x's and freqs' dtypes at the row's
     largest |value| (torch sums the squares in its own order and has its own rsqrt);
+  - rms_adaln and rms_gated_residual (scale/shift, gate broadcast over tokens or not): the same
+    bound (the modulation after the RMSNorm is torch's ops, rounded as they round);
 every call made through the registry with backend "qmm" named, so a decline fails the test.
 Then what qmm declines (with the kitchen's reason logged, eager running it) and that the H3
 shape runs in place.
@@ -202,3 +205,49 @@ def test_declines(kit):
 def test_direct_call_refuses(kit):
     with pytest.raises(ValueError, match="head dim"):
         kit.apply_rope1(torch.randn(2, 7), torch.randn(3, 2, 2))
+
+
+MOD_CASES = [((2, 64, 3072), (2, 1, 3072)), ((1, 5, 7, 130), (130,)), ((3, 4, 9), (3, 4, 9)),
+             ((2, 3, 4, 16), (2, 1, 4, 16)), ((4, 1), (1,))]
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
+@pytest.mark.parametrize("case", MOD_CASES, ids=lambda c: "x%s-m%s" % (list(c[0]), list(c[1])))
+def test_rms_adaln_and_gated_residual_within_bound(kit, dt, case):
+    """rms_adaln and rms_gated_residual against eager: the modulation bit for bit, the RMSNorm
+    within the rms_rope bound (the elements torch and qmm give the same x̂ are equal)."""
+    from comfy_kitchen.backends.eager.adaln import rms_adaln
+    from comfy_kitchen.backends.eager.residual import rms_gated_residual
+    xs, ms = case
+    x = (torch.randn(xs) * 3).to(dt)
+    s, h = (torch.randn(ms) * 0.3).to(dt), torch.randn(ms).to(dt)
+    out = on_qmm("rms_adaln", x=x, scale=s, shift=h, eps=1e-6)
+    ref = rms_adaln(x, s, h, 1e-6)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    w1 = ulps(out, ref, dt, dt)
+    w = torch.randn(xs[-1]).to(dt)
+    res, g = torch.randn(xs).to(dt), torch.randn(ms).to(dt)
+    out2 = on_qmm("rms_gated_residual", activation=x, norm_weight=w, residual=res, gate=g, eps=1e-5)
+    ref2 = rms_gated_residual(x, w, res, g, 1e-5)
+    assert out2.shape == ref2.shape and out2.dtype == ref2.dtype
+    w2 = ulps(out2, ref2, dt, dt)
+    print("rms_adaln %.3g, rms_gated_residual %.3g (eps · row max)" % (w1, w2))
+    assert w1 <= BOUND_ULPS and w2 <= BOUND_ULPS
+    # with torch's own x̂, the modulation is eager's bit for bit
+    n = torch.rms_norm(x, (xs[-1],), eps=1e-6)
+    assert torch.equal(n * (1 + s) + h, ref)
+
+
+def test_rms_mod_declines(kit):
+    x = torch.randn(2, 4, 8)
+    s, h = torch.randn(2, 1, 8), torch.randn(2, 1, 8)
+    _declined(kit, "rms_adaln", "dtype", x=x, scale=s.bfloat16(), shift=h, eps=1e-6)
+    _declined(kit, "rms_adaln", "last dimension", x=x, scale=torch.randn(2, 1, 1), shift=h, eps=1e-6)
+    _declined(kit, "rms_adaln", "does not broadcast", x=x, scale=torch.randn(3, 1, 8), shift=h, eps=1e-6)
+    _declined(kit, "rms_adaln", "requires grad", x=x.clone().requires_grad_(), scale=s, shift=h, eps=1e-6)
+    _declined(kit, "rms_gated_residual", "norm_weight", activation=x, norm_weight=torch.randn(4),
+              residual=x, gate=s, eps=1e-5)
+    # declined calls run on eager
+    from comfy_kitchen.backends.eager.adaln import rms_adaln
+    s1 = torch.randn(2, 1, 1)
+    assert torch.equal(ck.rms_adaln(x, s1, h, 1e-6), rms_adaln(x, s1, h, 1e-6))

@@ -30,9 +30,10 @@ bias in place at every call. No packed copy exists, so nothing is repacked on a 
 re-wrap, and any write to the tensor (copy_, indexing, numpy, under inference_mode or not) is
 seen by the next call.
 
-RoPE row ops (rowops.py, SPEC §12): apply_rope(1)(_), apply_rope_split_half(1)(_), rms_rope(1)(_),
+Row ops (rowops.py, SPEC §12): apply_rope(1)(_), apply_rope_split_half(1)(_), rms_rope(1)(_),
 rms_rope_split_half(1)(_) — one fused pass per tensor in qmm_rope (RMSNorm, then the rotation in
-freqs' dtype): the rotation bit for bit eager's, the RMSNorm within a bound of torch's.
+freqs' dtype): the rotation bit for bit eager's, the RMSNorm within a bound of torch's; rms_adaln
+and rms_gated_residual in qmm_rms_mod (the same RMSNorm, then the modulation bit for bit).
 
 INT8 attention (attention.py): register() also gives the kitchen's own ops
 comfy_kitchen::int8_attention and int8_attention_masked (CUDA/HIP only in the kitchen) a CPU
@@ -74,7 +75,8 @@ from .w4a8 import w4a8_int8_linear
 from .rowops import (apply_rope, apply_rope1, apply_rope1_, apply_rope_, apply_rope_split_half,
                      apply_rope_split_half1, apply_rope_split_half1_, apply_rope_split_half_,
                      rms_rope, rms_rope1, rms_rope1_, rms_rope_, rms_rope_split_half,
-                     rms_rope_split_half1, rms_rope_split_half1_, rms_rope_split_half_)
+                     rms_rope_split_half1, rms_rope_split_half1_, rms_rope_split_half_,
+                     rms_adaln, rms_gated_residual)
 from .quantize import (quantize_and_rotate_rowwise, quantize_int8_convrot_weight,
                        quantize_int8_rowwise, quantize_int8_tensorwise)
 
@@ -97,6 +99,17 @@ def _rule(module, func):
     def call_rule(kw):
         try:
             module.check(func, kw)
+        except Refused as e:
+            return decline(func, e.param, e.reason)
+        from comfy_kitchen.constraints import ValidationResult
+        return ValidationResult.ok()
+    return call_rule
+
+
+def _mod_rule(func):
+    def call_rule(kw):
+        try:
+            _rows.check_mod(func, kw)
         except Refused as e:
             return decline(func, e.param, e.reason)
         from comfy_kitchen.constraints import ValidationResult
@@ -165,6 +178,8 @@ def _build_constraints():
     if _rows.available() is None:  # the RoPE row ops (rowops.py, SPEC §12): tensors by dtype, the rest in the rule
         for f in _rows.FUNCS:
             c[f] = fc({p: fl for p in _rows.params(f) if p not in ("epsilon", "rot_dim")}, _rule(_rows, f))
+        for f, names in _rows.MOD_FUNCS.items():
+            c[f] = fc({p: fl for p in names[:4] if p}, _mod_rule(f))
     return c
 
 

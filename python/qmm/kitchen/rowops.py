@@ -1,10 +1,14 @@
-"""qmm.kitchen.rowops — the kitchen's fused RoPE row ops on qmm (qmm_rope, SPEC §12).
+"""qmm.kitchen.rowops — the kitchen's fused row ops on qmm (qmm_rope, qmm_rms_mod, SPEC §12).
 
 The functions (comfy_kitchen.backends.eager.rope's names and signatures):
   apply_rope1, apply_rope, apply_rope_split_half1, apply_rope_split_half   rotation only
   rms_rope1, rms_rope, rms_rope_split_half1, rms_rope_split_half           RMSNorm, then rotation
 and the in-place form of each (name + "_"), which writes into its inputs. One C call per tensor:
 one pass over its rows (RMSNorm and rotation fused), on the process context's threads.
+Also rms_adaln (x̂ · (1 + scale) + shift) and rms_gated_residual (residual + gate · x̂), x̂ the
+RMSNorm of x (qmm_rms_mod): every tensor of x's dtype, scale/shift or gate/residual broadcast to
+x's shape with their last dimension D contiguous; each step rounded as torch's ops round it, so
+bit-identical to eager but for the RMSNorm's sum and rsqrt (the same bound as rms_rope).
 
 check(func, kw) validates a call as the kitchen's eager code would take it (raises Refused
 naming the argument); the call rule turns a refusal into a logged decline, and eager runs it.
@@ -245,3 +249,90 @@ def params(func):
         if paired and split:
             p.append("rot_dim")
     return p
+
+
+# ---------------------------------------------------------------- RMSNorm + modulation
+MOD_FUNCS = {"rms_adaln": ("x", "scale", "shift", None, "eps", L.RMS_ADALN),
+             "rms_gated_residual": ("activation", "gate", "residual", "norm_weight", "eps",
+                                    L.RMS_GATED_RESIDUAL)}
+
+
+def _bstrides(name, t, shape):
+    """t's strides broadcast to shape's leading dimensions (0 where it repeats); its last
+    dimension must be shape's, contiguous. Refused naming name."""
+    D, lead, tsh = shape[-1], tuple(shape[:-1]), tuple(t.shape)
+    if len(tsh) < 1 or tsh[-1] != D or (D > 1 and t.stride(-1) != 1):
+        raise Refused(name, "needs a last dimension of %d contiguous values, got shape %s stride %s" % (
+            D, list(tsh), t.stride()))
+    tl = tsh[:-1]
+    if len(tl) > len(lead) or any(a != b and a != 1 for a, b in zip(tl[::-1], lead[::-1])):
+        raise Refused(name, "shape %s does not broadcast to %s" % (list(tsh), list(shape)))
+    st, pad = t.stride()[:-1], len(lead) - len(tl)
+    return tuple(0 if i < pad or tl[i - pad] == 1 else st[i - pad] for i in range(len(lead)))
+
+
+def check_mod(func, kw, build_out=None):
+    """Refused unless qmm runs this call as eager would; with build_out (the output tensor) the
+    RmsModArgs of the call."""
+    xn, an, bn, wn, en, kind = MOD_FUNCS[func]
+    x, a, b, w, eps = kw.get(xn), kw.get(an), kw.get(bn), kw.get(wn) if wn else None, kw.get(en, 1e-6)
+    need_tensor(xn, x, FLOATS, "a float tensor")
+    for n, t in ((an, a), (bn, b)) + (((wn, w),) if w is not None else ()):
+        need_tensor(n, t, (x.dtype,), "a tensor of %s's dtype %s" % (xn, x.dtype))
+    if isinstance(eps, bool) or not isinstance(eps, (float, int)) or eps != eps or abs(eps) == float("inf"):
+        raise Refused(en, "needs a finite float, got %r" % (eps,))
+    if x.dim() < 1 or x.numel() == 0:
+        raise Refused(xn, "needs a non-empty tensor, got shape %s" % list(x.shape))
+    D = x.shape[-1]
+    if x.stride(-1) != 1 and D > 1:
+        raise Refused(xn, "needs a contiguous last dimension, got stride %s" % (x.stride(),))
+    if w is not None and (w.dim() != 1 or w.shape[0] != D or not w.is_contiguous()):
+        raise Refused(wn, "needs a contiguous [%d], got shape %s" % (D, list(w.shape)))
+    sa, sb = _bstrides(an, a, x.shape), _bstrides(bn, b, x.shape)
+    tensors = [x, a, b] + ([w] if w is not None else [])
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise Refused(xn, "an input requires grad under grad mode (autograd: qmm runs inference only)")
+    ostride, acc = [], D  # the output: a new contiguous tensor of x's shape
+    for e in reversed(x.shape[:-1]):
+        ostride.insert(0, acc)
+        acc *= e
+    m = _coalesce(x.shape[:-1], [x.stride()[:-1], tuple(ostride), sa, sb])
+    if m is None:
+        raise Refused(xn, "more than 3 leading dimensions that its strides and the broadcasts do not "
+                      "merge: %s" % list(x.shape))
+    if L.qmm_rms_mod is None:
+        raise Refused(xn, "the loaded libqmm lacks qmm_rms_mod (older library)")
+    if build_out is None:
+        return None
+    n, (xs, os_, as_, bs) = m
+    r = L.qmm_rms_mod_args_default()
+    r.n[:], r.x_stride[:], r.out_stride[:], r.a_stride[:], r.b_stride[:] = n, xs, os_, as_, bs
+    r.D, r.dtype, r.kind, r.eps = D, QDT[x.dtype], kind, float(eps)
+    r.x, r.out, r.a, r.b = x.data_ptr(), build_out.data_ptr(), a.data_ptr(), b.data_ptr()
+    if w is not None:
+        r.norm_weight = w.data_ptr()
+    return r
+
+
+def _run_mod(func, kw):
+    check_mod(func, kw)
+    x = kw[MOD_FUNCS[func][0]]
+    out = torch.empty(x.shape, dtype=x.dtype)
+    r = check_mod(func, kw, out)
+    with qmm.lock():
+        qmm._check(L.qmm_rms_mod(qmm.context(_nthreads()).ptr, r), "qmm_rms_mod")
+    return out
+
+
+def rms_adaln(x, scale, shift, eps=1e-6):
+    """comfy_kitchen's rms_adaln on qmm_rms_mod: rms_norm(x) · (1 + scale) + shift."""
+    return _run_mod("rms_adaln", {"x": x, "scale": scale, "shift": shift, "eps": eps})
+
+
+def rms_gated_residual(activation, norm_weight, residual, gate, eps=1.0e-5):
+    """comfy_kitchen's rms_gated_residual on qmm_rms_mod: residual + gate · rms_norm(activation, w)."""
+    return _run_mod("rms_gated_residual", {"activation": activation, "norm_weight": norm_weight,
+                                           "residual": residual, "gate": gate, "eps": eps})
+
+
+__all__ = __all__ + sorted(MOD_FUNCS)
