@@ -2,7 +2,8 @@
 DiT's attention shapes, eager backend against qmm, on the same CPU threads.
 
 Default: H3's (q, k [1, 4096, 56, 128] f32 in the [B, S, H, D] layout, freqs [1, 4096, 1, 64, 2, 2]
-f32 — real rotations, so the in-place ops can run again on their own output — scales [128]).
+f32 — real rotations, so the in-place ops can run again on their own output — scales [128]);
+rms_adaln and rms_gated_residual on x [1, 4096, 56·128] with [1, 1, 56·128] modulation.
 Per op it prints the median of --reps calls (after one warm-up) of eager (the kitchen's eager
 function itself) and of qmm (the kitchen's public function with backend qmm registered: dispatch
 included), the speedup, the bytes the op must move at least (each x read once and its output
@@ -29,7 +30,8 @@ DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 OPS = ["rms_rope_split_half_", "rms_rope_split_half", "apply_rope", "apply_rope1", "apply_rope_",
        "apply_rope1_", "rms_rope", "rms_rope1", "rms_rope_", "rms_rope1_", "apply_rope_split_half",
        "apply_rope_split_half1", "apply_rope_split_half_", "apply_rope_split_half1_",
-       "rms_rope_split_half1", "rms_rope_split_half1_"]
+       "rms_rope_split_half1", "rms_rope_split_half1_", "rms_adaln", "rms_gated_residual"]
+MOD = ("rms_adaln", "rms_gated_residual")  # on x [1, tokens, heads · dim], modulation [1, 1, heads · dim]
 
 
 def dram_gbps(threads):
@@ -72,6 +74,15 @@ def inputs(a):
 
 
 def call_args(op, q, k, f, sc):
+    if op in MOD:
+        x = q.reshape(1, -1, q.shape[-2] * q.shape[-1]) if q.dim() == 4 else q
+        D = x.shape[-1]
+        g = torch.Generator().manual_seed(1)
+        m1 = (torch.randn(1, 1, D, generator=g) * 0.1).to(x.dtype)
+        m2 = torch.randn(1, 1, D, generator=g).to(x.dtype)
+        if op == "rms_adaln":
+            return (x, m1, m2, 1e-6)
+        return (x, torch.ones(D, dtype=x.dtype), k.reshape(x.shape), m1, 1e-5)
     paired = not op.rstrip("_").endswith("1")
     if op.startswith("rms"):
         return (q, k, f, sc, sc, 1e-6) if paired else (q, f, sc, 1e-6)
@@ -79,6 +90,8 @@ def call_args(op, q, k, f, sc):
 
 
 def moved_bytes(op, q, k, f, sc):
+    if op in MOD:  # x read, out written (+ the residual read); the [D] vectors are negligible
+        return (3 if op == "rms_gated_residual" else 2) * q.numel() * q.element_size()
     paired = not op.rstrip("_").endswith("1")
     xs = [q, k] if paired else [q]
     return sum(2 * x.numel() * x.element_size() for x in xs) + f.numel() * f.element_size() + \
@@ -110,7 +123,12 @@ def main(argv=None):
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     import comfy_kitchen as ck
-    from comfy_kitchen.backends.eager import rope as E
+    from types import SimpleNamespace
+    import importlib
+    _ad, _res, _rope = (importlib.import_module("comfy_kitchen.backends.eager." + m)
+                        for m in ("adaln", "residual", "rope"))  # the modules (the package shadows them)
+    E = SimpleNamespace(**{o: getattr(_rope, o, None) for o in OPS})
+    E.rms_adaln, E.rms_gated_residual = _ad.rms_adaln, _res.rms_gated_residual
     import qmm.kitchen
     qmm.kitchen.register()
     dram = a.dram_gbps or dram_gbps(a.threads)
