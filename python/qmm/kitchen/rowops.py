@@ -44,8 +44,6 @@ for _base, _split, _rms in (("apply_rope", False, False), ("apply_rope_split_hal
     FUNCS[_base + "_"] = (_split, _rms, True, True)
     FUNCS[_base + "1"] = (_split, _rms, False, False)
     FUNCS[_base + "1_"] = (_split, _rms, False, True)
-# the kitchen has no apply_rope1_ under that pattern's other name: every name above exists in
-# comfy-kitchen 0.2.40 (apply_rope1_, apply_rope_split_half1_, rms_rope1_, rms_rope_split_half1_)
 
 
 def available():
@@ -54,7 +52,7 @@ def available():
 
 
 def _names(func):
-    """(tensor parameter names, freqs name, scale names) of func."""
+    """(the names of func's tensors to rotate, of their RMSNorm scales) — the kitchen's."""
     split, rms, paired, _ = FUNCS[func]
     if rms:
         xs = ("q", "k") if paired else ("x",)
