@@ -133,6 +133,7 @@ qmm_status qmm_rope(qmm_context *ctx, const qmm_rope_args *a) {
         for (int64_t k = 0; k < a->D; k++) w32[k] = qmm_load_f(a->norm_weight, a->norm_weight_dtype, k);
         c.row.w = w32;
     }
+    if (!in_place) qmm_advise_huge(a->out, (size_t)ob);  /* QMM_HUGEPAGES=1 only (hugepages.c) */
     return qmm_rope_run(ctx, &c, 0);
 }
 
@@ -196,5 +197,6 @@ qmm_status qmm_rms_mod(qmm_context *ctx, const qmm_rms_mod_args *a) {
     c.row.w = a->norm_weight;
     c.row.kind = (int)a->kind;
     c.row.eps = a->eps;
+    qmm_advise_huge(a->out, (size_t)bytes[1]);  /* QMM_HUGEPAGES=1 only (hugepages.c) */
     return qmm_rms_mod_run(ctx, &c, 0);
 }
