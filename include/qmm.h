@@ -609,6 +609,64 @@ qmm_status qmm_attention(qmm_context *ctx, const qmm_attention_args *args);
  * OK if it runs the call, else engine AUTO and the status qmm_attention would return. */
 qmm_status qmm_attention_plan(qmm_context *ctx, const qmm_attention_args *args, qmm_plan_info *out);
 
+/* ---------------------------------------------------------------- row ops: RMSNorm + RoPE (SPEC §13)
+ * comfy-kitchen's fused rope family on the CPU, one pass over each row: optionally RMSNorm
+ * (a = x · rsqrt(mean(x²) + eps) · w), then the rotation of pairs of the row's first rot_dim
+ * values by a 2×2 matrix per pair, the rest of the row passing through. */
+typedef struct qmm_rope_args {
+    /* x and out [n0, n1, n2, D]: three leading extents (1 where absent) and the row length D
+     * (even, 2 <= D <= QMM_ROPE_MAX_D); each row is contiguous. */
+    int64_t n[3];
+    int64_t D;
+    /* x: strides in elements between the leading indices, >= 0. out: of x's dtype, strides that
+     * give every element its own address; out may be x itself with x's strides (in place), and
+     * must not overlap x otherwise, nor freqs or norm_weight. */
+    const void *x; qmm_dtype x_dtype; int64_t x_stride[3];
+    void *out; int64_t out_stride[3];
+    /* freqs [n0, n1, n2, rot_dim/2, 2, 2] of any float dtype C (the rotation is computed in C, as
+     * the kitchen's eager backend does), the last three dimensions contiguous; strides >= 0
+     * (0 broadcasts). Pair i of a row: (y0, y1) = (f[i][0][0]·x0 + f[i][0][1]·x1,
+     * f[i][1][0]·x0 + f[i][1][1]·x1). */
+    const void *freqs; qmm_dtype freqs_dtype; int64_t freqs_stride[3];
+    int64_t rot_dim;     /* 0 = D; else even, <= D: the rotated prefix */
+    int split_half;      /* 0: pair i is (2i, 2i + 1); 1: pair i is (i, i + rot_dim/2) */
+    /* Optional RMSNorm first: D weights of a float dtype (NULL: none) and eps (finite). */
+    const void *norm_weight; qmm_dtype norm_weight_dtype;
+    float eps;
+} qmm_rope_args;
+#define QMM_ROPE_MAX_D 1024
+/* Every field zero but the dtypes F32 and n {1, 1, 1}. */
+qmm_rope_args qmm_rope_args_default(void);
+/* Runs it on the context's threads (the rows split between them; the bits do not depend on the
+ * thread count). Errors name the bad argument. One call at a time per context. */
+qmm_status qmm_rope(qmm_context *ctx, const qmm_rope_args *args);
+
+/* RMSNorm, then a modulation, per row of D values (SPEC §13): comfy-kitchen's rms_adaln
+ * (out = x̂ · (1 + scale) + shift) and rms_gated_residual (out = residual + gate · x̂), each step
+ * rounded to the dtype as torch does; x̂ = RMSNorm(x) with the optional weight. */
+typedef enum qmm_rms_mod_kind {
+    QMM_RMS_ADALN = 0,           /* a = scale, b = shift */
+    QMM_RMS_GATED_RESIDUAL = 1   /* a = gate, b = residual */
+} qmm_rms_mod_kind;
+typedef struct qmm_rms_mod_args {
+    /* x and out [n0, n1, n2, D], D >= 1, rows contiguous; every tensor of one float dtype. */
+    int64_t n[3];
+    int64_t D;
+    qmm_dtype dtype;
+    const void *x; int64_t x_stride[3];    /* strides in elements, >= 0 */
+    void *out; int64_t out_stride[3];      /* every element its own address; overlaps no input */
+    const void *norm_weight;               /* [D], or NULL: none */
+    const void *a; int64_t a_stride[3];    /* [n0, n1, n2, D] read through its strides (0 repeats) */
+    const void *b; int64_t b_stride[3];
+    qmm_rms_mod_kind kind;
+    float eps;                              /* finite */
+} qmm_rms_mod_args;
+/* Every field zero but dtype F32 and n {1, 1, 1}. */
+qmm_rms_mod_args qmm_rms_mod_args_default(void);
+/* Runs it on the context's threads (bits independent of the thread count); errors name the bad
+ * argument. One call at a time per context. */
+qmm_status qmm_rms_mod(qmm_context *ctx, const qmm_rms_mod_args *args);
+
 #ifdef __cplusplus
 }
 #endif

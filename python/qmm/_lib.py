@@ -253,4 +253,42 @@ qmm_attention = _fn("qmm_attention", c_int, c_void_p, POINTER(AttentionArgs), op
 qmm_attention_plan = _fn("qmm_attention_plan", c_int, c_void_p, POINTER(AttentionArgs),
                          POINTER(PlanInfo), optional=True)
 
+
+
+class RopeArgs(Structure):
+    """qmm_rope_args (qmm.h, SPEC §13): x and out [n0, n1, n2, D] with three strides each (in
+    elements), freqs [n0, n1, n2, rot/2, 2, 2] with three strides (0 broadcasts), rot_dim (0 = D),
+    split_half, the optional RMSNorm weight [D] and eps."""
+    _fields_ = [("n", c_int64 * 3), ("D", c_int64),
+                ("x", c_void_p), ("x_dtype", c_int), ("x_stride", c_int64 * 3),
+                ("out", c_void_p), ("out_stride", c_int64 * 3),
+                ("freqs", c_void_p), ("freqs_dtype", c_int), ("freqs_stride", c_int64 * 3),
+                ("rot_dim", c_int64), ("split_half", c_int),
+                ("norm_weight", c_void_p), ("norm_weight_dtype", c_int),
+                ("eps", c_float)]
+
+
+# Row ops (SPEC §13); newer libraries only: None when the loaded library lacks them.
+qmm_rope_args_default = _fn("qmm_rope_args_default", RopeArgs, optional=True)
+qmm_rope = _fn("qmm_rope", c_int, c_void_p, POINTER(RopeArgs), optional=True)
+ROPE_MAX_D = 1024
+
+
+class RmsModArgs(Structure):
+    """qmm_rms_mod_args (qmm.h, SPEC §13): x and out [n0, n1, n2, D], a and b read through three
+    strides each (0 repeats), the optional weight [D], every tensor of one dtype; kind
+    RMS_ADALN (a = scale, b = shift) or RMS_GATED_RESIDUAL (a = gate, b = residual)."""
+    _fields_ = [("n", c_int64 * 3), ("D", c_int64), ("dtype", c_int),
+                ("x", c_void_p), ("x_stride", c_int64 * 3),
+                ("out", c_void_p), ("out_stride", c_int64 * 3),
+                ("norm_weight", c_void_p),
+                ("a", c_void_p), ("a_stride", c_int64 * 3),
+                ("b", c_void_p), ("b_stride", c_int64 * 3),
+                ("kind", c_int), ("eps", c_float)]
+
+
+RMS_ADALN, RMS_GATED_RESIDUAL = 0, 1
+qmm_rms_mod_args_default = _fn("qmm_rms_mod_args_default", RmsModArgs, optional=True)
+qmm_rms_mod = _fn("qmm_rms_mod", c_int, c_void_p, POINTER(RmsModArgs), optional=True)
+
 __all__ = ["lib", "PATH", "c_int8", "c_int32", "c_float"]

@@ -36,6 +36,7 @@ src/core/avx2/prepass_avx2.c                avx2,fma,f16c                       
 src/core/avx2/attention_avx2.c              avx2,fma                                     fma
 src/core/avx2/float_act_avx2.c              avx2,fma,f16c                                f16c
 src/core/avx2/w4a8_avx2.c                   avx2,fma,f16c                                -
+src/core/avx2/rowops_avx2.c                 avx2,fma,f16c                                f16c
 src/engines/x86_avx512/avx512_vnni.c        avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
 src/engines/x86_avx512/avx512_vnni_gemm.c   avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni
 src/engines/x86_avx512/avx512_vnni_rows.c   avx512f,avx512bw,avx512vl,avx512_vnni        avx512_vnni

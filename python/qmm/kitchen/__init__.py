@@ -41,6 +41,11 @@ bias in place at every call. No packed copy exists, so nothing is repacked on a 
 re-wrap, and any write to the tensor (copy_, indexing, numpy, under inference_mode or not) is
 seen by the next call.
 
+Row ops (rowops.py, SPEC §13): apply_rope(1)(_), apply_rope_split_half(1)(_), rms_rope(1)(_),
+rms_rope_split_half(1)(_) — one fused pass per tensor in qmm_rope (RMSNorm, then the rotation in
+freqs' dtype): the rotation bit for bit eager's, the RMSNorm within a bound of torch's; rms_adaln
+and rms_gated_residual in qmm_rms_mod (the same RMSNorm, then the modulation bit for bit).
+
 INT8 attention (attention.py): register() also gives the kitchen's own ops
 comfy_kitchen::int8_attention and int8_attention_masked (CUDA/HIP only in the kitchen) a CPU
 kernel, qmm.attention(mode="int8"), and unregister() removes it; only where the installed
@@ -71,6 +76,7 @@ from . import attention as _attn
 from . import dequantize as _dq
 from . import linear as _lin
 from . import quantize as _qz
+from . import rowops as _rows
 from . import w4a8 as _w4
 from . import weights
 from ._common import FLOATS, Refused
@@ -81,6 +87,11 @@ from .dequantize import (dequantize_int8_convrot_weight, dequantize_int8_convrot
 from .linear import int8_linear, int8_linear_modulated, int8_linear_rms_modulated
 from .probe import probe
 from .w4a8 import w4a8_int8_linear
+from .rowops import (apply_rope, apply_rope1, apply_rope1_, apply_rope_, apply_rope_split_half,
+                     apply_rope_split_half1, apply_rope_split_half1_, apply_rope_split_half_,
+                     rms_rope, rms_rope1, rms_rope1_, rms_rope_, rms_rope_split_half,
+                     rms_rope_split_half1, rms_rope_split_half1_, rms_rope_split_half_,
+                     rms_adaln, rms_gated_residual)
 from .quantize import (quantize_and_rotate_rowwise, quantize_int8_convrot_weight,
                        quantize_int8_rowwise, quantize_int8_tensorwise)
 
@@ -92,7 +103,7 @@ __all__ = ["register", "unregister", "is_registered", "unavailable_reason", "att
            "quantize_int8_tensorwise", "quantize_and_rotate_rowwise",
            "quantize_int8_convrot_weight", "dequantize_int8_simple",
            "dequantize_int8_simple_dtype", "dequantize_int8_convrot_weight",
-           "dequantize_int8_convrot_weight_dtype", "dequantize_int8_embedding"]
+           "dequantize_int8_convrot_weight_dtype", "dequantize_int8_embedding"] + _rows.__all__
 
 BACKEND = "qmm"
 log = logging.getLogger("qmm.kitchen")
@@ -103,6 +114,17 @@ def _rule(module, func):
     def call_rule(kw):
         try:
             module.check(func, kw)
+        except Refused as e:
+            return decline(func, e.param, e.reason)
+        from comfy_kitchen.constraints import ValidationResult
+        return ValidationResult.ok()
+    return call_rule
+
+
+def _mod_rule(func):
+    def call_rule(kw):
+        try:
+            _rows.check_mod(func, kw)
         except Refused as e:
             return decline(func, e.param, e.reason)
         from comfy_kitchen.constraints import ValidationResult
@@ -168,6 +190,11 @@ def _build_constraints():
             ("quantize_int8_convrot_weight", {"weight": fl, "group_size": intp,
                                               "stochastic_rounding": sr})):
         c[f] = fc(params, _rule(_qz, f))
+    if _rows.available() is None:  # the RoPE row ops (rowops.py, SPEC §13): tensors by dtype, the rest in the rule
+        for f in _rows.FUNCS:
+            c[f] = fc({p: fl for p in _rows.params(f) if p not in ("epsilon", "rot_dim")}, _rule(_rows, f))
+        for f, names in _rows.MOD_FUNCS.items():
+            c[f] = fc({p: fl for p in names[:4] if p}, _mod_rule(f))
     return c
 
 
