@@ -7,6 +7,7 @@
  * qmm_attention_plan.
  */
 #include "attention.h"
+#include "geometry.h"
 #include "op.h"
 
 #include <math.h>
@@ -21,41 +22,6 @@ qmm_attention_args qmm_attention_args_default(void) {
     a.mode = QMM_ATTN_BEST;
     a.engine = QMM_ENGINE_AUTO;
     return a;
-}
-
-/* The last byte + 1 of a strided tensor of dims sizes n[0..nd) (strides s, elements) whose last
- * dimension of `last` elements is contiguous, in bytes of es each; 0 if it overflows int64. */
-static int64_t extent(const int64_t *n, const int64_t *s, int nd, int64_t last, size_t es) {
-    int64_t off = last;
-    for (int i = 0; i < nd; i++) {
-        int64_t t;
-        if (__builtin_mul_overflow(n[i] - 1, s[i], &t) || __builtin_add_overflow(off, t, &off)) return 0;
-    }
-    int64_t bytes;
-    if (__builtin_mul_overflow(off, (int64_t)es, &bytes)) return 0;
-    return bytes;
-}
-
-/* Do the out elements [n0][n1][n2][D] with strides s (D contiguous) all have distinct addresses?
- * Sorted by stride, each dimension of size > 1 must step past everything below it. */
-static int distinct(const int64_t n[3], const int64_t s[3], int64_t D) {
-    int idx[3] = {0, 1, 2};
-    for (int i = 0; i < 3; i++)
-        for (int j = i + 1; j < 3; j++)
-            if (s[idx[j]] < s[idx[i]]) { int t = idx[i]; idx[i] = idx[j]; idx[j] = t; }
-    int64_t span = D;
-    for (int i = 0; i < 3; i++) {
-        const int d = idx[i];
-        if (n[d] == 1) continue;
-        if (s[d] < span) return 0;
-        span = s[d] * (n[d] - 1) + span;
-    }
-    return 1;
-}
-
-static int overlaps(const void *a, int64_t abytes, const void *b, int64_t bbytes) {
-    const char *a0 = a, *b0 = b;
-    return a0 < b0 + bbytes && b0 < a0 + abytes;
 }
 
 static qmm_status check_tensor(const char *name, const void *p, qmm_dtype t, const int64_t *s, int nd) {
@@ -113,30 +79,30 @@ static qmm_status make_attn_call(const qmm_attention_args *a, int need_data, qmm
     }
     if (!need_data) return QMM_OK; /* a plan reads the sizes, dtypes and mode only */
     const int64_t nq[3] = {a->B, a->H, a->S}, nk[3] = {a->B, a->Hkv, a->Skv};
-    const int64_t qb = extent(nq, a->q_stride, 3, a->D, qmm_dtype_size(a->q_dtype));
-    const int64_t kb = extent(nk, a->k_stride, 3, a->D, qmm_dtype_size(a->kv_dtype));
-    const int64_t vb = extent(nk, a->v_stride, 3, a->D, qmm_dtype_size(a->kv_dtype));
-    const int64_t ob = extent(nq, a->out_stride, 3, a->D, qmm_dtype_size(a->out_dtype));
+    const int64_t qb = qmm_extent_bytes(nq, a->q_stride, 3, a->D, qmm_dtype_size(a->q_dtype));
+    const int64_t kb = qmm_extent_bytes(nk, a->k_stride, 3, a->D, qmm_dtype_size(a->kv_dtype));
+    const int64_t vb = qmm_extent_bytes(nk, a->v_stride, 3, a->D, qmm_dtype_size(a->kv_dtype));
+    const int64_t ob = qmm_extent_bytes(nq, a->out_stride, 3, a->D, qmm_dtype_size(a->out_dtype));
     QMM_RETURN_IF(!qb || !kb || !vb || !ob, QMM_ERR_UNSUPPORTED, "attention: %s's extent overflows int64",
                   !qb ? "q" : !kb ? "k" : !vb ? "v" : "out");
-    QMM_RETURN_IF(!distinct(nq, a->out_stride, a->D), QMM_ERR_INVALID_ARGUMENT,
+    QMM_RETURN_IF(!qmm_elements_distinct(nq, a->out_stride, a->D), QMM_ERR_INVALID_ARGUMENT,
                   "attention: out strides {%lld, %lld, %lld} make elements share memory", (long long)a->out_stride[0],
                   (long long)a->out_stride[1], (long long)a->out_stride[2]);
     int64_t mb = 0;
     if (a->mask) {
         const int64_t nm[3] = {a->B, a->H, a->S};
         int64_t t;
-        mb = extent(nm, a->mask_stride, 3, 1, 1);
+        mb = qmm_extent_bytes(nm, a->mask_stride, 3, 1, 1);
         QMM_RETURN_IF(!mb || __builtin_mul_overflow(a->Skv - 1, a->mask_stride[3], &t) ||
                           __builtin_add_overflow(mb, t, &mb) ||
                           __builtin_mul_overflow(mb, (int64_t)qmm_dtype_size(a->mask_dtype), &mb),
                       QMM_ERR_UNSUPPORTED, "attention: mask's extent overflows int64");
     }
     {
-        QMM_RETURN_IF(overlaps(a->out, ob, a->q, qb) || overlaps(a->out, ob, a->k, kb) || overlaps(a->out, ob, a->v, vb) ||
-                          (a->mask && overlaps(a->out, ob, a->mask, mb)),
-                      QMM_ERR_INVALID_ARGUMENT, "attention: out overlaps %s", overlaps(a->out, ob, a->q, qb) ? "q"
-                      : overlaps(a->out, ob, a->k, kb) ? "k" : overlaps(a->out, ob, a->v, vb) ? "v" : "mask");
+        QMM_RETURN_IF(qmm_bytes_overlap(a->out, ob, a->q, qb) || qmm_bytes_overlap(a->out, ob, a->k, kb) || qmm_bytes_overlap(a->out, ob, a->v, vb) ||
+                          (a->mask && qmm_bytes_overlap(a->out, ob, a->mask, mb)),
+                      QMM_ERR_INVALID_ARGUMENT, "attention: out overlaps %s", qmm_bytes_overlap(a->out, ob, a->q, qb) ? "q"
+                      : qmm_bytes_overlap(a->out, ob, a->k, kb) ? "k" : qmm_bytes_overlap(a->out, ob, a->v, vb) ? "v" : "mask");
     }
     return QMM_OK;
 }
@@ -161,7 +127,7 @@ static qmm_status attn_run(qmm_context *ctx, const qmm_engine *e, const void *de
     const qmm_attn_call *c = call;
     const qmm_op_row *row = &e->ops->op[QMM_OP_ATTENTION];
     const int64_t n[3] = {c->B, c->H, c->S};
-    qmm_advise_huge(c->out, (size_t)extent(n, c->os, 3, c->D, qmm_dtype_size(c->out_dtype)));
+    qmm_advise_huge(c->out, (size_t)qmm_extent_bytes(n, c->os, 3, c->D, qmm_dtype_size(c->out_dtype)));
     if (desc) return qmm_attention_run(ctx, c, desc);
     if (row->run) return row->run(ctx, c);
     return qmm_fail(QMM_ERR_INTERNAL, "attention: engine %s not built", e->name);

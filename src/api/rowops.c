@@ -5,6 +5,7 @@
  * the same way for the RMSNorm + modulation rows. No engine table: the row ops are the
  * frame's own kernels, picked by the context's core SIMD level as the pre-pass is.
  */
+#include "geometry.h"
 #include "rowops.h"
 
 #include "numerics.h"
@@ -18,41 +19,6 @@ qmm_rope_args qmm_rope_args_default(void) {
     a.n[0] = a.n[1] = a.n[2] = 1;
     a.x_dtype = a.freqs_dtype = a.norm_weight_dtype = QMM_F32;
     return a;
-}
-
-/* One past the last byte of a tensor [n0][n1][n2][last] (strides s in elements, the last
- * dimension contiguous) of es-byte elements, from its start; 0 if it overflows int64. */
-static int64_t span_bytes(const int64_t n[3], const int64_t s[3], int64_t last, size_t es) {
-    int64_t off = last;
-    for (int i = 0; i < 3; i++) {
-        int64_t t;
-        if (__builtin_mul_overflow(n[i] - 1, s[i], &t) || __builtin_add_overflow(off, t, &off)) return 0;
-    }
-    int64_t bytes;
-    if (__builtin_mul_overflow(off, (int64_t)es, &bytes)) return 0;
-    return bytes;
-}
-
-/* Do the elements [n0][n1][n2][D] with strides s all have their own address? Sorted by stride,
- * each dimension of extent > 1 must step past everything below it. */
-static int distinct(const int64_t n[3], const int64_t s[3], int64_t D) {
-    int idx[3] = {0, 1, 2};
-    for (int i = 0; i < 3; i++)
-        for (int j = i + 1; j < 3; j++)
-            if (s[idx[j]] < s[idx[i]]) { int t = idx[i]; idx[i] = idx[j]; idx[j] = t; }
-    int64_t span = D;
-    for (int i = 0; i < 3; i++) {
-        const int d = idx[i];
-        if (n[d] == 1) continue;
-        if (s[d] < span) return 0;
-        span = s[d] * (n[d] - 1) + span;
-    }
-    return 1;
-}
-
-static int overlaps(const void *a, int64_t abytes, const void *b, int64_t bbytes) {
-    const char *a0 = a, *b0 = b;
-    return a0 < b0 + bbytes && b0 < a0 + abytes;
 }
 
 /* The same elements: every leading dimension of extent > 1 has the same stride. */
@@ -101,19 +67,20 @@ qmm_status qmm_rope(qmm_context *ctx, const qmm_rope_args *a) {
                   QMM_ERR_UNSUPPORTED, "qmm_rope: n = [%lld, %lld, %lld]: too many rows", (long long)a->n[0],
                   (long long)a->n[1], (long long)a->n[2]);
     const size_t te = qmm_dtype_size(a->x_dtype);
-    const int64_t xb = span_bytes(a->n, a->x_stride, a->D, te), ob = span_bytes(a->n, a->out_stride, a->D, te);
-    const int64_t fb = span_bytes(a->n, a->freqs_stride, 2 * rot, qmm_dtype_size(a->freqs_dtype));
+    const int64_t xb = qmm_extent_bytes(a->n, a->x_stride, 3, a->D, te);
+    const int64_t ob = qmm_extent_bytes(a->n, a->out_stride, 3, a->D, te);
+    const int64_t fb = qmm_extent_bytes(a->n, a->freqs_stride, 3, 2 * rot, qmm_dtype_size(a->freqs_dtype));
     QMM_RETURN_IF(!xb || !ob || !fb, QMM_ERR_UNSUPPORTED, "qmm_rope: the extent of %s overflows int64",
                   !xb ? "x" : !ob ? "out" : "freqs");
-    QMM_RETURN_IF(!distinct(a->n, a->out_stride, a->D), QMM_ERR_INVALID_ARGUMENT,
+    QMM_RETURN_IF(!qmm_elements_distinct(a->n, a->out_stride, a->D), QMM_ERR_INVALID_ARGUMENT,
                   "qmm_rope: out_stride {%lld, %lld, %lld} makes two elements share memory",
                   (long long)a->out_stride[0], (long long)a->out_stride[1], (long long)a->out_stride[2]);
     const int in_place = a->out == a->x && same_view(a->n, a->x_stride, a->out_stride);
-    QMM_RETURN_IF(!in_place && overlaps(a->out, ob, a->x, xb), QMM_ERR_INVALID_ARGUMENT,
+    QMM_RETURN_IF(!in_place && qmm_bytes_overlap(a->out, ob, a->x, xb), QMM_ERR_INVALID_ARGUMENT,
                   "qmm_rope: out overlaps x (in place: out = x with x's strides)");
-    QMM_RETURN_IF(overlaps(a->out, ob, a->freqs, fb), QMM_ERR_INVALID_ARGUMENT, "qmm_rope: out overlaps freqs");
+    QMM_RETURN_IF(qmm_bytes_overlap(a->out, ob, a->freqs, fb), QMM_ERR_INVALID_ARGUMENT, "qmm_rope: out overlaps freqs");
     const size_t wb = qmm_dtype_size(a->norm_weight_dtype) * (size_t)a->D;
-    QMM_RETURN_IF(a->norm_weight && overlaps(a->out, ob, a->norm_weight, (int64_t)wb), QMM_ERR_INVALID_ARGUMENT,
+    QMM_RETURN_IF(a->norm_weight && qmm_bytes_overlap(a->out, ob, a->norm_weight, (int64_t)wb), QMM_ERR_INVALID_ARGUMENT,
                   "qmm_rope: out overlaps norm_weight");
 
     _Alignas(64) float w32[QMM_ROPE_MAX_D];
@@ -168,22 +135,22 @@ qmm_status qmm_rms_mod(qmm_context *ctx, const qmm_rms_mod_args *a) {
         for (int d = 0; d < 3; d++)
             QMM_RETURN_IF(st[i][d] < 0, QMM_ERR_INVALID_ARGUMENT, "qmm_rms_mod: %s_stride[%d] = %lld is negative",
                           names[i], d, (long long)st[i][d]);
-        bytes[i] = span_bytes(a->n, st[i], a->D, te);
+        bytes[i] = qmm_extent_bytes(a->n, st[i], 3, a->D, te);
         QMM_RETURN_IF(!bytes[i], QMM_ERR_UNSUPPORTED, "qmm_rms_mod: the extent of %s overflows int64", names[i]);
     }
     int64_t rows;
     QMM_RETURN_IF(__builtin_mul_overflow(a->n[0], a->n[1], &rows) || __builtin_mul_overflow(rows, a->n[2], &rows),
                   QMM_ERR_UNSUPPORTED, "qmm_rms_mod: n = [%lld, %lld, %lld]: too many rows", (long long)a->n[0],
                   (long long)a->n[1], (long long)a->n[2]);
-    QMM_RETURN_IF(!distinct(a->n, a->out_stride, a->D), QMM_ERR_INVALID_ARGUMENT,
+    QMM_RETURN_IF(!qmm_elements_distinct(a->n, a->out_stride, a->D), QMM_ERR_INVALID_ARGUMENT,
                   "qmm_rms_mod: out_stride {%lld, %lld, %lld} makes two elements share memory",
                   (long long)a->out_stride[0], (long long)a->out_stride[1], (long long)a->out_stride[2]);
     for (int i = 0; i < 4; i++)
-        QMM_RETURN_IF(i != 1 && overlaps(a->out, bytes[1], ptr[i], bytes[i]), QMM_ERR_INVALID_ARGUMENT,
+        QMM_RETURN_IF(i != 1 && qmm_bytes_overlap(a->out, bytes[1], ptr[i], bytes[i]), QMM_ERR_INVALID_ARGUMENT,
                       "qmm_rms_mod: out overlaps %s", names[i]);
     int64_t wb;
     QMM_RETURN_IF(__builtin_mul_overflow(a->D, (int64_t)te, &wb), QMM_ERR_UNSUPPORTED, "qmm_rms_mod: D too large");
-    QMM_RETURN_IF(a->norm_weight && overlaps(a->out, bytes[1], a->norm_weight, wb), QMM_ERR_INVALID_ARGUMENT,
+    QMM_RETURN_IF(a->norm_weight && qmm_bytes_overlap(a->out, bytes[1], a->norm_weight, wb), QMM_ERR_INVALID_ARGUMENT,
                   "qmm_rms_mod: out overlaps norm_weight");
     qmm_rms_mod_call c;
     memset(&c, 0, sizeof c);
